@@ -1,0 +1,3 @@
+from ragvps.cli import main
+
+main()

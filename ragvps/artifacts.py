@@ -1,0 +1,152 @@
+"""Stage results on disk: chunk files per source file, and vectors keyed by model and chunk hash."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ragvps.chunk import Chunk
+from ragvps.sources import Document
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
+
+
+@dataclass(frozen=True)
+class ChunkFile:
+    """The chunk stage's result for one source file: its documents and their chunks."""
+
+    source: str
+    file_hash: str
+    chunker: str
+    documents: list[Document]
+    chunks: list[Chunk]
+
+
+class ChunkArtifacts:
+    """`DATA_DIR/chunks/<key>.jsonl`: a header line, one line per document, one line per chunk."""
+
+    def __init__(self, data_dir: Path, root: Path):
+        self.folder = data_dir / "chunks"
+        self.root = root
+
+    def path(self, source: str) -> Path:
+        key = hashlib.sha256(f"{self.root}\x00{source}".encode()).hexdigest()[:24]
+        return self.folder / f"{key}.jsonl"
+
+    def read(self, source: str, file_hash: str, chunker: str) -> ChunkFile | None:
+        """The stored result, if it was made from this exact file with these chunker settings."""
+        path = self.path(source)
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+            header = json.loads(lines[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        if header.get("file_hash") != file_hash or header.get("chunker") != chunker:
+            return None
+        docs, chunks = [], []
+        for line in lines[1:]:
+            record = json.loads(line)
+            if record.pop("type") == "document":
+                docs.append(Document(**record))
+            else:
+                chunks.append(Chunk(**record))
+        return ChunkFile(source, file_hash, chunker, docs, chunks)
+
+    def write(self, result: ChunkFile) -> None:
+        header = {"source": result.source, "file_hash": result.file_hash, "chunker": result.chunker}
+        lines = [header]
+        lines += [{"type": "document", **asdict(d)} for d in result.documents]
+        lines += [{"type": "chunk", **asdict(c)} for c in result.chunks]
+        text = "".join(json.dumps(x, ensure_ascii=False, sort_keys=True) + "\n" for x in lines)
+        _atomic_write(self.path(result.source), text.encode("utf-8"))
+
+
+class VectorCache:
+    """An append-only file of (sha256 digest, float32 vector) records for one model identity.
+
+    Each batch is appended and fsynced, so a killed run loses at most the batch in flight; a torn
+    last record is ignored when reading.
+    """
+
+    def __init__(self, data_dir: Path, identity: str, dims: int):
+        slug = hashlib.sha256(identity.encode()).hexdigest()[:16]
+        self.folder = data_dir / "embeddings" / slug
+        self.dims = dims
+        self.identity = identity
+        self.record = np.dtype([("hash", "u1", (32,)), ("vec", "<f4", (dims,))])
+        self._index: dict[bytes, int] | None = None
+        self._parts: list[np.ndarray] = []
+
+    @property
+    def path(self) -> Path:
+        return self.folder / "vectors.f32"
+
+    def _load(self) -> None:
+        if self._index is not None:
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        meta = self.folder / "identity.json"
+        if not meta.exists():
+            _atomic_write(meta, json.dumps({"identity": self.identity, "dims": self.dims}).encode())
+        records = np.zeros(0, dtype=self.record)
+        if self.path.exists():
+            size = self.path.stat().st_size
+            whole = size - size % self.record.itemsize
+            if whole != size:
+                with self.path.open("r+b") as f:  # a torn record from an interrupted run
+                    f.truncate(whole)
+            records = np.fromfile(self.path, dtype=self.record)
+        self._parts = [records["vec"]]
+        self._index = {h.tobytes(): i for i, h in enumerate(records["hash"])}
+
+    def missing(self, hashes: Iterable[str]) -> list[str]:
+        self._load()
+        assert self._index is not None
+        seen: set[str] = set()
+        out = []
+        for h in hashes:
+            if h not in seen and bytes.fromhex(h) not in self._index:
+                seen.add(h)
+                out.append(h)
+        return out
+
+    def add(self, hashes: Sequence[str], vectors: np.ndarray) -> None:
+        self._load()
+        assert self._index is not None
+        batch = np.zeros(len(hashes), dtype=self.record)
+        batch["hash"] = np.frombuffer(b"".join(bytes.fromhex(h) for h in hashes), dtype=np.uint8).reshape(-1, 32)
+        batch["vec"] = vectors
+        with self.path.open("ab") as f:
+            f.write(batch.tobytes())
+            f.flush()
+            os.fsync(f.fileno())
+        base = sum(len(part) for part in self._parts)
+        self._parts.append(batch["vec"])
+        for i, h in enumerate(hashes):
+            self._index[bytes.fromhex(h)] = base + i
+
+    def get(self, hashes: Sequence[str]) -> np.ndarray:
+        self._load()
+        assert self._index is not None
+        if len(self._parts) > 1:
+            self._parts = [np.concatenate(self._parts)]
+        return self._parts[0][[self._index[bytes.fromhex(h)] for h in hashes]]
+
+    def __len__(self) -> int:
+        self._load()
+        assert self._index is not None
+        return len(self._index)

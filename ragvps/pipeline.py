@@ -1,0 +1,207 @@
+"""The staged pipeline: sources -> chunk -> embed -> store, each stage reading the last one's files."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import psycopg
+from psycopg import sql
+
+from ragvps import sources, store
+from ragvps.artifacts import ChunkArtifacts, ChunkFile, VectorCache
+from ragvps.chunk import Chunk, ChunkerConfig, chunk_document
+from ragvps.config import Settings
+from ragvps.embed import Embedder, embed_documents
+from ragvps.models import ModelSpec
+from ragvps.sources import Document
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str, int, int], None]  # stage, done, total
+Warn = Callable[[str], None]
+
+STORE_BATCH_CHUNKS = 2000  # chunks written per transaction
+
+
+@dataclass
+class IngestReport:
+    files: int = 0
+    documents: int = 0
+    chunks: int = 0
+    rechunked_files: int = 0
+    embedded: int = 0  # chunks sent to the embedder
+    stored: int = 0  # documents written (new or changed)
+    unchanged: int = 0
+    deleted: int = 0
+    index_built: bool = False
+    skipped: Counter[str] = field(default_factory=Counter)
+    warnings: list[str] = field(default_factory=list)
+
+
+def chunker_config(settings: Settings, spec: ModelSpec) -> ChunkerConfig:
+    size = settings.chunk_size or spec.chunk_size
+    overlap = settings.chunk_overlap if settings.chunk_overlap is not None else min(spec.chunk_overlap, size // 4)
+    return ChunkerConfig(settings.chunk_mode, size, overlap, spec.max_tokens, spec.document_prefix)
+
+
+def chunk_stage(
+    settings: Settings, root: Path, scan: sources.ScanReport, config: ChunkerConfig,
+    report: IngestReport, progress: Progress, warn: Warn,
+) -> list[ChunkFile]:
+    """Chunk every file whose content or chunker settings changed; reuse the files on disk otherwise."""
+    artifacts = ChunkArtifacts(settings.data_dir, root)
+    key = config.key()
+    results = []
+    for i, source in enumerate(scan.files):
+        try:
+            file_hash = source.file_hash()
+            result = artifacts.read(source.rel, file_hash, key)
+            if result is None:
+                docs = sources.load(source, warn)
+                chunks = [c for doc in docs for c in chunk_document(doc, config)]
+                result = ChunkFile(source.rel, file_hash, key, docs, chunks)
+                artifacts.write(result)
+                report.rechunked_files += 1
+        except OSError as exc:
+            warn(f"{source.rel}: {exc.strerror or exc}, skipped")
+            report.skipped["unreadable"] += 1
+            continue
+        results.append(result)
+        progress("chunk", i + 1, len(scan.files))
+    return results
+
+
+def embed_stage(
+    cache: VectorCache, chunks: Sequence[Chunk], make_embedder: Callable[[], Embedder], batch_size: int,
+    report: IngestReport, progress: Progress,
+) -> None:
+    """Embed the chunks whose vectors are not cached yet, appending each batch to the cache."""
+    texts = {c.content_hash: c.embed_text for c in chunks}
+    missing = cache.missing(texts)
+    if not missing:
+        return
+    embedder = make_embedder()
+    for lo in range(0, len(missing), batch_size):
+        batch = missing[lo : lo + batch_size]
+        cache.add(batch, embed_documents(embedder, [texts[h] for h in batch]))
+        report.embedded += len(batch)
+        progress("embed", min(lo + batch_size, len(missing)), len(missing))
+
+
+def store_stage(
+    conn: psycopg.Connection, eset: store.EmbeddingSet, root: str, files: Sequence[ChunkFile],
+    unreadable: set[str], cache: VectorCache, config: ChunkerConfig, settings: Settings,
+    report: IngestReport, progress: Progress,
+) -> None:
+    """Write new and changed documents; delete those whose source file is gone."""
+    stored = store.stored_documents(conn, root)
+    key = config.key()
+    changed: list[tuple[Document, list[Chunk]]] = []
+    seen: set[str] = set()
+    for f in files:
+        by_doc: dict[str, list[Chunk]] = {}
+        for c in f.chunks:
+            by_doc.setdefault(c.doc_id, []).append(c)
+        for doc in f.documents:
+            seen.add(doc.doc_id)
+            old = stored.get(doc.doc_id)
+            if old and old.content_hash == doc.content_hash and old.chunker == key:
+                report.unchanged += 1
+            else:
+                changed.append((doc, by_doc.get(doc.doc_id, [])))
+    total = sum(len(chunks) for _, chunks in changed)
+    done = 0
+    for batch in _batches(changed, STORE_BATCH_CHUNKS):
+        rows = [(doc, chunks, _vectors(cache, chunks, eset.dims)) for doc, chunks in batch]
+        store.replace_documents(conn, eset, root, key, settings.language, rows)
+        report.stored += len(batch)
+        done += sum(len(chunks) for _, chunks in batch)
+        progress("store", done, total)
+    # A file that could not be read this time keeps its documents: nothing is lost to a transient error.
+    gone = [d for d, old in stored.items() if d not in seen and old.source not in unreadable]
+    store.delete_documents(conn, root, gone)
+    report.deleted = len(gone)
+
+
+def _vectors(cache: VectorCache, chunks: Sequence[Chunk], dims: int) -> np.ndarray:
+    if not chunks:
+        return np.zeros((0, dims), dtype=np.float32)
+    return cache.get([c.content_hash for c in chunks])
+
+
+def _batches(items: list[tuple[Document, list[Chunk]]], max_chunks: int) -> Iterator[list[tuple[Document, list[Chunk]]]]:
+    batch: list[tuple[Document, list[Chunk]]] = []
+    size = 0
+    for item in items:
+        if batch and size + len(item[1]) > max_chunks:
+            yield batch
+            batch, size = [], 0
+        batch.append(item)
+        size += len(item[1])
+    if batch:
+        yield batch
+
+
+def ingest(
+    settings: Settings, path: Path, spec: ModelSpec, make_embedder: Callable[[], Embedder],
+    progress: Progress, warn: Warn,
+) -> IngestReport:
+    """Bring the database in line with the folder at `path`, doing only the work that changed."""
+    from ragvps.database import connect
+
+    report = IngestReport()
+
+    def warn_and_record(message: str) -> None:
+        report.warnings.append(message)
+        warn(message)
+
+    warn = warn_and_record
+    scan = sources.scan(path)
+    root = path.resolve()
+    report.files = len(scan.files)
+    report.skipped.update(scan.skipped)
+    for w in scan.warnings:
+        warn(w)
+    with connect(settings) as conn:
+        store.check_model(store.active_set(conn), spec, settings.vector_type, "ingest")
+        with store.write_lock(conn):
+            config = chunker_config(settings, spec)
+            files = chunk_stage(settings, root, scan, config, report, progress, warn)
+            chunks = [c for f in files for c in f.chunks]
+            report.documents = sum(len(f.documents) for f in files)
+            report.chunks = len(chunks)
+            cache = VectorCache(settings.data_dir, spec.identity, spec.dims)
+            embed_stage(cache, chunks, make_embedder, settings.batch_size, report, progress)
+            eset = store.ensure_set(conn, spec, settings.vector_type, activate=True)
+            unreadable = {f.rel for f in scan.files} - {f.source for f in files}
+            store_stage(conn, eset, str(root), files, unreadable, cache, config, settings, report, progress)
+            report.index_built = store.ensure_index(
+                conn, eset, settings.hnsw_m, settings.hnsw_ef_construction, settings.index_min_rows
+            )
+    return report
+
+
+def reindex(
+    settings: Settings, spec: ModelSpec, make_embedder: Callable[[], Embedder], progress: Progress, warn: Warn,
+) -> dict[str, IngestReport]:
+    """Re-sync every folder ingested before, then rebuild the vector index in place without blocking reads."""
+    from ragvps.database import connect
+
+    with connect(settings) as conn:
+        roots = [r[0] for r in conn.execute("SELECT DISTINCT root FROM documents ORDER BY root")]
+    reports = {}
+    for root in roots:
+        if not Path(root).exists():
+            warn(f"{root} no longer exists; its documents are kept (delete them by ingesting an empty folder)")
+            continue
+        reports[root] = ingest(settings, Path(root), spec, make_embedder, progress, warn)
+    with connect(settings, autocommit=True) as conn:
+        eset = store.active_set(conn)
+        if eset is not None and store.index_exists(conn, eset):
+            conn.execute(sql.SQL("REINDEX INDEX CONCURRENTLY {}").format(sql.Identifier(eset.index_name)))
+    return reports

@@ -1,0 +1,175 @@
+"""Store stage: documents, chunks and vectors in PostgreSQL with pgvector; incremental sync; indexes."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from ragvps.chunk import Chunk
+from ragvps.database import compose, q
+from ragvps.errors import DatabaseError, ModelMismatchError
+from ragvps.models import ModelSpec
+from ragvps.sources import Document
+
+log = logging.getLogger(__name__)
+
+WRITE_LOCK = "ragvps:write"
+
+
+@dataclass(frozen=True)
+class EmbeddingSet:
+    id: int
+    model: str
+    identity: str
+    dims: int
+    vector_type: str
+    table_name: str
+    active: bool
+
+    @property
+    def table(self) -> sql.Identifier:
+        return sql.Identifier(self.table_name)
+
+    @property
+    def index_name(self) -> str:
+        return f"{self.table_name}_hnsw"
+
+
+@dataclass(frozen=True)
+class StoredDocument:
+    id: int
+    source: str
+    content_hash: str
+    chunker: str
+
+
+@contextmanager
+def write_lock(conn: psycopg.Connection) -> Iterator[None]:
+    """Only one ingest or reindex writes at a time; a second one stops with a clear message."""
+    got = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (WRITE_LOCK,)).fetchone()
+    conn.commit()
+    if not got or not got[0]:
+        raise DatabaseError(
+            "another `ragvps ingest` or `ragvps reindex` is writing to this database; "
+            "wait for it to finish, then run this again"
+        )
+    try:
+        yield
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (WRITE_LOCK,))
+        conn.commit()
+
+
+def active_set(conn: psycopg.Connection) -> EmbeddingSet | None:
+    row = conn.execute(q("active_set")).fetchone()
+    return EmbeddingSet(*row) if row else None
+
+
+def check_model(active: EmbeddingSet | None, spec: ModelSpec, vector_type: str, action: str) -> None:
+    """Refuse to mix vectors of two models in one index."""
+    if active is not None and (active.identity != spec.identity or active.vector_type != vector_type):
+        raise ModelMismatchError(
+            f"the index holds {active.vector_type}({active.dims}) vectors from model {active.model}, "
+            f"but the configured embedder is {spec.name} ({vector_type}({spec.dims})); "
+            + ("run `ragvps reindex` to switch models" if action == "ingest"
+               else f"configure model {active.model} to {action}, or run `ragvps reindex` to switch")
+        )
+
+
+def ensure_set(conn: psycopg.Connection, spec: ModelSpec, vector_type: str, *, activate: bool) -> EmbeddingSet:
+    """The embedding set for this model and vector type, creating its vector table if needed."""
+    row = conn.execute(q("set_by_identity"), {"identity": spec.identity, "vector_type": vector_type}).fetchone()
+    if row:
+        return EmbeddingSet(*row)
+    with conn.transaction():
+        set_id = conn.execute(
+            q("insert_set"),
+            {"model": spec.name, "identity": spec.identity, "dims": spec.dims, "vector_type": vector_type,
+             "table_name": "pending", "active": activate},
+        ).fetchone()[0]  # type: ignore[index]
+        table_name = f"embeddings_{set_id}"
+        conn.execute("UPDATE embedding_sets SET table_name = %s WHERE id = %s", (table_name, set_id))
+        conn.execute(compose("create_vector_table", table=sql.Identifier(table_name),
+                             vector_type=sql.SQL(vector_type), dims=sql.Literal(spec.dims)))
+    return EmbeddingSet(set_id, spec.name, spec.identity, spec.dims, vector_type, table_name, activate)
+
+
+def stored_documents(conn: psycopg.Connection, root: str) -> dict[str, StoredDocument]:
+    rows = conn.execute(q("stored_documents"), {"root": root}).fetchall()
+    return {row[0]: StoredDocument(*row[1:]) for row in rows}
+
+
+def replace_documents(
+    conn: psycopg.Connection,
+    eset: EmbeddingSet,
+    root: str,
+    chunker: str,
+    language: str,
+    batch: Sequence[tuple[Document, Sequence[Chunk], np.ndarray]],
+) -> None:
+    """Replace each document with its new chunks and vectors, all in one transaction."""
+    with conn.transaction():
+        rows = []
+        for doc, chunks, vectors in batch:
+            conn.execute(q("delete_document"), {"root": root, "doc_id": doc.doc_id})
+            doc_pk = conn.execute(
+                q("insert_document"),
+                {"root": root, "doc_id": doc.doc_id, "source": doc.source, "title": doc.title,
+                 "kind": doc.kind, "content_hash": doc.content_hash, "chunker": chunker,
+                 "metadata": Jsonb(doc.metadata)},
+            ).fetchone()[0]  # type: ignore[index]
+            rows.extend((doc_pk, c, v) for c, v in zip(chunks, vectors, strict=True))
+        if not rows:
+            return
+        ids = [r[0] for r in conn.execute(q("reserve_chunk_ids"), {"n": len(rows)})]
+        # regconfig's binary form is its oid, which psycopg can send.
+        lang_oid = conn.execute("SELECT %s::regconfig::oid", (language,)).fetchone()[0]  # type: ignore[index]
+        with conn.cursor().copy(q("copy_chunks")) as copy:
+            copy.set_types(["bigint", "bigint", "integer", "text", "text", "text", "integer", "integer",
+                            "integer", "integer", "jsonb", "oid"])
+            for chunk_id, (doc_pk, c, _) in zip(ids, rows, strict=True):
+                copy.write_row((chunk_id, doc_pk, c.seq, c.heading_path, c.text, c.content_hash, c.tokens,
+                                c.llm_tokens, c.start, c.end, Jsonb(c.metadata), lang_oid))
+        write_vectors(conn, eset, ids, np.stack([r[2] for r in rows]))
+
+
+def write_vectors(conn: psycopg.Connection, eset: EmbeddingSet, ids: Sequence[int], vectors: np.ndarray) -> None:
+    from pgvector import HalfVector
+
+    with conn.cursor().copy(compose("copy_vectors", table=eset.table)) as copy:
+        copy.set_types(["bigint", eset.vector_type])
+        for chunk_id, vec in zip(ids, vectors, strict=True):
+            copy.write_row((chunk_id, HalfVector(vec) if eset.vector_type == "halfvec" else vec))
+
+
+def delete_documents(conn: psycopg.Connection, root: str, doc_ids: Sequence[str]) -> None:
+    with conn.transaction():
+        for doc_id in doc_ids:
+            conn.execute(q("delete_document"), {"root": root, "doc_id": doc_id})
+
+
+def chunk_count(conn: psycopg.Connection) -> int:
+    return int(conn.execute(q("count_chunks")).fetchone()[0])  # type: ignore[index]
+
+
+def ensure_index(conn: psycopg.Connection, eset: EmbeddingSet, m: int, ef_construction: int,
+                 min_rows: int) -> bool:
+    """Build the HNSW index once the table is large enough for it to pay off; True if one exists."""
+    if chunk_count(conn) < min_rows:
+        return False
+    opclass = "halfvec_cosine_ops" if eset.vector_type == "halfvec" else "vector_cosine_ops"
+    conn.execute(compose("create_hnsw_index", index=sql.Identifier(eset.index_name), table=eset.table,
+                         opclass=sql.SQL(opclass), m=sql.Literal(m), ef_construction=sql.Literal(ef_construction)))
+    conn.commit()
+    return True
+
+
+def index_exists(conn: psycopg.Connection, eset: EmbeddingSet) -> bool:
+    return conn.execute("SELECT to_regclass(%s) IS NOT NULL", (eset.index_name,)).fetchone()[0]  # type: ignore[index]
