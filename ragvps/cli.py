@@ -19,7 +19,7 @@ from typer.core import TyperGroup
 from ragvps.config import Settings, load_settings
 from ragvps.errors import RagvpsError, redact
 
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 class _Group(TyperGroup):
@@ -119,11 +119,6 @@ def ingest(
     spec = spec_for(settings)
     with _Bars() as bars:
         report = run_ingest(settings, path, spec, lambda: make_embedder(settings), bars, _warn)
-    if report.files == 0:
-        raise RagvpsError(
-            f"{path} has no documents ragvps can read (skipped: {_skipped(report.skipped) or 'nothing'}); "
-            "supported: .md, .markdown, .txt"
-        )
     if as_json:
         typer.echo(json.dumps(asdict(report) | {"skipped": dict(report.skipped)}, indent=2))
         return

@@ -76,7 +76,9 @@ def _coerce(name: str, value: Any, origin: str) -> Any:
         else:
             value = str(value)
     except (TypeError, ValueError):
-        raise ConfigError(f"setting {name}={value!r} from {origin} is not a valid {type(default).__name__}")
+        raise ConfigError(
+            f"setting {name}={value!r} from {origin} is not a valid {type(default).__name__}"
+        ) from None
     if name in _CHOICES and value not in _CHOICES[name]:
         allowed = " | ".join(_CHOICES[name])
         raise ConfigError(f"setting {name}={value!r} from {origin} must be one of: {allowed}")
@@ -112,7 +114,7 @@ def load_settings(
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc}")
+            raise ConfigError(f"cannot read config file {path}: {exc}") from None
         table = data.get("ragvps", data)
         for key, value in table.items():
             if key not in names:

@@ -17,6 +17,7 @@ from ragvps.artifacts import ChunkArtifacts, ChunkFile, VectorCache
 from ragvps.chunk import Chunk, ChunkerConfig, chunk_document
 from ragvps.config import Settings
 from ragvps.embed import Embedder, embed_documents
+from ragvps.errors import RagvpsError
 from ragvps.models import ModelSpec
 from ragvps.sources import Document
 
@@ -134,8 +135,11 @@ def _vectors(cache: VectorCache, chunks: Sequence[Chunk], dims: int) -> np.ndarr
     return cache.get([c.content_hash for c in chunks])
 
 
-def _batches(items: list[tuple[Document, list[Chunk]]], max_chunks: int) -> Iterator[list[tuple[Document, list[Chunk]]]]:
-    batch: list[tuple[Document, list[Chunk]]] = []
+Changed = list[tuple[Document, list[Chunk]]]
+
+
+def _batches(items: Changed, max_chunks: int) -> Iterator[Changed]:
+    batch: Changed = []
     size = 0
     for item in items:
         if batch and size + len(item[1]) > max_chunks:
@@ -155,12 +159,12 @@ def ingest(
     from ragvps.database import connect
 
     report = IngestReport()
+    show = warn
 
-    def warn_and_record(message: str) -> None:
+    def warn(message: str) -> None:
         report.warnings.append(message)
-        warn(message)
+        show(message)
 
-    warn = warn_and_record
     scan = sources.scan(path)
     root = path.resolve()
     report.files = len(scan.files)
@@ -169,6 +173,12 @@ def ingest(
         warn(w)
     with connect(settings) as conn:
         store.check_model(store.active_set(conn), spec, settings.vector_type, "ingest")
+        if not scan.files and not store.stored_documents(conn, str(root)):
+            skipped = ", ".join(f"{n} {why}" for why, n in sorted(scan.skipped.items())) or "nothing"
+            raise RagvpsError(
+                f"{path} has no documents ragvps can read (skipped: {skipped}); "
+                f"supported: {', '.join(sorted(sources.KINDS))}"
+            )
         with store.write_lock(conn):
             config = chunker_config(settings, spec)
             files = chunk_stage(settings, root, scan, config, report, progress, warn)

@@ -1,0 +1,18 @@
+"""The code stays lint-clean: ruff over the package, tests and benchmarks."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_ruff_is_clean():
+    if shutil.which("ruff") is None:
+        pytest.fail("ruff is not installed: pip install -e '.[test]'")
+    result = subprocess.run([sys.executable, "-m", "ruff", "check", "ragvps", "tests", "bench"],
+                            cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
