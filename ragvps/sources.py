@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 from collections import Counter
@@ -50,7 +51,7 @@ class ScanReport:
     warnings: list[str] = field(default_factory=list)
 
 
-KINDS = {".md": "markdown", ".markdown": "markdown", ".txt": "text", ".text": "text"}
+KINDS = {".md": "markdown", ".markdown": "markdown", ".txt": "text", ".text": "text", ".jsonl": "jsonl"}
 
 
 def scan(root: Path) -> ScanReport:
@@ -125,6 +126,8 @@ def read_text(source: SourceFile, warn: Callable[[str], None]) -> str:
 
 def load(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
     """The documents in one source file."""
+    if source.kind == "jsonl":
+        return load_jsonl(source, warn)
     text = read_text(source, warn)
     title = _title(text, source) if source.kind == "markdown" else Path(source.rel).stem
     return [Document(doc_id=source.rel, source=source.rel, title=title, text=text, kind=source.kind)]
@@ -135,3 +138,26 @@ def _title(text: str, source: SourceFile) -> str:
         if line.startswith("# "):
             return line[2:].strip()
     return Path(source.rel).stem
+
+
+def load_jsonl(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
+    """A BEIR-style corpus: one document per line with `_id`, `title` and `text`."""
+    docs = []
+    seen: set[str] = set()
+    for n, line in enumerate(read_text(source, warn).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            doc_id, title, text = str(record["_id"]), str(record.get("title") or ""), str(record["text"])
+        except (ValueError, KeyError, TypeError) as exc:
+            warn(f"{source.rel}:{n}: not a JSON object with `_id` and `text` ({exc.__class__.__name__}), skipped")
+            continue
+        if doc_id in seen:
+            warn(f"{source.rel}:{n}: duplicate _id {doc_id!r}, skipped")
+            continue
+        seen.add(doc_id)
+        if text.strip() or title.strip():
+            docs.append(Document(doc_id=doc_id, source=source.rel, title=title, text=text, kind="jsonl",
+                                 metadata={"line": n}))
+    return docs

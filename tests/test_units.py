@@ -43,3 +43,31 @@ def test_vector_cache_survives_a_torn_write(tmp_path):
     assert len(again) == 3
     assert again.missing(hashes + ["ff" * 32]) == ["ff" * 32]
     np.testing.assert_array_equal(again.get(hashes[::-1]), np.eye(3, 4, dtype=np.float32)[::-1])
+
+
+def test_metrics_by_hand():
+    from ragvps.metrics import dedupe, first_hit, mrr_at, ndcg_at, recall_at
+
+    ranked = dedupe(["a", "b", "a", "c", "d"])
+    assert ranked == ["a", "b", "c", "d"]
+    rel = {"c": 1, "x": 1}
+    assert recall_at(ranked, rel, 10) == 0.5
+    assert mrr_at(ranked, rel, 10) == 1 / 3
+    assert mrr_at(ranked, rel, 2) == 0.0
+    assert first_hit(ranked, rel) == 3
+    import math
+
+    assert ndcg_at(ranked, rel, 10) == (1 / math.log2(4)) / (1 + 1 / math.log2(3))
+    assert ndcg_at(["c", "x"], rel, 10) == 1.0
+
+
+def test_jsonl_corpus_documents(tmp_path):
+    from ragvps.sources import SourceFile, load
+
+    path = tmp_path / "corpus.jsonl"
+    path.write_text('{"_id": "4983", "title": "Microstructural development", "text": "Alterations of the '
+                    'architecture of cerebral white matter."}\n\nnot json\n{"_id": "4983", "text": "dup"}\n')
+    warnings: list[str] = []
+    docs = load(SourceFile(path, "corpus.jsonl", "jsonl"), warnings.append)
+    assert [(d.doc_id, d.title, d.source) for d in docs] == [("4983", "Microstructural development", "corpus.jsonl")]
+    assert warnings[0].startswith("corpus.jsonl:3: not a JSON object") and "duplicate _id '4983'" in warnings[1]
