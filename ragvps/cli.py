@@ -140,18 +140,23 @@ def query(
     text: Annotated[str, typer.Argument(help="The question.")],
     k: Annotated[int | None, typer.Option("--k", "-k", help="How many chunks to return (default 8).")] = None,
     mode: Annotated[str, typer.Option(help="hybrid | vector | keyword")] = "hybrid",
+    path_prefix: Annotated[str, typer.Option(help="Only chunks from source files whose path starts so.")] = "",
+    meta: Annotated[list[str] | None, typer.Option(
+        help="Only chunks whose document or chunk metadata has KEY=VALUE (VALUE as JSON, else text); repeatable.",
+    )] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the hits as JSON.")] = False,
 ) -> None:
-    """Hybrid search: vector top-40 and full-text top-40, fused by reciprocal rank fusion."""
+    """Hybrid search: vector top-40 and BM25 full-text top-40, fused by reciprocal rank fusion."""
     from ragvps import store
     from ragvps.database import connect
     from ragvps.embed import embed_queries, make_embedder
     from ragvps.errors import UsageError
     from ragvps.models import spec_for
-    from ragvps.search import MODES, check_query, search
+    from ragvps.search import MODES, Filters, check_query, search
 
     if mode not in MODES:
         raise UsageError(f"--mode {mode!r} is not one of: {', '.join(MODES)}")
+    filters = Filters(path_prefix, _metadata_pairs(meta or []))
     settings = settings_from(ctx, top_k=k)
     text = check_query(text)
     spec = spec_for(settings)
@@ -161,7 +166,7 @@ def query(
             raise UsageError("nothing is ingested yet: run `ragvps ingest PATH` first")
         store.check_model(eset, spec, settings.vector_type, "query")
         embedding = embed_queries(make_embedder(settings), [text])[0] if mode != "keyword" else None
-        hits = search(conn, eset, text, embedding, settings, mode)  # type: ignore[arg-type]
+        hits = search(conn, eset, text, embedding, settings, mode, filters=filters)  # type: ignore[arg-type]
     if as_json:
         typer.echo(json.dumps([asdict(h) for h in hits], indent=2, ensure_ascii=False))
         return
@@ -172,6 +177,21 @@ def query(
         snippet = snippet[:200] + ("..." if len(snippet) > 200 else "")
         typer.echo(f"{h.rank:>2}  {h.score:.4f}  {h.path}" + (f"  [{h.heading_path}]" if h.heading_path else ""))
         typer.echo(f"    {snippet}")
+
+
+def _metadata_pairs(pairs: list[str]) -> dict[str, Any]:
+    from ragvps.errors import UsageError
+
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--meta {pair!r} is not KEY=VALUE (e.g. --meta lang=en)")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
 
 
 @app.command()

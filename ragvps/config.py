@@ -40,6 +40,8 @@ class Settings:
     hnsw_m: int = 16
     hnsw_ef_construction: int = 64
     index_min_rows: int = 5000  # below this, exact search; no HNSW index
+    index_memory: str = "256MB"  # maintenance_work_mem for the index build's own session
+    index_workers: int = 1  # max_parallel_maintenance_workers for the build (0: the leader alone)
     ef_search: int = 100
     candidates: int = 40
     top_k: int = 8

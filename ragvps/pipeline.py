@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import psycopg
-from psycopg import sql
 
 from ragvps import sources, store
 from ragvps.artifacts import ChunkArtifacts, ChunkFile, VectorCache
@@ -190,9 +189,7 @@ def ingest(
             eset = store.ensure_set(conn, spec, settings.vector_type, activate=True)
             unreadable = {f.rel for f in scan.files} - {f.source for f in files}
             store_stage(conn, eset, str(root), files, unreadable, cache, config, settings, report, progress)
-            report.index_built = store.ensure_index(
-                conn, eset, settings.hnsw_m, settings.hnsw_ef_construction, settings.index_min_rows
-            )
+            report.index_built = store.ensure_index(conn, eset, settings, progress, warn)
     return report
 
 
@@ -210,8 +207,8 @@ def reindex(
             warn(f"{root} no longer exists; its documents are kept (delete them by ingesting an empty folder)")
             continue
         reports[root] = ingest(settings, Path(root), spec, make_embedder, progress, warn)
-    with connect(settings, autocommit=True) as conn:
+    with connect(settings) as conn, store.write_lock(conn):
         eset = store.active_set(conn)
-        if eset is not None and store.index_exists(conn, eset):
-            conn.execute(sql.SQL("REINDEX INDEX CONCURRENTLY {}").format(sql.Identifier(eset.index_name)))
+        if eset is not None:
+            store.rebuild_index(conn, eset, settings, progress, warn)
     return reports

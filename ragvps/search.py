@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from ragvps.config import Settings
 from ragvps.database import compose, q
@@ -41,26 +43,72 @@ def rrf(rankings: Sequence[Sequence[int]], k: int = 60) -> list[tuple[int, float
     return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
+MAX_QUERY_CHARS = 20_000
+
+
+@dataclass(frozen=True)
+class Bm25:
+    """BM25 parameters, and the candidate budget: the query's rarest lexemes find candidates while their
+    chunk counts add up to at most `budget` (the rarest always does); all of them score."""
+
+    k1: float = 1.2
+    b: float = 0.75
+    budget: int = 500
+
+
+BM25 = Bm25()  # chosen by bench/quality_bench.py
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Keep only chunks whose source path starts with a prefix and whose metadata contains these pairs."""
+
+    path_prefix: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.path_prefix or self.metadata)
+
+    def params(self) -> dict[str, object]:
+        return {"path_prefix": self.path_prefix, "metadata": Jsonb(self.metadata)}
+
+
 def check_query(text: str) -> str:
-    text = text.strip()
+    """The query as PostgreSQL can take it (no NUL, valid UTF-8), or a clear error."""
+    text = text.encode("utf-8", "replace").decode("utf-8").replace("\x00", " ").strip()
     if not re.search(r"\w", text):
         raise UsageError(f"the query {text!r} has no words to search for: ask in words")
+    if len(text) > MAX_QUERY_CHARS:
+        raise UsageError(f"the query is {len(text):,} characters long; ask in at most {MAX_QUERY_CHARS:,}")
     return text
 
 
-def vector_leg(conn: psycopg.Connection, eset: EmbeddingSet, embedding: np.ndarray, settings: Settings) -> list[int]:
+def vector_leg(conn: psycopg.Connection, eset: EmbeddingSet, embedding: np.ndarray, settings: Settings,
+               filters: Filters | None = None) -> list[int]:
+    """Chunk ids nearest to the embedding; HNSW when indexed, with ef_search set for this query only."""
     with conn.transaction():
-        conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(max(settings.ef_search,
-                                                                                settings.candidates)),))
-        rows = conn.execute(compose("vector_search", table=eset.table),
-                            {"embedding": _as_param(eset, embedding), "candidates": settings.candidates})
+        conn.execute("SELECT set_config('hnsw.ef_search', %s, true)",
+                     (str(max(settings.ef_search, settings.candidates)),))
+        params: dict[str, object] = {"embedding": _as_param(eset, embedding), "candidates": settings.candidates}
+        if filters:
+            conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
+            rows = conn.execute(compose("vector_search_filtered", table=eset.table), params | filters.params())
+        else:
+            rows = conn.execute(compose("vector_search", table=eset.table), params)
         return [r[0] for r in rows]
 
 
-def keyword_leg(conn: psycopg.Connection, text: str, settings: Settings) -> list[int]:
-    rows = conn.execute(q("keyword_search"), {"language": settings.language, "text": text,
-                                              "candidates": settings.candidates})
-    return [r[0] for r in rows]
+def keyword_leg(conn: psycopg.Connection, text: str, settings: Settings, filters: Filters | None = None,
+                bm25: Bm25 = BM25) -> list[int]:
+    """Chunk ids ranked by BM25 over the full-text lexemes of `text`; never an error for any words."""
+    where = sql.SQL(q("keyword_filter")) if filters else sql.SQL("true")
+    params = {"language": settings.language, "text": text, "candidates": settings.candidates,
+              "budget": bm25.budget, "k1": bm25.k1, "b": bm25.b}
+    if filters:
+        params |= filters.params()
+    with conn.transaction():
+        rows = conn.execute(compose("keyword_search", filter=where), params)
+        return [r[0] for r in rows]
 
 
 def _as_param(eset: EmbeddingSet, embedding: np.ndarray) -> object:
@@ -79,13 +127,13 @@ def search(
     settings: Settings,
     mode: Mode = "hybrid",
     k: int | None = None,
+    filters: Filters | None = None,
 ) -> list[Hit]:
     """The top k chunks for `text` (its query embedding given for the vector and hybrid modes)."""
     k = k or settings.top_k
-    vec = vector_leg(conn, eset, embedding, settings) if mode != "keyword" and embedding is not None else []
-    kw = keyword_leg(conn, text, settings) if mode != "vector" else []
+    vec = vector_leg(conn, eset, embedding, settings, filters) if mode != "keyword" and embedding is not None else []
+    kw = keyword_leg(conn, text, settings, filters) if mode != "vector" else []
     fused = rrf([leg for leg in (vec, kw) if leg], settings.rrf_k)[:k]
-    conn.commit()
     return _details(conn, fused, vec, kw)
 
 

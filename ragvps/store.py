@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -13,8 +14,9 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from ragvps.chunk import Chunk
+from ragvps.config import Settings
 from ragvps.database import compose, q
-from ragvps.errors import DatabaseError, ModelMismatchError
+from ragvps.errors import ConfigError, DatabaseError, ModelMismatchError
 from ragvps.models import ModelSpec
 from ragvps.sources import Document
 
@@ -114,11 +116,12 @@ def replace_documents(
     language: str,
     batch: Sequence[tuple[Document, Sequence[Chunk], np.ndarray]],
 ) -> None:
-    """Replace each document with its new chunks and vectors, all in one transaction."""
+    """Replace each document with its new chunks and vectors, the whole batch in one transaction."""
+    _end_implicit(conn)
     with conn.transaction():
+        conn.execute(q("delete_documents"), {"root": root, "doc_ids": [doc.doc_id for doc, _, _ in batch]})
         rows = []
         for doc, chunks, vectors in batch:
-            conn.execute(q("delete_document"), {"root": root, "doc_id": doc.doc_id})
             doc_pk = conn.execute(
                 q("insert_document"),
                 {"root": root, "doc_id": doc.doc_id, "source": doc.source, "title": doc.title,
@@ -150,25 +153,136 @@ def write_vectors(conn: psycopg.Connection, eset: EmbeddingSet, ids: Sequence[in
 
 
 def delete_documents(conn: psycopg.Connection, root: str, doc_ids: Sequence[str]) -> None:
+    """Delete documents with their chunks and vectors (cascade); the term statistics follow by trigger."""
+    _end_implicit(conn)
     with conn.transaction():
-        for doc_id in doc_ids:
-            conn.execute(q("delete_document"), {"root": root, "doc_id": doc_id})
+        conn.execute(q("delete_documents"), {"root": root, "doc_ids": list(doc_ids)})
+
+
+def _end_implicit(conn: psycopg.Connection) -> None:
+    """Close the transaction a read opened, so the next transaction block is a real one, not a savepoint."""
+    if conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS:
+        conn.commit()
 
 
 def chunk_count(conn: psycopg.Connection) -> int:
     return int(conn.execute(q("count_chunks")).fetchone()[0])  # type: ignore[index]
 
 
-def ensure_index(conn: psycopg.Connection, eset: EmbeddingSet, m: int, ef_construction: int,
-                 min_rows: int) -> bool:
+Progress = Callable[[str, int, int], None]
+Warn = Callable[[str], None]
+
+_MEMORY_NOTICE = "hnsw graph no longer fits into maintenance_work_mem"
+
+
+def ensure_index(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings,
+                 progress: Progress | None = None, warn: Warn | None = None) -> bool:
     """Build the HNSW index once the table is large enough for it to pay off; True if one exists."""
-    if chunk_count(conn) < min_rows:
+    if index_exists(conn, eset):
+        return True
+    if chunk_count(conn) < settings.index_min_rows:
         return False
-    opclass = "halfvec_cosine_ops" if eset.vector_type == "halfvec" else "vector_cosine_ops"
-    conn.execute(compose("create_hnsw_index", index=sql.Identifier(eset.index_name), table=eset.table,
-                         opclass=sql.SQL(opclass), m=sql.Literal(m), ef_construction=sql.Literal(ef_construction)))
     conn.commit()
+    build_index(conn, eset, eset.index_name, settings, progress, warn)
     return True
+
+
+def rebuild_index(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings,
+                  progress: Progress | None = None, warn: Warn | None = None) -> bool:
+    """Build a fresh index beside the old one and swap them, so queries keep answering; False if none is due."""
+    new = eset.index_name + "_new"
+    if not index_exists(conn, eset):
+        return ensure_index(conn, eset, settings, progress, warn)
+    conn.commit()
+    with _autocommit(conn):
+        # A build interrupted before the swap leaves an invalid (or unswapped) index behind: start over.
+        conn.execute(compose("drop_index_concurrently", index=sql.Identifier(new)))
+        build_index(conn, eset, new, settings, progress, warn, concurrently=True)
+        conn.execute(compose("drop_index_concurrently", index=sql.Identifier(eset.index_name)))
+        conn.execute(compose("rename_index", index=sql.Identifier(new), name=sql.Identifier(eset.index_name)))
+    return True
+
+
+def build_index(conn: psycopg.Connection, eset: EmbeddingSet, name: str, settings: Settings,
+                progress: Progress | None = None, warn: Warn | None = None, *, concurrently: bool = False) -> None:
+    """CREATE INDEX with this session's own build memory and workers, a progress feed and memory advice."""
+    opclass = "halfvec_cosine_ops" if eset.vector_type == "halfvec" else "vector_cosine_ops"
+    create = compose("create_hnsw_index", index=sql.Identifier(name), table=eset.table,
+                     concurrently=sql.SQL("CONCURRENTLY" if concurrently else ""), opclass=sql.SQL(opclass),
+                     m=sql.Literal(settings.hnsw_m), ef_construction=sql.Literal(settings.hnsw_ef_construction))
+    notices: list[str] = []
+
+    def on_notice(diag: psycopg.errors.Diagnostic) -> None:
+        if diag.message_primary and _MEMORY_NOTICE in diag.message_primary:
+            notices.append(diag.message_primary)
+
+    conn.add_notice_handler(on_notice)
+    watcher = _ProgressWatcher(conn, progress) if progress else None
+    try:
+        with _autocommit(conn):
+            try:
+                conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (settings.index_memory,))
+                conn.execute("SELECT set_config('max_parallel_maintenance_workers', %s, false)",
+                             (str(settings.index_workers),))
+            except psycopg.errors.InvalidParameterValue as exc:
+                raise ConfigError(f"setting index_memory={settings.index_memory!r} or index_workers="
+                                  f"{settings.index_workers} is not valid for PostgreSQL: {exc}") from None
+            if watcher:
+                watcher.start()
+            log.info("building index %s", name)
+            conn.execute(create)
+    finally:
+        if watcher:
+            watcher.stop()
+        conn.remove_notice_handler(on_notice)
+        if not conn.closed:
+            with _autocommit(conn):
+                conn.execute("RESET maintenance_work_mem; RESET max_parallel_maintenance_workers")
+    if notices and warn:
+        warn(f"{notices[0]}: the index build took much longer than it needs to; raise setting index_memory "
+             f"(now {settings.index_memory}; e.g. RAGVPS_INDEX_MEMORY=1GB, if the machine has that much free) "
+             "and run `ragvps reindex`")
+
+
+class _ProgressWatcher:
+    """Polls pg_stat_progress_create_index for the build's backend on a second connection, in a thread."""
+
+    def __init__(self, conn: psycopg.Connection, progress: Progress, interval: float = 0.5):
+        self.conn, self.progress, self.interval = conn, progress, interval
+        self.pid = conn.info.backend_pid
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="index-progress", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join()
+
+    def _run(self) -> None:
+        try:
+            with psycopg.connect(self.conn.info.dsn, password=self.conn.info.password or None,
+                                 autocommit=True) as watch:
+                while not self.done.wait(self.interval):
+                    row = watch.execute(q("index_progress"), {"pid": self.pid}).fetchone()
+                    if row and row[1]:
+                        self.progress("index", min(row[0], row[1]), row[1])
+        except psycopg.Error as exc:  # the bar is a nicety; the build goes on without it
+            log.info("index progress unavailable: %s", exc)
+
+
+@contextmanager
+def _autocommit(conn: psycopg.Connection) -> Iterator[None]:
+    previous = conn.autocommit
+    if not previous:
+        conn.commit()
+        conn.autocommit = True
+    try:
+        yield
+    finally:
+        if not previous and not conn.closed:
+            conn.autocommit = False
 
 
 def index_exists(conn: psycopg.Connection, eset: EmbeddingSet) -> bool:

@@ -35,14 +35,32 @@ CREATE TABLE {table} (
 ALTER TABLE {table} ALTER COLUMN embedding SET STORAGE PLAIN;
 
 -- name: create_hnsw_index
-CREATE INDEX IF NOT EXISTS {index} ON {table}
+CREATE INDEX {concurrently} IF NOT EXISTS {index} ON {table}
 USING hnsw (embedding {opclass}) WITH (m = {m}, ef_construction = {ef_construction});
+
+-- name: drop_index_concurrently
+DROP INDEX CONCURRENTLY IF EXISTS {index};
+
+-- name: rename_index
+ALTER INDEX {index} RENAME TO {name};
+
+-- name: index_progress
+-- HNSW reports blocks while loading tuples; other phases (waiting, validating) report tuples or nothing.
+SELECT CASE WHEN blocks_total > 0 THEN blocks_done ELSE tuples_done END,
+       CASE WHEN blocks_total > 0 THEN blocks_total ELSE tuples_total END,
+       phase
+FROM pg_stat_progress_create_index WHERE pid = %(pid)s;
 
 -- name: stored_documents
 SELECT doc_id, id, source, content_hash, chunker FROM documents WHERE root = %(root)s;
 
--- name: delete_document
-DELETE FROM documents WHERE root = %(root)s AND doc_id = %(doc_id)s;
+-- name: delete_documents
+-- Chunks first, in one statement, so the term-statistics trigger runs once rather than per document.
+WITH chunks_gone AS (
+    DELETE FROM chunks c USING documents d
+    WHERE d.id = c.document_id AND d.root = %(root)s AND d.doc_id = ANY(%(doc_ids)s)
+)
+DELETE FROM documents WHERE root = %(root)s AND doc_id = ANY(%(doc_ids)s);
 
 -- name: insert_document
 INSERT INTO documents (root, doc_id, source, title, kind, content_hash, chunker, metadata)
@@ -69,18 +87,61 @@ FROM {table} e
 ORDER BY e.embedding <=> %(embedding)s
 LIMIT %(candidates)s;
 
--- name: keyword_search
--- Any of the query's lexemes (an OR query): a natural-language question must not find nothing
--- just because one of its words is missing from the document.
-WITH q AS (
-    SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS query
-    FROM unnest(to_tsvector(%(language)s::regconfig, %(text)s))
+-- name: vector_search_filtered
+-- With hnsw.iterative_scan = relaxed_order the index keeps scanning until enough rows pass the filter;
+-- relaxed order means the rows are sorted again here.
+WITH relaxed AS MATERIALIZED (
+    SELECT e.chunk_id, e.embedding <=> %(embedding)s AS distance
+    FROM {table} e
+    JOIN chunks c ON c.id = e.chunk_id
+    JOIN documents d ON d.id = c.document_id
+    WHERE starts_with(d.source, %(path_prefix)s) AND d.metadata || c.metadata @> %(metadata)s
+    ORDER BY distance
+    LIMIT %(candidates)s
 )
-SELECT c.id
-FROM chunks c, q
-WHERE c.tsv @@ q.query
-ORDER BY ts_rank_cd(c.tsv, q.query) DESC, c.id
+SELECT chunk_id FROM relaxed ORDER BY distance, chunk_id;
+
+-- name: keyword_search
+-- BM25 over the tsvector's lexemes: idf from term_stats (df, kept by triggers), tf from the lexeme's
+-- positions, document length = length(tsv). Candidates come from the GIN index through the query's
+-- rarest lexemes (the rarest always, more while their chunk counts stay within a budget), so common
+-- words do not make every chunk a candidate; every query lexeme still counts in the score.
+-- setweight + ts_filter cut each candidate's tsvector down to the query's lexemes before unnest.
+WITH stats AS (
+    SELECT chunks, lengths::float8 / greatest(chunks, 1) AS avgdl FROM corpus_stats
+),
+terms AS (
+    SELECT t.lexeme, coalesce(s.df, 0) AS df,
+           ln(1 + (stats.chunks - coalesce(s.df, 0) + 0.5)::float8 / (coalesce(s.df, 0) + 0.5)) AS idf
+    FROM unnest(tsvector_to_array(to_tsvector(%(language)s::regconfig, %(text)s))) AS t (lexeme)
+    CROSS JOIN stats
+    LEFT JOIN term_stats s ON s.lexeme = t.lexeme
+),
+picked AS (  -- the rarest lexemes, while their chunk counts add up to no more than the budget
+    SELECT lexeme
+    FROM (SELECT lexeme, df, sum(df) OVER (ORDER BY df, lexeme) AS running FROM terms WHERE df > 0) r
+    WHERE running - df < %(budget)s::bigint
+),
+query AS (
+    SELECT string_agg('''' || replace(replace(lexeme, '\', '\\'), '''', '\''') || '''', ' | ')::tsquery AS q,
+           (SELECT array_agg(lexeme) FROM terms) AS lexemes
+    FROM picked
+)
+SELECT c.id,
+       sum(t.idf * cardinality(u.positions) * (%(k1)s::float8 + 1)
+           / (cardinality(u.positions) + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * length(c.tsv) / stats.avgdl)))
+       AS score
+FROM query, stats, chunks c
+CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', query.lexemes), ARRAY['a']::"char"[])) AS u
+JOIN terms t ON t.lexeme = u.lexeme
+WHERE c.tsv @@ query.q AND {filter}
+GROUP BY c.id
+ORDER BY score DESC, c.id
 LIMIT %(candidates)s;
+
+-- name: keyword_filter
+EXISTS (SELECT FROM documents d WHERE d.id = c.document_id
+        AND starts_with(d.source, %(path_prefix)s) AND d.metadata || c.metadata @> %(metadata)s)
 
 -- name: chunk_details
 SELECT c.id, d.doc_id, d.source, d.root, c.seq, c.heading_path, c.text

@@ -1,0 +1,202 @@
+"""Retrieval quality and latency of the three search modes on SciFact (doc-level nDCG@10, recall@10, MRR@10).
+
+    python bench/quality_bench.py                      # ingest (incremental, cached) + every variant
+    python bench/quality_bench.py --variants main      # just hybrid / vector / keyword
+
+Ingests ../shared/data/scifact-dev/corpus.jsonl into --data-dir (default /work/benchdata/scifact: its
+embedding cache makes reruns cheap), embeds the queries once (cached there too), then runs every
+query through each variant. A document's rank is that of its best chunk. Prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ragvps import metrics, search, store  # noqa: E402
+from ragvps.config import Settings, load_settings  # noqa: E402
+from ragvps.database import connect  # noqa: E402
+
+DATASET = Path(__file__).resolve().parents[2] / "shared" / "data" / "scifact-dev"
+
+# Published recipes, kept here only as baselines to beat (the product's SQL is in sql/queries.sql).
+TSRANK_WEBSEARCH = """
+SELECT c.id FROM chunks c, websearch_to_tsquery(%(language)s::regconfig, %(text)s) q
+WHERE c.tsv @@ q ORDER BY ts_rank_cd(c.tsv, q) DESC, c.id LIMIT %(candidates)s"""
+TSRANK_OR = """
+WITH q AS (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS query
+           FROM unnest(to_tsvector(%(language)s::regconfig, %(text)s)))
+SELECT c.id FROM chunks c, q WHERE c.tsv @@ q.query
+ORDER BY ts_rank_cd(c.tsv, q.query) DESC, c.id LIMIT %(candidates)s"""
+
+
+def load_eval(dataset: Path) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
+    queries = {}
+    for line in (dataset / "queries.jsonl").read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            record = json.loads(line)
+            queries[str(record["_id"])] = record["text"]
+    qrels: dict[str, dict[str, int]] = {}
+    for line in (dataset / "qrels.tsv").read_text(encoding="utf-8").splitlines()[1:]:
+        qid, did, score = line.split("\t")
+        qrels.setdefault(qid, {})[did] = int(score)
+    return {q: t for q, t in queries.items() if q in qrels}, qrels
+
+
+def query_vectors(settings: Settings, texts: list[str]) -> np.ndarray:
+    """Query embeddings, cached in the data directory by the texts' hash."""
+    from ragvps.embed import embed_queries, make_embedder
+
+    key = hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:16]
+    path = settings.data_dir / "bench" / f"queries-{settings.model_name}-{key}.npy"
+    if path.exists():
+        return np.load(path)
+    embedder = make_embedder(settings)
+    vectors = np.concatenate([embed_queries(embedder, texts[i : i + 64]) for i in range(0, len(texts), 64)])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.save(path, vectors)
+    return vectors
+
+
+def ingest(settings: Settings, dataset: Path) -> None:
+    from ragvps.embed import make_embedder
+    from ragvps.models import spec_for
+    from ragvps.pipeline import ingest as run_ingest
+
+    last = {"t": 0.0}
+
+    def progress(stage: str, done: int, total: int) -> None:
+        if time.monotonic() - last["t"] > 10 or done == total:
+            last["t"] = time.monotonic()
+            print(f"  {stage} {done}/{total}", file=sys.stderr)
+
+    t0 = time.perf_counter()
+    report = run_ingest(settings, dataset / "corpus.jsonl", spec_for(settings), lambda: make_embedder(settings),
+                        progress, lambda m: print("warning:", m, file=sys.stderr))
+    print(f"ingest: {report.documents} documents, {report.chunks} chunks, embedded {report.embedded}, "
+          f"stored {report.stored} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+
+
+Leg = Callable[[object, str, np.ndarray], list[int]]
+
+
+def variants(settings: Settings, eset: store.EmbeddingSet) -> dict[str, tuple[str, ...]]:
+    """Variant name -> the legs it fuses (names in `legs`)."""
+    return {
+        "vector": ("vector",),
+        "keyword (BM25)": ("bm25",),
+        "hybrid (RRF vector + BM25)": ("vector", "bm25"),
+        "keyword ts_rank_cd websearch_to_tsquery": ("tsrank_web",),
+        "keyword ts_rank_cd OR": ("tsrank_or",),
+        "hybrid RRF vector + ts_rank_cd OR": ("vector", "tsrank_or"),
+        "keyword BM25, no candidate budget": ("bm25_all",),
+        "keyword BM25, budget 100": ("bm25_100",),
+        "keyword BM25, budget 200": ("bm25_200",),
+        "keyword BM25, budget 500": ("bm25_500",),
+        "keyword BM25, budget 1000": ("bm25_1000",),
+        "keyword BM25 k1 0.9 b 0.4": ("bm25_k09",),
+        "keyword BM25 k1 1.5 b 0.75": ("bm25_k15",),
+    }
+
+
+def legs(settings: Settings, eset: store.EmbeddingSet) -> dict[str, Leg]:
+    def sql_leg(query: str) -> Leg:
+        def run(conn, text, _vec):  # type: ignore[no-untyped-def]
+            params = {"language": settings.language, "text": text, "candidates": settings.candidates}
+            return [r[0] for r in conn.execute(query, params)]
+
+        return run
+
+    def bm25(**kw: float | int) -> Leg:
+        params = search.Bm25(**kw)
+        return lambda conn, text, _vec: search.keyword_leg(conn, text, settings, bm25=params)  # type: ignore[arg-type]
+
+    return {
+        "vector": lambda conn, _text, vec: search.vector_leg(conn, eset, vec, settings),  # type: ignore[arg-type]
+        "bm25": bm25(),
+        "bm25_all": bm25(budget=2**31 - 1),
+        "bm25_100": bm25(budget=100),
+        "bm25_200": bm25(budget=200),
+        "bm25_500": bm25(budget=500),
+        "bm25_1000": bm25(budget=1000),
+        "bm25_k09": bm25(k1=0.9, b=0.4),
+        "bm25_k15": bm25(k1=1.5),
+        "tsrank_web": sql_leg(TSRANK_WEBSEARCH),
+        "tsrank_or": sql_leg(TSRANK_OR),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", type=Path, default=Path("/work/benchdata/scifact"))
+    parser.add_argument("--dataset", type=Path, default=DATASET)
+    parser.add_argument("--database-url", default="", help="default: the embedded server in the data dir")
+    parser.add_argument("--variants", choices=["main", "all", "keyword"], default="all")
+    parser.add_argument("--match", default="", help="only variants whose name contains this")
+    parser.add_argument("--skip-ingest", action="store_true")
+    parser.add_argument("--limit", type=int, default=0, help="only the first N queries")
+    args = parser.parse_args()
+
+    settings = load_settings(env={}, data_dir=args.data_dir, database_url=args.database_url)
+    if not args.skip_ingest:
+        ingest(settings, args.dataset)
+    queries, qrels = load_eval(args.dataset)
+    qids = sorted(queries)[: args.limit or None]
+    texts = [search.check_query(queries[q]) for q in qids]
+
+    with connect(settings) as conn:
+        eset = store.active_set(conn)
+        assert eset is not None, "nothing ingested"
+        doc_of = dict(conn.execute("SELECT c.id, d.doc_id FROM chunks c JOIN documents d ON d.id = c.document_id"))
+        n_chunks = len(doc_of)
+        chosen = variants(settings, eset)
+        if args.variants == "main":
+            chosen = {k: v for k, v in chosen.items() if k.startswith(("vector", "keyword (BM25)", "hybrid (RRF"))}
+        elif args.variants == "keyword":
+            chosen = {k: v for k, v in chosen.items() if "vector" not in v}
+        chosen = {k: v for k, v in chosen.items() if args.match in k}
+        needed = {leg for names in chosen.values() for leg in names}
+        vectors = query_vectors(settings, texts) if "vector" in needed else np.zeros((len(texts), 1))
+        run_legs = legs(settings, eset)
+        ranked: dict[str, list[list[int]]] = {}
+        times: dict[str, list[float]] = {}
+        for leg in sorted(needed):
+            ranked[leg], times[leg] = [], []
+            for text, vec in zip(texts, vectors, strict=True):
+                t0 = time.perf_counter()
+                ranked[leg].append(run_legs[leg](conn, text, vec))
+                times[leg].append((time.perf_counter() - t0) * 1000)
+
+    print(f"SciFact dev: {len(qids)} queries, {n_chunks} chunks, doc-level; candidates {settings.candidates} "
+          f"per leg, RRF k={settings.rrf_k}\n")
+    print("| variant | nDCG@10 | recall@10 | MRR@10 | found anything | DB ms p50 | DB ms p95 |")
+    print("|---|---|---|---|---|---|---|")
+    for name, names in chosen.items():
+        scores: dict[str, list[float]] = {"ndcg": [], "recall": [], "mrr": []}
+        found = 0
+        for i, qid in enumerate(qids):
+            lists = [ranked[leg][i] for leg in names]
+            fused = [c for c, _ in search.rrf([x for x in lists if x], settings.rrf_k)]
+            docs = metrics.dedupe([doc_of[c] for c in fused])
+            found += bool(docs)
+            scores["ndcg"].append(metrics.ndcg_at(docs, qrels[qid], 10))
+            scores["recall"].append(metrics.recall_at(docs, qrels[qid], 10))
+            scores["mrr"].append(metrics.mrr_at(docs, qrels[qid], 10))
+        total = [sum(parts) for parts in zip(*(times[leg] for leg in names), strict=True)]
+        p50, p95 = statistics.median(total), float(np.percentile(total, 95))
+        print(f"| {name} | {np.mean(scores['ndcg']):.3f} | {np.mean(scores['recall']):.3f} | "
+              f"{np.mean(scores['mrr']):.3f} | {found}/{len(qids)} | {p50:.1f} | {p95:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
