@@ -15,7 +15,7 @@ from psycopg.types.json import Jsonb
 from ragvps.config import Settings
 from ragvps.database import compose, q
 from ragvps.errors import UsageError
-from ragvps.store import EmbeddingSet
+from ragvps.store import EmbeddingSet, end_implicit_transaction
 
 Mode = Literal["hybrid", "vector", "keyword"]
 MODES: tuple[Mode, ...] = ("hybrid", "vector", "keyword")
@@ -72,6 +72,12 @@ class Filters:
     def params(self) -> dict[str, object]:
         return {"path_prefix": self.path_prefix, "metadata": Jsonb(self.metadata)}
 
+    def condition(self) -> sql.Composable:
+        """The SQL condition over chunks `c` and documents `d` for the filters in use."""
+        parts = [sql.SQL(q(name)) for name, used in (("filter_path_prefix", self.path_prefix),
+                                                      ("filter_metadata", self.metadata)) if used]
+        return sql.SQL(" AND ").join(parts) if parts else sql.SQL("true")
+
 
 def check_query(text: str) -> str:
     """The query as PostgreSQL can take it (no NUL, valid UTF-8), or a clear error."""
@@ -86,13 +92,15 @@ def check_query(text: str) -> str:
 def vector_leg(conn: psycopg.Connection, eset: EmbeddingSet, embedding: np.ndarray, settings: Settings,
                filters: Filters | None = None) -> list[int]:
     """Chunk ids nearest to the embedding; HNSW when indexed, with ef_search set for this query only."""
+    end_implicit_transaction(conn)
     with conn.transaction():
         conn.execute("SELECT set_config('hnsw.ef_search', %s, true)",
                      (str(max(settings.ef_search, settings.candidates)),))
         params: dict[str, object] = {"embedding": _as_param(eset, embedding), "candidates": settings.candidates}
         if filters:
             conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
-            rows = conn.execute(compose("vector_search_filtered", table=eset.table), params | filters.params())
+            query = compose("vector_search_filtered", table=eset.table, filter=filters.condition())
+            rows = conn.execute(query, params | filters.params())
         else:
             rows = conn.execute(compose("vector_search", table=eset.table), params)
         return [r[0] for r in rows]
@@ -101,7 +109,8 @@ def vector_leg(conn: psycopg.Connection, eset: EmbeddingSet, embedding: np.ndarr
 def keyword_leg(conn: psycopg.Connection, text: str, settings: Settings, filters: Filters | None = None,
                 bm25: Bm25 = BM25) -> list[int]:
     """Chunk ids ranked by BM25 over the full-text lexemes of `text`; never an error for any words."""
-    where = sql.SQL(q("keyword_filter")) if filters else sql.SQL("true")
+    end_implicit_transaction(conn)
+    where = compose("keyword_filter", filter=filters.condition()) if filters else sql.SQL("true")
     params = {"language": settings.language, "text": text, "candidates": settings.candidates,
               "budget": bm25.budget, "k1": bm25.k1, "b": bm25.b}
     if filters:

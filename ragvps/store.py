@@ -117,7 +117,7 @@ def replace_documents(
     batch: Sequence[tuple[Document, Sequence[Chunk], np.ndarray]],
 ) -> None:
     """Replace each document with its new chunks and vectors, the whole batch in one transaction."""
-    _end_implicit(conn)
+    end_implicit_transaction(conn)
     with conn.transaction():
         conn.execute(q("delete_documents"), {"root": root, "doc_ids": [doc.doc_id for doc, _, _ in batch]})
         rows = []
@@ -154,12 +154,12 @@ def write_vectors(conn: psycopg.Connection, eset: EmbeddingSet, ids: Sequence[in
 
 def delete_documents(conn: psycopg.Connection, root: str, doc_ids: Sequence[str]) -> None:
     """Delete documents with their chunks and vectors (cascade); the term statistics follow by trigger."""
-    _end_implicit(conn)
+    end_implicit_transaction(conn)
     with conn.transaction():
         conn.execute(q("delete_documents"), {"root": root, "doc_ids": list(doc_ids)})
 
 
-def _end_implicit(conn: psycopg.Connection) -> None:
+def end_implicit_transaction(conn: psycopg.Connection) -> None:
     """Close the transaction a read opened, so the next transaction block is a real one, not a savepoint."""
     if conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS:
         conn.commit()
@@ -190,16 +190,17 @@ def ensure_index(conn: psycopg.Connection, eset: EmbeddingSet, settings: Setting
 def rebuild_index(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings,
                   progress: Progress | None = None, warn: Warn | None = None) -> bool:
     """Build a fresh index beside the old one and swap them, so queries keep answering; False if none is due."""
-    new = eset.index_name + "_new"
-    if not index_exists(conn, eset):
-        return ensure_index(conn, eset, settings, progress, warn)
-    conn.commit()
+    new, old = sql.Identifier(eset.index_name + "_new"), sql.Identifier(eset.index_name)
     with _autocommit(conn):
-        # A build interrupted before the swap leaves an invalid (or unswapped) index behind: start over.
-        conn.execute(compose("drop_index_concurrently", index=sql.Identifier(new)))
-        build_index(conn, eset, new, settings, progress, warn, concurrently=True)
-        conn.execute(compose("drop_index_concurrently", index=sql.Identifier(eset.index_name)))
-        conn.execute(compose("rename_index", index=sql.Identifier(new), name=sql.Identifier(eset.index_name)))
+        if not index_exists(conn, eset):
+            if _exists(conn, eset.index_name + "_new"):  # killed between the drop and the rename
+                conn.execute(compose("rename_index", index=new, new_name=old))
+            return ensure_index(conn, eset, settings, progress, warn)
+        # A build killed before its swap leaves an invalid or unswapped index behind: start over.
+        conn.execute(compose("drop_index_concurrently", index=new))
+        build_index(conn, eset, eset.index_name + "_new", settings, progress, warn, concurrently=True)
+        conn.execute(compose("drop_index_concurrently", index=old))
+        conn.execute(compose("rename_index", index=new, new_name=old))
     return True
 
 
@@ -286,4 +287,8 @@ def _autocommit(conn: psycopg.Connection) -> Iterator[None]:
 
 
 def index_exists(conn: psycopg.Connection, eset: EmbeddingSet) -> bool:
-    return conn.execute("SELECT to_regclass(%s) IS NOT NULL", (eset.index_name,)).fetchone()[0]  # type: ignore[index]
+    return _exists(conn, eset.index_name)
+
+
+def _exists(conn: psycopg.Connection, name: str) -> bool:
+    return bool(conn.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()[0])  # type: ignore[index]

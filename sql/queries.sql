@@ -42,7 +42,7 @@ USING hnsw (embedding {opclass}) WITH (m = {m}, ef_construction = {ef_constructi
 DROP INDEX CONCURRENTLY IF EXISTS {index};
 
 -- name: rename_index
-ALTER INDEX {index} RENAME TO {name};
+ALTER INDEX {index} RENAME TO {new_name};
 
 -- name: index_progress
 -- HNSW reports blocks while loading tuples; other phases (waiting, validating) report tuples or nothing.
@@ -95,7 +95,7 @@ WITH relaxed AS MATERIALIZED (
     FROM {table} e
     JOIN chunks c ON c.id = e.chunk_id
     JOIN documents d ON d.id = c.document_id
-    WHERE starts_with(d.source, %(path_prefix)s) AND d.metadata || c.metadata @> %(metadata)s
+    WHERE {filter}
     ORDER BY distance
     LIMIT %(candidates)s
 )
@@ -117,10 +117,10 @@ terms AS (
     CROSS JOIN stats
     LEFT JOIN term_stats s ON s.lexeme = t.lexeme
 ),
-picked AS (  -- the rarest lexemes, while their chunk counts add up to no more than the budget
+picked AS (  -- the rarest lexeme, and the next rarest while their chunk counts add up to the budget
     SELECT lexeme
     FROM (SELECT lexeme, df, sum(df) OVER (ORDER BY df, lexeme) AS running FROM terms WHERE df > 0) r
-    WHERE running - df < %(budget)s::bigint
+    WHERE running <= %(budget)s::bigint OR running = df
 ),
 query AS (
     SELECT string_agg('''' || replace(replace(lexeme, '\', '\\'), '''', '\''') || '''', ' | ')::tsquery AS q,
@@ -140,8 +140,14 @@ ORDER BY score DESC, c.id
 LIMIT %(candidates)s;
 
 -- name: keyword_filter
-EXISTS (SELECT FROM documents d WHERE d.id = c.document_id
-        AND starts_with(d.source, %(path_prefix)s) AND d.metadata || c.metadata @> %(metadata)s)
+EXISTS (SELECT FROM documents d WHERE d.id = c.document_id AND {filter})
+
+-- name: filter_path_prefix
+-- Only the filters in use go into a query: an always-true metadata test would still skew the planner's estimates.
+starts_with(d.source, %(path_prefix)s)
+
+-- name: filter_metadata
+d.metadata || c.metadata @> %(metadata)s
 
 -- name: chunk_details
 SELECT c.id, d.doc_id, d.source, d.root, c.seq, c.heading_path, c.text
