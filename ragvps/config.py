@@ -44,6 +44,7 @@ class Settings:
     index_workers: int = 1  # max_parallel_maintenance_workers for the build (0: the leader alone)
     ef_search: int = 100
     candidates: int = 40
+    keyword_budget: int = 300  # BM25 candidates come from the query's rarest words, up to this many chunks
     top_k: int = 8
     rrf_k: int = 60
 
@@ -148,6 +149,7 @@ def _validate(s: Settings) -> None:
         raise ConfigError(
             f"chunk_overlap={s.chunk_overlap} must be smaller than chunk_size={s.chunk_size}"
         )
-    for name in ("batch_size", "candidates", "top_k", "hnsw_m", "hnsw_ef_construction", "ef_search"):
+    for name in ("batch_size", "candidates", "top_k", "hnsw_m", "hnsw_ef_construction", "ef_search",
+                 "keyword_budget"):
         if getattr(s, name) < 1:
             raise ConfigError(f"setting {name} must be at least 1, not {getattr(s, name)}")

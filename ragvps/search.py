@@ -48,12 +48,13 @@ MAX_QUERY_CHARS = 20_000
 
 @dataclass(frozen=True)
 class Bm25:
-    """BM25 parameters, and the candidate budget: the query's rarest lexemes find candidates while their
-    chunk counts add up to at most `budget` (the rarest always does); all of them score."""
+    """BM25 parameters, and the candidate budget (default: setting keyword_budget): the query's rarest
+    lexemes find candidates while their chunk counts add up to at most `budget` (the rarest always
+    does); every query lexeme scores them."""
 
     k1: float = 1.2
     b: float = 0.75
-    budget: int = 500
+    budget: int | None = None
 
 
 BM25 = Bm25()  # chosen by bench/quality_bench.py
@@ -112,7 +113,7 @@ def keyword_leg(conn: psycopg.Connection, text: str, settings: Settings, filters
     end_implicit_transaction(conn)
     where = compose("keyword_filter", filter=filters.condition()) if filters else sql.SQL("true")
     params = {"language": settings.language, "text": text, "candidates": settings.candidates,
-              "budget": bm25.budget, "k1": bm25.k1, "b": bm25.b}
+              "budget": bm25.budget or settings.keyword_budget, "k1": bm25.k1, "b": bm25.b}
     if filters:
         params |= filters.params()
     with conn.transaction():

@@ -120,14 +120,18 @@ def replace_documents(
     end_implicit_transaction(conn)
     with conn.transaction():
         conn.execute(q("delete_documents"), {"root": root, "doc_ids": [doc.doc_id for doc, _, _ in batch]})
+        cur = conn.cursor()
+        cur.executemany(  # pipelined: one round trip for the batch, not one per document
+            q("insert_document"),
+            [{"root": root, "doc_id": doc.doc_id, "source": doc.source, "title": doc.title, "kind": doc.kind,
+              "content_hash": doc.content_hash, "chunker": chunker, "metadata": Jsonb(doc.metadata)}
+             for doc, _, _ in batch],
+            returning=True,
+        )
         rows = []
-        for doc, chunks, vectors in batch:
-            doc_pk = conn.execute(
-                q("insert_document"),
-                {"root": root, "doc_id": doc.doc_id, "source": doc.source, "title": doc.title,
-                 "kind": doc.kind, "content_hash": doc.content_hash, "chunker": chunker,
-                 "metadata": Jsonb(doc.metadata)},
-            ).fetchone()[0]  # type: ignore[index]
+        for _, chunks, vectors in batch:
+            doc_pk = cur.fetchone()[0]  # type: ignore[index]
+            cur.nextset()
             rows.extend((doc_pk, c, v) for c, v in zip(chunks, vectors, strict=True))
         if not rows:
             return
