@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import traceback
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -25,7 +25,7 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 class _Group(TyperGroup):
     """Turns every RagvpsError into one line on stderr and its exit code; tracebacks only with --verbose."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
         except RagvpsError as exc:
@@ -33,13 +33,21 @@ class _Group(TyperGroup):
         except KeyboardInterrupt:
             err.print("interrupted: finished work is saved; run the same command again to resume")
             raise typer.Exit(130) from None
-        except (click.ClickException, click.exceptions.Exit, click.Abort):
-            raise
-        except Exception as exc:  # an unexpected failure still gets one readable line
+        except BrokenPipeError:  # `ragvps query ... | head`: the reader left, nothing to report
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(0) from None
+        except Exception as exc:
+            if _is_click_control_flow(exc):
+                raise
             _fail(ctx, exc, 1, prefix="unexpected error (run with --verbose for the traceback): ")
 
 
-def _fail(ctx: click.Context, exc: BaseException, code: int, prefix: str = "") -> None:
+def _is_click_control_flow(exc: Exception) -> bool:
+    """Usage errors, --help and aborts: click's (or the copy of click that typer bundles) to handle."""
+    return type(exc).__module__.startswith(("click.", "typer."))
+
+
+def _fail(ctx: Any, exc: BaseException, code: int, prefix: str = "") -> None:
     if (ctx.obj or {}).get("verbose"):
         err.print(escape(redact("".join(traceback.format_exception(exc)))))
     err.print(f"[red]error:[/red] {escape(prefix + redact(str(exc)))}")
