@@ -79,7 +79,7 @@ class VectorCache:
     """An append-only file of (sha256 digest, float32 vector) records for one model identity.
 
     Each batch is appended and fsynced, so a killed run loses at most the batch in flight; a torn
-    last record is ignored when reading.
+    last record is cut off when opening. Vectors are read through a memory map, never all loaded.
     """
 
     def __init__(self, data_dir: Path, identity: str, dims: int):
@@ -89,44 +89,48 @@ class VectorCache:
         self.identity = identity
         self.record = np.dtype([("hash", "u1", (32,)), ("vec", "<f4", (dims,))])
         self._index: dict[bytes, int] | None = None
-        self._parts: list[np.ndarray] = []
+        self._map: np.memmap | None = None
+        self._records = 0  # records in the file; a hash added twice keeps its latest row
 
     @property
     def path(self) -> Path:
         return self.folder / "vectors.f32"
 
-    def _load(self) -> None:
+    def _load(self) -> dict[bytes, int]:
         if self._index is not None:
-            return
+            return self._index
         self.folder.mkdir(parents=True, exist_ok=True)
         meta = self.folder / "identity.json"
         if not meta.exists():
             _atomic_write(meta, json.dumps({"identity": self.identity, "dims": self.dims}).encode())
-        records = np.zeros(0, dtype=self.record)
+        self._index = {}
         if self.path.exists():
             size = self.path.stat().st_size
             whole = size - size % self.record.itemsize
             if whole != size:
                 with self.path.open("r+b") as f:  # a torn record from an interrupted run
                     f.truncate(whole)
-            records = np.fromfile(self.path, dtype=self.record)
-        self._parts = [records["vec"]]
-        self._index = {h.tobytes(): i for i, h in enumerate(records["hash"])}
+            if whole:
+                hashes = np.memmap(self.path, dtype=self.record, mode="r")["hash"]
+                self._index = {h.tobytes(): i for i, h in enumerate(hashes)}
+                self._records = len(hashes)
+        return self._index
 
     def missing(self, hashes: Iterable[str]) -> list[str]:
-        self._load()
-        assert self._index is not None
+        """The distinct hashes without a cached vector, in first-seen order."""
+        index = self._load()
         seen: set[str] = set()
         out = []
         for h in hashes:
-            if h not in seen and bytes.fromhex(h) not in self._index:
+            if h not in seen and bytes.fromhex(h) not in index:
                 seen.add(h)
                 out.append(h)
         return out
 
     def add(self, hashes: Sequence[str], vectors: np.ndarray) -> None:
-        self._load()
-        assert self._index is not None
+        index = self._load()
+        if vectors.shape != (len(hashes), self.dims):
+            raise ValueError(f"expected {len(hashes)} x {self.dims} vectors, got {vectors.shape}")
         batch = np.zeros(len(hashes), dtype=self.record)
         batch["hash"] = np.frombuffer(b"".join(bytes.fromhex(h) for h in hashes), dtype=np.uint8).reshape(-1, 32)
         batch["vec"] = vectors
@@ -134,19 +138,17 @@ class VectorCache:
             f.write(batch.tobytes())
             f.flush()
             os.fsync(f.fileno())
-        base = sum(len(part) for part in self._parts)
-        self._parts.append(batch["vec"])
         for i, h in enumerate(hashes):
-            self._index[bytes.fromhex(h)] = base + i
+            index[bytes.fromhex(h)] = self._records + i
+        self._records += len(hashes)
 
     def get(self, hashes: Sequence[str]) -> np.ndarray:
-        self._load()
-        assert self._index is not None
-        if len(self._parts) > 1:
-            self._parts = [np.concatenate(self._parts)]
-        return self._parts[0][[self._index[bytes.fromhex(h)] for h in hashes]]
+        """The cached vectors for these hashes, in order (KeyError for one not cached)."""
+        index = self._load()
+        rows = [index[bytes.fromhex(h)] for h in hashes]
+        if self._map is None or len(self._map) < self._records:
+            self._map = np.memmap(self.path, dtype=self.record, mode="r")
+        return np.asarray(self._map["vec"][rows], dtype=np.float32)
 
     def __len__(self) -> int:
-        self._load()
-        assert self._index is not None
-        return len(self._index)
+        return len(self._load())

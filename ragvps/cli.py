@@ -183,16 +183,32 @@ def query(
 
 
 @app.command()
-def reindex(ctx: typer.Context) -> None:
-    """Nightly job: re-sync every ingested folder and rebuild the vector index."""
+def reindex(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Nightly job: re-sync every ingested folder and rebuild the vector index.
+
+    With another embedding model configured, first re-embed the stored chunks with it and switch over
+    when done; queries keep using the old vectors until then.
+    """
     from ragvps.embed import make_embedder
     from ragvps.models import spec_for
     from ragvps.pipeline import reindex as run_reindex
 
     settings = settings_from(ctx)
     with _Bars() as bars:
-        reports = run_reindex(settings, spec_for(settings), lambda: make_embedder(settings), bars, _warn)
-    for root, report in reports.items():
+        result = run_reindex(settings, spec_for(settings), lambda: make_embedder(settings), bars, _warn)
+    if as_json:
+        roots = {root: asdict(r) | {"skipped": dict(r.skipped)} for root, r in result.roots.items()}
+        typer.echo(json.dumps({"switch": asdict(result.switch) if result.switch else None, "roots": roots},
+                              indent=2))
+        return
+    if result.switch:
+        s = result.switch
+        typer.echo(f"switched from {s.old_model} to {s.new_model}: {s.chunks} chunks, embedded {s.embedded} "
+                   f"(the rest from the vector cache), no source re-read")
+    for root, report in result.roots.items():
         typer.echo(f"{root}: embedded {report.embedded}, stored {report.stored}, deleted {report.deleted}")
 
 
@@ -403,6 +419,27 @@ def _plan_measure(ctx: typer.Context, path: Path, chunk_size: int | None, overla
     )
     typer.echo(f"document boundaries change the count by {m.chunks - stream.chunks:+,} chunks against the "
                "stream estimate (the chunker's tokens include each chunk's heading)")
+
+
+@app.command()
+def doctor(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the findings as JSON.")] = False,
+) -> None:
+    """Check the embedder before a long run: the model's dimension and context length, and the index's model."""
+    from ragvps.embed import diagnose
+
+    settings = settings_from(ctx)
+    report = diagnose(settings)
+    if as_json:
+        typer.echo(json.dumps({k: v for k, v in asdict(report).items() if k != "lines"}, indent=2))
+    else:
+        for line in report.lines:
+            typer.echo(line)
+        for problem in report.problems:
+            err.print(f"[red]problem:[/red] {escape(problem)}")
+    if report.problems:
+        raise typer.Exit(1)
 
 
 server = typer.Typer(help="The embedded PostgreSQL server under the data directory.", no_args_is_help=True)

@@ -53,4 +53,5 @@ def spec_for(settings: Settings) -> ModelSpec:
             f"ragvps does not know the dimension and input limit of Ollama model {settings.model_name!r} "
             f"(setting embed_model); use one of: {known}"
         )
-    return dataclasses.replace(spec, name=settings.model_name)
+    prefixes = {"document_prefix": settings.document_prefix, "query_prefix": settings.query_prefix}
+    return dataclasses.replace(spec, name=settings.model_name, **{k: v for k, v in prefixes.items() if v is not None})

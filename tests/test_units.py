@@ -5,7 +5,7 @@ import psycopg
 
 from ragvps.artifacts import VectorCache
 from ragvps.chunk import fixed_windows
-from ragvps.database import migrate, queries
+from ragvps.database import migrate, migrations, queries
 from ragvps.search import rrf
 
 
@@ -27,9 +27,10 @@ def test_migrations_are_idempotent(db_url):
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
     with psycopg.connect(db_url) as conn:
-        assert migrate(conn) == ["001_init.sql"]
+        shipped = migrations()
+        assert migrate(conn) == [name for _, name, _ in shipped] and shipped[0][1] == "001_init.sql"
         assert migrate(conn) == []
-        assert conn.execute("SELECT version FROM ragvps_migrations").fetchall() == [(1,)]
+        assert conn.execute("SELECT version FROM ragvps_migrations").fetchall() == [(v,) for v, _, _ in shipped]
     assert "hybrid" not in queries() and "vector_search" in queries()
 
 
