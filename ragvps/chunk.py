@@ -98,6 +98,7 @@ def chunk_documents(docs: Sequence[Document], config: ChunkerConfig) -> list[lis
     if config.mode not in ("structure", "fixed", "sentences"):
         raise ValueError(f"chunk mode {config.mode!r} is not one of: structure, fixed, sentences")
     out: list[list[Chunk]] = []
+    room = config.max_tokens - SPECIAL_TOKENS - tokens.count(config.prefix)
     i = 0
     while i < len(docs):
         batch, chars = [], 0
@@ -107,9 +108,10 @@ def chunk_documents(docs: Sequence[Document], config: ChunkerConfig) -> list[lis
             i += 1
         if batch:
             encs = tokens.wordpiece().encode_batch([d.text for d in batch], add_special_tokens=False)
-            out += [_Chunker(d, config, e).run() for d, e in zip(batch, encs, strict=True)]
+            titles = tokens.count_many([" ".join(d.title.split()) for d in batch])
+            out += [_Chunker(d, config, room, e, t).run() for d, e, t in zip(batch, encs, titles, strict=True)]
         else:
-            out.append(_Chunker(docs[i], config, None).run())
+            out.append(_Chunker(docs[i], config, room, None, None).run())
             i += 1
     texts = [c.text for chunks in out for c in chunks]
     llm = iter(tokens.count_llm_many(texts) if texts else [])
@@ -137,7 +139,7 @@ class _Paths:
     """Heading paths, interned; path 0 is the document's title alone."""
 
     def __init__(self, title: str):
-        self.title = title.strip()
+        self.title = " ".join(title.split())
         self.paths: list[tuple[str, ...]] = [(self.title,) if self.title else ()]
         self.index: dict[tuple[str, ...], int] = {self.paths[0]: 0}
         self.stack: list[tuple[int, str]] = []
@@ -272,9 +274,13 @@ class _Segment:
     end: int
     enc: Encoding
     _words: list[int | None] | None = None
+    offs: list[tuple[int, int]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.offs = self.enc.offsets  # a property that builds a new list on every access
 
     def span(self, a: int, b: int) -> tuple[int, int]:
-        offs = self.enc.offsets
+        offs = self.offs
         return bisect_left(offs, a - self.base, key=_START), bisect_left(offs, b - self.base, key=_START)
 
     def inside_word(self, i: int) -> bool:
@@ -285,11 +291,11 @@ class _Segment:
 
 
 class _Chunker:
-    def __init__(self, doc: Document, config: ChunkerConfig, enc: Encoding | None):
-        self.doc, self.config, self.text = doc, config, doc.text
+    def __init__(self, doc: Document, config: ChunkerConfig, room: int, enc: Encoding | None, title: int | None):
+        self.doc, self.config, self.text, self.room = doc, config, doc.text, room
         self.first = _Segment(0, len(doc.text), enc) if enc is not None else None
         self.paths = _Paths(doc.title)
-        self.room = config.max_tokens - SPECIAL_TOKENS - tokens.count(config.prefix)
+        self.title_tokens = title
         self.info: dict[int, tuple[str, str, int, int]] = {}  # path -> display, embed, tokens, budget
         self.pieces: list[Piece] = []
         self.group: list[tuple[int, int, int]] = []
@@ -300,7 +306,8 @@ class _Chunker:
         if p not in self.info:
             parts = self.paths.paths[p]
             display = " > ".join(parts)
-            embed, n = display, tokens.count(display)
+            n = self.title_tokens if p == 0 and self.title_tokens is not None else tokens.count(display)
+            embed = display
             cap = max(1, self.room // PATH_SHARE)
             if n > cap:
                 embed, n = _shorten(parts, cap)
@@ -393,23 +400,20 @@ class _Chunker:
         size, overlap = budget, min(self.config.overlap, budget - 1)
         step = size - overlap
         buf: list[tuple[int, int, bool]] = []  # pending tokens: start, end, inside a word
-        pos, done = 0, 0  # buf[pos] is the next window's first token; done: tokens covered so far
-        total = 0
+        pos, covered = 0, 0  # buf[pos] starts the next window; covered: buf[:covered] is in a window already
         for seg, _ in segs:
-            offs = seg.enc.offsets
-            buf += [(a + seg.base, b + seg.base, seg.inside_word(k)) for k, (a, b) in enumerate(offs)]
-            total += len(offs)
-            while len(buf) - pos >= size:
-                self._fixed_piece(buf[pos : pos + size])
-                done = total - (len(buf) - pos - size)
-                pos += step
-            buf, pos = buf[pos:], 0
-        if buf and total > done:
-            self._fixed_piece(buf)
+            buf += [(a + seg.base, b + seg.base, seg.inside_word(k)) for k, (a, b) in enumerate(seg.offs)]
+            while len(buf) - pos > size:  # one token of look-ahead: a window's text runs up to the next token
+                self._fixed_piece(buf, pos, pos + size)
+                covered, pos = pos + size, pos + step
+            buf, covered, pos = buf[pos:], covered - pos, 0
+        if len(buf) > covered:
+            self._fixed_piece(buf, 0, len(buf))
 
-    def _fixed_piece(self, window: list[tuple[int, int, bool]]) -> None:
-        exact = not window[0][2]
-        self.pieces.append((window[0][0], window[-1][1], len(window), 0, exact))
+    def _fixed_piece(self, buf: list[tuple[int, int, bool]], i: int, j: int) -> None:
+        a = buf[i][0] if i or self.pieces else _strip(self.text, 0, buf[i][0])[0]
+        b = _strip(self.text, buf[j - 1][1], buf[j][0])[1] if j < len(buf) else _strip(self.text, 0, len(self.text))[1]
+        self.pieces.append((a, b, j - i, 0, not buf[i][2]))
 
     # chunks: path, verification, metadata
 
@@ -450,7 +454,7 @@ def _whole(blocks: Iterator[Block] | list[Block]) -> Iterator[Block]:
 def _windows(seg: _Segment, text: str, a: int, b: int, i: int, j: int, size: int, overlap: int,
              p: int) -> list[Piece]:
     """Token windows over tokens [i, j) (text[a:b]) that end at word boundaries, with overlap."""
-    offs = seg.enc.offsets
+    offs = seg.offs
     out: list[Piece] = []
     s, sa = i, a
     while True:
