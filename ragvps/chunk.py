@@ -15,7 +15,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from itertools import chain
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ragvps import tokens
 from ragvps.sources import Document, inline_text
@@ -101,7 +101,8 @@ def chunk_documents(docs: Sequence[Document], config: ChunkerConfig) -> list[lis
     room = config.max_tokens - SPECIAL_TOKENS - tokens.count(config.prefix)
     i = 0
     while i < len(docs):
-        batch, chars = [], 0
+        batch: list[Document] = []
+        chars = 0
         while i < len(docs) and len(docs[i].text) <= SEGMENT_CHARS and (not batch or chars < BATCH_CHARS):
             batch.append(docs[i])
             chars += len(docs[i].text)
@@ -419,9 +420,9 @@ class _Chunker:
 
     def _chunks(self) -> list[Chunk]:
         text, doc = self.text, self.doc
-        pages = doc.metadata.get("pages") if doc.kind == "pdf" else None
-        page_starts = [int(p[0]) for p in pages] if pages else []  # type: ignore[union-attr]
-        chunks = []
+        pages = cast("list[list[int]]", doc.metadata.get("pages") or []) if doc.kind == "pdf" else []
+        page_starts = [int(p[0]) for p in pages]
+        chunks: list[Chunk] = []
         for a, b, n, p, exact in self.pieces:
             display, embed, path_n, budget = self.path_info(p)
             for ca, cb, cn in self._verified(a, b, n, embed, path_n, budget, exact):
@@ -430,7 +431,7 @@ class _Chunker:
                     meta["embed_heading_path"] = embed
                 if pages:
                     lo, hi = bisect_right(page_starts, ca) - 1, bisect_right(page_starts, cb - 1) - 1
-                    meta["pages"] = [pages[k][1] for k in range(max(lo, 0), hi + 1)]  # type: ignore[index]
+                    meta["pages"] = [pages[k][1] for k in range(max(lo, 0), hi + 1)]
                 chunks.append(Chunk(doc.doc_id, len(chunks), display, text[ca:cb], ca, cb, path_n + cn, 0, meta))
         return chunks
 

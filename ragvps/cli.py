@@ -216,7 +216,7 @@ def chunk(
         files = chunk_stage(settings, path.resolve(), scan, config, report, bars, _warn)
     counts = sorted(c.tokens for f in files for c in f.chunks)
     limit = config.max_tokens - 2 - _count(config.prefix)
-    summary = {
+    summary: dict[str, Any] = {
         "files": len(files), "documents": sum(len(f.documents) for f in files), "chunks": len(counts),
         "rechunked_files": report.rechunked_files, "mode": config.mode, "chunk_size": config.size,
         "chunk_overlap": config.overlap, "model": spec.name, "max_tokens": config.max_tokens,
@@ -228,7 +228,7 @@ def chunk(
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
         return
-    t = summary["tokens"] or {"min": 0, "median": 0, "max": 0}
+    t: dict[str, Any] = summary["tokens"] or {"min": 0, "median": 0, "max": 0}
     typer.echo(
         f"{summary['files']} files, {summary['documents']} documents, {summary['chunks']} chunks "
         f"({config.mode}, {config.size} tokens, overlap {config.overlap}; {report.rechunked_files} files chunked); "

@@ -7,7 +7,7 @@ import gzip
 import os
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tokenizers import Encoding, Tokenizer
@@ -66,7 +66,7 @@ def tiktoken_cache_dir() -> Path:
 
 
 @functools.cache
-def _llm_encoding(name: str = "cl100k_base"):  # type: ignore[no-untyped-def]
+def _llm_encoding(name: str = "cl100k_base") -> Any:
     os.environ["TIKTOKEN_CACHE_DIR"] = str(tiktoken_cache_dir())
     import tiktoken
 

@@ -210,4 +210,4 @@ def test_a_large_text_file_is_chunked_in_bounded_memory(tmp_path):
                          cwd=Path(__file__).resolve().parents[1], env=os.environ | {"PYTHONPATH": "."})
     n, biggest, end, peak = json.loads(out.stdout.splitlines()[-1])
     assert n > size // 2000 and biggest <= 254 and end == len(path.read_text().rstrip())
-    assert peak < 400 * 2**20 + 8 * size, f"peak {peak >> 20} MB for a {size >> 20} MB file"
+    assert peak < 150 * 2**20 + 5 * size, f"peak {peak >> 20} MB for a {size >> 20} MB file"
