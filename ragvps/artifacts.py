@@ -6,7 +6,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -49,30 +49,46 @@ class ChunkArtifacts:
 
     def read(self, source: str, file_hash: str, chunker: str) -> ChunkFile | None:
         """The stored result, if it was made from this exact file with these chunker settings."""
-        path = self.path(source)
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-            header = json.loads(lines[0])
-        except (OSError, ValueError, IndexError):
-            return None
-        if header.get("file_hash") != file_hash or header.get("chunker") != chunker:
-            return None
         docs, chunks = [], []
-        for line in lines[1:]:
-            record = json.loads(line)
-            if record.pop("type") == "document":
-                docs.append(Document(**record))
-            else:
-                chunks.append(Chunk(**record))
+        try:
+            with self.path(source).open(encoding="utf-8") as f:
+                header = json.loads(f.readline())
+                if header.get("file_hash") != file_hash or header.get("chunker") != chunker:
+                    return None
+                for line in f:
+                    record = json.loads(line)
+                    kind = record.pop("type")
+                    if kind == "document":
+                        docs.append(Document(**record))
+                    elif kind == "chunk":
+                        chunks.append(Chunk(**{k: v for k, v in record.items() if k in _CHUNK_FIELDS}))
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            return None  # missing, torn or from another version: chunk again
         return ChunkFile(source, file_hash, chunker, docs, chunks)
 
     def write(self, result: ChunkFile) -> None:
-        header = {"source": result.source, "file_hash": result.file_hash, "chunker": result.chunker}
-        lines = [header]
-        lines += [{"type": "document", **asdict(d)} for d in result.documents]
-        lines += [{"type": "chunk", **asdict(c)} for c in result.chunks]
-        text = "".join(json.dumps(x, ensure_ascii=False, sort_keys=True) + "\n" for x in lines)
-        _atomic_write(self.path(result.source), text.encode("utf-8"))
+        """Header, documents, then chunks (with their id and content hash), streamed to a temporary file."""
+        header = {"source": result.source, "file_hash": result.file_hash, "chunker": result.chunker,
+                  "documents": len(result.documents), "chunks": len(result.chunks)}
+        path = self.path(result.source)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        with tmp.open("w", encoding="utf-8", newline="\n") as f:
+            f.write(_line(header))
+            for d in result.documents:
+                f.write(_line({"type": "document", **asdict(d)}))
+            for c in result.chunks:
+                f.write(_line({"type": "chunk", "id": c.chunk_id, "content_hash": c.content_hash, **asdict(c)}))
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(path)
+
+
+_CHUNK_FIELDS = frozenset(f.name for f in fields(Chunk))
+
+
+def _line(record: dict[str, object]) -> str:
+    return json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n"
 
 
 class VectorCache:

@@ -213,6 +213,61 @@ def reindex(
 
 
 @app.command()
+def chunk(
+    ctx: typer.Context,
+    path: Annotated[Path, typer.Argument(help="Folder (or file) of documents.")],
+    mode: Annotated[str | None, typer.Option(help="structure | fixed | sentences (default: structure).")] = None,
+    chunk_size: Annotated[int | None, typer.Option(help="Tokens per chunk (default: the model's).")] = None,
+    chunk_overlap: Annotated[int | None, typer.Option(help="Tokens shared by neighbouring windows.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Run the chunk stage alone: write the chunk files and summarise them (no database, no embedding)."""
+    import statistics
+
+    from ragvps import sources
+    from ragvps.models import spec_for
+    from ragvps.pipeline import IngestReport, chunk_stage, chunker_config
+
+    settings = settings_from(ctx, chunk_mode=mode, chunk_size=chunk_size, chunk_overlap=chunk_overlap)
+    spec = spec_for(settings)
+    config = chunker_config(settings, spec)
+    report = IngestReport()
+    scan = sources.scan(path)
+    report.skipped.update(scan.skipped)
+    for w in scan.warnings:
+        _warn(w)
+    with _Bars() as bars:
+        files = chunk_stage(settings, path.resolve(), scan, config, report, bars, _warn)
+    counts = sorted(c.tokens for f in files for c in f.chunks)
+    limit = config.max_tokens - 2 - _count(config.prefix)
+    summary: dict[str, Any] = {
+        "files": len(files), "documents": sum(len(f.documents) for f in files), "chunks": len(counts),
+        "rechunked_files": report.rechunked_files, "mode": config.mode, "chunk_size": config.size,
+        "chunk_overlap": config.overlap, "model": spec.name, "max_tokens": config.max_tokens,
+        "tokens": {"min": counts[0], "median": statistics.median(counts), "max": counts[-1],
+                   "total": sum(counts), "over_limit": sum(n > limit for n in counts)} if counts else None,
+        "llm_tokens": sum(c.llm_tokens for f in files for c in f.chunks),
+        "skipped": dict(report.skipped), "chunk_dir": str(settings.data_dir / "chunks"),
+    }
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+        return
+    t: dict[str, Any] = summary["tokens"] or {"min": 0, "median": 0, "max": 0}
+    typer.echo(
+        f"{summary['files']} files, {summary['documents']} documents, {summary['chunks']} chunks "
+        f"({config.mode}, {config.size} tokens, overlap {config.overlap}; {report.rechunked_files} files chunked); "
+        f"tokens per chunk min {t['min']} / median {t['median']:g} / max {t['max']} of {limit} allowed"
+        + (f"; skipped {_skipped(report.skipped)}" if report.skipped else "")
+    )
+
+
+def _count(text: str) -> int:
+    from ragvps.tokens import count
+
+    return count(text)
+
+
+@app.command()
 def plan(
     ctx: typer.Context,
     tokens: Annotated[int | None, typer.Option(help="Tokens in the corpus, one continuous stream.")] = None,

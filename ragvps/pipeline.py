@@ -15,7 +15,7 @@ from psycopg import sql
 
 from ragvps import sources, store, tokens
 from ragvps.artifacts import ChunkArtifacts, ChunkFile, VectorCache
-from ragvps.chunk import SPECIAL_TOKENS, Chunk, ChunkerConfig, chunk_document
+from ragvps.chunk import SPECIAL_TOKENS, Chunk, ChunkerConfig, chunk_documents
 from ragvps.config import Settings
 from ragvps.embed import Embedder, embed_documents
 from ragvps.errors import RagvpsError
@@ -66,13 +66,17 @@ def chunk_stage(
             result = artifacts.read(source.rel, file_hash, key)
             if result is None:
                 docs = sources.load(source, warn)
-                chunks = [c for doc in docs for c in chunk_document(doc, config)]
+                chunks = [c for doc_chunks in chunk_documents(docs, config) for c in doc_chunks]
                 result = ChunkFile(source.rel, file_hash, key, docs, chunks)
                 artifacts.write(result)
                 report.rechunked_files += 1
         except OSError as exc:
             warn(f"{source.rel}: {exc.strerror or exc}, skipped")
             report.skipped["unreadable"] += 1
+            continue
+        except sources.SkipFile as exc:
+            warn(str(exc))
+            report.skipped[exc.reason] += 1
             continue
         results.append(result)
         progress("chunk", i + 1, len(scan.files))
