@@ -108,7 +108,7 @@ class OllamaEmbedder:
                            "`ollama serve`, or point RAGVPS_OLLAMA_URL (setting ollama_url) at it")
             else:
                 if response.status_code == 200:
-                    return response.json()  # type: ignore[no-any-return]
+                    return response.json()
                 if response.status_code < 500:
                     raise self._client_error(response)
                 failure = f"Ollama at {self.url} answered {response.status_code}: {_error(response)}"
