@@ -6,7 +6,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -49,37 +49,53 @@ class ChunkArtifacts:
 
     def read(self, source: str, file_hash: str, chunker: str) -> ChunkFile | None:
         """The stored result, if it was made from this exact file with these chunker settings."""
-        path = self.path(source)
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-            header = json.loads(lines[0])
-        except (OSError, ValueError, IndexError):
-            return None
-        if header.get("file_hash") != file_hash or header.get("chunker") != chunker:
-            return None
         docs, chunks = [], []
-        for line in lines[1:]:
-            record = json.loads(line)
-            if record.pop("type") == "document":
-                docs.append(Document(**record))
-            else:
-                chunks.append(Chunk(**record))
+        try:
+            with self.path(source).open(encoding="utf-8") as f:
+                header = json.loads(f.readline())
+                if header.get("file_hash") != file_hash or header.get("chunker") != chunker:
+                    return None
+                for line in f:
+                    record = json.loads(line)
+                    kind = record.pop("type")
+                    if kind == "document":
+                        docs.append(Document(**record))
+                    elif kind == "chunk":
+                        chunks.append(Chunk(**{k: v for k, v in record.items() if k in _CHUNK_FIELDS}))
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            return None  # missing, torn or from another version: chunk again
         return ChunkFile(source, file_hash, chunker, docs, chunks)
 
     def write(self, result: ChunkFile) -> None:
-        header = {"source": result.source, "file_hash": result.file_hash, "chunker": result.chunker}
-        lines = [header]
-        lines += [{"type": "document", **asdict(d)} for d in result.documents]
-        lines += [{"type": "chunk", **asdict(c)} for c in result.chunks]
-        text = "".join(json.dumps(x, ensure_ascii=False, sort_keys=True) + "\n" for x in lines)
-        _atomic_write(self.path(result.source), text.encode("utf-8"))
+        """Header, documents, then chunks (with their id and content hash), streamed to a temporary file."""
+        header = {"source": result.source, "file_hash": result.file_hash, "chunker": result.chunker,
+                  "documents": len(result.documents), "chunks": len(result.chunks)}
+        path = self.path(result.source)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        with tmp.open("w", encoding="utf-8", newline="\n") as f:
+            f.write(_line(header))
+            for d in result.documents:
+                f.write(_line({"type": "document", **asdict(d)}))
+            for c in result.chunks:
+                f.write(_line({"type": "chunk", "id": c.chunk_id, "content_hash": c.content_hash, **asdict(c)}))
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(path)
+
+
+_CHUNK_FIELDS = frozenset(f.name for f in fields(Chunk))
+
+
+def _line(record: dict[str, object]) -> str:
+    return json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n"
 
 
 class VectorCache:
     """An append-only file of (sha256 digest, float32 vector) records for one model identity.
 
     Each batch is appended and fsynced, so a killed run loses at most the batch in flight; a torn
-    last record is ignored when reading.
+    last record is cut off when opening. Vectors are read through a memory map, never all loaded.
     """
 
     def __init__(self, data_dir: Path, identity: str, dims: int):
@@ -89,44 +105,48 @@ class VectorCache:
         self.identity = identity
         self.record = np.dtype([("hash", "u1", (32,)), ("vec", "<f4", (dims,))])
         self._index: dict[bytes, int] | None = None
-        self._parts: list[np.ndarray] = []
+        self._map: np.memmap | None = None
+        self._records = 0  # records in the file; a hash added twice keeps its latest row
 
     @property
     def path(self) -> Path:
         return self.folder / "vectors.f32"
 
-    def _load(self) -> None:
+    def _load(self) -> dict[bytes, int]:
         if self._index is not None:
-            return
+            return self._index
         self.folder.mkdir(parents=True, exist_ok=True)
         meta = self.folder / "identity.json"
         if not meta.exists():
             _atomic_write(meta, json.dumps({"identity": self.identity, "dims": self.dims}).encode())
-        records = np.zeros(0, dtype=self.record)
+        self._index = {}
         if self.path.exists():
             size = self.path.stat().st_size
             whole = size - size % self.record.itemsize
             if whole != size:
                 with self.path.open("r+b") as f:  # a torn record from an interrupted run
                     f.truncate(whole)
-            records = np.fromfile(self.path, dtype=self.record)
-        self._parts = [records["vec"]]
-        self._index = {h.tobytes(): i for i, h in enumerate(records["hash"])}
+            if whole:
+                hashes = np.memmap(self.path, dtype=self.record, mode="r")["hash"]
+                self._index = {h.tobytes(): i for i, h in enumerate(hashes)}
+                self._records = len(hashes)
+        return self._index
 
     def missing(self, hashes: Iterable[str]) -> list[str]:
-        self._load()
-        assert self._index is not None
+        """The distinct hashes without a cached vector, in first-seen order."""
+        index = self._load()
         seen: set[str] = set()
         out = []
         for h in hashes:
-            if h not in seen and bytes.fromhex(h) not in self._index:
+            if h not in seen and bytes.fromhex(h) not in index:
                 seen.add(h)
                 out.append(h)
         return out
 
     def add(self, hashes: Sequence[str], vectors: np.ndarray) -> None:
-        self._load()
-        assert self._index is not None
+        index = self._load()
+        if vectors.shape != (len(hashes), self.dims):
+            raise ValueError(f"expected {len(hashes)} x {self.dims} vectors, got {vectors.shape}")
         batch = np.zeros(len(hashes), dtype=self.record)
         batch["hash"] = np.frombuffer(b"".join(bytes.fromhex(h) for h in hashes), dtype=np.uint8).reshape(-1, 32)
         batch["vec"] = vectors
@@ -134,19 +154,17 @@ class VectorCache:
             f.write(batch.tobytes())
             f.flush()
             os.fsync(f.fileno())
-        base = sum(len(part) for part in self._parts)
-        self._parts.append(batch["vec"])
         for i, h in enumerate(hashes):
-            self._index[bytes.fromhex(h)] = base + i
+            index[bytes.fromhex(h)] = self._records + i
+        self._records += len(hashes)
 
     def get(self, hashes: Sequence[str]) -> np.ndarray:
-        self._load()
-        assert self._index is not None
-        if len(self._parts) > 1:
-            self._parts = [np.concatenate(self._parts)]
-        return self._parts[0][[self._index[bytes.fromhex(h)] for h in hashes]]
+        """The cached vectors for these hashes, in order (KeyError for one not cached)."""
+        index = self._load()
+        rows = [index[bytes.fromhex(h)] for h in hashes]
+        if self._map is None or len(self._map) < self._records:
+            self._map = np.memmap(self.path, dtype=self.record, mode="r")
+        return np.asarray(self._map["vec"][rows], dtype=np.float32)
 
     def __len__(self) -> int:
-        self._load()
-        assert self._index is not None
-        return len(self._index)
+        return len(self._load())

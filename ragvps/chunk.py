@@ -1,29 +1,48 @@
-"""Chunk stage: cut documents into pieces that fit the embedder, counted in its own tokens."""
+"""Chunk stage: cut documents at their structure into pieces that fit the embedder, counted in its own tokens.
+
+Each document is tokenized once (in bounded segments); pieces are cut at token offsets, and their counts are
+summed, which is exact because every cut falls on a WordPiece word boundary. Chunks that may not be exact
+(a cut inside a word) or that come near the limit are re-counted from their final text.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
-from typing import Any
+import operator
+import re
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from itertools import chain
+from typing import TYPE_CHECKING, Any, cast
 
 from ragvps import tokens
-from ragvps.sources import Document
+from ragvps.sources import Document, inline_text
+
+if TYPE_CHECKING:
+    from tokenizers import Encoding
 
 SPECIAL_TOKENS = 2  # [CLS] and [SEP]
+SEGMENT_CHARS = 1 << 19  # a longer document is tokenized one segment at a time, so memory stays bounded
+PATH_SHARE = 4  # a heading path takes at most this fraction (1/n) of the input; longer ones are shortened
+MARGIN = 8  # chunks this close to the limit are re-counted from their final text
+BATCH_CHARS = 1 << 22  # documents tokenized together (in parallel) per call
+
+_START = operator.itemgetter(0)
 
 
 @dataclass(frozen=True)
 class ChunkerConfig:
-    mode: str
+    mode: str  # structure | fixed | sentences
     size: int
     overlap: int
     max_tokens: int  # the embedder's input limit
     prefix: str = ""  # the embedder's document prefix, which also takes room
 
     def key(self) -> str:
-        """Changes whenever a setting that shapes the chunks changes."""
-        raw = json.dumps(asdict(self) | {"version": 1}, sort_keys=True)
+        """Changes whenever a setting (or the algorithm) that shapes the chunks changes."""
+        raw = json.dumps(asdict(self) | {"version": 2}, sort_keys=True)
         return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
@@ -31,7 +50,7 @@ class ChunkerConfig:
 class Chunk:
     doc_id: str
     seq: int
-    heading_path: str
+    heading_path: str  # for display: "Title > Section > Subsection"
     text: str
     start: int  # character offsets of `text` in the document
     end: int
@@ -40,9 +59,14 @@ class Chunk:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def chunk_id(self) -> str:
+        return f"{self.doc_id}#{self.seq}"
+
+    @property
     def embed_text(self) -> str:
-        """What the embedder sees: the heading path, then the text."""
-        return f"{self.heading_path}\n\n{self.text}" if self.heading_path else self.text
+        """What the embedder sees: the heading path (shortened if it was too long), then the text."""
+        path = self.metadata.get("embed_heading_path", self.heading_path)
+        return f"{path}\n\n{self.text}" if path else self.text
 
     @property
     def content_hash(self) -> str:
@@ -65,21 +89,417 @@ def fixed_windows(n_tokens: int, size: int, overlap: int) -> list[tuple[int, int
 
 
 def chunk_document(doc: Document, config: ChunkerConfig) -> list[Chunk]:
-    """Token windows with overlap over the document, each prefixed by the document's title."""
-    heading = doc.title
-    budget = config.max_tokens - SPECIAL_TOKENS - tokens.count(config.prefix) - tokens.count(heading) - 2
-    size = max(8, min(config.size, budget))
-    overlap = min(config.overlap, size // 2)
-    enc = tokens.encode(doc.text)
-    offsets = enc.offsets
-    pieces = []
-    for start, end in fixed_windows(len(offsets), size, overlap):
-        a, b = offsets[start][0], offsets[end - 1][1]
-        pieces.append((a, b, doc.text[a:b]))
-    texts = [f"{heading}\n\n{text}" if heading else text for _, _, text in pieces]
-    counts = tokens.count_many(texts) if texts else []
-    llm = tokens.count_llm_many([text for _, _, text in pieces]) if pieces else []
-    return [
-        Chunk(doc.doc_id, seq, heading, text, a, b, n, m)
-        for seq, ((a, b, text), n, m) in enumerate(zip(pieces, counts, llm, strict=True))
-    ]
+    """The chunks of one document."""
+    return chunk_documents([doc], config)[0]
+
+
+def chunk_documents(docs: Sequence[Document], config: ChunkerConfig) -> list[list[Chunk]]:
+    """The chunks of each document; short documents are tokenized together in one parallel batch."""
+    if config.mode not in ("structure", "fixed", "sentences"):
+        raise ValueError(f"chunk mode {config.mode!r} is not one of: structure, fixed, sentences")
+    out: list[list[Chunk]] = []
+    room = config.max_tokens - SPECIAL_TOKENS - tokens.count(config.prefix)
+    i = 0
+    while i < len(docs):
+        batch: list[Document] = []
+        chars = 0
+        while i < len(docs) and len(docs[i].text) <= SEGMENT_CHARS and (not batch or chars < BATCH_CHARS):
+            batch.append(docs[i])
+            chars += len(docs[i].text)
+            i += 1
+        if batch:
+            encs = tokens.wordpiece().encode_batch([d.text for d in batch], add_special_tokens=False)
+            titles = tokens.count_many([" ".join(d.title.split()) for d in batch])
+            out += [_Chunker(d, config, room, e, t).run() for d, e, t in zip(batch, encs, titles, strict=True)]
+        else:
+            out.append(_Chunker(docs[i], config, room, None, None).run())
+            i += 1
+    texts = [c.text for chunks in out for c in chunks]
+    llm = iter(tokens.count_llm_many(texts) if texts else [])
+    return [[replace(c, llm_tokens=next(llm)) for c in chunks] for chunks in out]
+
+
+# --- blocks: (start, end, path index, kind), tiling the document in order --------------------------------
+
+Block = tuple[int, int, int, str]  # kind: heading | prose | lines | code
+_NEWLINE = re.compile(r"\r\n?|\n")
+_BLANK = re.compile(r"\n[ \t\r\f\v]*\n\s*")
+_MD_KINDS = {"heading_open": "heading", "paragraph_open": "prose", "blockquote_open": "prose", "fence": "code",
+             "code_block": "code"}
+
+
+def _strip(text: str, a: int, b: int) -> tuple[int, int]:
+    while a < b and text[a].isspace():
+        a += 1
+    while b > a and text[b - 1].isspace():
+        b -= 1
+    return a, b
+
+
+class _Paths:
+    """Heading paths, interned; path 0 is the document's title alone."""
+
+    def __init__(self, title: str):
+        self.title = " ".join(title.split())
+        self.paths: list[tuple[str, ...]] = [(self.title,) if self.title else ()]
+        self.index: dict[tuple[str, ...], int] = {self.paths[0]: 0}
+        self.stack: list[tuple[int, str]] = []
+
+    def enter(self, level: int, heading: str) -> int:
+        while self.stack and self.stack[-1][0] >= level:
+            self.stack.pop()
+        self.stack.append((level, " ".join(heading.split())))
+        names = [name for _, name in self.stack if name]
+        if names and self.title and names[0].casefold() == self.title.casefold():
+            names = names[1:]  # the h1 that is the title
+        path = (*self.paths[0], *names)
+        if path not in self.index:
+            self.index[path] = len(self.paths)
+            self.paths.append(path)
+        return self.index[path]
+
+
+def _markdown_blocks(doc: Document, paths: _Paths) -> list[Block]:
+    from markdown_it import MarkdownIt
+
+    text = doc.text
+    lines = [0] + [m.end() for m in _NEWLINE.finditer(text)]
+    toks = MarkdownIt("commonmark").enable("table").parse(text)
+    starts: list[tuple[int, str, int]] = []  # (line, kind, path)
+    path = 0
+    for i, tok in enumerate(toks):
+        if tok.level != 0 or tok.nesting == -1 or tok.map is None:
+            continue
+        kind = _MD_KINDS.get(tok.type, "lines")
+        if kind == "heading":
+            path = paths.enter(int(tok.tag[1]), inline_text(toks[i + 1]))
+        starts.append((tok.map[0], kind, path))
+    blocks = []
+    # A block runs to the next block's first line, so text no token maps (link definitions) is kept.
+    for n, (line, kind, p) in enumerate(starts):
+        a = 0 if n == 0 else lines[line]
+        b = lines[starts[n + 1][0]] if n + 1 < len(starts) else len(text)
+        a, b = _strip(text, a, b)
+        if a < b:
+            blocks.append((a, b, p, kind))
+    if not starts and text.strip():
+        blocks.append((*_strip(text, 0, len(text)), 0, "prose"))
+    return blocks
+
+
+def _plain_blocks(doc: Document, paths: _Paths) -> Iterator[Block]:
+    """Paragraphs (split at blank lines, and at lines or spaces if huge); headings from doc.metadata (HTML)."""
+    text = doc.text
+    heads = {int(h[0]): (int(h[1]), str(h[2])) for h in doc.metadata.get("headings", [])}  # type: ignore[attr-defined]
+    path = 0
+    a = 0
+    for m in chain(_BLANK.finditer(text), [None]):
+        b = m.start() if m else len(text)
+        for pa, pb in _bounded(text, a, b):
+            pa, pb = _strip(text, pa, pb)
+            if pa >= pb:
+                continue
+            kind = "prose"
+            if pa in heads:
+                path = paths.enter(*heads[pa])
+                kind = "heading"
+            yield pa, pb, path, kind
+        if m:
+            a = m.end()
+
+
+def _bounded(text: str, a: int, b: int) -> Iterator[tuple[int, int]]:
+    while b - a > SEGMENT_CHARS:
+        cut = text.rfind("\n", a, a + SEGMENT_CHARS)
+        if cut <= a:
+            cut = text.rfind(" ", a, a + SEGMENT_CHARS)
+        if cut <= a:
+            cut = a + SEGMENT_CHARS
+        yield a, cut
+        a = cut
+    yield a, b
+
+
+# --- sentences --------------------------------------------------------------------------------------------
+
+_END = re.compile(r"[.!?…]+[\"'”’)\]]*\s+|[。！？]+[”’」』]*\s*")
+_ABBREV = frozenset(re.findall(r"\S+", (
+    "mr mrs ms dr prof sr jr st vs etc eg ie al fig figs eq eqs no nos vol ref refs approx ca cf inc ltd "
+    "co corp dept univ gen col lt sgt jan feb mar apr jun jul aug sep sept oct nov dec resp pp ed eds"
+)))
+_WORD_BEFORE = re.compile(r"([\w.]+)$")
+
+
+def sentences(text: str, a: int, b: int) -> list[tuple[int, int]]:
+    """Sentence spans in text[a:b]: after . ! ? and their CJK forms, but not after abbreviations or
+    initials, nor before a lower-case word."""
+    spans = []
+    start = a
+    for m in _END.finditer(text, a, b):
+        cut = m.end()
+        if cut >= b:
+            break
+        mark = m.group()
+        if mark[0] == "." and not mark.startswith(".."):
+            before = _WORD_BEFORE.search(text, max(start, m.start() - 24), m.start())
+            word = before.group(1).lower() if before else ""
+            if word in _ABBREV or "." in word or (len(word) == 1 and word.isalpha()) or text[cut].islower():
+                continue
+        elif mark[0] in "!?…" and text[cut].islower():
+            continue
+        spans.append(_strip(text, start, cut))
+        start = cut
+    spans.append(_strip(text, start, b))
+    return [s for s in spans if s[0] < s[1]]
+
+
+def _lines(text: str, a: int, b: int) -> list[tuple[int, int]]:
+    spans = []
+    for m in _NEWLINE.finditer(text, a, b):
+        spans.append(_strip(text, a, m.start()))
+        a = m.end()
+    spans.append(_strip(text, a, b))
+    return [s for s in spans if s[0] < s[1]]
+
+
+# --- the chunker ------------------------------------------------------------------------------------------
+
+Piece = tuple[int, int, int, int, bool]  # start, end, text tokens, path index, exact by construction
+
+
+@dataclass
+class _Segment:
+    """The tokens of doc.text[base:end], tokenized once; offsets relative to base."""
+
+    base: int
+    end: int
+    enc: Encoding
+    _words: list[int | None] | None = None
+    offs: list[tuple[int, int]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.offs = self.enc.offsets  # a property that builds a new list on every access
+
+    def span(self, a: int, b: int) -> tuple[int, int]:
+        offs = self.offs
+        return bisect_left(offs, a - self.base, key=_START), bisect_left(offs, b - self.base, key=_START)
+
+    def inside_word(self, i: int) -> bool:
+        """Whether token i continues the word of token i - 1."""
+        if self._words is None:
+            self._words = self.enc.word_ids
+        return 0 < i < len(self._words) and self._words[i] == self._words[i - 1]
+
+
+class _Chunker:
+    def __init__(self, doc: Document, config: ChunkerConfig, room: int, enc: Encoding | None, title: int | None):
+        self.doc, self.config, self.text, self.room = doc, config, doc.text, room
+        self.first = _Segment(0, len(doc.text), enc) if enc is not None else None
+        self.paths = _Paths(doc.title)
+        self.title_tokens = title
+        self.info: dict[int, tuple[str, str, int, int]] = {}  # path -> display, embed, tokens, budget
+        self.pieces: list[Piece] = []
+        self.group: list[tuple[int, int, int]] = []
+        self.group_path = 0
+        self.group_headings = True
+
+    def path_info(self, p: int) -> tuple[str, str, int, int]:
+        if p not in self.info:
+            parts = self.paths.paths[p]
+            display = " > ".join(parts)
+            n = self.title_tokens if p == 0 and self.title_tokens is not None else tokens.count(display)
+            embed = display
+            cap = max(1, self.room // PATH_SHARE)
+            if n > cap:
+                embed, n = _shorten(parts, cap)
+            budget = min(self.config.size, self.room - n)
+            if budget < 1:
+                raise ValueError(f"the embedder's prefix {self.config.prefix!r} leaves no room for text")
+            self.info[p] = (display, embed, n, budget)
+        return self.info[p]
+
+    def budget(self, p: int) -> int:
+        return self.path_info(p)[3]
+
+    def overlap(self, budget: int) -> int:
+        return min(self.config.overlap, budget // 2)
+
+    def segments(self, blocks: Iterator[Block] | list[Block]) -> Iterator[tuple[_Segment, list[Block]]]:
+        if self.first is not None:
+            yield self.first, list(blocks)
+            return
+        run: list[Block] = []
+        for block in blocks:
+            if run and block[1] - run[0][0] > SEGMENT_CHARS:
+                yield self._encode(run), run
+                run = []
+            run.append(block)
+        if run:
+            yield self._encode(run), run
+
+    def _encode(self, run: list[Block]) -> _Segment:
+        a, b = run[0][0], run[-1][1]
+        return _Segment(a, b, tokens.encode(self.text[a:b]))
+
+    def run(self) -> list[Chunk]:
+        doc = self.doc
+        blocks = _markdown_blocks(doc, self.paths) if doc.kind == "markdown" else _plain_blocks(doc, self.paths)
+        if self.config.mode == "fixed":
+            self._fixed(self.segments(_whole(blocks)))
+        else:
+            for seg, run in self.segments(blocks):
+                for a, b, p, kind in run:
+                    self._block(seg, a, b, p, kind)
+            self._flush()
+        return self._chunks()
+
+    # structure and sentences modes
+
+    def _block(self, seg: _Segment, a: int, b: int, p: int, kind: str) -> None:
+        i, j = seg.span(a, b)
+        budget = self.budget(p)
+        split = self.config.mode == "sentences" and kind in ("prose", "lines")
+        if j - i <= budget and not split:
+            return self._add(a, b, j - i, p, kind == "heading")
+        if kind == "code":
+            parts = _lines(self.text, a, b)
+        elif kind == "lines":
+            parts = [s for la, lb in _lines(self.text, a, b) for s in sentences(self.text, la, lb)]
+        else:
+            parts = sentences(self.text, a, b)
+        for pa, pb in parts:
+            pi, pj = seg.span(pa, pb)
+            if pj - pi <= budget:
+                self._add(pa, pb, pj - pi, p, kind == "heading")
+            else:
+                self._flush()
+                self.pieces += _windows(seg, self.text, pa, pb, pi, pj, budget, self.overlap(budget), p)
+
+    def _add(self, a: int, b: int, n: int, p: int, heading: bool) -> None:
+        if self.group:
+            fits = sum(x[2] for x in self.group) + n <= self.budget(p)
+            if self.group_headings:
+                if not fits:
+                    self._flush()
+            elif heading or p != self.group_path or self.config.mode == "sentences" or not fits:
+                self._flush()
+        self.group.append((a, b, n))
+        self.group_path = p
+        self.group_headings = self.group_headings and heading
+
+    def _flush(self) -> None:
+        if self.group:
+            n = sum(x[2] for x in self.group)
+            self.pieces.append((self.group[0][0], self.group[-1][1], n, self.group_path, True))
+        self.group = []
+        self.group_headings = True
+
+    # fixed mode: the plain sliding window over the whole document's tokens
+
+    def _fixed(self, segs: Iterator[tuple[_Segment, list[Block]]]) -> None:
+        budget = self.budget(0)
+        size, overlap = budget, min(self.config.overlap, budget - 1)
+        step = size - overlap
+        buf: list[tuple[int, int, bool]] = []  # pending tokens: start, end, inside a word
+        pos, covered = 0, 0  # buf[pos] starts the next window; covered: buf[:covered] is in a window already
+        for seg, _ in segs:
+            buf += [(a + seg.base, b + seg.base, seg.inside_word(k)) for k, (a, b) in enumerate(seg.offs)]
+            while len(buf) - pos > size:  # one token of look-ahead: a window's text runs up to the next token
+                self._fixed_piece(buf, pos, pos + size)
+                covered, pos = pos + size, pos + step
+            buf, covered, pos = buf[pos:], covered - pos, 0
+        if len(buf) > covered:
+            self._fixed_piece(buf, 0, len(buf))
+
+    def _fixed_piece(self, buf: list[tuple[int, int, bool]], i: int, j: int) -> None:
+        a = buf[i][0] if i or self.pieces else _strip(self.text, 0, buf[i][0])[0]
+        b = _strip(self.text, buf[j - 1][1], buf[j][0])[1] if j < len(buf) else _strip(self.text, 0, len(self.text))[1]
+        self.pieces.append((a, b, j - i, 0, not buf[i][2]))
+
+    # chunks: path, verification, metadata
+
+    def _chunks(self) -> list[Chunk]:
+        text, doc = self.text, self.doc
+        pages = cast("list[list[int]]", doc.metadata.get("pages") or []) if doc.kind == "pdf" else []
+        page_starts = [int(p[0]) for p in pages]
+        chunks: list[Chunk] = []
+        for a, b, n, p, exact in self.pieces:
+            display, embed, path_n, budget = self.path_info(p)
+            for ca, cb, cn in self._verified(a, b, n, embed, path_n, budget, exact):
+                meta: dict[str, Any] = {}
+                if embed != display:
+                    meta["embed_heading_path"] = embed
+                if pages:
+                    lo, hi = bisect_right(page_starts, ca) - 1, bisect_right(page_starts, cb - 1) - 1
+                    meta["pages"] = [pages[k][1] for k in range(max(lo, 0), hi + 1)]
+                chunks.append(Chunk(doc.doc_id, len(chunks), display, text[ca:cb], ca, cb, path_n + cn, 0, meta))
+        return chunks
+
+    def _verified(self, a: int, b: int, n: int, embed: str, path_n: int, budget: int,
+                  exact: bool) -> list[tuple[int, int, int]]:
+        limit = self.room - path_n
+        if exact and n <= limit - MARGIN:
+            return [(a, b, n)]
+        real = tokens.count(f"{embed}\n\n{self.text[a:b]}" if embed else self.text[a:b]) - path_n
+        if real <= limit:
+            return [(a, b, real)]
+        return _refit(self.text, a, b, limit, lambda s: tokens.count(f"{embed}\n\n{s}" if embed else s) - path_n)
+
+
+def _whole(blocks: Iterator[Block] | list[Block]) -> Iterator[Block]:
+    """Blocks regrouped as bounded spans of the document, for the token stream of fixed mode."""
+    for a, b, _, _ in blocks:
+        yield a, b, 0, "prose"
+
+
+def _windows(seg: _Segment, text: str, a: int, b: int, i: int, j: int, size: int, overlap: int,
+             p: int) -> list[Piece]:
+    """Token windows over tokens [i, j) (text[a:b]) that end at word boundaries, with overlap."""
+    offs = seg.offs
+    out: list[Piece] = []
+    s, sa = i, a
+    while True:
+        e = min(s + size, j)
+        while e < j and e > s + 1 and seg.inside_word(e):
+            e -= 1
+        eb = b if e >= j else _strip(text, sa, seg.base + offs[e][0])[1]
+        exact = not seg.inside_word(s) and (e >= j or not seg.inside_word(e))
+        out.append((sa, eb, e - s, p, exact))
+        if e >= j:
+            return out
+        ns = max(e - overlap, s + 1)
+        while s + 1 < ns < e and seg.inside_word(ns):
+            ns -= 1
+        s, sa = ns, seg.base + offs[ns][0]
+
+
+def _refit(text: str, a: int, b: int, limit: int, count: Callable[[str], int]) -> list[tuple[int, int, int]]:
+    """Cut text[a:b] into consecutive pieces whose exact count is within `limit` (a rare safety net)."""
+    out = []
+    while a < b:
+        hi = b
+        n = count(text[a:hi])
+        while n > limit and hi - a > 1:
+            offs = tokens.encode(text[a:hi]).offsets
+            k = min(limit, len(offs) - 1)
+            cut = a + offs[k][0] if k > 0 else hi - 1
+            hi = max(_strip(text, a, min(cut, hi - 1))[1], a + 1)
+            n = count(text[a:hi])
+        out.append((a, hi, n))
+        a = _strip(text, hi, b)[0]
+    return out
+
+
+def _shorten(parts: tuple[str, ...], cap: int) -> tuple[str, int]:
+    """A heading path that fits in `cap` tokens: title > … > last heading, then cut after a token."""
+    embed = f"{parts[0]} > … > {parts[-1]}" if len(parts) > 2 else " > ".join(parts)
+    n = tokens.count(embed)
+    offs = tokens.encode(embed).offsets
+    keep = cap - 1
+    while n > cap and keep > 0:
+        cut = embed[: offs[keep - 1][1]].rstrip() + " …"
+        n = tokens.count(cut)
+        keep -= 1
+        if n <= cap:
+            return cut, n
+    return (embed, n) if n <= cap else ("", 0)

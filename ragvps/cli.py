@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import traceback
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -25,7 +25,7 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 class _Group(TyperGroup):
     """Turns every RagvpsError into one line on stderr and its exit code; tracebacks only with --verbose."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
         except RagvpsError as exc:
@@ -33,13 +33,21 @@ class _Group(TyperGroup):
         except KeyboardInterrupt:
             err.print("interrupted: finished work is saved; run the same command again to resume")
             raise typer.Exit(130) from None
-        except (click.ClickException, click.exceptions.Exit, click.Abort):
-            raise
-        except Exception as exc:  # an unexpected failure still gets one readable line
+        except BrokenPipeError:  # `ragvps query ... | head`: the reader left, nothing to report
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(0) from None
+        except Exception as exc:
+            if _is_click_control_flow(exc):
+                raise
             _fail(ctx, exc, 1, prefix="unexpected error (run with --verbose for the traceback): ")
 
 
-def _fail(ctx: click.Context, exc: BaseException, code: int, prefix: str = "") -> None:
+def _is_click_control_flow(exc: Exception) -> bool:
+    """Usage errors, --help and aborts: click's (or the copy of click that typer bundles) to handle."""
+    return type(exc).__module__.startswith(("click.", "typer."))
+
+
+def _fail(ctx: Any, exc: BaseException, code: int, prefix: str = "") -> None:
     if (ctx.obj or {}).get("verbose"):
         err.print(escape(redact("".join(traceback.format_exception(exc)))))
     err.print(f"[red]error:[/red] {escape(prefix + redact(str(exc)))}")
@@ -195,17 +203,318 @@ def _metadata_pairs(pairs: list[str]) -> dict[str, Any]:
 
 
 @app.command()
-def reindex(ctx: typer.Context) -> None:
-    """Nightly job: re-sync every ingested folder and rebuild the vector index."""
+def reindex(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Nightly job: re-sync every ingested folder and rebuild the vector index.
+
+    With another embedding model configured, first re-embed the stored chunks with it and switch over
+    when done; queries keep using the old vectors until then.
+    """
     from ragvps.embed import make_embedder
     from ragvps.models import spec_for
     from ragvps.pipeline import reindex as run_reindex
 
     settings = settings_from(ctx)
     with _Bars() as bars:
-        reports = run_reindex(settings, spec_for(settings), lambda: make_embedder(settings), bars, _warn)
-    for root, report in reports.items():
+        result = run_reindex(settings, spec_for(settings), lambda: make_embedder(settings), bars, _warn)
+    if as_json:
+        roots = {root: asdict(r) | {"skipped": dict(r.skipped)} for root, r in result.roots.items()}
+        typer.echo(json.dumps({"switch": asdict(result.switch) if result.switch else None, "roots": roots},
+                              indent=2))
+        return
+    if result.switch:
+        s = result.switch
+        typer.echo(f"switched from {s.old_model} to {s.new_model}: {s.chunks} chunks, embedded {s.embedded} "
+                   f"(the rest from the vector cache), no source re-read")
+    for root, report in result.roots.items():
         typer.echo(f"{root}: embedded {report.embedded}, stored {report.stored}, deleted {report.deleted}")
+
+
+@app.command()
+def chunk(
+    ctx: typer.Context,
+    path: Annotated[Path, typer.Argument(help="Folder (or file) of documents.")],
+    mode: Annotated[str | None, typer.Option(help="structure | fixed | sentences (default: structure).")] = None,
+    chunk_size: Annotated[int | None, typer.Option(help="Tokens per chunk (default: the model's).")] = None,
+    chunk_overlap: Annotated[int | None, typer.Option(help="Tokens shared by neighbouring windows.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Run the chunk stage alone: write the chunk files and summarise them (no database, no embedding)."""
+    import statistics
+
+    from ragvps import sources
+    from ragvps.models import spec_for
+    from ragvps.pipeline import IngestReport, chunk_stage, chunker_config
+
+    settings = settings_from(ctx, chunk_mode=mode, chunk_size=chunk_size, chunk_overlap=chunk_overlap)
+    spec = spec_for(settings)
+    config = chunker_config(settings, spec)
+    report = IngestReport()
+    scan = sources.scan(path)
+    report.skipped.update(scan.skipped)
+    for w in scan.warnings:
+        _warn(w)
+    with _Bars() as bars:
+        files = chunk_stage(settings, path.resolve(), scan, config, report, bars, _warn)
+    counts = sorted(c.tokens for f in files for c in f.chunks)
+    limit = config.max_tokens - 2 - _count(config.prefix)
+    summary: dict[str, Any] = {
+        "files": len(files), "documents": sum(len(f.documents) for f in files), "chunks": len(counts),
+        "rechunked_files": report.rechunked_files, "mode": config.mode, "chunk_size": config.size,
+        "chunk_overlap": config.overlap, "model": spec.name, "max_tokens": config.max_tokens,
+        "tokens": {"min": counts[0], "median": statistics.median(counts), "max": counts[-1],
+                   "total": sum(counts), "over_limit": sum(n > limit for n in counts)} if counts else None,
+        "llm_tokens": sum(c.llm_tokens for f in files for c in f.chunks),
+        "skipped": dict(report.skipped), "chunk_dir": str(settings.data_dir / "chunks"),
+    }
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+        return
+    t: dict[str, Any] = summary["tokens"] or {"min": 0, "median": 0, "max": 0}
+    typer.echo(
+        f"{summary['files']} files, {summary['documents']} documents, {summary['chunks']} chunks "
+        f"({config.mode}, {config.size} tokens, overlap {config.overlap}; {report.rechunked_files} files chunked); "
+        f"tokens per chunk min {t['min']} / median {t['median']:g} / max {t['max']} of {limit} allowed"
+        + (f"; skipped {_skipped(report.skipped)}" if report.skipped else "")
+    )
+
+
+def _count(text: str) -> int:
+    from ragvps.tokens import count
+
+    return count(text)
+
+
+@app.command()
+def plan(
+    ctx: typer.Context,
+    tokens: Annotated[int | None, typer.Option(help="Tokens in the corpus, one continuous stream.")] = None,
+    chunk_size: Annotated[int | None, typer.Option(help="Tokens per window (--path: the model's).")] = None,
+    overlap: Annotated[str | None, typer.Option(
+        help="Tokens shared by neighbouring windows, or a percentage of the chunk size: 200, 12%.")] = None,
+    dims: Annotated[int | None, typer.Option(help="Vector dimensions (--model's, else 384).")] = None,
+    bytes_per_dim: Annotated[int, typer.Option(help="4 float32, 2 half, 1 int8.")] = 4,
+    model: Annotated[str | None, typer.Option(
+        help="A model ragvps knows: takes its dimensions and refuses chunks above its input limit.")] = None,
+    compare: Annotated[bool, typer.Option("--compare", help="Overlaps and common models.")] = False,
+    budget: Annotated[bool, typer.Option("--budget", help="Tokens to embed, then per question.")] = False,
+    path: Annotated[Path | None, typer.Option(
+        help="Measure a folder: real token counts and the real chunker, per document.")] = None,
+    corpus_chunks: Annotated[int | None, typer.Option(help="--budget: chunks in the corpus.")] = None,
+    tokens_per_chunk: Annotated[int | None, typer.Option(help="--budget: tokens per chunk.")] = None,
+    questions: Annotated[int | None, typer.Option(help="--budget: questions asked.")] = None,
+    question_tokens: Annotated[int, typer.Option(help="--budget: tokens per question to embed.")] = 20,
+    chunks_per_answer: Annotated[int, typer.Option(help="--budget: chunks sent per answer.")] = 8,
+    prompt_tokens: Annotated[int, typer.Option(help="--budget: prompt plus question tokens.")] = 100,
+    answer_tokens: Annotated[int, typer.Option(help="--budget: tokens per answer.")] = 400,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Chunk, overlap, vector-size and token-budget arithmetic, before anything is embedded."""
+    from ragvps import plan as p
+    from ragvps.errors import UsageError
+
+    modes = [name for name, on in (("--compare", compare), ("--budget", budget), ("--path", path)) if on]
+    if len(modes) > 1:
+        raise UsageError(f"{' and '.join(modes)} are separate modes: give one at a time")
+    if budget:
+        needed = {"--corpus-chunks": corpus_chunks, "--tokens-per-chunk": tokens_per_chunk,
+                  "--questions": questions}
+        if None in needed.values():
+            raise UsageError(f"--budget needs {', '.join(k for k, v in needed.items() if v is None)}")
+        b = p.Budget(corpus_chunks or 0, tokens_per_chunk or 0, questions or 0, question_tokens,
+                     chunks_per_answer, prompt_tokens, answer_tokens)
+        return _plan_budget(b, as_json)
+
+    spec = _plan_model(model) if model else None
+    if dims is not None and spec is not None and dims != spec.dims:
+        raise UsageError(f"--dims {dims} contradicts --model {model}, which has {spec.dims} dimensions")
+    if path is not None:
+        if tokens is not None:
+            raise UsageError("--path measures the documents' tokens: leave out --tokens")
+        return _plan_measure(ctx, path, chunk_size, overlap, spec, dims, bytes_per_dim, as_json)
+    if tokens is None or chunk_size is None:
+        raise UsageError("ragvps plan needs --tokens N and --chunk-size S (or --budget, or --path DIR)")
+    if spec is not None:
+        _plan_check_limit(chunk_size, spec)
+    d = dims or (spec.dims if spec else 384)
+    if compare:
+        extra = [overlap] if overlap is not None else []
+        plans = p.compare_overlaps(tokens, chunk_size, [*p.COMPARE_OVERLAPS, *extra])
+        return _plan_compare(plans, d, bytes_per_dim, as_json)
+
+    one = p.WindowPlan(tokens, chunk_size, p.parse_overlap(overlap or "0", chunk_size))
+    summary = p.summary(one, d, bytes_per_dim)
+    for warning in summary["warnings"]:
+        _warn(warning)
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+        return
+    lengths = summary["chunk_lengths"]
+    shown = (", ".join(map(str, lengths)) if isinstance(lengths, list)
+             else f"{one.size} each, the last {one.last_length}")
+    typer.echo(f"{one.tokens:,} tokens, chunk size {one.size}, overlap {one.overlap} "
+               f"({100 * one.overlap / one.size:.0f}% of the size): step {one.step}")
+    typer.echo(f"chunks            {one.chunks:,} ({shown})")
+    typer.echo(f"processed tokens  {one.processed_tokens:,}")
+    typer.echo(f"repeated tokens   {one.repeated_tokens:,} (+{one.overhead_pct:.1f}%)")
+    typer.echo(f"raw vectors       {p.human_bytes(summary['raw_vector_bytes'])} = {one.chunks:,} vectors"
+               f" x {d} dims x {bytes_per_dim} bytes ({p.BYTES_PER_DIM[bytes_per_dim]})")
+    for t in p.VECTOR_TYPES:
+        typer.echo(f"pgvector {t:<8} {p.pgvector_bytes(d, t):,} bytes per vector, "
+                   f"{p.human_bytes(summary['pgvector_column_bytes'][t])} for {one.chunks:,}")
+    typer.echo(f"\n{p.strip(one)}\n\n{p.RAW_SIZE_NOTE}")
+
+
+def _plan_model(name: str) -> Any:
+    from ragvps.errors import UsageError
+    from ragvps.models import KNOWN_MODELS, model_spec
+
+    spec = model_spec(name)
+    if spec is None:
+        known = ", ".join(KNOWN_MODELS)
+        raise UsageError(f"--model {name!r} is not a model ragvps knows; use one of {known}, or give --dims")
+    return spec
+
+
+def _plan_check_limit(size: int, spec: Any) -> None:
+    from ragvps import tokens
+    from ragvps.chunk import SPECIAL_TOKENS
+    from ragvps.plan import check_input_limit
+
+    check_input_limit(size, spec.max_tokens - SPECIAL_TOKENS - tokens.count(spec.document_prefix), spec.name)
+
+
+def _plan_table(title: str, headers: list[str], rows: list[list[str]]) -> None:
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for i, header in enumerate(headers):
+        table.add_column(header, justify="left" if i == 0 else "right")
+    for row in rows:
+        table.add_row(*(escape(cell) for cell in row))
+    Console(highlight=False).print(table)
+
+
+def _plan_compare(plans: list[Any], dims: int, bytes_per_dim: int, as_json: bool) -> None:
+    from ragvps import plan as p
+
+    models = p.common_models()
+    for warning in dict.fromkeys(w for one in plans for w in one.warnings()):
+        _warn(warning)
+    if as_json:
+        typer.echo(json.dumps({
+            "overlaps": [p.summary(one, dims, bytes_per_dim) for one in plans],
+            "models": [{"name": m.name, "dims": m.dims}
+                       | {f"{t}_bytes_per_vector": m.bytes_per_vector(t) for t in p.VECTOR_TYPES}
+                       | {f"{t}_mib_per_100k": round(m.mib_for(p.PER_100K, t), 1) for t in p.VECTOR_TYPES}
+                       for m in models],
+        }, indent=2))
+        return
+    first = plans[0]
+    _plan_table(
+        f"{first.tokens:,} tokens, chunk size {first.size}, {dims} dims x {bytes_per_dim} bytes",
+        ["overlap", "step", "chunks", "processed", "repeated", "overhead", "raw vectors"],
+        [[f"{s.overlap} ({100 * s.overlap / s.size:.0f}%)", str(s.step), f"{s.chunks:,}",
+          f"{s.processed_tokens:,}", f"{s.repeated_tokens:,}", f"+{s.overhead_pct:.0f}%",
+          f"{p.mib(p.raw_vector_bytes(s.chunks, dims, bytes_per_dim)):,.2f} MiB"] for s in plans],
+    )
+    _plan_table(
+        "pgvector column per model (bytes per vector; MiB per 100k vectors, rounded)",
+        ["model", "dims", "vector B", "halfvec B", "vector MiB", "halfvec MiB"],
+        [[m.name, str(m.dims), *(f"{m.bytes_per_vector(t):,}" for t in p.VECTOR_TYPES),
+          *(f"{m.mib_for(p.PER_100K, t):,.0f}" for t in p.VECTOR_TYPES)] for m in models],
+    )
+    typer.echo(p.RAW_SIZE_NOTE)
+
+
+def _plan_budget(b: Any, as_json: bool) -> None:
+    from ragvps.plan import millions
+
+    if as_json:
+        typer.echo(json.dumps(b.as_dict(), indent=2))
+        return
+
+    def n(tokens: int) -> str:
+        return f"{tokens:,} ({millions(tokens)})"
+
+    totals, ten = b.totals(), 10 * b.questions
+    typer.echo(f"embed the corpus once: {b.corpus_chunks:,} chunks x {b.tokens_per_chunk:,} tokens = "
+               f"{n(b.corpus_embed_tokens)} tokens")
+    typer.echo(f"per question: embedding {b.question_tokens:,}; generation input "
+               f"{b.generation_input_per_question:,} ({b.chunks_per_answer} chunks x {b.tokens_per_chunk:,}"
+               f" + {b.prompt_tokens:,}); generation output {b.answer_tokens:,}")
+    typer.echo(f"for {b.questions:,} questions: embedding {n(totals['embedding'])}; generation input "
+               f"{n(totals['generation_input'])}; generation output {n(totals['generation_output'])}")
+    typer.echo(f"corpus embedding amortised: {b.amortised():,.0f} tokens per question at {b.questions:,} "
+               f"questions, {b.amortised(ten):,.0f} at {ten:,}")
+
+
+def _plan_measure(ctx: typer.Context, path: Path, chunk_size: int | None, overlap: str | None, spec: Any,
+                  dims: int | None, bytes_per_dim: int, as_json: bool) -> None:
+    from ragvps import sources
+    from ragvps.errors import UsageError
+    from ragvps.models import spec_for
+    from ragvps.pipeline import chunker_config
+    from ragvps.plan import VECTOR_TYPES, measure, parse_overlap, pgvector_bytes, raw_vector_bytes
+
+    settings = settings_from(ctx)
+    spec = spec or spec_for(settings)
+    size = chunk_size or settings.chunk_size or spec.chunk_size
+    settings = settings_from(ctx, chunk_size=size,
+                             chunk_overlap=None if overlap is None else parse_overlap(overlap, size))
+    config = chunker_config(settings, spec)
+    _plan_check_limit(config.size, spec)
+    scan = sources.scan(path)
+    for warning in scan.warnings:
+        _warn(warning)
+    docs = [doc for source in scan.files for doc in sources.load(source, _warn)]
+    if not docs:
+        raise UsageError(f"{path} has no documents ragvps can read; supported: .md, .markdown, .txt")
+    m = measure(docs, config)
+    for warning in m.stream.warnings():
+        _warn(warning)
+    d = dims or spec.dims
+    if as_json:
+        typer.echo(json.dumps(m.as_dict() | {
+            "model": spec.name, "dims": d, "chunk_mode": config.mode,
+            "raw_vector_bytes": raw_vector_bytes(m.chunks, d, bytes_per_dim),
+            "pgvector_column_bytes": {t: m.chunks * pgvector_bytes(d, t) for t in VECTOR_TYPES},
+        }, indent=2))
+        return
+    stream = m.stream
+    _plan_table(
+        f"{len(docs):,} documents, {m.tokens:,} tokens ({spec.name}), chunk size {config.size}, "
+        f"overlap {config.overlap}, {config.mode} chunker",
+        ["", "chunks", "tokens embedded"],
+        [["one continuous stream (estimate)", f"{stream.chunks:,}", f"{stream.processed_tokens:,}"],
+         ["fixed windows per document", f"{m.window_chunks:,}", f"{m.window_processed:,}"],
+         ["the chunker, per document", f"{m.chunks:,}", f"{m.chunk_tokens:,}"]],
+    )
+    typer.echo(f"document boundaries change the count by {m.chunks - stream.chunks:+,} chunks against the "
+               "stream estimate (the chunker's tokens include each chunk's heading)")
+
+
+@app.command()
+def doctor(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the findings as JSON.")] = False,
+) -> None:
+    """Check the embedder before a long run: the model's dimension and context length, and the index's model."""
+    from ragvps.embed import diagnose
+
+    settings = settings_from(ctx)
+    report = diagnose(settings)
+    if as_json:
+        typer.echo(json.dumps({k: v for k, v in asdict(report).items() if k != "lines"}, indent=2))
+    else:
+        for line in report.lines:
+            typer.echo(line)
+        for problem in report.problems:
+            err.print(f"[red]problem:[/red] {escape(problem)}")
+    if report.problems:
+        raise typer.Exit(1)
 
 
 server = typer.Typer(help="The embedded PostgreSQL server under the data directory.", no_args_is_help=True)

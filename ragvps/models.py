@@ -53,4 +53,9 @@ def spec_for(settings: Settings) -> ModelSpec:
             f"ragvps does not know the dimension and input limit of Ollama model {settings.model_name!r} "
             f"(setting embed_model); use one of: {known}"
         )
-    return dataclasses.replace(spec, name=settings.model_name)
+    return dataclasses.replace(
+        spec,
+        name=settings.model_name,
+        document_prefix=spec.document_prefix if settings.document_prefix is None else settings.document_prefix,
+        query_prefix=spec.query_prefix if settings.query_prefix is None else settings.query_prefix,
+    )

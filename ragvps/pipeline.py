@@ -5,19 +5,21 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psycopg
 
-from ragvps import sources, store
+from ragvps import sources, store, tokens
 from ragvps.artifacts import ChunkArtifacts, ChunkFile, VectorCache
-from ragvps.chunk import Chunk, ChunkerConfig, chunk_document
+from ragvps.chunk import SPECIAL_TOKENS, Chunk, ChunkerConfig, chunk_documents
 from ragvps.config import Settings
 from ragvps.embed import Embedder, embed_documents
 from ragvps.errors import RagvpsError
 from ragvps.models import ModelSpec
+from ragvps.ollama import InputTooLongError
 from ragvps.sources import Document
 
 log = logging.getLogger(__name__)
@@ -63,7 +65,7 @@ def chunk_stage(
             result = artifacts.read(source.rel, file_hash, key)
             if result is None:
                 docs = sources.load(source, warn)
-                chunks = [c for doc in docs for c in chunk_document(doc, config)]
+                chunks = [c for doc_chunks in chunk_documents(docs, config) for c in doc_chunks]
                 result = ChunkFile(source.rel, file_hash, key, docs, chunks)
                 artifacts.write(result)
                 report.rechunked_files += 1
@@ -71,26 +73,65 @@ def chunk_stage(
             warn(f"{source.rel}: {exc.strerror or exc}, skipped")
             report.skipped["unreadable"] += 1
             continue
+        except sources.SkipFile as exc:
+            warn(str(exc))
+            report.skipped[exc.reason] += 1
+            continue
         results.append(result)
         progress("chunk", i + 1, len(scan.files))
     return results
 
 
 def embed_stage(
-    cache: VectorCache, chunks: Sequence[Chunk], make_embedder: Callable[[], Embedder], batch_size: int,
-    report: IngestReport, progress: Progress,
+    cache: VectorCache, chunks: Sequence[Chunk], spec: ModelSpec, make_embedder: Callable[[], Embedder],
+    batch_size: int, report: IngestReport, progress: Progress,
 ) -> None:
     """Embed the chunks whose vectors are not cached yet, appending each batch to the cache."""
-    texts = {c.content_hash: c.embed_text for c in chunks}
-    missing = cache.missing(texts)
+    by_hash = {c.content_hash: c for c in chunks}
+    missing = cache.missing(by_hash)
     if not missing:
         return
+    todo = [by_hash[h] for h in missing]
+    offenders = too_long(todo, spec)
+    if offenders:
+        raise InputTooLongError(too_long_message(offenders, len(todo), spec, "lower the setting chunk_size"))
     embedder = make_embedder()
-    for lo in range(0, len(missing), batch_size):
-        batch = missing[lo : lo + batch_size]
-        cache.add(batch, embed_documents(embedder, [texts[h] for h in batch]))
+    for lo in range(0, len(todo), batch_size):
+        batch = todo[lo : lo + batch_size]
+        cache.add(missing[lo : lo + batch_size], _embed_batch(embedder, batch))
         report.embedded += len(batch)
-        progress("embed", min(lo + batch_size, len(missing)), len(missing))
+        progress("embed", lo + len(batch), len(todo))
+
+
+def too_long(chunks: Sequence[Chunk], spec: ModelSpec) -> list[tuple[Chunk, int]]:
+    """The chunks longer than the model takes, with their exact token count (prefix and [CLS]/[SEP] included)."""
+    counts = tokens.count_many([spec.document_prefix + c.embed_text for c in chunks]) if chunks else []
+    limit = spec.max_tokens - SPECIAL_TOKENS
+    return [(c, n + SPECIAL_TOKENS) for c, n in zip(chunks, counts, strict=True) if n > limit]
+
+
+def too_long_message(offenders: Sequence[tuple[Chunk, int]], total: int, spec: ModelSpec, remedy: str) -> str:
+    examples = "; ".join(f"document {c.doc_id} chunk {c.seq}: {n} tokens" for c, n in offenders[:3])
+    return (f"{len(offenders)} of {total} chunks are longer than model {spec.name} takes "
+            f"({spec.max_tokens} tokens with its prefix): {examples}"
+            + ("; ..." if len(offenders) > 3 else "") + f"; {remedy}")
+
+
+def _embed_batch(embedder: Embedder, batch: Sequence[Chunk]) -> np.ndarray:
+    """Embed one batch; when Ollama refuses an input as too long, halve the batch to name the chunk."""
+    try:
+        return embed_documents(embedder, [c.embed_text for c in batch])
+    except InputTooLongError as exc:
+        if len(batch) > 1:
+            mid = len(batch) // 2
+            return np.concatenate([_embed_batch(embedder, batch[:mid]), _embed_batch(embedder, batch[mid:])])
+        c, spec = batch[0], embedder.spec
+        n = tokens.count(spec.document_prefix + c.embed_text) + SPECIAL_TOKENS
+        raise InputTooLongError(
+            f"document {c.doc_id} chunk {c.seq} has {n} tokens, more than model {spec.name} takes on this server "
+            f"(ragvps assumed {spec.max_tokens}; {exc}); check `ragvps doctor` for the model's context length "
+            "and lower the setting chunk_size below it"
+        ) from None
 
 
 def store_stage(
@@ -179,13 +220,13 @@ def ingest(
                 f"supported: {', '.join(sorted(sources.KINDS))}"
             )
         with store.write_lock(conn):
-            config = chunker_config(settings, spec)
+            config = _ingest_chunker(conn, settings, spec)
             files = chunk_stage(settings, root, scan, config, report, progress, warn)
             chunks = [c for f in files for c in f.chunks]
             report.documents = sum(len(f.documents) for f in files)
             report.chunks = len(chunks)
             cache = VectorCache(settings.data_dir, spec.identity, spec.dims)
-            embed_stage(cache, chunks, make_embedder, settings.batch_size, report, progress)
+            embed_stage(cache, chunks, spec, make_embedder, settings.batch_size, report, progress)
             eset = store.ensure_set(conn, spec, settings.vector_type, activate=True)
             unreadable = {f.rel for f in scan.files} - {f.source for f in files}
             store_stage(conn, eset, str(root), files, unreadable, cache, config, settings, report, progress)
@@ -193,13 +234,35 @@ def ingest(
     return report
 
 
+@dataclass
+class SwitchReport:
+    old_model: str
+    new_model: str
+    chunks: int = 0  # stored chunks, re-embedded as they are
+    embedded: int = 0  # of which not in the vector cache
+    index_built: bool = False
+    pinned_chunker: str | None = None
+
+
+@dataclass
+class ReindexReport:
+    switch: SwitchReport | None
+    roots: dict[str, IngestReport]
+
+
 def reindex(
     settings: Settings, spec: ModelSpec, make_embedder: Callable[[], Embedder], progress: Progress, warn: Warn,
-) -> dict[str, IngestReport]:
-    """Re-sync every folder ingested before, then rebuild the vector index in place without blocking reads."""
+) -> ReindexReport:
+    """Switch to the configured model if it differs from the index's, re-sync every folder ingested before,
+    then rebuild the vector index in place without blocking reads."""
     from ragvps.database import connect
 
+    switch = None
     with connect(settings) as conn:
+        active = store.active_set(conn)
+        if active is not None and (active.identity, active.vector_type) != (spec.identity, settings.vector_type):
+            with store.write_lock(conn):
+                switch = switch_model(conn, settings, spec, active, make_embedder, progress)
         roots = [r[0] for r in conn.execute("SELECT DISTINCT root FROM documents ORDER BY root")]
     reports = {}
     for root in roots:
@@ -207,8 +270,82 @@ def reindex(
             warn(f"{root} no longer exists; its documents are kept (delete them by ingesting an empty folder)")
             continue
         reports[root] = ingest(settings, Path(root), spec, make_embedder, progress, warn)
-    with connect(settings) as conn, store.write_lock(conn):
-        eset = store.active_set(conn)
-        if eset is not None:
-            store.rebuild_index(conn, eset, settings, progress, warn)
-    return reports
+    if switch is None:  # a switch has just built its index
+        with connect(settings) as conn, store.write_lock(conn):
+            eset = store.active_set(conn)
+            if eset is not None:
+                store.rebuild_index(conn, eset, settings, progress, warn)
+    return ReindexReport(switch, reports)
+
+
+def switch_model(
+    conn: psycopg.Connection, settings: Settings, spec: ModelSpec, old: store.EmbeddingSet,
+    make_embedder: Callable[[], Embedder], progress: Progress,
+) -> SwitchReport:
+    """Re-embed the stored chunks as they are into a new embedding set, index it, then make it the active one.
+
+    No source is read and nothing is re-chunked; queries use the old set until the final transaction.
+    """
+    report = SwitchReport(old.model, spec.name)
+    rows = store.chunks_with_ids(conn)
+    conn.commit()
+    chunks = [c for _, c in rows]
+    report.chunks = len(chunks)
+    offenders = too_long(chunks, spec)
+    if offenders:
+        raise InputTooLongError(too_long_message(
+            offenders, len(chunks), spec,
+            f"they were cut for model {old.model}; re-ingest into a fresh data directory and database with "
+            f"{spec.name} configured, or pick a model that takes longer input",
+        ))
+    cache = VectorCache(settings.data_dir, spec.identity, spec.dims)
+    counts = IngestReport()
+    embed_stage(cache, chunks, spec, make_embedder, settings.batch_size, counts, progress)
+    report.embedded = counts.embedded
+    eset = store.ensure_set(conn, spec, settings.vector_type, activate=False)
+    conn.commit()
+    with conn.transaction():  # a leftover set from an interrupted switch is refilled from scratch
+        store.reset_vectors(conn, eset)
+        for lo in range(0, len(rows), STORE_BATCH_CHUNKS):
+            part = chunks[lo : lo + STORE_BATCH_CHUNKS]
+            store.write_vectors(conn, eset, [r[0] for r in rows[lo : lo + STORE_BATCH_CHUNKS]],
+                                cache.get([c.content_hash for c in part]))
+            progress("store", lo + len(part), len(chunks))
+    report.index_built = store.ensure_index(conn, eset, settings, progress)
+    keys = store.document_chunkers(conn)
+    report.pinned_chunker = keys[0][0] if keys and store.chunker_settings(conn, keys[0][0]) else None
+    conn.commit()
+    with conn.transaction():
+        store.activate_set(conn, eset)
+        store.set_chunker_pin(conn, eset, report.pinned_chunker)
+        for dropped in store.drop_other_sets(conn, eset):
+            log.info("dropped embedding set %s (%s)", dropped.table_name, dropped.model)
+    return report
+
+
+def _ingest_chunker(conn: psycopg.Connection, settings: Settings, spec: ModelSpec) -> ChunkerConfig:
+    """The model's chunker settings, unless a model switch pinned the ones the stored chunks were cut with.
+
+    Chunk settings given explicitly (size, overlap, mode) that differ from the pinned ones end the pin.
+    """
+    config = chunker_config(settings, spec)
+    active = store.active_set(conn)
+    pin = store.chunker_pin(conn, active) if active is not None else None
+    pinned = _chunker_from(store.chunker_settings(conn, pin)) if pin and pin != config.key() else None
+    if pinned is not None and active is not None:
+        if ((settings.chunk_size is None or settings.chunk_size == pinned.size)
+                and (settings.chunk_overlap is None or settings.chunk_overlap == pinned.overlap)
+                and settings.chunk_mode == pinned.mode):
+            config = pinned
+        else:
+            store.set_chunker_pin(conn, active, None)
+    store.record_chunker(conn, config.key(), asdict(config))
+    conn.commit()
+    return config
+
+
+def _chunker_from(stored: dict[str, Any] | None) -> ChunkerConfig | None:
+    try:
+        return ChunkerConfig(**stored) if stored else None
+    except TypeError:  # settings from another version of the chunker
+        return None

@@ -51,7 +51,18 @@ class ScanReport:
     warnings: list[str] = field(default_factory=list)
 
 
-KINDS = {".md": "markdown", ".markdown": "markdown", ".txt": "text", ".text": "text", ".jsonl": "jsonl"}
+KINDS = {
+    ".md": "markdown", ".markdown": "markdown", ".txt": "text", ".text": "text", ".jsonl": "jsonl",
+    ".html": "html", ".htm": "html", ".pdf": "pdf",
+}
+
+
+class SkipFile(Exception):
+    """A supported file that has nothing to read (an encrypted or image-only PDF): skipped and counted."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
 
 
 def scan(root: Path) -> ScanReport:
@@ -128,16 +139,68 @@ def load(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
     """The documents in one source file."""
     if source.kind == "jsonl":
         return load_jsonl(source, warn)
+    if source.kind == "pdf":
+        return [load_pdf(source)]
     text = read_text(source, warn)
-    title = _title(text, source) if source.kind == "markdown" else Path(source.rel).stem
-    return [Document(doc_id=source.rel, source=source.rel, title=title, text=text, kind=source.kind)]
+    stem = Path(source.rel).stem
+    if source.kind == "html":
+        from ragvps.htmltext import extract
+
+        page = extract(text)
+        meta: dict[str, object] = {"headings": page.headings} if page.headings else {}
+        return [Document(source.rel, source.rel, page.title or stem, page.text, "html", meta)]
+    title = markdown_title(text) if source.kind == "markdown" else None
+    return [Document(doc_id=source.rel, source=source.rel, title=title or stem, text=text, kind=source.kind)]
 
 
-def _title(text: str, source: SourceFile) -> str:
-    for line in text.splitlines()[:50]:
-        if line.startswith("# "):
-            return line[2:].strip()
-    return Path(source.rel).stem
+def markdown_title(text: str) -> str | None:
+    """The first level-1 heading (ATX or setext) of a Markdown text, as CommonMark parses it."""
+    from markdown_it import MarkdownIt
+
+    head = text[:20000]  # the title is near the top; a huge file is not parsed twice
+    tokens = MarkdownIt("commonmark").parse(head)
+    for i, tok in enumerate(tokens):
+        if tok.type == "heading_open" and tok.tag == "h1" and tok.level == 0:
+            return inline_text(tokens[i + 1]).strip() or None
+    return None
+
+
+def inline_text(token: object) -> str:
+    """The plain text of a markdown-it inline token (emphasis and links dropped, code kept)."""
+    children = getattr(token, "children", None) or []
+    return "".join(c.content for c in children if c.type in ("text", "code_inline", "softbreak")) or str(
+        getattr(token, "content", ""))
+
+
+def load_pdf(source: SourceFile) -> Document:
+    """A PDF's text layer, page by page; `metadata["pages"]` maps character offsets to page numbers."""
+    import pypdf
+    from pypdf.errors import PdfReadError
+
+    try:
+        reader = pypdf.PdfReader(source.path)
+        if reader.is_encrypted and not reader.decrypt(""):
+            raise SkipFile("encrypted PDF", f"{source.rel}: encrypted PDF (needs a password), skipped")
+        parts: list[str] = []
+        pages: list[list[int]] = []
+        offset = 0
+        for number, page in enumerate(reader.pages, start=1):
+            text = (page.extract_text() or "").strip()
+            if not text:
+                continue
+            pages.append([offset, number])
+            parts.append(text)
+            offset += len(text) + 2
+        info = reader.metadata
+        title = str(info.title).strip() if info is not None and info.title else ""
+    except SkipFile:
+        raise
+    except (PdfReadError, ValueError, KeyError, TypeError) as exc:  # pypdf raises these on damaged files
+        raise SkipFile("unreadable PDF", f"{source.rel}: not a readable PDF ({exc}), skipped") from exc
+    if not parts:
+        raise SkipFile("PDF without text", f"{source.rel}: no text layer (a scanned or image-only PDF?), skipped")
+    return Document(source.rel, source.rel, title or Path(source.rel).stem, "\n\n".join(parts), "pdf",
+                    {"pages": pages, "page_count": len(reader.pages)})
 
 
 def load_jsonl(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:

@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -296,3 +297,54 @@ def index_exists(conn: psycopg.Connection, eset: EmbeddingSet) -> bool:
 
 def _exists(conn: psycopg.Connection, name: str) -> bool:
     return bool(conn.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()[0])  # type: ignore[index]
+
+
+# Embedding-model switch (owned by the embed stage; see pipeline.reindex).
+
+
+def chunks_with_ids(conn: psycopg.Connection) -> list[tuple[int, Chunk]]:
+    """Every stored chunk with its id, in id order."""
+    rows = conn.execute(q("chunks_for_reembed")).fetchall()
+    return [(r[0], Chunk(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8])) for r in rows]
+
+
+def record_chunker(conn: psycopg.Connection, key: str, config: dict[str, object]) -> None:
+    conn.execute(q("record_chunker"), {"key": key, "config": Jsonb(config)})
+
+
+def chunker_settings(conn: psycopg.Connection, key: str) -> dict[str, Any] | None:
+    row = conn.execute(q("chunker_by_key"), {"key": key}).fetchone()
+    return row[0] if row else None
+
+
+def chunker_pin(conn: psycopg.Connection, eset: EmbeddingSet) -> str | None:
+    row = conn.execute(q("chunker_pin"), {"id": eset.id}).fetchone()
+    return row[0] if row else None
+
+
+def set_chunker_pin(conn: psycopg.Connection, eset: EmbeddingSet, key: str | None) -> None:
+    conn.execute(q("set_chunker_pin"), {"id": eset.id, "key": key})
+
+
+def document_chunkers(conn: psycopg.Connection) -> list[tuple[str, int]]:
+    """The chunker keys of the stored documents, most common first."""
+    return [(r[0], r[1]) for r in conn.execute(q("document_chunkers"))]
+
+
+def reset_vectors(conn: psycopg.Connection, eset: EmbeddingSet) -> None:
+    conn.execute(compose("truncate_vector_table", table=eset.table))
+
+
+def activate_set(conn: psycopg.Connection, eset: EmbeddingSet) -> None:
+    """Make `eset` the one queries use, in the caller's transaction (two steps: one active set at a time)."""
+    conn.execute(q("deactivate_sets"), {"id": eset.id})
+    conn.execute(q("activate_set"), {"id": eset.id})
+
+
+def drop_other_sets(conn: psycopg.Connection, keep: EmbeddingSet) -> list[EmbeddingSet]:
+    """Drop every embedding set but `keep`, with its vector table; in the caller's transaction."""
+    dropped = [EmbeddingSet(*row) for row in conn.execute(q("other_sets"), {"id": keep.id}).fetchall()]
+    for old in dropped:
+        conn.execute(compose("drop_vector_table", table=old.table))
+        conn.execute(q("delete_set"), {"id": old.id})
+    return dropped

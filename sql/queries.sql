@@ -153,3 +153,44 @@ d.metadata || c.metadata @> %(metadata)s
 SELECT c.id, d.doc_id, d.source, d.root, c.seq, c.heading_path, c.text
 FROM chunks c JOIN documents d ON d.id = c.document_id
 WHERE c.id = ANY(%(ids)s);
+
+-- Embedding-model switch (pipeline.reindex) and pinned chunker settings (migration 003).
+
+-- name: chunks_for_reembed
+SELECT c.id, d.doc_id, c.seq, c.heading_path, c.text, c.start_offset, c.end_offset, c.tokens, c.llm_tokens
+FROM chunks c JOIN documents d ON d.id = c.document_id
+ORDER BY c.id;
+
+-- name: record_chunker
+INSERT INTO chunker_settings (key, config) VALUES (%(key)s, %(config)s) ON CONFLICT (key) DO NOTHING;
+
+-- name: chunker_by_key
+SELECT config FROM chunker_settings WHERE key = %(key)s;
+
+-- name: chunker_pin
+SELECT chunker FROM embedding_sets WHERE id = %(id)s;
+
+-- name: set_chunker_pin
+UPDATE embedding_sets SET chunker = %(key)s WHERE id = %(id)s;
+
+-- name: document_chunkers
+SELECT chunker, count(*) FROM documents GROUP BY chunker ORDER BY count(*) DESC, chunker;
+
+-- name: other_sets
+SELECT id, model, identity, dims, vector_type, table_name, active
+FROM embedding_sets WHERE id <> %(id)s;
+
+-- name: deactivate_sets
+UPDATE embedding_sets SET active = false WHERE active AND id <> %(id)s;
+
+-- name: activate_set
+UPDATE embedding_sets SET active = true WHERE id = %(id)s;
+
+-- name: delete_set
+DELETE FROM embedding_sets WHERE id = %(id)s;
+
+-- name: drop_vector_table
+DROP TABLE IF EXISTS {table};
+
+-- name: truncate_vector_table
+TRUNCATE {table};

@@ -68,3 +68,9 @@ def test_redact_forms():
     assert redact("postgresql://u:pw@h/db") == "postgresql://u:***@h/db"
     assert redact("host=h password=pw user=u") == "host=h password=*** user=u"
     assert redact("postgresql://u@h/db") == "postgresql://u@h/db"
+
+
+def test_help_and_usage_errors_are_clicks_own(cli):
+    assert "Chunk, embed and store" in cli("ingest", "--help").stdout
+    result = cli("no-such-command", expect=2)
+    assert "No such command" in result.stderr and "unexpected error" not in result.stderr

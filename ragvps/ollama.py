@@ -1,0 +1,137 @@
+"""The Ollama client: /api/embed with retries on transient failures, /api/show for the model's facts."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ragvps.errors import EmbedderError
+from ragvps.models import ModelSpec
+
+if TYPE_CHECKING:
+    import httpx
+
+log = logging.getLogger(__name__)
+
+BACKOFF_BASE = 0.5  # seconds before the first retry; doubled each time
+BACKOFF_CAP = 30.0
+
+
+class InputTooLongError(EmbedderError):
+    """Ollama refused an input longer than the model's context (HTTP 400 with truncate=false)."""
+
+
+class DimensionError(EmbedderError):
+    pass
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What /api/show says about a model."""
+
+    name: str
+    architecture: str
+    dims: int | None
+    context_length: int | None
+    capabilities: tuple[str, ...]
+
+
+def dimension_message(model: str, got: int, expected: int) -> str:
+    return (f"model {model} returns {got} dimensions, the index holds {expected}; "
+            "check the model name (setting embed_model), or run `ragvps reindex` after configuring the new model")
+
+
+class OllamaEmbedder:
+    """POST /api/embed on an Ollama server, with `truncate: false` so nothing is cut silently."""
+
+    def __init__(
+        self, url: str, spec: ModelSpec, keep_alive: str = "30m", *, timeout: float = 120.0, retries: int = 4,
+        client: httpx.Client | None = None, sleep: Callable[[float], None] = time.sleep,
+    ):
+        import httpx
+
+        self.spec = spec
+        self.url = url.rstrip("/")
+        self.keep_alive = keep_alive
+        self.timeout = timeout
+        self.retries = retries
+        self.sleep = sleep
+        self.client = client or httpx.Client(timeout=httpx.Timeout(timeout, connect=5.0))
+        self.requests = 0  # HTTP requests sent, retries included
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        body = {"model": self.spec.name, "input": list(texts), "truncate": False, "keep_alive": self.keep_alive}
+        data = self._post("/api/embed", body)
+        vectors = np.asarray(data.get("embeddings", []), dtype=np.float32)
+        if vectors.ndim == 2 and vectors.shape[0] == len(texts) and vectors.shape[1] != self.spec.dims:
+            raise DimensionError(dimension_message(self.spec.name, vectors.shape[1], self.spec.dims))
+        if vectors.shape != (len(texts), self.spec.dims):
+            raise EmbedderError(
+                f"Ollama at {self.url} returned {vectors.shape[0] if vectors.ndim else 0} vectors "
+                f"for {len(texts)} inputs from model {self.spec.name}"
+            )
+        return vectors
+
+    def show(self) -> ModelInfo:
+        """The model's architecture, dimension and context length, from /api/show."""
+        data = self._post("/api/show", {"model": self.spec.name})
+        info: dict[str, Any] = data.get("model_info") or {}
+        arch = str(info.get("general.architecture") or (data.get("details") or {}).get("family") or "")
+
+        def number(key: str) -> int | None:
+            value = info.get(f"{arch}.{key}")
+            return int(value) if isinstance(value, int | float) else None
+
+        return ModelInfo(self.spec.name, arch, number("embedding_length"), number("context_length"),
+                         tuple(data.get("capabilities") or ()))
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST with exponential backoff on connection errors, timeouts and 5xx; never on 4xx."""
+        import httpx
+
+        attempt = 0
+        while True:
+            self.requests += 1
+            try:
+                response = self.client.post(self.url + path, json=body)
+            except httpx.TimeoutException as exc:
+                failure: str = (f"Ollama at {self.url} did not answer within {self.timeout:g} s "
+                                f"({exc.__class__.__name__}); it may be loading the model or overloaded: "
+                                "raise the setting ollama_timeout or lower batch_size")
+            except httpx.TransportError as exc:
+                failure = (f"Ollama is not reachable at {self.url} ({exc.__class__.__name__}): start it with "
+                           "`ollama serve`, or point RAGVPS_OLLAMA_URL (setting ollama_url) at it")
+            else:
+                if response.status_code == 200:
+                    return response.json()
+                if response.status_code < 500:
+                    raise self._client_error(response)
+                failure = f"Ollama at {self.url} answered {response.status_code}: {_error(response)}"
+            if attempt >= self.retries:
+                raise EmbedderError(failure + (f" (after {attempt + 1} attempts)" if attempt else ""))
+            delay = min(BACKOFF_CAP, BACKOFF_BASE * 2**attempt)
+            log.warning("%s; retrying in %.1f s", failure, delay)
+            self.sleep(delay)
+            attempt += 1
+
+    def _client_error(self, response: httpx.Response) -> EmbedderError:
+        message = _error(response)
+        if response.status_code == 404:
+            return EmbedderError(
+                f"Ollama at {self.url} has no model {self.spec.name}: run `ollama pull {self.spec.name}`"
+            )
+        if response.status_code == 400 and ("context length" in message or "too long" in message):
+            return InputTooLongError(f"Ollama refused an input for model {self.spec.name}: {message}")
+        return EmbedderError(f"Ollama at {self.url} answered {response.status_code}: {message}")
+
+
+def _error(response: httpx.Response) -> str:
+    try:
+        return str(response.json().get("error", response.text))
+    except ValueError:
+        return response.text[:200]

@@ -1,0 +1,185 @@
+"""The chunker's guarantees, as properties over generated documents, and its structure on small examples."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ragvps import tokens
+from ragvps.chunk import ChunkerConfig, chunk_document, fixed_windows, sentences
+from ragvps.sources import Document
+
+WORDS = ["the", "model", "embeds", "chunks", "unbelievably", "Tokenisation", "cost", "3.5", "e.g.", "Dr.", "naïve",
+         "café", "日本語", "x" * 120, "##", "#", "`", "*", "-", "\ufffd", "\x00", "résumé", "(see", "Fig.", "1)", "—"]
+ENDS = [".", "!", "?", ",", ";", "", "", ""]
+
+
+@st.composite
+def markdown(draw: st.DrawFn) -> str:
+    """Markdown-ish text: headings, paragraphs of sentences, code fences, lists, odd characters."""
+    parts = []
+    for _ in range(draw(st.integers(0, 12))):
+        kind = draw(st.sampled_from(["h", "p", "p", "p", "code", "list", "raw"]))
+        if kind == "h":
+            parts.append("#" * draw(st.integers(1, 4)) + " " + " ".join(draw(st.lists(st.sampled_from(WORDS),
+                                                                                      min_size=1, max_size=30))))
+        elif kind == "p":
+            words = draw(st.lists(st.tuples(st.sampled_from(WORDS), st.sampled_from(ENDS)), max_size=400))
+            parts.append(" ".join(w + e for w, e in words))
+        elif kind == "code":
+            parts.append("```\n# not a heading\n" + "\n".join(draw(st.lists(st.sampled_from(WORDS), max_size=60)))
+                         + "\n```")
+        elif kind == "list":
+            parts.append("\n".join("- " + w for w in draw(st.lists(st.sampled_from(WORDS), max_size=30))))
+        else:
+            parts.append(draw(st.text(max_size=300)))
+    return draw(st.sampled_from(["\n\n", "\n", "\r\n\r\n"])).join(parts)
+
+
+CONFIGS = st.sampled_from([
+    ChunkerConfig("structure", 200, 30, 256),
+    ChunkerConfig("structure", 40, 10, 64, "search_document: "),
+    ChunkerConfig("structure", 400, 50, 2048, "search_document: "),
+    ChunkerConfig("sentences", 200, 30, 256),
+    ChunkerConfig("fixed", 200, 30, 256),
+    ChunkerConfig("fixed", 30, 0, 48, "search_document: "),
+    ChunkerConfig("structure", 16, 4, 24),
+])
+
+
+def _check(doc: Document, config: ChunkerConfig) -> None:
+    chunks = chunk_document(doc, config)
+    assert [c.seq for c in chunks] == list(range(len(chunks)))
+    for c in chunks:
+        assert doc.text[c.start : c.end] == c.text
+        # the guarantee, checked on the exact string the embedder receives
+        assert tokens.count(config.prefix + c.embed_text) + 2 <= config.max_tokens, c
+        assert c.tokens == tokens.count(c.embed_text)
+        assert c.llm_tokens == tokens.count_llm(c.text)
+    # nothing lost: every non-whitespace character is in a chunk, and chunks go forward through the document
+    covered = bytearray(len(doc.text))
+    for c in chunks:
+        covered[c.start : c.end] = b"\x01" * (c.end - c.start)
+    lost = [i for i, ch in enumerate(doc.text) if not covered[i] and not ch.isspace()]
+    if config.mode == "fixed":  # the plain token window only promises the characters that make tokens
+        lost = [i for i in lost if tokens.count(doc.text[i])]
+    assert not lost, [doc.text[i] for i in lost[:10]]
+    assert all(a.start <= b.start and a.end <= b.end for a, b in zip(chunks, chunks[1:], strict=False))
+    assert chunk_document(doc, config) == chunks  # deterministic
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(text=markdown(), config=CONFIGS, kind=st.sampled_from(["markdown", "text"]),
+       title=st.sampled_from(["", "Guide", "A very long title " * 12]))
+def test_guarantees_hold_for_any_document(text, config, kind, title):
+    _check(Document("d", "d", title, text, kind), config)
+
+
+@settings(max_examples=60, deadline=None)
+@given(text=st.text(max_size=2000), config=CONFIGS)
+def test_guarantees_hold_for_arbitrary_unicode(text, config):
+    _check(Document("d", "d", "T", text, "text"), config)
+
+
+def test_fixed_mode_example():
+    assert [b - a for a, b in fixed_windows(2500, 800, 200)] == [800, 800, 800, 700]
+    doc = Document("d", "d", "", " ".join(["word"] * 2500), "text")
+    chunks = chunk_document(doc, ChunkerConfig("fixed", 800, 200, 4096))
+    assert [c.tokens for c in chunks] == [800, 800, 800, 700]
+    assert sum(c.tokens for c in chunks) - 2500 == 600  # repeated by the overlap
+    with pytest.raises(ValueError, match="overlap 800 must be smaller"):
+        fixed_windows(10, 800, 800)
+
+
+GUIDE = """# Guide
+
+Welcome to the guide.
+
+## Billing
+
+Invoices are sent monthly.
+
+```bash
+# this comment is not a heading
+ragvps billing
+```
+
+### Cancelling
+
+To cancel, write to us. Dr. Smith answers within 2.5 days, e.g. on Mondays. Refunds follow.
+
+[docs]: https://example.org/docs
+
+## Support
+
+Ask anything.
+"""
+
+
+def test_markdown_structure_and_heading_paths():
+    config = ChunkerConfig("structure", 200, 30, 256)
+    chunks = chunk_document(Document("guide.md", "guide.md", "Guide", GUIDE, "markdown"), config)
+    assert [c.heading_path for c in chunks] == [
+        "Guide", "Guide > Billing", "Guide > Billing > Cancelling", "Guide > Support"]
+    billing = chunks[1]
+    assert "# this comment is not a heading" in billing.text and billing.text.startswith("## Billing")
+    assert billing.embed_text == "Guide > Billing\n\n" + billing.text
+    assert chunks[2].text.endswith("[docs]: https://example.org/docs")  # a link definition is text too
+    assert all(c.text == GUIDE[c.start : c.end] for c in chunks)
+
+
+def test_small_pieces_merge_within_a_section_and_long_ones_split_at_sentences():
+    body = " ".join(f"Sentence number {i} says something about topic {i % 7}." for i in range(60))
+    text = f"# Doc\n\n## Long\n\n{body}\n\n## Short\n\nOne.\n\nTwo.\n\nThree."
+    chunks = chunk_document(Document("d", "d", "Doc", text, "markdown"), ChunkerConfig("structure", 100, 15, 256))
+    long = [c for c in chunks if c.heading_path == "Doc > Long"]
+    assert len(long) >= 6 and all(c.text.endswith(".") for c in long)  # cut at sentence ends, not mid-sentence
+    assert all(c.tokens - tokens.count("Doc > Long") <= 100 for c in long)
+    assert [c.text for c in chunks if c.heading_path == "Doc > Short"] == ["## Short\n\nOne.\n\nTwo.\n\nThree."]
+
+
+def test_a_heading_followed_by_a_subheading_joins_the_subsection():
+    text = "# T\n\n## A\n\n### B\n\nBody of B."
+    chunks = chunk_document(Document("d", "d", "T", text, "markdown"), ChunkerConfig("structure", 200, 30, 256))
+    assert [(c.heading_path, c.text) for c in chunks] == [("T > A > B", text)]
+
+
+def test_sentences_mode_gives_one_sentence_per_chunk():
+    text = "The first one. The second one! Is this the third? Yes, at 3.5 p.m. on the dot."
+    chunks = chunk_document(Document("d", "d", "", text, "text"), ChunkerConfig("sentences", 200, 30, 256))
+    assert [c.text for c in chunks] == ["The first one.", "The second one!", "Is this the third?",
+                                        "Yes, at 3.5 p.m. on the dot."]
+
+
+def test_sentence_splitter_keeps_abbreviations_and_decimals():
+    text = "Dr. Smith paid 3.5 dollars, e.g. for tea (see Fig. 2). Then the U.S. team left. 終わり。次の文。"
+    assert [text[a:b] for a, b in sentences(text, 0, len(text))] == [
+        "Dr. Smith paid 3.5 dollars, e.g. for tea (see Fig. 2).", "Then the U.S. team left.", "終わり。", "次の文。"]
+
+
+def test_a_long_heading_path_is_shortened_for_embedding_only():
+    heads = "".join(f"{'#' * (i + 1)} Section heading number {i} with many extra words in it\n\n" for i in range(6))
+    text = heads + "The body text."
+    config = ChunkerConfig("structure", 200, 30, 64)
+    chunks = chunk_document(Document("d", "d", "Title", text, "markdown"), config)
+    chunk = chunks[-1]
+    assert chunk.text.endswith("The body text.")
+    assert chunk.heading_path.startswith("Title > Section heading number 0")
+    short = chunk.metadata["embed_heading_path"]
+    assert short.startswith("Title") and tokens.count(short) <= (64 - 2) // 4
+    assert chunk.embed_text.startswith(short + "\n\n")
+    assert tokens.count(chunk.embed_text) + 2 <= 64
+
+
+def test_counts_are_not_capped_at_128():
+    text = " ".join(["word"] * 1000)
+    assert tokens.count(text) == 1000
+
+
+def test_pdf_chunks_know_their_pages():
+    text = "First page text. " * 30 + "\n\n" + "Second page text. " * 30
+    doc = Document("p.pdf", "p.pdf", "P", text.strip(), "pdf", {"pages": [[0, 3], [text.index("Second"), 4]]})
+    chunks = chunk_document(doc, ChunkerConfig("structure", 60, 10, 256))
+    assert chunks[0].metadata["pages"] == [3] and chunks[-1].metadata["pages"] == [4]
+    assert {p for c in chunks for p in c.metadata["pages"]} == {3, 4}

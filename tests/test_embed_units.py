@@ -1,0 +1,48 @@
+"""Pure parts of the embed stage: the vector cache's records, the input-limit check, per-model prefixes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ragvps.artifacts import VectorCache
+from ragvps.chunk import Chunk
+from ragvps.config import load_settings
+from ragvps.models import spec_for
+from ragvps.pipeline import too_long, too_long_message
+
+
+def test_vector_cache_reads_back_in_request_order_across_reopen_and_repeats(tmp_path):
+    cache = VectorCache(tmp_path, "m|||3", 3)
+    hashes = [f"{i:064x}" for i in range(4)]
+    cache.add(hashes[:2], np.array([[1, 0, 0], [0, 1, 0]], dtype=np.float32))
+    cache.add(hashes[1:3], np.array([[0, 2, 0], [0, 0, 1]], dtype=np.float32))  # hash 1 again: latest wins
+    assert cache.missing(hashes + hashes) == [hashes[3]]
+    np.testing.assert_array_equal(cache.get([hashes[2], hashes[0], hashes[1]]), [[0, 0, 1], [1, 0, 0], [0, 2, 0]])
+    reopened = VectorCache(tmp_path, "m|||3", 3)
+    assert len(reopened) == 3
+    np.testing.assert_array_equal(reopened.get([hashes[1]]), [[0, 2, 0]])
+    with pytest.raises(ValueError, match="expected 1 x 3 vectors"):
+        reopened.add([hashes[3]], np.zeros((1, 4), dtype=np.float32))
+    assert VectorCache(tmp_path, "other|||3", 3).missing(hashes[:1]) == hashes[:1]
+
+
+def test_too_long_counts_the_prefix_and_special_tokens():
+    spec = spec_for(load_settings(env={"RAGVPS_EMBEDDER": "ollama", "RAGVPS_EMBED_MODEL": "all-minilm"}))
+    fits = Chunk("a.md", 0, "", "word " * 254, 0, 0, 254, 254)  # 254 + [CLS] + [SEP] = 256
+    over = Chunk("b.md", 3, "", "word " * 255, 0, 0, 255, 255)
+    assert [(c.doc_id, n) for c, n in too_long([fits, over], spec)] == [("b.md", 257)]
+    message = too_long_message(too_long([over], spec), 2, spec, "lower chunk_size")
+    assert message == ("1 of 2 chunks are longer than model all-minilm takes (256 tokens with its prefix): "
+                       "document b.md chunk 3: 257 tokens; lower chunk_size")
+    nomic = spec_for(load_settings(env={"RAGVPS_EMBEDDER": "ollama"}))
+    assert too_long([fits, over], nomic) == []
+
+
+def test_prefixes_are_the_models_by_default_and_configurable():
+    nomic = spec_for(load_settings(env={"RAGVPS_EMBEDDER": "ollama"}))
+    assert (nomic.document_prefix, nomic.query_prefix) == ("search_document: ", "search_query: ")
+    custom = spec_for(load_settings(env={"RAGVPS_EMBEDDER": "ollama", "RAGVPS_EMBED_MODEL": "all-minilm",
+                                         "RAGVPS_QUERY_PREFIX": "query: "}))
+    assert (custom.document_prefix, custom.query_prefix) == ("", "query: ")
+    assert custom.identity == "all-minilm||query: |384"
