@@ -179,7 +179,7 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, default=Path("/work/benchdata/scifact"))
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=300)
-    parser.add_argument("--noise", type=float, default=0.01, help="Gaussian noise per dimension on copies")
+    parser.add_argument("--noise", type=float, default=0.03, help="Gaussian noise per dimension on copies")
     parser.add_argument("--database", default="ragvps_store_bench")
     args = parser.parse_args()
 
