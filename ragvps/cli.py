@@ -174,7 +174,7 @@ def query(
             raise UsageError("nothing is ingested yet: run `ragvps ingest PATH` first")
         store.check_model(eset, spec, settings.vector_type, "query")
         embedding = embed_queries(make_embedder(settings), [text])[0] if mode != "keyword" else None
-        hits = search(conn, eset, text, embedding, settings, mode, filters=filters)  # type: ignore[arg-type]
+        hits = search(conn, eset, text, embedding, settings, mode, filters=filters)
     if as_json:
         typer.echo(json.dumps([asdict(h) for h in hits], indent=2, ensure_ascii=False))
         return

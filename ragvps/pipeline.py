@@ -199,11 +199,12 @@ def ingest(
     from ragvps.database import connect
 
     report = IngestReport()
-    show = warn
 
-    def warn(message: str) -> None:
+    def record(message: str, show: Warn = warn) -> None:
         report.warnings.append(message)
         show(message)
+
+    warn = record
 
     scan = sources.scan(path)
     root = path.resolve()

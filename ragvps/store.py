@@ -129,7 +129,7 @@ def replace_documents(
              for doc, _, _ in batch],
             returning=True,
         )
-        rows = []
+        rows: list[tuple[int, Chunk, np.ndarray]] = []
         for _, chunks, vectors in batch:
             doc_pk = cur.fetchone()[0]  # type: ignore[index]
             cur.nextset()
