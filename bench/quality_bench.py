@@ -3,7 +3,7 @@
     python bench/quality_bench.py                      # ingest (incremental, cached) + every variant
     python bench/quality_bench.py --variants main      # just hybrid / vector / keyword
 
-Ingests ../shared/data/scifact-dev/corpus.jsonl into --data-dir (default /work/benchdata/scifact: its
+Ingests ../shared/data/scifact-dev/corpus.jsonl into --data-dir (default bench/out/scifact: its
 embedding cache makes reruns cheap), embeds the queries once (cached there too), then runs every
 query through each variant. A document's rank is that of its best chunk. Prints a Markdown table.
 """
@@ -136,7 +136,7 @@ def legs(settings: Settings, eset: store.EmbeddingSet) -> dict[str, Leg]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", type=Path, default=Path("/work/benchdata/scifact"))
+    parser.add_argument("--data-dir", type=Path, default=Path("bench/out/scifact"))
     parser.add_argument("--dataset", type=Path, default=DATASET)
     parser.add_argument("--database-url", default="", help="default: the embedded server in the data dir")
     parser.add_argument("--variants", choices=["main", "all", "keyword"], default="all")

@@ -1,7 +1,7 @@
 """The store at 100,000 chunks: COPY rows/s, HNSW build (vector, halfvec), sizes, hybrid query DB time,
 HNSW top-10 overlap with exact search.
 
-    python bench/store_bench.py                  # 100,000 chunks from /work/benchdata/scifact
+    python bench/store_bench.py                  # 100,000 chunks from bench/out/scifact
     python bench/store_bench.py --rows 20000 --queries 100
 
 The corpus is real: the SciFact chunks and their cached local-model embeddings from --data-dir (run
@@ -176,7 +176,7 @@ def mb(n: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", type=Path, default=Path("/work/benchdata/scifact"))
+    parser.add_argument("--data-dir", type=Path, default=Path("bench/out/scifact"))
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--noise", type=float, default=0.03, help="Gaussian noise per dimension on copies")
