@@ -35,9 +35,12 @@ class Question:
 
 
 class HitLike(Protocol):
-    doc_id: str
-    path: str
-    text: str
+    @property
+    def doc_id(self) -> str: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def text(self) -> str: ...
 
 
 def _normalise(text: str) -> str:
@@ -116,7 +119,7 @@ def _read_lines(path: Path, what: str) -> list[str]:
 def _json_line(path: Path, n: int, line: str, expected: str) -> dict[str, Any]:
     try:
         record = json.loads(line)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise UsageError(f"{path}:{n}: not valid JSON ({exc.msg}); each line must be {expected}") from None
     if not isinstance(record, dict):
         raise UsageError(f"{path}:{n}: each line must be {expected}")

@@ -25,7 +25,7 @@ REBUILD_FACTOR = 2  # a rebuild writes the new table and index beside the old on
 
 
 def _q(name: str, **parts: sql.Composable) -> sql.Composed:
-    return sql.SQL(queries("inspect.sql")[name]).format(**parts)  # type: ignore[arg-type]
+    return sql.SQL(queries("inspect.sql")[name]).format(**parts)
 
 
 def _param(eset: EmbeddingSet, vector: np.ndarray) -> object:
@@ -162,7 +162,7 @@ def stats(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings) -> d
     rebuild = REBUILD_FACTOR * (tables["chunks"]["total_bytes"] + vec["total_bytes"])
     free = shutil.disk_usage(settings.pg_dir).free if not settings.database_url and settings.pg_dir.exists() else None
     local = settings.embedder == "local"
-    result = {
+    result: dict[str, Any] = {
         "rows": {"documents": documents, "chunks": chunks, "vectors": vectors, "roots": roots},
         "embedding_set": {"model": eset.model, "dims": eset.dims, "vector_type": eset.vector_type,
                           "table": eset.table_name},

@@ -30,7 +30,7 @@ def _flat(text: str) -> str:
     return " ".join(text.split())
 
 
-def test_check_index_on_chunk_vectors(cli, indexed):
+def test_check_index_on_chunk_vectors_and_questions(cli, indexed, tmp_path):
     out = json.loads(cli("check-index", "--json").stdout)
     assert out["index"] == "embeddings_1_hnsw" and out["rows"] == indexed["chunks"]
     assert out["sample"] == min(100, indexed["chunks"]) and out["source"] == "chunks" and out["k"] == 10
@@ -44,8 +44,7 @@ def test_check_index_on_chunk_vectors(cli, indexed):
     assert "3 stored chunk vectors (each without itself)" in human
     assert "ef_search  100: " in human and "<- current" in human and "ef_search 40 reaches 0.95" in human
 
-
-def test_check_index_on_gold_questions(cli, indexed, tmp_path):
+    # Gold questions instead of chunk vectors; a higher ef_search is measured as the current one.
     gold = tmp_path / "gold.jsonl"
     gold.write_text("".join(json.dumps({"question": q, "doc": "search.md"}) + "\n"
                             for q in ("how does fusion work?", "what is vector search?", "stop the server")))
@@ -67,6 +66,7 @@ def test_nothing_ingested(cli):
 
 
 def test_exact_and_hnsw_passes_differ_in_plan(indexed, db_url):
+    """The exact pass is a sequential scan, never a reused prepared HNSW plan."""
     with psycopg.connect(db_url) as conn:
         register_vector(conn)
         eset = store.active_set(conn)
@@ -79,13 +79,7 @@ def test_exact_and_hnsw_passes_differ_in_plan(indexed, db_url):
         assert len(inspect.nearest(conn, eset, vector, 10, exact=False, ef_search=1)) == 1
         assert len(inspect.nearest(conn, eset, vector, 10, exact=True)) == min(10, indexed["chunks"])
 
-
-def test_the_prepared_plan_trap(indexed, db_url):
-    """Why the exact pass is never prepared: a prepared plan keeps its index scan after the setting changes."""
-    with psycopg.connect(db_url) as conn:
-        register_vector(conn)
-        eset = store.active_set(conn)
-        vector = inspect.sample_vectors(conn, eset, 1)[0][0]
+        # The trap the exact pass avoids: a prepared plan keeps its index scan after the setting changes.
         query = psycopg.sql.SQL(queries("inspect.sql")["nearest"]).format(table=eset.table)
 
         def run(setting: str, prepare: bool) -> list[int]:
