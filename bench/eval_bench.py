@@ -98,36 +98,42 @@ def render(data: Path, ingest: dict, ingest_s: float, result: dict, eval_s: floa
     vec = stats["tables"][stats["embedding_set"]["table"]]
     mb = 1024**2
     index_mb = (stats["vector_index"]["bytes"] or 0) / mb
-    return f"""{START}
-## eval_bench: {data.name}, three search modes
-
-`python bench/eval_bench.py` ({datetime.date.today().isoformat()}; {platform.node()}, {os.cpu_count()} cores,
-shared: load average {load_before[0]:.1f} before, {load_after[0]:.1f} after; default settings, local model
-all-MiniLM-L6-v2 int8, the chunker and keyword leg of this checkout).
-
-Corpus: {ingest['documents']:,} documents, {ingest['chunks']:,} chunks; this run embedded {ingest['embedded']:,}
-chunks (the rest came from the embedding cache) in {ingest_s:.0f} s. Evaluation: {result['questions']} queries
-from `{data}` (for SciFact the BEIR *train* split) in {eval_s:.0f} s: questions embedded in batches, then
-`search()` per question and mode; each mode returns its top {result['depth']} chunks, documents ranked by their
-best chunk.
-
-| mode | recall@{k} | MRR@{k} | nDCG@{k} | no hit in top {result['depth']} chunks |
-|---|---|---|---|---|
-{chr(10).join(rows)}
-
-| reference (SciFact *test* split) | mode | nDCG@10 |
-|---|---|---|
-{chr(10).join(refs)}
-
-The published figures are on the 300-query test split; the train split has the same corpus and the same
-kind of claims, so they compare but are not identical. recall@1 / @5 / @20 / @{result['depth']}: {curve}.
-HTML report: `{report}`.
-
-{index}
-`ragvps stats`: vector table
-{vec['total_bytes'] / mb:.1f} MiB (plan's raw estimate {stats['vectors']['plan_raw_bytes'] / mb:.1f} MiB), HNSW index
-{index_mb:.1f} MiB, chunks table {stats['tables']['chunks']['total_bytes'] / mb:.1f} MiB.
-{END}"""
+    chunks_table = stats["tables"]["chunks"]
+    gin = chunks_table["indexes"].get("chunks_tsv_idx", {}).get("bytes", 0)
+    return "\n".join([
+        START,
+        f"## eval_bench: {data.name}, three search modes",
+        "",
+        f"`python bench/eval_bench.py` ({datetime.date.today().isoformat()}; {platform.node()}, "
+        f"{os.cpu_count()} cores, shared: load average {load_before[0]:.1f} before, {load_after[0]:.1f} after; "
+        "default settings, local model all-MiniLM-L6-v2 int8, the chunker and keyword leg of this checkout).",
+        "",
+        f"Corpus: {ingest['documents']:,} documents, {ingest['chunks']:,} chunks. Ingest in this run: "
+        f"{ingest_s:.0f} s, with {ingest['embedded']:,} chunks embedded (the rest from the embedding cache). "
+        f"Evaluation: {result['questions']} queries from `{data}` in {eval_s:.0f} s: questions embedded in "
+        f"batches, then `search()` per question and mode; each mode returns its top {result['depth']} chunks, "
+        "documents ranked by their best chunk.",
+        "",
+        f"| mode | recall@{k} | MRR@{k} | nDCG@{k} | no hit in top {result['depth']} chunks |",
+        "|---|---|---|---|---|",
+        *rows,
+        "",
+        "| reference (SciFact *test* split) | mode | nDCG@10 |",
+        "|---|---|---|",
+        *refs,
+        "",
+        "The published figures are on the 300-query test split; the train split here has the same corpus and the "
+        "same kind of claims, so they compare but are not identical. "
+        f"recall@1 / @5 / @20 / @{result['depth']}: {curve}. HTML report: `{report}`.",
+        "",
+        index,
+        "",
+        f"`ragvps stats`: vector table {vec['total_bytes'] / mb:.1f} MiB = heap {vec['heap_bytes'] / mb:.1f} MiB "
+        f"(the plan's raw estimate, rows x dims x 4 bytes: {stats['vectors']['plan_raw_bytes'] / mb:.1f} MiB) "
+        f"+ HNSW index {index_mb:.1f} MiB + primary key; chunks table {chunks_table['total_bytes'] / mb:.1f} MiB "
+        f"(GIN full-text index {gin / mb:.1f} MiB).",
+        END,
+    ])
 
 
 def write(section: str) -> None:
