@@ -517,6 +517,200 @@ def doctor(
         raise typer.Exit(1)
 
 
+def _need_set(conn: Any, settings: Settings, action: str) -> Any:
+    from ragvps import store
+    from ragvps.errors import UsageError
+    from ragvps.models import spec_for
+
+    eset = store.active_set(conn)
+    if eset is None:
+        raise UsageError("nothing is ingested yet: run `ragvps ingest PATH` first")
+    store.check_model(eset, spec_for(settings), settings.vector_type, action)
+    return eset
+
+
+def _embed_questions(settings: Settings, texts: list[str], bars: _Bars) -> Any:
+    """All questions embedded up front, in batches, before any search runs."""
+    import numpy as np
+
+    from ragvps.embed import embed_queries, make_embedder
+
+    embedder = make_embedder(settings)
+    size = max(settings.batch_size, 64)
+    out = []
+    for lo in range(0, len(texts), size):
+        out.append(embed_queries(embedder, texts[lo:lo + size]))
+        bars("embed", min(lo + size, len(texts)), len(texts))
+    return np.concatenate(out) if out else np.zeros((0, embedder.spec.dims), dtype=np.float32)
+
+
+@app.command("eval")
+def eval_(
+    ctx: typer.Context,
+    gold: Annotated[Path | None, typer.Argument(help="Gold file: JSON Lines with question, doc, optional answer.")]
+    = None,
+    queries: Annotated[Path | None, typer.Option(help="BEIR queries.jsonl (with --qrels).")] = None,
+    qrels: Annotated[Path | None, typer.Option(help="BEIR qrels.tsv: query-id, corpus-id, score.")] = None,
+    k: Annotated[int, typer.Option("--k", "-k", help="Cut-off for recall, MRR and nDCG.")] = 10,
+    modes: Annotated[str, typer.Option(help="Comma-separated search modes to compare.")] = "vector,keyword,hybrid",
+    depth: Annotated[int, typer.Option(help="Chunks retrieved per question and mode (the curve's length).")] = 40,
+    report: Annotated[Path | None, typer.Option(help="Write a self-contained HTML report to this file.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print metrics and per-question ranks as JSON.")] = False,
+) -> None:
+    """Recall@k, MRR@k and nDCG@k of each search mode over gold questions, side by side."""
+    import dataclasses
+
+    from ragvps import evaluate
+    from ragvps.database import connect
+    from ragvps.errors import UsageError
+
+    chosen = [m.strip() for m in modes.split(",") if m.strip()]
+    if not chosen or any(m not in evaluate.EVAL_MODES for m in chosen):
+        raise UsageError(f"--modes {modes!r}: choose from {', '.join(evaluate.EVAL_MODES)}")
+    if k < 1 or depth < 1:
+        raise UsageError("--k and --depth must be at least 1")
+    if gold is not None and (queries or qrels):
+        raise UsageError("give either a gold file or --queries with --qrels, not both")
+    warnings: list[str] = []
+
+    def warn(message: str) -> None:
+        warnings.append(message)
+        _warn(message)
+
+    if gold is not None:
+        questions, source = evaluate.load_gold(gold), str(gold)
+    elif queries is not None and qrels is not None:
+        questions, source = evaluate.load_beir(queries, qrels, warn), f"{queries} + {qrels}"
+    else:
+        raise UsageError("give a gold file (`ragvps eval gold.jsonl`) or BEIR data (`--queries Q.jsonl --qrels Q.tsv`)")
+    depth = max(depth, k)
+    settings = settings_from(ctx)
+    if depth > settings.candidates:  # each leg must return enough chunks for the curve
+        settings = dataclasses.replace(settings, candidates=depth)
+    with connect(settings) as conn:
+        eset = _need_set(conn, settings, "evaluate")
+        missing = evaluate.missing_documents(questions, evaluate.known_documents(conn, questions))
+        if missing:
+            warn(f"{len(missing)} gold documents are not ingested (e.g. {missing[0]!r}): their questions count as "
+                 "misses; `doc` is a path relative to the ingested folder (or a BEIR _id)")
+        with _Bars() as bars:
+            embeddings = (_embed_questions(settings, [q.text for q in questions], bars)
+                          if any(m != "keyword" for m in chosen) else None)
+            ranked = evaluate.retrieve(conn, eset, questions, embeddings, settings, chosen, depth, bars)
+    result = evaluate.score(questions, ranked, k, depth)
+    result.warnings, result.source = warnings, source
+    if report is not None:
+        from ragvps.report import render
+
+        report.write_text(render(result, f"ragvps eval: {source}"), encoding="utf-8")
+    if as_json:
+        typer.echo(json.dumps(evaluate.report_dict(result), indent=2, ensure_ascii=False))
+        return
+    typer.echo(f"{result.questions} questions from {source}; documents ranked by their best chunk "
+               f"in the top {depth} chunks")
+    typer.echo(f"{'mode':<8}  {f'recall@{k}':>10}  {f'MRR@{k}':>8}  {f'nDCG@{k}':>8}  {f'no hit (top {depth})':>16}")
+    for mode, s in result.modes.items():
+        typer.echo(f"{mode:<8}  {s.recall:>10.3f}  {s.mrr:>8.3f}  {s.ndcg:>8.3f}  {s.no_hit:>16}")
+    if report is not None:
+        err.print(f"report written to {report}")
+
+
+@app.command("check-index")
+def check_index(
+    ctx: typer.Context,
+    questions: Annotated[Path | None, typer.Option(help="Sample these questions (a gold file or BEIR queries.jsonl) "
+                                                     "instead of stored chunk vectors.")] = None,
+    sample: Annotated[int, typer.Option(help="How many questions or chunks to sample.")] = 100,
+    k: Annotated[int, typer.Option("--k", "-k", help="Compare the top k.")] = 10,
+    target: Annotated[float, typer.Option(help="The overlap to reach.")] = 0.95,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
+) -> None:
+    """How much of the exact top-k the HNSW index finds at the current ef_search, and the ef_search for --target."""
+    import random
+
+    from ragvps import evaluate, inspect, store
+    from ragvps.database import connect
+    from ragvps.errors import UsageError
+
+    if sample < 1 or k < 1 or not 0 < target <= 1:
+        raise UsageError("--sample and --k must be at least 1, --target between 0 and 1")
+    settings = settings_from(ctx)
+    current = max(settings.ef_search, settings.candidates)  # what the vector leg of `ragvps query` sets
+    picked = None
+    if questions is not None:
+        loaded = evaluate.load_queries(questions)
+        picked = random.Random(0).sample(loaded, min(sample, len(loaded)))
+    with connect(settings) as conn:
+        eset = _need_set(conn, settings, "check the index")
+        if not store.index_exists(conn, eset):
+            rows = store.chunk_count(conn)
+            raise UsageError(
+                f"there is no HNSW index: {rows} chunks is below index_min_rows={settings.index_min_rows}, so "
+                "every search is exact already (set RAGVPS_INDEX_MIN_ROWS lower and ingest again to build one)")
+        if picked is not None:
+            with _Bars() as bars:
+                vectors = _embed_questions(settings, [q.text for q in picked], bars)
+            exclude: list[Any] = [None] * len(picked)
+            source = str(questions)
+        else:
+            vectors, exclude = inspect.sample_vectors(conn, eset, sample)
+            source = "chunks"
+        result = inspect.check_index(conn, eset, vectors, exclude, k, current, target, source)
+    if as_json:
+        typer.echo(json.dumps(inspect.as_dict(result), indent=2))
+        return
+    what = "stored chunk vectors (each without itself)" if source == "chunks" else f"questions from {source}"
+    typer.echo(f"HNSW index {result.index} over {result.rows:,} vectors; {result.sample} {what}; "
+               f"overlap of the HNSW top-{k} with the exact top-{k}:")
+    for ef, value in result.overlap.items():
+        typer.echo(f"  ef_search {ef:>4}: {value:.3f}" + ("  <- current" if ef == current else ""))
+    if result.ef_search_for_target is None:
+        typer.echo(f"no ef_search up to {max(result.overlap)} reaches {target}: rebuild with a larger hnsw_m "
+                   "or hnsw_ef_construction")
+    else:
+        typer.echo(f"ef_search {result.ef_search_for_target} reaches {target}"
+                   + ("" if result.ef_search_for_target > current else f" (current {current} is enough)"))
+
+
+@app.command()
+def stats(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print every figure as JSON.")] = False,
+) -> None:
+    """Rows and sizes of the index beside the machine's memory; warns when the vector index outgrows RAM."""
+    from ragvps import inspect
+    from ragvps.database import connect
+
+    settings = settings_from(ctx)
+    with connect(settings) as conn:
+        eset = _need_set(conn, settings, "show stats")
+        s = inspect.stats(conn, eset, settings)
+    if as_json:
+        typer.echo(json.dumps(s, indent=2))
+        return
+    mib, rows = inspect.mib, s["rows"]
+    typer.echo(f"{rows['documents']:,} documents, {rows['chunks']:,} chunks, {rows['vectors']:,} vectors "
+               f"({s['embedding_set']['model']}, {s['embedding_set']['vector_type']}({s['embedding_set']['dims']})) "
+               f"from {rows['roots']} ingested folder(s)")
+    for name, t in s["tables"].items():
+        typer.echo(f"{name}: {mib(t['total_bytes'])} total = heap {mib(t['heap_bytes'])}, "
+                   f"TOAST {mib(t['toast_bytes'])}, indexes {mib(t['indexes_bytes'])}")
+        for index, i in t["indexes"].items():
+            typer.echo(f"    {index} ({i['method']}): {mib(i['bytes'])}")
+    v, m, p, d, e = s["vectors"], s["memory"], s["postgres"], s["disk"], s["embedder"]
+    typer.echo(f"vectors: plan's raw estimate {mib(v['plan_raw_bytes'])}, measured table "
+               f"{mib(v['measured_table_bytes'])} (heap {mib(v['measured_heap_bytes'])})")
+    ram = (f"{mib(m['ram_total_bytes'])} total, {mib(m['ram_available_bytes'])} available"
+           if m["ram_total_bytes"] is not None else "unknown")
+    typer.echo(f"RAM: {ram}; shared_buffers {p['shared_buffers']}, maintenance_work_mem {p['maintenance_work_mem']}")
+    free = f", {mib(d['free_bytes'])} free" if d["free_bytes"] is not None else ""
+    typer.echo(f"disk for a rebuild: about {mib(d['rebuild_bytes'])}{free}")
+    memory = mib(e["memory_bytes"]) if e["memory_bytes"] is not None else "unknown"
+    typer.echo(f"embedder {e['kind']} ({e['model']}): {memory} ({e['note']})")
+    for w in s["warnings"]:
+        _warn(w)
+
+
 server = typer.Typer(help="The embedded PostgreSQL server under the data directory.", no_args_is_help=True)
 app.add_typer(server, name="server")
 

@@ -21,9 +21,9 @@ _BLOCK = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 
 @functools.cache
-def queries() -> dict[str, str]:
-    """The named blocks of sql/queries.sql."""
-    text = resources.files("ragvps.sql").joinpath("queries.sql").read_text(encoding="utf-8")
+def queries(file: str = "queries.sql") -> dict[str, str]:
+    """The named blocks of one SQL file in sql/ (queries.sql unless named)."""
+    text = resources.files("ragvps.sql").joinpath(file).read_text(encoding="utf-8")
     parts = _BLOCK.split(text)
     return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
 

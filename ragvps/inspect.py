@@ -1,0 +1,217 @@
+"""Index check (HNSW top-k against exact top-k) and sizes (tables, indexes, RAM) of the database."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg import sql
+
+from ragvps.config import Settings
+from ragvps.database import queries
+from ragvps.store import EmbeddingSet
+
+log = logging.getLogger(__name__)
+
+EF_LADDER = (40, 64, 100, 200, 400, 800, 1000)  # pgvector accepts hnsw.ef_search up to 1000
+LOCAL_EMBEDDER_PEAK_BYTES = 512 * 1024**2  # measured: ~0.5 GB peak RSS (sub-batches of 8)
+REBUILD_FACTOR = 2  # a rebuild writes the new table and index beside the old ones
+
+
+def _q(name: str, **parts: sql.Composable) -> sql.Composed:
+    return sql.SQL(queries("inspect.sql")[name]).format(**parts)
+
+
+def _param(eset: EmbeddingSet, vector: np.ndarray) -> object:
+    if eset.vector_type == "halfvec":
+        from pgvector import HalfVector
+
+        return HalfVector(vector)
+    return np.asarray(vector, dtype=np.float32)
+
+
+def nearest(conn: psycopg.Connection, eset: EmbeddingSet, vector: np.ndarray, k: int, *, exact: bool,
+            ef_search: int = 40, explain: bool = False) -> list[Any]:
+    """Top-k chunk ids by cosine distance, through the HNSW index or by an exact scan (or the plan).
+
+    The exact pass turns index scans off and is never prepared: psycopg prepares a statement after
+    5 executions and a prepared plan would ignore the setting, silently comparing HNSW with itself.
+    """
+    query = _q("nearest", table=eset.table)
+    if explain:
+        query = sql.SQL("EXPLAIN ") + query
+    with conn.transaction():
+        if exact:
+            conn.execute("SET LOCAL enable_indexscan = off")
+        else:
+            conn.execute("SET LOCAL enable_seqscan = off")  # small tables would otherwise skip the index
+            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef_search),))
+        rows = conn.execute(query, {"embedding": _param(eset, vector), "k": k}, prepare=False).fetchall()
+    return [r[0] for r in rows]
+
+
+@dataclass
+class IndexCheck:
+    index: str
+    rows: int
+    sample: int
+    source: str  # "chunks" or the question file
+    k: int
+    current_ef_search: int
+    target: float
+    overlap: dict[int, float]  # ef_search -> mean |HNSW top-k ∩ exact top-k| / k
+    ef_search_for_target: int | None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def at_current(self) -> float:
+        return self.overlap[self.current_ef_search]
+
+
+def overlap(found: Sequence[Any], truth: Sequence[Any]) -> float:
+    return len(set(found) & set(truth)) / len(truth) if truth else 1.0
+
+
+def ladder(current: int) -> list[int]:
+    return sorted(set(EF_LADDER) | {current})
+
+
+def check_index(conn: psycopg.Connection, eset: EmbeddingSet, vectors: np.ndarray, exclude: Sequence[Any | None],
+                k: int, current: int, target: float, source: str) -> IndexCheck:
+    """Overlap of HNSW and exact top-k at the current ef_search, and the smallest tried ef_search reaching target.
+
+    `exclude[i]` is the chunk that vector i was taken from (left out of both lists), or None.
+    """
+    def top(vec: np.ndarray, skip: Any | None, **how: Any) -> list[Any]:
+        ids = nearest(conn, eset, vec, k + (skip is not None), **how)
+        return [i for i in ids if i != skip][:k]
+
+    exact = [top(v, s, exact=True) for v, s in zip(vectors, exclude, strict=True)]
+    results: dict[int, float] = {}
+    reached = None
+    for ef in ladder(current):
+        if reached is not None and ef > current:
+            break
+        found = [top(v, s, exact=False, ef_search=ef) for v, s in zip(vectors, exclude, strict=True)]
+        results[ef] = sum(overlap(f, e) for f, e in zip(found, exact, strict=True)) / len(vectors)
+        if reached is None and results[ef] >= target:
+            reached = ef
+    rows = int(conn.execute(_q("counts", table=eset.table)).fetchone()[3])  # type: ignore[index]
+    conn.commit()
+    return IndexCheck(eset.index_name, rows, len(vectors), source, k, current, target, results, reached)
+
+
+def sample_vectors(conn: psycopg.Connection, eset: EmbeddingSet, n: int) -> tuple[np.ndarray, list[int]]:
+    rows = conn.execute(_q("sample_vectors", table=eset.table), {"n": n}).fetchall()
+    conn.commit()
+    vectors = np.array([np.asarray(r[1].to_list() if hasattr(r[1], "to_list") else r[1], dtype=np.float32)
+                        for r in rows], dtype=np.float32)
+    return vectors, [r[0] for r in rows]
+
+
+# Sizes and memory.
+
+def meminfo(path: Path = Path("/proc/meminfo")) -> tuple[int | None, int | None, str]:
+    """(total, available) RAM in bytes, and where the figures came from."""
+    try:
+        values = {}
+        for line in path.read_text().splitlines():
+            name, _, rest = line.partition(":")
+            values[name] = int(rest.split()[0]) * 1024
+        return values.get("MemTotal"), values.get("MemAvailable"), str(path)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import psutil
+
+        vm = psutil.virtual_memory()
+        return int(vm.total), int(vm.available), "psutil"
+    except Exception:  # psutil missing or unsupported here: the figures stay unknown
+        return None, None, "unknown"
+
+
+def raw_vector_bytes(rows: int, dims: int, vector_type: str) -> int:
+    """The plan's estimate: rows x dims x 4 bytes (float32 vector) or 2 (halfvec), nothing else."""
+    return rows * dims * (2 if vector_type == "halfvec" else 4)
+
+
+def _relation(conn: psycopg.Connection, table: str) -> dict[str, Any]:
+    total, heap, toast, indexes = conn.execute(queries("inspect.sql")["relation_sizes"],
+                                               {"table": table}).fetchone()  # type: ignore[misc]
+    each = {name: {"method": method, "bytes": size}
+            for name, method, size in conn.execute(queries("inspect.sql")["index_sizes"], {"table": table})}
+    return {"total_bytes": total, "heap_bytes": heap, "toast_bytes": toast, "indexes_bytes": indexes,
+            "indexes": each}
+
+
+def stats(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings) -> dict[str, Any]:
+    """Everything `ragvps stats` shows, as plain data; `warnings` says what to act on."""
+    documents, chunks, roots, vectors = conn.execute(_q("counts", table=eset.table)).fetchone()  # type: ignore[misc]
+    tables = {name: _relation(conn, name) for name in ("documents", "chunks", eset.table_name)}
+    shared, shared_b, maint, maint_b = conn.execute(queries("inspect.sql")["memory_settings"]).fetchone()  # type: ignore[misc]
+    conn.commit()
+    vec = tables[eset.table_name]
+    index = vec["indexes"].get(eset.index_name)
+    total, available, ram_source = meminfo()
+    rebuild = REBUILD_FACTOR * (tables["chunks"]["total_bytes"] + vec["total_bytes"])
+    free = shutil.disk_usage(settings.pg_dir).free if not settings.database_url and settings.pg_dir.exists() else None
+    local = settings.embedder == "local"
+    result: dict[str, Any] = {
+        "rows": {"documents": documents, "chunks": chunks, "vectors": vectors, "roots": roots},
+        "embedding_set": {"model": eset.model, "dims": eset.dims, "vector_type": eset.vector_type,
+                          "table": eset.table_name},
+        "tables": tables,
+        "vector_index": {"name": eset.index_name, "bytes": index["bytes"] if index else None,
+                         "exists": index is not None},
+        "vectors": {"plan_raw_bytes": raw_vector_bytes(vectors, eset.dims, eset.vector_type),
+                    "measured_table_bytes": vec["total_bytes"], "measured_heap_bytes": vec["heap_bytes"]},
+        "memory": {"ram_total_bytes": total, "ram_available_bytes": available, "source": ram_source},
+        "postgres": {"shared_buffers": shared, "shared_buffers_bytes": shared_b,
+                     "maintenance_work_mem": maint, "maintenance_work_mem_bytes": maint_b},
+        "disk": {"rebuild_bytes": rebuild, "free_bytes": free,
+                 "note": f"a rebuild writes beside the old data: about {REBUILD_FACTOR}x chunks + vectors"},
+        "embedder": {"kind": settings.embedder, "model": settings.model_name,
+                     "memory_bytes": LOCAL_EMBEDDER_PEAK_BYTES if local else None,
+                     "note": "peak RSS while embedding, measured" if local
+                     else "held by the Ollama server: see `ollama ps`"},
+    }
+    result["warnings"] = stats_warnings(result)
+    return result
+
+
+def stats_warnings(s: dict[str, Any]) -> list[str]:
+    """What a person should act on, from the figures alone (pure)."""
+    out = []
+    index, available = s["vector_index"]["bytes"], s["memory"]["ram_available_bytes"]
+    if index is not None and available is not None and index > available:
+        out.append(f"the vector index ({mib(index)}) does not fit in available RAM ({mib(available)}): "
+                   "queries become disk seeks; use halfvec (vector_type = \"halfvec\"), fewer chunks, or more RAM")
+    if index is not None and index > s["postgres"]["maintenance_work_mem_bytes"]:
+        out.append(f"the vector index ({mib(index)}) is larger than maintenance_work_mem "
+                   f"({s['postgres']['maintenance_work_mem']}): a rebuild spills out of memory and is much slower; "
+                   "raise maintenance_work_mem for `ragvps reindex`")
+    free, need = s["disk"]["free_bytes"], s["disk"]["rebuild_bytes"]
+    if free is not None and free < need:
+        out.append(f"only {mib(free)} of disk is free but a rebuild needs about {mib(need)}")
+    return out
+
+
+def mib(n: int) -> str:
+    """A size for people: bytes, KiB, MiB or GiB."""
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= size:
+            return f"{n / size:,.1f} {unit}"
+    return f"{n} bytes"
+
+
+def as_dict(check: IndexCheck) -> dict[str, Any]:
+    d = asdict(check)
+    d["overlap"] = {str(ef): v for ef, v in check.overlap.items()}
+    d["overlap_at_current"] = check.at_current
+    return d
