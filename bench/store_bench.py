@@ -37,6 +37,7 @@ from ragvps.database import compose, connect, embedded_url  # noqa: E402
 from ragvps.models import spec_for  # noqa: E402
 from ragvps.sources import Document  # noqa: E402
 
+CHUNK_FIELDS = frozenset(f.name for f in dataclasses.fields(Chunk))
 BATCH = 2000  # chunks per transaction, as the store stage writes them
 
 
@@ -48,9 +49,12 @@ def base_corpus(settings: Settings) -> tuple[list[Document], list[Chunk], np.nda
     for path in sorted((settings.data_dir / "chunks").glob("*.jsonl")):
         for line in path.read_text(encoding="utf-8").splitlines()[1:]:
             record = json.loads(line)
-            (docs if record.pop("type") == "document" else chunks).append(record)
-    missing = set(cache.missing(Chunk(**c).content_hash for c in chunks))
-    kept = [Chunk(**c) for c in chunks if Chunk(**c).content_hash not in missing]
+            if record.pop("type") == "document":
+                docs.append(record)
+            else:  # the file also carries derived fields (id, content_hash): keep the Chunk's own
+                chunks.append(Chunk(**{k: v for k, v in record.items() if k in CHUNK_FIELDS}))
+    missing = set(cache.missing(c.content_hash for c in chunks))
+    kept = [c for c in chunks if c.content_hash not in missing]
     if not kept:
         sys.exit(f"no cached embeddings in {settings.data_dir}: run bench/quality_bench.py first")
     doc_ids = {c.doc_id for c in kept}
