@@ -35,10 +35,11 @@ from ragvps.chunk import Chunk  # noqa: E402
 from ragvps.config import Settings, load_settings  # noqa: E402
 from ragvps.database import compose, connect, embedded_url  # noqa: E402
 from ragvps.models import spec_for  # noqa: E402
+from ragvps.pipeline import STORE_BATCH_CHUNKS, batches  # noqa: E402
 from ragvps.sources import Document  # noqa: E402
 
 CHUNK_FIELDS = frozenset(f.name for f in dataclasses.fields(Chunk))
-BATCH = 2000  # chunks per transaction, as the store stage writes them
+BATCH = STORE_BATCH_CHUNKS  # chunks per transaction, as the store stage writes them
 
 
 def base_corpus(settings: Settings) -> tuple[list[Document], list[Chunk], np.ndarray]:
@@ -95,18 +96,6 @@ def enlarge(docs: list[Document], chunks: list[Chunk], vectors: np.ndarray, rows
             n += len(idx)
         copy += 1
     return out
-
-
-def batches(items, max_chunks: int = BATCH):
-    batch, size = [], 0
-    for item in items:
-        if batch and size + len(item[1]) > max_chunks:
-            yield batch
-            batch, size = [], 0
-        batch.append(item)
-        size += len(item[1])
-    if batch:
-        yield batch
 
 
 def timed(fn) -> float:
@@ -207,7 +196,7 @@ def main() -> None:
         eset = store.ensure_set(conn, spec, "vector", activate=True)
         conn.commit()
         t = time.perf_counter()
-        for batch in batches(rows):
+        for batch in batches(rows, BATCH):
             store.replace_documents(conn, eset, "/bench", "k", "english", batch)
         report["store_rows_per_s"] = n / (time.perf_counter() - t)
         conn.commit()

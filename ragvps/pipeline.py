@@ -157,7 +157,7 @@ def store_stage(
                 changed.append((doc, by_doc.get(doc.doc_id, [])))
     total = sum(len(chunks) for _, chunks in changed)
     done = 0
-    for batch in _batches(changed, STORE_BATCH_CHUNKS):
+    for batch in batches(changed, STORE_BATCH_CHUNKS):
         rows = [(doc, chunks, _vectors(cache, chunks, eset.dims)) for doc, chunks in batch]
         store.replace_documents(conn, eset, root, key, settings.language, rows)
         report.stored += len(batch)
@@ -178,7 +178,8 @@ def _vectors(cache: VectorCache, chunks: Sequence[Chunk], dims: int) -> np.ndarr
 Changed = list[tuple[Document, list[Chunk]]]
 
 
-def _batches(items: Changed, max_chunks: int) -> Iterator[Changed]:
+def batches(items: Changed, max_chunks: int) -> Iterator[Changed]:
+    """Documents grouped so that each group holds at most `max_chunks` chunks (or one larger document)."""
     batch: Changed = []
     size = 0
     for item in items:
