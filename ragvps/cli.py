@@ -155,11 +155,9 @@ def query(
     as_json: Annotated[bool, typer.Option("--json", help="Print the hits as JSON.")] = False,
 ) -> None:
     """Hybrid search: vector top-40 and BM25 full-text top-40, fused by reciprocal rank fusion."""
-    from ragvps import store
     from ragvps.database import connect
     from ragvps.embed import embed_queries, make_embedder
     from ragvps.errors import UsageError
-    from ragvps.models import spec_for
     from ragvps.search import MODES, Filters, check_query, search
 
     if mode not in MODES:
@@ -167,12 +165,8 @@ def query(
     filters = Filters(path_prefix, _metadata_pairs(meta or []))
     settings = settings_from(ctx, top_k=k)
     text = check_query(text)
-    spec = spec_for(settings)
     with connect(settings) as conn:
-        eset = store.active_set(conn)
-        if eset is None:
-            raise UsageError("nothing is ingested yet: run `ragvps ingest PATH` first")
-        store.check_model(eset, spec, settings.vector_type, "query")
+        eset = _need_set(conn, settings, "query")
         embedding = embed_queries(make_embedder(settings), [text])[0] if mode != "keyword" else None
         hits = search(conn, eset, text, embedding, settings, mode, filters=filters)
     if as_json:
@@ -522,10 +516,11 @@ def _need_set(conn: Any, settings: Settings, action: str) -> Any:
     from ragvps.errors import UsageError
     from ragvps.models import spec_for
 
+    spec = spec_for(settings)
     eset = store.active_set(conn)
     if eset is None:
         raise UsageError("nothing is ingested yet: run `ragvps ingest PATH` first")
-    store.check_model(eset, spec_for(settings), settings.vector_type, action)
+    store.check_model(eset, spec, settings.vector_type, action)
     return eset
 
 

@@ -15,6 +15,7 @@ from psycopg import sql
 
 from ragvps.config import Settings
 from ragvps.database import queries
+from ragvps.plan import raw_vector_bytes
 from ragvps.store import EmbeddingSet
 
 log = logging.getLogger(__name__)
@@ -136,11 +137,6 @@ def meminfo(path: Path = Path("/proc/meminfo")) -> tuple[int | None, int | None,
         return None, None, "unknown"
 
 
-def raw_vector_bytes(rows: int, dims: int, vector_type: str) -> int:
-    """The plan's estimate: rows x dims x 4 bytes (float32 vector) or 2 (halfvec), nothing else."""
-    return rows * dims * (2 if vector_type == "halfvec" else 4)
-
-
 def _relation(conn: psycopg.Connection, table: str) -> dict[str, Any]:
     total, heap, toast, indexes = conn.execute(queries("inspect.sql")["relation_sizes"],
                                                {"table": table}).fetchone()  # type: ignore[misc]
@@ -169,7 +165,7 @@ def stats(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings) -> d
         "tables": tables,
         "vector_index": {"name": eset.index_name, "bytes": index["bytes"] if index else None,
                          "exists": index is not None},
-        "vectors": {"plan_raw_bytes": raw_vector_bytes(vectors, eset.dims, eset.vector_type),
+        "vectors": {"plan_raw_bytes": raw_vector_bytes(vectors, eset.dims, 2 if eset.vector_type == "halfvec" else 4),
                     "measured_table_bytes": vec["total_bytes"], "measured_heap_bytes": vec["heap_bytes"]},
         "memory": {"ram_total_bytes": total, "ram_available_bytes": available, "source": ram_source},
         "postgres": {"shared_buffers": shared, "shared_buffers_bytes": shared_b,

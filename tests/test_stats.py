@@ -8,7 +8,8 @@ from pathlib import Path
 
 import psycopg
 
-from ragvps.inspect import meminfo, mib, raw_vector_bytes, stats_warnings
+from ragvps.inspect import meminfo, mib, stats_warnings
+from ragvps.plan import raw_vector_bytes
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -96,5 +97,5 @@ def test_meminfo_and_sizes(tmp_path):
     assert meminfo(fake) == (24000000 * 1024, 20000000 * 1024, str(fake))
     total, available, source = meminfo(tmp_path / "absent")
     assert source in ("psutil", "unknown")
-    assert raw_vector_bytes(1000, 768, "vector") == 3_072_000 and raw_vector_bytes(1000, 768, "halfvec") == 1_536_000
+    assert raw_vector_bytes(1000, 768, 4) == 3_072_000 and raw_vector_bytes(1000, 768, 2) == 1_536_000
     assert [mib(512), mib(2048), mib(5 * 1024**2)] == ["512 bytes", "2.0 KiB", "5.0 MiB"]
