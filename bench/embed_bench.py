@@ -27,11 +27,11 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 def scifact_chunks(n: int):  # type: ignore[no-untyped-def]
     """The first n chunks of SciFact, cut with the local model's default chunker settings."""
-    from ragvps import sources
-    from ragvps.chunk import chunk_document
     from ragvps.config import Settings
-    from ragvps.models import spec_for
-    from ragvps.pipeline import chunker_config
+    from ragvps.embed.models import spec_for
+    from ragvps.ingest import sources
+    from ragvps.ingest.chunk import chunk_document
+    from ragvps.ingest.pipeline import chunker_config
 
     spec = spec_for(Settings())
     config = chunker_config(Settings(), spec)
@@ -45,9 +45,10 @@ def scifact_chunks(n: int):  # type: ignore[no-untyped-def]
 
 
 def overhead(n: int, batch: int) -> dict:
-    from ragvps.artifacts import VectorCache
-    from ragvps.embed import LocalEmbedder, embed_documents
-    from ragvps.pipeline import IngestReport, embed_stage
+    from ragvps.embed import embed_documents
+    from ragvps.embed.local import LocalEmbedder
+    from ragvps.ingest.artifacts import VectorCache
+    from ragvps.ingest.pipeline import IngestReport, embed_stage
 
     spec, chunks = scifact_chunks(n)
     embedder = LocalEmbedder(sub_batch=8)
@@ -71,8 +72,8 @@ def overhead(n: int, batch: int) -> dict:
 def batched_vs_single(n: int, latency: float, real_vectors: bool) -> dict:
     from ollama_server import FakeOllama
 
-    from ragvps.models import model_spec
-    from ragvps.ollama import OllamaEmbedder
+    from ragvps.embed.models import model_spec
+    from ragvps.embed.ollama import OllamaEmbedder
 
     _, chunks = scifact_chunks(n)
     texts = [c.embed_text for c in chunks]
@@ -97,7 +98,8 @@ def batched_vs_single(n: int, latency: float, real_vectors: bool) -> dict:
 def local_run(texts_file: Path, threads: int, sub_batch: int, arena: bool) -> dict:
     """One configuration, in this (fresh) process: throughput and peak RSS."""
     from ragvps import tokens
-    from ragvps.embed import LocalEmbedder, embed_documents
+    from ragvps.embed import embed_documents
+    from ragvps.embed.local import LocalEmbedder
 
     texts = json.loads(texts_file.read_text())
     n_tokens = sum(min(t + 2, 256) for t in tokens.count_many(texts))

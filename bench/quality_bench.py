@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ragvps import metrics, search, store  # noqa: E402
 from ragvps.config import Settings, load_settings  # noqa: E402
-from ragvps.database import connect  # noqa: E402
+from ragvps.db.database import connect  # noqa: E402
 
 DATASET = Path(__file__).resolve().parents[2] / "shared" / "data" / "scifact-dev"
 
@@ -55,10 +55,11 @@ def load_eval(dataset: Path) -> tuple[dict[str, str], dict[str, dict[str, int]]]
 
 def query_vectors(settings: Settings, texts: list[str]) -> np.ndarray:
     """Query embeddings, cached in the data directory by the texts' hash."""
-    from ragvps.embed import embed_queries, make_embedder
+    from ragvps.embed import embed_queries
+    from ragvps.embed.registry import make_embedder
 
     key = hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:16]
-    path = settings.data_dir / "bench" / f"queries-{settings.model_name}-{key}.npy"
+    path = settings.database.data_dir / "bench" / f"queries-{settings.embed.model_name}-{key}.npy"
     if path.exists():
         return np.load(path)
     embedder = make_embedder(settings)
@@ -69,9 +70,9 @@ def query_vectors(settings: Settings, texts: list[str]) -> np.ndarray:
 
 
 def ingest(settings: Settings, dataset: Path) -> None:
-    from ragvps.embed import make_embedder
-    from ragvps.models import spec_for
-    from ragvps.pipeline import ingest as run_ingest
+    from ragvps.embed.models import spec_for
+    from ragvps.embed.registry import make_embedder
+    from ragvps.ingest.pipeline import ingest as run_ingest
 
     last = {"t": 0.0}
 
@@ -112,7 +113,7 @@ def variants(settings: Settings, eset: store.EmbeddingSet) -> dict[str, tuple[st
 def legs(settings: Settings, eset: store.EmbeddingSet) -> dict[str, Leg]:
     def sql_leg(query: str) -> Leg:
         def run(conn, text, _vec):  # type: ignore[no-untyped-def]
-            params = {"language": settings.language, "text": text, "candidates": settings.candidates}
+            params = {"language": settings.search.language, "text": text, "candidates": settings.search.candidates}
             return [r[0] for r in conn.execute(query, params)]
 
         return run
@@ -175,8 +176,8 @@ def main() -> None:
                 ranked[leg].append(run_legs[leg](conn, text, vec))
                 times[leg].append((time.perf_counter() - t0) * 1000)
 
-    print(f"SciFact dev: {len(qids)} queries, {n_chunks} chunks, doc-level; candidates {settings.candidates} "
-          f"per leg, RRF k={settings.rrf_k}\n")
+    print(f"SciFact dev: {len(qids)} queries, {n_chunks} chunks, doc-level; candidates {settings.search.candidates} "
+          f"per leg, RRF k={settings.search.rrf_k}\n")
     print("| variant | nDCG@10 | recall@10 | MRR@10 | found anything | DB ms p50 | DB ms p95 |")
     print("|---|---|---|---|---|---|---|")
     for name, names in chosen.items():
@@ -184,7 +185,7 @@ def main() -> None:
         found = 0
         for i, qid in enumerate(qids):
             lists = [ranked[leg][i] for leg in names]
-            fused = [c for c, _ in search.rrf([x for x in lists if x], settings.rrf_k)]
+            fused = [c for c, _ in search.rrf([x for x in lists if x], settings.search.rrf_k)]
             docs = metrics.dedupe([doc_of[c] for c in fused])
             found += bool(docs)
             scores["ndcg"].append(metrics.ndcg_at(docs, qrels[qid], 10))

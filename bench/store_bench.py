@@ -30,13 +30,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quality_bench import DATASET, load_eval, query_vectors  # noqa: E402
 
 from ragvps import search, store  # noqa: E402
-from ragvps.artifacts import VectorCache  # noqa: E402
-from ragvps.chunk import Chunk  # noqa: E402
 from ragvps.config import Settings, load_settings  # noqa: E402
-from ragvps.database import compose, connect, embedded_url  # noqa: E402
-from ragvps.models import spec_for  # noqa: E402
-from ragvps.pipeline import STORE_BATCH_CHUNKS, batches  # noqa: E402
-from ragvps.sources import Document  # noqa: E402
+from ragvps.db.database import compose, connect, embedded_url  # noqa: E402
+from ragvps.embed.models import spec_for  # noqa: E402
+from ragvps.ingest.artifacts import VectorCache  # noqa: E402
+from ragvps.ingest.chunk import Chunk  # noqa: E402
+from ragvps.ingest.pipeline import STORE_BATCH_CHUNKS, batches  # noqa: E402
+from ragvps.ingest.sources import Document  # noqa: E402
 
 CHUNK_FIELDS = frozenset(f.name for f in dataclasses.fields(Chunk))
 BATCH = STORE_BATCH_CHUNKS  # chunks per transaction, as the store stage writes them
@@ -45,9 +45,9 @@ BATCH = STORE_BATCH_CHUNKS  # chunks per transaction, as the store stage writes 
 def base_corpus(settings: Settings) -> tuple[list[Document], list[Chunk], np.ndarray]:
     """The chunk files in the data dir, keeping the chunks whose vectors are cached."""
     spec = spec_for(settings)
-    cache = VectorCache(settings.data_dir, spec.identity, spec.dims)
+    cache = VectorCache(settings.database.data_dir, spec.identity, spec.dims)
     docs, chunks = [], []
-    for path in sorted((settings.data_dir / "chunks").glob("*.jsonl")):
+    for path in sorted((settings.database.data_dir / "chunks").glob("*.jsonl")):
         for line in path.read_text(encoding="utf-8").splitlines()[1:]:
             record = json.loads(line)
             if record.pop("type") == "document":
@@ -57,7 +57,7 @@ def base_corpus(settings: Settings) -> tuple[list[Document], list[Chunk], np.nda
     missing = set(cache.missing(c.content_hash for c in chunks))
     kept = [c for c in chunks if c.content_hash not in missing]
     if not kept:
-        sys.exit(f"no cached embeddings in {settings.data_dir}: run bench/quality_bench.py first")
+        sys.exit(f"no cached embeddings in {settings.database.data_dir}: run bench/quality_bench.py first")
     doc_ids = {c.doc_id for c in kept}
     documents = [Document(**d) for d in docs if d["doc_id"] in doc_ids]
     return documents, kept, cache.get([c.content_hash for c in kept])
@@ -236,7 +236,7 @@ def main() -> None:
         store.build_index(conn, hset, hset.index_name, settings, warn=warnings.append)
         report["hnsw_build_s_halfvec"] = time.perf_counter() - t
         report["index_warnings"] = warnings
-        report["index_memory"], report["index_workers"] = settings.index_memory, settings.index_workers
+        report["index_memory"], report["index_workers"] = settings.index.memory, settings.index.workers
         conn.autocommit = True
         conn.execute("ANALYZE")
         conn.autocommit = False
@@ -258,8 +258,8 @@ def main() -> None:
 
         overlap: dict[str, float] = {}
         for name, es in (("vector", eset), ("halfvec", hset)):
-            for ef in (40, settings.ef_search, 200):
-                s = dataclasses.replace(settings, ef_search=ef, candidates=10)
+            for ef in (40, settings.search.ef_search, 200):
+                s = settings.replace(ef_search=ef, candidates=10)
                 got = []
                 for vec in qvecs:
                     approx = search.vector_leg(conn, es, vec, s)

@@ -119,9 +119,9 @@ def ingest(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Chunk, embed and store a folder of documents; only what changed is redone."""
-    from ragvps.embed import make_embedder
-    from ragvps.models import spec_for
-    from ragvps.pipeline import ingest as run_ingest
+    from ragvps.embed.models import spec_for
+    from ragvps.embed.registry import make_embedder
+    from ragvps.ingest.pipeline import ingest as run_ingest
 
     settings = settings_from(ctx, chunk_size=chunk_size, chunk_overlap=chunk_overlap)
     spec = spec_for(settings)
@@ -155,10 +155,11 @@ def query(
     as_json: Annotated[bool, typer.Option("--json", help="Print the hits as JSON.")] = False,
 ) -> None:
     """Hybrid search: vector top-40 and BM25 full-text top-40, fused by reciprocal rank fusion."""
-    from ragvps.database import connect
-    from ragvps.embed import embed_queries, make_embedder
+    from ragvps.db.database import connect
+    from ragvps.embed import embed_queries
+    from ragvps.embed.registry import make_embedder
     from ragvps.errors import UsageError
-    from ragvps.search import MODES, Filters, check_query, search
+    from ragvps.retrieve.search import MODES, Filters, check_query, search
 
     if mode not in MODES:
         raise UsageError(f"--mode {mode!r} is not one of: {', '.join(MODES)}")
@@ -206,9 +207,9 @@ def reindex(
     With another embedding model configured, first re-embed the stored chunks with it and switch over
     when done; queries keep using the old vectors until then.
     """
-    from ragvps.embed import make_embedder
-    from ragvps.models import spec_for
-    from ragvps.pipeline import reindex as run_reindex
+    from ragvps.embed.models import spec_for
+    from ragvps.embed.registry import make_embedder
+    from ragvps.ingest.pipeline import reindex as run_reindex
 
     settings = settings_from(ctx)
     with _Bars() as bars:
@@ -238,9 +239,9 @@ def chunk(
     """Run the chunk stage alone: write the chunk files and summarise them (no database, no embedding)."""
     import statistics
 
-    from ragvps import sources
-    from ragvps.models import spec_for
-    from ragvps.pipeline import IngestReport, chunk_stage, chunker_config
+    from ragvps.embed.models import input_room, spec_for
+    from ragvps.ingest import sources
+    from ragvps.ingest.pipeline import IngestReport, chunk_stage, chunker_config
 
     settings = settings_from(ctx, chunk_mode=mode, chunk_size=chunk_size, chunk_overlap=chunk_overlap)
     spec = spec_for(settings)
@@ -253,7 +254,7 @@ def chunk(
     with _Bars() as bars:
         files = chunk_stage(settings, path.resolve(), scan, config, report, bars, _warn)
     counts = sorted(c.tokens for f in files for c in f.chunks)
-    limit = config.max_tokens - 2 - _count(config.prefix)
+    limit = input_room(config.max_tokens, config.prefix)
     summary: dict[str, Any] = {
         "files": len(files), "documents": sum(len(f.documents) for f in files), "chunks": len(counts),
         "rechunked_files": report.rechunked_files, "mode": config.mode, "chunk_size": config.size,
@@ -261,7 +262,7 @@ def chunk(
         "tokens": {"min": counts[0], "median": statistics.median(counts), "max": counts[-1],
                    "total": sum(counts), "over_limit": sum(n > limit for n in counts)} if counts else None,
         "llm_tokens": sum(c.llm_tokens for f in files for c in f.chunks),
-        "skipped": dict(report.skipped), "chunk_dir": str(settings.data_dir / "chunks"),
+        "skipped": dict(report.skipped), "chunk_dir": str(settings.database.data_dir / "chunks"),
     }
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
@@ -306,8 +307,8 @@ def plan(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Chunk, overlap, vector-size and token-budget arithmetic, before anything is embedded."""
-    from ragvps import plan as p
     from ragvps.errors import UsageError
+    from ragvps.measure import plan as p
 
     modes = [name for name, on in (("--compare", compare), ("--budget", budget), ("--path", path)) if on]
     if len(modes) > 1:
@@ -362,8 +363,8 @@ def plan(
 
 
 def _plan_model(name: str) -> Any:
+    from ragvps.embed.models import KNOWN_MODELS, model_spec
     from ragvps.errors import UsageError
-    from ragvps.models import KNOWN_MODELS, model_spec
 
     spec = model_spec(name)
     if spec is None:
@@ -373,11 +374,9 @@ def _plan_model(name: str) -> Any:
 
 
 def _plan_check_limit(size: int, spec: Any) -> None:
-    from ragvps import tokens
-    from ragvps.chunk import SPECIAL_TOKENS
-    from ragvps.plan import check_input_limit
+    from ragvps.measure.plan import check_input_limit
 
-    check_input_limit(size, spec.max_tokens - SPECIAL_TOKENS - tokens.count(spec.document_prefix), spec.name)
+    check_input_limit(size, spec.input_room, spec.name)
 
 
 def _plan_table(title: str, headers: list[str], rows: list[list[str]]) -> None:
@@ -392,7 +391,7 @@ def _plan_table(title: str, headers: list[str], rows: list[list[str]]) -> None:
 
 
 def _plan_compare(plans: list[Any], dims: int, bytes_per_dim: int, as_json: bool) -> None:
-    from ragvps import plan as p
+    from ragvps.measure import plan as p
 
     models = p.common_models()
     for warning in dict.fromkeys(w for one in plans for w in one.warnings()):
@@ -424,7 +423,7 @@ def _plan_compare(plans: list[Any], dims: int, bytes_per_dim: int, as_json: bool
 
 
 def _plan_budget(b: Any, as_json: bool) -> None:
-    from ragvps.plan import millions
+    from ragvps.measure.plan import millions
 
     if as_json:
         typer.echo(json.dumps(b.as_dict(), indent=2))
@@ -447,15 +446,15 @@ def _plan_budget(b: Any, as_json: bool) -> None:
 
 def _plan_measure(ctx: typer.Context, path: Path, chunk_size: int | None, overlap: str | None, spec: Any,
                   dims: int | None, bytes_per_dim: int, as_json: bool) -> None:
-    from ragvps import sources
+    from ragvps.embed.models import spec_for
     from ragvps.errors import UsageError
-    from ragvps.models import spec_for
-    from ragvps.pipeline import chunker_config
-    from ragvps.plan import VECTOR_TYPES, measure, parse_overlap, pgvector_bytes, raw_vector_bytes
+    from ragvps.ingest import sources
+    from ragvps.ingest.pipeline import chunker_config
+    from ragvps.measure.plan import VECTOR_TYPES, measure, parse_overlap, pgvector_bytes, raw_vector_bytes
 
     settings = settings_from(ctx)
     spec = spec or spec_for(settings)
-    size = chunk_size or settings.chunk_size or spec.chunk_size
+    size = chunk_size or settings.chunk.size or spec.chunk_size
     settings = settings_from(ctx, chunk_size=size,
                              chunk_overlap=None if overlap is None else parse_overlap(overlap, size))
     config = chunker_config(settings, spec)
@@ -496,10 +495,17 @@ def doctor(
     as_json: Annotated[bool, typer.Option("--json", help="Print the findings as JSON.")] = False,
 ) -> None:
     """Check the embedder before a long run: the model's dimension and context length, and the index's model."""
-    from ragvps.embed import diagnose
+    from ragvps.measure.doctor import diagnose
 
     settings = settings_from(ctx)
-    report = diagnose(settings)
+    def active() -> Any:
+        from ragvps.db import store
+        from ragvps.db.database import connect
+
+        with connect(settings) as conn:
+            return store.active_set(conn)
+
+    report = diagnose(settings, active)
     if as_json:
         typer.echo(json.dumps({k: v for k, v in asdict(report).items() if k != "lines"}, indent=2))
     else:
@@ -512,15 +518,15 @@ def doctor(
 
 
 def _need_set(conn: Any, settings: Settings, action: str) -> Any:
-    from ragvps import store
+    from ragvps.db import store
+    from ragvps.embed.models import spec_for
     from ragvps.errors import UsageError
-    from ragvps.models import spec_for
 
     spec = spec_for(settings)
     eset = store.active_set(conn)
     if eset is None:
         raise UsageError("nothing is ingested yet: run `ragvps ingest PATH` first")
-    store.check_model(eset, spec, settings.vector_type, action)
+    store.check_model(eset, spec, settings.index.vector_type, action)
     return eset
 
 
@@ -528,10 +534,11 @@ def _embed_questions(settings: Settings, texts: list[str], bars: _Bars) -> Any:
     """All questions embedded up front, in batches, before any search runs."""
     import numpy as np
 
-    from ragvps.embed import embed_queries, make_embedder
+    from ragvps.embed import embed_queries
+    from ragvps.embed.registry import make_embedder
 
     embedder = make_embedder(settings)
-    size = max(settings.batch_size, 64)
+    size = max(settings.embed.batch_size, 64)
     out = []
     for lo in range(0, len(texts), size):
         out.append(embed_queries(embedder, texts[lo:lo + size]))
@@ -553,11 +560,10 @@ def eval_(
     as_json: Annotated[bool, typer.Option("--json", help="Print metrics and per-question ranks as JSON.")] = False,
 ) -> None:
     """Recall@k, MRR@k and nDCG@k of each search mode over gold questions, side by side."""
-    import dataclasses
 
-    from ragvps import evaluate
-    from ragvps.database import connect
+    from ragvps.db.database import connect
     from ragvps.errors import UsageError
+    from ragvps.measure import evaluate
 
     chosen = [m.strip() for m in modes.split(",") if m.strip()]
     if not chosen or any(m not in evaluate.EVAL_MODES for m in chosen):
@@ -580,8 +586,8 @@ def eval_(
         raise UsageError("give a gold file (`ragvps eval gold.jsonl`) or BEIR data (`--queries Q.jsonl --qrels Q.tsv`)")
     depth = max(depth, k)
     settings = settings_from(ctx)
-    if depth > settings.candidates:  # each leg must return enough chunks for the curve
-        settings = dataclasses.replace(settings, candidates=depth)
+    if depth > settings.search.candidates:  # each leg must return enough chunks for the curve
+        settings = settings.replace(candidates=depth)
     with connect(settings) as conn:
         eset = _need_set(conn, settings, "evaluate")
         missing = evaluate.missing_documents(questions, evaluate.known_documents(conn, questions))
@@ -595,7 +601,7 @@ def eval_(
     result = evaluate.score(questions, ranked, k, depth)
     result.warnings, result.source = warnings, source
     if report is not None:
-        from ragvps.report import render
+        from ragvps.measure.report import render
 
         report.write_text(render(result, f"ragvps eval: {source}"), encoding="utf-8")
     if as_json:
@@ -623,14 +629,15 @@ def check_index(
     """How much of the exact top-k the HNSW index finds at the current ef_search, and the ef_search for --target."""
     import random
 
-    from ragvps import evaluate, inspect, store
-    from ragvps.database import connect
+    from ragvps.db import store
+    from ragvps.db.database import connect
     from ragvps.errors import UsageError
+    from ragvps.measure import evaluate, inspect
 
     if sample < 1 or k < 1 or not 0 < target <= 1:
         raise UsageError("--sample and --k must be at least 1, --target between 0 and 1")
     settings = settings_from(ctx)
-    current = max(settings.ef_search, settings.candidates)  # what the vector leg of `ragvps query` sets
+    current = max(settings.search.ef_search, settings.search.candidates)  # what the vector leg of `ragvps query` sets
     picked = None
     if questions is not None:
         loaded = evaluate.load_queries(questions)
@@ -640,7 +647,7 @@ def check_index(
         if not store.index_exists(conn, eset):
             rows = store.chunk_count(conn)
             raise UsageError(
-                f"there is no HNSW index: {rows} chunks is below index_min_rows={settings.index_min_rows}, so "
+                f"there is no HNSW index: {rows} chunks is below index_min_rows={settings.index.min_rows}, so "
                 "every search is exact already (set RAGVPS_INDEX_MIN_ROWS lower and ingest again to build one)")
         if picked is not None:
             with _Bars() as bars:
@@ -673,8 +680,8 @@ def stats(
     as_json: Annotated[bool, typer.Option("--json", help="Print every figure as JSON.")] = False,
 ) -> None:
     """Rows and sizes of the index beside the machine's memory; warns when the vector index outgrows RAM."""
-    from ragvps import inspect
-    from ragvps.database import connect
+    from ragvps.db.database import connect
+    from ragvps.measure import inspect
 
     settings = settings_from(ctx)
     with connect(settings) as conn:
@@ -713,10 +720,10 @@ app.add_typer(server, name="server")
 @server.command("stop")
 def server_stop(ctx: typer.Context) -> None:
     """Stop the embedded server (the next command starts it again)."""
-    from ragvps.database import stop_embedded
+    from ragvps.db.database import stop_embedded
 
     settings = settings_from(ctx)
-    typer.echo("stopped" if stop_embedded(settings) else f"no embedded server runs in {settings.pg_dir}")
+    typer.echo("stopped" if stop_embedded(settings) else f"no embedded server runs in {settings.database.pg_dir}")
 
 
 def main() -> None:

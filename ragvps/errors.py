@@ -1,33 +1,82 @@
-"""One error family whose messages say what to do next."""
+"""One error family whose messages say what to do next, each error with a kind.
+
+The kind is what an interface needs to answer: the CLI maps it to an exit code, the HTTP API to a
+status (`EXIT_CODES`, `HTTP_STATUS`, in one place each). Library code names settings (`chunk_size`),
+never CLI flags; an error lists the settings it is about in `settings`, so an interface can say how to
+set them (`--chunk-size`, `RAGVPS_CHUNK_SIZE`).
+"""
 
 from __future__ import annotations
 
 import re
+from typing import Literal
+
+Kind = Literal["usage", "config", "not_found", "conflict", "unavailable", "too_long", "failed"]
+
+EXIT_CODES: dict[str, int] = {
+    "usage": 2, "config": 2, "not_found": 1, "conflict": 1, "unavailable": 1, "too_long": 1, "failed": 1,
+}
+HTTP_STATUS: dict[str, int] = {
+    "usage": 400, "config": 500, "not_found": 404, "conflict": 409, "unavailable": 503, "too_long": 413,
+    "failed": 500,
+}
 
 
 class RagvpsError(Exception):
-    """An error the CLI reports as one line on stderr, with a non-zero exit."""
+    """An error an interface reports as one line (CLI) or one JSON object (HTTP), never a traceback."""
 
-    exit_code = 1
+    kind: Kind = "failed"
 
+    def __init__(self, message: str, *, kind: Kind | None = None, settings: tuple[str, ...] = ()):
+        super().__init__(message)
+        if kind is not None:
+            self.kind = kind
+        self.settings = settings
 
-class ConfigError(RagvpsError):
-    exit_code = 2
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.kind]
+
+    @property
+    def http_status(self) -> int:
+        return HTTP_STATUS[self.kind]
 
 
 class UsageError(RagvpsError):
-    exit_code = 2
+    """The request itself is wrong: a bad argument, a missing input, an empty query."""
+
+    kind: Kind = "usage"
 
 
-class DatabaseError(RagvpsError):
+class ConfigError(RagvpsError):
+    """A setting is wrong (its name and origin are in the message)."""
+
+    kind: Kind = "config"
+
+
+class NotFoundError(RagvpsError):
+    kind: Kind = "not_found"
+
+
+class ConflictError(RagvpsError):
+    kind: Kind = "conflict"
+
+
+class UnavailableError(RagvpsError):
+    """Something ragvps depends on (the database, Ollama, an LLM API) cannot be reached or refused."""
+
+    kind: Kind = "unavailable"
+
+
+class DatabaseError(UnavailableError):
     pass
 
 
-class EmbedderError(RagvpsError):
+class EmbedderError(UnavailableError):
     pass
 
 
-class ModelMismatchError(RagvpsError):
+class ModelMismatchError(ConflictError):
     pass
 
 

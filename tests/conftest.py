@@ -69,5 +69,6 @@ def cli(db_url: str, tmp_path: Path) -> Cli:
     """The CLI with its own data directory and the module's database; a clean slate per test."""
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+    (tmp_path / "empty.toml").write_text("")  # an empty config file: no ./ragvps.toml is picked up
     return Cli({"RAGVPS_DATABASE_URL": db_url, "RAGVPS_DATA_DIR": str(tmp_path / "data"),
-                "RAGVPS_EMBEDDER": "local", "RAGVPS_CONFIG": str(tmp_path / "none.toml")})
+                "RAGVPS_EMBEDDER": "local", "RAGVPS_CONFIG": str(tmp_path / "empty.toml")})

@@ -50,7 +50,7 @@ def _hash_vector(text: str) -> np.ndarray:
 
 @functools.cache
 def _local():  # type: ignore[no-untyped-def]
-    from ragvps.embed import LocalEmbedder
+    from ragvps.embed.local import LocalEmbedder
 
     return LocalEmbedder(threads=1)
 

@@ -10,8 +10,9 @@ import psycopg
 import pytest
 from pgvector.psycopg import register_vector
 
-from ragvps import inspect, store
-from ragvps.database import queries
+from ragvps.db import store
+from ragvps.db.database import queries
+from ragvps.measure import inspect
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 

@@ -7,8 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ragvps import tokens
-from ragvps.chunk import ChunkerConfig, chunk_document, fixed_windows, sentences
-from ragvps.sources import Document
+from ragvps.ingest.chunk import ChunkerConfig, chunk_document, fixed_windows, sentences
+from ragvps.ingest.sources import Document
 
 WORDS = ["the", "model", "embeds", "chunks", "unbelievably", "Tokenisation", "cost", "3.5", "e.g.", "Dr.", "naïve",
          "café", "日本語", "x" * 120, "##", "#", "`", "*", "-", "\ufffd", "\x00", "résumé", "(see", "Fig.", "1)", "—"]

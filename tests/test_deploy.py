@@ -295,22 +295,22 @@ def test_env_file_is_ignored_by_git_and_the_example_lists_every_variable():
 
 
 def test_ragvps_is_configured_only_by_environment_and_understands_it():
-    from ragvps.config import Settings, load_settings
-    from ragvps.models import spec_for
+    from ragvps.config import SETTINGS, load_settings
+    from ragvps.embed.models import spec_for
 
     service = compose()["services"]["ragvps"]
     env = service_env(service)
-    known = {"RAGVPS_" + name.upper() for name in Settings.__dataclass_fields__}
+    known = {"RAGVPS_" + name.upper() for name in SETTINGS}
     unknown = {k for k in env if k.startswith("RAGVPS_")} - known
     assert not unknown, f"ragvps ignores these (typo?): {unknown}"
     assert not any(k == "RAGVPS_CONFIG" for k in env)
 
     settings = load_settings(config_file=None, env=env)
-    assert settings.embedder == "ollama"
-    assert settings.ollama_url == "http://ollama:11434"
-    assert settings.database_url == "postgresql://ragvps@postgres:5432/ragvps"
+    assert settings.embed.kind == "ollama"
+    assert settings.embed.ollama_url == "http://ollama:11434"
+    assert settings.database.url == "postgresql://ragvps@postgres:5432/ragvps"
     assert env["PGPASSWORD"] == filled_env()["POSTGRES_PASSWORD"]
-    assert str(settings.data_dir) == "/data"
+    assert str(settings.database.data_dir) == "/data"
     assert spec_for(settings).dims == 768
     volumes = service["volumes"]
     assert "ragvps-data:/data" in volumes

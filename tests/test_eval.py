@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from ragvps.errors import UsageError
-from ragvps.evaluate import Question, load_beir, load_gold, ranked_documents, score
-from ragvps.report import render
+from ragvps.measure.evaluate import Question, load_beir, load_gold, ranked_documents, score
+from ragvps.measure.report import render
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 

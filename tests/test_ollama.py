@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 from ollama_server import FakeOllama, ollama, ollama_server  # noqa: F401  (fixtures)
 
-from ragvps.embed import LocalEmbedder, embed_documents, embed_queries
+from ragvps.embed import DimensionError, InputTooLongError, embed_documents, embed_queries
+from ragvps.embed.local import LocalEmbedder
+from ragvps.embed.models import model_spec
+from ragvps.embed.ollama import OllamaEmbedder
 from ragvps.errors import EmbedderError
-from ragvps.models import model_spec
-from ragvps.ollama import DimensionError, InputTooLongError, OllamaEmbedder
 
 
 def _client(fake: FakeOllama, model: str = "nomic-embed-text", **kw) -> tuple[OllamaEmbedder, list[float]]:

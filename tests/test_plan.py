@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
-from ragvps import plan
 from ragvps.errors import UsageError
-from ragvps.plan import Budget, DocumentMeasure, Measurement, WindowPlan
+from ragvps.measure import plan
+from ragvps.measure.plan import Budget, DocumentMeasure, Measurement, WindowPlan
 
 
 def run(*args: str) -> Result:
@@ -97,7 +97,7 @@ def test_budget_figures() -> None:
 
 
 def test_common_models_match_the_models_ragvps_knows() -> None:
-    from ragvps.models import KNOWN_MODELS
+    from ragvps.embed.models import KNOWN_MODELS
 
     dims = dict(plan.COMMON_MODELS)
     assert [m.dims for m in plan.common_models()] == [384, 768, 1024, 1536]
@@ -273,7 +273,7 @@ def test_processed_is_stream_plus_repeated(p: WindowPlan) -> None:
 
 @given(plans())
 def test_plan_agrees_with_the_chunkers_fixed_windows(p: WindowPlan) -> None:
-    from ragvps.chunk import fixed_windows
+    from ragvps.ingest.chunk import fixed_windows
 
     assert list(p.windows()) == fixed_windows(p.tokens, p.size, p.overlap)
 
@@ -474,11 +474,12 @@ def corpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_cli_measures_a_folder(corpus: Path) -> None:
-    from ragvps import sources, tokens
-    from ragvps.chunk import chunk_document
+    from ragvps import tokens
     from ragvps.config import load_settings
-    from ragvps.models import spec_for
-    from ragvps.pipeline import chunker_config
+    from ragvps.embed.models import spec_for
+    from ragvps.ingest import sources
+    from ragvps.ingest.chunk import chunk_document
+    from ragvps.ingest.pipeline import chunker_config
 
     result = run("--path", str(corpus), "--chunk-size", "40", "--overlap", "25%", "--json")
     assert result.exit_code == 0, result.output

@@ -15,13 +15,14 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from psycopg import sql
 
-from ragvps import search, store
-from ragvps.chunk import Chunk
 from ragvps.config import Settings
-from ragvps.database import compose, connect
+from ragvps.db import store
+from ragvps.db.database import compose, connect
+from ragvps.embed.models import ModelSpec
 from ragvps.errors import UsageError
-from ragvps.models import ModelSpec
-from ragvps.sources import Document
+from ragvps.ingest.chunk import Chunk
+from ragvps.ingest.sources import Document
+from ragvps.retrieve import search
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 SPEC = ModelSpec("fake-8", 8, 256)
@@ -43,7 +44,7 @@ def _write(conn: psycopg.Connection, eset: store.EmbeddingSet, docs: list[Docume
 def conn(db_url: str) -> psycopg.Connection:
     with psycopg.connect(db_url, autocommit=True) as admin:
         admin.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
-    settings = Settings(database_url=db_url)
+    settings = Settings.of(database_url=db_url)
     with connect(settings) as c:
         yield c
 
@@ -109,7 +110,7 @@ def test_candidate_budget_keeps_the_best_when_common_words_are_left_out(conn):
     names = dict(conn.execute("SELECT c.id, d.doc_id FROM chunks c JOIN documents d ON d.id = c.document_id"))
     assert [names[c] for c in got] == ["rare"]  # only the rarest lexeme found candidates
     full = search.keyword_leg(conn, "axolotl common words", settings, bm25=search.Bm25(budget=10**6))
-    assert names[full[0]] == "rare" and len(full) == settings.candidates
+    assert names[full[0]] == "rare" and len(full) == settings.search.candidates
 
 
 def test_term_statistics_follow_every_write(conn):
@@ -135,7 +136,7 @@ def test_filtered_vector_query_still_returns_k_rows_through_hnsw(conn):
     docs = [_doc(f"d{i}", f"text {i}", source=("rare/" if i % 10 == 0 else "common/") + f"{i}.md",
                  metadata={"team": "blue" if i % 50 == 0 else "red"}) for i in range(3000)]
     _write(conn, eset, docs, vectors)
-    settings = Settings(index_min_rows=1000, candidates=20, ef_search=20)
+    settings = Settings.of(index_min_rows=1000, candidates=20, ef_search=20)
     assert store.ensure_index(conn, eset, settings)
     conn.execute("ANALYZE")
     query = rng.normal(size=8).astype(np.float32)
@@ -168,7 +169,7 @@ def test_filtered_vector_query_still_returns_k_rows_through_hnsw(conn):
 
 @pytest.fixture(scope="module")
 def module_conn(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> psycopg.Connection:
-    settings = Settings(database_url=db_url)
+    settings = Settings.of(database_url=db_url)
     with connect(settings) as c:
         eset = store.ensure_set(c, SPEC, "vector", activate=True)
         if store.chunk_count(c) == 0:
@@ -186,7 +187,7 @@ def test_keyword_leg_never_errors_on_any_text(module_conn, text):
         assert "no words" in str(exc)
         return
     got = search.keyword_leg(module_conn, text, Settings())
-    assert isinstance(got, list) and len(got) <= Settings().candidates
+    assert isinstance(got, list) and len(got) <= Settings().search.candidates
 
 
 @pytest.mark.parametrize("text", [

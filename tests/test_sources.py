@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ragvps.chunk import ChunkerConfig, chunk_document
-from ragvps.sources import SkipFile, SourceFile, load
+from ragvps.ingest.chunk import ChunkerConfig, chunk_document
+from ragvps.ingest.sources import SkipFile, SourceFile, load
 
 PDFS = Path(__file__).resolve().parents[2] / "shared" / "data" / "pdf_sample"
 CONFIG = ChunkerConfig("structure", 200, 30, 256)
@@ -199,8 +199,8 @@ def test_a_large_text_file_is_chunked_in_bounded_memory(tmp_path):
             f.write(para + "\n\n")
     size = path.stat().st_size
     script = (
-        "import json, resource, sys; from pathlib import Path; from ragvps.sources import SourceFile, load;"
-        "from ragvps.chunk import ChunkerConfig, chunk_documents;"
+        "import json, resource, sys; from pathlib import Path; from ragvps.ingest.sources import SourceFile, load;"
+        "from ragvps.ingest.chunk import ChunkerConfig, chunk_documents;"
         "docs = load(SourceFile(Path(sys.argv[1]), 'big.txt', 'text'), print);"
         "chunks = chunk_documents(docs, ChunkerConfig('structure', 200, 30, 256))[0];"
         "print(json.dumps([len(chunks), max(c.tokens for c in chunks), chunks[-1].end,"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import psycopg
 
-from ragvps.inspect import meminfo, mib, stats_warnings
-from ragvps.plan import raw_vector_bytes
+from ragvps.measure.inspect import meminfo, mib, stats_warnings
+from ragvps.measure.plan import raw_vector_bytes
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 

@@ -11,13 +11,14 @@ import numpy as np
 import psycopg
 import pytest
 
-from ragvps import search, store
-from ragvps.chunk import Chunk
 from ragvps.config import Settings
-from ragvps.database import connect
+from ragvps.db import store
+from ragvps.db.database import connect
+from ragvps.embed.models import ModelSpec
 from ragvps.errors import ConfigError
-from ragvps.models import ModelSpec
-from ragvps.sources import Document
+from ragvps.ingest.chunk import Chunk
+from ragvps.ingest.sources import Document
+from ragvps.retrieve import search
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 SPEC = ModelSpec("fake-64", 64, 256)
@@ -34,7 +35,7 @@ def folder(tmp_path: Path) -> Path:
 def conn(db_url: str) -> psycopg.Connection:
     with psycopg.connect(db_url, autocommit=True) as admin:
         admin.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
-    with connect(Settings(database_url=db_url)) as c:
+    with connect(Settings.of(database_url=db_url)) as c:
         yield c
 
 
@@ -96,7 +97,7 @@ def test_halfvec_store_index_and_query(cli, folder, db_url):
 def test_build_memory_advice_and_session_settings(conn):
     eset = _fill(conn, 3000)
     warnings: list[str] = []
-    settings = Settings(index_min_rows=100, index_memory="1MB", index_workers=0)
+    settings = Settings.of(index_min_rows=100, index_memory="1MB", index_workers=0)
     before = conn.execute("SHOW maintenance_work_mem").fetchone()[0]
     assert store.ensure_index(conn, eset, settings, progress=lambda *a: None, warn=warnings.append)
     assert len(warnings) == 1
@@ -104,12 +105,12 @@ def test_build_memory_advice_and_session_settings(conn):
     assert "RAGVPS_INDEX_MEMORY" in warnings[0] and "(now 1MB" in warnings[0]
     assert conn.execute("SHOW maintenance_work_mem").fetchone()[0] == before  # the session is put back
     with pytest.raises(ConfigError, match="index_memory='lots'"):
-        store.rebuild_index(conn, eset, Settings(index_memory="lots"))
+        store.rebuild_index(conn, eset, Settings.of(index_memory="lots"))
 
 
 def test_rebuild_swaps_the_index_while_queries_keep_answering(conn, db_url):
     eset = _fill(conn, 2000)
-    settings = Settings(database_url=db_url, index_min_rows=100, candidates=10, ef_search=10)
+    settings = Settings.of(database_url=db_url, index_min_rows=100, candidates=10, ef_search=10)
     assert store.ensure_index(conn, eset, settings)
     old_oid = conn.execute("SELECT %s::regclass::oid", (eset.index_name,)).fetchone()[0]
     # A leftover from a rebuild that was killed before its swap.

@@ -3,10 +3,10 @@
 import numpy as np
 import psycopg
 
-from ragvps.artifacts import VectorCache
-from ragvps.chunk import fixed_windows
-from ragvps.database import migrate, migrations, queries
-from ragvps.search import rrf
+from ragvps.db.database import migrate, migrations, queries
+from ragvps.ingest.artifacts import VectorCache
+from ragvps.ingest.chunk import fixed_windows
+from ragvps.retrieve.search import rrf
 
 
 def test_rrf_scores_and_order():
@@ -47,7 +47,7 @@ def test_vector_cache_survives_a_torn_write(tmp_path):
 
 
 def test_metrics_by_hand():
-    from ragvps.metrics import dedupe, first_hit, mrr_at, ndcg_at, recall_at
+    from ragvps.measure.metrics import dedupe, first_hit, mrr_at, ndcg_at, recall_at
 
     ranked = dedupe(["a", "b", "a", "c", "d"])
     assert ranked == ["a", "b", "c", "d"]
@@ -63,7 +63,7 @@ def test_metrics_by_hand():
 
 
 def test_jsonl_corpus_documents(tmp_path):
-    from ragvps.sources import SourceFile, load
+    from ragvps.ingest.sources import SourceFile, load
 
     path = tmp_path / "corpus.jsonl"
     path.write_text('{"_id": "4983", "title": "Microstructural development", "text": "Alterations of the '

@@ -6,7 +6,9 @@ import dataclasses
 from dataclasses import dataclass
 
 from ragvps.config import LOCAL_MODEL, Settings
-from ragvps.errors import UsageError
+from ragvps.errors import ConfigError
+
+SPECIAL_TOKENS = 2  # [CLS] and [SEP], which every BERT-style embedder adds to each input
 
 
 @dataclass(frozen=True)
@@ -18,6 +20,11 @@ class ModelSpec:
     query_prefix: str = ""
     chunk_size: int = 400  # default chunk size in tokens
     chunk_overlap: int = 50
+
+    @property
+    def input_room(self) -> int:
+        """Model tokens a document's text may take: the limit less [CLS]/[SEP] and the document prefix."""
+        return input_room(self.max_tokens, self.document_prefix)
 
     @property
     def identity(self) -> str:
@@ -46,16 +53,24 @@ def model_spec(name: str) -> ModelSpec | None:
 
 def spec_for(settings: Settings) -> ModelSpec:
     """The configured embedder's model spec, without loading the model."""
-    spec = model_spec(settings.model_name)
+    e = settings.embed
+    spec = model_spec(e.model_name)
     if spec is None:
         known = ", ".join(name for name in KNOWN_MODELS if name != LOCAL_MODEL)
-        raise UsageError(
-            f"ragvps does not know the dimension and input limit of Ollama model {settings.model_name!r} "
-            f"(setting embed_model); use one of: {known}"
+        raise ConfigError(
+            f"ragvps does not know the dimension and input limit of Ollama model {settings.embed.model_name!r} "
+            f"(setting embed_model); use one of: {known}", settings=("embed_model",)
         )
     return dataclasses.replace(
         spec,
-        name=settings.model_name,
-        document_prefix=spec.document_prefix if settings.document_prefix is None else settings.document_prefix,
-        query_prefix=spec.query_prefix if settings.query_prefix is None else settings.query_prefix,
+        name=settings.embed.model_name,
+        document_prefix=spec.document_prefix if e.document_prefix is None else e.document_prefix,
+        query_prefix=spec.query_prefix if e.query_prefix is None else e.query_prefix,
     )
+
+
+def input_room(max_tokens: int, prefix: str) -> int:
+    """The one input-room rule: the model's limit less [CLS]/[SEP] and the prefix's own tokens."""
+    from ragvps import tokens
+
+    return max_tokens - SPECIAL_TOKENS - tokens.count(prefix)

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from ragvps.errors import UsageError
 
 if TYPE_CHECKING:
-    from ragvps.chunk import ChunkerConfig
-    from ragvps.sources import Document
+    from ragvps.ingest.chunk import ChunkerConfig
+    from ragvps.ingest.sources import Document
 
 VectorType = Literal["vector", "halfvec"]
 VECTOR_TYPES: tuple[VectorType, ...] = ("vector", "halfvec")
@@ -383,7 +383,7 @@ def measure(
 ) -> Measurement:
     """Count each document's tokens and chunk it for real; boundaries make this differ from the stream."""
     from ragvps import tokens  # the tokenizer and chunker load only when something is measured
-    from ragvps.chunk import chunk_document
+    from ragvps.ingest.chunk import chunk_document
 
     count = count or tokens.count
     WindowPlan(0, config.size, config.overlap)  # the same errors as the arithmetic modes

@@ -14,9 +14,9 @@ import psycopg
 from psycopg import sql
 
 from ragvps.config import Settings
-from ragvps.database import queries
-from ragvps.plan import raw_vector_bytes
-from ragvps.store import EmbeddingSet
+from ragvps.db.database import queries
+from ragvps.db.store import EmbeddingSet
+from ragvps.measure.plan import raw_vector_bytes
 
 log = logging.getLogger(__name__)
 
@@ -156,8 +156,9 @@ def stats(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings) -> d
     index = vec["indexes"].get(eset.index_name)
     total, available, ram_source = meminfo()
     rebuild = REBUILD_FACTOR * (tables["chunks"]["total_bytes"] + vec["total_bytes"])
-    free = shutil.disk_usage(settings.pg_dir).free if not settings.database_url and settings.pg_dir.exists() else None
-    local = settings.embedder == "local"
+    db = settings.database
+    free = shutil.disk_usage(db.pg_dir).free if not db.url and db.pg_dir.exists() else None
+    local = settings.embed.kind == "local"
     result: dict[str, Any] = {
         "rows": {"documents": documents, "chunks": chunks, "vectors": vectors, "roots": roots},
         "embedding_set": {"model": eset.model, "dims": eset.dims, "vector_type": eset.vector_type,
@@ -172,7 +173,7 @@ def stats(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings) -> d
                      "maintenance_work_mem": maint, "maintenance_work_mem_bytes": maint_b},
         "disk": {"rebuild_bytes": rebuild, "free_bytes": free,
                  "note": f"a rebuild writes beside the old data: about {REBUILD_FACTOR}x chunks + vectors"},
-        "embedder": {"kind": settings.embedder, "model": settings.model_name,
+        "embedder": {"kind": settings.embed.kind, "model": settings.embed.model_name,
                      "memory_bytes": LOCAL_EMBEDDER_PEAK_BYTES if local else None,
                      "note": "peak RSS while embedding, measured" if local
                      else "held by the Ollama server: see `ollama ps`"},

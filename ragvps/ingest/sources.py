@@ -144,7 +144,7 @@ def load(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
     text = read_text(source, warn)
     stem = Path(source.rel).stem
     if source.kind == "html":
-        from ragvps.htmltext import extract
+        from ragvps.ingest.htmltext import extract
 
         page = extract(text)
         meta: dict[str, object] = {"headings": page.headings} if page.headings else {}

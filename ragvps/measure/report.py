@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
-from ragvps.evaluate import EvalReport
+from ragvps.measure.evaluate import EvalReport
 
 COLOURS = {"vector": "#1f77b4", "keyword": "#ff7f0e", "hybrid": "#2ca02c"}
 W, H, PAD = 420, 260, 40

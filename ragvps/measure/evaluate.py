@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ragvps.errors import UsageError
-from ragvps.metrics import dedupe, first_hit, mrr_at, ndcg_at, recall_at
+from ragvps.measure.metrics import dedupe, first_hit, mrr_at, ndcg_at, recall_at
 
 if TYPE_CHECKING:
     import numpy as np
     import psycopg
 
     from ragvps.config import Settings
-    from ragvps.store import EmbeddingSet
+    from ragvps.db.store import EmbeddingSet
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +202,7 @@ def missing_documents(questions: Sequence[Question], known: set[str]) -> list[st
 # The thin I/O edge: run every question through ragvps.search.search(), exactly as `ragvps query` does.
 
 def known_documents(conn: psycopg.Connection, questions: Sequence[Question]) -> set[str]:
-    from ragvps.database import queries
+    from ragvps.db.database import queries
 
     keys = sorted({d for q in questions for d in q.relevant})
     rows = conn.execute(queries("inspect.sql")["known_documents"], {"keys": keys}).fetchall()
@@ -215,7 +215,7 @@ def retrieve(
     settings: Settings, modes: Sequence[str], depth: int, progress: Callable[[str, int, int], None],
 ) -> dict[str, list[list[str]]]:
     """Each question's ranked documents per mode, from the top `depth` chunks that search() returns."""
-    from ragvps.search import search
+    from ragvps.retrieve.search import search
 
     ranked: dict[str, list[list[str]]] = {mode: [] for mode in modes}
     for mode in modes:

@@ -18,12 +18,12 @@ from itertools import chain
 from typing import TYPE_CHECKING, Any, cast
 
 from ragvps import tokens
-from ragvps.sources import Document, inline_text
+from ragvps.embed.models import input_room
+from ragvps.ingest.sources import Document, inline_text
 
 if TYPE_CHECKING:
     from tokenizers import Encoding
 
-SPECIAL_TOKENS = 2  # [CLS] and [SEP]
 SEGMENT_CHARS = 1 << 19  # a longer document is tokenized one segment at a time, so memory stays bounded
 PATH_SHARE = 4  # a heading path takes at most this fraction (1/n) of the input; longer ones are shortened
 MARGIN = 8  # chunks this close to the limit are re-counted from their final text
@@ -98,7 +98,7 @@ def chunk_documents(docs: Sequence[Document], config: ChunkerConfig) -> list[lis
     if config.mode not in ("structure", "fixed", "sentences"):
         raise ValueError(f"chunk mode {config.mode!r} is not one of: structure, fixed, sentences")
     out: list[list[Chunk]] = []
-    room = config.max_tokens - SPECIAL_TOKENS - tokens.count(config.prefix)
+    room = input_room(config.max_tokens, config.prefix)
     i = 0
     while i < len(docs):
         batch: list[Document] = []

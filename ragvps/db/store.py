@@ -14,12 +14,12 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from ragvps.chunk import Chunk
 from ragvps.config import Settings
-from ragvps.database import compose, q
+from ragvps.db.database import compose, q
+from ragvps.embed.models import ModelSpec
 from ragvps.errors import ConfigError, DatabaseError, ModelMismatchError
-from ragvps.models import ModelSpec
-from ragvps.sources import Document
+from ragvps.ingest.chunk import Chunk
+from ragvps.ingest.sources import Document
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +185,7 @@ def ensure_index(conn: psycopg.Connection, eset: EmbeddingSet, settings: Setting
     """Build the HNSW index once the table is large enough for it to pay off; True if one exists."""
     if index_exists(conn, eset):
         return True
-    if chunk_count(conn) < settings.index_min_rows:
+    if chunk_count(conn) < settings.index.min_rows:
         return False
     conn.commit()
     build_index(conn, eset, eset.index_name, settings, progress, warn)
@@ -215,7 +215,8 @@ def build_index(conn: psycopg.Connection, eset: EmbeddingSet, name: str, setting
     opclass = "halfvec_cosine_ops" if eset.vector_type == "halfvec" else "vector_cosine_ops"
     create = compose("create_hnsw_index", index=sql.Identifier(name), table=eset.table,
                      concurrently=sql.SQL("CONCURRENTLY" if concurrently else ""), opclass=sql.SQL(opclass),
-                     m=sql.Literal(settings.hnsw_m), ef_construction=sql.Literal(settings.hnsw_ef_construction))
+                     m=sql.Literal(settings.index.hnsw_m),
+                     ef_construction=sql.Literal(settings.index.hnsw_ef_construction))
     notices: list[str] = []
 
     def on_notice(diag: psycopg.errors.Diagnostic) -> None:
@@ -227,12 +228,12 @@ def build_index(conn: psycopg.Connection, eset: EmbeddingSet, name: str, setting
     try:
         with _autocommit(conn):
             try:
-                conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (settings.index_memory,))
+                conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (settings.index.memory,))
                 conn.execute("SELECT set_config('max_parallel_maintenance_workers', %s, false)",
-                             (str(settings.index_workers),))
+                             (str(settings.index.workers),))
             except psycopg.errors.InvalidParameterValue as exc:
-                raise ConfigError(f"setting index_memory={settings.index_memory!r} or index_workers="
-                                  f"{settings.index_workers} is not valid for PostgreSQL: {exc}") from None
+                raise ConfigError(f"setting index_memory={settings.index.memory!r} or index_workers="
+                                  f"{settings.index.workers} is not valid for PostgreSQL: {exc}") from None
             if watcher:
                 watcher.start()
             log.info("building index %s", name)
@@ -246,7 +247,7 @@ def build_index(conn: psycopg.Connection, eset: EmbeddingSet, name: str, setting
                 conn.execute("RESET maintenance_work_mem; RESET max_parallel_maintenance_workers")
     if notices and warn:
         warn(f"{notices[0]}: the index build took much longer than it needs to; raise setting index_memory "
-             f"(now {settings.index_memory}; e.g. RAGVPS_INDEX_MEMORY=1GB, if the machine has that much free) "
+             f"(now {settings.index.memory}; e.g. RAGVPS_INDEX_MEMORY=1GB, if the machine has that much free) "
              "and run `ragvps reindex`")
 
 

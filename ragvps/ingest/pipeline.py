@@ -12,15 +12,16 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from ragvps import sources, store, tokens
-from ragvps.artifacts import ChunkArtifacts, ChunkFile, VectorCache
-from ragvps.chunk import SPECIAL_TOKENS, Chunk, ChunkerConfig, chunk_documents
+from ragvps import tokens
 from ragvps.config import Settings
-from ragvps.embed import Embedder, embed_documents
+from ragvps.db import store
+from ragvps.embed import Embedder, InputTooLongError, embed_documents
+from ragvps.embed.models import SPECIAL_TOKENS, ModelSpec
 from ragvps.errors import RagvpsError
-from ragvps.models import ModelSpec
-from ragvps.ollama import InputTooLongError
-from ragvps.sources import Document
+from ragvps.ingest import sources
+from ragvps.ingest.artifacts import ChunkArtifacts, ChunkFile, VectorCache
+from ragvps.ingest.chunk import Chunk, ChunkerConfig, chunk_documents
+from ragvps.ingest.sources import Document
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +47,9 @@ class IngestReport:
 
 
 def chunker_config(settings: Settings, spec: ModelSpec) -> ChunkerConfig:
-    size = settings.chunk_size or spec.chunk_size
-    overlap = settings.chunk_overlap if settings.chunk_overlap is not None else min(spec.chunk_overlap, size // 4)
-    return ChunkerConfig(settings.chunk_mode, size, overlap, spec.max_tokens, spec.document_prefix)
+    size = settings.chunk.size or spec.chunk_size
+    overlap = settings.chunk.overlap if settings.chunk.overlap is not None else min(spec.chunk_overlap, size // 4)
+    return ChunkerConfig(settings.chunk.mode, size, overlap, spec.max_tokens, spec.document_prefix)
 
 
 def chunk_stage(
@@ -56,7 +57,7 @@ def chunk_stage(
     report: IngestReport, progress: Progress, warn: Warn,
 ) -> list[ChunkFile]:
     """Chunk every file whose content or chunker settings changed; reuse the files on disk otherwise."""
-    artifacts = ChunkArtifacts(settings.data_dir, root)
+    artifacts = ChunkArtifacts(settings.database.data_dir, root)
     key = config.key()
     results = []
     for i, source in enumerate(scan.files):
@@ -159,7 +160,7 @@ def store_stage(
     done = 0
     for batch in batches(changed, STORE_BATCH_CHUNKS):
         rows = [(doc, chunks, _vectors(cache, chunks, eset.dims)) for doc, chunks in batch]
-        store.replace_documents(conn, eset, root, key, settings.language, rows)
+        store.replace_documents(conn, eset, root, key, settings.search.language, rows)
         report.stored += len(batch)
         done += sum(len(chunks) for _, chunks in batch)
         progress("store", done, total)
@@ -197,7 +198,7 @@ def ingest(
     progress: Progress, warn: Warn,
 ) -> IngestReport:
     """Bring the database in line with the folder at `path`, doing only the work that changed."""
-    from ragvps.database import connect
+    from ragvps.db.database import connect
 
     report = IngestReport()
 
@@ -214,7 +215,7 @@ def ingest(
     for w in scan.warnings:
         warn(w)
     with connect(settings) as conn:
-        store.check_model(store.active_set(conn), spec, settings.vector_type, "ingest")
+        store.check_model(store.active_set(conn), spec, settings.index.vector_type, "ingest")
         if not scan.files and not store.stored_documents(conn, str(root)):
             skipped = ", ".join(f"{n} {why}" for why, n in sorted(scan.skipped.items())) or "nothing"
             raise RagvpsError(
@@ -227,9 +228,9 @@ def ingest(
             chunks = [c for f in files for c in f.chunks]
             report.documents = sum(len(f.documents) for f in files)
             report.chunks = len(chunks)
-            cache = VectorCache(settings.data_dir, spec.identity, spec.dims)
-            embed_stage(cache, chunks, spec, make_embedder, settings.batch_size, report, progress)
-            eset = store.ensure_set(conn, spec, settings.vector_type, activate=True)
+            cache = VectorCache(settings.database.data_dir, spec.identity, spec.dims)
+            embed_stage(cache, chunks, spec, make_embedder, settings.embed.batch_size, report, progress)
+            eset = store.ensure_set(conn, spec, settings.index.vector_type, activate=True)
             unreadable = {f.rel for f in scan.files} - {f.source for f in files}
             store_stage(conn, eset, str(root), files, unreadable, cache, config, settings, report, progress)
             report.index_built = store.ensure_index(conn, eset, settings, progress, warn)
@@ -257,12 +258,12 @@ def reindex(
 ) -> ReindexReport:
     """Switch to the configured model if it differs from the index's, re-sync every folder ingested before,
     then rebuild the vector index in place without blocking reads."""
-    from ragvps.database import connect
+    from ragvps.db.database import connect
 
     switch = None
     with connect(settings) as conn:
         active = store.active_set(conn)
-        if active is not None and (active.identity, active.vector_type) != (spec.identity, settings.vector_type):
+        if active is not None and (active.identity, active.vector_type) != (spec.identity, settings.index.vector_type):
             with store.write_lock(conn):
                 switch = switch_model(conn, settings, spec, active, make_embedder, progress)
         roots = [r[0] for r in conn.execute("SELECT DISTINCT root FROM documents ORDER BY root")]
@@ -300,11 +301,11 @@ def switch_model(
             f"they were cut for model {old.model}; re-ingest into a fresh data directory and database with "
             f"{spec.name} configured, or pick a model that takes longer input",
         ))
-    cache = VectorCache(settings.data_dir, spec.identity, spec.dims)
+    cache = VectorCache(settings.database.data_dir, spec.identity, spec.dims)
     counts = IngestReport()
-    embed_stage(cache, chunks, spec, make_embedder, settings.batch_size, counts, progress)
+    embed_stage(cache, chunks, spec, make_embedder, settings.embed.batch_size, counts, progress)
     report.embedded = counts.embedded
-    eset = store.ensure_set(conn, spec, settings.vector_type, activate=False)
+    eset = store.ensure_set(conn, spec, settings.index.vector_type, activate=False)
     conn.commit()
     with conn.transaction():  # a leftover set from an interrupted switch is refilled from scratch
         store.reset_vectors(conn, eset)
@@ -335,9 +336,9 @@ def _ingest_chunker(conn: psycopg.Connection, settings: Settings, spec: ModelSpe
     pin = store.chunker_pin(conn, active) if active is not None else None
     pinned = _chunker_from(store.chunker_settings(conn, pin)) if pin and pin != config.key() else None
     if pinned is not None and active is not None:
-        if ((settings.chunk_size is None or settings.chunk_size == pinned.size)
-                and (settings.chunk_overlap is None or settings.chunk_overlap == pinned.overlap)
-                and settings.chunk_mode == pinned.mode):
+        if ((settings.chunk.size is None or settings.chunk.size == pinned.size)
+                and (settings.chunk.overlap is None or settings.chunk.overlap == pinned.overlap)
+                and settings.chunk.mode == pinned.mode):
             config = pinned
         else:
             store.set_chunker_pin(conn, active, None)

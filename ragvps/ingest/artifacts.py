@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ragvps.chunk import Chunk
-from ragvps.sources import Document
+from ragvps.ingest.chunk import Chunk
+from ragvps.ingest.sources import Document
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

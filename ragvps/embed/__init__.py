@@ -1,0 +1,40 @@
+"""Embed stage: the embedder protocol and the rules every embedder shares; backends live beside it
+(`local`, `ollama`), and `registry` is the one place that maps an embedder kind to its backend."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from ragvps.errors import EmbedderError, RagvpsError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ragvps.embed.models import ModelSpec
+
+
+class Embedder(Protocol):
+    spec: ModelSpec
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors for texts that already carry their task prefix; one row per text, float32."""
+        ...
+
+
+class InputTooLongError(RagvpsError):
+    """An input is longer than the model takes (Ollama: HTTP 400 with truncate=false)."""
+
+    kind = "too_long"
+
+
+class DimensionError(EmbedderError):
+    """The embedder returned vectors of another size than the model's (or the index's)."""
+
+
+def embed_documents(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
+    return embedder.embed([embedder.spec.document_prefix + t for t in texts])
+
+
+def embed_queries(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
+    return embedder.embed([embedder.spec.query_prefix + t for t in texts])

@@ -1,0 +1,1 @@
+"""Ingest: read sources, chunk them, keep stage files on disk, and run the staged pipeline."""

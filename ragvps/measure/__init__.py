@@ -1,0 +1,1 @@
+"""Measurement: plan arithmetic, evaluation, metrics, reports, index checks, sizes and the doctor."""

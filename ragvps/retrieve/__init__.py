@@ -1,0 +1,1 @@
+"""Retrieval: the vector and BM25 legs, filters, and reciprocal rank fusion."""
