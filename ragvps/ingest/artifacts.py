@@ -56,6 +56,8 @@ class ChunkArtifacts:
                 if header.get("file_hash") != file_hash or header.get("chunker") != chunker:
                     return None
                 for line in f:
+                    if "\\u0000" in line:  # written before NULs were removed: chunk again
+                        return None
                     record = json.loads(line)
                     kind = record.pop("type")
                     if kind == "document":

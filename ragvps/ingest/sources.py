@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import logging
@@ -68,9 +69,12 @@ class SkipFile(Exception):
 def scan(root: Path) -> ScanReport:
     """List the supported files under `root` in a stable order; count and explain the rest."""
     if not root.exists():
-        raise UsageError(f"{root} does not exist: give the folder (or file) of documents to ingest")
+        raise UsageError(f"{escaped(str(root))} does not exist: give the folder (or file) of documents to ingest")
     report = ScanReport()
     root = root.resolve()
+    if escaped(str(root)) != str(root):
+        raise UsageError(f"the folder name {escaped(str(root))} is not valid UTF-8: rename it (e.g. with "
+                         "`convmv -f latin1 -t utf8`), then ingest it again")
     if root.is_file():
         _add(report, root, root.name)
         return report
@@ -79,8 +83,21 @@ def scan(root: Path) -> ScanReport:
     return report
 
 
+def escaped(name: str) -> str:
+    """A file name as text: bytes that are not UTF-8 (surrogate escapes) written as \\xNN."""
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        return os.fsencode(name).decode("utf-8", errors="backslashreplace")
+
+
 def _add(report: ScanReport, path: Path, rel: str) -> None:
     kind = KINDS.get(path.suffix.lower())
+    if kind is not None and escaped(rel) != rel:
+        report.warnings.append(f"{escaped(rel)}: the file name is not valid UTF-8; stored under this escaped "
+                               "name (rename the file to UTF-8 to keep its real one)")
+        rel = escaped(rel)
     if kind is None:
         report.skipped[f"unsupported type {path.suffix.lower() or '(no extension)'}"] += 1
     elif not os.access(path, os.R_OK):
@@ -101,10 +118,10 @@ def _walk(root: Path, report: ScanReport) -> Iterator[Path]:
             entries = sorted(os.scandir(folder), key=lambda e: e.name)
         except OSError as exc:
             report.skipped["unreadable"] += 1
-            report.warnings.append(f"{folder}: {exc.strerror}, skipped")
+            report.warnings.append(f"{escaped(str(folder))}: {exc.strerror}, skipped")
             return
         if (st.st_dev, st.st_ino) in seen:
-            report.warnings.append(f"{folder}: symlink loop, skipped")
+            report.warnings.append(f"{escaped(str(folder))}: symlink loop, skipped")
             return
         seen.add((st.st_dev, st.st_ino))
         for entry in entries:
@@ -120,23 +137,69 @@ def _walk(root: Path, report: ScanReport) -> Iterator[Path]:
                     report.skipped["not a regular file"] += 1
             except OSError as exc:
                 report.skipped["unreadable"] += 1
-                report.warnings.append(f"{path}: {exc.strerror}, skipped")
+                report.warnings.append(f"{escaped(str(path))}: {exc.strerror}, skipped")
 
     yield from visit(root)
 
 
+# Byte order marks, longest first (a UTF-32 LE mark starts with the UTF-16 LE one).
+_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
+         (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+_SNIFF = 8000  # a NUL byte this near the start means binary content (git's rule)
+_MAGIC = ((b"\x1f\x8b", "gzip-compressed data"), (b"PK\x03\x04", "a zip archive"), (b"%PDF-", "a PDF"),
+          (b"\x7fELF", "an executable"), (b"\x89PNG", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"))
+
+
 def read_text(source: SourceFile, warn: Callable[[str], None]) -> str:
-    """The file as text: UTF-8, with undecodable bytes replaced (and a warning naming the file)."""
+    """The file as text: a byte order mark names the encoding (UTF-16, UTF-32, UTF-8), else UTF-8 with
+    undecodable bytes replaced (and a warning naming the file). Binary content raises SkipFile; no NUL
+    character is ever returned."""
     raw = source.path.read_bytes()
+    codec = next((name for bom, name in _BOMS if raw.startswith(bom)), None)
+    if codec is None:
+        what = next((name for magic, name in _MAGIC if raw.startswith(magic)), None)
+        if what is None and b"\x00" in raw[:_SNIFF]:
+            what = f"binary content (a NUL byte at offset {raw.index(0)})"
+        if what is not None:
+            raise SkipFile("binary", f"{source.rel}: {what}, not text; skipped")
+        codec = "utf-8"
     try:
-        return raw.decode("utf-8-sig")
+        text = raw.decode(codec)
     except UnicodeDecodeError as exc:
-        warn(f"{source.rel}: not valid UTF-8 (byte {exc.start}); undecodable bytes replaced with U+FFFD")
-        return raw.decode("utf-8", errors="replace")
+        warn(f"{source.rel}: not valid {codec.upper().removesuffix('-SIG')} (byte {exc.start}); "
+             "undecodable bytes replaced with U+FFFD")
+        text = raw.decode(codec, errors="replace")
+    if "\x00" in text:
+        warn(f"{source.rel}: {text.count(chr(0))} NUL characters removed")
+        text = text.replace("\x00", "")
+    return text
+
+
+def without_nul(value: object) -> object:
+    """`value` (a string, or lists and dicts of them) with every NUL character removed: PostgreSQL
+    stores none, in text or in JSON."""
+    if isinstance(value, str):
+        return value.replace("\x00", "") if "\x00" in value else value
+    if isinstance(value, list):
+        return [without_nul(v) for v in value]
+    if isinstance(value, dict):
+        return {str(without_nul(k)): without_nul(v) for k, v in value.items()}
+    return value
 
 
 def load(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
-    """The documents in one source file."""
+    """The documents in one source file; SkipFile when it has nothing to read."""
+    try:
+        docs = _load(source, warn)
+    except (UnicodeError, ValueError, RecursionError) as exc:  # a parser's surprise never stops an ingest
+        raise SkipFile("unreadable", f"{source.rel}: could not be read ({exc.__class__.__name__}: "
+                                     f"{str(without_nul(str(exc)))[:200]}), skipped") from exc
+    if not docs and source.kind == "jsonl":
+        raise SkipFile("no documents", f"{source.rel}: no JSON Lines record with text, skipped")
+    return docs
+
+
+def _load(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
     if source.kind == "jsonl":
         return load_jsonl(source, warn)
     if source.kind == "pdf":
@@ -147,8 +210,12 @@ def load(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
         from ragvps.ingest.htmltext import extract
 
         page = extract(text)
+        if not page.text.strip():
+            raise SkipFile("no text", f"{source.rel}: no text once markup, scripts and styles are removed, skipped")
         meta: dict[str, object] = {"headings": page.headings} if page.headings else {}
         return [Document(source.rel, source.rel, page.title or stem, page.text, "html", meta)]
+    if not text.strip():
+        raise SkipFile("no text", f"{source.rel}: only whitespace, no text; skipped")
     title = markdown_title(text) if source.kind == "markdown" else None
     return [Document(doc_id=source.rel, source=source.rel, title=title or stem, text=text, kind=source.kind)]
 
@@ -189,10 +256,10 @@ def load_pdf(source: SourceFile) -> Document:
             if not text:
                 continue
             pages.append([offset, number])
-            parts.append(text)
+            parts.append(str(without_nul(text)))
             offset += len(text) + 2
         info = reader.metadata
-        title = str(info.title).strip() if info is not None and info.title else ""
+        title = str(without_nul(str(info.title))).strip() if info is not None and info.title else ""
     except SkipFile:
         raise
     except (PdfReadError, ValueError, KeyError, TypeError) as exc:  # pypdf raises these on damaged files
@@ -211,16 +278,24 @@ def load_jsonl(source: SourceFile, warn: Callable[[str], None]) -> list[Document
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-            doc_id, title, text = str(record["_id"]), str(record.get("title") or ""), str(record["text"])
-        except (ValueError, KeyError, TypeError) as exc:
+            record = without_nul(json.loads(line))
+            doc_id, title, text = record["_id"], record.get("title") or "", record["text"]  # type: ignore[index,union-attr]
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             warn(f"{source.rel}:{n}: not a JSON object with `_id` and `text` ({exc.__class__.__name__}), skipped")
             continue
+        if not isinstance(text, str) or not isinstance(doc_id, str | int) or isinstance(doc_id, bool):
+            what = "`text`" if not isinstance(text, str) else "`_id`"
+            warn(f"{source.rel}:{n}: {what} is {json.dumps(text if what == '`text`' else doc_id)[:40]}, "
+                 "not a string; skipped")
+            continue
+        doc_id, title = str(doc_id), title if isinstance(title, str) else str(title)
         if doc_id in seen:
             warn(f"{source.rel}:{n}: duplicate _id {doc_id!r}, skipped")
             continue
         seen.add(doc_id)
-        if text.strip() or title.strip():
-            docs.append(Document(doc_id=doc_id, source=source.rel, title=title, text=text, kind="jsonl",
-                                 metadata={"line": n}))
+        if not text.strip() and not title.strip():
+            warn(f"{source.rel}:{n}: _id {doc_id!r} has no text, skipped")
+            continue
+        docs.append(Document(doc_id=doc_id, source=source.rel, title=title, text=text, kind="jsonl",
+                             metadata={"line": n}))
     return docs
