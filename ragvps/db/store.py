@@ -227,13 +227,17 @@ def build_index(conn: psycopg.Connection, eset: EmbeddingSet, name: str, setting
     watcher = _ProgressWatcher(conn, progress) if progress else None
     try:
         with _autocommit(conn):
-            try:
-                conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (settings.index.memory,))
-                conn.execute("SELECT set_config('max_parallel_maintenance_workers', %s, false)",
-                             (str(settings.index.workers),))
-            except psycopg.errors.InvalidParameterValue as exc:
-                raise ConfigError(f"setting index_memory={settings.index.memory!r} or index_workers="
-                                  f"{settings.index.workers} is not valid for PostgreSQL: {exc}") from None
+            for name, param, value in (("index_memory", "maintenance_work_mem", settings.index.memory),
+                                       ("index_workers", "max_parallel_maintenance_workers",
+                                        str(settings.index.workers))):
+                try:
+                    conn.execute("SELECT set_config(%s, %s, false)", (param, value))
+                except (psycopg.errors.InvalidParameterValue, psycopg.errors.InvalidTextRepresentation) as exc:
+                    detail = "; ".join(m.strip() for m in (exc.diag.message_primary, exc.diag.message_detail) if m)
+                    raise ConfigError(f"setting {name}={value!r} is refused by PostgreSQL ({detail}); "
+                                      + ("use a size like 256MB or 1GB, below the machine's free memory"
+                                         if name == "index_memory" else "use a smaller number"),
+                                      settings=(name,)) from None
             if watcher:
                 watcher.start()
             log.info("building index %s", name)
@@ -265,7 +269,8 @@ class _ProgressWatcher:
 
     def stop(self) -> None:
         self.done.set()
-        self.thread.join()
+        if self.thread.is_alive():  # never started when the build failed before it
+            self.thread.join()
 
     def _run(self) -> None:
         try:

@@ -198,7 +198,7 @@ def ingest(
     progress: Progress, warn: Warn,
 ) -> IngestReport:
     """Bring the database in line with the folder at `path`, doing only the work that changed."""
-    from ragvps.db.database import connect
+    from ragvps.db.database import connect, lost_server
 
     report = IngestReport()
 
@@ -214,7 +214,7 @@ def ingest(
     report.skipped.update(scan.skipped)
     for w in scan.warnings:
         warn(w)
-    with connect(settings) as conn:
+    with lost_server(settings), connect(settings) as conn:
         store.check_model(store.active_set(conn), spec, settings.index.vector_type, "ingest")
         if not scan.files and not store.stored_documents(conn, str(root)):
             skipped = ", ".join(f"{n} {why}" for why, n in sorted(scan.skipped.items())) or "nothing"
@@ -258,10 +258,10 @@ def reindex(
 ) -> ReindexReport:
     """Switch to the configured model if it differs from the index's, re-sync every folder ingested before,
     then rebuild the vector index in place without blocking reads."""
-    from ragvps.db.database import connect
+    from ragvps.db.database import connect, lost_server
 
     switch = None
-    with connect(settings) as conn:
+    with lost_server(settings), connect(settings) as conn:
         active = store.active_set(conn)
         if active is not None and (active.identity, active.vector_type) != (spec.identity, settings.index.vector_type):
             with store.write_lock(conn):
@@ -274,7 +274,7 @@ def reindex(
             continue
         reports[root] = ingest(settings, Path(root), spec, make_embedder, progress, warn)
     if switch is None:  # a switch has just built its index
-        with connect(settings) as conn, store.write_lock(conn):
+        with lost_server(settings), connect(settings) as conn, store.write_lock(conn):
             eset = store.active_set(conn)
             if eset is not None:
                 store.rebuild_index(conn, eset, settings, progress, warn)

@@ -123,7 +123,7 @@ def _json_line(path: Path, n: int, line: str, expected: str) -> dict[str, Any]:
         raise UsageError(f"{path}:{n}: not valid JSON ({exc.msg}); each line must be {expected}") from None
     if not isinstance(record, dict):
         raise UsageError(f"{path}:{n}: each line must be {expected}")
-    return record
+    return {k: v.replace("\x00", " ") if isinstance(v, str) else v for k, v in record.items()}  # PostgreSQL takes no NUL
 
 
 def ranked_documents(hits: Iterable[HitLike], question: Question) -> list[str]:
