@@ -25,8 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "out" / "memory"
 GOAL_MB = 600
 
-WORDS = ("the of and to in is that for it as with was on be by this are from at or an have not which "
-         "database index vector chunk embedding server query search token model memory document").split()
+WORDS = ("the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "with", "was", "on", "be", "by",
+         "this", "are", "from", "at", "or", "an", "have", "not", "which", "database", "index", "vector",
+         "chunk", "embedding", "server", "query", "search", "token", "model", "memory", "document")
 
 
 def _words(rng: random.Random, n: int) -> str:
@@ -68,11 +69,14 @@ def write_shape(shape: str, size: int, path: Path) -> None:
         elif shape == "lines":  # short lines, never a blank one
             while written < size:
                 put(_words(rng, rng.randint(3, 12)) + "\n")
+        elif shape == "word_lines":  # one word a line: the most lines a file of this size holds
+            while written < size:
+                put(rng.choice(WORDS) + "\n")
         else:
             raise SystemExit(f"unknown shape {shape!r}")
 
 
-SHAPES = ("one_line", "no_spaces", "paragraphs", "table_row", "lines")
+SHAPES = ("one_line", "no_spaces", "paragraphs", "table_row", "lines", "word_lines")
 
 
 def run_chunk(tree: Path, file: Path, timeout: float) -> dict[str, object]:

@@ -19,8 +19,9 @@ def _bad_folder(tmp_path):
     (folder / "plain.txt").write_text("Plain text about the harbour crane.\n")
     (folder / "binary.md").write_bytes(bytes(random.Random(1).randrange(256) for _ in range(4000)) + b"\x00")
     (folder / "archive.txt").write_bytes(gzip.compress(b"compressed words " * 100))
-    (folder / "sixteen.md").write_bytes(codecs.BOM_UTF16_LE + "# Sixteen\n\nwritten in utf sixteen\n".encode("utf-16-le"))
-    (folder / "bom8.txt").write_bytes(codecs.BOM_UTF8 + "an eight bit mark".encode())
+    sixteen = "# Sixteen\n\nwritten in utf sixteen\n".encode("utf-16-le")
+    (folder / "sixteen.md").write_bytes(codecs.BOM_UTF16_LE + sixteen)
+    (folder / "bom8.txt").write_bytes(codecs.BOM_UTF8 + b"an eight bit mark")
     (folder / "stray.md").write_text("# Stray\n\n" + "x" * 9000 + " before\x00after the nul\n")
     os.close(os.open(os.fsencode(folder) + b"/caf\xe9.md", os.O_CREAT | os.O_WRONLY))
     with open(os.fsencode(folder) + b"/caf\xe9.md", "w") as f:

@@ -113,7 +113,7 @@ def test_embedded_postgres_killed_mid_ingest(tmp_path):
     env = _env(tmp_path)
     folder = tmp_path / "many"
     folder.mkdir()
-    words = "vessel harbour crane container ship cargo quay berth tide anchor".split()
+    words = ["vessel", "harbour", "crane", "container", "ship", "cargo", "quay", "berth", "tide", "anchor"]
     for i in range(60):
         (folder / f"n{i:02}.md").write_text(f"# Note {i}\n\n" + " ".join(words[(i + j) % 10] for j in range(150)))
     (folder / "first.md").write_text("# First\n\nthe first note\n")  # also ingested alone, as its own root

@@ -25,8 +25,10 @@ if TYPE_CHECKING:
     from tokenizers import Encoding
 
 SEGMENT_CHARS = 1 << 19  # a longer document is tokenized one segment at a time, so memory stays bounded
+PARSE_CHARS = 1 << 22  # a longer Markdown text is parsed one window of lines at a time
 PATH_SHARE = 4  # a heading path takes at most this fraction (1/n) of the input; longer ones are shortened
 MARGIN = 8  # chunks this close to the limit are re-counted from their final text
+MAX_CHUNK_CHARS = 1 << 16  # only text the tokenizer sees as a few [UNK]s (no spaces) is longer: it is cut
 BATCH_CHARS = 1 << 22  # documents tokenized together (in parallel) per call
 
 _START = operator.itemgetter(0)
@@ -160,31 +162,92 @@ class _Paths:
 
 
 def _markdown_blocks(doc: Document, paths: _Paths) -> list[Block]:
-    from markdown_it import MarkdownIt
-
     text = doc.text
-    lines = [0] + [m.end() for m in _NEWLINE.finditer(text)]
-    toks = MarkdownIt("commonmark").enable("table").parse(text)
-    starts: list[tuple[int, str, int]] = []  # (line, kind, path)
-    path = 0
-    for i, tok in enumerate(toks):
-        if tok.level != 0 or tok.nesting == -1 or tok.map is None:
-            continue
-        kind = _MD_KINDS.get(tok.type, "lines")
-        if kind == "heading":
-            path = paths.enter(int(tok.tag[1]), inline_text(toks[i + 1]))
-        starts.append((tok.map[0], kind, path))
-    blocks = []
+    starts = _markdown_starts(text, paths)
+    lines = _line_starts(text, {line for line, _, _ in starts})
+    blocks: list[Block] = []
     # A block runs to the next block's first line, so text no token maps (link definitions) is kept.
     for n, (line, kind, p) in enumerate(starts):
         a = 0 if n == 0 else lines[line]
         b = lines[starts[n + 1][0]] if n + 1 < len(starts) else len(text)
-        a, b = _strip(text, a, b)
+        _add_bounded(blocks, text, a, b, p, kind)
+    if not starts:
+        _add_bounded(blocks, text, 0, len(text), 0, "prose")
+    return blocks
+
+
+def _markdown_starts(text: str, paths: _Paths) -> list[tuple[int, str, int]]:
+    """(first line, kind, path) of each top-level Markdown block.
+
+    Blocks only: inline content is parsed for headings alone (a huge paragraph's inline tokens would take
+    gigabytes), with the block parse's link references, as a full parse would. A text longer than
+    PARSE_CHARS is parsed one window of lines at a time; a window ends before its last block, which the next
+    window parses again whole (a single block longer than a window is cut at the window's end).
+    """
+    from markdown_it import MarkdownIt
+
+    block_parser = MarkdownIt("commonmark").enable("table").disable("inline")
+    inline = MarkdownIt("commonmark")
+    env: dict[str, Any] = {}
+    starts: list[tuple[int, str, int]] = []
+    path, pos, first_line = 0, 0, 0
+    while True:
+        end = len(text)
+        if end - pos > PARSE_CHARS:
+            end = text.rfind("\n", pos, pos + PARSE_CHARS) + 1
+            if end <= pos:  # one line longer than a window: parse it whole (a long line costs little)
+                end = text.find("\n", pos + PARSE_CHARS) + 1 or len(text)
+        toks = block_parser.parse(text[pos:end], env)
+        tops = [i for i, tok in enumerate(toks) if tok.level == 0 and tok.nesting != -1 and tok.map is not None]
+        resume = None
+        if end < len(text) and len(tops) > 1:
+            resume = toks[tops[-1]].map[0]  # type: ignore[index]
+            tops = tops[:-1]
+        for i in tops:
+            tok = toks[i]
+            kind = _MD_KINDS.get(tok.type, "lines")
+            if kind == "heading":
+                heading = inline.parseInline(toks[i + 1].content, env)[0]
+                path = paths.enter(int(tok.tag[1]), inline_text(heading))
+            starts.append((first_line + tok.map[0], kind, path))  # type: ignore[index]
+        del toks
+        if end >= len(text):
+            return starts
+        if resume is None:
+            first_line += sum(1 for _ in _NEWLINE.finditer(text, pos, end))
+            pos = end
+        else:
+            for n, m in enumerate(_NEWLINE.finditer(text, pos, end), start=1):
+                if n == resume:
+                    pos = m.end()
+                    break
+            first_line += resume
+
+
+def _line_starts(text: str, wanted: set[int]) -> dict[int, int]:
+    """The character offset of each wanted line (0-based), without a list of every line's."""
+    found = {0: 0} if 0 in wanted else {}
+    last = max(wanted, default=0)
+    for n, m in enumerate(_NEWLINE.finditer(text), start=1):
+        if n > last:
+            break
+        if n in wanted:
+            found[n] = m.end()
+    return found
+
+
+def _add_bounded(blocks: list[Block], text: str, a: int, b: int, p: int, kind: str) -> None:
+    """Append text[a:b] as one block, or as several when it is longer than a segment (one huge paragraph,
+    table row or line), so that no block is tokenized whole."""
+    a, b = _strip(text, a, b)
+    if b - a <= SEGMENT_CHARS:
         if a < b:
             blocks.append((a, b, p, kind))
-    if not starts and text.strip():
-        blocks.append((*_strip(text, 0, len(text)), 0, "prose"))
-    return blocks
+        return
+    for pa, pb in _bounded(text, a, b):
+        pa, pb = _strip(text, pa, pb)
+        if pa < pb:
+            blocks.append((pa, pb, p, kind))
 
 
 def _plain_blocks(doc: Document, paths: _Paths) -> Iterator[Block]:
@@ -208,13 +271,19 @@ def _plain_blocks(doc: Document, paths: _Paths) -> Iterator[Block]:
             a = m.end()
 
 
-def _bounded(text: str, a: int, b: int) -> Iterator[tuple[int, int]]:
-    while b - a > SEGMENT_CHARS:
-        cut = text.rfind("\n", a, a + SEGMENT_CHARS)
+def _bounded(text: str, a: int, b: int, size: int | None = None) -> Iterator[tuple[int, int]]:
+    """Spans of at most `size` (a segment's) characters each: cut at the last line break, else after the
+    last sentence's end, else at the last space, else anywhere."""
+    size = size or SEGMENT_CHARS
+    while b - a > size:
+        end = a + size
+        cut = text.rfind("\n", a, end)
         if cut <= a:
-            cut = text.rfind(" ", a, a + SEGMENT_CHARS)
+            cut = max(text.rfind(mark, a, end - 1) for mark in (". ", "! ", "? ")) + 1
         if cut <= a:
-            cut = a + SEGMENT_CHARS
+            cut = text.rfind(" ", a, end)
+        if cut <= a:
+            cut = end
         yield a, cut
         a = cut
     yield a, b
@@ -423,7 +492,7 @@ class _Chunker:
         pages = cast("list[list[int]]", doc.metadata.get("pages") or []) if doc.kind == "pdf" else []
         page_starts = [int(p[0]) for p in pages]
         chunks: list[Chunk] = []
-        for a, b, n, p, exact in self.pieces:
+        for a, b, n, p, exact in self._capped():
             display, embed, path_n, budget = self.path_info(p)
             for ca, cb, cn in self._verified(a, b, n, embed, path_n, budget, exact):
                 meta: dict[str, Any] = {}
@@ -434,6 +503,18 @@ class _Chunker:
                     meta["pages"] = [pages[k][1] for k in range(max(lo, 0), hi + 1)]
                 chunks.append(Chunk(doc.doc_id, len(chunks), display, text[ca:cb], ca, cb, path_n + cn, 0, meta))
         return chunks
+
+    def _capped(self) -> Iterator[Piece]:
+        """The pieces, those longer than MAX_CHUNK_CHARS cut (and then counted from their text)."""
+        for piece in self.pieces:
+            a, b, _, p, _ = piece
+            if b - a <= MAX_CHUNK_CHARS:
+                yield piece
+                continue
+            for pa, pb in _bounded(self.text, a, b, MAX_CHUNK_CHARS):
+                pa, pb = _strip(self.text, pa, pb)
+                if pa < pb:
+                    yield pa, pb, 0, p, False
 
     def _verified(self, a: int, b: int, n: int, embed: str, path_n: int, budget: int,
                   exact: bool) -> list[tuple[int, int, int]]:

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ragvps.errors import UsageError
 
@@ -278,8 +279,8 @@ def load_jsonl(source: SourceFile, warn: Callable[[str], None]) -> list[Document
         if not line.strip():
             continue
         try:
-            record = without_nul(json.loads(line))
-            doc_id, title, text = record["_id"], record.get("title") or "", record["text"]  # type: ignore[index,union-attr]
+            record: Any = without_nul(json.loads(line))
+            doc_id, title, text = record["_id"], record.get("title") or "", record["text"]
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             warn(f"{source.rel}:{n}: not a JSON object with `_id` and `text` ({exc.__class__.__name__}), skipped")
             continue

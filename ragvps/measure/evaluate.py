@@ -123,7 +123,8 @@ def _json_line(path: Path, n: int, line: str, expected: str) -> dict[str, Any]:
         raise UsageError(f"{path}:{n}: not valid JSON ({exc.msg}); each line must be {expected}") from None
     if not isinstance(record, dict):
         raise UsageError(f"{path}:{n}: each line must be {expected}")
-    return {k: v.replace("\x00", " ") if isinstance(v, str) else v for k, v in record.items()}  # PostgreSQL takes no NUL
+    # PostgreSQL takes no NUL in text: a question with one is searched without it
+    return {k: v.replace("\x00", " ") if isinstance(v, str) else v for k, v in record.items()}
 
 
 def ranked_documents(hits: Iterable[HitLike], question: Question) -> list[str]:
