@@ -17,12 +17,14 @@ def _bad_folder(tmp_path):
     folder.mkdir()
     (folder / "good.md").write_text("# Good\n\nThe lighthouse keeper rotates the lamp every night.\n")
     (folder / "plain.txt").write_text("Plain text about the harbour crane.\n")
-    (folder / "binary.md").write_bytes(bytes(random.Random(1).randrange(256) for _ in range(4000)) + b"\x00")
+    rng = random.Random(1)
+    (folder / "binary.md").write_bytes(bytes(rng.randrange(256) for _ in range(4000)) + b"\x00")
     (folder / "archive.txt").write_bytes(gzip.compress(b"compressed words " * 100))
     sixteen = "# Sixteen\n\nwritten in utf sixteen\n".encode("utf-16-le")
     (folder / "sixteen.md").write_bytes(codecs.BOM_UTF16_LE + sixteen)
     (folder / "bom8.txt").write_bytes(codecs.BOM_UTF8 + b"an eight bit mark")
     (folder / "stray.md").write_text("# Stray\n\n" + "x" * 9000 + " before\x00after the nul\n")
+    (folder / "title.md").write_text("# Ti\x00tle\n\na stray NUL near the top is no binary file\n")
     os.close(os.open(os.fsencode(folder) + b"/caf\xe9.md", os.O_CREAT | os.O_WRONLY))
     with open(os.fsencode(folder) + b"/caf\xe9.md", "w") as f:
         f.write("# Cafe\n\nLatin-1 named file about espresso.\n")
@@ -53,20 +55,22 @@ def test_bad_files_beside_good_ones(cli, tmp_path, db_url):
     assert "records.jsonl:4: _id 'r4' has no text" in err
     assert "nothing.jsonl: no JSON Lines record with text, skipped" in err
     assert "caf\\xe9.md: the file name is not valid UTF-8" in err
-    assert "stray.md: 1 NUL characters removed" in err
+    assert "stray.md: 1 NUL characters removed" in err and "title.md: 1 NUL characters removed" in err
     with psycopg.connect(db_url) as conn:
         docs = dict(conn.execute("SELECT doc_id, title FROM documents").fetchall())
         texts = {r[0]: r[1] for r in conn.execute(
             "SELECT d.doc_id, string_agg(c.text, ' ') FROM chunks c JOIN documents d ON d.id = c.document_id "
             "GROUP BY d.doc_id")}
-    assert sorted(docs) == ["bom8.txt", "caf\\xe9.md", "good.md", "plain.txt", "r1", "r3", "sixteen.md", "stray.md"]
+    assert sorted(docs) == ["bom8.txt", "caf\\xe9.md", "good.md", "plain.txt", "r1", "r3", "sixteen.md", "stray.md",
+                            "title.md"]
+    assert docs["title.md"] == "Title"
     assert docs["sixteen.md"] == "Sixteen" and "written in utf sixteen" in texts["sixteen.md"]
     assert texts["bom8.txt"] == "an eight bit mark"
     assert docs["r3"] == "Zero" and texts["r3"] == "a zero  byte"
     assert "beforeafter the nul" in texts["stray.md"]
-    assert report["documents"] == 8
+    assert report["documents"] == 9
     again = json.loads(cli("ingest", str(folder), "--json").stdout)
-    assert again["unchanged"] == 8 and again["stored"] == 0 and again["deleted"] == 0
+    assert again["unchanged"] == 9 and again["stored"] == 0 and again["deleted"] == 0
 
 
 def test_nul_artifact_from_an_older_run_is_chunked_again(cli, tmp_path, db_url):

@@ -159,7 +159,7 @@ def read_text(source: SourceFile, warn: Callable[[str], None]) -> str:
     codec = next((name for bom, name in _BOMS if raw.startswith(bom)), None)
     if codec is None:
         what = next((name for magic, name in _MAGIC if raw.startswith(magic)), None)
-        if what is None and b"\x00" in raw[:_SNIFF]:
+        if what is None and _binary(raw[:_SNIFF]):
             what = f"binary content (a NUL byte at offset {raw.index(0)})"
         if what is not None:
             raise SkipFile("binary", f"{source.rel}: {what}, not text; skipped")
@@ -174,6 +174,22 @@ def read_text(source: SourceFile, warn: Callable[[str], None]) -> str:
         warn(f"{source.rel}: {text.count(chr(0))} NUL characters removed")
         text = text.replace("\x00", "")
     return text
+
+
+_CONTROLS = bytes(c for c in range(32) if c not in b"\t\n\r\f\b\x1b")
+
+
+def _binary(head: bytes) -> bool:
+    """Binary, not text with a stray NUL: a NUL, and many other control bytes or bytes that are not UTF-8."""
+    if b"\x00" not in head:
+        return False
+    controls = len(head) - len(head.translate(None, _CONTROLS))
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 3:  # not just a character cut at the end of the window
+            return True
+    return controls > max(1, len(head) // 20)
 
 
 def without_nul(value: object) -> object:
