@@ -13,7 +13,7 @@ from ragvps.ingest import chunk
 from ragvps.ingest.chunk import ChunkerConfig, _markdown_starts, _Paths, chunk_documents
 from ragvps.ingest.sources import Document
 
-WORDS = "alpha beta gamma delta harbour crane. ship! tide? quay berth".split()
+WORDS = ("alpha", "beta", "gamma", "delta", "harbour", "crane.", "ship!", "tide?", "quay", "berth")
 CONFIG = ChunkerConfig("structure", 200, 20, 256)
 
 
