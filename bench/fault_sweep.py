@@ -3,6 +3,7 @@ the embedded PostgreSQL, each followed by a rerun, all through the real CLI.
 
     python bench/fault_sweep.py              # about 10 minutes on a 2-core machine
     python bench/fault_sweep.py --docs 300   # a smaller corpus (the store stage is then one transaction)
+    python bench/fault_sweep.py --tree /work/main --out bench/out/faults-main   # another checkout's CLI
 
 Every command runs as `python -m ragvps ...` in a child process with its own data directory (so its own
 embedded PostgreSQL), embedding through the stand-in Ollama of tests/ollama_server.py (deterministic vectors
@@ -33,6 +34,7 @@ import psycopg
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "out" / "faults"
+TREE = ROOT  # the checkout whose CLI runs (--tree)
 sys.path.insert(0, str(ROOT / "tests"))
 
 WORDS = ("harbour", "crane", "vessel", "cargo", "quay", "berth", "tide", "anchor", "lighthouse", "keeper",
@@ -138,7 +140,7 @@ class Sandbox:
         self.dir.mkdir(parents=True)
         (self.dir / "empty.toml").write_text("")
         base = {k: v for k, v in os.environ.items() if not k.startswith(("RAGVPS_", "OLLAMA_"))}
-        self.env = base | {"PYTHONPATH": str(ROOT), "RAGVPS_DATA_DIR": str(self.dir / "data"),
+        self.env = base | {"PYTHONPATH": str(TREE), "RAGVPS_DATA_DIR": str(self.dir / "data"),
                            "RAGVPS_CONFIG": str(self.dir / "empty.toml"), "RAGVPS_EMBEDDER": "ollama",
                            "RAGVPS_OLLAMA_URL": ollama_url, "RAGVPS_EMBED_MODEL": "all-minilm",
                            "RAGVPS_INDEX_MIN_ROWS": "1000"} | (extra or {})
@@ -326,7 +328,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--docs", type=int, default=900, help="good documents (about 3 chunks each)")
     parser.add_argument("--latency", type=float, default=0.08, help="seconds per stand-in Ollama request")
+    parser.add_argument("--tree", type=Path, default=ROOT, help="run the CLI of this checkout (a baseline)")
+    parser.add_argument("--out", type=Path, default=OUT, help="where the sandboxes and result.json go")
     args = parser.parse_args()
+    global TREE, OUT
+    TREE, OUT = args.tree.resolve(), args.out.resolve()
     from ollama_server import FakeOllama
 
     shutil.rmtree(OUT, ignore_errors=True)
@@ -337,12 +343,13 @@ def main() -> None:
     mixed = OUT / "inputs" / "mixed"
     shutil.copytree(good, mixed)
     bad = bad_files(mixed)
-    result: dict[str, Any] = {"docs": args.docs, "bad_files": bad}
+    result: dict[str, Any] = {"docs": args.docs, "bad_files": bad, "tree": str(TREE)}
     try:
         # the reference: a clean ingest of the good folder
         clean = Sandbox("clean", fake.url)
         first = clean.run("ingest", str(good), "--json")
-        assert first.code == 0, first.error_line
+        if first.code != 0:
+            raise SystemExit(f"the clean ingest failed: {first.error_line}")
         report = json.loads(first.stdout)
         ref = state(clean, good)
         result["clean"] = {"ingest": asdict(first) | {"stdout": ""}, "chunks": len(ref["chunks"]),
@@ -357,7 +364,7 @@ def main() -> None:
         stored_docs = {c[0] for c in got["chunks"]}
         result["mixed"] = {
             "runs": [asdict(r) | {"stdout": ""} for r in runs],
-            "reports": [json.loads(r.stdout) if r.code == 0 else None for r in runs],
+            "reports": [json.loads(r.stdout) if r.code == 0 and r.stdout.strip() else None for r in runs],
             "good_files_stored": sum(n in stored_docs for n in names), "good_files": len(names),
             "good_chunks_as_clean": good_chunks == ref["chunks"],
             "bad_documents_stored": sorted(d for d in stored_docs if d not in set(names)),
