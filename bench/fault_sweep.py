@@ -329,10 +329,10 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=900, help="good documents (about 3 chunks each)")
     parser.add_argument("--latency", type=float, default=0.08, help="seconds per stand-in Ollama request")
     parser.add_argument("--tree", type=Path, default=ROOT, help="run the CLI of this checkout (a baseline)")
-    parser.add_argument("--out", type=Path, default=OUT, help="where the sandboxes and result.json go")
+    parser.add_argument("--out", type=Path, help="where the sandboxes and result.json go (bench/out/faults)")
     args = parser.parse_args()
     global TREE, OUT
-    TREE, OUT = args.tree.resolve(), args.out.resolve()
+    TREE, OUT = args.tree.resolve(), (args.out or OUT).resolve()
     from ollama_server import FakeOllama
 
     shutil.rmtree(OUT, ignore_errors=True)
