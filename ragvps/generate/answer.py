@@ -99,7 +99,8 @@ def build_prompt(app: App, request: AskRequest) -> PromptPreview:
 def generation_settings(app: App) -> dict[str, Any]:
     """The settings that shape an answer, for the cache key (never the API key)."""
     g = app.settings.generate
-    return {"url": g.url, "temperature": g.temperature, "answer_reserve": g.max_answer_tokens}
+    return {"url": g.url, "temperature": g.temperature, "answer_reserve": g.max_answer_tokens,
+            "version": app.generator.version}
 
 
 def ask(app: App, request: AskRequest, on_sources: OnSources | None = None,

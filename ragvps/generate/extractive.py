@@ -20,11 +20,14 @@ MAX_SENTENCES = 3
 MAX_CANDIDATES = 200  # sentences embedded per question at most, which bounds the cost on a CPU
 MIN_WORDS = 4
 _NUMBER_MARKER = re.compile(r"\[(\s*\d[\d,\s]*)\]")
+_HEADING_LINE = re.compile(r"^[ \t]*#{1,6}[ \t].*$", re.MULTILINE)  # Markdown headings: the heading path has them
+_LIST_MARK = re.compile(r"^(?:[-*+>]|\d{1,3}[.)])\s+")
 
 
 class Extractive:
     name = "extractive"
     extractive = True
+    version = "2"  # part of the answer cache key: bump when the choice of sentences changes
 
     def __init__(self, embedder: Callable[[], Embedder], model: str, sentences: int = MAX_SENTENCES):
         self.embedder = embedder
@@ -58,9 +61,9 @@ def candidates(fit: Fit) -> list[tuple[int, str]]:
     seen: set[str] = set()
     found: list[tuple[int, str]] = []
     for source in fit.prompt.sources:
-        text = source.text
+        text = _HEADING_LINE.sub("", source.text)
         for a, b in sentences(text, 0, len(text)):
-            sentence = " ".join(text[a:b].split())
+            sentence = _LIST_MARK.sub("", " ".join(text[a:b].split()))
             # a quoted "[3]" would read as a citation: keep the sentence's own numbers in parentheses
             sentence = _NUMBER_MARKER.sub(r"(\1)", sentence)
             if len(sentence.split()) < MIN_WORDS or sentence.casefold() in seen:

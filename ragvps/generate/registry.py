@@ -17,6 +17,7 @@ class Generator(Protocol):
     name: str
     model: str
     extractive: bool
+    version: str  # part of the answer cache key
 
     def generate(self, fit: Fit, on_token: Callable[[str], None]) -> Generation:
         """The answer to the fitted prompt, each piece passed to `on_token` as it arrives."""

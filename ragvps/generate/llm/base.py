@@ -76,6 +76,7 @@ class LLM:
     """A generator backed by one provider's HTTP API."""
 
     extractive = False
+    version = "1"
 
     def __init__(self, provider: Provider, settings: GenerateSettings, keep_alive: str = "30m"):
         self.provider = provider
