@@ -62,20 +62,16 @@ class _Clock:
 
 
 def prepare(app: App, request: AskRequest, clock: _Clock | None = None) -> tuple[Fit, dict[str, int]]:
-    """Retrieve, rerank if configured, drop hits under the floor, fit the budget."""
+    """Retrieve (app.search reranks when a reranker is configured), drop hits under the floor, fit the budget."""
     from ragvps.app import SearchRequest
-    from ragvps.retrieve.rerank import rerank
 
     clock = clock or _Clock()
     s = app.settings
-    reranking = s.rerank.kind != "none"
-    k = request.k or (s.rerank.candidates if reranking else max(s.generate.answer_chunks, s.search.top_k))
+    k = request.k or max(s.generate.answer_chunks, s.search.top_k)
     result = app.search(SearchRequest(request.question, k=k, mode=request.mode, filters=request.filters))
     clock.lap("retrieve_ms")
+    clock.timings.update(result.timings)
     hits = result.hits
-    if reranking and hits:
-        hits = rerank(result.query, hits, s.rerank)
-        clock.lap("rerank_ms")
     left: Counter[str] = Counter()
     kept = [h for h in hits if h.score >= s.generate.min_score]
     if len(kept) < len(hits):
@@ -113,15 +109,15 @@ def ask(app: App, request: AskRequest, on_sources: OnSources | None = None,
     shown = [asdict(s) for s in sources]
     question = fit.prompt.question
 
-    def answer(text: str, parsed: citations.Parsed, usage: dict[str, int], status: str) -> Answer:
-        return Answer(parsed.text if text else text, parsed.answered, gen.extractive,
+    def answer(parsed: citations.Parsed, usage: dict[str, int], status: str) -> Answer:
+        return Answer(parsed.text, parsed.answered, gen.extractive,
                       [asdict(c) for c in parsed.citations], parsed.invalid, shown, left_out, usage, status,
                       gen.name, gen.model, PROMPT_VERSION, clock.total())
 
     if not sources:  # nothing relevant: the refusal, and no request
         on_sources(shown)
         on_token(REFUSAL)
-        return answer(REFUSAL, citations.parse(REFUSAL, []), _usage(), "off")
+        return answer(citations.parse(REFUSAL, []), _usage(), "off")
 
     use_cache = request.use_cache and app.settings.generate.cache
     key = cache.key(question, gen.name, gen.model, generation_settings(app), sources)
@@ -133,7 +129,7 @@ def ask(app: App, request: AskRequest, on_sources: OnSources | None = None,
         if hit is not None:
             on_token(hit["text"])
             parsed = citations.parse(hit["text"], sources)
-            return answer(hit["text"], parsed, _usage(), "hit")
+            return answer(parsed, _usage(), "hit")
     generation = gen.generate(fit, on_token)
     clock.lap("generate_ms")
     parsed = citations.parse(generation.text, sources)
@@ -144,7 +140,7 @@ def ask(app: App, request: AskRequest, on_sources: OnSources | None = None,
                       {"text": generation.text, "finish": generation.finish, "usage": usage},
                       usage["prompt_tokens"], usage["completion_tokens"])
         clock.lap("cache_ms")
-    return answer(generation.text, parsed, usage, "miss" if use_cache else "off")
+    return answer(parsed, usage, "miss" if use_cache else "off")
 
 
 def _usage(prompt_tokens: int = 0, completion_tokens: int = 0, cached_tokens: int = 0,

@@ -50,7 +50,7 @@ def parse(answer: str, sources: Sequence[Source]) -> Parsed:
     text = _MARKER.sub(keep, answer)
     if invalid:
         text = re.sub(r"[ \t]+([.,;:!?])", r"\1", re.sub(r"[ \t]{2,}", " ", text))
-    return Parsed(text.strip(), list(cited.values()), invalid, not is_refusal(answer))
+    return Parsed(text.strip(), list(cited.values()), invalid, bool(text.strip()) and not is_refusal(answer))
 
 
 def _normal(text: str) -> str:
