@@ -181,3 +181,21 @@ def test_rerank_orders_the_candidates_by_the_rerankers_scores(corpus, clean_cach
     assert a.sources[0]["path"] == "keys.md" and "rerank_ms" in a.timings
     scores = [s["score"] for s in a.sources]
     assert scores == sorted(scores, reverse=True)
+
+
+def test_on_sources_comes_first_and_may_cancel_before_any_request(corpus, clean_cache, llm):  # noqa: F811
+    app = open_app(corpus[1], llm, generator="anthropic", generator_url=llm.url, generator_model="claude-x")
+    seen: list[str] = []
+
+    def refuse(sources: list[dict]) -> None:
+        seen.append("sources")
+        assert sources and all(s["chunk_id"] and s["number"] for s in sources)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        app.ask(AskRequest(Q_BACKUP), on_sources=refuse, on_token=lambda _: seen.append("token"))
+    assert seen == ["sources"] and llm.llm_requests() == []
+    a = app.ask(AskRequest(Q_BACKUP), on_sources=lambda _: seen.append("sources"),
+                on_token=lambda _: seen.append("token"))
+    assert seen[1] == "sources" and seen[2:] and set(seen[2:]) == {"token"}
+    assert a.generator == "anthropic" and a.cache == "miss" and a.usage["cache_creation_tokens"] > 0
