@@ -208,19 +208,20 @@ def state(box: Sandbox, folder: Path) -> dict[str, Any]:
                        "(SELECT 1 FROM chunks c WHERE c.document_id = d.id)")[0][0]
     duplicates = box.sql("SELECT count(*) - count(DISTINCT (document_id, seq)) FROM chunks")[0][0]
     sets = box.sql("SELECT count(*) FROM embedding_sets")[0][0]
+    invalid = box.sql("SELECT count(*) FROM pg_index WHERE NOT indisvalid")[0][0]
     index = box.sql(f"SELECT to_regclass('{table}_hnsw') IS NOT NULL")[0][0] if table else False
     top5 = {}
     for q in QUERIES:
         result = box.run("query", q, "--k", "5", "--json", timeout=120)
         top5[q] = [h["chunk_id"] for h in json.loads(result.stdout)] if result.code == 0 else None
     return {"chunks": sorted(map(tuple, chunks)), "orphans": orphans, "duplicates": duplicates,
-            "embedding_sets": sets, "index": bool(index), "top5": top5}
+            "embedding_sets": sets, "index": bool(index), "invalid_indexes": invalid, "top5": top5}
 
 
 def compare(got: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
     return {"same_chunks": got["chunks"] == ref["chunks"], "chunks": len(got["chunks"]),
             "duplicates": got["duplicates"], "orphans": got["orphans"], "same_top5": got["top5"] == ref["top5"],
-            "index": got["index"], "embedding_sets": got["embedding_sets"]}
+            "index": got["index"], "invalid_indexes": got["invalid_indexes"], "embedding_sets": got["embedding_sets"]}
 
 
 # --- scenarios --------------------------------------------------------------------------------------------
@@ -242,9 +243,16 @@ def wait_for(check: Any, proc: subprocess.Popen[str], timeout: float = 300) -> b
 
 
 def kill_run(name: str, target: str, stage: str, folder: Path, ollama_url: str, n_files: int,
-             n_chunks: int) -> dict[str, Any]:
+             n_chunks: int, command: str = "ingest") -> dict[str, Any]:
+    """Run `command` (ingest FOLDER, or reindex after a full ingest), kill -9 it or the embedded PostgreSQL
+    once it reaches `stage`, run the same command again, and read the final state."""
     box = Sandbox(name, ollama_url)
     data = box.dir / "data"
+    args = ("ingest", str(folder)) if command == "ingest" else ("reindex",)
+    if command == "reindex":
+        prepared = box.run("ingest", str(folder))
+        if prepared.code != 0:
+            raise SystemExit(f"{name}: the ingest before the reindex failed: {prepared.error_line}")
 
     def chunk_files() -> int:
         return len(list((data / "chunks").glob("*.jsonl")))
@@ -259,27 +267,28 @@ def kill_run(name: str, target: str, stage: str, folder: Path, ollama_url: str, 
         "store": lambda: box.sql("SELECT count(*) FROM documents")[0][0] > 0,
         "index": lambda: box.sql("SELECT count(*) FROM pg_stat_progress_create_index")[0][0] > 0,
     }
-    proc = box.start("ingest", str(folder))
+    proc = box.start(*args)
     hit = wait_for(checks[stage], proc)
     killed_at = None
     if hit:
         killed_at = time.monotonic()
-        if target == "ingest":
+        if target == "process":
             proc.kill()
         else:
             pid = box.postmaster()
             if pid:
                 os.kill(pid, signal.SIGKILL)
     out, err = proc.communicate(timeout=600)
-    first = outcome("ingest (killed)", proc.returncode, 0, out, err)
-    rerun = box.run("ingest", str(folder), "--json")
+    first = outcome(f"{command} (killed)", proc.returncode, 0, out, err)
+    rerun = box.run(*args, "--json")
     reruns = 1
     while rerun.code != 0 and reruns < 3:
-        rerun = box.run("ingest", str(folder), "--json")
+        rerun = box.run(*args, "--json")
         reruns += 1
     got = state(box, folder)
     box.stop()
-    return {"name": name, "target": target, "stage": stage, "killed": hit, "killed_at": killed_at,
+    return {"name": name, "command": command, "target": target, "stage": stage, "killed": hit,
+            "killed_at": killed_at,
             "first": asdict(first) | {"stdout": ""}, "rerun": asdict(rerun) | {"stdout": ""},
             "reruns_needed": reruns, "state": got}
 
@@ -379,14 +388,17 @@ def main() -> None:
 
         # kill -9 at each stage, then the same command again
         kills = []
-        for target in ("ingest", "postgres"):
-            for stage in ("chunk", "embed", "store", "index"):
-                k = kill_run(f"kill-{target}-{stage}", target, stage, good, fake.url, args.docs, len(ref["chunks"]))
-                k["compare"] = compare(k.pop("state"), ref)
-                kills.append(k)
-                print(f"  kill -9 {target:<8} at {stage:<5} killed={k['killed']!s:<5} first exit {k['first']['code']} "
-                      f"rerun exit {k['rerun']['code']} (x{k['reruns_needed']}) {k['compare']}  "
-                      f"{k['first']['error_line'][:100]}", flush=True)
+        plan = [("ingest", target, stage) for target in ("ingest", "postgres")
+                for stage in ("chunk", "embed", "store", "index")]
+        plan += [("reindex", target, "index") for target in ("reindex", "postgres")]
+        for command, target, stage in plan:
+            k = kill_run(f"kill-{command}-{target}-{stage}", "postgres" if target == "postgres" else "process",
+                         stage, good, fake.url, args.docs, len(ref["chunks"]), command)
+            k["compare"] = compare(k.pop("state"), ref)
+            kills.append(k)
+            print(f"  {command:<7} kill -9 {target:<8} at {stage:<5} killed={k['killed']!s:<5} first exit "
+                  f"{k['first']['code']} rerun exit {k['rerun']['code']} (x{k['reruns_needed']}) {k['compare']}  "
+                  f"{k['first']['error_line'][:100]}", flush=True)
         result["kills"] = kills
         clean.stop()
     finally:
@@ -407,7 +419,7 @@ def summary(result: dict[str, Any]) -> None:
           f"(chunks as a clean ingest: {m['good_chunks_as_clean']}), {len(result['bad_files'])} bad inputs, "
           f"{m['orphans']} orphans, {m['duplicates']} duplicates")
     same = sum(k["compare"]["same_chunks"] and k["compare"]["same_top5"] and not k["compare"]["orphans"]
-               and not k["compare"]["duplicates"] for k in kills)
+               and not k["compare"]["duplicates"] and not k["compare"]["invalid_indexes"] for k in kills)
     print(f"kill -9: {sum(k['killed'] for k in kills)}/{len(kills)} landed in their stage; final state equal to "
           f"the clean ingest after {same}/{len(kills)}; reruns that failed first: "
           f"{sum(k['reruns_needed'] > 1 for k in kills)}")
