@@ -219,6 +219,9 @@ def state(box: Sandbox, folder: Path) -> dict[str, Any]:
 
 
 def compare(got: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
+    if "unavailable" in got:
+        return {"same_chunks": False, "chunks": None, "duplicates": None, "orphans": None, "same_top5": False,
+                "index": None, "invalid_indexes": None, "embedding_sets": None, "unavailable": got["unavailable"]}
     return {"same_chunks": got["chunks"] == ref["chunks"], "chunks": len(got["chunks"]),
             "duplicates": got["duplicates"], "orphans": got["orphans"], "same_top5": got["top5"] == ref["top5"],
             "index": got["index"], "invalid_indexes": got["invalid_indexes"], "embedding_sets": got["embedding_sets"]}
@@ -281,16 +284,20 @@ def kill_run(name: str, target: str, stage: str, folder: Path, ollama_url: str, 
     out, err = proc.communicate(timeout=600)
     first = outcome(f"{command} (killed)", proc.returncode, 0, out, err)
     rerun = box.run(*args, "--json")
-    reruns = 1
+    reruns, failed = 1, []
     while rerun.code != 0 and reruns < 3:
+        failed.append(rerun.error_line)
         rerun = box.run(*args, "--json")
         reruns += 1
-    got = state(box, folder)
+    try:
+        got = state(box, folder)
+    except (psycopg.Error, OSError, ValueError, IndexError) as exc:  # the rerun never brought the server up
+        got = {"unavailable": f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"}
     box.stop()
     return {"name": name, "command": command, "target": target, "stage": stage, "killed": hit,
             "killed_at": killed_at,
             "first": asdict(first) | {"stdout": ""}, "rerun": asdict(rerun) | {"stdout": ""},
-            "reruns_needed": reruns, "state": got}
+            "reruns_needed": reruns, "failed_reruns": failed, "state": got}
 
 
 SETTINGS_CASES: list[tuple[str, dict[str, str], tuple[str, ...]]] = [
@@ -398,7 +405,8 @@ def main() -> None:
             kills.append(k)
             print(f"  {command:<7} kill -9 {target:<8} at {stage:<5} killed={k['killed']!s:<5} first exit "
                   f"{k['first']['code']} rerun exit {k['rerun']['code']} (x{k['reruns_needed']}) {k['compare']}  "
-                  f"{k['first']['error_line'][:100]}", flush=True)
+                  f"{k['first']['error_line'][:100]}"
+                  + "".join(f"\n      failed rerun: {e}" for e in k["failed_reruns"]), flush=True)
         result["kills"] = kills
         clean.stop()
     finally:

@@ -190,6 +190,16 @@ def lost_server(settings: Settings) -> Iterator[None]:
         raise lost from exc
 
 
+def _notice_dead_clients(conn: psycopg.Connection) -> None:
+    """Have the server end this session's statement soon after the client is killed (PostgreSQL 14+ on
+    Linux), so that a killed ingest's index build does not run on, holding the write lock, for minutes."""
+    try:
+        with conn.transaction():
+            conn.execute("SELECT set_config('client_connection_check_interval', '1000', false)")
+    except psycopg.Error:  # an older server: the lock is freed when the build ends
+        pass
+
+
 def check_language(conn: psycopg.Connection, language: str) -> None:
     """Refuse a text search configuration PostgreSQL does not have, listing the ones it has."""
     try:
@@ -219,6 +229,7 @@ def connect(settings: Settings, *, migrate_schema: bool = True, **kwargs: Any) -
         if migrate_schema:
             migrate(conn)
             check_language(conn, settings.search.language)
+        _notice_dead_clients(conn)
         from pgvector.psycopg import register_vector
 
         register_vector(conn)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from ragvps.ingest.sources import Document
 log = logging.getLogger(__name__)
 
 WRITE_LOCK = "ragvps:write"
+WRITE_LOCK_WAIT = 3.0  # seconds
 
 
 @dataclass(frozen=True)
@@ -54,10 +56,19 @@ class StoredDocument:
 
 
 @contextmanager
-def write_lock(conn: psycopg.Connection) -> Iterator[None]:
-    """Only one ingest or reindex writes at a time; a second one stops with a clear message."""
-    got = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (WRITE_LOCK,)).fetchone()
-    conn.commit()
+def write_lock(conn: psycopg.Connection, wait: float | None = None) -> Iterator[None]:
+    """Only one ingest or reindex writes at a time; a second one stops with a clear message.
+
+    It waits a few seconds first: the session of a writer killed a moment ago holds the lock until its
+    server process notices the client is gone (within client_connection_check_interval, see connect).
+    """
+    deadline = time.monotonic() + (WRITE_LOCK_WAIT if wait is None else wait)
+    while True:
+        got = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (WRITE_LOCK,)).fetchone()
+        conn.commit()
+        if (got and got[0]) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     if not got or not got[0]:
         raise DatabaseError(
             "another `ragvps ingest` or `ragvps reindex` is writing to this database; "
