@@ -11,7 +11,9 @@ import sys
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
+from ollama_server import ollama, ollama_server  # noqa: F401  (fixtures)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -168,4 +170,43 @@ def test_stale_lock_files_of_a_dead_server(tmp_path):
             assert "a.md" in result.stdout
             _stop(env)
     finally:
+        _stop(env)
+
+
+@pytest.mark.slow
+def test_rerun_right_after_an_ingest_killed_during_the_index_build(tmp_path, ollama):  # noqa: F811
+    """The killed client's server process ends its CREATE INDEX within a second (and frees the write lock),
+    and the rerun waits for the lock, so the same command run at once succeeds."""
+    ollama.real_vectors = False
+    env = _env(tmp_path) | {"RAGVPS_EMBEDDER": "ollama", "RAGVPS_OLLAMA_URL": ollama.url,
+                            "RAGVPS_EMBED_MODEL": "all-minilm", "RAGVPS_INDEX_MIN_ROWS": "100",
+                            "RAGVPS_HNSW_M": "100", "RAGVPS_HNSW_EF_CONSTRUCTION": "1000"}
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    words = ["vessel", "harbour", "crane", "container", "ship", "cargo", "quay", "berth", "tide", "anchor"]
+    for i in range(3000):
+        (folder / f"n{i:04}.md").write_text(f"# Note {i}\n\n" + " ".join(words[(i * j) % 10] for j in range(80)))
+    proc = subprocess.Popen([sys.executable, "-m", "ragvps", "ingest", str(folder)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        building = False
+        while not building and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            try:
+                lines = (tmp_path / "data" / "pg" / "postmaster.pid").read_text().splitlines()
+                url = f"postgresql://postgres:@/postgres?host={lines[4].strip()}"
+                with psycopg.connect(url, autocommit=True, connect_timeout=2) as conn:
+                    building = conn.execute("SELECT count(*) FROM pg_stat_progress_create_index").fetchone()[0] > 0
+            except (OSError, IndexError, psycopg.Error):
+                continue
+        if not building:
+            pytest.skip("the index build finished before it could be killed")
+        proc.kill()
+        proc.wait()
+        rerun = _run(env, "ingest", str(folder), "--json")
+        assert rerun.returncode == 0, rerun.stderr
+        assert json.loads(rerun.stdout)["index_built"] is True
+    finally:
+        proc.kill()
         _stop(env)
