@@ -72,7 +72,7 @@ def main() -> None:
         return
     from ragvps.ingest.chunk import Chunk
 
-    words = "postgres vector index chunk query answer model server batch lane".split()
+    words = ["postgres", "vector", "index", "chunk", "query", "answer", "model", "server", "batch", "lane"]
     chunks = []
     for i in range(args.chunks):
         text = " ".join(words[(i * 7 + j) % len(words)] for j in range(40 + i % 60)) + f" number {i}"
