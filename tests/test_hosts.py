@@ -20,7 +20,7 @@ from ragvps.ingest.artifacts import VectorCache
 from ragvps.ingest.chunk import Chunk
 from ragvps.ingest.embedding import embed_stage
 
-WORDS = "postgres vector index chunk query answer model server batch lane".split()
+WORDS = ["postgres", "vector", "index", "chunk", "query", "answer", "model", "server", "batch", "lane"]
 
 
 @pytest.fixture

@@ -77,9 +77,9 @@ def _root(
 
 
 def _register() -> None:
-    from ragvps.cli import database, ingest, measure, plan, search
+    from ragvps.cli import database, ingest, measure, plan, search, worker
 
-    for module in (ingest, search, plan, measure, database):
+    for module in (ingest, worker, search, plan, measure, database):
         module.register(app)
 
 

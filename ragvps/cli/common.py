@@ -80,6 +80,18 @@ def skipped_text(skipped: Mapping[str, int]) -> str:
     return ", ".join(f"{n} {reason}" for reason, n in sorted(skipped.items()))
 
 
+def _rate_column() -> Any:
+    """Items per second of a bar (each embedding host has its own bar, so its own rate)."""
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class Rate(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            return Text(f"{task.speed:,.1f}/s" if task.speed else "", style="progress.data.speed")
+
+    return Rate()
+
+
 class Bars:
     """One rich progress bar per stage, on stderr."""
 
@@ -87,7 +99,7 @@ class Bars:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.progress = Progress(TextColumn("{task.description:>6}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=err, transient=False)
+                                 TimeElapsedColumn(), _rate_column(), console=err, transient=False)
         self.tasks: dict[str, Any] = {}
 
     def __call__(self, stage: str, done: int, total: int) -> None:

@@ -126,6 +126,12 @@ def stats(
     typer.echo(f"disk for a rebuild: about {mib(d['rebuild_bytes'])}{free}")
     memory = mib(e["memory_bytes"]) if e["memory_bytes"] is not None else "unknown"
     typer.echo(f"embedder {e['kind']} ({e['model']}): {memory} ({e['note']})")
+    qu = s.queue
+    if qu and (qu["pending"] or qu["claimed"] or qu["done"]):
+        typer.echo(f"embedding queue: {qu['pending']:,} pending, {qu['claimed']:,} claimed, {qu['done']:,} done")
+        for name, w in qu["workers"].items():
+            typer.echo(f"    {name}: {w['done']:,} done in {w['batches']:,} batches, {w['claimed']:,} claimed now, "
+                       f"last seen {w['last_seen']}")
     for w in s.warnings:
         warn(w)
 

@@ -159,6 +159,7 @@ class StatsReport:
     postgres: dict[str, Any]
     disk: dict[str, Any]
     embedder: dict[str, Any]
+    queue: dict[str, Any] = field(default_factory=dict)  # the embedding queue: pending, claimed, done, per worker
     warnings: list[str] = field(default_factory=list)
 
 
@@ -193,6 +194,11 @@ def stats(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings) -> S
                      "note": "peak RSS while embedding, measured" if local
                      else "held by the Ollama server: see `ollama ps`"},
     }
+    from dataclasses import asdict
+
+    from ragvps.db import queue
+
+    result["queue"] = asdict(queue.counts(conn, eset, settings.embed.lease))
     result["warnings"] = stats_warnings(result)
     return StatsReport(**result)
 
