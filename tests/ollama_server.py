@@ -32,6 +32,7 @@ class FakeModel:
     architecture: str = "bert"
     num_ctx: int | None = None  # the runner's real limit, when it is below the reported context (Ollama's num_ctx)
     capabilities: tuple[str, ...] = ("embedding",)
+    reported_dims: int | None = None  # what /api/show says, when it is not what /api/embed returns
 
 
 DEFAULT_MODELS = {
@@ -166,8 +167,9 @@ class FakeOllama:
             return 404, {"error": f'model "{name}" not found, try pulling it first'}
         if path == "/api/show":
             arch = model.architecture
+            dims = model.reported_dims or model.dims
             return 200, {"details": {"family": arch, "format": "gguf"}, "capabilities": list(model.capabilities),
-                         "model_info": {"general.architecture": arch, f"{arch}.embedding_length": model.dims,
+                         "model_info": {"general.architecture": arch, f"{arch}.embedding_length": dims,
                                         f"{arch}.context_length": model.context_length}}
         return self._embed(name, model, body)
 

@@ -74,6 +74,11 @@ class OllamaEmbedder:
         data = self._post("/api/embed", body)
         vectors = np.asarray(data.get("embeddings", []), dtype=np.float32)
         if vectors.ndim == 2 and vectors.shape[0] == len(texts) and vectors.shape[1] != self.spec.dims:
+            if not self.spec.known:  # the dimension came from /api/show: the server contradicts itself
+                raise DimensionError(
+                    f"Ollama at {self.url} reported {self.spec.dims} dimensions for model {self.spec.name} "
+                    f"(/api/show), but its embeddings have {vectors.shape[1]}; nothing was stored: check the "
+                    "model on that server (`ollama show NAME`), or use a model ragvps knows")
             raise DimensionError(dimension_message(self.spec.name, vectors.shape[1], self.spec.dims))
         if vectors.shape != (len(texts), self.spec.dims):
             raise EmbedderError(

@@ -105,3 +105,9 @@ def resolve_spec(settings: Settings) -> ModelSpec:
         if key not in _specs:
             _specs[key] = SPECS[e.kind](settings)
         return _specs[key]
+
+
+def forget_specs() -> None:
+    """Ask the servers again on the next resolve_spec (tests; a long-running process after a model change)."""
+    with _specs_lock:
+        _specs.clear()
