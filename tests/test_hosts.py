@@ -129,3 +129,69 @@ def test_no_host_left_is_one_line_naming_each_and_a_rerun_embeds_only_what_is_mi
         f.start()  # back on the same port
     cache, outcome = run(fakes, todo, tmp_path)
     assert outcome.embedded == 60 - kept == sum(len(f.inputs) for f in fakes) and len(cache) == 60
+
+
+# --- through `ragvps ingest`, into the database ----------------------------------------------------
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    import shutil
+
+    from tests.test_end_to_end import DOCS
+
+    shutil.copytree(DOCS, tmp_path / "docs")
+    return tmp_path / "docs"
+
+
+def use_hosts(cli, servers: list[FakeOllama]) -> None:
+    cli.env.update({"RAGVPS_EMBEDDER": "ollama", "RAGVPS_OLLAMA_URL": ",".join(s.url for s in servers),
+                    "RAGVPS_EMBED_MODEL": "nomic-embed-text", "RAGVPS_OLLAMA_RETRIES": "0", "RAGVPS_BATCH_SIZE": "2"})
+
+
+def stored(db_url: str) -> tuple[int, int, int]:
+    """Chunks, vectors, distinct chunks with a vector."""
+    import psycopg
+
+    with psycopg.connect(db_url) as conn:
+        table = conn.execute("SELECT table_name FROM embedding_sets WHERE active").fetchone()[0]
+        chunks = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        vectors, distinct = conn.execute(f"SELECT count(*), count(DISTINCT chunk_id) FROM {table}").fetchone()
+    return chunks, vectors, distinct
+
+
+def test_ingest_over_three_hosts_one_killed_midway(cli, folder, fakes, db_url):
+    import json
+
+    use_hosts(cli, fakes)
+    fakes[2].die_after_inputs = 6
+    result = cli("ingest", str(folder), "--json")
+    report = json.loads(result.stdout)
+    counts = sent(fakes)
+    assert len(counts) == report["chunks"] == report["embedded"] and set(counts.values()) == {1}
+    assert stored(db_url) == (report["chunks"],) * 3
+    assert all(len(s.inputs) for s in fakes) and len(fakes[2].inputs) == 6
+    assert report["hosts"][fakes[2].url]["state"] == "cooling"
+    assert f"Ollama is not reachable at {fakes[2].url}" in " ".join(result.stderr.split())
+
+
+def test_ingest_with_every_host_down_fails_in_one_line_and_the_rerun_embeds_only_what_is_missing(
+        cli, folder, fakes, db_url):
+    import json
+
+    use_hosts(cli, fakes)
+    for f in fakes:
+        f.die_after_inputs = 4
+    result = cli("ingest", str(folder), expect=1)
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "no Ollama host is left" in lines[0]
+    assert all(f"{f.url} not reachable" in " ".join(result.stderr.split()) for f in fakes)
+    kept = sum(len(f.inputs) for f in fakes)
+    for f in fakes:
+        f.wait_stopped()
+        f.inputs.clear()
+        f.die_after_inputs = None
+        f.start()
+    report = json.loads(cli("ingest", str(folder), "--json").stdout)
+    assert report["embedded"] == report["chunks"] - kept == sum(len(f.inputs) for f in fakes)
+    assert stored(db_url) == (report["chunks"],) * 3
