@@ -70,6 +70,7 @@ def test_three_hosts_embed_every_chunk_exactly_once_and_share_the_work(fakes, tm
     assert set(counts) == expected and set(counts.values()) == {1}
     assert all(len(s.inputs) > 0 for s in fakes), [len(s.inputs) for s in fakes]
     assert outcome.embedded == 120 and len(cache) == 120
+    assert cache.path.stat().st_size == 120 * cache.record.itemsize  # one record per chunk: none torn or doubled
     assert sum(h["chunks"] for h in outcome.hosts.values()) == 120
     assert all(h["state"] == "ready" and h["chunks_per_s"] for h in outcome.hosts.values())
     assert {stage for stage, _, _ in progress} == {f"embed {s.url}" for s in fakes}  # each host's own progress
@@ -164,13 +165,15 @@ def test_ingest_over_three_hosts_one_killed_midway(cli, folder, fakes, db_url):
     import json
 
     use_hosts(cli, fakes)
-    fakes[2].die_after_inputs = 6
+    for f in fakes:
+        f.delay_per_input = 0.01  # every lane is busy for the whole run: each takes several batches
+    fakes[2].die_after_inputs = 2  # answers its first batch, drops its second
     result = cli("ingest", str(folder), "--json")
     report = json.loads(result.stdout)
     counts = sent(fakes)
     assert len(counts) == report["chunks"] == report["embedded"] and set(counts.values()) == {1}
     assert stored(db_url) == (report["chunks"],) * 3
-    assert all(len(s.inputs) for s in fakes) and len(fakes[2].inputs) == 6
+    assert all(len(s.inputs) for s in fakes) and len(fakes[2].inputs) == 2
     assert report["hosts"][fakes[2].url]["state"] == "cooling"
     assert f"Ollama is not reachable at {fakes[2].url}" in " ".join(result.stderr.split())
 

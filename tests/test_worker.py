@@ -4,6 +4,7 @@ where network namespaces can be made, the workers run in their own and reach Pos
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -274,10 +275,8 @@ class Forwarder:
             pass
         finally:
             for s in (src, dst):
-                try:
+                with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
     def close(self) -> None:
         self.closed = True

@@ -205,7 +205,10 @@ def ingest(
         store_stage(conn, eset, str(root), files, unreadable, cache, config, settings, report, progress)
         if settings.embed.defer:
             queue.enqueue_missing(conn, eset)
-            report.queued = queue.left(conn, eset)
+        report.queued = queue.left(conn, eset)
+        if report.queued and not settings.embed.defer:
+            warn(f"{report.queued} chunks stored by an earlier ingest with defer_embedding still wait for "
+                 "`ragvps worker`; vector search does not find them until a worker has embedded them")
         if report.queued:  # the worker that empties the queue builds the index
             report.index_built = store.index_exists(conn, eset)
             conn.commit()
