@@ -130,6 +130,7 @@ class HostPool:
             t.start()
         outstanding = len(batches)
         failure: BaseException | None = None
+        interrupted = True  # Ctrl-C, or the caller stopped reading: do not wait for requests in flight
         try:
             while outstanding and failure is None:
                 kind, a, b = results.get()
@@ -141,10 +142,11 @@ class HostPool:
                     failure = a
                 elif kind == "host" and not self._any_left():
                     failure = EmbedderError(self._none_left())
+            interrupted = False
         finally:
             stop.set()
-            for t in threads:
-                t.join()
+            for t in threads:  # a failing run waits for the other hosts' batches in flight, to keep them
+                t.join(0.2 if interrupted else None)
         while not results.empty():  # batches that finished while the run was failing are kept
             kind, a, b = results.get()
             if kind == "piece":
