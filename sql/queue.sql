@@ -71,3 +71,7 @@ WHERE q.set_id = %(set_id)s AND q.claimed_at >= now() - make_interval(secs => %(
   AND NOT EXISTS (SELECT FROM embed_workers w WHERE w.set_id = q.set_id AND w.worker = q.claimed_by)
 GROUP BY q.claimed_by
 ORDER BY 1;
+
+-- name: renew_claim
+-- A live worker keeps its lease while it embeds; a dead one stops renewing and loses it after the lease.
+UPDATE embed_queue SET claimed_at = now() WHERE claim = %(claim)s;

@@ -324,3 +324,21 @@ def test_two_workers_in_their_own_network_namespaces(cli, folder, ollama, namesp
     for hop in namespaces:  # the namespace reaches nothing but its veth peer
         assert hop.prefix and "127.0.0.1" not in hop.db_url
     two_workers(cli, folder, ollama, namespaces, db_url, pg_admin_url, tmp_path)
+
+
+def test_a_live_worker_keeps_its_lease_through_a_batch_longer_than_the_lease(cli, ollama, db_url, tmp_path):
+    small = tmp_path / "small"
+    small.mkdir()
+    for i in range(6):
+        (small / f"note{i}.md").write_text(f"# Note {i}\n\nA short note number {i} about backups and indexes.\n")
+    cli.env.update(ollama_env(ollama.url))
+    report = json.loads(cli("ingest", str(small), "--defer-embedding", "--json").stdout)
+    assert report["queued"] == 6
+    hop = Hop(db_url, ollama.url.replace("0.0.0.0", "127.0.0.1"))
+    ollama.delay_per_input = 0.6  # a batch of 4 takes 2.4 s, against a lease of 1 s
+    workers = [start_worker(cli, hop, tmp_path, f"slow{i}", "--exit-when-empty", "--lease", "1") for i in range(2)]
+    reports = [finish(w) for w in workers]
+    ollama.delay_per_input = 0
+    assert sum(r["embedded"] for r in reports) == 6 and not any(r["lost"] for r in reports), reports
+    sent = document_inputs(ollama)
+    assert len(sent) == 6 and set(sent.values()) == {1}  # no batch was taken from a live worker and redone

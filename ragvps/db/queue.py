@@ -84,6 +84,13 @@ def finish(conn: psycopg.Connection, eset: EmbeddingSet, worker: str, claimed: C
     return len(mine)
 
 
+def renew(conn: psycopg.Connection, claimed: Claim) -> None:
+    """Start the claim's lease again (the worker is alive and still embedding it)."""
+    store.end_implicit_transaction(conn)
+    with conn.transaction():
+        conn.execute(_q("renew_claim"), {"claim": claimed.token})
+
+
 def release(conn: psycopg.Connection, claimed: Claim) -> None:
     """Give the claim's rows back to the queue at once (a worker stopping mid-batch)."""
     store.end_implicit_transaction(conn)

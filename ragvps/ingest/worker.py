@@ -1,10 +1,11 @@
 """`ragvps worker`: embed the chunks an ingest with `defer_embedding` queued, from any machine that
 reaches the database, until stopped (or until the queue is empty).
 
-Each batch: claim under a lease (one short transaction), embed with no transaction open, write the
-vectors and take the rows off the queue (one transaction). A worker that dies loses nothing: its lease
-runs out and another worker claims the rows. The worker that empties the queue builds the HNSW index
-when the table is large enough and has none (later inserts keep an existing index current).
+Each batch: claim under a lease (one short transaction), embed with no transaction open (renewing the
+lease meanwhile, one statement at a time), write the vectors and take the rows off the queue (one
+transaction). A worker that dies loses nothing: its lease runs out and another worker claims the rows.
+The worker that empties the queue builds the HNSW index when the table is large enough and has none
+(later inserts keep an existing index current).
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def work(
             return report
         check_worker_model(eset, spec)
         report.model = eset.model
-        model: Embedder | None = None
+        model = embedder()  # loaded before the first claim: loading is not embedding time under a lease
         while not stop.is_set():
             claimed = queue.claim(conn, eset, report.worker, settings.embed.batch_size, lease)
             if claimed is None:
@@ -89,8 +90,8 @@ def work(
                 stop.wait(poll)  # rows claimed by others may come back when their lease runs out
                 continue
             try:
-                model = model or embedder()
-                vectors = embed_batch(model, [c for _, c in claimed.chunks])
+                with _Heartbeat(conn, claimed, lease / 3):
+                    vectors = embed_batch(model, [c for _, c in claimed.chunks])
                 written = queue.finish(conn, eset, report.worker, claimed, vectors)
             except BaseException:
                 _release(conn, claimed)
@@ -104,6 +105,32 @@ def work(
                 report.index_built = _build_index(conn, eset, settings, show, say) or report.index_built
         report.stopped = "stop"
     return report
+
+
+class _Heartbeat:
+    """Renews a claim's lease every `every` seconds while its batch is embedded (the connection is idle then:
+    no transaction is open across the embedding call, only these one-statement ones)."""
+
+    def __init__(self, conn: psycopg.Connection, claimed: queue.Claim, every: float):
+        self.conn, self.claimed, self.every = conn, claimed, every
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="lease", daemon=True)
+
+    def __enter__(self) -> _Heartbeat:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join()
+
+    def _run(self) -> None:
+        while not self.done.wait(self.every):
+            try:
+                queue.renew(self.conn, self.claimed)
+            except psycopg.Error as exc:  # the lease then runs out, and another worker may take the batch
+                log.warning("could not renew the lease of claim %s: %s", self.claimed.token, exc)
+                return
 
 
 def _wait_for_set(conn: psycopg.Connection, stop: threading.Event, exit_when_empty: bool,
