@@ -12,16 +12,18 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ragvps.config import SETTINGS, Settings, load_settings
 from ragvps.errors import RagvpsError, UsageError
 
 if TYPE_CHECKING:
     from ragvps.app import App
+    from ragvps.config import Settings
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def settings_from(ctx: typer.Context, **flags: Any) -> Settings:
+    from ragvps.config import load_settings  # not at import: `ragvps --help` needs no settings
+
     obj = ctx.obj or {}
     return load_settings(obj.get("config"), **(obj.get("flags", {}) | flags))
 
@@ -47,6 +49,8 @@ def flag_names(flags: Mapping[str, str]) -> Iterator[None]:
             raise
         for name in named:
             message = re.sub(rf"(?<![\w-]){re.escape(name)}(?![\w=])", flags[name], message)
+        from ragvps.config import SETTINGS
+
         settings = [name for name in named if name in SETTINGS]
         if settings:
             message += f" (setting {', '.join(settings)})"
