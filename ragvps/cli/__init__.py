@@ -77,9 +77,9 @@ def _root(
 
 
 def _register() -> None:
-    from ragvps.cli import ask, database, ingest, measure, plan, search
+    from ragvps.cli import ask, database, ingest, measure, plan, search, worker
 
-    for module in (ingest, search, ask, plan, measure, database):
+    for module in (ingest, worker, search, ask, plan, measure, database):
         module.register(app)
 
 
