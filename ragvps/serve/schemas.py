@@ -59,7 +59,7 @@ def request_models(max_k: int) -> tuple[type[BaseModel], type[BaseModel]]:
     """The /search and /ask bodies; `k` is bounded by the setting max_k, so the schema says the truth."""
 
     class SearchIn(BaseModel):
-        model_config = ConfigDict(extra="forbid")
+        model_config = ConfigDict(extra="forbid", strict=True)
         query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, description="The question, in words.")
         k: int | None = Field(None, ge=1, le=max_k, description="How many chunks (default: setting top_k).")
         mode: Mode = "hybrid"
@@ -69,7 +69,7 @@ def request_models(max_k: int) -> tuple[type[BaseModel], type[BaseModel]]:
                                      description="Only chunks whose document or chunk metadata has these pairs.")
 
     class AskIn(BaseModel):
-        model_config = ConfigDict(extra="forbid")
+        model_config = ConfigDict(extra="forbid", strict=True)
         question: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
         k: int | None = Field(None, ge=1, le=max_k, description="Chunks to retrieve (default: setting top_k).")
         mode: Mode = "hybrid"
