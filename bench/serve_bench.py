@@ -11,8 +11,10 @@ What it measures, each phase bounded in requests and in seconds:
   4. /ask with an answer-cache hit (the same question again): p50/p95.
   5. The server's peak RSS (VmHWM) and the machine's load average before and after.
 
-The database is bench/store_bench.py's (SciFact chunks with their real embeddings, enlarged with perturbed
-copies): run that first, or let this script run it (`--build`, about 5-10 minutes on an idle 2-core machine).
+The database is built as bench/store_bench.py builds its own (the SciFact chunks with their real embeddings
+from bench/out/scifact, enlarged with perturbed copies, then the HNSW index), once, into its own database
+`ragvps_serve_bench`; `--build` rebuilds it. Run bench/eval_bench.py (or `ragvps ingest` of SciFact into
+bench/out/scifact) first, for the cached embeddings.
 """
 
 from __future__ import annotations
@@ -24,8 +26,6 @@ import json
 import os
 import platform
 import re
-import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -36,6 +36,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from serve_server import Server  # noqa: E402
 
@@ -103,7 +104,8 @@ async def load(url: str, path: str, bodies: list[dict], clients: int, total: int
     return run
 
 
-async def under_reindex(url: str, bodies: list[dict], args: argparse.Namespace, env: dict[str, str]) -> tuple[Run, float, int]:
+async def under_reindex(url: str, bodies: list[dict], args: argparse.Namespace,
+                        env: dict[str, str]) -> tuple[Run, float, int]:
     """The paced load while `nice -n 19 ragvps reindex` runs; stops when reindex ends (or at the bounds)."""
     proc = await asyncio.create_subprocess_exec("nice", "-n", "19", sys.executable, "-m", "ragvps", "reindex",
                                                 env=env, cwd=str(ROOT), stdout=asyncio.subprocess.DEVNULL,
@@ -140,7 +142,7 @@ def bench_url(admin: str, name: str) -> str:
 
 
 def database(args: argparse.Namespace) -> str:
-    """The store bench database's URL, built with bench/store_bench.py when it is missing (or --build)."""
+    """The 100k-chunk database's URL; built (as bench/store_bench.py builds it) when missing or with --build."""
     import psycopg
 
     from ragvps.config import load_settings
@@ -149,11 +151,46 @@ def database(args: argparse.Namespace) -> str:
     admin = embedded_url(load_settings(env={}, data_dir=args.data_dir))
     with psycopg.connect(admin, autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (args.database,)).fetchone()
+    url = bench_url(admin, args.database)
     if args.build or not exists:
-        print("building the 100k-chunk database with bench/store_bench.py ...", file=sys.stderr)
-        subprocess.run([sys.executable, "bench/store_bench.py", "--data-dir", str(args.data_dir), "--queries", "20",
-                        "--database", args.database], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-    return bench_url(admin, args.database)
+        build(args, admin, url)
+    return url
+
+
+def build(args: argparse.Namespace, admin: str, url: str) -> None:
+    """store_bench's corpus (real SciFact chunks and embeddings, enlarged with perturbed copies), stored with the
+    store stage's own writes, then the HNSW index; none of store_bench's measurements."""
+    import psycopg
+    from store_bench import base_corpus, enlarge
+
+    from ragvps.config import load_settings
+    from ragvps.db import store
+    from ragvps.db.database import connect
+    from ragvps.embed.models import spec_for
+    from ragvps.ingest.pipeline import STORE_BATCH_CHUNKS, batches
+
+    started = time.perf_counter()
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{args.database}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{args.database}"')
+    base = load_settings(env={}, data_dir=args.data_dir)
+    settings = base.replace(database_url=url)
+    docs, chunks, vectors = base_corpus(base)
+    rows = enlarge(docs, chunks, vectors, args.rows, 0.03)
+    print(f"building {sum(len(c) for _, c, _ in rows):,} chunks from {len(chunks):,} SciFact chunks ...",
+          file=sys.stderr)
+    with connect(settings) as conn:
+        eset = store.ensure_set(conn, spec_for(settings), "vector", activate=True)
+        conn.commit()
+        for batch in batches(rows, STORE_BATCH_CHUNKS):
+            store.replace_documents(conn, eset, "/bench", "k", "english", batch)
+        conn.commit()
+        conn.autocommit = True
+        conn.execute("VACUUM ANALYZE")
+        conn.autocommit = False
+        store.build_index(conn, eset, eset.index_name, settings, warn=lambda m: print("warning:", m, file=sys.stderr))
+        conn.commit()
+    print(f"built in {time.perf_counter() - started:.0f} s", file=sys.stderr)
 
 
 def rss_peak_mb(pid: int) -> float:
@@ -164,8 +201,9 @@ def rss_peak_mb(pid: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=ROOT / "bench" / "out" / "scifact")
-    parser.add_argument("--database", default="ragvps_store_bench")
-    parser.add_argument("--build", action="store_true", help="Rebuild the database with store_bench.py first.")
+    parser.add_argument("--database", default="ragvps_serve_bench")
+    parser.add_argument("--rows", type=int, default=100_000, help="Chunks in the database it builds.")
+    parser.add_argument("--build", action="store_true", help="Rebuild the database first.")
     parser.add_argument("--requests", type=int, default=6000, help="Requests per search phase.")
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--rate", type=float, default=80.0, help="Paced phases: requests/s over all clients.")

@@ -47,7 +47,7 @@ def add_routes(api: Any, ready: Any, settings: Settings) -> None:
             return JSONResponse({"status": "unavailable", "error": error_body(exc)[1]["error"]}, status_code=503)
         body = jsonable(report)
         body = body if isinstance(body, dict) else {"report": body}
-        healthy = body.get("ok", True) is not False
+        healthy = all(body.get(name, True) is not False for name in ("ready", "database"))
         body["status"] = "ok" if healthy else "unavailable"
         return JSONResponse(body, status_code=200 if healthy else 503)
 
