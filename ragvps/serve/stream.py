@@ -44,7 +44,7 @@ async def answer_events(app: Any, request: Any, timeout: float) -> AsyncIterator
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[Any] = asyncio.Queue()
     gone = threading.Event()
-    state = {"sources": False, "tokens": 0}
+    sent = {"sources": 0, "tokens": 0}
 
     def put(item: Any) -> None:
         loop.call_soon_threadsafe(queue.put_nowait, item)
@@ -52,23 +52,24 @@ async def answer_events(app: Any, request: Any, timeout: float) -> AsyncIterator
     def on_sources(sources: Any) -> None:
         if gone.is_set():
             raise ClientGone
-        if not state["sources"]:
-            state["sources"] = True
+        if not sent["sources"]:
+            sent["sources"] = 1
             put(("sources", {"sources": jsonable(sources)}))
 
     def on_token(text: str) -> None:
         if gone.is_set():
             raise ClientGone
-        state["tokens"] += 1
+        sent["tokens"] += 1
         put(("token", {"text": text}))
 
     def work() -> None:
         try:
             answer = app.ask(request, on_sources=on_sources, on_token=on_token)
-            if not state["sources"]:  # e.g. an answer from the cache: its sources still come first
+            if not sent["sources"]:  # e.g. an answer from the cache: its sources still come first
                 on_sources(getattr(answer, "sources", []))
-            if not state["tokens"] and getattr(answer, "answer", ""):
-                on_token(answer.answer)  # a generator that does not stream: the whole answer as one token
+            text = str(getattr(answer, "answer", ""))
+            if not sent["tokens"] and text:
+                on_token(text)  # a generator that does not stream: the whole answer as one token
             put(("done", done_payload(answer)))
         except ClientGone:
             pass
