@@ -70,9 +70,7 @@ def query_vectors(settings: Settings, texts: list[str]) -> np.ndarray:
 
 
 def ingest(settings: Settings, dataset: Path) -> None:
-    from ragvps.embed.models import spec_for
-    from ragvps.embed.registry import make_embedder
-    from ragvps.ingest.pipeline import ingest as run_ingest
+    from ragvps.app import App
 
     last = {"t": 0.0}
 
@@ -82,8 +80,8 @@ def ingest(settings: Settings, dataset: Path) -> None:
             print(f"  {stage} {done}/{total}", file=sys.stderr)
 
     t0 = time.perf_counter()
-    report = run_ingest(settings, dataset / "corpus.jsonl", spec_for(settings), lambda: make_embedder(settings),
-                        progress, lambda m: print("warning:", m, file=sys.stderr))
+    with App.open(settings) as app:
+        report = app.ingest(dataset / "corpus.jsonl", progress, lambda m: print("warning:", m, file=sys.stderr))
     print(f"ingest: {report.documents} documents, {report.chunks} chunks, embedded {report.embedded}, "
           f"stored {report.stored} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 

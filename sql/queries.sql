@@ -150,7 +150,7 @@ starts_with(d.source, %(path_prefix)s)
 d.metadata || c.metadata @> %(metadata)s
 
 -- name: chunk_details
-SELECT c.id, d.doc_id, d.source, d.root, c.seq, c.heading_path, c.text
+SELECT c.id, d.doc_id, d.source, d.root, c.seq, c.heading_path, c.text, c.start_offset, c.end_offset
 FROM chunks c JOIN documents d ON d.id = c.document_id
 WHERE c.id = ANY(%(ids)s);
 
@@ -194,3 +194,6 @@ DROP TABLE IF EXISTS {table};
 
 -- name: truncate_vector_table
 TRUNCATE {table};
+
+-- name: ingested_roots
+SELECT DISTINCT root FROM documents ORDER BY root;

@@ -55,11 +55,15 @@ def test_check_index_on_chunk_vectors_and_questions(cli, indexed, tmp_path):
     assert list(out["overlap"]) == ["40", "64", "100", "200"]
 
 
-def test_without_an_index_it_says_why(cli, tmp_path):
+def test_without_an_index_the_exact_search_is_the_answer(cli, tmp_path):
+    """Below index_min_rows every search is exact: an answer (exit 0, overlap 1.0), not an error."""
     shutil.copytree(DOCS, tmp_path / "docs")
     cli("ingest", str(tmp_path / "docs"))
-    result = cli("check-index", expect=2)
-    assert "there is no HNSW index" in _flat(result.stderr) and "index_min_rows=5000" in _flat(result.stderr)
+    result = cli("check-index", expect=0)
+    assert "no HNSW index" in _flat(result.stdout) and "index_min_rows=5,000" in _flat(result.stdout)
+    assert "exact" in result.stdout and "error" not in result.stderr
+    out = json.loads(cli("check-index", "--json").stdout)
+    assert out["index"] is None and out["overlap_at_current"] == 1.0 and out["ef_search_for_target"] is None
 
 
 def test_nothing_ingested(cli):

@@ -455,7 +455,7 @@ def test_dockerfile_copies_only_what_exists_and_is_in_the_build_context(tmp_path
         assert (ROOT / src).exists(), f"COPY {src}: not in the repository"
         assert not dockerignored(src), f"COPY {src}: excluded by the .dockerignore"
     assert not dockerignored("sql/migrations/001_init.sql")
-    assert not dockerignored("ragvps/cli.py")
+    assert not dockerignored("ragvps/cli/__init__.py")
     for secret in (".env", ".git", ".venv", ".ragvps"):
         assert dockerignored(secret), f"{secret} would be sent to the Docker daemon"
     assert dockerignored("ragvps/__pycache__/cli.cpython-311.pyc")

@@ -110,9 +110,9 @@ def test_common_models_match_the_models_ragvps_knows() -> None:
 
 def test_raw_vector_bytes_by_type() -> None:
     assert [plan.raw_vector_bytes(10, 768, b) for b in (4, 2, 1)] == [30_720, 15_360, 7_680]
-    with pytest.raises(UsageError, match="--bytes-per-dim 3 must be 4"):
+    with pytest.raises(UsageError, match="bytes_per_dim 3 must be 4"):
         plan.raw_vector_bytes(10, 768, 3)
-    with pytest.raises(UsageError, match="--dims 0"):
+    with pytest.raises(UsageError, match="dims 0"):
         plan.pgvector_bytes(0)
 
 
@@ -127,13 +127,13 @@ def test_parse_overlap(text: str, size: int, tokens: int) -> None:
 
 @pytest.mark.parametrize("text", ["abc", "12 %%", "100%", "-5%", ""])
 def test_parse_overlap_refuses(text: str) -> None:
-    with pytest.raises(UsageError, match="--overlap"):
+    with pytest.raises(UsageError, match="overlap"):
         plan.parse_overlap(text, 800)
 
 
 @pytest.mark.parametrize(("size", "overlap"), [(800, 800), (800, 900), (1, 1)])
 def test_overlap_must_be_smaller_than_the_size(size: int, overlap: int) -> None:
-    with pytest.raises(UsageError, match=f"--overlap {overlap} must be smaller than --chunk-size {size}"):
+    with pytest.raises(UsageError, match=f"overlap {overlap} must be smaller than chunk_size {size}"):
         WindowPlan(100, size, overlap)
 
 
@@ -165,7 +165,7 @@ def test_long_plans_list_first_and_last_lengths() -> None:
 
 def test_input_limit() -> None:
     plan.check_input_limit(510, 510, "mxbai-embed-large")
-    with pytest.raises(UsageError, match="--chunk-size 512 is above what mxbai-embed-large .*chunk_size"):
+    with pytest.raises(UsageError, match="chunk_size 512 is above what mxbai-embed-large .*chunk_size"):
         plan.check_input_limit(512, 510, "mxbai-embed-large")
 
 

@@ -148,13 +148,20 @@ def replace_documents(
         write_vectors(conn, eset, ids, np.stack([r[2] for r in rows]))
 
 
-def write_vectors(conn: psycopg.Connection, eset: EmbeddingSet, ids: Sequence[int], vectors: np.ndarray) -> None:
-    from pgvector import HalfVector
+def as_param(eset: EmbeddingSet, vector: np.ndarray) -> object:
+    """A vector as the set's column takes it: halfvec columns get a HalfVector, vector columns float32."""
+    if eset.vector_type == "halfvec":
+        from pgvector import HalfVector
 
+        return HalfVector(vector)
+    return np.asarray(vector, dtype=np.float32)
+
+
+def write_vectors(conn: psycopg.Connection, eset: EmbeddingSet, ids: Sequence[int], vectors: np.ndarray) -> None:
     with conn.cursor().copy(compose("copy_vectors", table=eset.table)) as copy:
         copy.set_types(["bigint", eset.vector_type])
         for chunk_id, vec in zip(ids, vectors, strict=True):
-            copy.write_row((chunk_id, HalfVector(vec) if eset.vector_type == "halfvec" else vec))
+            copy.write_row((chunk_id, as_param(eset, vec)))
 
 
 def delete_documents(conn: psycopg.Connection, root: str, doc_ids: Sequence[str]) -> None:
@@ -168,6 +175,11 @@ def end_implicit_transaction(conn: psycopg.Connection) -> None:
     """Close the transaction a read opened, so the next transaction block is a real one, not a savepoint."""
     if conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS:
         conn.commit()
+
+
+def ingested_roots(conn: psycopg.Connection) -> list[str]:
+    """Every folder ingested into this database, as stored (absolute paths)."""
+    return [r[0] for r in conn.execute(q("ingested_roots"))]
 
 
 def chunk_count(conn: psycopg.Connection) -> int:

@@ -17,7 +17,7 @@ from ragvps.config import Settings
 from ragvps.db import store
 from ragvps.embed import Embedder, InputTooLongError, embed_documents
 from ragvps.embed.models import SPECIAL_TOKENS, ModelSpec
-from ragvps.errors import RagvpsError
+from ragvps.errors import NotFoundError
 from ragvps.ingest import sources
 from ragvps.ingest.artifacts import ChunkArtifacts, ChunkFile, VectorCache
 from ragvps.ingest.chunk import Chunk, ChunkerConfig, chunk_documents
@@ -52,6 +52,19 @@ def chunker_config(settings: Settings, spec: ModelSpec) -> ChunkerConfig:
     return ChunkerConfig(settings.chunk.mode, size, overlap, spec.max_tokens, spec.document_prefix)
 
 
+def load_file(source: sources.SourceFile, warn: Warn, report: IngestReport) -> list[Document] | None:
+    """One file's documents, or None (with one warning naming it, counted in the report) when it cannot be read."""
+    try:
+        return sources.load(source, warn)
+    except OSError as exc:
+        warn(f"{source.rel}: {exc.strerror or exc}, skipped")
+        report.skipped["unreadable"] += 1
+    except sources.SkipFile as exc:
+        warn(str(exc))
+        report.skipped[exc.reason] += 1
+    return None
+
+
 def chunk_stage(
     settings: Settings, root: Path, scan: sources.ScanReport, config: ChunkerConfig,
     report: IngestReport, progress: Progress, warn: Warn,
@@ -63,21 +76,19 @@ def chunk_stage(
     for i, source in enumerate(scan.files):
         try:
             file_hash = source.file_hash()
-            result = artifacts.read(source.rel, file_hash, key)
-            if result is None:
-                docs = sources.load(source, warn)
-                chunks = [c for doc_chunks in chunk_documents(docs, config) for c in doc_chunks]
-                result = ChunkFile(source.rel, file_hash, key, docs, chunks)
-                artifacts.write(result)
-                report.rechunked_files += 1
         except OSError as exc:
             warn(f"{source.rel}: {exc.strerror or exc}, skipped")
             report.skipped["unreadable"] += 1
             continue
-        except sources.SkipFile as exc:
-            warn(str(exc))
-            report.skipped[exc.reason] += 1
-            continue
+        result = artifacts.read(source.rel, file_hash, key)
+        if result is None:
+            docs = load_file(source, warn, report)
+            if docs is None:
+                continue
+            chunks = [c for doc_chunks in chunk_documents(docs, config) for c in doc_chunks]
+            result = ChunkFile(source.rel, file_hash, key, docs, chunks)
+            artifacts.write(result)
+            report.rechunked_files += 1
         results.append(result)
         progress("chunk", i + 1, len(scan.files))
     return results
@@ -194,12 +205,10 @@ def batches(items: Changed, max_chunks: int) -> Iterator[Changed]:
 
 
 def ingest(
-    settings: Settings, path: Path, spec: ModelSpec, make_embedder: Callable[[], Embedder],
-    progress: Progress, warn: Warn,
+    conn: psycopg.Connection, settings: Settings, path: Path, spec: ModelSpec,
+    make_embedder: Callable[[], Embedder], progress: Progress, warn: Warn,
 ) -> IngestReport:
     """Bring the database in line with the folder at `path`, doing only the work that changed."""
-    from ragvps.db.database import connect
-
     report = IngestReport()
 
     def record(message: str, show: Warn = warn) -> None:
@@ -214,115 +223,25 @@ def ingest(
     report.skipped.update(scan.skipped)
     for w in scan.warnings:
         warn(w)
-    with connect(settings) as conn:
-        store.check_model(store.active_set(conn), spec, settings.index.vector_type, "ingest")
-        if not scan.files and not store.stored_documents(conn, str(root)):
-            skipped = ", ".join(f"{n} {why}" for why, n in sorted(scan.skipped.items())) or "nothing"
-            raise RagvpsError(
-                f"{path} has no documents ragvps can read (skipped: {skipped}); "
-                f"supported: {', '.join(sorted(sources.KINDS))}"
-            )
-        with store.write_lock(conn):
-            config = _ingest_chunker(conn, settings, spec)
-            files = chunk_stage(settings, root, scan, config, report, progress, warn)
-            chunks = [c for f in files for c in f.chunks]
-            report.documents = sum(len(f.documents) for f in files)
-            report.chunks = len(chunks)
-            cache = VectorCache(settings.database.data_dir, spec.identity, spec.dims)
-            embed_stage(cache, chunks, spec, make_embedder, settings.embed.batch_size, report, progress)
-            eset = store.ensure_set(conn, spec, settings.index.vector_type, activate=True)
-            unreadable = {f.rel for f in scan.files} - {f.source for f in files}
-            store_stage(conn, eset, str(root), files, unreadable, cache, config, settings, report, progress)
-            report.index_built = store.ensure_index(conn, eset, settings, progress, warn)
-    return report
-
-
-@dataclass
-class SwitchReport:
-    old_model: str
-    new_model: str
-    chunks: int = 0  # stored chunks, re-embedded as they are
-    embedded: int = 0  # of which not in the vector cache
-    index_built: bool = False
-    pinned_chunker: str | None = None
-
-
-@dataclass
-class ReindexReport:
-    switch: SwitchReport | None
-    roots: dict[str, IngestReport]
-
-
-def reindex(
-    settings: Settings, spec: ModelSpec, make_embedder: Callable[[], Embedder], progress: Progress, warn: Warn,
-) -> ReindexReport:
-    """Switch to the configured model if it differs from the index's, re-sync every folder ingested before,
-    then rebuild the vector index in place without blocking reads."""
-    from ragvps.db.database import connect
-
-    switch = None
-    with connect(settings) as conn:
-        active = store.active_set(conn)
-        if active is not None and (active.identity, active.vector_type) != (spec.identity, settings.index.vector_type):
-            with store.write_lock(conn):
-                switch = switch_model(conn, settings, spec, active, make_embedder, progress)
-        roots = [r[0] for r in conn.execute("SELECT DISTINCT root FROM documents ORDER BY root")]
-    reports = {}
-    for root in roots:
-        if not Path(root).exists():
-            warn(f"{root} no longer exists; its documents are kept (delete them by ingesting an empty folder)")
-            continue
-        reports[root] = ingest(settings, Path(root), spec, make_embedder, progress, warn)
-    if switch is None:  # a switch has just built its index
-        with connect(settings) as conn, store.write_lock(conn):
-            eset = store.active_set(conn)
-            if eset is not None:
-                store.rebuild_index(conn, eset, settings, progress, warn)
-    return ReindexReport(switch, reports)
-
-
-def switch_model(
-    conn: psycopg.Connection, settings: Settings, spec: ModelSpec, old: store.EmbeddingSet,
-    make_embedder: Callable[[], Embedder], progress: Progress,
-) -> SwitchReport:
-    """Re-embed the stored chunks as they are into a new embedding set, index it, then make it the active one.
-
-    No source is read and nothing is re-chunked; queries use the old set until the final transaction.
-    """
-    report = SwitchReport(old.model, spec.name)
-    rows = store.chunks_with_ids(conn)
-    conn.commit()
-    chunks = [c for _, c in rows]
-    report.chunks = len(chunks)
-    offenders = too_long(chunks, spec)
-    if offenders:
-        raise InputTooLongError(too_long_message(
-            offenders, len(chunks), spec,
-            f"they were cut for model {old.model}; re-ingest into a fresh data directory and database with "
-            f"{spec.name} configured, or pick a model that takes longer input",
-        ))
-    cache = VectorCache(settings.database.data_dir, spec.identity, spec.dims)
-    counts = IngestReport()
-    embed_stage(cache, chunks, spec, make_embedder, settings.embed.batch_size, counts, progress)
-    report.embedded = counts.embedded
-    eset = store.ensure_set(conn, spec, settings.index.vector_type, activate=False)
-    conn.commit()
-    with conn.transaction():  # a leftover set from an interrupted switch is refilled from scratch
-        store.reset_vectors(conn, eset)
-        for lo in range(0, len(rows), STORE_BATCH_CHUNKS):
-            part = chunks[lo : lo + STORE_BATCH_CHUNKS]
-            store.write_vectors(conn, eset, [r[0] for r in rows[lo : lo + STORE_BATCH_CHUNKS]],
-                                cache.get([c.content_hash for c in part]))
-            progress("store", lo + len(part), len(chunks))
-    report.index_built = store.ensure_index(conn, eset, settings, progress)
-    keys = store.document_chunkers(conn)
-    report.pinned_chunker = keys[0][0] if keys and store.chunker_settings(conn, keys[0][0]) else None
-    conn.commit()
-    with conn.transaction():
-        store.activate_set(conn, eset)
-        store.set_chunker_pin(conn, eset, report.pinned_chunker)
-        for dropped in store.drop_other_sets(conn, eset):
-            log.info("dropped embedding set %s (%s)", dropped.table_name, dropped.model)
+    store.check_model(store.active_set(conn), spec, settings.index.vector_type, "ingest")
+    if not scan.files and not store.stored_documents(conn, str(root)):
+        skipped = ", ".join(f"{n} {why}" for why, n in sorted(scan.skipped.items())) or "nothing"
+        raise NotFoundError(
+            f"{path} has no documents ragvps can read (skipped: {skipped}); "
+            f"supported: {', '.join(sorted(sources.KINDS))}"
+        )
+    with store.write_lock(conn):
+        config = _ingest_chunker(conn, settings, spec)
+        files = chunk_stage(settings, root, scan, config, report, progress, warn)
+        chunks = [c for f in files for c in f.chunks]
+        report.documents = sum(len(f.documents) for f in files)
+        report.chunks = len(chunks)
+        cache = VectorCache(settings.database.data_dir, spec.identity, spec.dims)
+        embed_stage(cache, chunks, spec, make_embedder, settings.embed.batch_size, report, progress)
+        eset = store.ensure_set(conn, spec, settings.index.vector_type, activate=True)
+        unreadable = {f.rel for f in scan.files} - {f.source for f in files}
+        store_stage(conn, eset, str(root), files, unreadable, cache, config, settings, report, progress)
+        report.index_built = store.ensure_index(conn, eset, settings, progress, warn)
     return report
 
 

@@ -206,7 +206,6 @@ def known_documents(conn: psycopg.Connection, questions: Sequence[Question]) -> 
 
     keys = sorted({d for q in questions for d in q.relevant})
     rows = conn.execute(queries("inspect.sql")["known_documents"], {"keys": keys}).fetchall()
-    conn.commit()
     return {value for row in rows for value in row}
 
 

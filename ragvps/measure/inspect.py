@@ -15,7 +15,7 @@ from psycopg import sql
 
 from ragvps.config import Settings
 from ragvps.db.database import queries
-from ragvps.db.store import EmbeddingSet
+from ragvps.db.store import EmbeddingSet, as_param
 from ragvps.measure.plan import raw_vector_bytes
 
 log = logging.getLogger(__name__)
@@ -27,14 +27,6 @@ REBUILD_FACTOR = 2  # a rebuild writes the new table and index beside the old on
 
 def _q(name: str, **parts: sql.Composable) -> sql.Composed:
     return sql.SQL(queries("inspect.sql")[name]).format(**parts)
-
-
-def _param(eset: EmbeddingSet, vector: np.ndarray) -> object:
-    if eset.vector_type == "halfvec":
-        from pgvector import HalfVector
-
-        return HalfVector(vector)
-    return np.asarray(vector, dtype=np.float32)
 
 
 def nearest(conn: psycopg.Connection, eset: EmbeddingSet, vector: np.ndarray, k: int, *, exact: bool,
@@ -49,17 +41,19 @@ def nearest(conn: psycopg.Connection, eset: EmbeddingSet, vector: np.ndarray, k:
         query = sql.SQL("EXPLAIN ") + query
     with conn.transaction():
         if exact:
-            conn.execute("SET LOCAL enable_indexscan = off")
-        else:
-            conn.execute("SET LOCAL enable_seqscan = off")  # small tables would otherwise skip the index
+            conn.execute("SET LOCAL enable_indexscan = off; SET LOCAL enable_seqscan = on")
+        else:  # small tables would otherwise skip the index
+            conn.execute("SET LOCAL enable_seqscan = off; SET LOCAL enable_indexscan = on")
             conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef_search),))
-        rows = conn.execute(query, {"embedding": _param(eset, vector), "k": k}, prepare=False).fetchall()
+        rows = conn.execute(query, {"embedding": as_param(eset, vector), "k": k}, prepare=False).fetchall()
+        # Inside a caller's open transaction this block is a savepoint, whose release keeps SET LOCAL: undo it.
+        conn.execute("RESET enable_indexscan; RESET enable_seqscan")
     return [r[0] for r in rows]
 
 
 @dataclass
 class IndexCheck:
-    index: str
+    index: str | None  # None: no HNSW index, every search is exact
     rows: int
     sample: int
     source: str  # "chunks" or the question file
@@ -69,10 +63,18 @@ class IndexCheck:
     overlap: dict[int, float]  # ef_search -> mean |HNSW top-k ∩ exact top-k| / k
     ef_search_for_target: int | None
     warnings: list[str] = field(default_factory=list)
+    note: str = ""
 
     @property
     def at_current(self) -> float:
         return self.overlap[self.current_ef_search]
+
+
+def exact_only(eset: EmbeddingSet, rows: int, min_rows: int, k: int, current: int, target: float) -> IndexCheck:
+    """The answer when no HNSW index exists: every search is exact, so the overlap is 1.0 by construction."""
+    return IndexCheck(None, rows, 0, "none", k, current, target, {current: 1.0}, None, note=(
+        f"no HNSW index: {rows:,} chunks is below index_min_rows={min_rows:,}, so every search is exact "
+        f"(overlap 1.0 by construction; no ef_search to tune). Lower index_min_rows and ingest again to build one."))
 
 
 def overlap(found: Sequence[Any], truth: Sequence[Any]) -> float:
@@ -104,13 +106,11 @@ def check_index(conn: psycopg.Connection, eset: EmbeddingSet, vectors: np.ndarra
         if reached is None and results[ef] >= target:
             reached = ef
     rows = int(conn.execute(_q("counts", table=eset.table)).fetchone()[3])  # type: ignore[index]
-    conn.commit()
     return IndexCheck(eset.index_name, rows, len(vectors), source, k, current, target, results, reached)
 
 
 def sample_vectors(conn: psycopg.Connection, eset: EmbeddingSet, n: int) -> tuple[np.ndarray, list[int]]:
     rows = conn.execute(_q("sample_vectors", table=eset.table), {"n": n}).fetchall()
-    conn.commit()
     vectors = np.array([np.asarray(r[1].to_list() if hasattr(r[1], "to_list") else r[1], dtype=np.float32)
                         for r in rows], dtype=np.float32)
     return vectors, [r[0] for r in rows]
@@ -146,12 +146,27 @@ def _relation(conn: psycopg.Connection, table: str) -> dict[str, Any]:
             "indexes": each}
 
 
-def stats(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings) -> dict[str, Any]:
-    """Everything `ragvps stats` shows, as plain data; `warnings` says what to act on."""
+@dataclass
+class StatsReport:
+    """Everything `ragvps stats` shows; `warnings` says what to act on."""
+
+    rows: dict[str, Any]
+    embedding_set: dict[str, Any]
+    tables: dict[str, Any]
+    vector_index: dict[str, Any]
+    vectors: dict[str, Any]
+    memory: dict[str, Any]
+    postgres: dict[str, Any]
+    disk: dict[str, Any]
+    embedder: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+
+def stats(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings) -> StatsReport:
+    """Everything `ragvps stats` shows, read in one go."""
     documents, chunks, roots, vectors = conn.execute(_q("counts", table=eset.table)).fetchone()  # type: ignore[misc]
     tables = {name: _relation(conn, name) for name in ("documents", "chunks", eset.table_name)}
     shared, shared_b, maint, maint_b = conn.execute(queries("inspect.sql")["memory_settings"]).fetchone()  # type: ignore[misc]
-    conn.commit()
     vec = tables[eset.table_name]
     index = vec["indexes"].get(eset.index_name)
     total, available, ram_source = meminfo()
@@ -179,7 +194,7 @@ def stats(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings) -> d
                      else "held by the Ollama server: see `ollama ps`"},
     }
     result["warnings"] = stats_warnings(result)
-    return result
+    return StatsReport(**result)
 
 
 def stats_warnings(s: dict[str, Any]) -> list[str]:

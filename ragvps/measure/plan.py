@@ -53,15 +53,15 @@ class WindowPlan:
 
     def __post_init__(self) -> None:
         if self.tokens < 0:
-            raise UsageError(f"--tokens {self.tokens} must be zero or more")
+            raise UsageError(f"tokens {self.tokens} must be zero or more", settings=("tokens",))
         if self.size < 1:
-            raise UsageError(f"--chunk-size {self.size} must be at least 1 token")
+            raise UsageError(f"chunk_size {self.size} must be at least 1 token", settings=("chunk_size",))
         if self.overlap < 0:
-            raise UsageError(f"--overlap {self.overlap} must be zero or more")
+            raise UsageError(f"overlap {self.overlap} must be zero or more", settings=("overlap",))
         if self.overlap >= self.size:
             raise UsageError(
-                f"--overlap {self.overlap} must be smaller than --chunk-size {self.size} "
-                "(setting chunk_overlap); a third of the size or less is usual"
+                f"overlap {self.overlap} must be smaller than chunk_size {self.size}; "
+                "a third of the size or less is usual", settings=("overlap", "chunk_size"),
             )
 
     @property
@@ -114,26 +114,26 @@ class WindowPlan:
 
 
 def parse_overlap(text: str, size: int) -> int:
-    """`--overlap` as tokens ("200") or as a percentage of the chunk size ("12%", rounded half up)."""
+    """An overlap as tokens ("200") or as a percentage of the chunk size ("12%", rounded half up)."""
     raw = text.strip()
     try:
         if raw.endswith("%"):
             pct = Decimal(raw[:-1].strip())
             if not 0 <= pct < 100:
-                raise UsageError(f"--overlap {text} must be a percentage from 0% to below 100%")
+                raise UsageError(f"overlap {text} must be a percentage from 0% to below 100%", settings=("overlap",))
             return int((pct * size / 100).to_integral_value(rounding=ROUND_HALF_UP))
         return int(raw)
     except (InvalidOperation, ValueError):
         hint = "a token count (200) or a percentage of the chunk size (12%)"
-        raise UsageError(f"--overlap {text!r} is not {hint}") from None
+        raise UsageError(f"overlap {text!r} is not {hint}", settings=("overlap",)) from None
 
 
 def check_input_limit(size: int, limit: int, model: str) -> None:
     """A window longer than the embedder reads would be cut off silently; refuse it."""
     if size > limit:
         raise UsageError(
-            f"--chunk-size {size} is above what {model} reads ({limit} tokens once [CLS]/[SEP] and its "
-            f"document prefix are counted): use --chunk-size {limit} or less (setting chunk_size)"
+            f"chunk_size {size} is above what {model} reads ({limit} tokens once [CLS]/[SEP] and its "
+            f"document prefix are counted): use chunk_size {limit} or less", settings=("chunk_size",)
         )
 
 
@@ -153,7 +153,8 @@ def compare_overlaps(tokens: int, size: int, overlaps: Sequence[str] = COMPARE_O
 def raw_vector_bytes(vectors: int, dims: int, bytes_per_dim: int = 4) -> int:
     """Vectors x dimensions x bytes per dimension (4 float32, 2 half, 1 int8), nothing else."""
     if bytes_per_dim not in BYTES_PER_DIM:
-        raise UsageError(f"--bytes-per-dim {bytes_per_dim} must be 4 (float32), 2 (half) or 1 (int8)")
+        raise UsageError(f"bytes_per_dim {bytes_per_dim} must be 4 (float32), 2 (half) or 1 (int8)",
+                         settings=("bytes_per_dim",))
     return vectors * _dims(dims) * bytes_per_dim
 
 
@@ -166,7 +167,7 @@ def pgvector_bytes(dims: int, vector_type: VectorType = "vector") -> int:
 
 def _dims(dims: int) -> int:
     if dims < 1:
-        raise UsageError(f"--dims {dims} must be at least 1")
+        raise UsageError(f"dims {dims} must be at least 1", settings=("dims",))
     return dims
 
 
@@ -208,9 +209,9 @@ class Budget:
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
             if value < 0:
-                raise UsageError(f"--{name.replace('_', '-')} {value} must be zero or more")
+                raise UsageError(f"{name} {value} must be zero or more", settings=(name,))
         if self.questions < 1:
-            raise UsageError(f"--questions {self.questions} must be at least 1")
+            raise UsageError(f"questions {self.questions} must be at least 1", settings=("questions",))
 
     @property
     def corpus_embed_tokens(self) -> int:

@@ -1,21 +1,23 @@
-"""Search: a vector leg and a full-text leg, fused by reciprocal rank fusion."""
+"""Search: a vector leg and a BM25 full-text leg over one embedding set, fused by reciprocal rank fusion.
+
+The legs run in the caller's transaction (the app's), so the active set and the search are one step."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import psycopg
 from psycopg import sql
-from psycopg.types.json import Jsonb
 
 from ragvps.config import Settings
 from ragvps.db.database import compose, q
-from ragvps.db.store import EmbeddingSet, end_implicit_transaction
+from ragvps.db.store import EmbeddingSet, as_param
 from ragvps.errors import UsageError
+from ragvps.retrieve.filters import Filters
+from ragvps.retrieve.fusion import rrf
 
 Mode = Literal["hybrid", "vector", "keyword"]
 MODES: tuple[Mode, ...] = ("hybrid", "vector", "keyword")
@@ -32,15 +34,8 @@ class Hit:
     text: str
     vector_rank: int | None
     keyword_rank: int | None
-
-
-def rrf(rankings: Sequence[Sequence[int]], k: int = 60) -> list[tuple[int, float]]:
-    """Reciprocal rank fusion: score(d) = sum over rankings of 1 / (k + rank), ranks from 1."""
-    scores: dict[int, float] = {}
-    for ranking in rankings:
-        for rank, item in enumerate(ranking, start=1):
-            scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
-    return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+    start: int = 0  # character offsets of the chunk's text in its document
+    end: int = 0
 
 
 MAX_QUERY_CHARS = 20_000
@@ -60,26 +55,6 @@ class Bm25:
 BM25 = Bm25()  # chosen by bench/quality_bench.py
 
 
-@dataclass(frozen=True)
-class Filters:
-    """Keep only chunks whose source path starts with a prefix and whose metadata contains these pairs."""
-
-    path_prefix: str = ""
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    def __bool__(self) -> bool:
-        return bool(self.path_prefix or self.metadata)
-
-    def params(self) -> dict[str, object]:
-        return {"path_prefix": self.path_prefix, "metadata": Jsonb(self.metadata)}
-
-    def condition(self) -> sql.Composable:
-        """The SQL condition over chunks `c` and documents `d` for the filters in use."""
-        parts = [sql.SQL(q(name)) for name, used in (("filter_path_prefix", self.path_prefix),
-                                                      ("filter_metadata", self.metadata)) if used]
-        return sql.SQL(" AND ").join(parts) if parts else sql.SQL("true")
-
-
 def check_query(text: str) -> str:
     """The query as PostgreSQL can take it (no NUL, valid UTF-8), or a clear error."""
     text = text.encode("utf-8", "replace").decode("utf-8").replace("\x00", " ").strip()
@@ -93,24 +68,25 @@ def check_query(text: str) -> str:
 def vector_leg(conn: psycopg.Connection, eset: EmbeddingSet, embedding: np.ndarray, settings: Settings,
                filters: Filters | None = None) -> list[int]:
     """Chunk ids nearest to the embedding; HNSW when indexed, with ef_search set for this query only."""
-    end_implicit_transaction(conn)
     with conn.transaction():
         conn.execute("SELECT set_config('hnsw.ef_search', %s, true)",
                      (str(max(settings.search.ef_search, settings.search.candidates)),))
-        params: dict[str, object] = {"embedding": _as_param(eset, embedding), "candidates": settings.search.candidates}
+        params: dict[str, object] = {"embedding": as_param(eset, embedding), "candidates": settings.search.candidates}
         if filters:
             conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
             query = compose("vector_search_filtered", table=eset.table, filter=filters.condition())
             rows = conn.execute(query, params | filters.params())
         else:
             rows = conn.execute(compose("vector_search", table=eset.table), params)
-        return [r[0] for r in rows]
+        ids = [r[0] for r in rows]
+        if filters:  # in a caller's open transaction this block is a savepoint, whose release keeps SET LOCAL
+            conn.execute("RESET hnsw.iterative_scan")
+        return ids
 
 
 def keyword_leg(conn: psycopg.Connection, text: str, settings: Settings, filters: Filters | None = None,
                 bm25: Bm25 = BM25) -> list[int]:
     """Chunk ids ranked by BM25 over the full-text lexemes of `text`; never an error for any words."""
-    end_implicit_transaction(conn)
     where = compose("keyword_filter", filter=filters.condition()) if filters else sql.SQL("true")
     params = {"language": settings.search.language, "text": text, "candidates": settings.search.candidates,
               "budget": bm25.budget or settings.search.keyword_budget, "k1": bm25.k1, "b": bm25.b}
@@ -119,14 +95,6 @@ def keyword_leg(conn: psycopg.Connection, text: str, settings: Settings, filters
     with conn.transaction():
         rows = conn.execute(compose("keyword_search", filter=where), params)
         return [r[0] for r in rows]
-
-
-def _as_param(eset: EmbeddingSet, embedding: np.ndarray) -> object:
-    if eset.vector_type == "halfvec":
-        from pgvector import HalfVector
-
-        return HalfVector(embedding)
-    return embedding
 
 
 def search(
@@ -141,6 +109,8 @@ def search(
 ) -> list[Hit]:
     """The top k chunks for `text` (its query embedding given for the vector and hybrid modes)."""
     k = k or settings.search.top_k
+    if filters is None:
+        filters = Filters()
     vec = vector_leg(conn, eset, embedding, settings, filters) if mode != "keyword" and embedding is not None else []
     kw = keyword_leg(conn, text, settings, filters) if mode != "vector" else []
     fused = rrf([leg for leg in (vec, kw) if leg], settings.search.rrf_k)[:k]
@@ -154,8 +124,7 @@ def _details(conn: psycopg.Connection, fused: list[tuple[int, float]], vec: list
     krank = {c: r for r, c in enumerate(kw, start=1)}
     hits = []
     for rank, (cid, score) in enumerate(fused, start=1):
-        _, doc_id, source, _root, seq, heading, body = rows[cid]
+        _, doc_id, source, _root, seq, heading, body, start, end = rows[cid]
         hits.append(Hit(rank, score, f"{doc_id}#{seq}", source, doc_id, heading, body,
-                        vrank.get(cid), krank.get(cid)))
-    conn.commit()
+                        vrank.get(cid), krank.get(cid), start, end))
     return hits

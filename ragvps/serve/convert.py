@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from ragvps.retrieve.search import Filters, check_query
+from ragvps.errors import UsageError
+from ragvps.retrieve.filters import Filters
+from ragvps.retrieve.search import MODES, Mode, check_query
 from ragvps.serve.limits import check_k, check_strings
 
 
@@ -40,15 +42,21 @@ def search_request(query: str, k: int | None, mode: str, path_prefix: str, meta:
                    max_k: int) -> Any:
     from ragvps.app import SearchRequest
 
-    return SearchRequest(check_query(query), check_k(k, max_k), mode, filters_of(path_prefix, meta))  # type: ignore[arg-type]
+    return SearchRequest(check_query(query), check_k(k, max_k), mode_of(mode), filters_of(path_prefix, meta))
 
 
 def ask_request(question: str, k: int | None, mode: str, path_prefix: str, meta: dict[str, Any], max_k: int,
                 use_cache: bool = True) -> Any:
     from ragvps.generate import AskRequest
 
-    return AskRequest(check_query(question), k=check_k(k, max_k), mode=mode,  # type: ignore[arg-type]
+    return AskRequest(check_query(question), k=check_k(k, max_k), mode=mode_of(mode),
                       filters=filters_of(path_prefix, meta), use_cache=use_cache)
+
+
+def mode_of(mode: str) -> Mode:
+    if mode not in MODES:
+        raise UsageError(f"mode {mode!r} is not one of: {', '.join(MODES)}")
+    return cast(Mode, mode)
 
 
 def hits_out(hits: Any) -> list[dict[str, Any]]:

@@ -8,19 +8,16 @@ mounted at /mcp on `ragvps serve` behind the same API key.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from ragvps.config import Settings
 from ragvps.errors import RagvpsError, redact
-
-if TYPE_CHECKING:
-    from ragvps.app import App
 
 INSTRUCTIONS = ("Search and ask the user's own knowledge base (their documents, ingested by ragvps). Use `search` "
                 "for passages to read and quote, `ask` for a short answer that cites its sources as [n].")
 
 
-def build_server(get_app: Callable[[], App], max_k: int = 100) -> Any:
+def build_server(get_app: Callable[[], Any], max_k: int = 100) -> Any:
     """An MCPServer whose tools call the App that `get_app` returns (raising while it is not ready)."""
     import anyio
     from mcp.server.mcpserver import MCPServer

@@ -1,0 +1,315 @@
+"""The use-case layer: one App per process owns the settings, the embedder and the connections.
+
+Every interface (the CLI, the HTTP API, MCP) opens one App and calls one method per use case. A method
+returns a report dataclass and prints nothing; progress and warnings go through callbacks.
+
+    with App.open(settings) as app:                    # pooled=True in a long-running server
+        result = app.search(SearchRequest("how do I rotate the keys?"))
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ragvps.config import Settings
+from ragvps.errors import UsageError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import psycopg
+
+    from ragvps.db.connections import Connections
+    from ragvps.db.store import EmbeddingSet
+    from ragvps.embed import Embedder
+    from ragvps.embed.models import ModelSpec
+    from ragvps.ingest.pipeline import IngestReport
+    from ragvps.ingest.reindex import ReindexReport
+    from ragvps.measure.doctor import Diagnosis
+    from ragvps.measure.evaluate import EvalReport, Question
+    from ragvps.measure.inspect import IndexCheck, StatsReport
+    from ragvps.retrieve.filters import Filters
+    from ragvps.retrieve.search import Hit, Mode
+
+Progress = Callable[[str, int, int], None]
+Warn = Callable[[str], None]
+
+
+def _quiet(*_: object) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    query: str
+    k: int | None = None  # None: setting top_k
+    mode: Mode = "hybrid"
+    filters: Filters | None = None
+
+
+@dataclass
+class SearchResult:
+    query: str
+    mode: str
+    hits: list[Hit]
+    model: str
+    timings: dict[str, float] = field(default_factory=dict)  # milliseconds
+
+
+@dataclass
+class Health:
+    ready: bool
+    database: bool
+    model: str | None = None
+    dims: int | None = None
+    vector_type: str | None = None
+    chunks: int = 0
+    error: str | None = None
+
+
+class App:
+    """Settings, one lazily loaded embedder and a connection source; one method per use case."""
+
+    def __init__(self, settings: Settings, connections: Connections):
+        self.settings = settings
+        self._connections = connections
+        self._embedder: Embedder | None = None
+        self._spec: ModelSpec | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    @contextmanager
+    def open(cls, settings: Settings, *, pooled: bool = False) -> Iterator[App]:
+        """An App for this process: one connection (opened when first used) or, pooled, a ready pool."""
+        from ragvps.db.connections import PooledConnections, SingleConnection
+
+        connections: Connections = PooledConnections(settings) if pooled else SingleConnection(settings)
+        app = cls(settings, connections)
+        try:
+            yield app
+        finally:
+            connections.close()
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection]:
+        with self._connections.connection() as conn:
+            yield conn
+
+    @property
+    def spec(self) -> ModelSpec:
+        """The configured embedding model's facts, without loading it."""
+        if self._spec is None:
+            from ragvps.embed.models import spec_for
+
+            self._spec = spec_for(self.settings)
+        return self._spec
+
+    @property
+    def embedder(self) -> Embedder:
+        """The embedder, loaded on first use and then shared (the ONNX model loads once per process)."""
+        with self._lock:
+            if self._embedder is None:
+                from ragvps.embed.registry import make_embedder
+
+                self._embedder = make_embedder(self.settings, self.spec)
+            return self._embedder
+
+    # --- ingest --------------------------------------------------------------------------------------
+
+    def ingest(self, path: Path | str, progress: Progress = _quiet, warn: Warn = _quiet) -> IngestReport:
+        """Bring the database in line with one folder; only what changed is chunked, embedded, stored."""
+        from ragvps.ingest.pipeline import ingest
+
+        path = existing_path(path)
+        with self.connection() as conn:
+            return ingest(conn, self.settings, path, self.spec, lambda: self.embedder, progress, warn)
+
+    def reindex(self, progress: Progress = _quiet, warn: Warn = _quiet) -> ReindexReport:
+        """Switch models if the configured one differs, re-sync every ingested folder, rebuild the index."""
+        from ragvps.ingest.reindex import reindex
+
+        with self.connection() as conn:
+            return reindex(conn, self.settings, self.spec, lambda: self.embedder, progress, warn)
+
+    # --- search --------------------------------------------------------------------------------------
+
+    def embed_query(self, text: str) -> np.ndarray:
+        from ragvps.embed import embed_queries
+
+        return embed_queries(self.embedder, [text])[0]
+
+    def embed_queries(self, texts: Sequence[str], progress: Progress = _quiet) -> np.ndarray:
+        """All questions embedded up front, in batches."""
+        import numpy as np
+
+        from ragvps.embed import embed_queries
+
+        size = max(self.settings.embed.batch_size, 64)
+        out = []
+        for lo in range(0, len(texts), size):
+            out.append(embed_queries(self.embedder, texts[lo:lo + size]))
+            progress("embed", min(lo + size, len(texts)), len(texts))
+        return np.concatenate(out) if out else np.zeros((0, self.spec.dims), dtype=np.float32)
+
+    def search(self, request: SearchRequest) -> SearchResult:
+        """The top chunks for a query: the active embedding set is read and searched in one transaction."""
+        from ragvps.retrieve.search import MODES, check_query
+
+        if request.mode not in MODES:
+            raise UsageError(f"mode {request.mode!r} is not one of: {', '.join(MODES)}", settings=("mode",))
+        if request.k is not None and request.k < 1:
+            raise UsageError(f"k must be at least 1, not {request.k}", settings=("k",))
+        text = check_query(request.query)
+        start = time.perf_counter()
+        with self.connection() as conn:  # refuse a model mismatch before paying for the query embedding
+            self.active_set(conn, "query")
+        embedding = self.embed_query(text) if request.mode != "keyword" else None
+        embedded = time.perf_counter()
+        hits, eset = self._search(text, embedding, request)
+        done = time.perf_counter()
+        return SearchResult(text, request.mode, hits, eset.model,
+                            {"embed_ms": round((embedded - start) * 1000, 2),
+                             "search_ms": round((done - embedded) * 1000, 2)})
+
+    def _search(self, text: str, embedding: np.ndarray | None, request: SearchRequest,
+                ) -> tuple[list[Hit], EmbeddingSet]:
+        import psycopg
+
+        from ragvps.retrieve.search import search
+
+        for attempt in range(3):
+            try:
+                with self.connection() as conn, conn.transaction():
+                    eset = self.active_set(conn, "query")
+                    hits = search(conn, eset, text, embedding, self.settings, request.mode, request.k,
+                                  request.filters)
+                return hits, eset
+            except psycopg.errors.UndefinedTable:
+                # A model switch committed between reading the active set and searching its table: the
+                # old table is gone, the new set is active and holds the same chunks. Read it again.
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def active_set(self, conn: psycopg.Connection, action: str) -> EmbeddingSet:
+        """The embedding set queries use, checked against the configured model (the vector type may differ:
+        the query vector is the same, so a query searches whichever type is active)."""
+        from ragvps.db import store
+
+        eset = store.active_set(conn)
+        if eset is None:
+            raise UsageError("nothing is ingested yet: run `ragvps ingest PATH` first")
+        store.check_model(eset, self.spec, eset.vector_type, action)
+        return eset
+
+    # --- measure -------------------------------------------------------------------------------------
+
+    def evaluate(self, questions: Sequence[Question], source: str, modes: Sequence[str], k: int, depth: int,
+                 progress: Progress = _quiet, warn: Warn = _quiet) -> EvalReport:
+        """Recall, MRR and nDCG of each search mode over gold questions."""
+        from ragvps.measure import evaluate
+
+        warnings: list[str] = []
+
+        def record(message: str) -> None:
+            warnings.append(message)
+            warn(message)
+
+        settings = self.settings
+        if depth > settings.search.candidates:  # each leg must return enough chunks for the curve
+            settings = settings.replace(candidates=depth)
+        with self.connection() as conn:
+            eset = self.active_set(conn, "evaluate")
+            missing = evaluate.missing_documents(questions, evaluate.known_documents(conn, questions))
+            if missing:
+                record(f"{len(missing)} gold documents are not ingested (e.g. {missing[0]!r}): their questions "
+                       "count as misses; `doc` is a path relative to the ingested folder (or a BEIR _id)")
+            conn.commit()
+            embeddings = (self.embed_queries([q.text for q in questions], progress)
+                          if any(m != "keyword" for m in modes) else None)
+            ranked = evaluate.retrieve(conn, eset, questions, embeddings, settings, modes, depth, progress)
+        result = evaluate.score(questions, ranked, k, depth)
+        result.warnings, result.source = warnings, source
+        return result
+
+    def check_index(self, questions: Sequence[Question] | None, sample: int, k: int, target: float,
+                    progress: Progress = _quiet, source: str = "questions") -> IndexCheck:
+        """How much of the exact top-k the HNSW index finds; with no index, the exact search says so."""
+        from ragvps.db import store
+        from ragvps.measure import inspect
+
+        current = max(self.settings.search.ef_search, self.settings.search.candidates)  # what queries set
+        with self.connection() as conn:
+            eset = self.active_set(conn, "check the index")
+            if not store.index_exists(conn, eset):
+                return inspect.exact_only(eset, store.chunk_count(conn), self.settings.index.min_rows, k,
+                                          current, target)
+            if questions is not None:
+                vectors = self.embed_queries([q.text for q in questions], progress)
+                exclude: list[Any] = [None] * len(questions)
+            else:
+                vectors, exclude = inspect.sample_vectors(conn, eset, sample)
+                source = "chunks"
+            conn.commit()
+            return inspect.check_index(conn, eset, vectors, exclude, k, current, target, source)
+
+    def stats(self) -> StatsReport:
+        """Rows and sizes of the index beside the machine's memory, with what to act on."""
+        from ragvps.measure import inspect
+
+        with self.connection() as conn:
+            return inspect.stats(conn, self.active_set(conn, "show stats"), self.settings)
+
+    def health(self) -> Health:
+        """Is the database reachable, which model is active, how many chunks: what a server's /health says."""
+        from ragvps.db import store
+        from ragvps.errors import RagvpsError
+
+        try:
+            with self.connection() as conn:
+                eset = store.active_set(conn)
+                chunks = store.chunk_count(conn)
+        except RagvpsError as exc:
+            return Health(False, False, error=str(exc))
+        if eset is None:
+            return Health(False, True, error="nothing is ingested yet")
+        return Health(True, True, eset.model, eset.dims, eset.vector_type, chunks)
+
+    def doctor(self) -> Diagnosis:
+        """Ask the embedder about its model, embed one text, compare with the index."""
+        from ragvps.db import store
+        from ragvps.measure.doctor import diagnose
+
+        def active() -> EmbeddingSet | None:
+            with self.connection() as conn:
+                return store.active_set(conn)
+
+        return diagnose(self.settings, active)
+
+    def chunk_summary(self, path: Path | str, progress: Progress = _quiet, warn: Warn = _quiet) -> Any:
+        """The chunk stage alone: chunk files written, counts and token figures (no database)."""
+        from ragvps.ingest.summary import chunk_summary
+
+        return chunk_summary(self.settings, self.spec, existing_path(path), progress, warn)
+
+    def plan_measure(self, path: Path | str, spec: ModelSpec | None, dims: int | None, bytes_per_dim: int,
+                     warn: Warn = _quiet) -> Any:
+        """`ragvps plan --path`: real token counts and the real chunker over a folder."""
+        from ragvps.ingest.summary import plan_measure
+
+        return plan_measure(self.settings, spec or self.spec, existing_path(path), dims, bytes_per_dim, warn)
+
+
+def existing_path(path: Path | str) -> Path:
+    """A folder or file of documents that exists; an empty path is an error, not the current folder."""
+    if not str(path).strip():
+        raise UsageError("the path is empty: name a folder or a file of documents")
+    path = Path(path)
+    if not path.exists():
+        raise UsageError(f"{path} does not exist: name a folder or a file of documents")
+    return path

@@ -1,0 +1,90 @@
+"""The command line: parses flags, opens the App, calls one use case, renders text or --json.
+
+One module per command group registers its commands on `app`; errors are rendered here, once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from typer.core import TyperGroup
+
+from ragvps.cli.common import err
+from ragvps.errors import RagvpsError, redact
+
+
+class _Group(TyperGroup):
+    """Turns every RagvpsError into one line on stderr and its kind's exit code; tracebacks only with --verbose."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except RagvpsError as exc:
+            _fail(ctx, exc, exc.exit_code)
+        except KeyboardInterrupt:
+            err.print("interrupted: finished work is saved; run the same command again to resume")
+            raise typer.Exit(130) from None
+        except BrokenPipeError:  # `ragvps query ... | head`: the reader left, nothing to report
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(0) from None
+        except Exception as exc:
+            if _is_click_control_flow(exc):
+                raise
+            _fail(ctx, exc, 1, prefix="unexpected error (run with --verbose for the traceback): ")
+
+
+def _is_click_control_flow(exc: Exception) -> bool:
+    """Usage errors, --help and aborts: click's (or the copy of click that typer bundles) to handle."""
+    return type(exc).__module__.startswith(("click.", "typer."))
+
+
+def _fail(ctx: Any, exc: BaseException, code: int, prefix: str = "") -> None:
+    if (ctx.obj or {}).get("verbose"):
+        err.print(escape(redact("".join(traceback.format_exception(exc)))))
+    err.print(f"[red]error:[/red] {escape(prefix + redact(str(exc)))}")
+    raise typer.Exit(code)
+
+
+app = typer.Typer(
+    cls=_Group,
+    help="ragvps: a self-hosted RAG pipeline. Ingest a folder, query it, measure it.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    config: Annotated[Path | None, typer.Option(help="Config file (default: ./ragvps.toml if present).")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="Where stage files and the embedded database live.")] = None,
+    database_url: Annotated[str | None, typer.Option(help="PostgreSQL DSN; empty: the embedded server.")] = None,
+    embedder: Annotated[str | None, typer.Option(help="local | ollama")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log details and show tracebacks.")] = False,
+) -> None:
+    ctx.obj = {"verbose": verbose, "config": config,
+               "flags": {"data_dir": data_dir, "database_url": database_url, "embedder": embedder}}
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(levelname)s %(name)s: %(message)s")
+
+
+def _register() -> None:
+    from ragvps.cli import database, ingest, measure, plan, search, serve
+
+    for module in (ingest, search, plan, measure, database, serve):
+        module.register(app)
+
+
+_register()
+
+
+def main() -> None:
+    app(prog_name="ragvps")

@@ -1,0 +1,103 @@
+"""What every command shares: the settings from the context, the App, warnings, progress bars."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from ragvps.config import SETTINGS, Settings, load_settings
+from ragvps.errors import RagvpsError, UsageError
+
+if TYPE_CHECKING:
+    from ragvps.app import App
+
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def settings_from(ctx: typer.Context, **flags: Any) -> Settings:
+    obj = ctx.obj or {}
+    return load_settings(obj.get("config"), **(obj.get("flags", {}) | flags))
+
+
+@contextmanager
+def open_app(ctx: typer.Context, **flags: Any) -> Iterator[App]:
+    """The App for this command, with the command's flags layered over the settings."""
+    from ragvps.app import App
+
+    with App.open(settings_from(ctx, **flags)) as app:
+        yield app
+
+
+@contextmanager
+def flag_names(flags: Mapping[str, str]) -> Iterator[None]:
+    """Errors name inputs as settings (`chunk_size`); say them as this command's flags (`--chunk-size`)."""
+    try:
+        yield
+    except RagvpsError as exc:
+        message = str(exc)
+        named = [name for name in exc.settings if name in flags]
+        if not named:
+            raise
+        for name in named:
+            message = re.sub(rf"(?<![\w-]){re.escape(name)}(?![\w=])", flags[name], message)
+        settings = [name for name in named if name in SETTINGS]
+        if settings:
+            message += f" (setting {', '.join(settings)})"
+        raise type(exc)(message, kind=exc.kind, settings=exc.settings) from None
+
+
+def warn(message: str) -> None:
+    err.print(f"[yellow]warning:[/yellow] {escape(message)}")
+
+
+def echo_json(data: Any) -> None:
+    from ragvps.cli.render import as_json
+
+    typer.echo(as_json(data))
+
+
+def metadata_pairs(pairs: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--meta {pair!r} is not KEY=VALUE (e.g. --meta lang=en)")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
+def skipped_text(skipped: Mapping[str, int]) -> str:
+    return ", ".join(f"{n} {reason}" for reason, n in sorted(skipped.items()))
+
+
+class Bars:
+    """One rich progress bar per stage, on stderr."""
+
+    def __init__(self) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(TextColumn("{task.description:>6}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=err, transient=False)
+        self.tasks: dict[str, Any] = {}
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if stage not in self.tasks:
+            self.tasks[stage] = self.progress.add_task(stage, total=total)
+        self.progress.update(self.tasks[stage], completed=done, total=total)
+
+    def __enter__(self) -> Bars:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()

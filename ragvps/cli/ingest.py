@@ -1,0 +1,78 @@
+"""`ragvps ingest`, `ragvps reindex` and `ragvps chunk`: the pipeline's stages, run from the command line."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ragvps.cli.common import Bars, echo_json, open_app, skipped_text, warn
+
+
+def ingest(
+    ctx: typer.Context,
+    path: Annotated[str, typer.Argument(help="Folder (or file) of documents.")],
+    chunk_size: Annotated[int | None, typer.Option(help="Tokens per chunk (default: the model's).")] = None,
+    chunk_overlap: Annotated[int | None, typer.Option(help="Tokens shared by neighbouring windows.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Chunk, embed and store a folder of documents; only what changed is redone."""
+    with open_app(ctx, chunk_size=chunk_size, chunk_overlap=chunk_overlap) as app, Bars() as bars:
+        report = app.ingest(path, bars, warn)
+    if as_json:
+        return echo_json(report)
+    typer.echo(
+        f"{report.files} files, {report.documents} documents, {report.chunks} chunks; "
+        f"embedded {report.embedded}, stored {report.stored} documents, unchanged {report.unchanged}, "
+        f"deleted {report.deleted}"
+        + (f"; skipped {skipped_text(report.skipped)}" if report.skipped else "")
+    )
+
+
+def reindex(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Nightly job: re-sync every ingested folder and rebuild the vector index.
+
+    With another embedding model configured, first re-embed the stored chunks with it and switch over
+    when done; queries keep using the old vectors until then.
+    """
+    with open_app(ctx) as app, Bars() as bars:
+        result = app.reindex(bars, warn)
+    if as_json:
+        return echo_json(result)
+    if result.switch:
+        s = result.switch
+        typer.echo(f"switched from {s.old_model} to {s.new_model}: {s.chunks} chunks, embedded {s.embedded} "
+                   f"(the rest from the vector cache), no source re-read")
+    for root, report in result.roots.items():
+        typer.echo(f"{root}: embedded {report.embedded}, stored {report.stored}, deleted {report.deleted}")
+
+
+def chunk(
+    ctx: typer.Context,
+    path: Annotated[str, typer.Argument(help="Folder (or file) of documents.")],
+    mode: Annotated[str | None, typer.Option(help="structure | fixed | sentences (default: structure).")] = None,
+    chunk_size: Annotated[int | None, typer.Option(help="Tokens per chunk (default: the model's).")] = None,
+    chunk_overlap: Annotated[int | None, typer.Option(help="Tokens shared by neighbouring windows.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Run the chunk stage alone: write the chunk files and summarise them (no database, no embedding)."""
+    with open_app(ctx, chunk_mode=mode, chunk_size=chunk_size, chunk_overlap=chunk_overlap) as app, Bars() as bars:
+        s = app.chunk_summary(path, bars, warn)
+    if as_json:
+        return echo_json(s)
+    t = s.tokens or {"min": 0, "median": 0, "max": 0}
+    typer.echo(
+        f"{s.files} files, {s.documents} documents, {s.chunks} chunks "
+        f"({s.mode}, {s.chunk_size} tokens, overlap {s.chunk_overlap}; {s.rechunked_files} files chunked); "
+        f"tokens per chunk min {t['min']} / median {t['median']:g} / max {t['max']} of {s.limit} allowed"
+        + (f"; skipped {skipped_text(s.skipped)}" if s.skipped else "")
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(ingest)
+    app.command()(reindex)
+    app.command()(chunk)

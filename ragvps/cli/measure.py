@@ -1,0 +1,159 @@
+"""`ragvps eval`, `check-index`, `stats` and `doctor`: what the knowledge base is worth and costs."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ragvps.cli.common import Bars, echo_json, err, open_app, warn
+from ragvps.errors import UsageError
+
+
+def eval_(
+    ctx: typer.Context,
+    gold: Annotated[Path | None, typer.Argument(help="Gold file: JSON Lines with question, doc, optional answer.")]
+    = None,
+    queries: Annotated[Path | None, typer.Option(help="BEIR queries.jsonl (with --qrels).")] = None,
+    qrels: Annotated[Path | None, typer.Option(help="BEIR qrels.tsv: query-id, corpus-id, score.")] = None,
+    k: Annotated[int, typer.Option("--k", "-k", help="Cut-off for recall, MRR and nDCG.")] = 10,
+    modes: Annotated[str, typer.Option(help="Comma-separated search modes to compare.")] = "vector,keyword,hybrid",
+    depth: Annotated[int, typer.Option(help="Chunks retrieved per question and mode (the curve's length).")] = 40,
+    report: Annotated[Path | None, typer.Option(help="Write a self-contained HTML report to this file.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print metrics and per-question ranks as JSON.")] = False,
+) -> None:
+    """Recall@k, MRR@k and nDCG@k of each search mode over gold questions, side by side."""
+    from ragvps.measure import evaluate
+
+    chosen = [m.strip() for m in modes.split(",") if m.strip()]
+    if not chosen or any(m not in evaluate.EVAL_MODES for m in chosen):
+        raise UsageError(f"--modes {modes!r}: choose from {', '.join(evaluate.EVAL_MODES)}")
+    if k < 1 or depth < 1:
+        raise UsageError("--k and --depth must be at least 1")
+    if gold is not None and (queries or qrels):
+        raise UsageError("give either a gold file or --queries with --qrels, not both")
+    if gold is not None:
+        questions, source = evaluate.load_gold(gold), str(gold)
+    elif queries is not None and qrels is not None:
+        questions, source = evaluate.load_beir(queries, qrels, warn), f"{queries} + {qrels}"
+    else:
+        raise UsageError("give a gold file (`ragvps eval gold.jsonl`) or BEIR data (`--queries Q.jsonl --qrels Q.tsv`)")
+    depth = max(depth, k)
+    with open_app(ctx) as app, Bars() as bars:
+        result = app.evaluate(questions, source, chosen, k, depth, bars, warn)
+    if report is not None:
+        from ragvps.measure.report import render
+
+        report.write_text(render(result, f"ragvps eval: {source}"), encoding="utf-8")
+    if as_json:
+        return echo_json(evaluate.report_dict(result))
+    typer.echo(f"{result.questions} questions from {source}; documents ranked by their best chunk "
+               f"in the top {depth} chunks")
+    typer.echo(f"{'mode':<8}  {f'recall@{k}':>10}  {f'MRR@{k}':>8}  {f'nDCG@{k}':>8}  {f'no hit (top {depth})':>16}")
+    for mode, s in result.modes.items():
+        typer.echo(f"{mode:<8}  {s.recall:>10.3f}  {s.mrr:>8.3f}  {s.ndcg:>8.3f}  {s.no_hit:>16}")
+    if report is not None:
+        err.print(f"report written to {report}")
+
+
+def check_index(
+    ctx: typer.Context,
+    questions: Annotated[Path | None, typer.Option(help="Sample these questions (a gold file or BEIR queries.jsonl) "
+                                                     "instead of stored chunk vectors.")] = None,
+    sample: Annotated[int, typer.Option(help="How many questions or chunks to sample.")] = 100,
+    k: Annotated[int, typer.Option("--k", "-k", help="Compare the top k.")] = 10,
+    target: Annotated[float, typer.Option(help="The overlap to reach.")] = 0.95,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
+) -> None:
+    """How much of the exact top-k the HNSW index finds at the current ef_search, and the ef_search for --target."""
+    from ragvps.measure import evaluate, inspect
+
+    if sample < 1 or k < 1 or not 0 < target <= 1:
+        raise UsageError("--sample and --k must be at least 1, --target between 0 and 1")
+    picked = None
+    if questions is not None:
+        loaded = evaluate.load_queries(questions)
+        picked = random.Random(0).sample(loaded, min(sample, len(loaded)))
+    with open_app(ctx) as app, Bars() as bars:
+        result = app.check_index(picked, sample, k, target, bars, source=str(questions))
+    if as_json:
+        return echo_json(inspect.as_dict(result))
+    if result.index is None:
+        typer.echo(result.note)
+        return
+    what = "stored chunk vectors (each without itself)" if result.source == "chunks" else f"questions from {questions}"
+    current = result.current_ef_search
+    typer.echo(f"HNSW index {result.index} over {result.rows:,} vectors; {result.sample} {what}; "
+               f"overlap of the HNSW top-{k} with the exact top-{k}:")
+    for ef, value in result.overlap.items():
+        typer.echo(f"  ef_search {ef:>4}: {value:.3f}" + ("  <- current" if ef == current else ""))
+    if result.ef_search_for_target is None:
+        typer.echo(f"no ef_search up to {max(result.overlap)} reaches {target}: rebuild with a larger hnsw_m "
+                   "or hnsw_ef_construction")
+    else:
+        typer.echo(f"ef_search {result.ef_search_for_target} reaches {target}"
+                   + ("" if result.ef_search_for_target > current else f" (current {current} is enough)"))
+
+
+def stats(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print every figure as JSON.")] = False,
+) -> None:
+    """Rows and sizes of the index beside the machine's memory; warns when the vector index outgrows RAM."""
+    from ragvps.measure.inspect import mib
+
+    with open_app(ctx) as app:
+        s = app.stats()
+    if as_json:
+        return echo_json(s)
+    rows, es = s.rows, s.embedding_set
+    typer.echo(f"{rows['documents']:,} documents, {rows['chunks']:,} chunks, {rows['vectors']:,} vectors "
+               f"({es['model']}, {es['vector_type']}({es['dims']})) from {rows['roots']} ingested folder(s)")
+    for name, t in s.tables.items():
+        typer.echo(f"{name}: {mib(t['total_bytes'])} total = heap {mib(t['heap_bytes'])}, "
+                   f"TOAST {mib(t['toast_bytes'])}, indexes {mib(t['indexes_bytes'])}")
+        for index, i in t["indexes"].items():
+            typer.echo(f"    {index} ({i['method']}): {mib(i['bytes'])}")
+    v, m, p, d, e = s.vectors, s.memory, s.postgres, s.disk, s.embedder
+    typer.echo(f"vectors: plan's raw estimate {mib(v['plan_raw_bytes'])}, measured table "
+               f"{mib(v['measured_table_bytes'])} (heap {mib(v['measured_heap_bytes'])})")
+    ram = (f"{mib(m['ram_total_bytes'])} total, {mib(m['ram_available_bytes'])} available"
+           if m["ram_total_bytes"] is not None else "unknown")
+    typer.echo(f"RAM: {ram}; shared_buffers {p['shared_buffers']}, maintenance_work_mem {p['maintenance_work_mem']}")
+    free = f", {mib(d['free_bytes'])} free" if d["free_bytes"] is not None else ""
+    typer.echo(f"disk for a rebuild: about {mib(d['rebuild_bytes'])}{free}")
+    memory = mib(e["memory_bytes"]) if e["memory_bytes"] is not None else "unknown"
+    typer.echo(f"embedder {e['kind']} ({e['model']}): {memory} ({e['note']})")
+    for w in s.warnings:
+        warn(w)
+
+
+def doctor(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the findings as JSON.")] = False,
+) -> None:
+    """Check the embedder before a long run: the model's dimension and context length, and the index's model."""
+    from rich.markup import escape
+
+    from ragvps.cli.render import plain
+
+    with open_app(ctx) as app:
+        report = app.doctor()
+    if as_json:
+        echo_json({k: v for k, v in plain(report).items() if k != "lines"})
+    else:
+        for line in report.lines:
+            typer.echo(line)
+        for problem in report.problems:
+            err.print(f"[red]problem:[/red] {escape(problem)}")
+    if report.problems:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("eval")(eval_)
+    app.command("check-index")(check_index)
+    app.command()(stats)
+    app.command()(doctor)

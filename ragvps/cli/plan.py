@@ -1,0 +1,222 @@
+"""`ragvps plan`: chunk, overlap, vector-size and token-budget arithmetic (no database, no model)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from ragvps.cli.common import echo_json, flag_names, open_app, settings_from, warn
+from ragvps.errors import UsageError
+
+# plan's inputs as the library names them -> this command's flags
+FLAGS = {"tokens": "--tokens", "chunk_size": "--chunk-size", "overlap": "--overlap", "dims": "--dims",
+         "bytes_per_dim": "--bytes-per-dim", "questions": "--questions", "corpus_chunks": "--corpus-chunks",
+         "tokens_per_chunk": "--tokens-per-chunk", "question_tokens": "--question-tokens",
+         "chunks_per_answer": "--chunks-per-answer", "prompt_tokens": "--prompt-tokens",
+         "answer_tokens": "--answer-tokens"}
+
+
+def plan(
+    ctx: typer.Context,
+    tokens: Annotated[int | None, typer.Option(help="Tokens in the corpus, one continuous stream.")] = None,
+    chunk_size: Annotated[int | None, typer.Option(help="Tokens per window (--path: the model's).")] = None,
+    overlap: Annotated[str | None, typer.Option(
+        help="Tokens shared by neighbouring windows, or a percentage of the chunk size: 200, 12%.")] = None,
+    dims: Annotated[int | None, typer.Option(help="Vector dimensions (--model's, else 384).")] = None,
+    bytes_per_dim: Annotated[int, typer.Option(help="4 float32, 2 half, 1 int8.")] = 4,
+    model: Annotated[str | None, typer.Option(
+        help="A model ragvps knows: takes its dimensions and refuses chunks above its input limit.")] = None,
+    compare: Annotated[bool, typer.Option("--compare", help="Overlaps and common models.")] = False,
+    budget: Annotated[bool, typer.Option("--budget", help="Tokens to embed, then per question.")] = False,
+    path: Annotated[str | None, typer.Option(
+        help="Measure a folder: real token counts and the real chunker, per document.")] = None,
+    corpus_chunks: Annotated[int | None, typer.Option(help="--budget: chunks in the corpus.")] = None,
+    tokens_per_chunk: Annotated[int | None, typer.Option(help="--budget: tokens per chunk.")] = None,
+    questions: Annotated[int | None, typer.Option(help="--budget: questions asked.")] = None,
+    question_tokens: Annotated[int, typer.Option(help="--budget: tokens per question to embed.")] = 20,
+    chunks_per_answer: Annotated[int, typer.Option(help="--budget: chunks sent per answer.")] = 8,
+    prompt_tokens: Annotated[int, typer.Option(help="--budget: prompt plus question tokens.")] = 100,
+    answer_tokens: Annotated[int, typer.Option(help="--budget: tokens per answer.")] = 400,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Chunk, overlap, vector-size and token-budget arithmetic, before anything is embedded."""
+    with flag_names(FLAGS):
+        _plan(ctx, tokens, chunk_size, overlap, dims, bytes_per_dim, model, compare, budget, path, corpus_chunks,
+              tokens_per_chunk, questions, question_tokens, chunks_per_answer, prompt_tokens, answer_tokens, as_json)
+
+
+def _plan(ctx: typer.Context, tokens: int | None, chunk_size: int | None, overlap: str | None, dims: int | None,
+          bytes_per_dim: int, model: str | None, compare: bool, budget: bool, path: str | None,
+          corpus_chunks: int | None, tokens_per_chunk: int | None, questions: int | None, question_tokens: int,
+          chunks_per_answer: int, prompt_tokens: int, answer_tokens: int, as_json: bool) -> None:
+    from ragvps.measure import plan as p
+
+    if dims is not None and dims < 1:
+        raise UsageError(f"--dims {dims} must be at least 1")
+
+    modes = [name for name, on in (("--compare", compare), ("--budget", budget), ("--path", path)) if on]
+    if len(modes) > 1:
+        raise UsageError(f"{' and '.join(modes)} are separate modes: give one at a time")
+    if budget:
+        needed = {"--corpus-chunks": corpus_chunks, "--tokens-per-chunk": tokens_per_chunk,
+                  "--questions": questions}
+        if None in needed.values():
+            raise UsageError(f"--budget needs {', '.join(k for k, v in needed.items() if v is None)}")
+        b = p.Budget(corpus_chunks or 0, tokens_per_chunk or 0, questions or 0, question_tokens,
+                     chunks_per_answer, prompt_tokens, answer_tokens)
+        return _plan_budget(b, as_json)
+
+    spec = _plan_model(model) if model else None
+    if dims is not None and spec is not None and dims != spec.dims:
+        raise UsageError(f"--dims {dims} contradicts --model {model}, which has {spec.dims} dimensions")
+    if path is not None:
+        if tokens is not None:
+            raise UsageError("--path measures the documents' tokens: leave out --tokens")
+        return _plan_measure(ctx, path, chunk_size, overlap, spec, dims, bytes_per_dim, as_json)
+    if tokens is None or chunk_size is None:
+        raise UsageError("ragvps plan needs --tokens N and --chunk-size S (or --budget, or --path DIR)")
+    if spec is not None:
+        _plan_check_limit(chunk_size, spec)
+    d = dims or (spec.dims if spec else 384)
+    if compare:
+        extra = [overlap] if overlap is not None else []
+        plans = p.compare_overlaps(tokens, chunk_size, [*p.COMPARE_OVERLAPS, *extra])
+        return _plan_compare(plans, d, bytes_per_dim, as_json)
+
+    one = p.WindowPlan(tokens, chunk_size, p.parse_overlap(overlap or "0", chunk_size))
+    summary = p.summary(one, d, bytes_per_dim)
+    for warning in summary["warnings"]:
+        warn(warning)
+    if as_json:
+        return echo_json(summary)
+    lengths = summary["chunk_lengths"]
+    shown = (", ".join(map(str, lengths)) if isinstance(lengths, list)
+             else f"{one.size} each, the last {one.last_length}")
+    typer.echo(f"{one.tokens:,} tokens, chunk size {one.size}, overlap {one.overlap} "
+               f"({100 * one.overlap / one.size:.0f}% of the size): step {one.step}")
+    typer.echo(f"chunks            {one.chunks:,} ({shown})")
+    typer.echo(f"processed tokens  {one.processed_tokens:,}")
+    typer.echo(f"repeated tokens   {one.repeated_tokens:,} (+{one.overhead_pct:.1f}%)")
+    typer.echo(f"raw vectors       {p.human_bytes(summary['raw_vector_bytes'])} = {one.chunks:,} vectors"
+               f" x {d} dims x {bytes_per_dim} bytes ({p.BYTES_PER_DIM[bytes_per_dim]})")
+    for t in p.VECTOR_TYPES:
+        typer.echo(f"pgvector {t:<8} {p.pgvector_bytes(d, t):,} bytes per vector, "
+                   f"{p.human_bytes(summary['pgvector_column_bytes'][t])} for {one.chunks:,}")
+    typer.echo(f"\n{p.strip(one)}\n\n{p.RAW_SIZE_NOTE}")
+
+
+def _plan_model(name: str) -> Any:
+    from ragvps.embed.models import KNOWN_MODELS, model_spec
+
+    spec = model_spec(name)
+    if spec is None:
+        known = ", ".join(KNOWN_MODELS)
+        raise UsageError(f"--model {name!r} is not a model ragvps knows; use one of {known}, or give --dims")
+    return spec
+
+
+def _plan_check_limit(size: int, spec: Any) -> None:
+    from ragvps.measure.plan import check_input_limit
+
+    check_input_limit(size, spec.input_room, spec.name)
+
+
+def _plan_table(title: str, headers: list[str], rows: list[list[str]]) -> None:
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for i, header in enumerate(headers):
+        table.add_column(header, justify="left" if i == 0 else "right")
+    for row in rows:
+        table.add_row(*(escape(cell) for cell in row))
+    Console(highlight=False).print(table)
+
+
+def _plan_compare(plans: list[Any], dims: int, bytes_per_dim: int, as_json: bool) -> None:
+    from ragvps.measure import plan as p
+
+    models = p.common_models()
+    for warning in dict.fromkeys(w for one in plans for w in one.warnings()):
+        warn(warning)
+    if as_json:
+        return echo_json({
+            "overlaps": [p.summary(one, dims, bytes_per_dim) for one in plans],
+            "models": [{"name": m.name, "dims": m.dims}
+                       | {f"{t}_bytes_per_vector": m.bytes_per_vector(t) for t in p.VECTOR_TYPES}
+                       | {f"{t}_mib_per_100k": round(m.mib_for(p.PER_100K, t), 1) for t in p.VECTOR_TYPES}
+                       for m in models],
+        })
+    first = plans[0]
+    _plan_table(
+        f"{first.tokens:,} tokens, chunk size {first.size}, {dims} dims x {bytes_per_dim} bytes",
+        ["overlap", "step", "chunks", "processed", "repeated", "overhead", "raw vectors"],
+        [[f"{s.overlap} ({100 * s.overlap / s.size:.0f}%)", str(s.step), f"{s.chunks:,}",
+          f"{s.processed_tokens:,}", f"{s.repeated_tokens:,}", f"+{s.overhead_pct:.0f}%",
+          f"{p.mib(p.raw_vector_bytes(s.chunks, dims, bytes_per_dim)):,.2f} MiB"] for s in plans],
+    )
+    _plan_table(
+        "pgvector column per model (bytes per vector; MiB per 100k vectors, rounded)",
+        ["model", "dims", "vector B", "halfvec B", "vector MiB", "halfvec MiB"],
+        [[m.name, str(m.dims), *(f"{m.bytes_per_vector(t):,}" for t in p.VECTOR_TYPES),
+          *(f"{m.mib_for(p.PER_100K, t):,.0f}" for t in p.VECTOR_TYPES)] for m in models],
+    )
+    typer.echo(p.RAW_SIZE_NOTE)
+
+
+def _plan_budget(b: Any, as_json: bool) -> None:
+    from ragvps.measure.plan import millions
+
+    if as_json:
+        return echo_json(b.as_dict())
+
+    def n(tokens: int) -> str:
+        return f"{tokens:,} ({millions(tokens)})"
+
+    totals, ten = b.totals(), 10 * b.questions
+    typer.echo(f"embed the corpus once: {b.corpus_chunks:,} chunks x {b.tokens_per_chunk:,} tokens = "
+               f"{n(b.corpus_embed_tokens)} tokens")
+    typer.echo(f"per question: embedding {b.question_tokens:,}; generation input "
+               f"{b.generation_input_per_question:,} ({b.chunks_per_answer} chunks x {b.tokens_per_chunk:,}"
+               f" + {b.prompt_tokens:,}); generation output {b.answer_tokens:,}")
+    typer.echo(f"for {b.questions:,} questions: embedding {n(totals['embedding'])}; generation input "
+               f"{n(totals['generation_input'])}; generation output {n(totals['generation_output'])}")
+    typer.echo(f"corpus embedding amortised: {b.amortised():,.0f} tokens per question at {b.questions:,} "
+               f"questions, {b.amortised(ten):,.0f} at {ten:,}")
+
+
+def _plan_measure(ctx: typer.Context, path: str, chunk_size: int | None, overlap: str | None, spec: Any,
+                  dims: int | None, bytes_per_dim: int, as_json: bool) -> None:
+    from ragvps.embed.models import spec_for
+    from ragvps.measure.plan import VECTOR_TYPES, parse_overlap, pgvector_bytes, raw_vector_bytes
+
+    settings = settings_from(ctx)
+    spec = spec or spec_for(settings)
+    size = chunk_size or settings.chunk.size or spec.chunk_size
+    flags = {"chunk_size": size, "chunk_overlap": None if overlap is None else parse_overlap(overlap, size)}
+    with open_app(ctx, **flags) as app:
+        r = app.plan_measure(path, spec, dims, bytes_per_dim, warn)
+    m, config, d = r.measurement, r.config, r.dims
+    if as_json:
+        return echo_json(m.as_dict() | {
+            "model": spec.name, "dims": d, "chunk_mode": config.mode,
+            "raw_vector_bytes": raw_vector_bytes(m.chunks, d, bytes_per_dim),
+            "pgvector_column_bytes": {t: m.chunks * pgvector_bytes(d, t) for t in VECTOR_TYPES},
+        })
+    stream = m.stream
+    _plan_table(
+        f"{r.documents:,} documents, {m.tokens:,} tokens ({spec.name}), chunk size {config.size}, "
+        f"overlap {config.overlap}, {config.mode} chunker",
+        ["", "chunks", "tokens embedded"],
+        [["one continuous stream (estimate)", f"{stream.chunks:,}", f"{stream.processed_tokens:,}"],
+         ["fixed windows per document", f"{m.window_chunks:,}", f"{m.window_processed:,}"],
+         ["the chunker, per document", f"{m.chunks:,}", f"{m.chunk_tokens:,}"]],
+    )
+    typer.echo(f"document boundaries change the count by {m.chunks - stream.chunks:+,} chunks against the "
+               "stream estimate (the chunker's tokens include each chunk's heading)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(plan)

@@ -1,0 +1,43 @@
+"""`ragvps query`: hybrid search from the command line."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ragvps.cli.common import echo_json, err, metadata_pairs, open_app
+
+
+def query(
+    ctx: typer.Context,
+    text: Annotated[str, typer.Argument(help="The question.")],
+    k: Annotated[int | None, typer.Option("--k", "-k", help="How many chunks to return (default 8).")] = None,
+    mode: Annotated[str, typer.Option(help="hybrid | vector | keyword")] = "hybrid",
+    path_prefix: Annotated[str, typer.Option(help="Only chunks from source files whose path starts so.")] = "",
+    meta: Annotated[list[str] | None, typer.Option(
+        help="Only chunks whose document or chunk metadata has KEY=VALUE (VALUE as JSON, else text); repeatable.",
+    )] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the hits as JSON.")] = False,
+) -> None:
+    """Hybrid search: vector top-40 and BM25 full-text top-40, fused by reciprocal rank fusion."""
+    from ragvps.app import SearchRequest
+    from ragvps.cli.common import flag_names
+    from ragvps.retrieve.filters import Filters
+
+    filters = Filters(path_prefix, metadata_pairs(meta or []))
+    with flag_names({"mode": "--mode", "k": "--k"}), open_app(ctx, top_k=k) as app:
+        result = app.search(SearchRequest(text, mode=mode, filters=filters))  # type: ignore[arg-type]
+    if as_json:
+        return echo_json(result.hits)
+    if not result.hits:
+        err.print("no matching chunks")
+    for h in result.hits:
+        snippet = " ".join(h.text.split())
+        snippet = snippet[:200] + ("..." if len(snippet) > 200 else "")
+        typer.echo(f"{h.rank:>2}  {h.score:.4f}  {h.path}" + (f"  [{h.heading_path}]" if h.heading_path else ""))
+        typer.echo(f"    {snippet}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(query)

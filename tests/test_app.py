@@ -1,0 +1,97 @@
+"""The use-case layer driven directly, the way the HTTP API drives it: no CLI in between."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from ragvps.app import App, SearchRequest
+from ragvps.config import Settings
+from ragvps.errors import EXIT_CODES, HTTP_STATUS, RagvpsError, UsageError
+from ragvps.retrieve.filters import Filters
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+@pytest.fixture
+def settings(db_url: str, tmp_path: Path) -> Settings:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+    return Settings.of(database_url=db_url, data_dir=tmp_path / "data")
+
+
+def test_ingest_then_search_through_the_app(settings: Settings, tmp_path: Path):
+    shutil.copytree(DOCS, tmp_path / "docs")
+    stages: set[str] = set()
+    with App.open(settings) as app:
+        report = app.ingest(tmp_path / "docs", lambda stage, done, total: stages.add(stage))
+        assert report.documents >= 5 and report.embedded == report.chunks > 0
+        assert {"chunk", "embed", "store"} <= stages
+        first = app.embedder
+        result = app.search(SearchRequest("what happens when I run ingest twice?", k=3))
+        assert app.embedder is first  # the model loaded once for the whole process
+        assert [h.rank for h in result.hits] == [1, 2, 3]
+        assert result.hits[0].path == "incremental-ingest.md"
+        top = result.hits[0]
+        stored = top.text
+        assert 0 <= top.start < top.end and top.end - top.start <= len(stored) + len(top.heading_path) + 400
+        assert result.model == app.spec.name and result.timings["search_ms"] > 0
+        only = app.search(SearchRequest("rank fusion", mode="keyword", filters=Filters(path_prefix="search")))
+        assert only.hits and all(h.path.startswith("search") for h in only.hits)
+        health = app.health()
+        assert health.ready and health.chunks == report.chunks and health.dims == 384
+        assert app.stats().rows["chunks"] == report.chunks
+        again = app.ingest(tmp_path / "docs")
+        assert again.embedded == 0 and again.unchanged == report.documents
+
+
+def test_use_case_errors_carry_a_kind(settings: Settings, tmp_path: Path):
+    with App.open(settings) as app:
+        with pytest.raises(UsageError, match="nothing is ingested yet"):
+            app.search(SearchRequest("anything"))
+        with pytest.raises(UsageError, match="mode 'fuzzy'"):
+            app.search(SearchRequest("anything", mode="fuzzy"))  # type: ignore[arg-type]
+        with pytest.raises(UsageError, match="the path is empty"):
+            app.ingest("")
+        health = app.health()
+        assert not health.ready and health.database
+    for kind in ("usage", "config", "not_found", "conflict", "unavailable", "too_long", "failed"):
+        error = RagvpsError("x", kind=kind)  # type: ignore[arg-type]
+        assert error.exit_code == EXIT_CODES[kind] and error.http_status == HTTP_STATUS[kind]
+
+
+def test_a_pooled_app_serves_threads_with_one_embedder(settings: Settings, tmp_path: Path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    shutil.copytree(DOCS, tmp_path / "docs")
+    with App.open(settings) as app:
+        app.ingest(tmp_path / "docs")
+    with App.open(settings.replace(pool_size=3), pooled=True) as app:
+        questions = ["how do I rotate the keys?", "what does reindex do?", "embedded database"] * 4
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(lambda q: app.search(SearchRequest(q, k=2)), questions))
+        assert all(len(r.hits) == 2 for r in results)
+        assert results[0].hits == results[3].hits  # same question, same answer, whichever connection
+
+
+def test_help_and_plan_import_neither_the_database_driver_nor_the_model():
+    """`ragvps --help` and `ragvps plan` stay instant: psycopg and onnxruntime load only when used."""
+    code = (
+        "import runpy, sys, json\n"
+        "for argv in (['ragvps', '--help'], ['ragvps', 'plan', '--tokens', '2500', '--chunk-size', '800']):\n"
+        "    sys.argv = argv\n"
+        "    try:\n"
+        "        runpy.run_module('ragvps', run_name='__main__')\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print(json.dumps([m for m in ('psycopg', 'onnxruntime', 'tokenizers', 'httpx') if m in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1]).stdout
+    assert json.loads(out.strip().splitlines()[-1]) == []
