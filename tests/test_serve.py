@@ -43,7 +43,10 @@ def test_health_is_open_and_names_the_model_its_dimension_and_the_chunks(server:
     assert health["status"] == "ok"
     assert health["model"] == "all-MiniLM-L6-v2-int8" and health["dims"] == 384
     stats = json.loads(ragvps(env, "stats", "--json").stdout)
-    assert health["chunks"] == stats["chunks"] > 0
+    assert health["chunks"] == stats["rows"]["chunks"] > 0
+    with server.client() as c:
+        served = c.get("/stats").json()
+    assert served["rows"] == stats["rows"] and served["embedding_set"] == stats["embedding_set"]
 
 
 def test_search_over_http_matches_the_cli(server: Server, env: dict[str, str]):

@@ -12,8 +12,10 @@ from ragvps.serve.schemas import AnswerOut, ErrorOut, HealthOut, SearchOut, requ
 ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorOut, "description": "The request is not valid (kind usage)."},
     401: {"model": ErrorOut, "description": "An API key is needed, or the one sent is not valid."},
+    409: {"model": ErrorOut, "description": "The index was built with another model (kind conflict)."},
     413: {"model": ErrorOut, "description": "The body is larger than max_body_bytes (kind too_long)."},
     503: {"model": ErrorOut, "description": "Not ready, the database is unreachable, or request_timeout passed."},
+    500: {"model": ErrorOut, "description": "A setting is wrong (kind config) or an unexpected failure (failed)."},
 }
 HEALTH_TIMEOUT_S = 10.0
 
