@@ -50,18 +50,20 @@ class Ready:
         from ragvps.app import App
 
         while not self._stop.is_set():
+            stack = contextlib.ExitStack()
             try:
-                app = self._stack.enter_context(App.open(self.settings, pooled=True))
+                app = stack.enter_context(App.open(self.settings, pooled=True))
                 app.embed_query("warm up the model")
-                self.app = app
-                log.info("ready: model %s", self.settings.embed.model_name)
-                return
-            except RagvpsError as exc:
-                self.error = redact(str(exc))
             except Exception as exc:  # noqa: BLE001  (any failure to start is reported by /health and retried)
-                self.error = redact(f"{exc.__class__.__name__}: {exc}")
-            log.warning("not ready, retrying in %.0f s: %s", RETRY_OPEN_S, self.error)
-            self._stop.wait(RETRY_OPEN_S)
+                stack.close()
+                self.error = redact(str(exc) if isinstance(exc, RagvpsError) else f"{exc.__class__.__name__}: {exc}")
+                log.warning("not ready, retrying in %.0f s: %s", RETRY_OPEN_S, self.error)
+                self._stop.wait(RETRY_OPEN_S)
+                continue
+            self._stack.enter_context(stack)
+            self.app = app
+            log.info("ready: model %s", self.settings.embed.model_name)
+            return
 
     def close(self) -> None:
         self._stop.set()
