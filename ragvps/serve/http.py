@@ -139,6 +139,11 @@ async def in_thread(fn: Callable[[], T], timeout: float) -> T:
     except TimeoutError:
         raise UnavailableError(f"the request took longer than {timeout:g} s (setting request_timeout): try a "
                                "smaller k, or raise request_timeout", settings=("request_timeout",)) from None
+    except RagvpsError:
+        raise
+    except Exception as exc:  # noqa: BLE001  (answered here: Starlette re-raises what its 500 handler saw)
+        _, body = error_body(exc)
+        raise RagvpsError(body["error"], kind=body["kind"]) from None  # type: ignore[arg-type]
 
 
 def error_body(exc: BaseException) -> tuple[int, dict[str, str]]:
