@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -124,10 +124,17 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
     host = host or settings.serve.host
     port = settings.serve.port if port is None else port
     check_bind(host, load_keys(settings))
-    asgi = create_app(settings, host=host)
+    asgi = create_app(for_serving(settings), host=host)
     config = uvicorn.Config(asgi, host=host, port=port, log_level="info", proxy_headers=False,
                             server_header=False, timeout_graceful_shutdown=10, lifespan="on")
     uvicorn.Server(config).run()
+
+
+def for_serving(settings: Settings) -> Settings:
+    """A server embeds one short query per request, several requests at once: one onnxruntime thread each
+    (unless the setting threads says otherwise). Its spinning pool threads would otherwise take the CPU
+    PostgreSQL needs for the same requests (bench/RESULTS.md: 3x slower searches on a 2-core machine)."""
+    return settings.replace(threads=1) if settings.embed.threads == 0 else settings
 
 
 async def in_thread(fn: Callable[[], T], timeout: float) -> T:
@@ -139,11 +146,26 @@ async def in_thread(fn: Callable[[], T], timeout: float) -> T:
     except TimeoutError:
         raise UnavailableError(f"the request took longer than {timeout:g} s (setting request_timeout): try a "
                                "smaller k, or raise request_timeout", settings=("request_timeout",)) from None
-    except RagvpsError:
-        raise
-    except Exception as exc:  # noqa: BLE001  (answered here: Starlette re-raises what its 500 handler saw)
-        _, body = error_body(exc)
-        raise RagvpsError(body["error"], kind=body["kind"]) from None  # type: ignore[arg-type]
+
+
+def guarded(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+    """A route whose unexpected errors become RagvpsErrors (kind failed/unavailable), answered as JSON by the
+    RagvpsError handler; Starlette's catch-all 500 handler would re-raise them and drop the connection."""
+    import functools
+
+    from starlette.exceptions import HTTPException
+
+    @functools.wraps(fn)
+    async def route(*args: Any, **kwargs: Any) -> T:
+        try:
+            return await fn(*args, **kwargs)
+        except (RagvpsError, HTTPException):
+            raise
+        except Exception as exc:  # noqa: BLE001
+            _, body = error_body(exc)
+            raise RagvpsError(body["error"], kind=body["kind"]) from None  # type: ignore[arg-type]
+
+    return route
 
 
 def error_body(exc: BaseException) -> tuple[int, dict[str, str]]:

@@ -24,7 +24,7 @@ def add_routes(api: Any, ready: Any, settings: Settings) -> None:
     from fastapi.responses import HTMLResponse, JSONResponse
 
     from ragvps.serve.convert import ask_request, hits_out, jsonable, search_request
-    from ragvps.serve.http import error_body, in_thread, page
+    from ragvps.serve.http import error_body, guarded, in_thread, page
     from ragvps.serve.stream import streaming_response
 
     SearchIn, AskIn = request_models(settings.serve.max_k)  # noqa: N806
@@ -40,6 +40,7 @@ def add_routes(api: Any, ready: Any, settings: Settings) -> None:
 
     @api.get("/health", response_model=HealthOut, responses={503: {"model": HealthOut}},
              summary="Database reachable, active model and dimension, number of chunks")
+    @guarded
     async def health() -> Any:
         if ready.app is None:
             return JSONResponse({"status": "starting", "error": ready.error}, status_code=503)
@@ -55,6 +56,7 @@ def add_routes(api: Any, ready: Any, settings: Settings) -> None:
 
     @api.post("/search", response_model=SearchOut, responses=ERRORS,
               summary="Hybrid, vector or keyword search: the same hits as `ragvps query --json`")
+    @guarded
     async def search(body: SearchIn) -> Any:  # type: ignore[valid-type]
         app = ready.get()
         request = search_request(body.query, body.k, body.mode, body.path_prefix, body.meta, max_k)  # type: ignore[attr-defined]
@@ -67,6 +69,7 @@ def add_routes(api: Any, ready: Any, settings: Settings) -> None:
                                                       "Server-Sent Events `sources`, `token`..., `done`.",
                                         "content": {"text/event-stream": {"schema": {"type": "string"}}}}},
               summary="An answer with citations, from the chunks search finds")
+    @guarded
     async def ask(body: AskIn) -> Any:  # type: ignore[valid-type]
         app = ready.get()
         b: Any = body
@@ -77,6 +80,7 @@ def add_routes(api: Any, ready: Any, settings: Settings) -> None:
         return jsonable(answer)
 
     @api.get("/stats", responses=ERRORS, summary="Table and index sizes beside RAM, as `ragvps stats --json`")
+    @guarded
     async def stats() -> dict[str, Any]:
         app = ready.get()
         report = await in_thread(app.stats, timeout)
