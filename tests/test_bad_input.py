@@ -74,3 +74,18 @@ def test_help_and_usage_errors_are_clicks_own(cli):
     assert "Chunk, embed and store" in cli("ingest", "--help").stdout
     result = cli("no-such-command", expect=2)
     assert "No such command" in result.stderr and "unexpected error" not in result.stderr
+
+
+def test_one_exit_rule_for_nothing_readable(cli, tmp_path):
+    """Non-zero (1) when nothing usable is found, for ingest, chunk and plan alike; 0 when anything is stored."""
+    only_bad = tmp_path / "only-bad"
+    only_bad.mkdir()
+    (only_bad / "blank.md").write_text("")
+    (only_bad / "notes.docx").write_bytes(b"PK\x03\x04")
+    for args in (("ingest", str(only_bad)), ("chunk", str(only_bad)), ("plan", "--path", str(only_bad))):
+        result = cli(*args, expect=1)
+        assert "has no documents ragvps can read" in " ".join(result.stderr.split()), args
+        assert "unexpected error" not in result.stderr
+    (only_bad / "good.md").write_text("# Good\n\nThis page can be read and stored.\n")
+    result = cli("ingest", str(only_bad), "--json", expect=0)
+    assert '"stored": 1' in result.stdout and '"skipped"' in result.stdout

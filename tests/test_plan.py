@@ -523,7 +523,7 @@ def test_cli_measure_errors(corpus: Path, tmp_path: Path) -> None:
     assert missing.exit_code == 2 and "does not exist" in flat(missing.stderr)
     (tmp_path / "empty").mkdir()
     empty = run("--path", str(tmp_path / "empty"))
-    assert empty.exit_code == 2 and "has no documents ragvps can read" in flat(empty.stderr)
+    assert empty.exit_code == 1 and "has no documents ragvps can read" in flat(empty.stderr)  # one rule: not found
     counted = run("--path", str(corpus), "--tokens", "100")
     assert counted.exit_code == 2 and "leave out --tokens" in flat(counted.stderr)
     both = run("--path", str(corpus), "--compare")

@@ -52,6 +52,14 @@ def chunker_config(settings: Settings, spec: ModelSpec) -> ChunkerConfig:
     return ChunkerConfig(settings.chunk.mode, size, overlap, spec.max_tokens, spec.document_prefix)
 
 
+def nothing_readable(path: Path, report: IngestReport) -> NotFoundError:
+    """The one exit rule: a run that finds no readable document (and had none before) is an error; a run that
+    stores anything succeeds and reports what it skipped."""
+    skipped = ", ".join(f"{n} {why}" for why, n in sorted(report.skipped.items())) or "nothing"
+    return NotFoundError(f"{path} has no documents ragvps can read (skipped: {skipped}); "
+                         f"supported: {', '.join(sorted(sources.KINDS))}")
+
+
 def load_file(source: sources.SourceFile, warn: Warn, report: IngestReport) -> list[Document] | None:
     """One file's documents, or None (with one warning naming it, counted in the report) when it cannot be read."""
     try:
@@ -224,17 +232,16 @@ def ingest(
     for w in scan.warnings:
         warn(w)
     store.check_model(store.active_set(conn), spec, settings.index.vector_type, "ingest")
-    if not scan.files and not store.stored_documents(conn, str(root)):
-        skipped = ", ".join(f"{n} {why}" for why, n in sorted(scan.skipped.items())) or "nothing"
-        raise NotFoundError(
-            f"{path} has no documents ragvps can read (skipped: {skipped}); "
-            f"supported: {', '.join(sorted(sources.KINDS))}"
-        )
+    stored_before = bool(store.stored_documents(conn, str(root)))
+    if not scan.files and not stored_before:
+        raise nothing_readable(path, report)
     with store.write_lock(conn):
         config = _ingest_chunker(conn, settings, spec)
         files = chunk_stage(settings, root, scan, config, report, progress, warn)
         chunks = [c for f in files for c in f.chunks]
         report.documents = sum(len(f.documents) for f in files)
+        if not report.documents and not stored_before:
+            raise nothing_readable(path, report)
         report.chunks = len(chunks)
         cache = VectorCache(settings.database.data_dir, spec.identity, spec.dims)
         embed_stage(cache, chunks, spec, make_embedder, settings.embed.batch_size, report, progress)

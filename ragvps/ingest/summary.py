@@ -11,10 +11,9 @@ from typing import Any
 
 from ragvps.config import Settings
 from ragvps.embed.models import ModelSpec, input_room
-from ragvps.errors import NotFoundError
 from ragvps.ingest import sources
 from ragvps.ingest.chunk import ChunkerConfig
-from ragvps.ingest.pipeline import IngestReport, chunk_stage, chunker_config, load_file
+from ragvps.ingest.pipeline import IngestReport, chunk_stage, chunker_config, load_file, nothing_readable
 
 Progress = Callable[[str, int, int], None]
 Warn = Callable[[str], None]
@@ -51,6 +50,8 @@ def chunk_summary(settings: Settings, spec: ModelSpec, path: Path, progress: Pro
     scan = _scan(path, warn)
     report.skipped.update(scan.skipped)
     files = chunk_stage(settings, path.resolve(), scan, config, report, progress, warn)
+    if not any(f.documents for f in files):
+        raise nothing_readable(path, report)
     counts = sorted(c.tokens for f in files for c in f.chunks)
     limit = input_room(config.max_tokens, config.prefix)
     return ChunkSummary(
@@ -85,9 +86,9 @@ def plan_measure(settings: Settings, spec: ModelSpec, path: Path, dims: int | No
     scan = _scan(path, warn)
     report = IngestReport()
     docs = [doc for source in scan.files for doc in (load_file(source, warn, report) or [])]
+    report.skipped.update(scan.skipped)
     if not docs:
-        raise NotFoundError(f"{path} has no documents ragvps can read; supported: {', '.join(sorted(sources.KINDS))}",
-                            kind="usage")
+        raise nothing_readable(path, report)
     m = measure(docs, config)
     for warning in m.stream.warnings():
         warn(warning)
