@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from ollama_server import FakeOllama, ollama, ollama_server  # noqa: F401  (fixtures)
 
-from tests.test_end_to_end import DOCS, PAGES
+from tests.test_end_to_end import DOCS, N_DOCS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -75,7 +75,7 @@ def test_unchanged_corpus_embeds_nothing_and_an_edit_embeds_only_its_new_chunks(
     page.write_text(page.read_text() + "\n## Filters\n\nA filter keeps only chunks whose path starts with a prefix.\n")
     edited = ingest(cli, folder)
     new = chunk_hashes(db_url) - before
-    assert edited["stored"] == 1 and edited["unchanged"] == PAGES - 1
+    assert edited["stored"] == 1 and edited["unchanged"] == N_DOCS - 1
     assert edited["embedded"] == len(new) == len(ollama.inputs) - sent
     assert 0 < len(new) < first["chunks"]
     assert all(t.startswith("search_document: How search works") for t in ollama.inputs[sent:])

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-PAGES = len(list(DOCS.glob("*.md")))  # the sample corpus grows as the guide does
+N_DOCS = len(list(DOCS.glob("*.md")))  # the user guide grows; the tests follow it
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ def _snapshot(db_url: str) -> list:
 
 def test_query_finds_the_document_that_answers(cli, folder):
     report = _ingest(cli, folder)
-    assert report["files"] == PAGES and report["documents"] == PAGES
+    assert report["files"] == N_DOCS and report["documents"] == N_DOCS
     assert report["embedded"] == report["chunks"] > 5
 
     hits = json.loads(cli("query", "how do I stop the embedded database server?", "--json").stdout)
@@ -56,7 +56,7 @@ def test_second_ingest_embeds_nothing_and_changes_nothing(cli, folder, db_url):
     before = _snapshot(db_url)
     report = _ingest(cli, folder)
     assert report["embedded"] == 0 and report["stored"] == 0 and report["rechunked_files"] == 0
-    assert report["unchanged"] == PAGES
+    assert report["unchanged"] == N_DOCS
     assert _snapshot(db_url) == before
 
 
@@ -65,7 +65,7 @@ def test_editing_a_file_reembeds_only_its_chunks(cli, folder):
     page = folder / "search.md"
     page.write_text(page.read_text() + "\n## Filters\n\nA filter keeps only chunks whose path starts with a prefix.\n")
     report = _ingest(cli, folder)
-    assert report["stored"] == 1 and report["unchanged"] == PAGES - 1
+    assert report["stored"] == 1 and report["unchanged"] == N_DOCS - 1
     assert 0 < report["embedded"] < first["embedded"]
     hits = json.loads(cli("query", "filter chunks by path prefix", "--json", "--k", "1").stdout)
     assert hits[0]["path"] == "search.md" and "prefix" in hits[0]["text"]
@@ -81,7 +81,7 @@ def test_deleting_a_file_removes_its_chunks(cli, folder, db_url):
             "SELECT DISTINCT d.source FROM chunks c JOIN documents d ON d.id = c.document_id")}
         orphans = conn.execute("SELECT count(*) FROM embeddings_1 e LEFT JOIN chunks c ON c.id = e.chunk_id "
                                "WHERE c.id IS NULL").fetchone()[0]
-    assert "search.md" not in paths and len(paths) == PAGES - 1
+    assert "search.md" not in paths and len(paths) == N_DOCS - 1
     assert orphans == 0
     hits = json.loads(cli("query", "reciprocal rank fusion", "--json").stdout)
     assert all(h["path"] != "search.md" for h in hits)
