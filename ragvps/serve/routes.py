@@ -20,6 +20,23 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 HEALTH_TIMEOUT_S = 10.0
 
 
+def _event(name: str, payload: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "required": ["event", "data"],
+            "properties": {"event": {"const": name},
+                           "data": {"type": "string", "contentMediaType": "application/json",
+                                    "contentSchema": {"type": "object", **payload}}}}
+
+
+# One Server-Sent Event of a streamed /ask: its name and its JSON data.
+SSE_EVENT: dict[str, Any] = {"oneOf": [
+    _event("sources", {"required": ["sources"], "properties": {"sources": {"type": "array"}}}),
+    _event("token", {"required": ["text"], "properties": {"text": {"type": "string"}}}),
+    _event("done", {"required": ["citations", "usage"], "properties": {"citations": {"type": "array"}}}),
+    _event("error", {"required": ["error", "kind"], "properties": {"error": {"type": "string"},
+                                                                   "kind": {"type": "string"}}}),
+]}
+
+
 def add_routes(api: Any, ready: Any, settings: Settings) -> None:
     from fastapi.responses import HTMLResponse, JSONResponse
 
@@ -67,7 +84,7 @@ def add_routes(api: Any, ready: Any, settings: Settings) -> None:
     @api.post("/ask", response_model=AnswerOut,
               responses=ERRORS | {200: {"description": "The answer (`ragvps ask --json`); with stream: true, "
                                                       "Server-Sent Events `sources`, `token`..., `done`.",
-                                        "content": {"text/event-stream": {"schema": {"type": "string"}}}}},
+                                        "content": {"text/event-stream": {"schema": SSE_EVENT}}}},
               summary="An answer with citations, from the chunks search finds")
     @guarded
     async def ask(body: AskIn) -> Any:  # type: ignore[valid-type]
