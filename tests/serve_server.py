@@ -6,6 +6,7 @@ The process is `sys.executable -m ragvps serve` with this checkout on PYTHONPATH
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 import subprocess
@@ -19,6 +20,9 @@ import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# /ask needs the answer stage (ragvps.generate, from the answers branch); its tests wait for it.
+ASK = importlib.util.find_spec("ragvps.generate") is not None
+WAITING_ON_ASK = "waiting on the answers branch (ragvps.generate, app.ask)"
 KEY = "test-key-0123456789abcdef"
 SECOND_KEY = "second-key-0123456789"
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import httpx
 import pytest
-from serve_server import Server, ragvps
+from serve_server import WAITING_ON_ASK, Server, ragvps
 
-pytest.importorskip("ragvps.generate", reason="waiting on the answers branch (ragvps.generate, app.ask)")
+pytest.importorskip("ragvps.generate", reason=WAITING_ON_ASK)
 from llm_server import FakeLLM, llm, llm_server  # noqa: E402, F401  (fixtures)
 
 QUESTION = "what happens when I run ingest twice?"
