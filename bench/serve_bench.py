@@ -206,7 +206,7 @@ def main() -> None:
     parser.add_argument("--build", action="store_true", help="Rebuild the database first.")
     parser.add_argument("--requests", type=int, default=6000, help="Requests per search phase.")
     parser.add_argument("--clients", type=int, default=8)
-    parser.add_argument("--rate", type=float, default=80.0, help="Paced phases: requests/s over all clients.")
+    parser.add_argument("--rate", type=float, default=64.0, help="Paced phases: requests/s over all clients.")
     parser.add_argument("--max-seconds", type=float, default=150.0, help="Time bound of each phase.")
     parser.add_argument("--ask", type=int, default=300, help="/ask cache-hit requests.")
     parser.add_argument("--no-reindex", action="store_true")
