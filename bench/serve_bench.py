@@ -129,9 +129,9 @@ async def under_reindex(url: str, bodies: list[dict], args: argparse.Namespace,
     return run, time.perf_counter() - started, code
 
 
-def queries() -> list[str]:
+def queries(dataset: Path = DATASET) -> list[str]:
     texts = []
-    for line in (DATASET / "queries.jsonl").read_text(encoding="utf-8").splitlines():
+    for line in (dataset / "queries.jsonl").read_text(encoding="utf-8").splitlines():
         if line.strip():
             texts.append(json.loads(line)["text"])
     return texts
@@ -201,6 +201,7 @@ def rss_peak_mb(pid: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=ROOT / "bench" / "out" / "scifact")
+    parser.add_argument("--dataset", type=Path, default=DATASET, help="The SciFact folder (its queries.jsonl).")
     parser.add_argument("--database", default="ragvps_serve_bench")
     parser.add_argument("--rows", type=int, default=100_000, help="Chunks in the database it builds.")
     parser.add_argument("--build", action="store_true", help="Rebuild the database first.")
@@ -221,7 +222,7 @@ def main() -> None:
             "RAGVPS_EMBEDDER": "local", "RAGVPS_CONFIG": str(args.data_dir / "no-config.toml")}
     server = Server(env | {"RAGVPS_API_KEYS": KEY}, args.data_dir / "serve-bench.log", key=KEY).start(timeout=300)
     assert server.proc is not None
-    texts = queries()
+    texts = queries(args.dataset)
     search_bodies = [{"query": t, "mode": "hybrid"} for t in texts]
     runs: list[Run] = []
     notes: list[str] = []
