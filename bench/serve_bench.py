@@ -220,9 +220,9 @@ def main() -> None:
     (args.data_dir / "no-config.toml").touch()
     env |= {"PYTHONPATH": str(ROOT), "RAGVPS_DATABASE_URL": url, "RAGVPS_DATA_DIR": str(args.data_dir),
             "RAGVPS_EMBEDDER": "local", "RAGVPS_CONFIG": str(args.data_dir / "no-config.toml")}
+    texts = queries(args.dataset)
     server = Server(env | {"RAGVPS_API_KEYS": KEY}, args.data_dir / "serve-bench.log", key=KEY).start(timeout=300)
     assert server.proc is not None
-    texts = queries(args.dataset)
     search_bodies = [{"query": t, "mode": "hybrid"} for t in texts]
     runs: list[Run] = []
     notes: list[str] = []
