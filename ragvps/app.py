@@ -9,6 +9,7 @@ returns a report dataclass and prints nothing; progress and warnings go through 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
     from ragvps.db.store import EmbeddingSet
     from ragvps.embed import Embedder
     from ragvps.embed.models import ModelSpec
+    from ragvps.generate import Answer, AskRequest
+    from ragvps.generate.answer import OnSources, OnToken, PromptPreview
+    from ragvps.generate.registry import Generator
     from ragvps.ingest.pipeline import IngestReport
     from ragvps.ingest.reindex import ReindexReport
     from ragvps.measure.doctor import Diagnosis
@@ -79,6 +83,7 @@ class App:
         self.settings = settings
         self._connections = connections
         self._embedder: Embedder | None = None
+        self._generator: Generator | None = None
         self._spec: ModelSpec | None = None
         self._lock = threading.Lock()
 
@@ -93,6 +98,8 @@ class App:
         try:
             yield app
         finally:
+            if app._generator is not None and hasattr(app._generator, "close"):
+                app._generator.close()
             connections.close()
 
     @contextmanager
@@ -170,11 +177,18 @@ class App:
             self.active_set(conn, "query")
         embedding = self.embed_query(text) if request.mode != "keyword" else None
         embedded = time.perf_counter()
-        hits, eset = self._search(text, embedding, request)
+        rerank = self.settings.rerank
+        k = request.k or self.settings.search.top_k
+        fetch = dataclasses.replace(request, k=max(k, rerank.candidates)) if rerank.kind != "none" else request
+        hits, eset = self._search(text, embedding, fetch)
         done = time.perf_counter()
-        return SearchResult(text, request.mode, hits, eset.model,
-                            {"embed_ms": round((embedded - start) * 1000, 2),
-                             "search_ms": round((done - embedded) * 1000, 2)})
+        timings = {"embed_ms": round((embedded - start) * 1000, 2), "search_ms": round((done - embedded) * 1000, 2)}
+        if rerank.kind != "none":  # the reranker orders the top rerank_candidates; the first k are kept
+            from ragvps.retrieve.rerank import rerank as reorder
+
+            hits = reorder(text, hits, rerank)[:k]
+            timings["rerank_ms"] = round((time.perf_counter() - done) * 1000, 2)
+        return SearchResult(text, request.mode, hits, eset.model, timings)
 
     def _search(self, text: str, embedding: np.ndarray | None, request: SearchRequest,
                 ) -> tuple[list[Hit], EmbeddingSet]:
@@ -195,6 +209,32 @@ class App:
                 if attempt == 2:
                     raise
         raise AssertionError("unreachable")
+
+    # --- answer --------------------------------------------------------------------------------------
+
+    @property
+    def generator(self) -> Generator:
+        """The configured generator (extractive, openai, anthropic, ollama), made once and shared."""
+        with self._lock:
+            if self._generator is None:
+                from ragvps.generate.registry import make_generator
+
+                self._generator = make_generator(self.settings, lambda: self.embedder)
+            return self._generator
+
+    def ask(self, request: AskRequest, on_sources: OnSources | None = None,
+            on_token: OnToken | None = None) -> Answer:
+        """An answer with citations; `on_sources` once before generation, `on_token` per streamed piece.
+        Either callback may raise to cancel: the upstream request is closed and nothing is cached."""
+        from ragvps.generate.answer import ask
+
+        return ask(self, request, on_sources, on_token)
+
+    def build_prompt(self, request: AskRequest) -> PromptPreview:
+        """The exact prompt `ask` would send, its token count and what was left out; nothing is sent."""
+        from ragvps.generate.answer import build_prompt
+
+        return build_prompt(self, request)
 
     def active_set(self, conn: psycopg.Connection, action: str) -> EmbeddingSet:
         """The embedding set queries use, checked against the configured model (the vector type may differ:

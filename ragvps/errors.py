@@ -80,6 +80,14 @@ class ModelMismatchError(ConflictError):
     pass
 
 
+class GeneratorError(UnavailableError):
+    """The LLM API refused or failed a request; its kind says whose move it is (config, too_long, unavailable)."""
+
+
+class RerankerError(UnavailableError):
+    pass
+
+
 _DSN_PASSWORD = re.compile(r"(://[^:/@\s]*:)([^@\s]*)(@)")
 _KV_PASSWORD = re.compile(r"(password\s*=\s*)(\S+)", re.IGNORECASE)
 

@@ -24,7 +24,8 @@ def test_stats_json(cli, tmp_path, db_url):
     report = _ingest(cli, tmp_path)
     s = json.loads(cli("stats", "--json").stdout)
     n = report["chunks"]
-    assert s["rows"] == {"documents": 5, "chunks": n, "vectors": n, "roots": 1}
+    assert s["rows"] == {"documents": len(list(DOCS.glob("*.md"))), "chunks": n, "vectors": n, "roots": 1}
+    assert s["answer_cache"] == {"entries": 0, "hits": 0, "tokens_saved": 0}
     assert s["embedding_set"] == {"model": "all-MiniLM-L6-v2-int8", "dims": 384, "vector_type": "vector",
                                   "table": "embeddings_1"}
     assert set(s["tables"]) == {"documents", "chunks", "embeddings_1"}
@@ -52,7 +53,8 @@ def test_stats_json(cli, tmp_path, db_url):
     assert s["embedder"]["memory_bytes"] == 512 * 1024**2 and s["warnings"] == []
 
     human = cli("stats").stdout
-    assert f"5 documents, {n} chunks, {n} vectors" in human
+    assert f"{len(list(DOCS.glob('*.md')))} documents, {n} chunks, {n} vectors" in human
+    assert "answer cache: 0 entries, 0 hits, 0 LLM tokens saved" in human
     assert "embeddings_1_hnsw (hnsw)" in human and "shared_buffers 128MB" in human
 
 

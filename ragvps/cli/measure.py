@@ -23,6 +23,9 @@ def eval_(
     depth: Annotated[int, typer.Option(help="Chunks retrieved per question and mode (the curve's length).")] = 40,
     report: Annotated[Path | None, typer.Option(help="Write a self-contained HTML report to this file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print metrics and per-question ranks as JSON.")] = False,
+    rerank: Annotated[bool, typer.Option(
+        "--rerank", help="Reorder each search's top rerank_candidates with the reranker API (measures its gain).")]
+    = False,
 ) -> None:
     """Recall@k, MRR@k and nDCG@k of each search mode over gold questions, side by side."""
     from ragvps.measure import evaluate
@@ -41,7 +44,7 @@ def eval_(
     else:
         raise UsageError("give a gold file (`ragvps eval gold.jsonl`) or BEIR data (`--queries Q.jsonl --qrels Q.tsv`)")
     depth = max(depth, k)
-    with open_app(ctx) as app, Bars() as bars:
+    with open_app(ctx, reranker="api" if rerank else None) as app, Bars() as bars:
         result = app.evaluate(questions, source, chosen, k, depth, bars, warn)
     if report is not None:
         from ragvps.measure.report import render
@@ -126,6 +129,8 @@ def stats(
     typer.echo(f"disk for a rebuild: about {mib(d['rebuild_bytes'])}{free}")
     memory = mib(e["memory_bytes"]) if e["memory_bytes"] is not None else "unknown"
     typer.echo(f"embedder {e['kind']} ({e['model']}): {memory} ({e['note']})")
+    c = s.answer_cache
+    typer.echo(f"answer cache: {c['entries']:,} entries, {c['hits']:,} hits, {c['tokens_saved']:,} LLM tokens saved")
     for w in s.warnings:
         warn(w)
 

@@ -19,6 +19,8 @@ def query(
         help="Only chunks whose document or chunk metadata has KEY=VALUE (VALUE as JSON, else text); repeatable.",
     )] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the hits as JSON.")] = False,
+    rerank: Annotated[bool, typer.Option(
+        "--rerank", help="Reorder the top rerank_candidates with the reranker API at reranker_url.")] = False,
 ) -> None:
     """Hybrid search: vector top-40 and BM25 full-text top-40, fused by reciprocal rank fusion."""
     from ragvps.app import SearchRequest
@@ -26,7 +28,7 @@ def query(
     from ragvps.retrieve.filters import Filters
 
     filters = Filters(path_prefix, metadata_pairs(meta or []))
-    with flag_names({"mode": "--mode", "k": "--k"}), open_app(ctx, top_k=k) as app:
+    with flag_names({"mode": "--mode", "k": "--k"}), open_app(ctx, top_k=k, reranker="api" if rerank else None) as app:
         result = app.search(SearchRequest(text, mode=mode, filters=filters))  # type: ignore[arg-type]
     if as_json:
         return echo_json(result.hits)

@@ -42,6 +42,7 @@ class IngestReport:
     unchanged: int = 0
     deleted: int = 0
     index_built: bool = False
+    answers_pruned: int = 0  # cached answers whose chunks changed or went
     skipped: Counter[str] = field(default_factory=Counter)
     warnings: list[str] = field(default_factory=list)
 
@@ -248,6 +249,10 @@ def ingest(
         eset = store.ensure_set(conn, spec, settings.index.vector_type, activate=True)
         unreadable = {f.rel for f in scan.files} - {f.source for f in files}
         store_stage(conn, eset, str(root), files, unreadable, cache, config, settings, report, progress)
+        if report.stored or report.deleted:
+            from ragvps.generate import cache as answer_cache
+
+            report.answers_pruned = answer_cache.prune(conn)
         report.index_built = store.ensure_index(conn, eset, settings, progress, warn)
     return report
 

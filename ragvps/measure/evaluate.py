@@ -221,6 +221,10 @@ def retrieve(
         for i, q in enumerate(questions):
             embedding = embeddings[i] if embeddings is not None and mode != "keyword" else None
             hits = search(conn, eset, q.text, embedding, settings, mode, depth)  # type: ignore[arg-type]
+            if settings.rerank.kind != "none":  # the reranker's order over the top rerank_candidates
+                from ragvps.retrieve.rerank import rerank
+
+                hits = rerank(q.text, hits, settings.rerank)
             ranked[mode].append(ranked_documents(hits, q))
             progress(mode, i + 1, len(questions))
     return ranked

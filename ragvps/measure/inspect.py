@@ -16,6 +16,7 @@ from psycopg import sql
 from ragvps.config import Settings
 from ragvps.db.database import queries
 from ragvps.db.store import EmbeddingSet, as_param
+from ragvps.generate import cache as answer_cache
 from ragvps.measure.plan import raw_vector_bytes
 
 log = logging.getLogger(__name__)
@@ -159,6 +160,7 @@ class StatsReport:
     postgres: dict[str, Any]
     disk: dict[str, Any]
     embedder: dict[str, Any]
+    answer_cache: dict[str, Any]  # entries, hits, tokens_saved
     warnings: list[str] = field(default_factory=list)
 
 
@@ -192,6 +194,7 @@ def stats(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings) -> S
                      "memory_bytes": LOCAL_EMBEDDER_PEAK_BYTES if local else None,
                      "note": "peak RSS while embedding, measured" if local
                      else "held by the Ollama server: see `ollama ps`"},
+        "answer_cache": answer_cache.stats(conn),
     }
     result["warnings"] = stats_warnings(result)
     return StatsReport(**result)

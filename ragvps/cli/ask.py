@@ -1,0 +1,73 @@
+"""`ragvps ask`: an answer with cited sources; streams on a terminal, --json for machines."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from ragvps.cli.common import echo_json, err, flag_names, metadata_pairs, open_app
+
+
+def ask(
+    ctx: typer.Context,
+    question: Annotated[str, typer.Argument(help="The question.")],
+    k: Annotated[int | None, typer.Option("--k", "-k", help="Chunks to retrieve (default: answer_chunks).")] = None,
+    mode: Annotated[str, typer.Option(help="hybrid | vector | keyword")] = "hybrid",
+    path_prefix: Annotated[str, typer.Option(help="Only chunks from source files whose path starts so.")] = "",
+    meta: Annotated[list[str] | None, typer.Option(
+        help="Only chunks whose document or chunk metadata has KEY=VALUE; repeatable.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the answer, citations, usage as JSON.")] = False,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the answer cache.")] = False,
+    show_prompt: Annotated[bool, typer.Option(
+        "--show-prompt", help="Print the exact prompt and its token count; send nothing.")] = False,
+) -> None:
+    """Answer a question from the ingested documents, citing the chunks it used.
+
+    With no generator configured the answer is extractive: the best-matching sentences, quoted.
+    """
+    from ragvps.generate import AskRequest
+    from ragvps.retrieve.filters import Filters
+
+    request = AskRequest(question, k=k, mode=mode, filters=Filters(path_prefix, metadata_pairs(meta or [])),  # type: ignore[arg-type]
+                         use_cache=not no_cache)
+    with flag_names({"mode": "--mode", "k": "--k"}), open_app(ctx) as app:
+        if show_prompt:
+            preview = app.build_prompt(request)
+            if as_json:
+                return echo_json(preview)
+            typer.echo(preview.text)
+            left = ", ".join(f"{n} by {why}" for why, n in sorted(preview.left_out.items())) or "none"
+            err.print(f"{preview.prompt_tokens:,} prompt tokens ({preview.encoding}; stable prefix "
+                      f"{preview.system_tokens:,}) of {preview.window - preview.reserve:,} allowed "
+                      f"(context_window {preview.window:,} - answer_reserve {preview.reserve:,}); "
+                      f"{len(preview.sources)} sources, left out: {left}; nothing was sent")
+            return None
+        streaming = not as_json and sys.stdout.isatty()
+
+        def show(piece: str) -> None:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+
+        answer = app.ask(request, on_token=show if streaming else None)
+    if as_json:
+        return echo_json(answer)
+    typer.echo("" if streaming else answer.answer)
+    if answer.citations:
+        typer.echo("\nSources:")
+        for c in answer.citations:
+            where = c["path"] + (f" | {c['heading_path']}" if c["heading_path"] else "")
+            typer.echo(f"[{c['number']}] {where}  ({c['chunk_id']})")
+    u = answer.usage
+    spent = (f"{u['prompt_tokens']:,} prompt tokens ({u['cached_tokens']:,} cached), {u['completion_tokens']:,} "
+             "answer tokens" if not answer.extractive else "no LLM")
+    notes = [f"{answer.generator}" + (f" {answer.model}" if answer.model else ""), f"cache {answer.cache}", spent]
+    if answer.invalid_citations:
+        notes.append(f"{answer.invalid_citations} invalid citation(s) dropped")
+    err.print("; ".join(notes))
+    return None
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(ask)

@@ -1,0 +1,149 @@
+"""The answer use case: retrieve, rerank (optional), fit the budget, consult the cache, generate, cite.
+
+Nothing relevant retrieved (or nothing above answer_min_score) answers with the refusal sentence and
+makes no LLM request. A callback that raises (or Ctrl-C) ends the stream, which closes the upstream
+connection, and nothing is cached.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from ragvps.generate import Answer, AskRequest, budget, cache, citations
+from ragvps.generate.prompt import PROMPT_VERSION, REFUSAL, Source
+
+if TYPE_CHECKING:
+    from ragvps.app import App
+    from ragvps.generate.budget import Fit
+
+OnSources = Callable[[list[dict[str, Any]]], None]
+OnToken = Callable[[str], None]
+
+
+def _ignore(_: Any) -> None:
+    pass
+
+
+@dataclass
+class PromptPreview:
+    """`ragvps ask --show-prompt`: the exact prompt, its token count, and what was left out; nothing is sent."""
+
+    system: str
+    user: str
+    text: str
+    prompt_tokens: int
+    system_tokens: int
+    window: int
+    reserve: int
+    encoding: str
+    sources: list[dict[str, Any]]
+    left_out: dict[str, int]
+    generator: str
+    model: str
+    prompt_version: str
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.start = self.last = time.perf_counter()
+        self.timings: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.timings[name] = round((now - self.last) * 1000, 2)
+        self.last = now
+
+    def total(self) -> dict[str, float]:
+        return self.timings | {"total_ms": round((time.perf_counter() - self.start) * 1000, 2)}
+
+
+def prepare(app: App, request: AskRequest, clock: _Clock | None = None) -> tuple[Fit, dict[str, int]]:
+    """Retrieve (app.search reranks when a reranker is configured), drop hits under the floor, fit the budget."""
+    from ragvps.app import SearchRequest
+
+    clock = clock or _Clock()
+    s = app.settings
+    k = request.k or max(s.generate.answer_chunks, s.search.top_k)
+    result = app.search(SearchRequest(request.question, k=k, mode=request.mode, filters=request.filters))
+    clock.lap("retrieve_ms")
+    clock.timings.update(result.timings)
+    hits = result.hits
+    left: Counter[str] = Counter()
+    kept = [h for h in hits if h.score >= s.generate.min_score]
+    if len(kept) < len(hits):
+        left["answer_min_score"] = len(hits) - len(kept)
+    candidates = [Source(0, h.chunk_id, h.path, h.heading_path, h.start, h.end, h.score, h.text) for h in kept]
+    fit = budget.fit(result.query, candidates, s.generate)
+    left.update(fit.left_out)
+    clock.lap("budget_ms")
+    return fit, dict(left)
+
+
+def build_prompt(app: App, request: AskRequest) -> PromptPreview:
+    fit, left_out = prepare(app, request)
+    g = app.generator
+    p = fit.prompt
+    return PromptPreview(p.system, p.user, p.as_text(), fit.prompt_tokens, fit.system_tokens, fit.window,
+                         fit.reserve, fit.encoding, [asdict(s) for s in p.sources], left_out, g.name, g.model,
+                         p.version)
+
+
+def generation_settings(app: App) -> dict[str, Any]:
+    """The settings that shape an answer, for the cache key (never the API key)."""
+    g = app.settings.generate
+    return {"url": g.url, "temperature": g.temperature, "answer_reserve": g.max_answer_tokens,
+            "version": app.generator.version}
+
+
+def ask(app: App, request: AskRequest, on_sources: OnSources | None = None,
+        on_token: OnToken | None = None) -> Answer:
+    on_sources, on_token = on_sources or _ignore, on_token or _ignore
+    clock = _Clock()
+    fit, left_out = prepare(app, request, clock)
+    gen = app.generator
+    sources = list(fit.prompt.sources)
+    shown = [asdict(s) for s in sources]
+    question = fit.prompt.question
+
+    def answer(parsed: citations.Parsed, usage: dict[str, int], status: str) -> Answer:
+        return Answer(parsed.text, parsed.answered, gen.extractive,
+                      [asdict(c) for c in parsed.citations], parsed.invalid, shown, left_out, usage, status,
+                      gen.name, gen.model, PROMPT_VERSION, clock.total())
+
+    if not sources:  # nothing relevant: the refusal, and no request
+        on_sources(shown)
+        on_token(REFUSAL)
+        return answer(citations.parse(REFUSAL, []), _usage(), "off")
+
+    use_cache = request.use_cache and app.settings.generate.cache
+    key = cache.key(question, gen.name, gen.model, generation_settings(app), sources)
+    on_sources(shown)
+    if use_cache:
+        with app.connection() as conn:
+            hit = cache.get(conn, key)
+        clock.lap("cache_ms")
+        if hit is not None:
+            on_token(hit["text"])
+            parsed = citations.parse(hit["text"], sources)
+            return answer(parsed, _usage(), "hit")
+    generation = gen.generate(fit, on_token)
+    clock.lap("generate_ms")
+    parsed = citations.parse(generation.text, sources)
+    usage = _usage(**asdict(generation.usage))
+    if use_cache:
+        with app.connection() as conn:
+            cache.put(conn, key, question, gen.name, gen.model, sources,
+                      {"text": generation.text, "finish": generation.finish, "usage": usage},
+                      usage["prompt_tokens"], usage["completion_tokens"])
+        clock.lap("cache_ms")
+    return answer(parsed, usage, "miss" if use_cache else "off")
+
+
+def _usage(prompt_tokens: int = 0, completion_tokens: int = 0, cached_tokens: int = 0,
+           cache_creation_tokens: int = 0) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "cached_tokens": cached_tokens,
+            "cache_creation_tokens": cache_creation_tokens}

@@ -1,0 +1,1 @@
+"""One small httpx client per LLM provider; `base` holds what they share."""

@@ -1,0 +1,60 @@
+"""Anthropic's native Messages API, with `cache_control` on the stable system block (its OpenAI-compatible
+layer ignores it); usage `cache_read_input_tokens` / `cache_creation_input_tokens`; SSE events."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from ragvps.config import GenerateSettings
+from ragvps.generate.llm.base import Request, Stream, StreamError, sse_data
+
+if TYPE_CHECKING:
+    from ragvps.generate.budget import Fit
+
+API_VERSION = "2023-06-01"
+
+
+class AnthropicMessages:
+    name = "anthropic"
+    default_url = "https://api.anthropic.com"
+
+    def request(self, fit: Fit, settings: GenerateSettings) -> Request:
+        body = {
+            "model": settings.model,
+            "max_tokens": settings.max_answer_tokens,
+            "temperature": settings.temperature,
+            "system": [{"type": "text", "text": fit.prompt.system, "cache_control": {"type": "ephemeral"}}],
+            "messages": [{"role": "user", "content": fit.prompt.user}],
+            "stream": True,
+        }
+        headers = {"anthropic-version": API_VERSION}
+        if settings.api_key:
+            headers["x-api-key"] = settings.api_key
+        return Request("/v1/messages", body, headers)
+
+    def read(self, lines: Iterator[str], stream: Stream) -> Iterator[str]:
+        u = stream.usage
+        for event in sse_data(lines):
+            kind = event.get("type")
+            if kind == "message_start":
+                usage = (event.get("message") or {}).get("usage") or {}
+                u.cached_tokens = int(usage.get("cache_read_input_tokens") or 0)
+                u.cache_creation_tokens = int(usage.get("cache_creation_input_tokens") or 0)
+                # input_tokens counts only what was neither read from nor written to the cache
+                u.prompt_tokens = int(usage.get("input_tokens") or 0) + u.cached_tokens + u.cache_creation_tokens
+                u.completion_tokens = int(usage.get("output_tokens") or 0)
+            elif kind == "content_block_delta":
+                delta = event.get("delta") or {}
+                if delta.get("type") == "text_delta" and delta.get("text"):
+                    yield str(delta["text"])
+            elif kind == "message_delta":
+                if (event.get("usage") or {}).get("output_tokens") is not None:
+                    u.completion_tokens = int(event["usage"]["output_tokens"])
+                stream.finish = str((event.get("delta") or {}).get("stop_reason") or stream.finish)
+            elif kind == "message_stop":
+                stream.done = True
+                return
+            elif kind == "error":
+                err = event.get("error") or {}
+                raise StreamError(f"{err.get('type', 'error')}: {err.get('message', '')}")

@@ -1,0 +1,55 @@
+"""Ollama's native `/api/chat`, NDJSON streaming, `options.num_ctx` from the budget and `keep_alive`.
+
+Never Ollama's `/v1`: it ignores num_ctx and silently cuts prompts at 2,048/4,096 tokens.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from ragvps.config import GenerateSettings
+from ragvps.generate.llm.base import Request, Stream, StreamError
+
+if TYPE_CHECKING:
+    from ragvps.generate.budget import Fit
+
+
+class OllamaChat:
+    name = "ollama"
+    default_url = "http://127.0.0.1:11434"
+
+    def __init__(self, keep_alive: str = "30m"):
+        self.keep_alive = keep_alive
+
+    def request(self, fit: Fit, settings: GenerateSettings) -> Request:
+        body = {
+            "model": settings.model,
+            "messages": [{"role": "system", "content": fit.prompt.system},
+                         {"role": "user", "content": fit.prompt.user}],
+            "stream": True,
+            "keep_alive": self.keep_alive,
+            # num_ctx is the budget's window, the same for every question: a changed num_ctx reloads the model
+            "options": {"num_ctx": fit.window, "num_predict": settings.max_answer_tokens,
+                        "temperature": settings.temperature},
+        }
+        headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
+        return Request("/api/chat", body, headers)
+
+    def read(self, lines: Iterator[str], stream: Stream) -> Iterator[str]:
+        for line in lines:
+            if not line.strip():
+                continue
+            event = json.loads(line)
+            if event.get("error"):
+                raise StreamError(str(event["error"]))
+            piece = (event.get("message") or {}).get("content")
+            if piece:
+                yield str(piece)
+            if event.get("done"):
+                stream.usage.prompt_tokens = int(event.get("prompt_eval_count") or 0)
+                stream.usage.completion_tokens = int(event.get("eval_count") or 0)
+                stream.finish = str(event.get("done_reason") or "stop")
+                stream.done = True
+                return

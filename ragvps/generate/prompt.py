@@ -1,0 +1,85 @@
+"""The prompt's fixed layout: a stable system block, then the numbered sources, then the question, last.
+
+The system block holds everything that does not depend on the question (instructions, the citation rule,
+the exact refusal sentence), so it is byte-identical for every question under one `PROMPT_VERSION`: a
+provider's prompt cache (OpenAI's automatic prefix cache, Anthropic's `cache_control`, llama.cpp's
+`cache_prompt`) reuses it. Change any byte of it and bump `PROMPT_VERSION`, which is part of the answer
+cache key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+PROMPT_VERSION = "1"
+
+REFUSAL = "I cannot answer this from the provided sources."
+
+SYSTEM = (
+    "You answer questions using only the numbered sources in the user's message.\n"
+    "\n"
+    "Rules:\n"
+    "1. Use only what the sources say. Do not add outside knowledge.\n"
+    "2. Cite the source of every claim by its number in square brackets, like [1], or [1][3] for several. "
+    "Cite only numbers from the list of sources.\n"
+    "3. If the sources do not contain the answer, reply with exactly this sentence and nothing else:\n"
+    f"{REFUSAL}\n"
+    "4. Be brief: a few sentences, in the language of the question."
+)
+
+QUESTION_LABEL = "Question: "
+
+
+@dataclass(frozen=True)
+class Source:
+    """A retrieved chunk as it is sent to the model, numbered from 1 in the order sent."""
+
+    number: int
+    chunk_id: str
+    path: str
+    heading_path: str
+    start: int
+    end: int
+    score: float
+    text: str
+
+    def block(self) -> str:
+        head = f"[{self.number}] {self.path}" + (f" | {self.heading_path}" if self.heading_path else "")
+        return f"{head}\n{self.text.strip()}"
+
+
+@dataclass(frozen=True)
+class Prompt:
+    system: str
+    user: str
+    sources: tuple[Source, ...]
+    question: str
+    version: str = PROMPT_VERSION
+
+    def as_text(self) -> str:
+        """The whole prompt as one text, for --show-prompt."""
+        return f"--- system ---\n{self.system}\n--- user ---\n{self.user}"
+
+
+def system_block() -> str:
+    """The stable prefix, the same bytes for every question (the model does not change it either)."""
+    return SYSTEM
+
+
+def user_message(question: str, sources: Sequence[Source]) -> str:
+    blocks = "\n\n".join(s.block() for s in sources) if sources else "(no sources)"
+    return f"Sources:\n\n{blocks}\n\n{QUESTION_LABEL}{question}"
+
+
+def build(question: str, sources: Sequence[Source]) -> Prompt:
+    """The prompt for `question` with these sources, numbered 1..n in the order given."""
+    numbered = tuple(_numbered(s, i) for i, s in enumerate(sources, start=1))
+    return Prompt(system_block(), user_message(question, numbered), numbered, question)
+
+
+def _numbered(source: Source, number: int) -> Source:
+    if source.number == number:
+        return source
+    return Source(number, source.chunk_id, source.path, source.heading_path, source.start, source.end,
+                  source.score, source.text)

@@ -1,0 +1,66 @@
+"""The one place that maps the setting `generator` to its implementation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from ragvps.config import Settings
+
+if TYPE_CHECKING:
+    from ragvps.embed import Embedder
+    from ragvps.generate.budget import Fit
+    from ragvps.generate.llm.base import Generation
+
+
+class Generator(Protocol):
+    name: str
+    model: str
+    extractive: bool
+    version: str  # part of the answer cache key
+
+    def generate(self, fit: Fit, on_token: Callable[[str], None]) -> Generation:
+        """The answer to the fitted prompt, each piece passed to `on_token` as it arrives."""
+        ...
+
+
+Factory = Callable[[Settings, Callable[[], "Embedder"]], Generator]
+
+
+def _extractive(settings: Settings, embedder: Callable[[], Embedder]) -> Generator:
+    from ragvps.generate.extractive import Extractive
+
+    return Extractive(embedder, settings.embed.model_name)
+
+
+def _openai(settings: Settings, embedder: Callable[[], Embedder]) -> Generator:
+    from ragvps.generate.llm.base import LLM
+    from ragvps.generate.llm.openai import OpenAIChat
+
+    return LLM(OpenAIChat(), settings.generate)
+
+
+def _anthropic(settings: Settings, embedder: Callable[[], Embedder]) -> Generator:
+    from ragvps.generate.llm.anthropic import AnthropicMessages
+    from ragvps.generate.llm.base import LLM
+
+    return LLM(AnthropicMessages(), settings.generate)
+
+
+def _ollama(settings: Settings, embedder: Callable[[], Embedder]) -> Generator:
+    from ragvps.generate.llm.base import LLM
+    from ragvps.generate.llm.ollama import OllamaChat
+
+    return LLM(OllamaChat(settings.embed.keep_alive), settings.generate)
+
+
+GENERATORS: dict[str, Factory] = {
+    "extractive": _extractive,
+    "openai": _openai,
+    "anthropic": _anthropic,
+    "ollama": _ollama,
+}
+
+
+def make_generator(settings: Settings, embedder: Callable[[], Embedder]) -> Generator:
+    return GENERATORS[settings.generate.kind](settings, embedder)
