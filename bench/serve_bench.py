@@ -26,6 +26,7 @@ import json
 import os
 import platform
 import re
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -104,8 +105,8 @@ async def load(url: str, path: str, bodies: list[dict], clients: int, total: int
     return run
 
 
-async def under_reindex(url: str, bodies: list[dict], args: argparse.Namespace,
-                        env: dict[str, str]) -> tuple[Run, float, int]:
+async def under_reindex(url: str, bodies: list[dict], args: argparse.Namespace, env: dict[str, str],
+                        name: str) -> tuple[Run, float, int]:
     """The paced load while `nice -n 19 ragvps reindex` runs; stops when reindex ends (or at the bounds)."""
     proc = await asyncio.create_subprocess_exec("nice", "-n", "19", sys.executable, "-m", "ragvps", "reindex",
                                                 env=env, cwd=str(ROOT), stdout=asyncio.subprocess.DEVNULL,
@@ -122,11 +123,27 @@ async def under_reindex(url: str, bodies: list[dict], args: argparse.Namespace,
 
     watcher = asyncio.create_task(watch())
     run = await load(url, "/search", bodies, args.clients, args.requests * 4, args.max_seconds * 4, args.rate,
-                     "search, paced, during `nice -n 19 ragvps reindex`", stop)
+                     name, stop)
     if proc.returncode is None:
         proc.kill()
     code = await watcher
     return run, time.perf_counter() - started, code
+
+
+def baseline(env: dict[str, str], texts: list[str]) -> Run:
+    """What the server replaces: `ragvps query --json` as a new process per question, one after another."""
+    run = Run("baseline: `ragvps query --json`, a new process per question")
+    start = time.perf_counter()
+    for text in texts:
+        t = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "ragvps", "query", text, "--json"], env=env, cwd=ROOT,
+                              capture_output=True, timeout=120)
+        if done.returncode == 0:
+            run.latencies.append(time.perf_counter() - t)
+        else:
+            run.errors[f"exit {done.returncode}"] = run.errors.get(f"exit {done.returncode}", 0) + 1
+    run.seconds = time.perf_counter() - start
+    return run
 
 
 def queries(dataset: Path = DATASET) -> list[str]:
@@ -211,6 +228,7 @@ def main() -> None:
     parser.add_argument("--max-seconds", type=float, default=150.0, help="Time bound of each phase.")
     parser.add_argument("--ask", type=int, default=300, help="/ask cache-hit requests.")
     parser.add_argument("--no-reindex", action="store_true")
+    parser.add_argument("--baseline", type=int, default=20, help="`ragvps query` processes for the baseline row.")
     parser.add_argument("--no-write", action="store_true", help="Print the section, leave RESULTS.md alone.")
     args = parser.parse_args()
 
@@ -236,9 +254,14 @@ def main() -> None:
         runs.append(asyncio.run(load(server.url, "/search", search_bodies, args.clients, args.requests,
                                      args.max_seconds, args.rate, f"search, paced at {args.rate:g} req/s")))
         if not args.no_reindex:
-            run, seconds, code = asyncio.run(under_reindex(server.url, search_bodies, args, env))
-            runs.append(run)
-            notes.append(f"`nice -n 19 ragvps reindex` ran {seconds:.0f} s (exit code {code}) beside the load.")
+            for workers in ("1", "0"):
+                name = (f"search, paced, during `nice -n 19 ragvps reindex` (index_workers={workers}"
+                        f"{', the default' if workers == '1' else ''})")
+                run, seconds, code = asyncio.run(under_reindex(server.url, search_bodies, args,
+                                                               env | {"RAGVPS_INDEX_WORKERS": workers}, name))
+                runs.append(run)
+                notes.append(f"reindex with index_workers={workers} ran {seconds:.0f} s (exit code {code}) beside "
+                             "the load.")
         question = {"question": texts[0], "stream": False}
         with httpx.Client(base_url=server.url, headers=server.headers, timeout=120) as c:
             first, again = c.post("/ask", json=question), c.post("/ask", json=question)
@@ -250,6 +273,7 @@ def main() -> None:
         else:
             notes.append(f"/ask not measured: it answered {again.status_code} {again.text[:200]}")
         rss = rss_peak_mb(server.proc.pid)
+        runs.append(baseline(env, texts[:args.baseline]))
     finally:
         server.stop()
     load_after = os.getloadavg()
