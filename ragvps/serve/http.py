@@ -113,7 +113,6 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
     if settings.serve.cors_origins:
         asgi = CORSMiddleware(asgi, allow_origins=list(settings.serve.cors_origins), allow_methods=["GET", "POST"],
                               allow_headers=["Authorization", "X-API-Key", "Content-Type"])
-    asgi.fastapi = api  # for tests and tools that want the routes
     return asgi
 
 

@@ -44,9 +44,19 @@ class AnswerOut(BaseModel):
     model_config = ConfigDict(extra="allow")
     answer: str
     answered: bool
-    citations: list[Any]
-    sources: list[Any]
-    usage: dict[str, Any] | None = None
+    extractive: bool
+    citations: list[dict[str, Any]] = Field(description="Each [n] the answer cites: number, chunk_id, path, "
+                                                        "heading_path, start, end.")
+    invalid_citations: int = Field(description="Numbers the answer used that no source has (dropped).")
+    sources: list[dict[str, Any]] = Field(description="The chunks sent: number, chunk_id, path, heading_path, "
+                                                      "start, end, score, text.")
+    left_out: dict[str, int]
+    usage: dict[str, int]
+    cache: Literal["hit", "miss", "off"]
+    generator: str
+    model: str
+    prompt_version: str
+    timings: dict[str, float]
 
 
 class HealthOut(BaseModel):
