@@ -28,12 +28,14 @@ if TYPE_CHECKING:
     from ragvps.db.connections import Connections
     from ragvps.db.store import EmbeddingSet
     from ragvps.embed import Embedder
+    from ragvps.embed.hosts import Lanes
     from ragvps.embed.models import ModelSpec
     from ragvps.generate import Answer, AskRequest
     from ragvps.generate.answer import OnSources, OnToken, PromptPreview
     from ragvps.generate.registry import Generator
     from ragvps.ingest.pipeline import IngestReport
     from ragvps.ingest.reindex import ReindexReport
+    from ragvps.ingest.worker import WorkReport
     from ragvps.measure.doctor import Diagnosis
     from ragvps.measure.evaluate import EvalReport, Question
     from ragvps.measure.inspect import IndexCheck, StatsReport
@@ -111,9 +113,9 @@ class App:
     def spec(self) -> ModelSpec:
         """The configured embedding model's facts, without loading it."""
         if self._spec is None:
-            from ragvps.embed.models import spec_for
+            from ragvps.embed.registry import resolve_spec
 
-            self._spec = spec_for(self.settings)
+            self._spec = resolve_spec(self.settings)  # Ollama is asked only about a model ragvps has no entry for
         return self._spec
 
     @property
@@ -134,14 +136,28 @@ class App:
 
         path = existing_path(path)
         with self.connection() as conn:
-            return ingest(conn, self.settings, path, self.spec, lambda: self.embedder, progress, warn)
+            return ingest(conn, self.settings, path, self.spec, self._lanes(progress, warn), progress, warn)
 
     def reindex(self, progress: Progress = _quiet, warn: Warn = _quiet) -> ReindexReport:
         """Switch models if the configured one differs, re-sync every ingested folder, rebuild the index."""
         from ragvps.ingest.reindex import reindex
 
         with self.connection() as conn:
-            return reindex(conn, self.settings, self.spec, lambda: self.embedder, progress, warn)
+            return reindex(conn, self.settings, self.spec, self._lanes(progress, warn), progress, warn)
+
+    def work(self, *, name: str | None = None, exit_when_empty: bool = False, stop: threading.Event | None = None,
+             progress: Progress = _quiet, warn: Warn = _quiet) -> WorkReport:
+        """Embed queued chunks (from an ingest with defer_embedding) until `stop` is set, or until the queue
+        is empty with exit_when_empty; the model must be the one the queue fills vectors for."""
+        from ragvps.ingest.worker import work
+
+        return work(self.connection, self.settings, self.spec, lambda: self.embedder, name=name,
+                    exit_when_empty=exit_when_empty, stop=stop, progress=progress, warn=warn)
+
+    def _lanes(self, progress: Progress, warn: Warn) -> Callable[[], Lanes]:
+        from ragvps.embed.registry import make_lanes
+
+        return lambda: make_lanes(self.settings, self.spec, lambda: self.embedder, progress, warn)
 
     # --- search --------------------------------------------------------------------------------------
 

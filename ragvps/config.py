@@ -55,6 +55,7 @@ class EmbedSettings:
     threads: int = 0  # onnxruntime intra-op threads; 0: one per core
     sub_batch: int = 8  # local model: texts per onnxruntime call, which bounds peak memory
     defer: bool = False  # ingest queues chunks for `ragvps worker` instead of embedding them
+    lease: int = 600  # seconds a worker holds a claimed batch before another worker may take it
 
     @property
     def model_name(self) -> str:
@@ -170,6 +171,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "ollama_timeout": ("embed", "timeout"), "ollama_retries": ("embed", "retries"),
     "document_prefix": ("embed", "document_prefix"), "query_prefix": ("embed", "query_prefix"),
     "threads": ("embed", "threads"), "sub_batch": ("embed", "sub_batch"), "defer_embedding": ("embed", "defer"),
+    "worker_lease": ("embed", "lease"),
     "chunk_mode": ("chunk", "mode"), "chunk_size": ("chunk", "size"), "chunk_overlap": ("chunk", "overlap"),
     "vector_type": ("index", "vector_type"), "hnsw_m": ("index", "hnsw_m"),
     "hnsw_ef_construction": ("index", "hnsw_ef_construction"), "index_min_rows": ("index", "min_rows"),
@@ -207,7 +209,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "hnsw_m": (2, 100), "hnsw_ef_construction": (4, 1000), "ef_search": (1, 1000), "batch_size": (1, 10_000),
     "sub_batch": (1, 1024), "ollama_timeout": (1, 86_400), "ollama_retries": (0, 20), "candidates": (1, 10_000),
     "keyword_budget": (1, 10_000_000), "top_k": (1, 10_000), "rrf_k": (0, 10_000), "threads": (0, 1024),
-    "index_min_rows": (0, 10**12), "index_workers": (0, 64), "pool_size": (1, 1000),
+    "worker_lease": (1, 86_400), "index_min_rows": (0, 10**12), "index_workers": (0, 64), "pool_size": (1, 1000),
     "rerank_candidates": (1, 1000), "reranker_timeout": (1, 3600), "temperature": (0, 2),
     "generator_timeout": (1, 3600), "generator_retries": (0, 20), "answer_reserve": (16, 1_000_000),
     "context_window": (0, 10_000_000), "answer_chunks": (1, 1000), "port": (0, 65535),

@@ -28,8 +28,11 @@ PREFIXES = ("search_document: ", "search_query: ", "Represent this sentence for 
 @dataclass
 class FakeModel:
     dims: int
-    context_length: int
+    context_length: int  # what /api/show reports
     architecture: str = "bert"
+    num_ctx: int | None = None  # the runner's real limit, when it is below the reported context (Ollama's num_ctx)
+    capabilities: tuple[str, ...] = ("embedding",)
+    reported_dims: int | None = None  # what /api/show says, when it is not what /api/embed returns
 
 
 DEFAULT_MODELS = {
@@ -59,6 +62,10 @@ def _local():  # type: ignore[no-untyped-def]
 class FakeOllama:
     models: dict[str, FakeModel] = field(default_factory=lambda: _default_models())
     latency: float = 0.0  # seconds added to every /api/embed request
+    delay_per_input: float = 0.0  # seconds per input, one input after another on one lane (as Ollama embeds)
+    host: str = "127.0.0.1"  # the address to listen on
+    port: int = 0  # 0: any free port (a restarted server can take its old one)
+    die_after_inputs: int | None = None  # then drop the request without an answer and stop listening (a kill)
     fail_with: list[int] = field(default_factory=list)  # statuses for the next /api/embed requests
     fail_after_inputs: int | None = None  # then answer 503 to every /api/embed (a dying server)
     real_vectors: bool = True  # False: cheap deterministic vectors from the text's hash (benchmarks of plumbing)
@@ -66,11 +73,12 @@ class FakeOllama:
     inputs: list[str] = field(default_factory=list)  # every /api/embed input embedded
     _server: ThreadingHTTPServer | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _lane: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def url(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        assert self.port, "start() the server first"
+        return f"http://{self.host}:{self.port}"
 
     def embed_requests(self) -> list[dict[str, Any]]:
         return [body for path, body in self.requests if path == "/api/embed"]
@@ -81,7 +89,9 @@ class FakeOllama:
             self.inputs.clear()
             self.fail_with.clear()
             self.fail_after_inputs = None
+            self.die_after_inputs = None
             self.latency = 0.0
+            self.delay_per_input = 0.0
             self.models = _default_models()
 
     def start(self) -> FakeOllama:
@@ -105,6 +115,10 @@ class FakeOllama:
                     self._send(400, {"error": "invalid JSON"})
                     return
                 status, answer = fake.answer(self.path, body)
+                if status == 0:  # killed: no answer at all
+                    self.close_connection = True
+                    self.connection.close()
+                    return
                 self._send(status, answer)
 
             def _send(self, status: int, answer: dict[str, Any]) -> None:
@@ -115,15 +129,32 @@ class FakeOllama:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        ThreadingHTTPServer.allow_reuse_address = True
+        self._server = ThreadingHTTPServer((self.host, self.port), Handler)
         self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+        server = self._server
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+            self._server = None
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+    def wait_stopped(self, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.running and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not self.running, "the server did not stop"
+
+    def _die(self) -> None:
+        threading.Thread(target=self.stop, daemon=True).start()
 
     def answer(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         with self._lock:
@@ -136,8 +167,9 @@ class FakeOllama:
             return 404, {"error": f'model "{name}" not found, try pulling it first'}
         if path == "/api/show":
             arch = model.architecture
-            return 200, {"details": {"family": arch, "format": "gguf"}, "capabilities": ["embedding"],
-                         "model_info": {"general.architecture": arch, f"{arch}.embedding_length": model.dims,
+            dims = model.reported_dims or model.dims
+            return 200, {"details": {"family": arch, "format": "gguf"}, "capabilities": list(model.capabilities),
+                         "model_info": {"general.architecture": arch, f"{arch}.embedding_length": dims,
                                         f"{arch}.context_length": model.context_length}}
         return self._embed(name, model, body)
 
@@ -147,16 +179,23 @@ class FakeOllama:
         start = time.perf_counter()
         if self.latency:
             time.sleep(self.latency)
+        texts = body.get("input", [])
+        texts = [texts] if isinstance(texts, str) else list(texts)
         with self._lock:
             if self.fail_with:
                 return self.fail_with.pop(0), {"error": "injected failure"}
             if self.fail_after_inputs is not None and len(self.inputs) >= self.fail_after_inputs:
                 return 503, {"error": "server is shutting down"}
-        texts = body.get("input", [])
-        texts = [texts] if isinstance(texts, str) else list(texts)
+            if self.die_after_inputs is not None and len(self.inputs) + len(texts) > self.die_after_inputs:
+                self._die()
+                return 0, {}
         counts = [n + 2 for n in tokens.count_many(texts)] if texts else []
-        if body.get("truncate") is False and any(n > model.context_length for n in counts):
+        limit = min(model.context_length, model.num_ctx or model.context_length)
+        if body.get("truncate") is False and any(n > limit for n in counts):
             return 400, {"error": "the input length exceeds the context length"}
+        if self.delay_per_input:
+            with self._lane:  # one lane: requests wait for each other, inputs run one after another
+                time.sleep(self.delay_per_input * len(texts))
         stripped = [next((t[len(p):] for p in PREFIXES if t.startswith(p)), t) for t in texts]
         if not texts:
             vectors = np.zeros((0, 384), dtype=np.float32)

@@ -12,16 +12,18 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ragvps.config import SETTINGS, Settings, load_settings
 from ragvps.errors import RagvpsError, UsageError
 
 if TYPE_CHECKING:
     from ragvps.app import App
+    from ragvps.config import Settings
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def settings_from(ctx: typer.Context, **flags: Any) -> Settings:
+    from ragvps.config import load_settings  # not at import: `ragvps --help` needs no settings
+
     obj = ctx.obj or {}
     return load_settings(obj.get("config"), **(obj.get("flags", {}) | flags))
 
@@ -47,6 +49,8 @@ def flag_names(flags: Mapping[str, str]) -> Iterator[None]:
             raise
         for name in named:
             message = re.sub(rf"(?<![\w-]){re.escape(name)}(?![\w=])", flags[name], message)
+        from ragvps.config import SETTINGS
+
         settings = [name for name in named if name in SETTINGS]
         if settings:
             message += f" (setting {', '.join(settings)})"
@@ -80,6 +84,18 @@ def skipped_text(skipped: Mapping[str, int]) -> str:
     return ", ".join(f"{n} {reason}" for reason, n in sorted(skipped.items()))
 
 
+def _rate_column() -> Any:
+    """Items per second of a bar (each embedding host has its own bar, so its own rate)."""
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class Rate(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            return Text(f"{task.speed:,.1f}/s" if task.speed else "", style="progress.data.speed")
+
+    return Rate()
+
+
 class Bars:
     """One rich progress bar per stage, on stderr."""
 
@@ -87,7 +103,7 @@ class Bars:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.progress = Progress(TextColumn("{task.description:>6}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=err, transient=False)
+                                 TimeElapsedColumn(), _rate_column(), console=err, transient=False)
         self.tasks: dict[str, Any] = {}
 
     def __call__(self, stage: str, done: int, total: int) -> None:

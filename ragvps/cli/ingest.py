@@ -14,10 +14,13 @@ def ingest(
     path: Annotated[str, typer.Argument(help="Folder (or file) of documents.")],
     chunk_size: Annotated[int | None, typer.Option(help="Tokens per chunk (default: the model's).")] = None,
     chunk_overlap: Annotated[int | None, typer.Option(help="Tokens shared by neighbouring windows.")] = None,
+    defer_embedding: Annotated[bool | None, typer.Option(
+        "--defer-embedding", help="Store and queue the chunks; `ragvps worker` processes embed them.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Chunk, embed and store a folder of documents; only what changed is redone."""
-    with open_app(ctx, chunk_size=chunk_size, chunk_overlap=chunk_overlap) as app, Bars() as bars:
+    with open_app(ctx, chunk_size=chunk_size, chunk_overlap=chunk_overlap,
+                  defer_embedding=defer_embedding) as app, Bars() as bars:
         report = app.ingest(path, bars, warn)
     if as_json:
         return echo_json(report)
@@ -26,7 +29,13 @@ def ingest(
         f"embedded {report.embedded}, stored {report.stored} documents, unchanged {report.unchanged}, "
         f"deleted {report.deleted}"
         + (f"; skipped {skipped_text(report.skipped)}" if report.skipped else "")
+        + (f"; queued {report.queued} for `ragvps worker`" if report.queued else "")
     )
+    if len(report.hosts) > 1:
+        for url, h in report.hosts.items():
+            rate = f"{h['chunks_per_s']:g} chunks/s" if h["chunks_per_s"] else "no rate"
+            typer.echo(f"  {url}: {h['chunks']} chunks in {h['batches']} batches, {rate}, {h['state']}"
+                       + (f" ({h['reason']})" if h["reason"] else ""))
 
 
 def reindex(

@@ -131,6 +131,12 @@ def stats(
     typer.echo(f"embedder {e['kind']} ({e['model']}): {memory} ({e['note']})")
     c = s.answer_cache
     typer.echo(f"answer cache: {c['entries']:,} entries, {c['hits']:,} hits, {c['tokens_saved']:,} LLM tokens saved")
+    qu = s.queue
+    if qu and (qu["pending"] or qu["claimed"] or qu["done"]):
+        typer.echo(f"embedding queue: {qu['pending']:,} pending, {qu['claimed']:,} claimed, {qu['done']:,} done")
+        for name, w in qu["workers"].items():
+            typer.echo(f"    {name}: {w['done']:,} done in {w['batches']:,} batches, {w['claimed']:,} claimed now, "
+                       f"last seen {w['last_seen']}")
     for w in s.warnings:
         warn(w)
 

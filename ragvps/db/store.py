@@ -45,6 +45,9 @@ class EmbeddingSet:
         return f"{self.table_name}_hnsw"
 
 
+Vectors = np.ndarray | Sequence[np.ndarray | None]  # one row per chunk; None: no vector yet
+
+
 @dataclass(frozen=True)
 class StoredDocument:
     id: int
@@ -115,9 +118,10 @@ def replace_documents(
     root: str,
     chunker: str,
     language: str,
-    batch: Sequence[tuple[Document, Sequence[Chunk], np.ndarray]],
+    batch: Sequence[tuple[Document, Sequence[Chunk], Vectors]],
 ) -> None:
-    """Replace each document with its new chunks and vectors, the whole batch in one transaction."""
+    """Replace each document with its new chunks and vectors, the whole batch in one transaction; a chunk
+    whose vector is None is stored without one (queued for a worker: defer_embedding)."""
     end_implicit_transaction(conn)
     with conn.transaction():
         conn.execute(q("delete_documents"), {"root": root, "doc_ids": [doc.doc_id for doc, _, _ in batch]})
@@ -129,7 +133,7 @@ def replace_documents(
              for doc, _, _ in batch],
             returning=True,
         )
-        rows: list[tuple[int, Chunk, np.ndarray]] = []
+        rows: list[tuple[int, Chunk, np.ndarray | None]] = []
         for _, chunks, vectors in batch:
             doc_pk = cur.fetchone()[0]  # type: ignore[index]
             cur.nextset()
@@ -145,7 +149,9 @@ def replace_documents(
             for chunk_id, (doc_pk, c, _) in zip(ids, rows, strict=True):
                 copy.write_row((chunk_id, doc_pk, c.seq, c.heading_path, c.text, c.content_hash, c.tokens,
                                 c.llm_tokens, c.start, c.end, Jsonb(c.metadata), lang_oid))
-        write_vectors(conn, eset, ids, np.stack([r[2] for r in rows]))
+        have = [(i, r[2]) for i, r in zip(ids, rows, strict=True) if r[2] is not None]
+        if have:
+            write_vectors(conn, eset, [i for i, _ in have], np.stack([v for _, v in have]))
 
 
 def as_param(eset: EmbeddingSet, vector: np.ndarray) -> object:

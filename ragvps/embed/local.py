@@ -34,18 +34,23 @@ class LocalEmbedder:
         )
         self.tokenizer = Tokenizer.from_str(tokens.wordpiece().to_str())
         self.tokenizer.enable_truncation(self.spec.max_tokens)
-        self.tokenizer.enable_padding()
+        self.tokenizer.no_padding()
         self.sub_batch = sub_batch
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.spec.dims), dtype=np.float32)
-        # Sorting by length keeps padding small inside each sub-batch.
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        encodings = self.tokenizer.encode_batch(list(texts))
+        # Sub-batches of inputs sorted by token count: each is padded only to its own longest input.
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
         for lo in range(0, len(order), self.sub_batch):
             idx = order[lo : lo + self.sub_batch]
-            encodings = self.tokenizer.encode_batch([texts[i] for i in idx])
-            ids = np.array([e.ids for e in encodings], dtype=np.int64)
-            mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+            width = max(len(encodings[i].ids) for i in idx)
+            ids = np.zeros((len(idx), width), dtype=np.int64)
+            mask = np.zeros((len(idx), width), dtype=np.int64)
+            for row, i in enumerate(idx):
+                n = len(encodings[i].ids)
+                ids[row, :n] = encodings[i].ids
+                mask[row, :n] = 1
             hidden = self.session.run(
                 None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
             )[0]

@@ -34,6 +34,18 @@ class ModelInfo:
     capabilities: tuple[str, ...]
 
 
+class HostDownError(EmbedderError):
+    """The server failed (not reachable, timed out, 5xx) after its retries: another host may do the work."""
+
+    def __init__(self, message: str, short: str):
+        super().__init__(message)
+        self.short = short  # what failed, without the advice: for a line naming several hosts
+
+
+class MissingModelError(EmbedderError):
+    """The server does not have the model (Ollama's 404)."""
+
+
 def dimension_message(model: str, got: int, expected: int) -> str:
     return (f"model {model} returns {got} dimensions, the index holds {expected}; "
             "check the model name (setting embed_model), or run `ragvps reindex` after configuring the new model")
@@ -62,6 +74,11 @@ class OllamaEmbedder:
         data = self._post("/api/embed", body)
         vectors = np.asarray(data.get("embeddings", []), dtype=np.float32)
         if vectors.ndim == 2 and vectors.shape[0] == len(texts) and vectors.shape[1] != self.spec.dims:
+            if not self.spec.known:  # the dimension came from /api/show: the server contradicts itself
+                raise DimensionError(
+                    f"Ollama at {self.url} reported {self.spec.dims} dimensions for model {self.spec.name} "
+                    f"(/api/show), but its embeddings have {vectors.shape[1]}; nothing was stored: check the "
+                    "model on that server (`ollama show NAME`), or use a model ragvps knows")
             raise DimensionError(dimension_message(self.spec.name, vectors.shape[1], self.spec.dims))
         if vectors.shape != (len(texts), self.spec.dims):
             raise EmbedderError(
@@ -93,10 +110,11 @@ class OllamaEmbedder:
             try:
                 response = self.client.post(self.url + path, json=body)
             except httpx.TimeoutException as exc:
-                failure: str = (f"Ollama at {self.url} did not answer within {self.timeout:g} s "
-                                f"({exc.__class__.__name__}); it may be loading the model or overloaded: "
+                short = f"did not answer within {self.timeout:g} s ({exc.__class__.__name__})"
+                failure: str = (f"Ollama at {self.url} {short}; it may be loading the model or overloaded: "
                                 "raise the setting ollama_timeout or lower batch_size")
             except httpx.TransportError as exc:
+                short = f"not reachable ({exc.__class__.__name__})"
                 failure = (f"Ollama is not reachable at {self.url} ({exc.__class__.__name__}): start it with "
                            "`ollama serve`, or point RAGVPS_OLLAMA_URL (setting ollama_url) at it")
             else:
@@ -104,9 +122,11 @@ class OllamaEmbedder:
                     return response.json()
                 if response.status_code < 500:
                     raise self._client_error(response)
-                failure = f"Ollama at {self.url} answered {response.status_code}: {_error(response)}"
+                short = f"answered {response.status_code}: {_error(response)}"
+                failure = f"Ollama at {self.url} {short}"
             if attempt >= self.retries:
-                raise EmbedderError(failure + (f" (after {attempt + 1} attempts)" if attempt else ""))
+                tries = f" (after {attempt + 1} attempts)" if attempt else ""
+                raise HostDownError(failure + tries, short + tries)
             delay = min(BACKOFF_CAP, BACKOFF_BASE * 2**attempt)
             log.warning("%s; retrying in %.1f s", failure, delay)
             self.sleep(delay)
@@ -115,7 +135,7 @@ class OllamaEmbedder:
     def _client_error(self, response: httpx.Response) -> EmbedderError | InputTooLongError:
         message = _error(response)
         if response.status_code == 404:
-            return EmbedderError(
+            return MissingModelError(
                 f"Ollama at {self.url} has no model {self.spec.name}: run `ollama pull {self.spec.name}`"
             )
         if response.status_code == 400 and ("context length" in message or "too long" in message):

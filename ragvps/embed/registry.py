@@ -1,12 +1,22 @@
-"""The one registry of embedders: a kind (setting `embedder`) -> the factory that builds it."""
+"""The one registry of embedders: a kind (setting `embedder`) -> the factories that build it.
+
+For each kind: the embedder (one, for queries and simple use), the lanes an ingest runs its batches on,
+and the model spec, which for Ollama asks the server (once per process) about a model ragvps has no
+entry for. Nothing else branches on the embedder kind.
+"""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ragvps.config import Settings
 from ragvps.embed import Embedder
-from ragvps.embed.models import ModelSpec, spec_for
+from ragvps.embed.models import ModelSpec, model_spec, spec_for
+
+if TYPE_CHECKING:
+    from ragvps.embed.hosts import Lanes, Progress, Warn
 
 
 def _local(settings: Settings, spec: ModelSpec, retries: int | None) -> Embedder:
@@ -15,17 +25,89 @@ def _local(settings: Settings, spec: ModelSpec, retries: int | None) -> Embedder
     return LocalEmbedder(threads=settings.embed.threads, sub_batch=settings.embed.sub_batch, spec=spec)
 
 
-def _ollama(settings: Settings, spec: ModelSpec, retries: int | None) -> Embedder:
+def _ollama(settings: Settings, spec: ModelSpec, retries: int | None, url: str | None = None) -> Embedder:
     from ragvps.embed.ollama import OllamaEmbedder
 
     e = settings.embed
-    return OllamaEmbedder(e.ollama_url, spec, e.keep_alive, timeout=e.timeout,
+    return OllamaEmbedder(url or e.ollama_url, spec, e.keep_alive, timeout=e.timeout,
                           retries=e.retries if retries is None else retries)
 
 
+def _local_lanes(settings: Settings, spec: ModelSpec, embedder: Callable[[], Embedder],
+                 progress: Progress | None, warn: Warn | None) -> Lanes:
+    from ragvps.embed.hosts import OneLane
+
+    return OneLane(embedder())
+
+
+def _ollama_lanes(settings: Settings, spec: ModelSpec, embedder: Callable[[], Embedder],
+                  progress: Progress | None, warn: Warn | None) -> Lanes:
+    from ragvps.embed.hosts import HostPool
+    from ragvps.embed.ollama import OllamaEmbedder
+
+    hosts = [_ollama(settings, spec, None, url) for url in dict.fromkeys(settings.embed.ollama_urls)]
+    return HostPool([h for h in hosts if isinstance(h, OllamaEmbedder)], spec, progress=progress, warn=warn)
+
+
+def _local_spec(settings: Settings) -> ModelSpec:
+    return spec_for(settings)
+
+
+def _ollama_spec(settings: Settings) -> ModelSpec:
+    """The table's entry when ragvps knows the model; else what the first host that answers reports."""
+    from ragvps.embed.ollama import HostDownError, OllamaEmbedder
+
+    name = settings.embed.model_name
+    if model_spec(name) is not None:
+        return spec_for(settings)
+    failures = []
+    for url in settings.embed.ollama_urls:
+        client = _ollama(settings, ModelSpec(name, 0, 0), None, url)
+        assert isinstance(client, OllamaEmbedder)
+        try:
+            return spec_for(settings, client.show())
+        except HostDownError as exc:
+            failures.append(exc)
+    if len(failures) == 1:
+        raise failures[0]
+    from ragvps.errors import EmbedderError
+
+    raise EmbedderError(f"ragvps has no entry for model {name} and no Ollama host answered to say what it is: "
+                        + "; ".join(str(f) for f in failures))
+
+
 EMBEDDERS: dict[str, Callable[[Settings, ModelSpec, int | None], Embedder]] = {"local": _local, "ollama": _ollama}
+LANES: dict[str, Callable[[Settings, ModelSpec, Callable[[], Embedder], Progress | None, Warn | None], Lanes]] = {
+    "local": _local_lanes, "ollama": _ollama_lanes,
+}
+SPECS: dict[str, Callable[[Settings], ModelSpec]] = {"local": _local_spec, "ollama": _ollama_spec}
+
+_specs: dict[tuple[object, ...], ModelSpec] = {}
+_specs_lock = threading.Lock()
 
 
 def make_embedder(settings: Settings, spec: ModelSpec | None = None, *, retries: int | None = None) -> Embedder:
     """The configured embedder; the local model loads here (about a second), Ollama is not contacted yet."""
-    return EMBEDDERS[settings.embed.kind](settings, spec or spec_for(settings), retries)
+    return EMBEDDERS[settings.embed.kind](settings, spec or resolve_spec(settings), retries)
+
+
+def make_lanes(settings: Settings, spec: ModelSpec, embedder: Callable[[], Embedder],
+               progress: Progress | None = None, warn: Warn | None = None) -> Lanes:
+    """What an ingest's batches run on: the one local embedder, or every configured Ollama host."""
+    return LANES[settings.embed.kind](settings, spec, embedder, progress, warn)
+
+
+def resolve_spec(settings: Settings) -> ModelSpec:
+    """The model spec, asking the Ollama server about a model ragvps has no entry for (once per process)."""
+    e = settings.embed
+    key = (e.kind, e.model_name, e.ollama_urls, e.document_prefix, e.query_prefix)
+    with _specs_lock:
+        if key not in _specs:
+            _specs[key] = SPECS[e.kind](settings)
+        return _specs[key]
+
+
+def forget_specs() -> None:
+    """Ask the servers again on the next resolve_spec (tests; a long-running process after a model change)."""
+    with _specs_lock:
+        _specs.clear()

@@ -166,5 +166,12 @@ class VectorCache:
             self._map = np.memmap(self.path, dtype=self.record, mode="r")
         return np.asarray(self._map["vec"][rows], dtype=np.float32)
 
+    def get_some(self, hashes: Sequence[str]) -> list[np.ndarray | None]:
+        """The cached vector for each hash, or None where there is none."""
+        index = self._load()
+        found = [h for h in hashes if bytes.fromhex(h) in index]
+        vectors = dict(zip(found, self.get(found), strict=True)) if found else {}
+        return [vectors.get(h) for h in hashes]
+
     def __len__(self) -> int:
         return len(self._load())

@@ -12,15 +12,15 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from ragvps import tokens
 from ragvps.config import Settings
-from ragvps.db import store
-from ragvps.embed import Embedder, InputTooLongError, embed_documents
-from ragvps.embed.models import SPECIAL_TOKENS, ModelSpec
+from ragvps.db import queue, store
+from ragvps.embed.hosts import Lanes
+from ragvps.embed.models import ModelSpec
 from ragvps.errors import NotFoundError
 from ragvps.ingest import sources
 from ragvps.ingest.artifacts import ChunkArtifacts, ChunkFile, VectorCache
 from ragvps.ingest.chunk import Chunk, ChunkerConfig, chunk_documents
+from ragvps.ingest.embedding import EmbedOutcome, embed_stage
 from ragvps.ingest.sources import Document
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,7 @@ class IngestReport:
     chunks: int = 0
     rechunked_files: int = 0
     embedded: int = 0  # chunks sent to the embedder
+    queued: int = 0  # chunks left in the queue for `ragvps worker` (defer_embedding)
     stored: int = 0  # documents written (new or changed)
     unchanged: int = 0
     deleted: int = 0
@@ -45,6 +46,7 @@ class IngestReport:
     answers_pruned: int = 0  # cached answers whose chunks changed or went
     skipped: Counter[str] = field(default_factory=Counter)
     warnings: list[str] = field(default_factory=list)
+    hosts: dict[str, dict[str, Any]] = field(default_factory=dict)  # per embedding host: chunks, rate, state
 
 
 def chunker_config(settings: Settings, spec: ModelSpec) -> ChunkerConfig:
@@ -103,58 +105,6 @@ def chunk_stage(
     return results
 
 
-def embed_stage(
-    cache: VectorCache, chunks: Sequence[Chunk], spec: ModelSpec, make_embedder: Callable[[], Embedder],
-    batch_size: int, report: IngestReport, progress: Progress,
-) -> None:
-    """Embed the chunks whose vectors are not cached yet, appending each batch to the cache."""
-    by_hash = {c.content_hash: c for c in chunks}
-    missing = cache.missing(by_hash)
-    if not missing:
-        return
-    todo = [by_hash[h] for h in missing]
-    offenders = too_long(todo, spec)
-    if offenders:
-        raise InputTooLongError(too_long_message(offenders, len(todo), spec, "lower the setting chunk_size"))
-    embedder = make_embedder()
-    for lo in range(0, len(todo), batch_size):
-        batch = todo[lo : lo + batch_size]
-        cache.add(missing[lo : lo + batch_size], _embed_batch(embedder, batch))
-        report.embedded += len(batch)
-        progress("embed", lo + len(batch), len(todo))
-
-
-def too_long(chunks: Sequence[Chunk], spec: ModelSpec) -> list[tuple[Chunk, int]]:
-    """The chunks longer than the model takes, with their exact token count (prefix and [CLS]/[SEP] included)."""
-    counts = tokens.count_many([spec.document_prefix + c.embed_text for c in chunks]) if chunks else []
-    limit = spec.max_tokens - SPECIAL_TOKENS
-    return [(c, n + SPECIAL_TOKENS) for c, n in zip(chunks, counts, strict=True) if n > limit]
-
-
-def too_long_message(offenders: Sequence[tuple[Chunk, int]], total: int, spec: ModelSpec, remedy: str) -> str:
-    examples = "; ".join(f"document {c.doc_id} chunk {c.seq}: {n} tokens" for c, n in offenders[:3])
-    return (f"{len(offenders)} of {total} chunks are longer than model {spec.name} takes "
-            f"({spec.max_tokens} tokens with its prefix): {examples}"
-            + ("; ..." if len(offenders) > 3 else "") + f"; {remedy}")
-
-
-def _embed_batch(embedder: Embedder, batch: Sequence[Chunk]) -> np.ndarray:
-    """Embed one batch; when Ollama refuses an input as too long, halve the batch to name the chunk."""
-    try:
-        return embed_documents(embedder, [c.embed_text for c in batch])
-    except InputTooLongError as exc:
-        if len(batch) > 1:
-            mid = len(batch) // 2
-            return np.concatenate([_embed_batch(embedder, batch[:mid]), _embed_batch(embedder, batch[mid:])])
-        c, spec = batch[0], embedder.spec
-        n = tokens.count(spec.document_prefix + c.embed_text) + SPECIAL_TOKENS
-        raise InputTooLongError(
-            f"document {c.doc_id} chunk {c.seq} has {n} tokens, more than model {spec.name} takes on this server "
-            f"(ragvps assumed {spec.max_tokens}; {exc}); check `ragvps doctor` for the model's context length "
-            "and lower the setting chunk_size below it"
-        ) from None
-
-
 def store_stage(
     conn: psycopg.Connection, eset: store.EmbeddingSet, root: str, files: Sequence[ChunkFile],
     unreadable: set[str], cache: VectorCache, config: ChunkerConfig, settings: Settings,
@@ -179,7 +129,7 @@ def store_stage(
     total = sum(len(chunks) for _, chunks in changed)
     done = 0
     for batch in batches(changed, STORE_BATCH_CHUNKS):
-        rows = [(doc, chunks, _vectors(cache, chunks, eset.dims)) for doc, chunks in batch]
+        rows = [(doc, chunks, _vectors(cache, chunks, eset.dims, settings.embed.defer)) for doc, chunks in batch]
         store.replace_documents(conn, eset, root, key, settings.search.language, rows)
         report.stored += len(batch)
         done += sum(len(chunks) for _, chunks in batch)
@@ -190,7 +140,10 @@ def store_stage(
     report.deleted = len(gone)
 
 
-def _vectors(cache: VectorCache, chunks: Sequence[Chunk], dims: int) -> np.ndarray:
+def _vectors(cache: VectorCache, chunks: Sequence[Chunk], dims: int, deferred: bool) -> store.Vectors:
+    """The chunks' cached vectors; deferred, None for a chunk not cached (it is queued for a worker)."""
+    if deferred:
+        return cache.get_some([c.content_hash for c in chunks])
     if not chunks:
         return np.zeros((0, dims), dtype=np.float32)
     return cache.get([c.content_hash for c in chunks])
@@ -215,9 +168,13 @@ def batches(items: Changed, max_chunks: int) -> Iterator[Changed]:
 
 def ingest(
     conn: psycopg.Connection, settings: Settings, path: Path, spec: ModelSpec,
-    make_embedder: Callable[[], Embedder], progress: Progress, warn: Warn,
+    lanes: Callable[[], Lanes], progress: Progress, warn: Warn,
 ) -> IngestReport:
-    """Bring the database in line with the folder at `path`, doing only the work that changed."""
+    """Bring the database in line with the folder at `path`, doing only the work that changed.
+
+    With defer_embedding, chunks without a cached vector are stored without one and queued for
+    `ragvps worker`; the keyword leg finds them at once, the vector leg once a worker has embedded them.
+    """
     report = IngestReport()
 
     def record(message: str, show: Warn = warn) -> None:
@@ -245,7 +202,12 @@ def ingest(
             raise nothing_readable(path, report)
         report.chunks = len(chunks)
         cache = VectorCache(settings.database.data_dir, spec.identity, spec.dims)
-        embed_stage(cache, chunks, spec, make_embedder, settings.embed.batch_size, report, progress)
+        if not settings.embed.defer:
+            outcome = EmbedOutcome()
+            try:
+                embed_stage(cache, chunks, spec, lanes, settings.embed.batch_size, progress, outcome)
+            finally:
+                report.embedded, report.hosts = outcome.embedded, outcome.hosts
         eset = store.ensure_set(conn, spec, settings.index.vector_type, activate=True)
         unreadable = {f.rel for f in scan.files} - {f.source for f in files}
         store_stage(conn, eset, str(root), files, unreadable, cache, config, settings, report, progress)
@@ -253,7 +215,17 @@ def ingest(
             from ragvps.generate import cache as answer_cache
 
             report.answers_pruned = answer_cache.prune(conn)
-        report.index_built = store.ensure_index(conn, eset, settings, progress, warn)
+        if settings.embed.defer:
+            queue.enqueue_missing(conn, eset)
+        report.queued = queue.left(conn, eset)
+        if report.queued and not settings.embed.defer:
+            warn(f"{report.queued} chunks stored by an earlier ingest with defer_embedding still wait for "
+                 "`ragvps worker`; vector search does not find them until a worker has embedded them")
+        if report.queued:  # the worker that empties the queue builds the index
+            report.index_built = store.index_exists(conn, eset)
+            conn.commit()
+        else:
+            report.index_built = store.ensure_index(conn, eset, settings, progress, warn)
     return report
 
 

@@ -11,19 +11,12 @@ import psycopg
 
 from ragvps.config import Settings
 from ragvps.db import store
-from ragvps.embed import Embedder, InputTooLongError
+from ragvps.embed import InputTooLongError
+from ragvps.embed.hosts import Lanes
 from ragvps.embed.models import ModelSpec
 from ragvps.ingest.artifacts import VectorCache
-from ragvps.ingest.pipeline import (
-    STORE_BATCH_CHUNKS,
-    IngestReport,
-    Progress,
-    Warn,
-    embed_stage,
-    ingest,
-    too_long,
-    too_long_message,
-)
+from ragvps.ingest.embedding import embed_stage, too_long, too_long_message
+from ragvps.ingest.pipeline import STORE_BATCH_CHUNKS, IngestReport, Progress, Warn, ingest
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +38,7 @@ class ReindexReport:
 
 
 def reindex(
-    conn: psycopg.Connection, settings: Settings, spec: ModelSpec, make_embedder: Callable[[], Embedder],
+    conn: psycopg.Connection, settings: Settings, spec: ModelSpec, lanes: Callable[[], Lanes],
     progress: Progress, warn: Warn,
 ) -> ReindexReport:
     """Switch to the configured model if it differs from the index's, re-sync every folder ingested before,
@@ -54,7 +47,7 @@ def reindex(
     active = store.active_set(conn)
     if active is not None and (active.identity, active.vector_type) != (spec.identity, settings.index.vector_type):
         with store.write_lock(conn):
-            switch = switch_model(conn, settings, spec, active, make_embedder, progress)
+            switch = switch_model(conn, settings, spec, active, lanes, progress)
     roots = store.ingested_roots(conn)
     conn.commit()
     reports = {}
@@ -62,7 +55,7 @@ def reindex(
         if not Path(root).exists():
             warn(f"{root} no longer exists; its documents are kept (delete them by ingesting an empty folder)")
             continue
-        reports[root] = ingest(conn, settings, Path(root), spec, make_embedder, progress, warn)
+        reports[root] = ingest(conn, settings, Path(root), spec, lanes, progress, warn)
     if switch is None:  # a switch has just built its index
         with store.write_lock(conn):
             eset = store.active_set(conn)
@@ -73,7 +66,7 @@ def reindex(
 
 def switch_model(
     conn: psycopg.Connection, settings: Settings, spec: ModelSpec, old: store.EmbeddingSet,
-    make_embedder: Callable[[], Embedder], progress: Progress,
+    lanes: Callable[[], Lanes], progress: Progress,
 ) -> SwitchReport:
     """Re-embed the stored chunks as they are into a new embedding set, index it, then make it the active one.
 
@@ -92,9 +85,7 @@ def switch_model(
             f"{spec.name} configured, or pick a model that takes longer input",
         ))
     cache = VectorCache(settings.database.data_dir, spec.identity, spec.dims)
-    counts = IngestReport()
-    embed_stage(cache, chunks, spec, make_embedder, settings.embed.batch_size, counts, progress)
-    report.embedded = counts.embedded
+    report.embedded = embed_stage(cache, chunks, spec, lanes, settings.embed.batch_size, progress).embedded
     eset = store.ensure_set(conn, spec, settings.index.vector_type, activate=False)
     conn.commit()
     with conn.transaction():  # a leftover set from an interrupted switch is refilled from scratch

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 
 from ragvps.config import Settings
 from ragvps.embed import embed_documents
-from ragvps.embed.models import ModelSpec, spec_for
-from ragvps.embed.registry import make_embedder
+from ragvps.embed.models import ModelSpec
+from ragvps.embed.registry import make_embedder, resolve_spec
+from ragvps.errors import RagvpsError
 
 if TYPE_CHECKING:
     from ragvps.db.store import EmbeddingSet
@@ -34,16 +35,28 @@ class Diagnosis:
     index_dims: int | None = None
     lines: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    known: bool = True  # False: a model ragvps has no entry for, used with what the server reports
 
 
 def diagnose(settings: Settings, active: Callable[[], EmbeddingSet | None]) -> Diagnosis:
     """Ask the embedder (and Ollama's /api/show) about the model, embed one text, compare with the index."""
-    from ragvps.errors import RagvpsError
 
-    spec = spec_for(settings)
+    try:
+        spec = resolve_spec(settings)
+    except RagvpsError as exc:  # e.g. a model the server does not have: `ollama pull` it
+        d = Diagnosis(settings.embed.model_name, settings.embed.kind, 0, 0, "", "", problems=[str(exc)])
+        _check_index(settings, None, d, active)
+        return d
     d = Diagnosis(spec.name, settings.embed.kind, spec.dims, spec.max_tokens, spec.document_prefix, spec.query_prefix)
     d.lines.append(f"embedder {settings.embed.kind}, model {spec.name}: ragvps expects {spec.dims} dimensions, "
                    f"input up to {spec.max_tokens} tokens, prefixes {spec.document_prefix!r} / {spec.query_prefix!r}")
+    if not spec.known:
+        d.known = False
+        d.lines.append(
+            f"model {spec.name} has no entry in ragvps's table: its dimension and input limit are what Ollama "
+            f"reports, chunks default to {spec.chunk_size} tokens, and it gets "
+            + ("no task prefixes (set document_prefix and query_prefix if its model card names them)"
+               if not (spec.document_prefix or spec.query_prefix) else "the configured task prefixes"))
     try:
         embedder = make_embedder(settings, spec, retries=0)
         show = getattr(embedder, "show", None)  # an embedder that runs on a server can say what it serves
@@ -80,7 +93,8 @@ def _check_server(embedder: OllamaEmbedder, spec: ModelSpec, d: Diagnosis) -> No
         )
 
 
-def _check_index(settings: Settings, spec: ModelSpec, d: Diagnosis, active: Callable[[], EmbeddingSet | None]) -> None:
+def _check_index(settings: Settings, spec: ModelSpec | None, d: Diagnosis,
+                 active: Callable[[], EmbeddingSet | None]) -> None:
     from ragvps.db import store
     from ragvps.errors import RagvpsError
 
@@ -94,6 +108,8 @@ def _check_index(settings: Settings, spec: ModelSpec, d: Diagnosis, active: Call
         return
     d.index_model, d.index_dims = current.model, current.dims
     d.lines.append(f"index: {current.vector_type}({current.dims}) vectors from model {current.model}")
+    if spec is None:
+        return
     try:
         store.check_model(current, spec, settings.index.vector_type, "ingest")
     except RagvpsError as exc:

@@ -161,6 +161,7 @@ class StatsReport:
     disk: dict[str, Any]
     embedder: dict[str, Any]
     answer_cache: dict[str, Any]  # entries, hits, tokens_saved
+    queue: dict[str, Any] = field(default_factory=dict)  # the embedding queue: pending, claimed, done, per worker
     warnings: list[str] = field(default_factory=list)
 
 
@@ -196,6 +197,11 @@ def stats(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings) -> S
                      else "held by the Ollama server: see `ollama ps`"},
         "answer_cache": answer_cache.stats(conn),
     }
+    from dataclasses import asdict
+
+    from ragvps.db import queue
+
+    result["queue"] = asdict(queue.counts(conn, eset, settings.embed.lease))
     result["warnings"] = stats_warnings(result)
     return StatsReport(**result)
 

@@ -1,0 +1,51 @@
+"""`ragvps worker`: embed the chunks `ragvps ingest --defer-embedding` queued, on this machine."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Annotated, Any
+
+import typer
+
+from ragvps.cli.common import Bars, echo_json, err, open_app, warn
+
+
+def worker(
+    ctx: typer.Context,
+    name: Annotated[str | None, typer.Option(help="This worker's name in `ragvps stats` (default: host:pid).")] = None,
+    exit_when_empty: Annotated[bool, typer.Option("--exit-when-empty",
+                                                  help="Exit 0 once the queue is empty (batch jobs).")] = False,
+    lease: Annotated[int | None, typer.Option(help="Seconds a claimed batch is this worker's (setting worker_lease).")]
+    = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Embed queued chunks until stopped: Ctrl-C or SIGTERM finishes the batch in hand; a second Ctrl-C gives
+    it back to the queue at once. Point RAGVPS_DATABASE_URL at the shared database and configure the same
+    embedding model as the ingest (its own Ollama, or the local model)."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        err.print("stopping after this batch (Ctrl-C again to give it back to the queue now)")
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with open_app(ctx, worker_lease=lease) as app, Bars() as bars:
+            report = app.work(name=name, exit_when_empty=exit_when_empty, stop=stop, progress=bars, warn=warn)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if as_json:
+        return echo_json(report)
+    typer.echo(f"worker {report.worker}: embedded {report.embedded} chunks in {report.batches} batches "
+               f"({report.model or 'no embedding set yet'})"
+               + (f"; {report.lost} finished first by another worker (lease ran out)" if report.lost else "")
+               + ("; built the vector index" if report.index_built else "")
+               + ("; the queue is empty" if report.stopped == "empty" else ""))
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(worker)
