@@ -23,9 +23,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ragvps import metrics, search, store  # noqa: E402
 from ragvps.config import Settings, load_settings  # noqa: E402
+from ragvps.db import store  # noqa: E402
 from ragvps.db.database import connect  # noqa: E402
+from ragvps.measure import metrics  # noqa: E402
+from ragvps.retrieve import fusion, search  # noqa: E402
 
 DATASET = Path(__file__).resolve().parents[2] / "shared" / "data" / "scifact-dev"
 
@@ -183,7 +185,7 @@ def main() -> None:
         found = 0
         for i, qid in enumerate(qids):
             lists = [ranked[leg][i] for leg in names]
-            fused = [c for c, _ in search.rrf([x for x in lists if x], settings.search.rrf_k)]
+            fused = [c for c, _ in fusion.rrf([x for x in lists if x], settings.search.rrf_k)]
             docs = metrics.dedupe([doc_of[c] for c in fused])
             found += bool(docs)
             scores["ndcg"].append(metrics.ndcg_at(docs, qrels[qid], 10))

@@ -16,6 +16,8 @@ from typer.testing import CliRunner
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
+pytest_plugins = ["serve_server"]  # the `serve_env` and `server` fixtures: a real `ragvps serve` process
+
 
 @pytest.fixture(scope="session")
 def pg_admin_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:

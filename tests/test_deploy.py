@@ -16,6 +16,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ DEPLOY = ROOT / "deploy"
 DOCKERFILE = DEPLOY / "Dockerfile"
 PG_CONF = DEPLOY / "postgres" / "ragvps.conf"
 SERVICE = DEPLOY / "systemd" / "ragvps-reindex.service"
+SERVE_UNIT = DEPLOY / "systemd" / "ragvps-serve.service"
 TIMER = DEPLOY / "systemd" / "ragvps-reindex.timer"
 CRON = DEPLOY / "cron" / "ragvps-reindex"
 LOCK = "/run/lock/ragvps-reindex.lock"
@@ -109,7 +111,8 @@ def filled_env() -> dict[str, str]:
     """What a user's .env looks like after following .env.example: the required password set."""
     env = {k: v for k, v in env_example().items() if v != ""}
     env["POSTGRES_PASSWORD"] = "0123456789abcdef"
-    return {k: v for k, v in env.items() if k in ("POSTGRES_PASSWORD", "RAGVPS_DOCS_DIR")}
+    env["RAGVPS_API_KEYS"] = "fedcba9876543210fedcba9876543210"
+    return {k: v for k, v in env.items() if k in ("POSTGRES_PASSWORD", "RAGVPS_DOCS_DIR", "RAGVPS_API_KEYS")}
 
 
 def compose() -> dict[str, Any]:
@@ -166,8 +169,8 @@ def test_the_schema_check_rejects_a_broken_compose_file():
     assert "'portz' was unexpected" in errors
 
 
-def test_the_stack_is_postgres_ollama_the_model_pull_and_ragvps():
-    assert set(compose()["services"]) == {"postgres", "ollama", "ollama-pull", "ragvps"}
+def test_the_stack_is_postgres_ollama_the_model_pull_ragvps_and_the_server():
+    assert set(compose()["services"]) == {"postgres", "ollama", "ollama-pull", "ragvps", "serve"}
 
 
 def test_images_are_pinned_to_exact_versions():
@@ -217,7 +220,7 @@ def test_published_ports_are_bound_to_loopback_only():
     assert _published("5432:5432")[0] is None
     assert _published({"target": 5432, "published": "5432"})[0] is None
     assert [p for s in services.values() for p in s.get("ports", [])] == [
-        "127.0.0.1:5432:5432", "127.0.0.1:11434:11434"
+        "127.0.0.1:5432:5432", "127.0.0.1:11434:11434", "127.0.0.1:8765:8765"
     ]
 
 
@@ -232,6 +235,7 @@ def test_services_start_in_order_behind_health_conditions():
         "ollama": {},
         "ollama-pull": {"ollama": "service_healthy"},
         "ragvps": {"postgres": "service_healthy", "ollama-pull": "service_completed_successfully"},
+        "serve": {"postgres": "service_healthy", "ollama-pull": "service_completed_successfully"},
     }
     for deps in conditions.values():
         for dep, condition in deps.items():
@@ -240,6 +244,7 @@ def test_services_start_in_order_behind_health_conditions():
     assert services["ollama-pull"]["restart"] == "no"
     assert services["ragvps"]["restart"] == "no"
     assert services["postgres"]["restart"] == services["ollama"]["restart"] == "unless-stopped"
+    assert services["serve"]["restart"] == "unless-stopped"
 
 
 def test_healthchecks_ask_the_servers_themselves():
@@ -249,7 +254,10 @@ def test_healthchecks_ask_the_servers_themselves():
     # Over TCP: the image's init-time server listens on the socket only and must not look ready.
     assert "-h 127.0.0.1" in pg[1]
     assert services["ollama"]["healthcheck"]["test"] == ["CMD", "ollama", "list"]
-    for name in ("postgres", "ollama"):
+    serve = services["serve"]["healthcheck"]["test"]
+    assert serve[:2] == ["CMD", "python"] and "http://127.0.0.1:8765/health" in serve[-1]
+    assert services["serve"]["command"][-1] == "8765" == services["serve"]["ports"][0].rsplit(":", 1)[-1]
+    for name in ("postgres", "ollama", "serve"):
         check = services[name]["healthcheck"]
         assert {"interval", "timeout", "retries", "start_period"} <= set(check), name
 
@@ -267,6 +275,53 @@ def test_no_secret_is_written_in_the_compose_file():
             assert not re.search(r"://[^/\s:@]+:[^@\s]+@", value), f"{name}: {key} has a password in a URL"
     text = COMPOSE.read_text(encoding="utf-8")
     assert not re.search(r"(?i)password\s*[:=]\s*['\"]?(?!\$\{)\w", text.replace("POSTGRES_PASSWORD:", ""))
+
+
+def test_the_server_healthcheck_command_asks_a_real_server(tmp_path):
+    """The compose healthcheck's own command line, run against a tiny server: 0 on 200, non-zero on 503."""
+    import http.server
+    import threading
+
+    status = {"code": 200}
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(status["code"] if self.path == "/health" else 404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        test = compose()["services"]["serve"]["healthcheck"]["test"]
+        code = test[-1].replace("127.0.0.1:8765", f"127.0.0.1:{server.server_address[1]}")
+        run = [sys.executable, *test[2:-1], code]
+        assert subprocess.run(run, capture_output=True, timeout=30).returncode == 0
+        status["code"] = 503
+        assert subprocess.run(run, capture_output=True, timeout=30).returncode != 0
+    finally:
+        server.shutdown()
+
+
+def test_the_server_needs_a_key_and_gets_it_from_env():
+    env = filled_env()
+    del env["RAGVPS_API_KEYS"]
+    with pytest.raises(InterpolationError, match="RAGVPS_API_KEYS"):
+        interpolate(raw_compose(), env)
+    from ragvps.config import load_settings
+    from ragvps.serve.auth import check_bind, load_keys
+
+    service = compose()["services"]["serve"]
+    settings = load_settings(config_file=None, env=service_env(service))
+    keys = load_keys(settings)
+    assert keys == (filled_env()["RAGVPS_API_KEYS"],)
+    host = service["command"][service["command"].index("--host") + 1]
+    check_bind(host, keys)  # all interfaces inside the container: allowed because a key is set
+    assert service["command"][0] == "serve"
+    assert service["image"] == compose()["services"]["ragvps"]["image"]
+    assert service["build"] == compose()["services"]["ragvps"]["build"]
 
 
 def test_the_password_is_required():
@@ -294,11 +349,12 @@ def test_env_file_is_ignored_by_git_and_the_example_lists_every_variable():
     assert example["POSTGRES_PASSWORD"] == "", ".env.example must not carry a password"
 
 
-def test_ragvps_is_configured_only_by_environment_and_understands_it():
+@pytest.mark.parametrize("name", ["ragvps", "serve"])
+def test_ragvps_is_configured_only_by_environment_and_understands_it(name):
     from ragvps.config import SETTINGS, load_settings
     from ragvps.embed.models import spec_for
 
-    service = compose()["services"]["ragvps"]
+    service = compose()["services"][name]
     env = service_env(service)
     known = {"RAGVPS_" + name.upper() for name in SETTINGS}
     unknown = {k for k in env if k.startswith("RAGVPS_")} - known
@@ -314,16 +370,18 @@ def test_ragvps_is_configured_only_by_environment_and_understands_it():
     assert spec_for(settings).dims == 768
     volumes = service["volumes"]
     assert "ragvps-data:/data" in volumes
-    assert any(v.endswith(":/docs:ro") for v in volumes)
+    if name == "ragvps":
+        assert any(v.endswith(":/docs:ro") for v in volumes)
     assert service["build"] == {"context": ".", "dockerfile": "deploy/Dockerfile"}
 
 
 def test_cli_knows_every_command_the_deploy_files_use():
-    used = {compose()["services"]["ragvps"]["command"][0], "reindex"}
+    used = {compose()["services"]["ragvps"]["command"][0], compose()["services"]["serve"]["command"][0], "reindex"}
+    used |= {shlex.split(unit_file(SERVE_UNIT)["Service"]["ExecStart"][0])[1]}
     readme = (DEPLOY / "README.md").read_text(encoding="utf-8")
     used |= set(re.findall(r"run --rm(?: --no-deps)? ragvps (\w+)", readme))
     used |= set(re.findall(r"`ragvps (\w+)", readme))
-    assert {"ingest", "query", "reindex", "stats", "doctor"} <= used
+    assert {"ingest", "query", "reindex", "stats", "doctor", "serve"} <= used
     missing = used - cli_commands()
     assert missing <= PENDING_COMMANDS, f"the deploy files use commands ragvps lacks: {missing}"
     if missing:
@@ -609,3 +667,37 @@ def test_readme_documents_use_sizing_and_what_was_exercised():
                    "docker compose run --rm ragvps ingest /docs", 'docker compose run --rm ragvps query "',
                    "ragvps-reindex.timer", "ragvps stats", "What was exercised"):
         assert needle in readme, needle
+
+
+# --- deploy/systemd/ragvps-serve.service -----------------------------------------------------------------
+
+def test_systemd_serve_unit_runs_the_server_on_loopback_with_keys_as_a_credential():
+    unit = unit_file(SERVE_UNIT)
+    service = unit["Service"]
+    words = shlex.split(service["ExecStart"][0])
+    assert words[0] == "/opt/ragvps/venv/bin/ragvps" and words[1] == "serve"
+    host = words[words.index("--host") + 1]
+    from ragvps.serve.auth import is_loopback
+
+    assert is_loopback(host)
+    assert words[words.index("--port") + 1] == "8765"
+    assert service["User"][0] not in ("root", "0")
+    assert service["Restart"] == ["on-failure"]
+    assert service["LoadCredential"] == ["api-keys:/etc/ragvps/api-keys"]
+    assert service["Environment"] == ["RAGVPS_API_KEY_FILE=%d/api-keys"]
+    assert not any(_SECRET_NAME.search(line) and "=" in line and "FILE" not in line
+                   for line in SERVE_UNIT.read_text().splitlines() if not line.startswith("#"))
+    assert {"NoNewPrivileges", "ProtectSystem", "PrivateTmp"} <= set(service)
+    assert unit["Install"]["WantedBy"] == ["multi-user.target"]
+
+
+def test_systemd_analyze_verify_accepts_the_serve_unit(tmp_path):
+    """systemd-analyze also checks that ExecStart exists: verify a copy pointing at a real executable."""
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed (Debian package systemd); the parse checks above ran")
+    copy_ = tmp_path / SERVE_UNIT.name
+    copy_.write_text(SERVE_UNIT.read_text().replace("/opt/ragvps/venv/bin/ragvps", sys.executable))
+    done = subprocess.run([analyze, "verify", str(copy_)], capture_output=True, text=True, timeout=60)
+    ours = [line for line in (done.stdout + done.stderr).splitlines() if "ragvps-serve" in line]
+    assert done.returncode == 0 and ours == [], done.stdout + done.stderr

@@ -1,0 +1,72 @@
+"""MCP tools for AI assistants (the optional extra `ragvps[mcp]`, the official `mcp` SDK 2.x).
+
+Two tools: `search` (chunks with path, heading path, chunk id, score) and `ask` (an answer with
+citations). Two transports: stdio (`ragvps mcp`, for an assistant on this machine) and streamable HTTP,
+mounted at /mcp on `ragvps serve` behind the same API key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+from ragvps.config import Settings
+from ragvps.errors import RagvpsError, redact
+
+INSTRUCTIONS = ("Search and ask the user's own knowledge base (their documents, ingested by ragvps). Use `search` "
+                "for passages to read and quote, `ask` for a short answer that cites its sources as [n].")
+
+
+def build_server(get_app: Callable[[], Any], max_k: int = 100) -> Any:
+    """An MCPServer whose tools call the App that `get_app` returns (raising while it is not ready)."""
+    import anyio
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from ragvps.serve.convert import ask_request, jsonable, search_request
+
+    server = MCPServer(name="ragvps", instructions=INSTRUCTIONS)
+
+    async def call(fn: Callable[[], Any]) -> Any:
+        try:
+            return await anyio.to_thread.run_sync(fn)
+        except RagvpsError as exc:
+            raise ToolError(redact(str(exc))) from None
+
+    @server.tool(description="Find the chunks of the knowledge base that best match a query (hybrid: vector + "
+                             "BM25 keyword search). Returns each chunk's text, source path, heading path, chunk id "
+                             "and score, best first.")
+    async def search(query: str, k: int = 8, mode: Literal["hybrid", "vector", "keyword"] = "hybrid",
+                     path_prefix: str = "") -> list[dict[str, Any]]:
+        def run() -> Any:
+            return get_app().search(search_request(query, k, mode, path_prefix, {}, max_k))
+
+        result = await call(run)
+        return [{"rank": h.rank, "chunk_id": h.chunk_id, "path": h.path, "heading_path": h.heading_path,
+                 "score": h.score, "text": h.text} for h in result.hits]
+
+    @server.tool(description="Answer a question from the knowledge base, citing the chunks it used as [n]; "
+                             "`citations` lists them (n, chunk id, path). Says so when the documents do not "
+                             "answer it.")
+    async def ask(question: str, k: int | None = None, mode: Literal["hybrid", "vector", "keyword"] = "hybrid",
+                  path_prefix: str = "") -> dict[str, Any]:
+        def run() -> Any:
+            return get_app().ask(ask_request(question, k, mode, path_prefix, {}, max_k))
+
+        answer = jsonable(await call(run))
+        return {key: answer.get(key) for key in ("answer", "answered", "citations", "invalid_citations", "sources",
+                                                 "generator", "model") if key in answer}
+
+    return server
+
+
+def run_stdio(settings: Settings) -> None:
+    """`ragvps mcp`: the tools over stdin/stdout until the assistant closes them. Logs go to stderr."""
+    import anyio
+
+    from ragvps.app import App
+    from ragvps.serve.http import for_serving
+
+    with App.open(for_serving(settings), pooled=True) as app:
+        server = build_server(lambda: app, settings.serve.max_k)
+        anyio.run(server.run_stdio_async)

@@ -1,0 +1,105 @@
+"""The endpoints: /health, /search, /ask, /stats and the page at /. Each translates and calls the App."""
+
+# No `from __future__ import annotations` here: FastAPI reads the request models (built per app, since
+# their `k` bound is a setting) from the annotations at definition time.
+
+import time
+from typing import Any
+
+from ragvps.config import Settings
+from ragvps.serve.schemas import AnswerOut, ErrorOut, HealthOut, SearchOut, request_models
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorOut, "description": "The request is not valid (kind usage)."},
+    401: {"model": ErrorOut, "description": "An API key is needed, or the one sent is not valid."},
+    409: {"model": ErrorOut, "description": "The index was built with another model (kind conflict)."},
+    413: {"model": ErrorOut, "description": "The body is larger than max_body_bytes (kind too_long)."},
+    503: {"model": ErrorOut, "description": "Not ready, the database is unreachable, or request_timeout passed."},
+    500: {"model": ErrorOut, "description": "A setting is wrong (kind config) or an unexpected failure (failed)."},
+}
+HEALTH_TIMEOUT_S = 10.0
+
+
+def _event(name: str, payload: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "required": ["event", "data"],
+            "properties": {"event": {"const": name},
+                           "data": {"type": "string", "contentMediaType": "application/json",
+                                    "contentSchema": {"type": "object", **payload}}}}
+
+
+# One Server-Sent Event of a streamed /ask: its name and its JSON data.
+SSE_EVENT: dict[str, Any] = {"oneOf": [
+    _event("sources", {"required": ["sources"], "properties": {"sources": {"type": "array"}}}),
+    _event("token", {"required": ["text"], "properties": {"text": {"type": "string"}}}),
+    _event("done", {"required": ["citations", "usage"], "properties": {"citations": {"type": "array"}}}),
+    _event("error", {"required": ["error", "kind"], "properties": {"error": {"type": "string"},
+                                                                   "kind": {"type": "string"}}}),
+]}
+
+
+def add_routes(api: Any, ready: Any, settings: Settings) -> None:
+    from fastapi.responses import HTMLResponse, JSONResponse
+
+    from ragvps.serve.convert import ask_request, hits_out, jsonable, search_request
+    from ragvps.serve.http import error_body, guarded, in_thread, page
+    from ragvps.serve.stream import streaming_response
+
+    SearchIn, AskIn = request_models(settings.serve.max_k)  # noqa: N806
+    timeout = float(settings.serve.request_timeout)
+    max_k = settings.serve.max_k
+    html = page()
+
+    @api.get("/", include_in_schema=False)
+    async def index() -> HTMLResponse:
+        return HTMLResponse(html, headers={"Cache-Control": "no-cache",
+                                           "Content-Security-Policy": "default-src 'self'; style-src 'unsafe-inline'; "
+                                                                      "script-src 'unsafe-inline'"})
+
+    @api.get("/health", response_model=HealthOut, responses={503: {"model": HealthOut}},
+             summary="Database reachable, active model and dimension, number of chunks")
+    @guarded
+    async def health() -> Any:
+        if ready.app is None:
+            return JSONResponse({"status": "starting", "error": ready.error}, status_code=503)
+        try:
+            report = await in_thread(ready.app.health, HEALTH_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001  (health says why, and stays 503 until it works)
+            return JSONResponse({"status": "unavailable", "error": error_body(exc)[1]["error"]}, status_code=503)
+        body = jsonable(report)
+        body = body if isinstance(body, dict) else {"report": body}
+        healthy = all(body.get(name, True) is not False for name in ("ready", "database"))
+        body["status"] = "ok" if healthy else "unavailable"
+        return JSONResponse(body, status_code=200 if healthy else 503)
+
+    @api.post("/search", response_model=SearchOut, responses=ERRORS,
+              summary="Hybrid, vector or keyword search: the same hits as `ragvps query --json`")
+    @guarded
+    async def search(body: SearchIn) -> Any:  # type: ignore[valid-type]
+        app = ready.get()
+        request = search_request(body.query, body.k, body.mode, body.path_prefix, body.meta, max_k)  # type: ignore[attr-defined]
+        start = time.perf_counter()
+        result = await in_thread(lambda: app.search(request), timeout)
+        return {"hits": hits_out(result.hits), "took_ms": round((time.perf_counter() - start) * 1000, 3)}
+
+    @api.post("/ask", response_model=AnswerOut,
+              responses=ERRORS | {200: {"description": "The answer (`ragvps ask --json`); with stream: true, "
+                                                      "Server-Sent Events `sources`, `token`..., `done`.",
+                                        "content": {"text/event-stream": {"schema": SSE_EVENT}}}},
+              summary="An answer with citations, from the chunks search finds")
+    @guarded
+    async def ask(body: AskIn) -> Any:  # type: ignore[valid-type]
+        app = ready.get()
+        b: Any = body
+        request = ask_request(b.question, b.k, b.mode, b.path_prefix, b.meta, max_k, b.use_cache)
+        if b.stream:
+            return streaming_response(app, request, timeout)
+        answer = await in_thread(lambda: app.ask(request), timeout)
+        return jsonable(answer)
+
+    @api.get("/stats", responses=ERRORS, summary="Table and index sizes beside RAM, as `ragvps stats --json`")
+    @guarded
+    async def stats() -> dict[str, Any]:
+        app = ready.get()
+        report = await in_thread(app.stats, timeout)
+        out = jsonable(report)
+        return out if isinstance(out, dict) else {"stats": out}

@@ -1,0 +1,91 @@
+"""The HTTP API's request and response shapes (pydantic), which FastAPI turns into /openapi.json."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ragvps.retrieve.search import MAX_QUERY_CHARS
+
+Mode = Literal["hybrid", "vector", "keyword"]
+MAX_PATH_PREFIX = 4096
+
+
+class ErrorOut(BaseModel):
+    error: str = Field(description="What went wrong and what to do next.")
+    kind: str = Field(description="usage | config | not_found | conflict | unavailable | too_long | failed | "
+                                  "unauthorized")
+
+
+class HitOut(BaseModel):
+    """One chunk, as `ragvps query --json` prints it."""
+
+    model_config = ConfigDict(extra="allow")
+    rank: int
+    score: float
+    chunk_id: str
+    path: str
+    doc_id: str
+    heading_path: str
+    text: str
+    vector_rank: int | None = None
+    keyword_rank: int | None = None
+
+
+class SearchOut(BaseModel):
+    hits: list[HitOut]
+    took_ms: float
+
+
+class AnswerOut(BaseModel):
+    """The answer, as `ragvps ask --json` prints it."""
+
+    model_config = ConfigDict(extra="allow")
+    answer: str
+    answered: bool
+    extractive: bool
+    citations: list[dict[str, Any]] = Field(description="Each [n] the answer cites: number, chunk_id, path, "
+                                                        "heading_path, start, end.")
+    invalid_citations: int = Field(description="Numbers the answer used that no source has (dropped).")
+    sources: list[dict[str, Any]] = Field(description="The chunks sent: number, chunk_id, path, heading_path, "
+                                                      "start, end, score, text.")
+    left_out: dict[str, int]
+    usage: dict[str, int]
+    cache: Literal["hit", "miss", "off"]
+    generator: str
+    model: str
+    prompt_version: str
+    timings: dict[str, float]
+
+
+class HealthOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    status: Literal["ok", "starting", "unavailable"]
+    error: str | None = None
+
+
+def request_models(max_k: int) -> tuple[type[BaseModel], type[BaseModel]]:
+    """The /search and /ask bodies; `k` is bounded by the setting max_k, so the schema says the truth."""
+
+    class SearchIn(BaseModel):
+        model_config = ConfigDict(extra="forbid", strict=True)
+        query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, description="The question, in words.")
+        k: int | None = Field(None, ge=1, le=max_k, description="How many chunks (default: setting top_k).")
+        mode: Mode = "hybrid"
+        path_prefix: str = Field("", max_length=MAX_PATH_PREFIX,
+                                 description="Only chunks from source files whose path starts so.")
+        meta: dict[str, Any] = Field(default_factory=dict,
+                                     description="Only chunks whose document or chunk metadata has these pairs.")
+
+    class AskIn(BaseModel):
+        model_config = ConfigDict(extra="forbid", strict=True)
+        question: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+        k: int | None = Field(None, ge=1, le=max_k, description="Chunks to retrieve (default: setting top_k).")
+        mode: Mode = "hybrid"
+        path_prefix: str = Field("", max_length=MAX_PATH_PREFIX)
+        meta: dict[str, Any] = Field(default_factory=dict)
+        stream: bool = Field(False, description="Server-Sent Events: `sources`, then `token`s, then `done`.")
+        use_cache: bool = Field(True, description="Answer from the answer cache when the same chunks were sent.")
+
+    return SearchIn, AskIn

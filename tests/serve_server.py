@@ -1,0 +1,128 @@
+"""A real `ragvps serve` process on a free loopback port, for the server's tests (and the bench).
+
+The process is `sys.executable -m ragvps serve` with this checkout on PYTHONPATH; `start` waits until
+/health says ready (or the process dies, whose log is then in the error).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+# /ask needs the answer stage (ragvps.generate, from the answers branch); its tests wait for it.
+ASK = importlib.util.find_spec("ragvps.generate") is not None
+WAITING_ON_ASK = "waiting on the answers branch (ragvps.generate, app.ask)"
+KEY = "test-key-0123456789abcdef"
+SECOND_KEY = "second-key-0123456789"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def ragvps_env(db_url: str, data_dir: Path, **settings: str) -> dict[str, str]:
+    """The environment of a ragvps process: this checkout, the given database, no stray RAGVPS_* settings."""
+    config = data_dir.parent / "empty.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")}
+    env |= {"PYTHONPATH": str(REPO), "RAGVPS_DATABASE_URL": db_url, "RAGVPS_DATA_DIR": str(data_dir),
+            "RAGVPS_EMBEDDER": "local", "RAGVPS_CONFIG": str(config)}
+    env |= {"RAGVPS_" + name.upper(): value for name, value in settings.items()}
+    return env
+
+
+def ragvps(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ragvps", *args], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@dataclass
+class Server:
+    env: dict[str, str]
+    log: Path
+    host: str = "127.0.0.1"
+    port: int = field(default_factory=free_port)
+    key: str | None = KEY
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"} if self.key else {}
+
+    def start(self, wait_ready: bool = True, timeout: float = 120) -> Server:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "ragvps", "serve", "--host", self.host,
+                                          "--port", str(self.port)], env=self.env, cwd=REPO, stdout=out,
+                                         stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ragvps serve exited {self.proc.returncode}:\n{self.log.read_text()}")
+            try:
+                r = httpx.get(self.url + "/health", timeout=5)
+                if r.status_code == 200 or (not wait_ready and r.status_code == 503):
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"ragvps serve was not ready within {timeout:.0f} s:\n{self.log.read_text()}")
+
+    def client(self, **kwargs: object) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers=self.headers, timeout=60, **kwargs)  # type: ignore[arg-type]
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+# --- fixtures (registered for every test module by tests/conftest.py) -------------------------------------
+
+@pytest.fixture(scope="session")
+def serve_env(pg_admin_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A database of its own with the docs folder ingested, shared by the server tests."""
+    import re
+
+    import psycopg
+
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute('DROP DATABASE IF EXISTS "t_serve" WITH (FORCE)')
+        conn.execute('CREATE DATABASE "t_serve"')
+    url = re.sub(r"(postgres(?:ql)?://[^/]*/)([^?]*)", lambda m: m.group(1) + "t_serve", pg_admin_url, count=1)
+    env = ragvps_env(url, tmp_path_factory.mktemp("serve") / "data")
+    done = ragvps(env, "ingest", str(REPO / "docs"))
+    assert done.returncode == 0, done.stderr
+    return env
+
+
+@pytest.fixture(scope="session")
+def server(serve_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """`ragvps serve` over that database, with two API keys (KEY and SECOND_KEY)."""
+    srv = Server(serve_env | {"RAGVPS_API_KEYS": f"{KEY},{SECOND_KEY}"},
+                 tmp_path_factory.mktemp("serve-log") / "serve.log").start()
+    yield srv
+    srv.stop()

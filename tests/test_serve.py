@@ -1,0 +1,201 @@
+"""`ragvps serve`: a real server process on a loopback port over a real database with the docs ingested,
+the real model, and the real CLI to compare against."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from serve_server import KEY, SECOND_KEY, Server, free_port, ragvps
+
+REPO = Path(__file__).resolve().parents[1]
+QUESTION = "what happens when I run ingest twice?"
+
+
+@pytest.fixture(scope="module")
+def env(serve_env: dict[str, str]) -> dict[str, str]:
+    return serve_env
+
+
+def no_traceback(r: httpx.Response) -> None:
+    assert "Traceback" not in r.text and 'File "' not in r.text
+
+
+def error_of(r: httpx.Response, status: int, kind: str) -> str:
+    assert r.status_code == status, (r.status_code, r.text)
+    assert r.headers["content-type"].startswith("application/json")
+    body = r.json()
+    assert set(body) == {"error", "kind"} and body["kind"] == kind, body
+    no_traceback(r)
+    return str(body["error"])
+
+
+# --- what it answers ----------------------------------------------------------------------------------
+
+def test_health_is_open_and_names_the_model_its_dimension_and_the_chunks(server: Server, env: dict[str, str]):
+    r = httpx.get(server.url + "/health")
+    assert r.status_code == 200, r.text
+    health = r.json()
+    assert health["status"] == "ok"
+    assert health["model"] == "all-MiniLM-L6-v2-int8" and health["dims"] == 384
+    stats = json.loads(ragvps(env, "stats", "--json").stdout)
+    assert health["chunks"] == stats["rows"]["chunks"] > 0
+    with server.client() as c:
+        served = c.get("/stats").json()
+    assert served["rows"] == stats["rows"] and served["embedding_set"] == stats["embedding_set"]
+
+
+def test_search_over_http_matches_the_cli(server: Server, env: dict[str, str]):
+    for body, flags in (({"query": QUESTION}, []),
+                        ({"query": QUESTION, "k": 3, "mode": "keyword"}, ["--k", "3", "--mode", "keyword"]),
+                        ({"query": "embedded server", "mode": "vector", "path_prefix": "embedded"},
+                         ["--mode", "vector", "--path-prefix", "embedded"])):
+        with server.client() as c:
+            r = c.post("/search", json=body)
+        assert r.status_code == 200, r.text
+        done = ragvps(env, "query", body["query"], "--json", *flags)
+        assert done.returncode == 0, done.stderr
+        cli = json.loads(done.stdout)
+        cli_hits = cli["hits"] if isinstance(cli, dict) else cli
+        http_hits = r.json()["hits"]
+        assert http_hits, body
+        assert [h["chunk_id"] for h in http_hits] == [h["chunk_id"] for h in cli_hits]
+        for ours, theirs in zip(http_hits, cli_hits, strict=True):
+            assert set(ours) == set(theirs)
+            for key, value in theirs.items():
+                if isinstance(value, float):
+                    assert ours[key] == pytest.approx(value, rel=1e-6), key
+                else:
+                    assert ours[key] == value, key
+        if "path_prefix" in body:
+            assert all(h["path"].startswith("embedded") for h in http_hits)
+
+
+def test_stats_and_the_openapi_document_need_the_key(server: Server):
+    for path in ("/stats", "/openapi.json", "/docs"):
+        assert httpx.get(server.url + path).status_code == 401, path
+        with server.client() as c:
+            assert c.get(path).status_code == 200, path
+    with server.client() as c:
+        doc = c.get("/openapi.json").json()
+    assert {"/health", "/search", "/ask", "/stats"} <= set(doc["paths"])
+    assert "422" not in json.dumps(doc["paths"]), "validation errors are documented as they are sent: 400"
+
+
+def test_the_page_is_served_at_root_without_a_cdn(server: Server):
+    r = httpx.get(server.url + "/")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    assert "<script" in r.text and not re.search(r"""(src|href)=["']https?://""", r.text)
+
+
+# --- keys ---------------------------------------------------------------------------------------------
+
+def test_keys_are_required_and_wrong_ones_refused(server: Server):
+    body = {"query": QUESTION}
+    message = error_of(httpx.post(server.url + "/search", json=body), 401, "unauthorized")
+    assert "Authorization: Bearer" in message
+    for headers in ({"Authorization": "Bearer wrong-key-0123456789abc"}, {"X-API-Key": KEY + "x"},
+                    {"Authorization": KEY}, {"Authorization": "Basic " + KEY}):
+        r = httpx.post(server.url + "/search", json=body, headers=headers)
+        error_of(r, 401, "unauthorized")
+        assert KEY not in r.text
+    for headers in ({"Authorization": f"Bearer {KEY}"}, {"authorization": f"bearer {KEY}"},
+                    {"X-API-Key": KEY}, {"X-API-Key": SECOND_KEY}):
+        assert httpx.post(server.url + "/search", json=body, headers=headers).status_code == 200, headers
+
+
+def test_keys_never_reach_the_log(server: Server):
+    httpx.post(server.url + "/search", json={"query": QUESTION}, headers={"X-API-Key": "wrong-key-abcdef012345"})
+    httpx.post(server.url + "/search", json={"query": QUESTION}, headers={"X-API-Key": KEY})
+    log = server.log.read_text()
+    assert "POST /search" in log  # the access log is on
+    for secret in (KEY, SECOND_KEY, "wrong-key-abcdef012345"):
+        assert secret not in log
+
+
+def test_no_cors_headers_unless_origins_are_set(server: Server):
+    r = httpx.options(server.url + "/search", headers={"Origin": "https://evil.example",
+                                                       "Access-Control-Request-Method": "POST"})
+    assert "access-control-allow-origin" not in r.headers
+    with server.client() as c:
+        r = c.post("/search", json={"query": QUESTION}, headers={"Origin": "https://evil.example"})
+    assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
+
+
+def test_serve_refuses_a_public_address_without_a_key(env: dict[str, str]):
+    for host in ("0.0.0.0", "::", "192.0.2.10"):
+        done = ragvps(env, "serve", "--host", host, "--port", str(free_port()), timeout=60)
+        assert done.returncode == 2, (host, done.stdout, done.stderr)
+        assert "without an API key" in done.stderr and "RAGVPS_API_KEYS" in done.stderr
+        assert "Traceback" not in done.stderr
+
+
+# --- limits and errors --------------------------------------------------------------------------------
+
+def test_oversized_bodies_get_413_json(server: Server):
+    big = {"query": "word " * 20_000}
+    with server.client() as c:
+        error_of(c.post("/search", json=big), 413, "too_long")
+
+        def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it arrives
+            yield b'{"query": "'
+            for _ in range(100):
+                yield b"a" * 1000
+            yield b'"}'
+
+        error_of(c.post("/search", content=chunks(), headers={"Content-Type": "application/json"}), 413,
+                 "too_long")
+
+
+def test_malformed_and_invalid_bodies_get_400_json(server: Server):
+    cases = [b"{not json", b"[1, 2]", b"null", b'{"query": 5}', b'{"query": "x", "k": 0}',
+             b'{"query": "x", "k": 100000}', b'{"query": "x", "mode": "fuzzy"}', b'{"query": "x", "extra": 1}',
+             b'{"query": "!!!"}', b'{"query": "x", "meta": {"a": "\\u0000"}}', b'{"query": "x", "meta": {"a": 1e999}}',
+             b'{"query": "x", "path_prefix": "a\\u0000b"}', b'{"query": "' + b"[" * 3000 + b'"}',
+             b'{"query": "x", "meta": ' + b"[" * 3000 + b"]" * 3000 + b"}", b'{"question": "x"}']
+    with server.client() as c:
+        for body in cases:
+            r = c.post("/search", content=body, headers={"Content-Type": "application/json"})
+            error_of(r, 400, "usage")
+        message = error_of(c.post("/search", json={"query": "x" * 20_001}), 400, "usage")
+        assert "20000" in message.replace(",", "")
+        error_of(c.post("/ask", json={"question": ""}), 400, "usage")
+        error_of(c.get("/nowhere"), 404, "not_found")
+        assert c.get("/search").status_code == 405 and c.get("/search").json()["kind"] == "usage"
+
+
+def test_health_says_503_while_the_database_cannot_be_reached(tmp_path: Path, env: dict[str, str]):
+    port = free_port()  # nothing listens there
+    bad = env | {"RAGVPS_DATABASE_URL": f"postgresql://ragvps:secret-pw@127.0.0.1:{port}/ragvps"}
+    srv = Server(bad, tmp_path / "serve.log", key=None).start(wait_ready=False, timeout=60)
+    try:
+        r = httpx.get(srv.url + "/health")
+        assert r.status_code == 503 and r.json()["status"] in ("starting", "unavailable")
+        error_of(httpx.post(srv.url + "/search", json={"query": QUESTION}), 503, "unavailable")
+        assert "secret-pw" not in r.text + srv.log.read_text()
+    finally:
+        srv.stop()
+
+
+def test_key_file_and_cors_origins_when_set(tmp_path: Path, env: dict[str, str]):
+    keys = tmp_path / "api-keys"
+    keys.write_text("# one key a line\nfile-key-0123456789abcdef\n")
+    srv = Server(env | {"RAGVPS_API_KEY_FILE": str(keys), "RAGVPS_CORS_ORIGINS": "https://app.example"},
+                 tmp_path / "serve.log", key="file-key-0123456789abcdef").start()
+    try:
+        with srv.client() as c:
+            assert c.post("/search", json={"query": QUESTION}).status_code == 200
+        assert httpx.post(srv.url + "/search", json={"query": QUESTION}).status_code == 401
+        pre = httpx.options(srv.url + "/search", headers={
+            "Origin": "https://app.example", "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization,content-type"})
+        assert pre.status_code == 200 and pre.headers["access-control-allow-origin"] == "https://app.example"
+        other = httpx.options(srv.url + "/search", headers={"Origin": "https://evil.example",
+                                                            "Access-Control-Request-Method": "POST"})
+        assert other.headers.get("access-control-allow-origin") != "https://evil.example"
+    finally:
+        srv.stop()

@@ -1,0 +1,85 @@
+"""The page at / in a real headless browser: Debian's chromium driven by Playwright (never `playwright install`)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from serve_server import ASK, WAITING_ON_ASK, Server
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+QUESTION = "what happens when I run ingest twice?"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not CHROMIUM.exists():
+        found = shutil.which("chromium")
+        pytest.skip(f"no chromium at {CHROMIUM} (found: {found}); install it with `apt-get install -y chromium` "
+                    "(.ci/run does) to run the browser test")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed: pip install '.[test]'")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield b
+        b.close()
+
+
+def test_search_shows_path_heading_and_text(browser: Any, server: Server):
+    with server.client() as c:
+        hits = c.post("/search", json={"query": QUESTION, "mode": "keyword", "k": 5}).json()["hits"]
+    page = browser.new_page()
+    page.goto(server.url + "/")
+    page.fill("#key", server.key)
+    page.dispatch_event("#key", "change")
+    page.fill("#query", QUESTION)
+    page.select_option("#mode", "keyword")
+    page.fill("#k", "5")
+    page.click("#search")
+    page.wait_for_selector("#status.done, #status.error")
+    items = page.locator("#results li")
+    assert items.count() == len(hits) > 0
+    for i, hit in enumerate(hits):
+        item = items.nth(i)
+        assert item.get_attribute("data-chunk-id") == hit["chunk_id"]
+        assert item.locator(".path").text_content() == hit["path"]
+        assert item.locator(".heading").text_content() == hit["heading_path"]
+        assert item.locator(".text").text_content() == hit["text"]
+    # A wrong key says so on the page instead of failing silently.
+    page.fill("#key", "wrong-key-0123456789abc")
+    page.dispatch_event("#key", "change")
+    page.click("#search")
+    page.wait_for_selector("#status.error")
+    assert "not valid" in page.text_content("#status")
+    page.close()
+
+
+@pytest.mark.skipif(not ASK, reason=WAITING_ON_ASK)
+def test_ask_streams_the_answer_and_a_citation_opens_its_chunk(browser: Any, server: Server):
+    with server.client() as c:
+        expected = c.post("/ask", json={"question": QUESTION}).json()
+    page = browser.new_page()
+    page.goto(server.url + "/")
+    page.fill("#key", server.key)
+    page.dispatch_event("#key", "change")
+    page.fill("#query", QUESTION)
+    page.click("#ask")
+    page.wait_for_selector("#status.done, #status.error", timeout=60_000)  # (the page's CSP forbids eval)
+    assert page.get_attribute("#status", "class") != "error", page.text_content("#status")
+    shown = page.text_content("#answer")
+    assert shown.split() == expected["answer"].split()
+    links = page.locator("#answer a.cite")
+    assert expected["citations"], "the question is answered from the docs: the answer cites them"
+    assert links.count() >= 1
+    number = links.first.get_attribute("data-n")
+    links.first.click()
+    dialog = page.locator("#chunk")
+    dialog.wait_for(state="visible")
+    source = next(s for i, s in enumerate(expected["sources"]) if str(s.get("number", s.get("n", i + 1))) == number)
+    hit = source.get("hit", source.get("chunk", source))
+    assert page.text_content("#chunk-text") == hit["text"]
+    assert hit["path"] in page.text_content("#chunk-path")
+    page.close()

@@ -1,0 +1,76 @@
+"""The server's pure parts: which addresses count as loopback, where keys come from, how they are checked."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragvps.config import Settings
+from ragvps.errors import ConfigError, UsageError
+from ragvps.serve.auth import check_bind, is_loopback, key_matches, load_keys, presented_key
+from ragvps.serve.limits import check_k, check_strings
+from ragvps.serve.stream import done_payload, sse
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.8.9.10", "::1", "[::1]", "localhost", "LOCALHOST"])
+def test_loopback_addresses(host):
+    assert is_loopback(host)
+    check_bind(host, ())
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.0.2.10", "10.0.0.1", "example.com", "localhost.evil.com"])
+def test_other_addresses_need_a_key(host):
+    assert not is_loopback(host)
+    with pytest.raises(ConfigError, match="without an API key") as info:
+        check_bind(host, ())
+    assert "api_keys" in info.value.settings
+    check_bind(host, ("a-key-of-sixteen-chars",))
+
+
+def test_keys_from_the_setting_and_the_file(tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text("# comment\n\nfile-key-0123456789\nsetting-key-0123456789\n")
+    settings = Settings.of(api_keys="setting-key-0123456789,other-key-0123456789", api_key_file=str(keys))
+    assert load_keys(settings) == ("setting-key-0123456789", "other-key-0123456789", "file-key-0123456789")
+    assert load_keys(Settings()) == ()
+
+
+@pytest.mark.parametrize("content, message", [(None, "cannot read api_key_file"), ("# only a comment\n", "no key"),
+                                              ("short\n", "too short")])
+def test_bad_key_files_and_keys_are_refused_with_what_to_do(tmp_path, content, message):
+    path = tmp_path / "keys"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ConfigError, match=message) as info:
+        load_keys(Settings.of(api_key_file=str(path)))
+    assert "openssl rand" in str(info.value) or content is None
+
+
+def test_presented_key_and_constant_time_match():
+    key = "k" * 20
+    assert presented_key([(b"authorization", f"Bearer {key}".encode())]) == key
+    assert presented_key([(b"authorization", f"bearer   {key}  ".encode())]) == key
+    assert presented_key([(b"x-api-key", key.encode())]) == key
+    assert presented_key([(b"authorization", b"Basic abc")]) is None
+    assert presented_key([]) is None
+    assert key_matches(key, ("other-key-0123456789", key))
+    assert not key_matches(key[:-1], (key,)) and not key_matches(None, (key,)) and not key_matches("", (key,))
+    assert not key_matches("k\u00e9" * 10, (key,))  # non-ASCII never matches and never raises
+
+
+def test_value_checks():
+    assert check_strings({"a": ["x", 1.5, {"b": None}]}, "meta") == {"a": ["x", 1.5, {"b": None}]}
+    with pytest.raises(UsageError, match="NUL"):
+        check_strings({"a": "x\x00"}, "meta")
+    with pytest.raises(UsageError, match="finite"):
+        check_strings([float("inf")], "meta")
+    with pytest.raises(UsageError, match="nested"):
+        check_strings([[[[[[[[[[1]]]]]]]]]], "meta")
+    assert check_k(None, 10) is None and check_k(10, 10) == 10
+    with pytest.raises(UsageError, match="max_k"):
+        check_k(11, 10)
+
+
+def test_server_sent_events_are_one_json_line_each():
+    assert sse("token", {"text": "a\nb"}) == b'event: token\ndata: {"text": "a\\nb"}\n\n'
+    done = done_payload({"answer": "x", "citations": None, "sources": [1]})
+    assert done == {"answer": "x", "citations": [], "usage": None}
