@@ -191,15 +191,16 @@ class App:
         if request.k is not None and request.k < 1:
             raise UsageError(f"k must be at least 1, not {request.k}", settings=("k",))
         text = check_query(request.query)
-        start = time.perf_counter()
-        with self.connection() as conn:  # refuse a model mismatch before paying for the query embedding
-            self.active_set(conn, "query")
-        embedding = self.embed_query(text) if request.mode != "keyword" else None
-        embedded = time.perf_counter()
         rerank = self.settings.rerank
         k = request.k or self.settings.search.top_k
         fetch = dataclasses.replace(request, k=max(k, rerank.candidates)) if rerank.kind != "none" else request
-        hits, eset = self._search(text, embedding, fetch)
+        start = time.perf_counter()
+        with self.connection() as conn:  # one connection for the whole search, checked out once
+            self.active_set(conn, "query")  # refuse a model mismatch before paying for the query embedding
+            conn.commit()
+            embedding = self.embed_query(text) if request.mode != "keyword" else None
+            embedded = time.perf_counter()
+            hits, eset = self._search(conn, text, embedding, fetch)
         done = time.perf_counter()
         timings = {"embed_ms": round((embedded - start) * 1000, 2), "search_ms": round((done - embedded) * 1000, 2)}
         if rerank.kind != "none":  # the reranker orders the top rerank_candidates; the first k are kept
@@ -209,7 +210,7 @@ class App:
             timings["rerank_ms"] = round((time.perf_counter() - done) * 1000, 2)
         return SearchResult(text, request.mode, hits, eset.model, timings)
 
-    def _search(self, text: str, embedding: np.ndarray | None, request: SearchRequest,
+    def _search(self, conn: psycopg.Connection, text: str, embedding: np.ndarray | None, request: SearchRequest,
                 ) -> tuple[list[Hit], EmbeddingSet]:
         import psycopg
 
@@ -217,7 +218,7 @@ class App:
 
         for attempt in range(3):
             try:
-                with self.connection() as conn, conn.transaction():
+                with conn.transaction():
                     eset = self.active_set(conn, "query")
                     hits = search(conn, eset, text, embedding, self.settings, request.mode, request.k,
                                   request.filters)

@@ -190,13 +190,23 @@ def lost_server(settings: Settings) -> Iterator[None]:
         raise lost from exc
 
 
-def _notice_dead_clients(conn: psycopg.Connection) -> None:
-    """Have the server end this session's statement soon after the client is killed (PostgreSQL 14+ on
-    Linux), so that a killed ingest's index build does not run on, holding the write lock, for minutes."""
+def prepare_session(conn: psycopg.Connection, language: str | None) -> None:
+    """One round trip for the session's checks: the text search configuration exists, and the server ends
+    this session's statement soon after its client is killed (PostgreSQL 14+ on Linux), so a killed ingest's
+    index build does not run on, holding the write lock, for minutes."""
     try:
+        conn.execute("SELECT %s::regconfig, set_config('client_connection_check_interval', '1000', false)",
+                     (language or "simple",))
+        conn.commit()
+        return
+    except psycopg.Error:
+        conn.rollback()
+    if language is not None:
+        check_language(conn, language)
+    try:  # the language is fine: an older server without the setting; the lock is freed when the build ends
         with conn.transaction():
             conn.execute("SELECT set_config('client_connection_check_interval', '1000', false)")
-    except psycopg.Error:  # an older server: the lock is freed when the build ends
+    except psycopg.Error:
         pass
 
 
@@ -228,8 +238,7 @@ def connect(settings: Settings, *, migrate_schema: bool = True, **kwargs: Any) -
     try:
         if migrate_schema:
             migrate(conn)
-            check_language(conn, settings.search.language)
-        _notice_dead_clients(conn)
+        prepare_session(conn, settings.search.language if migrate_schema else None)
         from pgvector.psycopg import register_vector
 
         register_vector(conn)
