@@ -98,6 +98,11 @@ def test_a_halved_batch_keeps_the_vectors_answered_for_its_neighbours(cli, folde
     cli.env["RAGVPS_BATCH_SIZE"] = "8"
     body = "Backups run every night at two and are kept for a week. " * 40
     (folder / "zz-long.md").write_text("# Backups\n\n" + body)
+    # The work list is sorted by length, so the long chunk ends the last batch: pad the folder with one-chunk
+    # pages until that batch holds four chunks, whatever the user guide's own chunk count is.
+    chunks = json.loads(cli("chunk", str(folder), "--json").stdout)["chunks"]
+    for i in range((4 - chunks) % 8):
+        (folder / f"pad-{i}.md").write_text(f"# Pad {i}\n\nA short page number {i}.\n")
     ollama.models["nomic-embed-text"].num_ctx = 300  # /api/show says 2048; the runner takes 300
     result = cli("ingest", str(folder), "--json", expect=1)
     assert "has 4" in result.stderr or "tokens, more than model nomic-embed-text takes" in " ".join(
