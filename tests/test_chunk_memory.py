@@ -9,8 +9,9 @@ import random
 import pytest
 
 from ragvps import tokens
-from ragvps.ingest import chunk
-from ragvps.ingest.chunk import ChunkerConfig, _markdown_starts, _Paths, chunk_documents
+from ragvps.ingest import blocks, chunk
+from ragvps.ingest.blocks import _markdown_starts, _Paths
+from ragvps.ingest.chunk import ChunkerConfig, chunk_documents
 from ragvps.ingest.sources import Document
 
 WORDS = ("alpha", "beta", "gamma", "delta", "harbour", "crane.", "ship!", "tide?", "quay", "berth")
@@ -25,8 +26,8 @@ def _doc(text: str) -> Document:
 def small_segments(monkeypatch):
     """Segments of 8 KB and parse windows of 32 KB, so that small texts take the large-input paths; every
     text handed to the tokenizer is recorded."""
-    monkeypatch.setattr(chunk, "SEGMENT_CHARS", 1 << 13)
-    monkeypatch.setattr(chunk, "PARSE_CHARS", 1 << 15)
+    monkeypatch.setattr(blocks, "SEGMENT_CHARS", 1 << 13)
+    monkeypatch.setattr(blocks, "PARSE_CHARS", 1 << 15)
     monkeypatch.setattr(chunk, "MAX_CHUNK_CHARS", 1 << 12)
     seen: list[int] = []
     real = tokens.encode
@@ -51,7 +52,7 @@ def test_no_shape_is_tokenized_whole(small_segments, shape):
     else:
         text = "| a | b |\n| --- | --- |\n|" + "".join(f" {r.choice(WORDS)} |" for _ in range(30_000))
     chunks = chunk_documents([_doc(text)], CONFIG)[0]
-    assert max(small_segments) <= chunk.SEGMENT_CHARS + 64  # a chunk's heading path is counted with it
+    assert max(small_segments) <= blocks.SEGMENT_CHARS + 64  # a chunk's heading path is counted with it
     assert max(c.tokens for c in chunks) <= 254
     assert max(len(c.text) for c in chunks) <= chunk.MAX_CHUNK_CHARS
     assert chunks[-1].end == len(text.rstrip())  # the whole text is covered, in order
@@ -80,7 +81,7 @@ def test_windowed_parse_finds_the_same_blocks(monkeypatch):
     text = "\n".join(parts)
     whole = _markdown_starts(text, _Paths("Big"))
     for size in (3000, 20000):
-        monkeypatch.setattr(chunk, "PARSE_CHARS", size)
+        monkeypatch.setattr(blocks, "PARSE_CHARS", size)
         assert _markdown_starts(text, _Paths("Big")) == whole
     assert len(whole) > 500
 

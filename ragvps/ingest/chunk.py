@@ -10,22 +10,30 @@ from __future__ import annotations
 import hashlib
 import json
 import operator
-import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from itertools import chain
 from typing import TYPE_CHECKING, Any, cast
 
 from ragvps import tokens
 from ragvps.embed.models import input_room
-from ragvps.ingest.sources import Document, inline_text
+from ragvps.ingest import blocks as block_rules
+from ragvps.ingest.blocks import (
+    Block,
+    Piece,
+    _bounded,
+    _lines,
+    _markdown_blocks,
+    _Paths,
+    _plain_blocks,
+    _strip,
+    sentences,
+)
+from ragvps.ingest.sources import Document
 
 if TYPE_CHECKING:
     from tokenizers import Encoding
 
-SEGMENT_CHARS = 1 << 19  # a longer document is tokenized one segment at a time, so memory stays bounded
-PARSE_CHARS = 1 << 22  # a longer Markdown text is parsed one window of lines at a time
 PATH_SHARE = 4  # a heading path takes at most this fraction (1/n) of the input; longer ones are shortened
 MARGIN = 8  # chunks this close to the limit are re-counted from their final text
 MAX_CHUNK_CHARS = 1 << 16  # only text the tokenizer sees as a few [UNK]s (no spaces) is longer: it is cut
@@ -105,7 +113,7 @@ def chunk_documents(docs: Sequence[Document], config: ChunkerConfig) -> list[lis
     while i < len(docs):
         batch: list[Document] = []
         chars = 0
-        while i < len(docs) and len(docs[i].text) <= SEGMENT_CHARS and (not batch or chars < BATCH_CHARS):
+        while i < len(docs) and len(docs[i].text) <= block_rules.SEGMENT_CHARS and (not batch or chars < BATCH_CHARS):
             batch.append(docs[i])
             chars += len(docs[i].text)
             i += 1
@@ -122,219 +130,6 @@ def chunk_documents(docs: Sequence[Document], config: ChunkerConfig) -> list[lis
 
 
 # --- blocks: (start, end, path index, kind), tiling the document in order --------------------------------
-
-Block = tuple[int, int, int, str]  # kind: heading | prose | lines | code
-_NEWLINE = re.compile(r"\r\n?|\n")
-_BLANK = re.compile(r"\n[ \t\r\f\v]*\n\s*")
-_MD_KINDS = {"heading_open": "heading", "paragraph_open": "prose", "blockquote_open": "prose", "fence": "code",
-             "code_block": "code"}
-
-
-def _strip(text: str, a: int, b: int) -> tuple[int, int]:
-    while a < b and text[a].isspace():
-        a += 1
-    while b > a and text[b - 1].isspace():
-        b -= 1
-    return a, b
-
-
-class _Paths:
-    """Heading paths, interned; path 0 is the document's title alone."""
-
-    def __init__(self, title: str):
-        self.title = " ".join(title.split())
-        self.paths: list[tuple[str, ...]] = [(self.title,) if self.title else ()]
-        self.index: dict[tuple[str, ...], int] = {self.paths[0]: 0}
-        self.stack: list[tuple[int, str]] = []
-
-    def enter(self, level: int, heading: str) -> int:
-        while self.stack and self.stack[-1][0] >= level:
-            self.stack.pop()
-        self.stack.append((level, " ".join(heading.split())))
-        names = [name for _, name in self.stack if name]
-        if names and self.title and names[0].casefold() == self.title.casefold():
-            names = names[1:]  # the h1 that is the title
-        path = (*self.paths[0], *names)
-        if path not in self.index:
-            self.index[path] = len(self.paths)
-            self.paths.append(path)
-        return self.index[path]
-
-
-def _markdown_blocks(doc: Document, paths: _Paths) -> list[Block]:
-    text = doc.text
-    starts = _markdown_starts(text, paths)
-    lines = _line_starts(text, {line for line, _, _ in starts})
-    blocks: list[Block] = []
-    # A block runs to the next block's first line, so text no token maps (link definitions) is kept.
-    for n, (line, kind, p) in enumerate(starts):
-        a = 0 if n == 0 else lines[line]
-        b = lines[starts[n + 1][0]] if n + 1 < len(starts) else len(text)
-        _add_bounded(blocks, text, a, b, p, kind)
-    if not starts:
-        _add_bounded(blocks, text, 0, len(text), 0, "prose")
-    return blocks
-
-
-def _markdown_starts(text: str, paths: _Paths) -> list[tuple[int, str, int]]:
-    """(first line, kind, path) of each top-level Markdown block.
-
-    Blocks only: inline content is parsed for headings alone (a huge paragraph's inline tokens would take
-    gigabytes), with the block parse's link references, as a full parse would. A text longer than
-    PARSE_CHARS is parsed one window of lines at a time; a window ends before its last block, which the next
-    window parses again whole (a single block longer than a window is cut at the window's end).
-    """
-    from markdown_it import MarkdownIt
-
-    block_parser = MarkdownIt("commonmark").enable("table").disable("inline")
-    inline = MarkdownIt("commonmark")
-    env: dict[str, Any] = {}
-    starts: list[tuple[int, str, int]] = []
-    path, pos, first_line = 0, 0, 0
-    while True:
-        end = len(text)
-        if end - pos > PARSE_CHARS:
-            end = text.rfind("\n", pos, pos + PARSE_CHARS) + 1
-            if end <= pos:  # one line longer than a window: parse it whole (a long line costs little)
-                end = text.find("\n", pos + PARSE_CHARS) + 1 or len(text)
-        toks = block_parser.parse(text[pos:end], env)
-        tops = [i for i, tok in enumerate(toks) if tok.level == 0 and tok.nesting != -1 and tok.map is not None]
-        resume = None
-        if end < len(text) and len(tops) > 1:
-            resume = toks[tops[-1]].map[0]  # type: ignore[index]
-            tops = tops[:-1]
-        for i in tops:
-            tok = toks[i]
-            kind = _MD_KINDS.get(tok.type, "lines")
-            if kind == "heading":
-                heading = inline.parseInline(toks[i + 1].content, env)[0]
-                path = paths.enter(int(tok.tag[1]), inline_text(heading))
-            starts.append((first_line + tok.map[0], kind, path))  # type: ignore[index]
-        del toks
-        if end >= len(text):
-            return starts
-        if resume is None:
-            first_line += sum(1 for _ in _NEWLINE.finditer(text, pos, end))
-            pos = end
-        else:
-            for n, m in enumerate(_NEWLINE.finditer(text, pos, end), start=1):
-                if n == resume:
-                    pos = m.end()
-                    break
-            first_line += resume
-
-
-def _line_starts(text: str, wanted: set[int]) -> dict[int, int]:
-    """The character offset of each wanted line (0-based), without a list of every line's."""
-    found = {0: 0} if 0 in wanted else {}
-    last = max(wanted, default=0)
-    for n, m in enumerate(_NEWLINE.finditer(text), start=1):
-        if n > last:
-            break
-        if n in wanted:
-            found[n] = m.end()
-    return found
-
-
-def _add_bounded(blocks: list[Block], text: str, a: int, b: int, p: int, kind: str) -> None:
-    """Append text[a:b] as one block, or as several when it is longer than a segment (one huge paragraph,
-    table row or line), so that no block is tokenized whole."""
-    a, b = _strip(text, a, b)
-    if b - a <= SEGMENT_CHARS:
-        if a < b:
-            blocks.append((a, b, p, kind))
-        return
-    for pa, pb in _bounded(text, a, b):
-        pa, pb = _strip(text, pa, pb)
-        if pa < pb:
-            blocks.append((pa, pb, p, kind))
-
-
-def _plain_blocks(doc: Document, paths: _Paths) -> Iterator[Block]:
-    """Paragraphs (split at blank lines, and at lines or spaces if huge); headings from doc.metadata (HTML)."""
-    text = doc.text
-    heads = {int(h[0]): (int(h[1]), str(h[2])) for h in doc.metadata.get("headings", [])}  # type: ignore[attr-defined]
-    path = 0
-    a = 0
-    for m in chain(_BLANK.finditer(text), [None]):
-        b = m.start() if m else len(text)
-        for pa, pb in _bounded(text, a, b):
-            pa, pb = _strip(text, pa, pb)
-            if pa >= pb:
-                continue
-            kind = "prose"
-            if pa in heads:
-                path = paths.enter(*heads[pa])
-                kind = "heading"
-            yield pa, pb, path, kind
-        if m:
-            a = m.end()
-
-
-def _bounded(text: str, a: int, b: int, size: int | None = None) -> Iterator[tuple[int, int]]:
-    """Spans of at most `size` (a segment's) characters each: cut at the last line break, else after the
-    last sentence's end, else at the last space, else anywhere."""
-    size = size or SEGMENT_CHARS
-    while b - a > size:
-        end = a + size
-        cut = text.rfind("\n", a, end)
-        if cut <= a:
-            cut = max(text.rfind(mark, a, end - 1) for mark in (". ", "! ", "? ")) + 1
-        if cut <= a:
-            cut = text.rfind(" ", a, end)
-        if cut <= a:
-            cut = end
-        yield a, cut
-        a = cut
-    yield a, b
-
-
-# --- sentences --------------------------------------------------------------------------------------------
-
-_END = re.compile(r"[.!?…]+[\"'”’)\]]*\s+|[。！？]+[”’」』]*\s*")
-_ABBREV = frozenset(re.findall(r"\S+", (
-    "mr mrs ms dr prof sr jr st vs etc eg ie al fig figs eq eqs no nos vol ref refs approx ca cf inc ltd "
-    "co corp dept univ gen col lt sgt jan feb mar apr jun jul aug sep sept oct nov dec resp pp ed eds"
-)))
-_WORD_BEFORE = re.compile(r"([\w.]+)$")
-
-
-def sentences(text: str, a: int, b: int) -> list[tuple[int, int]]:
-    """Sentence spans in text[a:b]: after . ! ? and their CJK forms, but not after abbreviations or
-    initials, nor before a lower-case word."""
-    spans = []
-    start = a
-    for m in _END.finditer(text, a, b):
-        cut = m.end()
-        if cut >= b:
-            break
-        mark = m.group()
-        if mark[0] == "." and not mark.startswith(".."):
-            before = _WORD_BEFORE.search(text, max(start, m.start() - 24), m.start())
-            word = before.group(1).lower() if before else ""
-            if word in _ABBREV or "." in word or (len(word) == 1 and word.isalpha()) or text[cut].islower():
-                continue
-        elif mark[0] in "!?…" and text[cut].islower():
-            continue
-        spans.append(_strip(text, start, cut))
-        start = cut
-    spans.append(_strip(text, start, b))
-    return [s for s in spans if s[0] < s[1]]
-
-
-def _lines(text: str, a: int, b: int) -> list[tuple[int, int]]:
-    spans = []
-    for m in _NEWLINE.finditer(text, a, b):
-        spans.append(_strip(text, a, m.start()))
-        a = m.end()
-    spans.append(_strip(text, a, b))
-    return [s for s in spans if s[0] < s[1]]
-
-
-# --- the chunker ------------------------------------------------------------------------------------------
-
-Piece = tuple[int, int, int, int, bool]  # start, end, text tokens, path index, exact by construction
-
 
 @dataclass
 class _Segment:
@@ -399,7 +194,7 @@ class _Chunker:
             return
         run: list[Block] = []
         for block in blocks:
-            if run and block[1] - run[0][0] > SEGMENT_CHARS:
+            if run and block[1] - run[0][0] > block_rules.SEGMENT_CHARS:
                 yield self._encode(run), run
                 run = []
             run.append(block)
