@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import psycopg
@@ -19,8 +19,10 @@ from ragvps.config import Settings
 from ragvps.db.database import compose, q
 from ragvps.embed.models import ModelSpec
 from ragvps.errors import ConfigError, DatabaseError, ModelMismatchError
-from ragvps.ingest.chunk import Chunk
-from ragvps.ingest.sources import Document
+
+if TYPE_CHECKING:  # the chunker and the readers load only when something is ingested
+    from ragvps.ingest.chunk import Chunk
+    from ragvps.ingest.sources import Document
 
 log = logging.getLogger(__name__)
 
@@ -340,6 +342,8 @@ def _exists(conn: psycopg.Connection, name: str) -> bool:
 def chunks_with_ids(conn: psycopg.Connection) -> list[tuple[int, Chunk]]:
     """Every stored chunk with its id, in id order."""
     rows = conn.execute(q("chunks_for_reembed")).fetchall()
+    from ragvps.ingest.chunk import Chunk
+
     return [(r[0], Chunk(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8])) for r in rows]
 
 
