@@ -392,5 +392,5 @@ def _check_dsn(url: str) -> None:
         return
     raise ConfigError(
         f"setting database_url={redact(url)!r} is not a PostgreSQL connection string: write "
-        "postgresql://USER:PASSWORD@HOST:5432/DBNAME (or key=value form, host=... dbname=...), "
+        "postgresql://HOST:5432/DBNAME with USER:PASSWORD@ before HOST (or key=value form, host=... dbname=...), "
         "or leave it empty for the embedded server", settings=("database_url",))
