@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -105,15 +106,21 @@ class Bars:
         self.progress = Progress(TextColumn("{task.description:>6}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), _rate_column(), console=err, transient=False)
         self.tasks: dict[str, Any] = {}
+        self.started = False
+        self.lock = threading.Lock()  # several embedding hosts report from their own threads
 
     def __call__(self, stage: str, done: int, total: int) -> None:
-        if stage not in self.tasks:
-            self.tasks[stage] = self.progress.add_task(stage, total=total)
-        self.progress.update(self.tasks[stage], completed=done, total=total)
+        with self.lock:
+            if not self.started:  # started on the first report: an early error prints no empty bar line
+                self.progress.start()
+                self.started = True
+            if stage not in self.tasks:
+                self.tasks[stage] = self.progress.add_task(stage, total=total)
+            self.progress.update(self.tasks[stage], completed=done, total=total)
 
     def __enter__(self) -> Bars:
-        self.progress.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
+        if self.started:
+            self.progress.stop()
