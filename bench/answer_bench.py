@@ -15,7 +15,6 @@ import datetime
 import json
 import os
 import platform
-import re
 import statistics
 import sys
 import time
@@ -23,8 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-
 from llm_server import FakeLLM  # noqa: E402
+from results import markers, write_section  # noqa: E402  (bench/ is the script's folder)
 
 from ragvps.app import App  # noqa: E402
 from ragvps.config import Settings  # noqa: E402
@@ -32,8 +31,7 @@ from ragvps.generate import AskRequest, cache  # noqa: E402
 from ragvps.measure.plan import Budget  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "scifact-dev"
-RESULTS = ROOT / "bench" / "RESULTS.md"
-START, END = "<!-- answer_bench:start -->", "<!-- answer_bench:end -->"
+START, END = markers("answer_bench")
 SIMULATED_PIECES_PER_S = 50
 MAX_SECONDS = 1200  # the extractive SciFact loop stops here whatever --questions says
 
@@ -170,12 +168,7 @@ def main() -> None:
     ])
     print(section)
     if not args.no_write:
-        text = RESULTS.read_text(encoding="utf-8")
-        if START in text:
-            text = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: section, text, flags=re.DOTALL)
-        else:
-            text = text.rstrip("\n") + "\n\n" + section + "\n"
-        RESULTS.write_text(text, encoding="utf-8")
+        write_section("answer_bench", section)
 
 
 if __name__ == "__main__":

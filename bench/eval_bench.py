@@ -13,16 +13,16 @@ import datetime
 import json
 import os
 import platform
-import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from results import RESULTS, markers, write_section
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "scifact-dev"
-RESULTS = ROOT / "bench" / "RESULTS.md"
-START, END = "<!-- eval_bench:start -->", "<!-- eval_bench:end -->"
+START, END = markers("eval_bench")
 
 # Published figures (BEIR SciFact *test* split, nDCG@10), from ../shared/data/README.md and FACTS.md.
 REFERENCES = [
@@ -75,7 +75,7 @@ def main() -> None:
                      report)
     print(section)
     if not args.no_write:
-        write(section)
+        write_section("eval_bench", section)
         print(f"written to {RESULTS}", file=sys.stderr)
 
 
@@ -134,15 +134,6 @@ def render(data: Path, ingest: dict, ingest_s: float, result: dict, eval_s: floa
         f"(GIN full-text index {gin / mb:.1f} MiB).",
         END,
     ])
-
-
-def write(section: str) -> None:
-    text = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else "# Benchmark results\n"
-    if START in text and END in text:
-        text = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: section, text, flags=re.DOTALL)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    RESULTS.write_text(text, encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -39,11 +39,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from results import RESULTS, markers, write_section  # noqa: E402  (bench/ is the script's folder)
 from serve_server import Server  # noqa: E402
 
 DATASET = ROOT.parent / "shared" / "data" / "scifact-dev"
-RESULTS = ROOT / "bench" / "RESULTS.md"
-START, END = "<!-- serve_bench:start -->", "<!-- serve_bench:end -->"
+START, END = markers("serve_bench")
 KEY = "bench-key-0123456789abcdef"
 
 
@@ -280,7 +280,7 @@ def main() -> None:
     section = render(args, health, runs, notes, rss, load_before, load_after)
     print(section)
     if not args.no_write:
-        write(section)
+        write_section("serve_bench", section)
         print(f"written to {RESULTS}", file=sys.stderr)
 
 
@@ -302,15 +302,6 @@ def render(args: argparse.Namespace, health: dict, runs: list[Run], notes: list[
         *[f"- {n}" for n in notes], "", END,
     ]
     return "\n".join(lines)
-
-
-def write(section: str) -> None:
-    text = RESULTS.read_text(encoding="utf-8")
-    if START in text:
-        text = text[:text.index(START)] + section + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip() + "\n\n" + section + "\n"
-    RESULTS.write_text(text, encoding="utf-8")
 
 
 if __name__ == "__main__":
