@@ -215,6 +215,7 @@ def retrieve(
     settings: Settings, modes: Sequence[str], depth: int, progress: Callable[[str, int, int], None],
 ) -> dict[str, list[list[str]]]:
     """Each question's ranked documents per mode, from the top `depth` chunks that search() returns."""
+    from ragvps.retrieve.rerank import rerank
     from ragvps.retrieve.search import search
 
     ranked: dict[str, list[list[str]]] = {mode: [] for mode in modes}
@@ -222,10 +223,7 @@ def retrieve(
         for i, q in enumerate(questions):
             embedding = embeddings[i] if embeddings is not None and mode != "keyword" else None
             hits = search(conn, eset, q.text, embedding, settings, mode, depth)  # type: ignore[arg-type]
-            if settings.rerank.kind != "none":  # the reranker's order over the top rerank_candidates
-                from ragvps.retrieve.rerank import rerank
-
-                hits = rerank(q.text, hits, settings.rerank)
+            hits = rerank(q.text, hits, settings.rerank)  # with reranker = none, the hits as they are
             ranked[mode].append(ranked_documents(hits, q))
             progress(mode, i + 1, len(questions))
     return ranked
