@@ -1,40 +1,53 @@
 """Settings: defaults < ragvps.toml < RAGVPS_* environment < CLI flags, in one frozen object, grouped by concern.
 
 Every setting has one flat name (`chunk_size`), which is its key in `ragvps.toml`, its environment variable
-(`RAGVPS_CHUNK_SIZE`) and the name errors use; in code it lives in its group (`settings.chunk.size`).
+(`RAGVPS_CHUNK_SIZE`) and the name errors use; in code it lives in its group (`settings.chunk.size`). The
+flat name is the attribute, or the attribute after a word naming its group (`index_min_rows`, `ollama_timeout`);
+a group's `kind` is named for what it chooses (`embedder`). Each field declares its facts beside it
+(`setting(...)`: flat name, range, secret, choices, old names), and the tables below are built from them;
+the backend choices come from ragvps.backends.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn, get_args
 from urllib.parse import urlsplit
 
+from ragvps import backends
 from ragvps.errors import ConfigError, redact
 
-EmbedderKind = Literal["local", "ollama"]
+log = logging.getLogger(__name__)
+
 VectorType = Literal["vector", "halfvec"]
 ChunkMode = Literal["structure", "fixed", "sentences"]
-GeneratorKind = Literal["extractive", "openai", "anthropic", "ollama"]
-RerankerKind = Literal["none", "api"]
 
 CONFIG_FILE = "ragvps.toml"
 DEFAULT_OLLAMA_URL = "http://127.0.0.1:11434"
-LOCAL_MODEL = "all-MiniLM-L6-v2-int8"
 DEFAULT_OLLAMA_MODEL = "nomic-embed-text"
+
+
+def setting(default: Any, name: str, *, lo: float | None = None, hi: float | str | None = None, secret: bool = False,
+            choices: tuple[str, ...] = (), aliases: tuple[str, ...] = ()) -> Any:
+    """A field and its facts: its flat name, its range (`hi` may name the setting that bounds it), whether it
+    is a secret (never shown), its choices, and old flat names still accepted (with a warning)."""
+    facts = {"name": name, "range": None if lo is None else (lo, hi), "secret": secret, "choices": choices,
+             "aliases": aliases}
+    return field(default=default, repr=not secret, metadata=facts)
 
 
 @dataclass(frozen=True)
 class DatabaseSettings:
-    url: str = field(default="", repr=False)  # empty: the embedded PostgreSQL under data_dir
-    data_dir: Path = Path(".ragvps")
-    pool_size: int = 4  # connections a long-running server keeps
+    url: str = setting("", "database_url", secret=True)  # empty: the embedded PostgreSQL under data_dir
+    data_dir: Path = setting(Path(".ragvps"), "data_dir")
+    pool_size: int = setting(4, "pool_size", lo=1, hi=1000)  # connections a long-running server keeps
 
     @property
     def pg_dir(self) -> Path:
@@ -43,23 +56,27 @@ class DatabaseSettings:
 
 @dataclass(frozen=True)
 class EmbedSettings:
-    kind: EmbedderKind = "local"
-    ollama_urls: tuple[str, ...] = (DEFAULT_OLLAMA_URL,)  # several hosts serving the same model
-    model: str = DEFAULT_OLLAMA_MODEL  # the Ollama model; the local model is fixed
-    batch_size: int = 32
-    keep_alive: str = "30m"
-    timeout: int = 120  # seconds for one /api/embed request
-    retries: int = 4  # on connection errors, timeouts and 5xx, with exponential backoff
-    document_prefix: str | None = None  # None: the model's own task prefix (nomic: "search_document: ")
-    query_prefix: str | None = None
-    threads: int = 0  # onnxruntime intra-op threads; 0: one per core
-    sub_batch: int = 8  # local model: texts per onnxruntime call, which bounds peak memory
-    defer: bool = False  # ingest queues chunks for `ragvps worker` instead of embedding them
-    lease: int = 600  # seconds a worker holds a claimed batch before another worker may take it
+    kind: str = setting("local", "embedder", choices=tuple(backends.EMBEDDERS))
+    ollama_urls: tuple[str, ...] = setting((DEFAULT_OLLAMA_URL,), "ollama_url")  # several hosts, one model
+    model: str = setting(DEFAULT_OLLAMA_MODEL, "embed_model")  # the Ollama model; the local model is fixed
+    batch_size: int = setting(32, "batch_size", lo=1, hi=10_000)
+    keep_alive: str = setting("30m", "keep_alive")
+    timeout: int = setting(120, "ollama_timeout", lo=1, hi=86_400)  # seconds for one /api/embed request
+    retries: int = setting(4, "ollama_retries", lo=0, hi=20)  # on connection errors, timeouts, 5xx; with backoff
+    document_prefix: str | None = setting(None, "document_prefix")  # None: the model's own (nomic: "search_document: ")
+    query_prefix: str | None = setting(None, "query_prefix")
+    threads: int = setting(0, "threads", lo=0, hi=1024)  # onnxruntime intra-op threads; 0: one per core
+    sub_batch: int = setting(8, "sub_batch", lo=1, hi=1024)  # local model: texts per onnxruntime call (peak memory)
+    defer_embedding: bool = setting(False, "defer_embedding")  # ingest queues chunks for `ragvps worker`
+    worker_lease: int = setting(600, "worker_lease", lo=1, hi=86_400)  # seconds a worker holds a claimed batch
+
+    @property
+    def backend(self) -> backends.Backend:
+        return backends.EMBEDDERS[self.kind]
 
     @property
     def model_name(self) -> str:
-        return LOCAL_MODEL if self.kind == "local" else self.model
+        return self.backend.model or self.model
 
     @property
     def ollama_url(self) -> str:
@@ -68,68 +85,76 @@ class EmbedSettings:
 
 @dataclass(frozen=True)
 class ChunkSettings:
-    mode: ChunkMode = "structure"
-    size: int | None = None  # None: the embedder's default
-    overlap: int | None = None
+    mode: ChunkMode = setting("structure", "chunk_mode", choices=get_args(ChunkMode))
+    size: int | None = setting(None, "chunk_size")  # None: the embedder's default
+    overlap: int | None = setting(None, "chunk_overlap")
 
 
 @dataclass(frozen=True)
 class IndexSettings:
-    vector_type: VectorType = "vector"
-    hnsw_m: int = 16
-    hnsw_ef_construction: int = 64
-    min_rows: int = 5000  # below this, exact search; no HNSW index
-    memory: str = "256MB"  # maintenance_work_mem for the index build's own session
-    workers: int = 1  # max_parallel_maintenance_workers for the build (0: the leader alone)
+    vector_type: VectorType = setting("vector", "vector_type", choices=get_args(VectorType))
+    hnsw_m: int = setting(16, "hnsw_m", lo=2, hi=100)
+    hnsw_ef_construction: int = setting(64, "hnsw_ef_construction", lo=4, hi=1000)
+    min_rows: int = setting(5000, "index_min_rows", lo=0, hi=10**12)  # below this, exact search; no HNSW index
+    memory: str = setting("256MB", "index_memory")  # maintenance_work_mem for the index build's own session
+    workers: int = setting(1, "index_workers", lo=0, hi=64)  # max_parallel_maintenance_workers (0: the leader)
 
 
 @dataclass(frozen=True)
 class SearchSettings:
-    language: str = "english"  # the PostgreSQL text search configuration
-    ef_search: int = 100
-    candidates: int = 40
-    keyword_budget: int = 300  # BM25 candidates come from the query's rarest words, up to this many chunks
-    top_k: int = 8
-    rrf_k: int = 60
+    language: str = setting("english", "language")  # the PostgreSQL text search configuration
+    ef_search: int = setting(100, "ef_search", lo=1, hi=1000)
+    candidates: int = setting(40, "candidates", lo=1, hi=10_000)
+    keyword_budget: int = setting(300, "keyword_budget", lo=1, hi=10_000_000)  # BM25 from the rarest words' chunks
+    top_k: int = setting(8, "top_k", lo=1, hi="max_k")
+    rrf_k: int = setting(60, "rrf_k", lo=0, hi=10_000)
 
 
 @dataclass(frozen=True)
 class RerankSettings:
-    kind: RerankerKind = "none"
-    url: str = ""
-    model: str = ""
-    api_key: str = field(default="", repr=False)
-    candidates: int = 40
-    timeout: int = 30
+    kind: str = setting("none", "reranker", choices=tuple(backends.RERANKERS))
+    url: str = setting("", "reranker_url")
+    model: str = setting("", "reranker_model")
+    api_key: str = setting("", "reranker_api_key", secret=True)
+    candidates: int = setting(40, "rerank_candidates", lo=1, hi=1000)
+    timeout: int = setting(30, "reranker_timeout", lo=1, hi=3600)
+
+    @property
+    def backend(self) -> backends.Backend:
+        return backends.RERANKERS[self.kind]
 
 
 @dataclass(frozen=True)
 class GenerateSettings:
-    kind: GeneratorKind = "extractive"
-    url: str = ""
-    model: str = ""
-    api_key: str = field(default="", repr=False)
-    temperature: float = 0.0
-    timeout: int = 120
-    retries: int = 3
-    max_answer_tokens: int = 512  # the answer reserve, kept free of the context window
-    context_window: int = 0  # 0: the model's known window (8,192 when unknown)
-    encoding: str = ""  # tiktoken encoding; empty: o200k_base or cl100k_base by model
-    answer_chunks: int = 8
-    min_score: float = 0.0  # hits below this fused score are not sent
-    cache: bool = True
+    kind: str = setting("extractive", "generator", choices=tuple(backends.GENERATORS))
+    url: str = setting("", "generator_url")
+    model: str = setting("", "generator_model")
+    api_key: str = setting("", "generator_api_key", secret=True)
+    temperature: float = setting(0.0, "temperature", lo=0, hi=2)
+    timeout: int = setting(120, "generator_timeout", lo=1, hi=3600)
+    retries: int = setting(3, "generator_retries", lo=0, hi=20)
+    answer_reserve: int = setting(512, "answer_reserve", lo=16, hi=1_000_000)  # kept free of the context window
+    context_window: int = setting(0, "context_window", lo=0, hi=10_000_000)  # 0: the model's (8,192 when unknown)
+    token_encoding: str = setting("", "token_encoding", choices=("", "cl100k_base", "o200k_base"))  # "": by model
+    answer_chunks: int = setting(8, "answer_chunks", lo=1, hi=1000)
+    min_score: float = setting(0.0, "answer_min_score")  # hits below this fused score are not sent
+    cache: bool = setting(True, "answer_cache")
+
+    @property
+    def backend(self) -> backends.Backend:
+        return backends.GENERATORS[self.kind]
 
 
 @dataclass(frozen=True)
 class ServeSettings:
-    host: str = "127.0.0.1"
-    port: int = 8765
-    api_keys: tuple[str, ...] = field(default=(), repr=False)
-    api_key_file: str = ""
-    cors_origins: tuple[str, ...] = ()
-    max_body_bytes: int = 65536
-    request_timeout: int = 120
-    max_k: int = 100
+    host: str = setting("127.0.0.1", "host")
+    port: int = setting(8765, "port", lo=0, hi=65535)
+    api_keys: tuple[str, ...] = setting((), "api_keys", secret=True)
+    api_key_file: str = setting("", "api_key_file")
+    cors_origins: tuple[str, ...] = setting((), "cors_origins")
+    max_body_bytes: int = setting(65536, "max_body_bytes", lo=1024, hi=1 << 30)
+    request_timeout: int = setting(120, "request_timeout", lo=1, hi=86_400)
+    max_k: int = setting(100, "max_k", lo=1, hi=10_000)  # the most chunks one search or question may ask for
 
 
 @dataclass(frozen=True)
@@ -152,6 +177,7 @@ class Settings:
         """A copy with some settings changed, by their flat names."""
         groups: dict[str, dict[str, Any]] = {}
         for name, value in flat.items():
+            name = _current(name, "code")
             group, attr = _where(name)
             groups.setdefault(group, {})[attr] = _coerce(name, value, "code")
         changed = {g: dataclasses.replace(getattr(self, g), **v) for g, v in groups.items()}
@@ -162,61 +188,25 @@ class Settings:
         return getattr(getattr(self, group), attr)
 
 
+# flat name -> (group, field), walking every group's fields in the order they are declared
+_FIELDS: dict[str, tuple[str, dataclasses.Field[Any]]] = {
+    f.metadata["name"]: (g.name, f) for g in fields(Settings) for f in fields(g.default)}  # type: ignore[arg-type]
 # The flat name of every setting -> (group, attribute). Names are what users write; keep them stable.
-SETTINGS: dict[str, tuple[str, str]] = {
-    "database_url": ("database", "url"), "data_dir": ("database", "data_dir"),
-    "pool_size": ("database", "pool_size"),
-    "embedder": ("embed", "kind"), "ollama_url": ("embed", "ollama_urls"), "embed_model": ("embed", "model"),
-    "batch_size": ("embed", "batch_size"), "keep_alive": ("embed", "keep_alive"),
-    "ollama_timeout": ("embed", "timeout"), "ollama_retries": ("embed", "retries"),
-    "document_prefix": ("embed", "document_prefix"), "query_prefix": ("embed", "query_prefix"),
-    "threads": ("embed", "threads"), "sub_batch": ("embed", "sub_batch"), "defer_embedding": ("embed", "defer"),
-    "worker_lease": ("embed", "lease"),
-    "chunk_mode": ("chunk", "mode"), "chunk_size": ("chunk", "size"), "chunk_overlap": ("chunk", "overlap"),
-    "vector_type": ("index", "vector_type"), "hnsw_m": ("index", "hnsw_m"),
-    "hnsw_ef_construction": ("index", "hnsw_ef_construction"), "index_min_rows": ("index", "min_rows"),
-    "index_memory": ("index", "memory"), "index_workers": ("index", "workers"),
-    "language": ("search", "language"), "ef_search": ("search", "ef_search"),
-    "candidates": ("search", "candidates"), "keyword_budget": ("search", "keyword_budget"),
-    "top_k": ("search", "top_k"), "rrf_k": ("search", "rrf_k"),
-    "reranker": ("rerank", "kind"), "reranker_url": ("rerank", "url"), "reranker_model": ("rerank", "model"),
-    "reranker_api_key": ("rerank", "api_key"), "rerank_candidates": ("rerank", "candidates"),
-    "reranker_timeout": ("rerank", "timeout"),
-    "generator": ("generate", "kind"), "generator_url": ("generate", "url"),
-    "generator_model": ("generate", "model"), "generator_api_key": ("generate", "api_key"),
-    "temperature": ("generate", "temperature"), "generator_timeout": ("generate", "timeout"),
-    "generator_retries": ("generate", "retries"), "answer_reserve": ("generate", "max_answer_tokens"),
-    "context_window": ("generate", "context_window"), "token_encoding": ("generate", "encoding"),
-    "answer_chunks": ("generate", "answer_chunks"), "answer_min_score": ("generate", "min_score"),
-    "answer_cache": ("generate", "cache"),
-    "host": ("serve", "host"), "port": ("serve", "port"), "api_keys": ("serve", "api_keys"),
-    "api_key_file": ("serve", "api_key_file"), "cors_origins": ("serve", "cors_origins"),
-    "max_body_bytes": ("serve", "max_body_bytes"), "request_timeout": ("serve", "request_timeout"),
-    "max_k": ("serve", "max_k"),
-}
-SECRETS = frozenset({"database_url", "reranker_api_key", "generator_api_key", "api_keys"})
-
-_CHOICES: dict[str, tuple[str, ...]] = {
-    "embedder": ("local", "ollama"),
-    "vector_type": ("vector", "halfvec"),
-    "chunk_mode": ("structure", "fixed", "sentences"),
-    "generator": ("extractive", "openai", "anthropic", "ollama"),
-    "reranker": ("none", "api"),
-    "token_encoding": ("", "cl100k_base", "o200k_base"),
-}
-# Ranges PostgreSQL and pgvector enforce, checked before anything is built.
-_RANGES: dict[str, tuple[float, float]] = {
-    "hnsw_m": (2, 100), "hnsw_ef_construction": (4, 1000), "ef_search": (1, 1000), "batch_size": (1, 10_000),
-    "sub_batch": (1, 1024), "ollama_timeout": (1, 86_400), "ollama_retries": (0, 20), "candidates": (1, 10_000),
-    "keyword_budget": (1, 10_000_000), "top_k": (1, 10_000), "rrf_k": (0, 10_000), "threads": (0, 1024),
-    "worker_lease": (1, 86_400), "index_min_rows": (0, 10**12), "index_workers": (0, 64), "pool_size": (1, 1000),
-    "rerank_candidates": (1, 1000), "reranker_timeout": (1, 3600), "temperature": (0, 2),
-    "generator_timeout": (1, 3600), "generator_retries": (0, 20), "answer_reserve": (16, 1_000_000),
-    "context_window": (0, 10_000_000), "answer_chunks": (1, 1000), "port": (0, 65535),
-    "max_body_bytes": (1024, 1 << 30), "request_timeout": (1, 86_400), "max_k": (1, 10_000),
-}
+SETTINGS: dict[str, tuple[str, str]] = {name: (group, f.name) for name, (group, f) in _FIELDS.items()}
+SECRETS = frozenset(name for name, (_, f) in _FIELDS.items() if f.metadata["secret"])
+ALIASES: dict[str, str] = {old: name for name, (_, f) in _FIELDS.items() for old in f.metadata["aliases"]}
+_CHOICES: dict[str, tuple[str, ...]] = {n: f.metadata["choices"] for n, (_, f) in _FIELDS.items()
+                                        if f.metadata["choices"]}
+_RANGES: dict[str, tuple[float, float | str]] = {n: f.metadata["range"] for n, (_, f) in _FIELDS.items()
+                                                 if f.metadata["range"]}
 _MEMORY = re.compile(r"^\s*\d+\s*(kB|MB|GB|TB)?\s*$")
-_ENV_ALIASES = {"generator_api_key": ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")}
+# A provider's own key variable (OPENAI_API_KEY ...) is read when RAGVPS_GENERATOR_API_KEY is unset.
+_ENV_ALIASES = {"generator_api_key": tuple(b.key_env for b in backends.GENERATORS.values() if b.key_env)}
+
+
+def reranker_on() -> str:
+    """The reranker a `--rerank` flag turns on: the first that reorders."""
+    return next(b.name for b in backends.RERANKERS.values() if b.reorders)
 
 
 def _where(name: str) -> tuple[str, str]:
@@ -226,20 +216,17 @@ def _where(name: str) -> tuple[str, str]:
         raise ConfigError(f"unknown setting {name!r}; known: {', '.join(sorted(SETTINGS))}") from None
 
 
-def _default(name: str) -> Any:
-    group, attr = SETTINGS[name]
-    return getattr(getattr(Settings(), group), attr)
-
-
-def _field_type(name: str) -> str:
-    group, attr = SETTINGS[name]
-    cls = type(getattr(Settings(), group))
-    return str(next(f.type for f in fields(cls) if f.name == attr))
+def _current(name: str, origin: str) -> str:
+    """The setting's name today; an old name still works, with a warning that says the new one."""
+    if name not in ALIASES:
+        return name
+    log.warning("setting %s (from %s) is now called %s: rename it", name, origin, ALIASES[name])
+    return ALIASES[name]
 
 
 def _coerce(name: str, value: Any, origin: str) -> Any:
     """Turn a raw value (from TOML, environment, a flag or code) into the setting's type."""
-    default, typ = _default(name), _field_type(name)
+    default, typ = _FIELDS[name][1].default, str(_FIELDS[name][1].type)
     shown = "***" if name in SECRETS else repr(value)
     try:
         if typ.startswith("tuple"):
@@ -249,7 +236,7 @@ def _coerce(name: str, value: Any, origin: str) -> Any:
             value = None if value in (None, "") else _whole(value)
         elif typ == "str | None":
             value = None if value is None else str(value)
-        elif name == "data_dir":
+        elif typ == "Path":
             value = Path(value).expanduser()
         elif isinstance(default, bool):
             value = value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
@@ -297,31 +284,40 @@ def load_settings(
     """Build the settings from every layer; flags that are None are not given."""
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
+    origins: dict[str, str] = {}  # where each value that is not a default came from, for its errors
 
     named = config_file or (Path(env["RAGVPS_CONFIG"]) if env.get("RAGVPS_CONFIG") else None)
     path = named or Path(CONFIG_FILE)
     if path.is_file() or named is not None:
         origin = "--config" if config_file is not None else "RAGVPS_CONFIG" if named is not None else "the default"
-        values |= _read_file(path, origin)
+        from_file = _read_file(path, origin)
+        values |= from_file
+        origins |= dict.fromkeys(from_file, f"config file {path}")
 
     if "RAGVPS_OLLAMA_URL" not in env and env.get("OLLAMA_HOST"):
         values["ollama_url"] = _coerce("ollama_url", _normalise_ollama_host(env["OLLAMA_HOST"]),
                                        "environment variable OLLAMA_HOST")
+        origins["ollama_url"] = "environment variable OLLAMA_HOST"
     for name, aliases in _ENV_ALIASES.items():
         for alias in aliases:
             if env.get(alias) and f"RAGVPS_{name.upper()}" not in env and name not in values:
                 values[name] = env[alias]
-    for name in SETTINGS:
+                origins[name] = f"environment variable {alias}"
+    for name in [*ALIASES, *SETTINGS]:  # the old names first, so the current one wins
         key = "RAGVPS_" + name.upper()
         if env.get(key, "") != "" or (name == "database_url" and key in env):
-            values[name] = _coerce(name, env[key], f"environment variable {key}")
+            origin = f"environment variable {key}"
+            current = _current(name, origin)
+            values[current], origins[current] = _coerce(current, env[key], origin), origin
 
     for name, value in flags.items():
         if value is not None:
-            values[name] = _coerce(name, value, f"option --{name.replace('_', '-')}")
+            origin = f"option --{name.replace('_', '-')}"
+            values[name] = _coerce(name, value, origin)
+            origins[name] = origin
 
     settings = Settings().replace(**values)
-    _validate(settings)
+    _validate(settings, origins)
     return settings
 
 
@@ -338,28 +334,36 @@ def _read_file(path: Path, origin: str) -> dict[str, Any]:
                           f"`name = value` lines), not {type(table).__name__} {table!r}")
     values = {}
     for key, value in table.items():
-        if key not in SETTINGS:
+        if key not in SETTINGS and key not in ALIASES:
             raise ConfigError(f"unknown setting {key!r} in {path}; known: {', '.join(sorted(SETTINGS))}")
-        values[key] = _coerce(key, value, str(path))
+        name = _current(key, str(path))
+        values[name] = _coerce(name, value, str(path))
     return values
 
 
-def _validate(s: Settings) -> None:
+def _validate(s: Settings, origins: Mapping[str, str] | None = None) -> None:
+    """Check the values together; each error names where its values came from."""
+    def fail(message: str, *names: str) -> NoReturn:
+        where = [f"{n} from {origins[n]}" if len(names) > 1 else f"from {origins[n]}"
+                 for n in names if origins and n in origins]
+        raise ConfigError(message + (f" ({'; '.join(where)})" if where else ""), settings=names)
+
     c = s.chunk
     if c.size is not None and c.size < 8:
-        raise ConfigError(f"chunk_size={c.size} is too small: use at least 8 tokens", settings=("chunk_size",))
+        fail(f"chunk_size={c.size} is too small: use at least 8 tokens", "chunk_size")
     if c.overlap is not None and c.overlap < 0:
-        raise ConfigError(f"chunk_overlap={c.overlap} must be zero or more", settings=("chunk_overlap",))
+        fail(f"chunk_overlap={c.overlap} must be zero or more", "chunk_overlap")
     if c.overlap is not None and c.size is not None and c.overlap >= c.size:
-        raise ConfigError(f"chunk_overlap={c.overlap} must be smaller than chunk_size={c.size}",
-                          settings=("chunk_overlap", "chunk_size"))
+        fail(f"chunk_overlap={c.overlap} must be smaller than chunk_size={c.size}", "chunk_overlap", "chunk_size")
     for name, (lo, hi) in _RANGES.items():
-        value = s.get(name)
-        if not lo <= value <= hi:
-            raise ConfigError(f"setting {name}={value} is out of range: use {lo:g} to {hi:g}", settings=(name,))
+        value, top = s.get(name), s.get(hi) if isinstance(hi, str) else hi
+        if not lo <= value <= top:
+            bound = f", the setting {hi}" if isinstance(hi, str) else ""
+            fail(f"setting {name}={value} is out of range: use {lo:g} to {top:g}{bound}",
+                 *((name, hi) if isinstance(hi, str) else (name,)))
     if not _MEMORY.match(s.index.memory):
-        raise ConfigError(f"setting index_memory={s.index.memory!r} is not a PostgreSQL memory size: "
-                          "write it like 256MB or 1GB", settings=("index_memory",))
+        fail(f"setting index_memory={s.index.memory!r} is not a PostgreSQL memory size: write it like 256MB or 1GB",
+             "index_memory")
     for url in s.embed.ollama_urls or ("",):
         check_url(url, "ollama_url")
     for name in ("generator_url", "reranker_url"):

@@ -39,3 +39,64 @@ def test_errors_name_the_setting_and_its_origin(tmp_path: Path):
         load_settings(toml, env={})
     with pytest.raises(ConfigError, match="chunk_overlap=200 must be smaller than chunk_size=100"):
         load_settings(env={}, chunk_size=100, chunk_overlap=200)
+
+
+def test_a_value_out_of_range_names_where_it_came_from(tmp_path: Path):
+    with pytest.raises(ConfigError, match=r"hnsw_m=500 is out of range: use 2 to 100 \(from environment variable "
+                                          r"RAGVPS_HNSW_M\)"):
+        load_settings(env={"RAGVPS_HNSW_M": "500"})
+    toml = tmp_path / "ragvps.toml"
+    toml.write_text("[ragvps]\nhnsw_m = 1\n")
+    with pytest.raises(ConfigError, match=rf"hnsw_m=1 is out of range: use 2 to 100 \(from config file {toml}\)"):
+        load_settings(toml, env={})
+    with pytest.raises(ConfigError, match=r"hnsw_m=0 is out of range.*\(from option --hnsw-m\)"):
+        load_settings(toml, env={}, hnsw_m=0)
+    with pytest.raises(ConfigError, match=r"chunk_overlap=200 must be smaller than chunk_size=100 \(chunk_overlap "
+                                          r"from option --chunk-overlap; chunk_size from environment variable"):
+        load_settings(env={"RAGVPS_CHUNK_SIZE": "100"}, chunk_overlap=200)
+
+
+def test_top_k_is_bounded_by_max_k_the_one_limit_the_server_holds_too():
+    with pytest.raises(ConfigError, match=r"top_k=101 is out of range: use 1 to 100, the setting max_k") as raised:
+        load_settings(env={}, top_k=101)
+    assert raised.value.settings == ("top_k", "max_k")
+    assert load_settings(env={"RAGVPS_MAX_K": "500"}, top_k=101).search.top_k == 101
+
+
+def test_every_setting_declares_its_facts_beside_its_field():
+    from dataclasses import fields
+
+    from ragvps import config
+
+    groups = {"database": ("database",), "embed": ("embed", "ollama"), "chunk": ("chunk",), "index": ("index",),
+              "search": (), "rerank": ("reranker", "rerank"), "generate": ("generator", "answer"), "serve": ()}
+    kinds = {"embed": "embedder", "rerank": "reranker", "generate": "generator"}
+    seen = set()
+    for group in fields(Settings):
+        for f in fields(group.default):  # type: ignore[arg-type]
+            name = f.metadata["name"]
+            seen.add(name)
+            assert config.SETTINGS[name] == (group.name, f.name)
+            attr = f.name.removesuffix("s")  # ollama_url holds ollama_urls: one or several
+            expected = {attr} | {f"{word}_{attr}" for word in groups[group.name]}
+            expected |= {kinds[group.name]} if f.name == "kind" else set()
+            assert name.removesuffix("s") in expected, f"{name} names {group.name}.{f.name} in other words: rename one"
+            assert (name in config.SECRETS) == (not f.repr)
+    assert seen == set(config.SETTINGS) and len(seen) == 58
+    assert "generator_api_key" in config.SECRETS and "generator_url" not in config.SECRETS
+    assert "secret" not in repr(Settings.of(generator_api_key="secret"))
+
+
+def test_backend_choices_come_from_the_backends_and_each_backend_builds():
+    from ragvps import backends
+
+    for setting, table in (("embedder", backends.EMBEDDERS), ("generator", backends.GENERATORS),
+                           ("reranker", backends.RERANKERS)):
+        for name, backend in table.items():
+            assert Settings.of(**{setting: name}).get(setting) == name
+            assert callable(backend.load()) or hasattr(backend.load(), "embedder")
+        with pytest.raises(ConfigError, match=f"{setting}='nope' from environment variable "
+                                              f"RAGVPS_{setting.upper()} must be one of: {' | '.join(table)}"):
+            load_settings(env={f"RAGVPS_{setting.upper()}": "nope"})
+    assert Settings.of(embedder="local").embed.model_name == backends.LOCAL_MODEL
+    assert Settings.of(embedder="ollama", embed_model="bge-m3").embed.model_name == "bge-m3"

@@ -93,7 +93,7 @@ def build_prompt(app: App, request: AskRequest) -> PromptPreview:
 def generation_settings(app: App) -> dict[str, Any]:
     """The settings that shape an answer, for the cache key (never the API key)."""
     g = app.settings.generate
-    return {"url": g.url, "temperature": g.temperature, "answer_reserve": g.max_answer_tokens,
+    return {"url": g.url, "temperature": g.temperature, "answer_reserve": g.answer_reserve,
             "version": app.generator.version}
 
 

@@ -158,6 +158,7 @@ class App:
 
     def search(self, request: SearchRequest) -> SearchResult:
         """The top chunks for a query: the active embedding set is read and searched in one transaction."""
+        from ragvps.retrieve.rerankers import make_reranker
         from ragvps.retrieve.search import MODES, check_query
 
         if request.mode not in MODES:
@@ -165,9 +166,9 @@ class App:
         if request.k is not None and request.k < 1:
             raise UsageError(f"k must be at least 1, not {request.k}", settings=("k",))
         text = check_query(request.query)
-        rerank = self.settings.rerank
+        reranker = make_reranker(self.settings.rerank)
         k = request.k or self.settings.search.top_k
-        fetch = dataclasses.replace(request, k=max(k, rerank.candidates)) if rerank.kind != "none" else request
+        fetch = dataclasses.replace(request, k=max(k, reranker.candidates))  # a reranker orders its candidates
         start = time.perf_counter()
         with self.connection() as conn:  # one connection for the whole search, checked out once
             self.active_set(conn, "query")  # refuse a model mismatch before paying for the query embedding
@@ -177,10 +178,8 @@ class App:
             hits, eset = self._search(conn, text, embedding, fetch)
         done = time.perf_counter()
         timings = {"embed_ms": round((embedded - start) * 1000, 2), "search_ms": round((done - embedded) * 1000, 2)}
-        if rerank.kind != "none":  # the reranker orders the top rerank_candidates; the first k are kept
-            from ragvps.retrieve.rerank import rerank as reorder
-
-            hits = reorder(text, hits, rerank)[:k]
+        hits = reranker.order(text, hits)[:k] if hits else []  # the first k of the reranker's order are kept
+        if reranker.candidates:
             timings["rerank_ms"] = round((time.perf_counter() - done) * 1000, 2)
         return SearchResult(text, request.mode, hits, eset.model, timings)
 

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from ragvps.cli.common import Bars, echo_json, err, open_app, warn
+from ragvps.config import reranker_on
 from ragvps.errors import UsageError
 
 
@@ -44,7 +45,7 @@ def eval_(
     else:
         raise UsageError("give a gold file (`ragvps eval gold.jsonl`) or BEIR data (`--queries Q.jsonl --qrels Q.tsv`)")
     depth = max(depth, k)
-    with open_app(ctx, reranker="api" if rerank else None) as app, Bars() as bars:
+    with open_app(ctx, reranker=reranker_on() if rerank else None) as app, Bars() as bars:
         result = app.evaluate(questions, source, chosen, k, depth, bars, warn)
     if report is not None:
         from ragvps.measure.report import render

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from ragvps.cli.common import echo_json, err, metadata_pairs, open_app
+from ragvps.config import reranker_on
 
 
 def query(
@@ -28,7 +29,8 @@ def query(
     from ragvps.retrieve.filters import Filters
 
     filters = Filters(path_prefix, metadata_pairs(meta or []))
-    with flag_names({"mode": "--mode", "k": "--k"}), open_app(ctx, top_k=k, reranker="api" if rerank else None) as app:
+    reranker = reranker_on() if rerank else None
+    with flag_names({"mode": "--mode", "k": "--k"}), open_app(ctx, top_k=k, reranker=reranker) as app:
         result = app.search(SearchRequest(text, mode=mode, filters=filters))  # type: ignore[arg-type]
     if as_json:
         return echo_json(result.hits)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ragvps.config import LOCAL_MODEL
+from ragvps.backends import LOCAL_MODEL
 from ragvps.embed.models import ModelSpec, model_spec
 
 

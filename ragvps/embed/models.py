@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ragvps.config import LOCAL_MODEL, Settings
+from ragvps.backends import LOCAL_MODEL
+from ragvps.config import Settings
 from ragvps.errors import ConfigError, EmbedderError
 from ragvps.records import SPECIAL_TOKENS, ModelSpec
 

@@ -1,4 +1,4 @@
-"""The one registry of embedders: a kind (setting `embedder`) -> the factories that build it.
+"""The factories of each embedder that ragvps.backends.EMBEDDERS names (setting `embedder`).
 
 For each kind: the embedder (one, for queries and simple use), the lanes an ingest runs its batches on,
 and the model spec, which for Ollama asks the server (once per process) about a model ragvps has no
@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ragvps import backends
 from ragvps.config import Settings
 from ragvps.embed import Embedder
 from ragvps.embed.models import ModelSpec, model_spec, spec_for
@@ -76,11 +78,22 @@ def _ollama_spec(settings: Settings) -> ModelSpec:
                         + "; ".join(str(f) for f in failures))
 
 
-EMBEDDERS: dict[str, Callable[[Settings, ModelSpec, int | None], Embedder]] = {"local": _local, "ollama": _ollama}
-LANES: dict[str, Callable[[Settings, ModelSpec, Callable[[], Embedder], Progress | None, Warn | None], Lanes]] = {
-    "local": _local_lanes, "ollama": _ollama_lanes,
-}
-SPECS: dict[str, Callable[[Settings], ModelSpec]] = {"local": _local_spec, "ollama": _ollama_spec}
+@dataclass(frozen=True)
+class Factories:
+    embedder: Callable[[Settings, ModelSpec, int | None], Embedder]
+    lanes: Callable[[Settings, ModelSpec, Callable[[], Embedder], Progress | None, Warn | None], Lanes]
+    spec: Callable[[Settings], ModelSpec]
+
+
+LOCAL = Factories(_local, _local_lanes, _local_spec)
+OLLAMA = Factories(_ollama, _ollama_lanes, _ollama_spec)
+
+
+def _factories(settings: Settings) -> Factories:
+    found = backends.EMBEDDERS[settings.embed.kind].load()
+    assert isinstance(found, Factories)
+    return found
+
 
 _specs: dict[tuple[object, ...], ModelSpec] = {}
 _specs_lock = threading.Lock()
@@ -88,13 +101,13 @@ _specs_lock = threading.Lock()
 
 def make_embedder(settings: Settings, spec: ModelSpec | None = None, *, retries: int | None = None) -> Embedder:
     """The configured embedder; the local model loads here (about a second), Ollama is not contacted yet."""
-    return EMBEDDERS[settings.embed.kind](settings, spec or resolve_spec(settings), retries)
+    return _factories(settings).embedder(settings, spec or resolve_spec(settings), retries)
 
 
 def make_lanes(settings: Settings, spec: ModelSpec, embedder: Callable[[], Embedder],
                progress: Progress | None = None, warn: Warn | None = None) -> Lanes:
     """What an ingest's batches run on: the one local embedder, or every configured Ollama host."""
-    return LANES[settings.embed.kind](settings, spec, embedder, progress, warn)
+    return _factories(settings).lanes(settings, spec, embedder, progress, warn)
 
 
 def resolve_spec(settings: Settings) -> ModelSpec:
@@ -103,7 +116,7 @@ def resolve_spec(settings: Settings) -> ModelSpec:
     key = (e.kind, e.model_name, e.ollama_urls, e.document_prefix, e.query_prefix)
     with _specs_lock:
         if key not in _specs:
-            _specs[key] = SPECS[e.kind](settings)
+            _specs[key] = _factories(settings).spec(settings)
         return _specs[key]
 
 

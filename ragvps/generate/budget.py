@@ -45,7 +45,7 @@ def _known(model: str) -> tuple[int, str] | None:
 def encoding_for(settings: GenerateSettings) -> str:
     """The setting token_encoding, else the model's own encoding when known, else cl100k_base."""
     known = _known(settings.model)
-    return settings.encoding or (known[1] if known else "cl100k_base")
+    return settings.token_encoding or (known[1] if known else "cl100k_base")
 
 
 def window_for(settings: GenerateSettings) -> int:
@@ -77,7 +77,7 @@ class Fit:
 
 def fit(question: str, candidates: Sequence[Source], settings: GenerateSettings) -> Fit:
     """Sources in rank order while they fit the window minus the answer reserve, at most answer_chunks."""
-    encoding, window, reserve = encoding_for(settings), window_for(settings), settings.max_answer_tokens
+    encoding, window, reserve = encoding_for(settings), window_for(settings), settings.answer_reserve
     room = window - reserve
     if room <= 0:
         raise ConfigError(f"answer_reserve={reserve} leaves no room for a prompt in context_window={window}: "

@@ -1,10 +1,11 @@
-"""The one place that maps the setting `generator` to its implementation."""
+"""The factory of each generator that ragvps.backends.GENERATORS names (setting `generator`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from ragvps import backends
 from ragvps.config import Settings
 
 if TYPE_CHECKING:
@@ -27,40 +28,33 @@ class Generator(Protocol):
 Factory = Callable[[Settings, Callable[[], "Embedder"]], Generator]
 
 
-def _extractive(settings: Settings, embedder: Callable[[], Embedder]) -> Generator:
+def extractive(settings: Settings, embedder: Callable[[], Embedder]) -> Generator:
     from ragvps.generate.extractive import Extractive
 
     return Extractive(embedder, settings.embed.model_name)
 
 
-def _openai(settings: Settings, embedder: Callable[[], Embedder]) -> Generator:
+def openai(settings: Settings, embedder: Callable[[], Embedder]) -> Generator:
     from ragvps.generate.llm.base import LLM
     from ragvps.generate.llm.openai import OpenAIChat
 
     return LLM(OpenAIChat(), settings.generate)
 
 
-def _anthropic(settings: Settings, embedder: Callable[[], Embedder]) -> Generator:
+def anthropic(settings: Settings, embedder: Callable[[], Embedder]) -> Generator:
     from ragvps.generate.llm.anthropic import AnthropicMessages
     from ragvps.generate.llm.base import LLM
 
     return LLM(AnthropicMessages(), settings.generate)
 
 
-def _ollama(settings: Settings, embedder: Callable[[], Embedder]) -> Generator:
+def ollama(settings: Settings, embedder: Callable[[], Embedder]) -> Generator:
     from ragvps.generate.llm.base import LLM
     from ragvps.generate.llm.ollama import OllamaChat
 
     return LLM(OllamaChat(settings.embed.keep_alive), settings.generate)
 
 
-GENERATORS: dict[str, Factory] = {
-    "extractive": _extractive,
-    "openai": _openai,
-    "anthropic": _anthropic,
-    "ollama": _ollama,
-}
-
-
 def make_generator(settings: Settings, embedder: Callable[[], Embedder]) -> Generator:
-    return GENERATORS[settings.generate.kind](settings, embedder)
+    factory: Factory = backends.GENERATORS[settings.generate.kind].load()
+    return factory(settings, embedder)

@@ -128,7 +128,8 @@ def store_stage(
     total = sum(len(chunks) for _, chunks in changed)
     done = 0
     for batch in batches(changed, STORE_BATCH_CHUNKS):
-        rows = [(doc, chunks, _vectors(cache, chunks, eset.dims, settings.embed.defer)) for doc, chunks in batch]
+        defer = settings.embed.defer_embedding
+        rows = [(doc, chunks, _vectors(cache, chunks, eset.dims, defer)) for doc, chunks in batch]
         store.replace_documents(conn, eset, root, key, settings.search.language, rows)
         report.stored += len(batch)
         done += sum(len(chunks) for _, chunks in batch)
@@ -201,7 +202,7 @@ def ingest(
             raise nothing_readable(path, report)
         report.chunks = len(chunks)
         cache = VectorCache(settings.database.data_dir, spec.identity, spec.dims)
-        if not settings.embed.defer:
+        if not settings.embed.defer_embedding:
             outcome = EmbedOutcome()
             try:
                 embed_stage(cache, chunks, spec, lanes, settings.embed.batch_size, progress, outcome)
@@ -210,10 +211,10 @@ def ingest(
         eset = store.ensure_set(conn, spec, settings.index.vector_type, activate=True)
         unreadable = {f.rel for f in scan.files} - {f.source for f in files}
         store_stage(conn, eset, str(root), files, unreadable, cache, config, settings, report, progress)
-        if settings.embed.defer:
+        if settings.embed.defer_embedding:
             queue.enqueue_missing(conn, eset)
         report.queued = queue.left(conn, eset)
-        if report.queued and not settings.embed.defer:
+        if report.queued and not settings.embed.defer_embedding:
             warn(f"{report.queued} chunks stored by an earlier ingest with defer_embedding still wait for "
                  "`ragvps worker`; vector search does not find them until a worker has embedded them")
         if report.queued:  # the worker that empties the queue builds the index

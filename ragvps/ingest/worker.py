@@ -69,7 +69,7 @@ def work(
     """Claim, embed and finish batches until `stop` is set (or the queue is empty, with exit_when_empty)."""
     stop = stop or threading.Event()
     report = WorkReport(name or default_name())
-    lease = float(settings.embed.lease)
+    lease = float(settings.embed.worker_lease)
     poll = poll if poll is not None else min(2.0, max(0.1, lease / 4))
     show = progress or (lambda stage, done, total: None)
     say = warn or (lambda message: log.warning("%s", message))

@@ -22,7 +22,6 @@ from ragvps.measure.plan import raw_vector_bytes
 log = logging.getLogger(__name__)
 
 EF_LADDER = (40, 64, 100, 200, 400, 800, 1000)  # pgvector accepts hnsw.ef_search up to 1000
-LOCAL_EMBEDDER_PEAK_BYTES = 512 * 1024**2  # measured: ~0.5 GB peak RSS (sub-batches of 8)
 REBUILD_FACTOR = 2  # a rebuild writes the new table and index beside the old ones
 
 
@@ -176,7 +175,7 @@ def stats(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings) -> S
     rebuild = REBUILD_FACTOR * (tables["chunks"]["total_bytes"] + vec["total_bytes"])
     db = settings.database
     free = shutil.disk_usage(db.pg_dir).free if not db.url and db.pg_dir.exists() else None
-    local = settings.embed.kind == "local"
+    embedder = settings.embed.backend
     result: dict[str, Any] = {
         "rows": {"documents": documents, "chunks": chunks, "vectors": vectors, "roots": roots},
         "embedding_set": {"model": eset.model, "dims": eset.dims, "vector_type": eset.vector_type,
@@ -192,16 +191,14 @@ def stats(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings) -> S
         "disk": {"rebuild_bytes": rebuild, "free_bytes": free,
                  "note": f"a rebuild writes beside the old data: about {REBUILD_FACTOR}x chunks + vectors"},
         "embedder": {"kind": settings.embed.kind, "model": settings.embed.model_name,
-                     "memory_bytes": LOCAL_EMBEDDER_PEAK_BYTES if local else None,
-                     "note": "peak RSS while embedding, measured" if local
-                     else "held by the Ollama server: see `ollama ps`"},
+                     "memory_bytes": embedder.memory_bytes, "note": embedder.memory_note},
         "answer_cache": answer_cache.stats(conn),
     }
     from dataclasses import asdict
 
     from ragvps.db import queue
 
-    result["queue"] = asdict(queue.counts(conn, eset, settings.embed.lease))
+    result["queue"] = asdict(queue.counts(conn, eset, settings.embed.worker_lease))
     result["warnings"] = stats_warnings(result)
     return StatsReport(**result)
 

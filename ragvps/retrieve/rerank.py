@@ -1,4 +1,4 @@
-"""Optional rerank over the top `rerank_candidates` hits, through a rerank API (no weights ship on PyPI).
+"""The reranker `api`: scores from a rerank API (no weights ship on PyPI); rerankers.py orders hits by them.
 
 Two shapes: the common one (Cohere, Jina, llama.cpp server) `POST /v1/rerank` or `/v2/rerank`
 `{model, query, documents, top_n}` -> `{"results": [{"index", "relevance_score"}]}`, and TEI's
@@ -8,7 +8,6 @@ without a rerank path gets `/v1/rerank`.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -16,7 +15,6 @@ from urllib.parse import urlsplit
 
 from ragvps.config import RerankSettings
 from ragvps.errors import ConfigError, RerankerError
-from ragvps.retrieve.search import Hit
 
 RETRIES = 2
 
@@ -70,18 +68,3 @@ class ApiReranker:
             if 0 <= index < n:
                 scores[index] = float(row.get("relevance_score", row.get("score", float("-inf"))))
         return scores
-
-
-RERANKERS = {"api": ApiReranker}
-
-
-def rerank(query: str, hits: Sequence[Hit], settings: RerankSettings) -> list[Hit]:
-    """The first `rerank_candidates` hits in the reranker's order, scored by it, ranks from 1; the rest after."""
-    if settings.kind == "none" or not hits:
-        return list(hits)
-    head, tail = list(hits[: settings.candidates]), list(hits[settings.candidates:])
-    reranker = RERANKERS[settings.kind](settings)
-    scores = reranker.scores(query, [f"{h.heading_path}\n{h.text}" if h.heading_path else h.text for h in head])
-    order = sorted(range(len(head)), key=lambda i: (-scores[i], i))
-    ranked = [dataclasses.replace(head[i], score=scores[i]) for i in order] + tail
-    return [dataclasses.replace(h, rank=r) for r, h in enumerate(ranked, start=1)]

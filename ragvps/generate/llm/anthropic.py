@@ -22,7 +22,7 @@ class AnthropicMessages:
     def request(self, fit: Fit, settings: GenerateSettings) -> Request:
         body = {
             "model": settings.model,
-            "max_tokens": settings.max_answer_tokens,
+            "max_tokens": settings.answer_reserve,
             "temperature": settings.temperature,
             "system": [{"type": "text", "text": fit.prompt.system, "cache_control": {"type": "ephemeral"}}],
             "messages": [{"role": "user", "content": fit.prompt.user}],

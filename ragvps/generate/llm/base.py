@@ -167,7 +167,8 @@ class LLM:
                                  settings=("generator_api_key",))
         if status == 404:
             if "model" in message.lower():
-                pull = f"; run `ollama pull {self.model}`" if self.name == "ollama" else ""
+                todo = self.settings.backend.missing_model
+                pull = "; " + todo.format(model=self.model) if todo else ""
                 raise GeneratorError(f"{where} has no model {self.model!r} (HTTP 404: {message}): check "
                                      f"generator_model{pull}", kind="config", settings=("generator_model",))
             raise GeneratorError(f"{where} has no API at {response.request.url.path} (HTTP 404): "

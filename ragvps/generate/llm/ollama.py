@@ -31,7 +31,7 @@ class OllamaChat:
             "stream": True,
             "keep_alive": self.keep_alive,
             # num_ctx is the budget's window, the same for every question: a changed num_ctx reloads the model
-            "options": {"num_ctx": fit.window, "num_predict": settings.max_answer_tokens,
+            "options": {"num_ctx": fit.window, "num_predict": settings.answer_reserve,
                         "temperature": settings.temperature},
         }
         headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}

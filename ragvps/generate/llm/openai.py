@@ -30,9 +30,9 @@ class OpenAIChat:
             "stream_options": {"include_usage": True},
         }
         if reasoning:
-            body["max_completion_tokens"] = settings.max_answer_tokens
+            body["max_completion_tokens"] = settings.answer_reserve
         else:
-            body["max_tokens"] = settings.max_answer_tokens
+            body["max_tokens"] = settings.answer_reserve
             body["temperature"] = settings.temperature
         headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
         return Request("/chat/completions", body, headers)
