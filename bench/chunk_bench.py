@@ -20,10 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ragvps import tokens  # noqa: E402
-from ragvps.ingest.chunk import ChunkerConfig, chunk_documents  # noqa: E402
-from ragvps.ingest.sources import SourceFile, load  # noqa: E402
-from ragvps.records import Document  # noqa: E402
+from ragvps import tokens
+from ragvps.ingest.chunk import ChunkerConfig, chunk_documents
+from ragvps.ingest.sources import SourceFile, load
+from ragvps.records import Document
 
 LIMIT = 256  # all-MiniLM-L6-v2's input, [CLS] and [SEP] included
 SIZE, OVERLAP = 200, 30  # ragvps's defaults for the local model

@@ -23,11 +23,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ragvps.config import Settings, load_settings  # noqa: E402
-from ragvps.db import store  # noqa: E402
-from ragvps.db.database import connect  # noqa: E402
-from ragvps.measure import metrics  # noqa: E402
-from ragvps.retrieve import fusion, search  # noqa: E402
+from ragvps.config import Settings, load_settings
+from ragvps.db import store
+from ragvps.db.database import connect
+from ragvps.measure import metrics
+from ragvps.retrieve import fusion, search
 
 DATASET = Path(__file__).resolve().parents[2] / "shared" / "data" / "scifact-dev"
 

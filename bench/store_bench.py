@@ -27,19 +27,19 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from quality_bench import DATASET, load_eval, query_vectors  # noqa: E402
+from quality_bench import DATASET, load_eval, query_vectors
 
-from ragvps.config import Settings, load_settings  # noqa: E402
-from ragvps.db import store  # noqa: E402
-from ragvps.db.database import compose, connect, embedded_url  # noqa: E402
-from ragvps.embed.models import spec_for  # noqa: E402
-from ragvps.ingest.artifacts import VectorCache  # noqa: E402
-from ragvps.ingest.pipeline import STORE_BATCH_CHUNKS, batches  # noqa: E402
+from ragvps.config import Settings, load_settings
+from ragvps.db import store
+from ragvps.db.database import compose, connect, embedded_url
+from ragvps.embed.models import spec_for
+from ragvps.ingest.artifacts import VectorCache
+from ragvps.ingest.pipeline import STORE_BATCH_CHUNKS, batches
 from ragvps.records import (
-    Chunk,  # noqa: E402
-    Document,  # noqa: E402
+    Chunk,
+    Document,
 )
-from ragvps.retrieve import search  # noqa: E402
+from ragvps.retrieve import search
 
 CHUNK_FIELDS = frozenset(f.name for f in dataclasses.fields(Chunk))
 BATCH = STORE_BATCH_CHUNKS  # chunks per transaction, as the store stage writes them

@@ -285,7 +285,7 @@ def test_the_server_healthcheck_command_asks_a_real_server(tmp_path):
     status = {"code": 200}
 
     class Health(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
+        def do_GET(self):
             self.send_response(status["code"] if self.path == "/health" else 404)
             self.end_headers()
 

@@ -13,7 +13,7 @@ import pytest
 from serve_server import WAITING_ON_ASK, Server, ragvps
 
 pytest.importorskip("ragvps.generate", reason=WAITING_ON_ASK)
-from llm_server import FakeLLM, llm, llm_server  # noqa: E402, F401  (fixtures)
+from llm_server import FakeLLM, llm, llm_server  # noqa: F401  (fixtures)
 
 QUESTION = "what happens when I run ingest twice?"
 STABLE = ("answer", "answered", "extractive", "citations", "invalid_citations", "sources", "left_out", "generator",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from ragvps.app.checks import check_strings
 from ragvps.config import Settings
 from ragvps.errors import ConfigError, UsageError
 from ragvps.serve.auth import check_bind, is_loopback, key_matches, load_keys, presented_key
-from ragvps.serve.limits import check_k, check_strings
 from ragvps.serve.stream import done_payload, sse
 
 
@@ -65,9 +65,6 @@ def test_value_checks():
         check_strings([float("inf")], "meta")
     with pytest.raises(UsageError, match="nested"):
         check_strings([[[[[[[[[[1]]]]]]]]]], "meta")
-    assert check_k(None, 10) is None and check_k(10, 10) == 10
-    with pytest.raises(UsageError, match="max_k"):
-        check_k(11, 10)
 
 
 def test_server_sent_events_are_one_json_line_each():

@@ -128,7 +128,7 @@ def test_rebuild_swaps_the_index_while_queries_keep_answering(conn, db_url):
                     vec_hits = search.vector_leg(reader, eset, rng.normal(size=SPEC.dims).astype(np.float32),
                                                  settings)
                     answers.append(min(len(text_hits), len(vec_hits)))
-        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+        except BaseException as exc:  # reported by the assertion below
             errors.append(exc)
 
     reader = threading.Thread(target=keep_querying)

@@ -7,7 +7,10 @@ and report types it builds and renders are in `requests`. `core` holds the App, 
         result = app.search(SearchRequest("how do I rotate the keys?"))
 """
 
+from ragvps.app.checks import MAX_QUERY_CHARS, MODES, Mode
 from ragvps.app.core import App, existing_path
-from ragvps.app.requests import Answer, AskRequest, Health, PromptPreview, SearchRequest, SearchResult
+from ragvps.app.requests import Answer, AskRequest, Health, PromptPreview, SearchRequest, SearchResult, jsonable
+from ragvps.retrieve.filters import Filters
 
-__all__ = ["Answer", "App", "AskRequest", "Health", "PromptPreview", "SearchRequest", "SearchResult", "existing_path"]
+__all__ = ["MAX_QUERY_CHARS", "MODES", "Answer", "App", "AskRequest", "Filters", "Health", "Mode", "PromptPreview",
+           "SearchRequest", "SearchResult", "existing_path", "jsonable"]

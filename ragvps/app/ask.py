@@ -63,8 +63,11 @@ class _Clock:
 
 def prepare(app: App, request: AskRequest, clock: _Clock | None = None) -> tuple[Fit, dict[str, int]]:
     """Retrieve (app.search reranks when a reranker is configured), drop hits under the floor, fit the budget."""
+    from ragvps.app.checks import check_ask
+
     clock = clock or _Clock()
     s = app.settings
+    request = check_ask(request, s.serve.max_k)
     k = request.k or max(s.generate.answer_chunks, s.search.top_k)
     result = app.search(SearchRequest(request.question, k=k, mode=request.mode, filters=request.filters))
     clock.lap("retrieve_ms")

@@ -158,14 +158,11 @@ class App:
 
     def search(self, request: SearchRequest) -> SearchResult:
         """The top chunks for a query: the active embedding set is read and searched in one transaction."""
+        from ragvps.app.checks import check_search
         from ragvps.retrieve.rerankers import make_reranker
-        from ragvps.retrieve.search import MODES, check_query
 
-        if request.mode not in MODES:
-            raise UsageError(f"mode {request.mode!r} is not one of: {', '.join(MODES)}", settings=("mode",))
-        if request.k is not None and request.k < 1:
-            raise UsageError(f"k must be at least 1, not {request.k}", settings=("k",))
-        text = check_query(request.query)
+        request = check_search(request, self.settings.serve.max_k)
+        text = request.query
         reranker = make_reranker(self.settings.rerank)
         k = request.k or self.settings.search.top_k
         fetch = dataclasses.replace(request, k=max(k, reranker.candidates))  # a reranker orders its candidates

@@ -1,11 +1,15 @@
-"""The app layer's request and report types: what an interface builds to call a use case and what it renders.
+"""The app layer's request and report types: what an interface builds to call a use case and what it renders,
+and the one JSON rendering of them (`jsonable`) that `--json`, HTTP and MCP share.
 
 Plain dataclasses; importing them loads no stage.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -90,3 +94,24 @@ class PromptPreview:
     generator: str
     model: str
     prompt_version: str
+
+
+def jsonable(obj: Any) -> Any:
+    """Dataclasses, tuples, sets, paths and numpy values as plain JSON values; NaN and infinities as null."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set | frozenset):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if obj is None or isinstance(obj, str | int | bool):
+        return obj
+    if hasattr(obj, "item") and getattr(obj, "ndim", 0) == 0:  # numpy scalars
+        return jsonable(obj.item())
+    if hasattr(obj, "tolist"):  # numpy arrays
+        return jsonable(obj.tolist())
+    return str(obj)

@@ -63,9 +63,9 @@ def warn(message: str) -> None:
 
 
 def echo_json(data: Any) -> None:
-    from ragvps.cli.render import as_json
+    from ragvps.app.requests import jsonable
 
-    typer.echo(as_json(data))
+    typer.echo(json.dumps(jsonable(data), indent=2, ensure_ascii=False))
 
 
 def metadata_pairs(pairs: list[str]) -> dict[str, Any]:

@@ -149,12 +149,12 @@ def doctor(
     """Check the embedder before a long run: the model's dimension and context length, and the index's model."""
     from rich.markup import escape
 
-    from ragvps.cli.render import plain
+    from ragvps.app import jsonable
 
     with open_app(ctx) as app:
         report = app.doctor()
     if as_json:
-        echo_json({k: v for k, v in plain(report).items() if k != "lines"})
+        echo_json({k: v for k, v in jsonable(report).items() if k != "lines"})
     else:
         for line in report.lines:
             typer.echo(line)

@@ -13,7 +13,7 @@ from ragvps.config import reranker_on
 def query(
     ctx: typer.Context,
     text: Annotated[str, typer.Argument(help="The question.")],
-    k: Annotated[int | None, typer.Option("--k", "-k", help="How many chunks to return (default 8).")] = None,
+    k: Annotated[int | None, typer.Option("--k", "-k", help="How many chunks (default: top_k; at most max_k).")] = None,
     mode: Annotated[str, typer.Option(help="hybrid | vector | keyword")] = "hybrid",
     path_prefix: Annotated[str, typer.Option(help="Only chunks from source files whose path starts so.")] = "",
     meta: Annotated[list[str] | None, typer.Option(
@@ -24,14 +24,12 @@ def query(
         "--rerank", help="Reorder the top rerank_candidates with the reranker API at reranker_url.")] = False,
 ) -> None:
     """Hybrid search: vector top-40 and BM25 full-text top-40, fused by reciprocal rank fusion."""
-    from ragvps.app import SearchRequest
+    from ragvps.app import Filters, SearchRequest
     from ragvps.cli.common import flag_names
-    from ragvps.retrieve.filters import Filters
 
-    filters = Filters(path_prefix, metadata_pairs(meta or []))
-    reranker = reranker_on() if rerank else None
-    with flag_names({"mode": "--mode", "k": "--k"}), open_app(ctx, top_k=k, reranker=reranker) as app:
-        result = app.search(SearchRequest(text, mode=mode, filters=filters))  # type: ignore[arg-type]
+    request = SearchRequest(text, k=k, mode=mode, filters=Filters(path_prefix, metadata_pairs(meta or [])))  # type: ignore[arg-type]
+    with flag_names({"mode": "--mode", "k": "--k"}), open_app(ctx, reranker=reranker_on() if rerank else None) as app:
+        result = app.search(request)
     if as_json:
         return echo_json(result.hits)
     if not result.hits:

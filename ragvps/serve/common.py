@@ -47,7 +47,7 @@ class Ready:
             try:
                 app = stack.enter_context(App.open(self.settings, pooled=True))
                 app.embed_query("warm up the model")
-            except Exception as exc:  # noqa: BLE001  (any failure to start is reported by /health and retried)
+            except Exception as exc:  # any failure to start is reported by /health and retried
                 stack.close()
                 self.error = redact(str(exc) if isinstance(exc, RagvpsError) else f"{exc.__class__.__name__}: {exc}")
                 log.warning("not ready, retrying in %.0f s: %s", RETRY_OPEN_S, self.error)
@@ -94,7 +94,7 @@ def guarded(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
             return await fn(*args, **kwargs)
         except (RagvpsError, HTTPException):
             raise
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             _, body = error_body(exc)
             raise RagvpsError(body["error"], kind=body["kind"]) from None  # type: ignore[arg-type]
 

@@ -1,16 +1,12 @@
-"""Request limits the server enforces before any work: body size (here), and the checks on a request's
-values (query length as in the CLI, k up to `max_k`, strings PostgreSQL can store)."""
+"""The request body's size limit the server enforces before any work (the checks on a request's values are
+the app's, in ragvps/app/checks.py)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ragvps.errors import UsageError
 from ragvps.serve.auth import ASGIApp, Scope, send_error
-
-MAX_META_DEPTH = 8
 
 
 class LimitBody:
@@ -60,28 +56,3 @@ class LimitBody:
 
         await self.app(scope, replay, send)
 
-
-def check_strings(value: Any, what: str, depth: int = 0) -> Any:
-    """`value` (a filter from JSON) as PostgreSQL can store it: no NUL in text, finite numbers, bounded depth."""
-    if depth > MAX_META_DEPTH:
-        raise UsageError(f"{what} is nested more than {MAX_META_DEPTH} levels deep: filter on flatter metadata")
-    if isinstance(value, str):
-        if "\x00" in value:
-            raise UsageError(f"{what} contains a NUL character, which no stored text can match: remove it")
-    elif isinstance(value, float):
-        if not math.isfinite(value):
-            raise UsageError(f"{what} has a number JSON cannot hold ({value}): use a finite number")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            check_strings(key, what, depth + 1)
-            check_strings(item, what, depth + 1)
-    elif isinstance(value, list):
-        for item in value:
-            check_strings(item, what, depth + 1)
-    return value
-
-
-def check_k(k: int | None, max_k: int) -> int | None:
-    if k is not None and not 1 <= k <= max_k:
-        raise UsageError(f"k={k} is out of range: ask for 1 to {max_k} chunks (setting max_k)", settings=("max_k",))
-    return k

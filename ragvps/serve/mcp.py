@@ -23,7 +23,8 @@ def build_server(get_app: Callable[[], Any], max_k: int = 100) -> Any:
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
-    from ragvps.serve.convert import ask_request, jsonable, search_request
+    from ragvps.app import jsonable
+    from ragvps.serve.convert import ask_request, search_request
 
     server = MCPServer(name="ragvps", instructions=INSTRUCTIONS)
 

@@ -40,11 +40,12 @@ SSE_EVENT: dict[str, Any] = {"oneOf": [
 def add_routes(api: Any, ready: Any, settings: Settings) -> None:
     from fastapi.responses import HTMLResponse, JSONResponse
 
+    from ragvps.app import jsonable
     from ragvps.serve.common import error_body, guarded, in_thread, page
-    from ragvps.serve.convert import ask_request, hits_out, jsonable, search_request
+    from ragvps.serve.convert import ask_request, hits_out, search_request
     from ragvps.serve.stream import streaming_response
 
-    SearchIn, AskIn = request_models(settings.serve.max_k)  # noqa: N806
+    SearchIn, AskIn = request_models(settings.serve.max_k)
     timeout = float(settings.serve.request_timeout)
     max_k = settings.serve.max_k
     html = page()
@@ -63,10 +64,9 @@ def add_routes(api: Any, ready: Any, settings: Settings) -> None:
             return JSONResponse({"status": "starting", "error": ready.error}, status_code=503)
         try:
             report = await in_thread(ready.app.health, HEALTH_TIMEOUT_S)
-        except Exception as exc:  # noqa: BLE001  (health says why, and stays 503 until it works)
+        except Exception as exc:  # health says why, and stays 503 until it works
             return JSONResponse({"status": "unavailable", "error": error_body(exc)[1]["error"]}, status_code=503)
         body = jsonable(report)
-        body = body if isinstance(body, dict) else {"report": body}
         healthy = all(body.get(name, True) is not False for name in ("ready", "database"))
         body["status"] = "ok" if healthy else "unavailable"
         return JSONResponse(body, status_code=200 if healthy else 503)
@@ -101,5 +101,5 @@ def add_routes(api: Any, ready: Any, settings: Settings) -> None:
     async def stats() -> dict[str, Any]:
         app = ready.get()
         report = await in_thread(app.stats, timeout)
-        out = jsonable(report)
-        return out if isinstance(out, dict) else {"stats": out}
+        out: dict[str, Any] = jsonable(report)
+        return out

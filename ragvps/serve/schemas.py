@@ -6,9 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ragvps.retrieve.search import MAX_QUERY_CHARS
+from ragvps.app import MAX_QUERY_CHARS, Mode
 
-Mode = Literal["hybrid", "vector", "keyword"]
 MAX_PATH_PREFIX = 4096
 
 

@@ -14,13 +14,13 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ragvps.serve.convert import jsonable
+from ragvps.app import jsonable
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 _END = object()
 
 
-class ClientGone(Exception):  # noqa: N818  (raised into the app to cancel the answer, not an error)
+class ClientGone(Exception):  # raised into the app to cancel the answer, not an error
     """The HTTP client disconnected: stop generating."""
 
 
@@ -64,16 +64,11 @@ async def answer_events(app: Any, request: Any, timeout: float) -> AsyncIterator
 
     def work() -> None:
         try:
-            answer = app.ask(request, on_sources=on_sources, on_token=on_token)
-            if not sent["sources"]:  # e.g. an answer from the cache: its sources still come first
-                on_sources(getattr(answer, "sources", []))
-            text = str(getattr(answer, "answer", ""))
-            if not sent["tokens"] and text:
-                on_token(text)  # a generator that does not stream: the whole answer as one token
+            answer = app.ask(request, on_sources=on_sources, on_token=on_token)  # sources first, then tokens
             put(("done", done_payload(answer)))
         except ClientGone:
             pass
-        except BaseException as exc:  # noqa: BLE001  (reported to the client as one error event)
+        except BaseException as exc:  # reported to the client as one error event
             status, body = error_body(exc)
             put(("error", body | {"status": status}))
         finally:
