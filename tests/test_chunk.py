@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ragvps import tokens
-from ragvps.ingest.chunk import ChunkerConfig, chunk_document, fixed_windows
+from ragvps.ingest.chunk import ChunkerConfig, chunk_document
 from ragvps.records import Document
 from ragvps.text import sentences
 
@@ -84,13 +83,10 @@ def test_guarantees_hold_for_arbitrary_unicode(text, config):
 
 
 def test_fixed_mode_example():
-    assert [b - a for a, b in fixed_windows(2500, 800, 200)] == [800, 800, 800, 700]
     doc = Document("d", "d", "", " ".join(["word"] * 2500), "text")
     chunks = chunk_document(doc, ChunkerConfig("fixed", 800, 200, 4096))
     assert [c.tokens for c in chunks] == [800, 800, 800, 700]
     assert sum(c.tokens for c in chunks) - 2500 == 600  # repeated by the overlap
-    with pytest.raises(ValueError, match="overlap 800 must be smaller"):
-        fixed_windows(10, 800, 800)
 
 
 GUIDE = """# Guide

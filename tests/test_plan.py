@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
@@ -271,11 +271,16 @@ def test_processed_is_stream_plus_repeated(p: WindowPlan) -> None:
         assert p.repeated_tokens == 0
 
 
+@settings(max_examples=40, deadline=None)
 @given(plans())
-def test_plan_agrees_with_the_chunkers_fixed_windows(p: WindowPlan) -> None:
-    from ragvps.ingest.chunk import fixed_windows
+def test_plan_agrees_with_the_chunker(p: WindowPlan) -> None:
+    """The fixed-mode chunker over a document of p.tokens one-token words cuts the plan's windows."""
+    from ragvps.ingest.chunk import ChunkerConfig, chunk_document
+    from ragvps.records import Document
 
-    assert list(p.windows()) == fixed_windows(p.tokens, p.size, p.overlap)
+    doc = Document("d", "d", "", " ".join(["word"] * p.tokens), "text")
+    chunks = chunk_document(doc, ChunkerConfig("fixed", p.size, p.overlap, 4096))
+    assert [(c.start, c.tokens) for c in chunks] == [(5 * a, b - a) for a, b in p.windows()]
 
 
 # --- the command --------------------------------------------------------------------------------------

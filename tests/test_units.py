@@ -5,7 +5,6 @@ import psycopg
 
 from ragvps.db.database import migrate, migrations, queries
 from ragvps.ingest.artifacts import VectorCache
-from ragvps.ingest.chunk import fixed_windows
 from ragvps.retrieve.search import rrf
 
 
@@ -15,12 +14,6 @@ def test_rrf_scores_and_order():
     assert scores[30] == 1 / 63 + 1 / 61
     assert scores[10] == 1 / 61
     assert [item for item, _ in fused] == [30, 10, 20, 40]
-
-
-def test_fixed_windows_example():
-    windows = fixed_windows(2500, 800, 200)
-    assert [b - a for a, b in windows] == [800, 800, 800, 700]
-    assert fixed_windows(0, 800, 200) == []
 
 
 def test_migrations_are_idempotent(db_url):

@@ -74,6 +74,13 @@ class App:
                 app._generator.close()
             connections.close()
 
+    @staticmethod
+    def stop_embedded(settings: Settings) -> bool:
+        """`ragvps server stop`: stop the embedded PostgreSQL if it runs; True if one was stopped."""
+        from ragvps.db.database import stop_embedded
+
+        return stop_embedded(settings)
+
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
         """A connection; one that dies under the caller (a stopped server) becomes one clear DatabaseError."""
@@ -279,7 +286,8 @@ class App:
             if not store.index_exists(conn, eset):
                 return inspect.exact_only(eset, store.chunk_count(conn), self.settings.index.min_rows, k,
                                           current, target)
-            if questions is not None:
+            if questions is not None:  # sampled here as the chunks are, the same sample each run
+                questions = inspect.sample_questions(questions, sample)
                 vectors = self.embed_queries([q.text for q in questions], progress)
                 exclude: list[Any] = [None] * len(questions)
             else:

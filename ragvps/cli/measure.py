@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 from typing import Annotated
 
@@ -76,12 +75,9 @@ def check_index(
 
     if sample < 1 or k < 1 or not 0 < target <= 1:
         raise UsageError("--sample and --k must be at least 1, --target between 0 and 1")
-    picked = None
-    if questions is not None:
-        loaded = evaluate.load_queries(questions)
-        picked = random.Random(0).sample(loaded, min(sample, len(loaded)))
+    loaded = evaluate.load_queries(questions) if questions is not None else None
     with open_app(ctx) as app, Bars() as bars:
-        result = app.check_index(picked, sample, k, target, bars, source=str(questions))
+        result = app.check_index(loaded, sample, k, target, bars, source=str(questions))
     if as_json:
         return echo_json(inspect.as_dict(result))
     if result.index is None:

@@ -54,21 +54,6 @@ class ChunkerConfig:
         return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
-def fixed_windows(n_tokens: int, size: int, overlap: int) -> list[tuple[int, int]]:
-    """Windows [start, end) over a stream of n tokens: step = size - overlap, the last possibly shorter."""
-    if overlap >= size:
-        raise ValueError(f"overlap {overlap} must be smaller than the chunk size {size}")
-    step = size - overlap
-    windows = []
-    start = 0
-    while True:
-        end = min(start + size, n_tokens)
-        windows.append((start, end))
-        if end >= n_tokens:
-            return windows if n_tokens else []
-        start += step
-
-
 def chunk_document(doc: Document, config: ChunkerConfig) -> list[Chunk]:
     """The chunks of one document."""
     return chunk_documents([doc], config)[0]

@@ -7,7 +7,7 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import psycopg
@@ -20,6 +20,7 @@ from ragvps.generate import cache as answer_cache
 from ragvps.measure.plan import raw_vector_bytes
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 EF_LADDER = (40, 64, 100, 200, 400, 800, 1000)  # pgvector accepts hnsw.ef_search up to 1000
 REBUILD_FACTOR = 2  # a rebuild writes the new table and index beside the old ones
@@ -107,6 +108,13 @@ def check_index(conn: psycopg.Connection, eset: EmbeddingSet, vectors: np.ndarra
             reached = ef
     rows = int(conn.execute(_q("counts", table=eset.table)).fetchone()[3])  # type: ignore[index]
     return IndexCheck(eset.index_name, rows, len(vectors), source, k, current, target, results, reached)
+
+
+def sample_questions(questions: Sequence[T], n: int) -> list[T]:
+    """Up to n of the questions, the same ones on every run."""
+    import random
+
+    return random.Random(0).sample(list(questions), min(n, len(questions)))
 
 
 def sample_vectors(conn: psycopg.Connection, eset: EmbeddingSet, n: int) -> tuple[np.ndarray, list[int]]:
