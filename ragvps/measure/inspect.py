@@ -17,7 +17,7 @@ from ragvps.config import Settings
 from ragvps.db.database import queries
 from ragvps.db.store import EmbeddingSet, as_param
 from ragvps.generate import cache as answer_cache
-from ragvps.measure.plan import raw_vector_bytes
+from ragvps.measure.vectors import raw_vector_bytes
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -79,7 +79,8 @@ def plan_measure(settings: Settings, spec: ModelSpec, path: Path, dims: int | No
                  warn: Warn) -> PlanMeasurement:
     """Every readable document of `path` through the real tokenizer and chunker; unreadable files are
     skipped with a warning, exactly as ingest skips them."""
-    from ragvps.measure.plan import check_input_limit, measure
+    from ragvps.measure.plan import measure
+    from ragvps.measure.windows import check_input_limit
 
     config = chunker_config(settings, spec)
     check_input_limit(config.size, spec.input_room, spec.name)
