@@ -335,12 +335,19 @@ class App:
 
         return chunk_summary(self.settings, self.spec, existing_path(path), progress, warn)
 
-    def plan_measure(self, path: Path | str, spec: ModelSpec | None, dims: int | None, bytes_per_dim: int,
-                     warn: Warn = _quiet) -> Any:
-        """`ragvps plan --path`: real token counts and the real chunker over a folder."""
+    def plan_measure(self, path: Path | str, spec: ModelSpec | None, overlap: str | None, dims: int | None,
+                     bytes_per_dim: int, warn: Warn = _quiet) -> Any:
+        """`ragvps plan --path`: real token counts and the real chunker over a folder; `overlap` may be a
+        percentage of the chunk size that ingest would use."""
+        from ragvps.ingest.pipeline import chunker_config
         from ragvps.measure.summary import plan_measure
+        from ragvps.measure.windows import parse_overlap
 
-        return plan_measure(self.settings, spec or self.spec, existing_path(path), dims, bytes_per_dim, warn)
+        spec = spec or self.spec
+        settings = self.settings
+        if overlap is not None:
+            settings = settings.replace(chunk_overlap=parse_overlap(overlap, chunker_config(settings, spec).size))
+        return plan_measure(settings, spec, existing_path(path), dims, bytes_per_dim, warn)
 
 
 def _prune_answers(conn: psycopg.Connection, reports: Sequence[IngestReport]) -> int:

@@ -28,30 +28,19 @@ def eval_(
     = False,
 ) -> None:
     """Recall@k, MRR@k and nDCG@k of each search mode over gold questions, side by side."""
-    from ragvps.measure import evaluate
+    from ragvps.app import evaluation
 
-    chosen = [m.strip() for m in modes.split(",") if m.strip()]
-    if not chosen or any(m not in evaluate.EVAL_MODES for m in chosen):
-        raise UsageError(f"--modes {modes!r}: choose from {', '.join(evaluate.EVAL_MODES)}")
+    chosen = evaluation.check_modes(modes)
     if k < 1 or depth < 1:
         raise UsageError("--k and --depth must be at least 1")
-    if gold is not None and (queries or qrels):
-        raise UsageError("give either a gold file or --queries with --qrels, not both")
-    if gold is not None:
-        questions, source = evaluate.load_gold(gold), str(gold)
-    elif queries is not None and qrels is not None:
-        questions, source = evaluate.load_beir(queries, qrels, warn), f"{queries} + {qrels}"
-    else:
-        raise UsageError("give a gold file (`ragvps eval gold.jsonl`) or BEIR data (`--queries Q.jsonl --qrels Q.tsv`)")
+    questions, source = evaluation.questions_from(gold, queries, qrels, warn)
     depth = max(depth, k)
     with open_app(ctx, reranker=reranker_on() if rerank else None) as app, Bars() as bars:
         result = app.evaluate(questions, source, chosen, k, depth, bars, warn)
     if report is not None:
-        from ragvps.measure.report import render
-
-        report.write_text(render(result, f"ragvps eval: {source}"), encoding="utf-8")
+        report.write_text(evaluation.eval_html(result, f"ragvps eval: {source}"), encoding="utf-8")
     if as_json:
-        return echo_json(evaluate.report_dict(result))
+        return echo_json(evaluation.report_dict(result))
     typer.echo(f"{result.questions} questions from {source}; documents ranked by their best chunk "
                f"in the top {depth} chunks")
     typer.echo(f"{'mode':<8}  {f'recall@{k}':>10}  {f'MRR@{k}':>8}  {f'nDCG@{k}':>8}  {f'no hit (top {depth})':>16}")
@@ -71,15 +60,15 @@ def check_index(
     as_json: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
 ) -> None:
     """How much of the exact top-k the HNSW index finds at the current ef_search, and the ef_search for --target."""
-    from ragvps.measure import evaluate, inspect
+    from ragvps.app import evaluation
 
     if sample < 1 or k < 1 or not 0 < target <= 1:
         raise UsageError("--sample and --k must be at least 1, --target between 0 and 1")
-    loaded = evaluate.load_queries(questions) if questions is not None else None
+    loaded = evaluation.load_queries(questions) if questions is not None else None
     with open_app(ctx) as app, Bars() as bars:
         result = app.check_index(loaded, sample, k, target, bars, source=str(questions))
     if as_json:
-        return echo_json(inspect.as_dict(result))
+        return echo_json(evaluation.index_check_dict(result))
     if result.index is None:
         typer.echo(result.note)
         return
@@ -102,7 +91,7 @@ def stats(
     as_json: Annotated[bool, typer.Option("--json", help="Print every figure as JSON.")] = False,
 ) -> None:
     """Rows and sizes of the index beside the machine's memory; warns when the vector index outgrows RAM."""
-    from ragvps.measure.inspect import mib
+    from ragvps.app.evaluation import mib
 
     with open_app(ctx) as app:
         s = app.stats()

@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ragvps.cli.common import echo_json, flag_names, open_app, settings_from, warn
+from ragvps.cli.common import echo_json, flag_names, open_app, warn
 from ragvps.errors import UsageError
 
 # plan's inputs as the library names them -> this command's flags
@@ -52,7 +52,7 @@ def _plan(ctx: typer.Context, tokens: int | None, chunk_size: int | None, overla
           bytes_per_dim: int, model: str | None, compare: bool, budget: bool, path: str | None,
           corpus_chunks: int | None, tokens_per_chunk: int | None, questions: int | None, question_tokens: int,
           chunks_per_answer: int, prompt_tokens: int, answer_tokens: int, as_json: bool) -> None:
-    from ragvps.measure import plan as p
+    from ragvps.app import plan as p
 
     if dims is not None and dims < 1:
         raise UsageError(f"--dims {dims} must be at least 1")
@@ -69,7 +69,7 @@ def _plan(ctx: typer.Context, tokens: int | None, chunk_size: int | None, overla
                      chunks_per_answer, prompt_tokens, answer_tokens)
         return _plan_budget(b, as_json)
 
-    spec = _plan_model(model) if model else None
+    spec = p.known_model(model) if model else None
     if dims is not None and spec is not None and dims != spec.dims:
         raise UsageError(f"--dims {dims} contradicts --model {model}, which has {spec.dims} dimensions")
     if path is not None:
@@ -79,8 +79,8 @@ def _plan(ctx: typer.Context, tokens: int | None, chunk_size: int | None, overla
     if tokens is None or chunk_size is None:
         raise UsageError("ragvps plan needs --tokens N and --chunk-size S (or --budget, or --path DIR)")
     if spec is not None:
-        _plan_check_limit(chunk_size, spec)
-    d = dims or (spec.dims if spec else 384)
+        p.check_limit(chunk_size, spec)
+    d = dims or (spec.dims if spec else p.default_dims())
     if compare:
         extra = [overlap] if overlap is not None else []
         plans = p.compare_overlaps(tokens, chunk_size, [*p.COMPARE_OVERLAPS, *extra])
@@ -108,22 +108,6 @@ def _plan(ctx: typer.Context, tokens: int | None, chunk_size: int | None, overla
     typer.echo(f"\n{p.strip(one)}\n\n{p.RAW_SIZE_NOTE}")
 
 
-def _plan_model(name: str) -> Any:
-    from ragvps.embed.models import KNOWN_MODELS, model_spec
-
-    spec = model_spec(name)
-    if spec is None:
-        known = ", ".join(KNOWN_MODELS)
-        raise UsageError(f"--model {name!r} is not a model ragvps knows; use one of {known}, or give --dims")
-    return spec
-
-
-def _plan_check_limit(size: int, spec: Any) -> None:
-    from ragvps.measure.plan import check_input_limit
-
-    check_input_limit(size, spec.input_room, spec.name)
-
-
 def _plan_table(title: str, headers: list[str], rows: list[list[str]]) -> None:
     from rich.table import Table
 
@@ -136,7 +120,7 @@ def _plan_table(title: str, headers: list[str], rows: list[list[str]]) -> None:
 
 
 def _plan_compare(plans: list[Any], dims: int, bytes_per_dim: int, as_json: bool) -> None:
-    from ragvps.measure import plan as p
+    from ragvps.app import plan as p
 
     models = p.common_models()
     for warning in dict.fromkeys(w for one in plans for w in one.warnings()):
@@ -167,7 +151,7 @@ def _plan_compare(plans: list[Any], dims: int, bytes_per_dim: int, as_json: bool
 
 
 def _plan_budget(b: Any, as_json: bool) -> None:
-    from ragvps.measure.plan import millions
+    from ragvps.app.plan import millions
 
     if as_json:
         return echo_json(b.as_dict())
@@ -189,16 +173,11 @@ def _plan_budget(b: Any, as_json: bool) -> None:
 
 def _plan_measure(ctx: typer.Context, path: str, chunk_size: int | None, overlap: str | None, spec: Any,
                   dims: int | None, bytes_per_dim: int, as_json: bool) -> None:
-    from ragvps.embed.models import spec_for
-    from ragvps.measure.plan import VECTOR_TYPES, parse_overlap, pgvector_bytes, raw_vector_bytes
+    from ragvps.app.plan import VECTOR_TYPES, pgvector_bytes, raw_vector_bytes
 
-    settings = settings_from(ctx)
-    spec = spec or spec_for(settings)
-    size = chunk_size or settings.chunk.size or spec.chunk_size
-    flags = {"chunk_size": size, "chunk_overlap": None if overlap is None else parse_overlap(overlap, size)}
-    with open_app(ctx, **flags) as app:
-        r = app.plan_measure(path, spec, dims, bytes_per_dim, warn)
-    m, config, d = r.measurement, r.config, r.dims
+    with open_app(ctx, chunk_size=chunk_size) as app:
+        r = app.plan_measure(path, spec, overlap, dims, bytes_per_dim, warn)
+    m, config, d, spec = r.measurement, r.config, r.dims, r.spec
     if as_json:
         return echo_json(m.as_dict() | {
             "model": spec.name, "dims": d, "chunk_mode": config.mode,
