@@ -24,8 +24,7 @@ class Backend:
     model: str = ""  # a model fixed by the backend; "": the setting's model
     memory_bytes: int | None = None  # what it adds to a ragvps process's peak RSS, measured; None: held elsewhere
     memory_note: str = ""
-    takes_key: bool = False  # the service it calls normally wants an API key
-    key_env: str = ""  # the provider's own environment variable for that key, read when RAGVPS_* is unset
+    key_env: str = ""  # it takes an API key, also from this provider's own variable when RAGVPS_* is unset
     missing_model: str = ""  # what to run when the service lacks the model; {model} is filled in
     reorders: bool = True  # False for the reranker that keeps the search's order
 
@@ -49,15 +48,14 @@ EMBEDDERS = _by_name(
 GENERATORS = _by_name(
     Backend("extractive", "ragvps.generate.registry:extractive", "the best-matching sentences, quoted; no LLM"),
     Backend("openai", "ragvps.generate.registry:openai", "an OpenAI-compatible /chat/completions API",
-            takes_key=True, key_env="OPENAI_API_KEY"),
+            key_env="OPENAI_API_KEY"),
     Backend("anthropic", "ragvps.generate.registry:anthropic", "Anthropic's /v1/messages API",
-            takes_key=True, key_env="ANTHROPIC_API_KEY"),
+            key_env="ANTHROPIC_API_KEY"),
     Backend("ollama", "ragvps.generate.registry:ollama", "an Ollama server's /api/chat",
             missing_model="run `ollama pull {model}`"),
 )
 RERANKERS = _by_name(
     Backend("none", "ragvps.retrieve.rerankers:none", "the search's own order", reorders=False),
-    Backend("api", "ragvps.retrieve.rerankers:api", "a rerank API (Cohere, Jina, TEI, llama.cpp) at reranker_url",
-            takes_key=True),
+    Backend("api", "ragvps.retrieve.rerankers:api", "a rerank API (Cohere, Jina, TEI, llama.cpp) at reranker_url"),
 )
 

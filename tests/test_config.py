@@ -100,3 +100,17 @@ def test_backend_choices_come_from_the_backends_and_each_backend_builds():
             load_settings(env={f"RAGVPS_{setting.upper()}": "nope"})
     assert Settings.of(embedder="local").embed.model_name == backends.LOCAL_MODEL
     assert Settings.of(embedder="ollama", embed_model="bge-m3").embed.model_name == "bge-m3"
+
+
+def test_an_old_flat_name_still_works_with_a_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     caplog: pytest.LogCaptureFixture):
+    from ragvps import config
+
+    monkeypatch.setitem(config.ALIASES, "results", "top_k")  # as answer_min_score -> answer_min_evidence
+    assert load_settings(env={"RAGVPS_RESULTS": "5"}).search.top_k == 5
+    assert "setting results (from environment variable RAGVPS_RESULTS) is now called top_k" in caplog.text
+    toml = tmp_path / "ragvps.toml"
+    toml.write_text("[ragvps]\nresults = 6\n")
+    assert load_settings(toml, env={}).search.top_k == 6
+    assert load_settings(toml, env={"RAGVPS_TOP_K": "7"}).search.top_k == 7  # the current name wins
+    assert Settings.of(results=4).search.top_k == 4

@@ -8,8 +8,9 @@ mounted at /mcp on `ragvps serve` behind the same API key.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
+from ragvps.app import Mode
 from ragvps.config import Settings
 from ragvps.errors import RagvpsError, redact
 
@@ -37,7 +38,7 @@ def build_server(get_app: Callable[[], Any], max_k: int = 100) -> Any:
     @server.tool(description="Find the chunks of the knowledge base that best match a query (hybrid: vector + "
                              "BM25 keyword search). Returns each chunk's text, source path, heading path, chunk id "
                              "and score, best first.")
-    async def search(query: str, k: int = 8, mode: Literal["hybrid", "vector", "keyword"] = "hybrid",
+    async def search(query: str, k: int = 8, mode: Mode = "hybrid",
                      path_prefix: str = "") -> list[dict[str, Any]]:
         def run() -> Any:
             return get_app().search(search_request(query, k, mode, path_prefix, {}, max_k))
@@ -49,7 +50,7 @@ def build_server(get_app: Callable[[], Any], max_k: int = 100) -> Any:
     @server.tool(description="Answer a question from the knowledge base, citing the chunks it used as [n]; "
                              "`citations` lists them (n, chunk id, path). Says so when the documents do not "
                              "answer it.")
-    async def ask(question: str, k: int | None = None, mode: Literal["hybrid", "vector", "keyword"] = "hybrid",
+    async def ask(question: str, k: int | None = None, mode: Mode = "hybrid",
                   path_prefix: str = "") -> dict[str, Any]:
         def run() -> Any:
             return get_app().ask(ask_request(question, k, mode, path_prefix, {}, max_k))

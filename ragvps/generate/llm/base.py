@@ -160,8 +160,9 @@ class LLM:
         status, message = response.status_code, self._message(response)
         where = f"{self.name} at {self.url}"
         if status in (401, 403):
-            hint = ("no key is set: set RAGVPS_GENERATOR_API_KEY (setting generator_api_key)"
-                    if not self.settings.api_key else "check the key in RAGVPS_GENERATOR_API_KEY (setting "
+            env = self.settings.backend.key_env
+            unset = "no key is set: set RAGVPS_GENERATOR_API_KEY (setting generator_api_key)" + f" or {env}" * bool(env)
+            hint = (unset if not self.settings.api_key else "check the key in RAGVPS_GENERATOR_API_KEY (setting "
                     "generator_api_key) and that it may use this model")
             raise GeneratorError(f"{where} refused the API key (HTTP {status}): {hint}", kind="config",
                                  settings=("generator_api_key",))
