@@ -313,8 +313,8 @@ def load_settings(
     for name, value in flags.items():
         if value is not None:
             origin = f"option --{name.replace('_', '-')}"
-            values[name] = _coerce(name, value, origin)
-            origins[name] = origin
+            current = _current(name, origin)
+            values[current], origins[current] = _coerce(current, value, origin), origin
 
     settings = Settings().replace(**values)
     _validate(settings, origins)
