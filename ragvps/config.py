@@ -38,9 +38,8 @@ def setting(default: Any, name: str, *, lo: float | None = None, hi: float | str
             choices: tuple[str, ...] = (), aliases: tuple[str, ...] = ()) -> Any:
     """A field and its facts: its flat name, its range (`hi` may name the setting that bounds it), whether it
     is a secret (never shown), its choices, and old flat names still accepted (with a warning)."""
-    facts = {"name": name, "range": None if lo is None else (lo, hi), "secret": secret, "choices": choices,
-             "aliases": aliases}
-    return field(default=default, repr=not secret, metadata=facts)
+    return field(default=default, repr=not secret, metadata={"name": name, "range": None if lo is None else (lo, hi),
+                                                             "secret": secret, "choices": choices, "aliases": aliases})
 
 
 @dataclass(frozen=True)
