@@ -43,7 +43,7 @@ EMBEDDERS = _by_name(
             model=LOCAL_MODEL, memory_bytes=512 * 1024**2,  # ~0.5 GB peak RSS with sub-batches of 8
             memory_note="peak RSS while embedding, measured"),
     Backend("ollama", "ragvps.embed.registry:OLLAMA", "an Ollama server's /api/embed, one or several hosts",
-            memory_note="held by the Ollama server: see `ollama ps`", missing_model="run `ollama pull {model}`"),
+            memory_note="held by the Ollama server: see `ollama ps`"),
 )
 GENERATORS = _by_name(
     Backend("extractive", "ragvps.generate.registry:extractive", "the best-matching sentences, quoted; no LLM"),
