@@ -338,12 +338,13 @@ class App:
     def plan_measure(self, path: Path | str, spec: ModelSpec | None, overlap: str | None, dims: int | None,
                      bytes_per_dim: int, warn: Warn = _quiet) -> Any:
         """`ragvps plan --path`: real token counts and the real chunker over a folder; `overlap` may be a
-        percentage of the chunk size that ingest would use."""
+        percentage of the chunk size that ingest would use. A plan asks no server: the model is one ragvps knows."""
+        from ragvps.embed.models import spec_for
         from ragvps.ingest.pipeline import chunker_config
         from ragvps.measure.summary import plan_measure
         from ragvps.measure.windows import parse_overlap
 
-        spec = spec or self.spec
+        spec = spec or spec_for(self.settings)
         settings = self.settings
         if overlap is not None:
             settings = settings.replace(chunk_overlap=parse_overlap(overlap, chunker_config(settings, spec).size))
