@@ -114,3 +114,18 @@ def test_an_old_flat_name_still_works_with_a_warning(tmp_path: Path, monkeypatch
     assert load_settings(toml, env={}).search.top_k == 6
     assert load_settings(toml, env={"RAGVPS_TOP_K": "7"}).search.top_k == 7  # the current name wins
     assert Settings.of(results=4).search.top_k == 4
+
+
+def test_no_code_branches_on_a_backends_name():
+    """What a caller needs to know about a backend is a fact in ragvps.backends, not a test of its name."""
+    import re
+
+    from ragvps import backends
+
+    names = {*backends.EMBEDDERS, *backends.GENERATORS, *backends.RERANKERS}
+    pattern = re.compile(r'(\.kind|\.name|embedder|generator|reranker)\s*[!=]=\s*"(' + "|".join(names) + r')"'
+                         r'|"(' + "|".join(names) + r')" if \w+ else')
+    root = Path(__file__).resolve().parents[1] / "ragvps"
+    found = [f"{path.relative_to(root)}:{n}: {line.strip()}" for path in sorted(root.rglob("*.py"))
+             for n, line in enumerate(path.read_text().splitlines(), start=1) if pattern.search(line)]
+    assert found == []
