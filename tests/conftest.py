@@ -38,12 +38,6 @@ INTEGRATION_FIXTURES = {"pg_admin_url", "server", "serve_env"}
 SERVE_FIXTURES = {"server", "serve_env"}
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "integration: needs PostgreSQL, a server process or a ragvps subprocess")
-    config.addinivalue_line("markers", "lint: ruff and mypy over the tree")
-    config.addinivalue_line("markers", "unit: none of the above (given to every other test): runs in seconds")
-
-
 @pytest.hookimpl(tryfirst=True)  # before xdist's hook reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
