@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 from pathlib import Path
 
@@ -23,16 +22,7 @@ SPEC = ModelSpec("fake-64", 64, 256)
 
 
 @pytest.fixture
-def folder(tmp_path: Path) -> Path:
-    target = tmp_path / "docs"
-    shutil.copytree(DOCS, target)
-    return target
-
-
-@pytest.fixture
 def conn(db_url: str) -> psycopg.Connection:
-    with psycopg.connect(db_url, autocommit=True) as admin:
-        admin.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
     with connect(Settings.of(database_url=db_url)) as c:
         yield c
 
