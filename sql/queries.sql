@@ -15,7 +15,7 @@ SELECT version FROM ragvps_migrations ORDER BY version;
 INSERT INTO ragvps_migrations (version, name) VALUES (%(version)s, %(name)s);
 
 -- name: active_set
-SELECT id, model, identity, dims, vector_type, table_name, active
+SELECT id, model, identity, dims, vector_type, table_name, active, to_regclass(table_name || '_hnsw') IS NOT NULL
 FROM embedding_sets WHERE active;
 
 -- name: set_by_identity
@@ -37,6 +37,12 @@ ALTER TABLE {table} ALTER COLUMN embedding SET STORAGE PLAIN;
 -- name: create_hnsw_index
 CREATE INDEX {concurrently} IF NOT EXISTS {index} ON {table}
 USING hnsw (embedding {opclass}) WITH (m = {m}, ef_construction = {ef_construction});
+
+-- name: create_hnsw_bit_index
+-- Binary quantization: one bit per dimension, searched by Hamming distance, re-ranked on the stored vector.
+CREATE INDEX {concurrently} IF NOT EXISTS {index} ON {table}
+USING hnsw ((binary_quantize(embedding)::bit({dims})) bit_hamming_ops)
+WITH (m = {m}, ef_construction = {ef_construction});
 
 -- name: drop_index_concurrently
 DROP INDEX CONCURRENTLY IF EXISTS {index};
@@ -100,6 +106,28 @@ WITH relaxed AS MATERIALIZED (
     LIMIT %(candidates)s
 )
 SELECT chunk_id FROM relaxed ORDER BY distance, chunk_id;
+
+-- name: vector_search_bit
+-- The binary index's nearest `depth` by Hamming distance, re-ranked by exact cosine on the stored vector.
+WITH near AS MATERIALIZED (
+    SELECT e.chunk_id, e.embedding
+    FROM {table} e
+    ORDER BY binary_quantize(e.embedding)::bit({dims}) <~> binary_quantize(%(embedding)s)
+    LIMIT %(depth)s
+)
+SELECT chunk_id FROM near ORDER BY embedding <=> %(embedding)s, chunk_id LIMIT %(candidates)s;
+
+-- name: vector_search_bit_filtered
+WITH near AS MATERIALIZED (
+    SELECT e.chunk_id, e.embedding
+    FROM {table} e
+    JOIN chunks c ON c.id = e.chunk_id
+    JOIN documents d ON d.id = c.document_id
+    WHERE {filter}
+    ORDER BY binary_quantize(e.embedding)::bit({dims}) <~> binary_quantize(%(embedding)s)
+    LIMIT %(depth)s
+)
+SELECT chunk_id FROM near ORDER BY embedding <=> %(embedding)s, chunk_id LIMIT %(candidates)s;
 
 -- name: keyword_search
 -- BM25 over the tsvector's lexemes: idf from term_stats (df, kept by triggers), tf from the lexeme's

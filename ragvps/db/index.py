@@ -56,9 +56,10 @@ def build_index(conn: psycopg.Connection, eset: EmbeddingSet, name: str, setting
                 progress: Progress | None = None, warn: Warn | None = None, *, concurrently: bool = False) -> None:
     """CREATE INDEX with this session's own build memory and workers, a progress feed and memory advice."""
     opclass = "halfvec_cosine_ops" if eset.vector_type == "halfvec" else "vector_cosine_ops"
-    create = compose("create_hnsw_index", index=sql.Identifier(name), table=eset.table,
+    create = compose("create_hnsw_bit_index" if eset.vector_type == "bit" else "create_hnsw_index",
+                     index=sql.Identifier(name), table=eset.table,
                      concurrently=sql.SQL("CONCURRENTLY" if concurrently else ""), opclass=sql.SQL(opclass),
-                     m=sql.Literal(settings.index.hnsw_m),
+                     dims=sql.Literal(eset.dims), m=sql.Literal(settings.index.hnsw_m),
                      ef_construction=sql.Literal(settings.index.hnsw_ef_construction))
     notices: list[str] = []
 

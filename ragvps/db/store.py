@@ -37,6 +37,11 @@ class EmbeddingSet:
     vector_type: str
     table_name: str
     active: bool
+    indexed: bool = False  # read with the active set only: does its HNSW index exist
+
+    @property
+    def column_type(self) -> str:
+        return column_type(self.vector_type)
 
     @property
     def table(self) -> sql.Identifier:
@@ -45,6 +50,11 @@ class EmbeddingSet:
     @property
     def index_name(self) -> str:
         return f"{self.table_name}_hnsw"
+
+
+def column_type(vector_type: str) -> str:
+    """The stored column of a vector type: a bit set keeps halfvec vectors for the exact re-rank."""
+    return "halfvec" if vector_type == "bit" else vector_type
 
 
 Vectors = np.ndarray | Sequence[np.ndarray | None]  # one row per chunk; None: no vector yet
@@ -114,7 +124,7 @@ def ensure_set(conn: psycopg.Connection, spec: ModelSpec, vector_type: str, *, a
         table_name = f"embeddings_{set_id}"
         conn.execute("UPDATE embedding_sets SET table_name = %s WHERE id = %s", (table_name, set_id))
         conn.execute(compose("create_vector_table", table=sql.Identifier(table_name),
-                             vector_type=sql.SQL(vector_type), dims=sql.Literal(spec.dims)))
+                             vector_type=sql.SQL(column_type(vector_type)), dims=sql.Literal(spec.dims)))
     return EmbeddingSet(set_id, spec.name, spec.identity, spec.dims, vector_type, table_name, activate)
 
 
@@ -167,7 +177,7 @@ def replace_documents(
 
 def as_param(eset: EmbeddingSet, vector: np.ndarray) -> object:
     """A vector as the set's column takes it: halfvec columns get a HalfVector, vector columns float32."""
-    if eset.vector_type == "halfvec":
+    if eset.column_type == "halfvec":
         from pgvector import HalfVector
 
         return HalfVector(vector)
@@ -176,7 +186,7 @@ def as_param(eset: EmbeddingSet, vector: np.ndarray) -> object:
 
 def write_vectors(conn: psycopg.Connection, eset: EmbeddingSet, ids: Sequence[int], vectors: np.ndarray) -> None:
     with conn.cursor().copy(compose("copy_vectors", table=eset.table)) as copy:
-        copy.set_types(["bigint", eset.vector_type])
+        copy.set_types(["bigint", eset.column_type])
         for chunk_id, vec in zip(ids, vectors, strict=True):
             copy.write_row((chunk_id, as_param(eset, vec)))
 

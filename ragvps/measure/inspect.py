@@ -14,7 +14,7 @@ import psycopg
 from psycopg import sql
 
 from ragvps.config import Settings
-from ragvps.db.database import queries
+from ragvps.db.database import compose, queries
 from ragvps.db.store import EmbeddingSet, as_param
 from ragvps.generate import cache as answer_cache
 from ragvps.measure.plan import raw_vector_bytes
@@ -37,7 +37,11 @@ def nearest(conn: psycopg.Connection, eset: EmbeddingSet, vector: np.ndarray, k:
     The exact pass turns index scans off and is never prepared: psycopg prepares a statement after
     5 executions and a prepared plan would ignore the setting, silently comparing HNSW with itself.
     """
-    query = _q("nearest", table=eset.table)
+    if exact or eset.vector_type != "bit":
+        query = _q("nearest", table=eset.table)
+    else:  # a bit index: its ef_search is also the re-rank depth, as in the search's vector leg
+        query = compose("vector_search_bit", table=eset.table, dims=sql.Literal(eset.dims))
+        ef_search = max(ef_search, k)
     if explain:
         query = sql.SQL("EXPLAIN ") + query
     with conn.transaction():
@@ -46,7 +50,9 @@ def nearest(conn: psycopg.Connection, eset: EmbeddingSet, vector: np.ndarray, k:
         else:  # small tables would otherwise skip the index
             conn.execute("SET LOCAL enable_seqscan = off; SET LOCAL enable_indexscan = on")
             conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef_search),))
-        rows = conn.execute(query, {"embedding": as_param(eset, vector), "k": k}, prepare=False).fetchall()
+        rows = conn.execute(query, {"embedding": as_param(eset, vector), "k": k, "candidates": k,
+                                    "depth": ef_search},
+                            prepare=False).fetchall()
         # Inside a caller's open transaction this block is a savepoint, whose release keeps SET LOCAL: undo it.
         conn.execute("RESET enable_indexscan; RESET enable_seqscan")
     return [r[0] for r in rows]
