@@ -168,6 +168,7 @@ class StatsReport:
     embedder: dict[str, Any]
     answer_cache: dict[str, Any]  # entries, hits, tokens_saved
     queue: dict[str, Any] = field(default_factory=dict)  # the embedding queue: pending, claimed, done, per worker
+    ram: dict[str, Any] = field(default_factory=dict)  # does the index fit in RAM; the other types, predicted
     warnings: list[str] = field(default_factory=list)
 
 
@@ -208,8 +209,25 @@ def stats(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings) -> S
     from ragvps.db import queue
 
     result["queue"] = asdict(queue.counts(conn, eset, settings.embed.lease))
+    result["ram"] = ram_verdict(eset, chunks, index["bytes"] if index else None, total)
     result["warnings"] = stats_warnings(result)
     return StatsReport(**result)
+
+
+def ram_verdict(eset: EmbeddingSet, chunks: int, index_bytes: int | None, ram: int | None) -> dict[str, Any]:
+    """The index beside the machine's RAM, and what the other vector types would take (from the scale curve)."""
+    from ragvps.measure import sizing
+
+    if index_bytes is None or ram is None:
+        return {"fits": None, "verdict": "no HNSW index: every search is exact" if index_bytes is None
+                else "RAM unknown", "others": {}}
+    curve = sizing.load_curve()
+    others = {t: sizing.predict(curve, max(chunks, 1), eset.dims, t).index_bytes for t in sizing.TYPES}
+    others[eset.vector_type] = index_bytes
+    fits, verdict = sizing.ram_verdict(index_bytes, ram, eset.vector_type, others)
+    return {"fits": fits, "verdict": verdict, "index_bytes": index_bytes, "ram_bytes": ram,
+            "others": {t: b for t, b in others.items() if t != eset.vector_type},
+            "measured": curve["measured"]}
 
 
 def stats_warnings(s: dict[str, Any]) -> list[str]:

@@ -1,0 +1,199 @@
+"""bench/scale_bench.py's results (bench/out/scale/scale-N.json) as a RESULTS.md section, an SVG plot
+(bench/scale.svg, written by hand) and the curve `ragvps plan --chunks` reads (ragvps/data/scale_curve.json).
+
+    python bench/scale_report.py [--no-write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+
+from results import markers, write_section  # noqa: E402
+
+from ragvps.measure.sizing import exponent  # noqa: E402
+
+OUT = ROOT / "bench" / "out" / "scale"
+CURVE = ROOT / "ragvps" / "data" / "scale_curve.json"
+SVG = ROOT / "bench" / "scale.svg"
+TYPES = ("vector", "halfvec", "bit")
+START, END = markers("scale_bench")
+
+
+def point(r: dict) -> dict:
+    """One size's figures, as the curve keeps them."""
+    sizes, tables = r["sizes"], r["tables"]
+    index = {t: sizes.get(f"{tables[t]}_hnsw") for t in TYPES if f"{tables[t]}_hnsw" in sizes}
+    text = sum(sizes.get(n, 0) for n in ("chunks", "documents", "term_stats", "corpus_stats"))
+    q = r["query_ms"]
+    return {
+        "rows": r["rows"],
+        "store_rows_per_s": round(r["store_rows_per_s"]),
+        "build_s": {t: round(b["seconds"], 1) for t, b in r["builds"].items()},
+        "build_peak_bytes": {t: b["peak_bytes"] for t, b in r["builds"].items()},
+        "index_bytes": index,
+        "table_bytes": {t: sizes[tables[t]] - index.get(t, 0) for t in TYPES},
+        "text_bytes": text,
+        "gin_bytes": sizes.get("chunks_tsv_idx"),
+        "keyword_ms": {"p50": round(q["keyword"][0], 1), "p95": round(q["keyword"][1], 1)},
+        "vector_ms": {t: {"p50": round(q[f"vector {t}"][0], 1), "p95": round(q[f"vector {t}"][1], 1)}
+                      for t in TYPES if f"vector {t}" in q},
+        "hybrid_ms": {t: {"p50": round(q[f"hybrid {t}"][0], 1), "p95": round(q[f"hybrid {t}"][1], 1)}
+                      for t in TYPES if f"hybrid {t}" in q},
+        "overlap": {k: round(v, 3) for k, v in r["overlap"].items()},
+        "served": r.get("serve"),
+        "load": [round(x[0], 1) for x in r["uptime"]],
+    }
+
+
+def mb(n: float | None) -> str:
+    return "-" if n is None else f"{n / 2**20:,.0f}"
+
+
+def table(points: list[dict]) -> list[str]:
+    head = "| figure | " + " | ".join(f"{p['rows']:,}" for p in points) + " | grows as |"
+    rows = [head, "|---" * (len(points) + 2) + "|"]
+
+    def row(label: str, get, fmt=lambda v: f"{v:,.1f}", exp: bool = True) -> None:  # type: ignore[no-untyped-def]
+        vals = []
+        for p in points:
+            try:
+                vals.append(get(p))
+            except (KeyError, TypeError):
+                vals.append(None)
+        cells = ["-" if v is None else fmt(v) for v in vals]
+        series = [(p["rows"], v) for p, v in zip(points, vals, strict=True) if v is not None]
+        growth = f"N^{exponent(series):.2f}" if exp and len(series) >= 2 else ""
+        rows.append(f"| {label} | " + " | ".join(cells) + f" | {growth} |")
+
+    row("store stage, rows/s (COPY, tsvector, GIN, BM25 statistics)", lambda p: p["store_rows_per_s"],
+        lambda v: f"{v:,.0f}")
+    for t in TYPES:
+        row(f"HNSW build {t}, s", lambda p, t=t: p["build_s"][t])
+    for t in TYPES:
+        row(f"HNSW build {t}, peak MB of the build processes", lambda p, t=t: p["build_peak_bytes"][t], mb)
+    for t in TYPES:
+        row(f"HNSW index {t}, MB", lambda p, t=t: p["index_bytes"][t], mb)
+    for t in TYPES:
+        row(f"vector table {t}, MB", lambda p, t=t: p["table_bytes"][t], mb)
+    row("chunks + documents + BM25 statistics, MB", lambda p: p["text_bytes"], mb)
+    row("GIN index on the tsvector, MB", lambda p: p["gin_bytes"], mb)
+    row("BM25 leg p50 / p95, ms", lambda p: p["keyword_ms"]["p95"],
+        lambda v: f"{v:.1f}")
+    for t in TYPES:
+        row(f"vector leg {t} p95, ms", lambda p, t=t: p["vector_ms"][t]["p95"])
+    for t in TYPES:
+        row(f"hybrid {t} p50, ms", lambda p, t=t: p["hybrid_ms"][t]["p50"])
+        row(f"**hybrid {t} p95, ms**", lambda p, t=t: p["hybrid_ms"][t]["p95"])
+    labels = sorted({k for p in points for k in p["overlap"]}, key=lambda k: (TYPES.index(k.split(",")[0]), k))
+    for k in labels:
+        row(f"top-10 overlap with exact, {k}", lambda p, k=k: p["overlap"][k], lambda v: f"{v:.3f}", exp=False)
+    row("served /search closed loop (8 clients), req/s", lambda p: p["served"]["closed"]["rps"])
+    row("served /search closed loop p95, ms", lambda p: p["served"]["closed"]["p95"])
+    row("served /search paced p50 / p95, ms", lambda p: p["served"]["paced"]["p95"],
+        lambda v: f"{v:.1f}")
+    row("served /search paced req/s, errors", lambda p: p["served"]["paced"]["rps"], exp=False)
+    row("`nice -n 19 ragvps reindex` wall, s", lambda p: p["served"]["reindex"]["seconds"])
+    row("served /search p95 during reindex, ms", lambda p: p["served"]["reindex"]["p95"])
+    return rows
+
+
+def svg(points: list[dict]) -> str:
+    """Log-log plot: hybrid p95 per type, BM25 p95, HNSW build s per type, index MB per type."""
+    w, h, pad = 720, 420, 60
+    series: dict[str, list[tuple[int, float]]] = {}
+    for t in TYPES:
+        series[f"hybrid p95 ms, {t}"] = [(p["rows"], p["hybrid_ms"][t]["p95"]) for p in points if t in p["hybrid_ms"]]
+        series[f"HNSW build s, {t}"] = [(p["rows"], p["build_s"][t]) for p in points if t in p["build_s"]]
+        series[f"index MB, {t}"] = [(p["rows"], (p["index_bytes"].get(t) or 0) / 2**20) for p in points]
+    series["BM25 leg p95 ms"] = [(p["rows"], p["keyword_ms"]["p95"]) for p in points]
+    xs = [x for s in series.values() for x, _ in s]
+    ys = [y for s in series.values() for _, y in s if y > 0]
+    if not xs or not ys:
+        return ""
+    x0, x1 = math.log10(min(xs)), math.log10(max(xs)) + 1e-9
+    y0, y1 = math.floor(math.log10(min(ys))), math.ceil(math.log10(max(ys)))
+
+    def px(x: float) -> float:
+        return pad + (math.log10(x) - x0) / (x1 - x0) * (w - 2 * pad - 160)
+
+    def py(y: float) -> float:
+        return h - pad - (math.log10(y) - y0) / (y1 - y0) * (h - 2 * pad)
+
+    colours = {"vector": "#1f77b4", "halfvec": "#2ca02c", "bit": "#d62728"}
+    dash = {"hybrid": "", "HNSW": "6,3", "index": "2,3", "BM25": ""}
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" '
+           'font-size="11">', f'<rect width="{w}" height="{h}" fill="white"/>',
+           f'<text x="{pad}" y="20" font-size="13">ragvps at 10k-1M chunks (384 dims, 4 GB PostgreSQL settings, '
+           'log-log)</text>']
+    for e in range(int(y0), int(y1) + 1):
+        y = py(10**e)
+        out.append(f'<line x1="{pad}" y1="{y:.1f}" x2="{w - pad - 160}" y2="{y:.1f}" stroke="#ddd"/>')
+        out.append(f'<text x="{pad - 8}" y="{y + 4:.1f}" text-anchor="end">{10**e:g}</text>')
+    for x in sorted(set(xs)):
+        out.append(f'<line x1="{px(x):.1f}" y1="{pad}" x2="{px(x):.1f}" y2="{h - pad}" stroke="#ddd"/>')
+        out.append(f'<text x="{px(x):.1f}" y="{h - pad + 16}" text-anchor="middle">{x:,} chunks</text>')
+    legend_y = pad
+    for name, pts in series.items():
+        pts = [(x, y) for x, y in pts if y > 0]
+        if len(pts) < 1:
+            continue
+        t = name.split(", ")[-1]
+        colour = colours.get(t, "#444")
+        d = dash[name.split()[0]]
+        path = " ".join(f"{'M' if i == 0 else 'L'}{px(x):.1f},{py(y):.1f}" for i, (x, y) in enumerate(pts))
+        out.append(f'<path d="{path}" fill="none" stroke="{colour}" stroke-width="2" stroke-dasharray="{d}"/>')
+        out += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{colour}"/>' for x, y in pts]
+        lx = w - pad - 150
+        out.append(f'<line x1="{lx}" y1="{legend_y}" x2="{lx + 22}" y2="{legend_y}" stroke="{colour}" '
+                   f'stroke-width="2" stroke-dasharray="{d}"/>')
+        out.append(f'<text x="{lx + 28}" y="{legend_y + 4}">{name}</text>')
+        legend_y += 16
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    runs = sorted((json.loads(p.read_text()) for p in OUT.glob("scale-*.json")), key=lambda r: r["rows"])
+    points = [point(r) for r in runs]
+    last = runs[-1]
+    sizes = ", ".join(f"{p['rows']:,}" for p in points)
+    measured = (f"bench/scale_bench.py, {sizes} chunks of 384 dims "
+                f"(all-MiniLM-L6-v2-int8), {last['date']}, 2 cores shared (load {points[-1]['load']}), "
+                f"PostgreSQL with 4 GB VPS settings, index_memory {last['index_memory']}")
+    curve = {"measured": measured, "dims": 384, "points": points}
+    section = render(runs, points)
+    print(section)
+    if not args.no_write:
+        CURVE.write_text(json.dumps(curve, indent=1) + "\n", encoding="utf-8")
+        SVG.write_text(svg(points), encoding="utf-8")
+        write_section("scale_bench", section)
+
+
+def render(runs: list[dict], points: list[dict]) -> str:
+    pg = runs[-1]["pg"]
+    each = "; ".join(f"{r['rows']:,} chunks on {r['date']}, load {[round(x[0], 1) for x in r['uptime']]}"
+                     for r in runs)
+    lines = [START, "## One box from 10k to 1M chunks (`python bench/scale_bench.py`)", "",
+             f"Runs: {each} (uptime's 1-minute load average at the start and after each phase; 2 cores shared "
+             "with other agents).",
+             f"PostgreSQL 18 (embedded) with deploy/postgres/ragvps.conf at its 4 GB values: shared_buffers "
+             f"{pg['shared_buffers']}, effective_cache_size {pg['effective_cache_size']}, maintenance_work_mem "
+             f"{pg['maintenance_work_mem']}, work_mem {pg['work_mem']}; {runs[-1]['confined']}. Builds with "
+             f"index_memory {runs[-1]['index_memory']} and index_workers {runs[-1]['index_workers']} (the default).",
+             "", "![scale curve](scale.svg)", "", *table(points), ""]
+    lines.append(END)
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
