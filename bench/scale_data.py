@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -56,16 +57,30 @@ def base_set(cache: Path, limit: int) -> tuple[list[str], np.ndarray]:
         z = np.load(cache, allow_pickle=False)
         if len(z["texts"]) >= limit:
             return [str(t) for t in z["texts"][:limit]], z["vectors"][:limit]
+    import multiprocessing
+
+    texts = passages(limit)
+    # Two processes of one thread each: onnxruntime's threads spin when a busy machine preempts them.
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        vectors = np.concatenate(pool.map(_embed, [texts[i : i + 32] for i in range(0, len(texts), 32)]))
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(cache, texts=np.array(texts), vectors=vectors.astype(np.float32))
+    return texts, vectors.astype(np.float32)
+
+
+def _embed(texts: list[str]) -> np.ndarray:
     from ragvps.config import Settings
     from ragvps.embed import embed_documents
     from ragvps.embed.registry import make_embedder
 
-    texts = passages(limit)
-    embedder = make_embedder(Settings.of(embedder="local"))
-    vectors = np.concatenate([embed_documents(embedder, texts[i : i + 32]) for i in range(0, len(texts), 32)])
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(cache, texts=np.array(texts), vectors=vectors.astype(np.float32))
-    return texts, vectors.astype(np.float32)
+    global _EMBEDDER
+    if _EMBEDDER is None:
+        _EMBEDDER = make_embedder(Settings.of(embedder="local", threads=1))
+    print(f"embedding {len(texts)} base passages", file=sys.stderr, flush=True)
+    return embed_documents(_EMBEDDER, texts)
+
+
+_EMBEDDER = None
 
 
 @dataclass
@@ -78,7 +93,10 @@ class Generator:
         self.words = [WORD.findall(t) for t in self.texts]
         counts = Counter(w.lower() for ws in self.words for w in ws)
         self.vocab = np.array(list(counts), dtype=object)
-        self.arrays = [np.array(ws or ["empty"], dtype=object) for ws in self.words]
+        own = [ws or ["empty"] for ws in self.words]
+        self.lengths = np.array([len(ws) for ws in own])
+        self.offsets = np.concatenate([[0], np.cumsum(self.lengths)[:-1]])
+        self.all_words = np.array([w for ws in own for w in ws], dtype=object)
         freq = np.array([counts[w] for w in self.vocab], dtype=np.float64)
         self.cdf = np.cumsum(freq / freq.sum())
         sims = self.vectors @ self.vectors.T
@@ -92,7 +110,16 @@ class Generator:
     def texts_at(self, lo: int, n: int) -> list[str]:
         """The texts of rows [lo, lo + n): the same for the same rows, whoever generates them."""
         rng = np.random.default_rng((self.seed, lo, 0))
-        return [self._text(int(b), rng) for b in self.bases(lo, n)]
+        bases = self.bases(lo, n)
+        lengths = np.maximum(5, (self.lengths[bases] * rng.uniform(0.75, 1.25, n)).astype(int))
+        total = int(lengths.sum())
+        words = self.vocab[np.searchsorted(self.cdf, rng.random(total))]  # the Zipf tail of all passages
+        owner = np.repeat(bases, lengths)
+        topical = rng.random(total) < TOPICAL  # else one of the base passage's own words, as often as it has it
+        pick = self.offsets[owner] + (rng.random(total) * self.lengths[owner]).astype(int)
+        words[topical] = self.all_words[pick[topical]]
+        ends = np.cumsum(lengths)
+        return [" ".join(words[s:e].tolist()) for s, e in zip(ends - lengths, ends, strict=True)]
 
     def vectors_at(self, lo: int, n: int) -> np.ndarray:
         rng = np.random.default_rng((self.seed, lo, 1))
@@ -109,11 +136,3 @@ class Generator:
         for start in range(lo, hi, batch):
             n = min(batch, hi - start)
             yield start, self.texts_at(start, n), self.vectors_at(start, n)
-
-    def _text(self, b: int, rng: np.random.Generator) -> str:
-        own = self.arrays[b]
-        length = max(5, int(len(own) * rng.uniform(0.75, 1.25)))
-        topical = rng.random(length) < TOPICAL
-        words = self.vocab[np.searchsorted(self.cdf, rng.random(length))]
-        words[topical] = own[rng.integers(len(own), size=int(topical.sum()))]
-        return " ".join(words.tolist())

@@ -221,7 +221,11 @@ def ram_verdict(eset: EmbeddingSet, chunks: int, index_bytes: int | None, ram: i
     if index_bytes is None or ram is None:
         return {"fits": None, "verdict": "no HNSW index: every search is exact" if index_bytes is None
                 else "RAM unknown", "others": {}}
-    curve = sizing.load_curve()
+    try:
+        curve = sizing.load_curve()
+    except OSError:  # a broken install: the measured index alone
+        fits, verdict = sizing.ram_verdict(index_bytes, ram, eset.vector_type, {})
+        return {"fits": fits, "verdict": verdict, "index_bytes": index_bytes, "ram_bytes": ram, "others": {}}
     others = {t: sizing.predict(curve, max(chunks, 1), eset.dims, t).index_bytes for t in sizing.TYPES}
     others[eset.vector_type] = index_bytes
     fits, verdict = sizing.ram_verdict(index_bytes, ram, eset.vector_type, others)
