@@ -342,6 +342,7 @@ def serve(url: str, esets: list[store.EmbeddingSet], args: argparse.Namespace, t
 def run_size(args: argparse.Namespace, admin: str, base: Settings, gen: Generator, n: int, texts: list[str],
              qvecs: np.ndarray) -> dict[str, object]:
     deadline = time.monotonic() + args.max_minutes * 60
+    build_deadline = time.monotonic() + args.build_minutes * 60
     name = f"ragvps_scale_{n}"
     url = re.sub(r"(postgres(?:ql)?://[^/]*/)([^?]*)", lambda m: m.group(1) + name, admin, count=1)
     with psycopg.connect(admin, autocommit=True) as conn:
@@ -372,7 +373,7 @@ def run_size(args: argparse.Namespace, admin: str, base: Settings, gen: Generato
                 conn.commit()
             conn.autocommit = True
             t0 = time.perf_counter()
-            conn.execute("VACUUM ANALYZE")
+            conn.execute("VACUUM ANALYZE" if n <= args.bulk_above else "ANALYZE")  # 1M: autovacuum's job
             r["vacuum_analyze_s"] = time.perf_counter() - t0
             conn.autocommit = False
             ids = np.zeros(n, dtype=np.int64)  # row -> chunk id (parallel writers interleave the ids)
@@ -382,13 +383,25 @@ def run_size(args: argparse.Namespace, admin: str, base: Settings, gen: Generato
             conn.commit()
             builds: dict[str, dict[str, object]] = {}
             for t in args.types:
-                if time.monotonic() > deadline:
+                if time.monotonic() > build_deadline - 60:
                     log(f"time bound reached: no {t} index")
                     continue
                 warnings: list[str] = []
+                bound = int(build_deadline - time.monotonic())  # a build cut off here is a lower bound
+                conn.execute("SELECT set_config('statement_timeout', %s, false)", (f"{bound}s",))
+                conn.commit()
                 with Peak(admin, conn.info.backend_pid) as peak:
                     t0 = time.perf_counter()
-                    index.build_index(conn, sets[t], sets[t].index_name, settings, warn=warnings.append)
+                    try:
+                        index.build_index(conn, sets[t], sets[t].index_name, settings, warn=warnings.append)
+                    except psycopg.errors.QueryCanceled:
+                        conn.rollback()
+                        r.setdefault("builds_cut", {})[t] = time.perf_counter() - t0  # type: ignore[index]
+                        log(f"{t} index build cut off after {time.perf_counter() - t0:.0f} s (the time bound)")
+                        continue
+                    finally:
+                        conn.execute("RESET statement_timeout")
+                        conn.commit()
                     seconds = time.perf_counter() - t0
                 builds[t] = {"seconds": seconds, "peak_bytes": peak.peak, "spilled": bool(warnings)}
                 log(f"{t} index built in {seconds:.0f} s, peak {peak.peak / 2**20:,.0f} MiB, spilled {bool(warnings)}")
@@ -444,6 +457,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=48.0, help="paced phases, req/s over 8 clients")
     parser.add_argument("--max-reindex-seconds", type=float, default=1200)
     parser.add_argument("--max-minutes", type=float, default=75, help="per size: no new build or phase after it")
+    parser.add_argument("--build-minutes", type=float, default=60, help="per size: every index built by then")
     parser.add_argument("--no-serve", action="store_true")
     parser.add_argument("--no-reindex", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep each size's database")

@@ -17,11 +17,13 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from results import markers, write_section  # noqa: E402
 
+from ragvps.measure import sizing  # noqa: E402
 from ragvps.measure.sizing import exponent  # noqa: E402
 
 OUT = ROOT / "bench" / "out" / "scale"
 CURVE = ROOT / "ragvps" / "data" / "scale_curve.json"
 SVG = ROOT / "bench" / "scale.svg"
+SIZING = ROOT / "docs" / "sizing.md"
 TYPES = ("vector", "halfvec", "bit")
 START, END = markers("scale_bench")
 
@@ -177,6 +179,24 @@ def main() -> None:
         CURVE.write_text(json.dumps(curve, indent=1) + "\n", encoding="utf-8")
         SVG.write_text(svg(points), encoding="utf-8")
         write_section("scale_bench", section)
+        write_section("sizing", sizing_section(curve), SIZING)
+
+
+def sizing_section(curve: dict) -> str:
+    """docs/sizing.md's table: what `ragvps plan --chunks N --ram 4GB` prints, for a few N."""
+    start, end = markers("sizing")
+    ram = 4 * sizing.GIB
+    rows = ["| chunks | vector_type | disk | HNSW index | fits in 4 GB | HNSW build, 2 cores | hybrid p50 / p95 (DB) |",
+            "|---|---|---|---|---|---|---|"]
+    for n in (10_000, 100_000, 1_000_000, 3_000_000):
+        preds = [sizing.predict(curve, n, 384, t) for t in sizing.TYPES]
+        for p in preds:
+            fits = p.index_bytes <= ram - sizing.RESERVE_BYTES
+            mark = " (extrapolated)" if p.extrapolated else ""
+            rows.append(f"| {n:,} | {p.vector_type} | {sizing.gib(p.disk_bytes)} | {sizing.gib(p.index_bytes)} | "
+                        f"{'yes' if fits else 'no'} | {p.build_s / 60:,.1f} min | "
+                        f"{p.hybrid_p50_ms:.0f} / {p.hybrid_p95_ms:.0f} ms{mark} |")
+    return "\n".join([start, f"From: {curve['measured']}.", "", *rows, "", end])
 
 
 def render(runs: list[dict], points: list[dict]) -> str:
