@@ -445,7 +445,7 @@ def query_set(settings: Settings, n: int) -> tuple[list[str], np.ndarray]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="10000,100000")
-    parser.add_argument("--base", type=int, default=4000, help="real passages embedded once")
+    parser.add_argument("--base", type=int, default=2400, help="real passages embedded once")
     parser.add_argument("--queries", type=int, default=200, help="SciFact queries for DB time and overlap")
     parser.add_argument("--types", default="vector,halfvec,bit")
     parser.add_argument("--index-memory", default="1GB", help="setting index_memory for every build")
