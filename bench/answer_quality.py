@@ -1,0 +1,335 @@
+"""Answer quality: are unanswerable questions refused, answerable ones answered from a gold document, and do
+extractive quotes hit the sentences that answer? This checkout beside the code before issue 18.
+
+    python bench/answer_quality.py [--questions 120] [--baseline /work/baseline] [--no-write]
+
+Data (../shared/data): a fixed half of SciFact's corpus (every other line) is ingested. Claims whose gold
+abstracts all lie in that half are answerable; claims whose gold abstracts all lie in the other half are on
+topic but unanswerable. Off topic: chroma_chunking's questions asked of SciFact, SciFact's claims asked of
+chroma_chunking's corpus. Quote quality: chroma_chunking's questions asked of its corpus, the quotes'
+character spans against the reference excerpts. Both versions run the default extractive generator on the
+same databases; the old one in a subprocess with --baseline on PYTHONPATH (a worktree of the commit before).
+Each run's per-question records go to bench/out/answer_quality/*.jsonl; the threshold sweep is computed
+from the records (evidence and sentence scores per question), so calibrating re-runs nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT)]
+from results import markers, write_section  # noqa: E402  (bench/ is the script's folder)
+
+DATA = ROOT.parent / "shared" / "data"
+OUT = ROOT / "bench" / "out" / "answer_quality"
+START, END = markers("answer_quality")
+
+# Run in a subprocess with either checkout on PYTHONPATH: asks each question, prints one JSON line each.
+WORKER = r"""
+import json, sys, time
+from ragvps.app import App
+try:
+    from ragvps.app import AskRequest
+except ImportError:
+    from ragvps.generate import AskRequest
+from ragvps.config import Settings
+job = json.load(sys.stdin)
+seen = []  # this version's extractive candidates and their signals, for the offline sweep of the floor
+with App.open(Settings.of(data_dir=job["data_dir"], embedder="local", **job.get("settings", {}))) as app:
+    gen = app.generator
+    if hasattr(gen, "signals"):
+        signals = gen.signals
+
+        def record(question, found):
+            cos, overlap = signals(question, found)
+            seen[:] = [[f.source.number, f.source.chunk_id, f.source.start + f.a, f.source.start + f.b,
+                        round(float(c), 4), round(float(o), 4), f.command, f.text]
+                       for f, c, o in zip(found, cos, overlap)]
+            return cos, overlap
+        gen.signals = record
+    for q in job["questions"]:
+        t = time.perf_counter()
+        seen.clear()
+        a = app.ask(AskRequest(q["text"], use_cache=False))
+        out = {"id": q["id"], "answered": a.answered, "answer": a.answer, "ms": (time.perf_counter() - t) * 1000,
+               "citations": [c["chunk_id"] for c in a.citations],
+               "sources": [{k: s[k] for k in ("number", "chunk_id", "start", "end", "text")} for s in a.sources],
+               "evidence": getattr(a, "evidence", None), "quotes": getattr(a, "quotes", None),
+               "retrieved": getattr(a, "retrieved", None), "candidates": list(seen)}
+        print(json.dumps(out), flush=True)
+"""
+
+
+def prepare(out: Path, needed: set[str]) -> dict[str, Path]:
+    """The two databases (ingest is incremental: a second run costs a scan)."""
+    from ragvps.app import App
+    from ragvps.config import Settings
+
+    half = out / "scifact_half"
+    half.mkdir(parents=True, exist_ok=True)
+    lines = (DATA / "scifact-dev" / "corpus.jsonl").read_text().splitlines()
+    text = "\n".join(line for i, line in enumerate(lines) if i % 2 == 0) + "\n"
+    if not (half / "corpus.jsonl").exists() or (half / "corpus.jsonl").read_text() != text:
+        (half / "corpus.jsonl").write_text(text)
+    dbs = {"scifact": out / "db_scifact", "chroma": out / "db_chroma"}
+    for name, path in (("scifact", half), ("chroma", DATA / "chroma_chunking" / "corpus.jsonl")):
+        if name not in needed:
+            continue
+        with App.open(Settings.of(data_dir=dbs[name], embedder="local")) as app:
+            app.ingest(path)
+    return dbs
+
+
+def jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def question_sets(n: int) -> dict[str, tuple[str, list[dict[str, Any]]]]:
+    """name -> (database, questions with id, text, gold documents, reference spans)."""
+    ids = [json.loads(line)["_id"] for line in (DATA / "scifact-dev" / "corpus.jsonl").read_text().splitlines()]
+    ingested = set(ids[0::2])
+    gold: dict[str, set[str]] = {}
+    for row in (DATA / "scifact-dev" / "qrels.tsv").read_text().splitlines()[1:]:
+        qid, doc, score = row.split("\t")
+        if int(score) > 0:
+            gold.setdefault(qid, set()).add(doc)
+    claims = [q for q in jsonl(DATA / "scifact-dev" / "queries.jsonl") if q["_id"] in gold]
+    answerable = [q for q in claims if gold[q["_id"]] <= ingested]
+    unanswerable = [q for q in claims if not gold[q["_id"]] & ingested]
+    refs: dict[str, list[tuple[str, int, int]]] = {}
+    for r in jsonl(DATA / "chroma_chunking" / "references.jsonl"):
+        refs.setdefault(r["query-id"], []).append((r["corpus-id"], r["start"], r["end"]))
+    chroma = [q for q in jsonl(DATA / "chroma_chunking" / "queries.jsonl") if q["_id"] in refs]
+
+    def pick(qs: list[dict[str, Any]], k: int) -> list[dict[str, Any]]:  # evenly spread, fixed
+        step = max(1, len(qs) // k)
+        return qs[::step][:k]
+
+    def sci(q: dict[str, Any]) -> dict[str, Any]:
+        return {"id": q["_id"], "text": q["text"], "gold": sorted(gold[q["_id"]])}
+
+    def chr_(q: dict[str, Any]) -> dict[str, Any]:
+        return {"id": q["_id"], "text": q["text"], "gold": sorted({d for d, _, _ in refs[q["_id"]]}),
+                "refs": refs[q["_id"]]}
+
+    return {
+        "answerable": ("scifact", [sci(q) for q in pick(answerable, n)]),
+        "unanswerable": ("scifact", [sci(q) for q in pick(unanswerable, n)]),
+        "off_topic_scifact": ("scifact", [chr_(q) for q in pick(chroma, n // 2)]),
+        "off_topic_chroma": ("chroma", [sci(q) for q in pick(claims, n // 2)]),
+        "quotes": ("chroma", [chr_(q) for q in pick(chroma, n)]),
+    }
+
+
+def run(code: Path, db: Path, questions: list[dict[str, Any]], record: Path, limit_s: float) -> list[dict[str, Any]]:
+    """Ask every question with the checkout at `code` (cached in `record`), at most `limit_s` seconds."""
+    if record.exists():
+        done = jsonl(record)
+        if len(done) >= len(questions):
+            return done[:len(questions)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")} | {"PYTHONPATH": str(code)}
+    job = json.dumps({"data_dir": str(db), "questions": [{"id": q["id"], "text": q["text"]} for q in questions]})
+    proc = subprocess.Popen([sys.executable, "-c", WORKER], env=env, cwd=code, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(job)
+    proc.stdin.close()
+    rows, started = [], time.monotonic()
+    for line in proc.stdout:
+        rows.append(json.loads(line))
+        if time.monotonic() - started > limit_s:
+            proc.terminate()
+            break
+    proc.wait()
+    record.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return rows
+
+
+def doc_of(chunk_id: str) -> str:
+    return chunk_id.rsplit("#", 1)[0]
+
+
+def quote_spans(row: dict[str, Any]) -> list[tuple[str, int, int]]:
+    """(document, start, end) of each quote: given (this version) or found in the cited chunk's text (before)."""
+    if row.get("quotes"):
+        return [(doc_of(q["chunk_id"]), q["start"], q["end"]) for q in row["quotes"]]
+    by_number = {s["number"]: s for s in row["sources"]}
+    spans = []
+    for text, number in re.findall(r'^- "(.+)" \[(\d+)\]$', row["answer"], re.M):
+        s = by_number.get(int(number))
+        if s is None:
+            continue
+        m = None
+        for form in (re.sub(r"\((\s*\d[\d,\s]*)\)", r"[\1]", text), text):  # the old code wrote [n] as (n)
+            m = m or re.search(r"\s+".join(re.escape(w) for w in form.split()), s["text"])
+        if m:
+            spans.append((doc_of(s["chunk_id"]), s["start"] + m.start(), s["start"] + m.end()))
+    return spans
+
+
+def chars(spans: list[tuple[str, int, int]]) -> set[tuple[str, int]]:
+    return {(d, i) for d, a, b in spans for i in range(a, b)}
+
+
+def score(rows: list[dict[str, Any]], questions: list[dict[str, Any]]) -> dict[str, float]:
+    by_id = {q["id"]: q for q in questions}
+    n = len(rows) or 1
+    answered = [r for r in rows if r["answered"]]
+    gold_cited = [r for r in answered if set(map(doc_of, r["citations"])) & set(by_id[r["id"]]["gold"])]
+    cited = [c for r in answered for c in r["citations"]]
+    cited_gold = [c for r in answered for c in r["citations"] if doc_of(c) in by_id[r["id"]]["gold"]]
+    out = {"n": len(rows), "answered": len(answered) / n, "refused": 1 - len(answered) / n,
+           "gold_cited": len(gold_cited) / n, "gold_cited_of_answered": len(gold_cited) / max(1, len(answered)),
+           "citation_precision": len(cited_gold) / max(1, len(cited)),
+           "quotes_per_answer": sum(r["answer"].count('\n- "') for r in answered) / max(1, len(answered)),
+           "ms_p50": sorted(r["ms"] for r in rows)[len(rows) // 2] if rows else 0.0}
+    if all("refs" in q for q in questions):
+        hit = quoted = ref = 0
+        for r in rows:
+            got, want = chars(quote_spans(r) if r["answered"] else []), chars(by_id[r["id"]]["refs"])
+            hit, quoted, ref = hit + len(got & want), quoted + len(got), ref + len(want)
+        out |= {"span_precision": hit / max(1, quoted), "span_recall": hit / max(1, ref)}
+    return out
+
+
+def gate_cost(db: Path, questions: list[dict[str, Any]]) -> dict[str, float]:
+    """What the gate adds to an answer: the evidence query over the hits and the combination (the legs and the
+    budget ran before it too), timed apart from the search, p50 and p95 in ms."""
+    from ragvps.app import App, SearchRequest
+    from ragvps.config import Settings
+    from ragvps.retrieve.evidence import combine
+    from ragvps.retrieve.search import chunk_evidence
+
+    times = []
+    with App.open(Settings.of(data_dir=db, embedder="local")) as app:
+        k = max(app.settings.generate.answer_chunks, app.settings.search.top_k)
+        for q in questions:
+            hits = app.search(SearchRequest(q["text"], k=k)).hits
+            vector = app.embed_query(q["text"])
+            with app.connection() as conn:
+                ids = [r[0] for r in conn.execute("SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id"
+                                                  " WHERE d.doc_id || '#' || c.seq = ANY(%s)",
+                                                  ([h.chunk_id for h in hits],))]
+                eset = app.active_set(conn, "query")
+                conn.commit()
+                t = time.perf_counter()
+                with conn.transaction():
+                    signals = chunk_evidence(conn, eset, ids, q["text"], vector, app.settings)
+                floor = app.settings.generate.min_evidence
+                kept = [i for i, (c, share) in signals.items() if combine(c, share) >= floor]
+                times.append((time.perf_counter() - t) * 1000)
+                assert len(kept) <= len(ids)
+    times.sort()
+    return {"n": len(times), "p50": times[len(times) // 2], "p95": times[int(len(times) * 0.95)]}
+
+
+def sweep(rows_by_set: dict[str, list[dict[str, Any]]], thresholds: list[float],
+          ) -> list[tuple[float, dict[str, float]]]:
+    """Answered/refused rates per set had the gate used each threshold (from the recorded evidence)."""
+    out = []
+    for t in thresholds:
+        rates = {}
+        for name, rows in rows_by_set.items():
+            if rows and rows[0].get("retrieved") is not None:
+                passed = [max((x["evidence"] for x in r["retrieved"]), default=0.0) >= t for r in rows]
+                rates[name] = sum(passed) / len(rows)
+        out.append((t, rates))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--questions", type=int, default=120, help="per set (off-topic sets: half each)")
+    parser.add_argument("--baseline", type=Path, default=Path("/work/baseline"),
+                        help="a checkout of the code before issue 18 (git worktree add DIR COMMIT)")
+    parser.add_argument("--limit", type=float, default=900, help="seconds per set and version at most")
+    parser.add_argument("--only", choices=("before", "after"), default=None)
+    parser.add_argument("--sets", default="", help="comma-separated subset of the sets (default: all)")
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    load_before = os.getloadavg()
+    OUT.mkdir(parents=True, exist_ok=True)
+    sets = question_sets(args.questions)
+    every = dict(sets)
+    if args.sets:
+        sets = {k: v for k, v in sets.items() if k in args.sets.split(",")}
+    dbs = prepare(OUT, {db for db, _ in sets.values()} | ({"scifact"} if "gate" in args.sets else set()))
+    results: dict[str, dict[str, dict[str, float]]] = {"before": {}, "after": {}}
+    rows_after: dict[str, list[dict[str, Any]]] = {}
+    for version, code in (("before", args.baseline), ("after", ROOT)):
+        if args.only and args.only != version:
+            continue
+        for name, (db, questions) in sets.items():
+            rows = run(code, dbs[db], questions, OUT / f"{version}-{name}-{len(questions)}.jsonl", args.limit)
+            results[version][name] = score(rows, questions)
+            print(version, name, json.dumps(results[version][name]), flush=True)
+            if version == "after":
+                rows_after[name] = rows
+    if "gate" in args.sets.split(",") or not args.sets:
+        results["after"]["gate"] = gate_cost(dbs["scifact"] if "scifact" in dbs else dbs["chroma"],
+                                             every["answerable"][1] + every["unanswerable"][1])
+        print("gate", results["after"]["gate"])
+    if args.no_write or args.only or args.sets:
+        for t, rates in sweep(rows_after, [x / 100 for x in range(20, 62, 2)]):
+            print(f"threshold {t:.2f}: " + ", ".join(f"{k} {v:.2f}" for k, v in rates.items()))
+        return
+    write_section("answer_quality", section(results, rows_after, args, load_before))
+
+
+def section(results: dict[str, dict[str, dict[str, float]]], rows_after: dict[str, list[dict[str, Any]]],
+            args: argparse.Namespace, load_before: tuple[float, float, float]) -> str:
+    b, a = results["before"], results["after"]
+
+    def pct(d: dict[str, dict[str, float]], s: str, k: str) -> str:
+        return f"{d[s][k]:.2f}" if s in d and k in d[s] else "-"
+
+    rows = [
+        ("answerable (SciFact, gold ingested): answered", "answerable", "answered", ">= 0.90"),
+        ("answerable: a gold document cited (of all)", "answerable", "gold_cited", ">= 0.85"),
+        ("answerable: citation precision", "answerable", "citation_precision", "-"),
+        ("on-topic unanswerable (gold not ingested): refused", "unanswerable", "refused", ">= 0.60"),
+        ("off topic, chroma questions on SciFact: refused", "off_topic_scifact", "refused", ">= 0.95"),
+        ("off topic, SciFact claims on chroma: refused", "off_topic_chroma", "refused", ">= 0.95"),
+        ("chroma questions on chroma: answered", "quotes", "answered", "-"),
+        ("chroma: gold document cited", "quotes", "gold_cited", "-"),
+        ("chroma: quote span precision (characters)", "quotes", "span_precision", "2x before"),
+        ("chroma: quote span recall (characters)", "quotes", "span_recall", "-"),
+        ("chroma: quotes per answer", "quotes", "quotes_per_answer", "-"),
+        ("chroma: answer latency p50, ms", "quotes", "ms_p50", "-"),
+    ]
+    lines = [
+        START, "## answer_quality: refusing, answering, quoting (issue 18)", "",
+        f"`python bench/answer_quality.py --questions {args.questions}` ({datetime.date.today().isoformat()}; "
+        f"{platform.node()}, {os.cpu_count()} cores, shared: load average {load_before[0]:.1f} before, "
+        f"{os.getloadavg()[0]:.1f} after). Extractive generator (the default), local model; `before` is "
+        f"{args.baseline} (the code before this issue), `after` this checkout. Sets: "
+        + ", ".join(f"{k} {a.get(k, b.get(k, {})).get('n', 0):.0f}" for k in
+                    ("answerable", "unanswerable", "off_topic_scifact", "off_topic_chroma", "quotes"))
+        + " questions.", "",
+        "| figure | before | after | goal |", "|---|---|---|---|",
+    ]
+    for label, s, k, goal in rows:
+        lines.append(f"| {label} | {pct(b, s, k)} | {pct(a, s, k)} | {goal} |")
+    lines += ["", "Threshold sweep (share of questions the gate lets through, from the recorded evidence; the "
+                  "extractive floor may still refuse some of them):", "",
+              "| answer_min_evidence | " + " | ".join(rows_after) + " |",
+              "|---" * (len(rows_after) + 1) + "|"]
+    for t, rates in sweep(rows_after, [x / 100 for x in range(25, 56, 5)]):
+        lines.append(f"| {t:.2f} | " + " | ".join(f"{rates.get(k, float('nan')):.2f}" for k in rows_after) + " |")
+    lines.append(END)
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
