@@ -85,11 +85,11 @@ def quotable(text: str) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
             flush()
             fence = (m.group(1), m.group(2).lower(), pos)
             continue
-        if not body.strip() or _HEADING.match(body) or _RULE.match(body) or _TABLE.match(body):
-            flush()
-            continue
         if _SETEXT.match(body) and para:  # the paragraph above was a heading
             para.clear()
+            continue
+        if not body.strip() or _HEADING.match(body) or _RULE.match(body) or _TABLE.match(body):
+            flush()
             continue
         item = _ITEM.match(body)
         if item:
