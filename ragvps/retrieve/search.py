@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import psycopg
 from psycopg import sql
 
 from ragvps.config import Settings
-from ragvps.db.database import compose, q
+from ragvps.db.database import compose
 from ragvps.db.store import EmbeddingSet, as_param
 from ragvps.errors import UsageError
 from ragvps.retrieve.evidence import combine
@@ -118,14 +118,13 @@ def search(
     vec = vector_leg(conn, eset, embedding, settings, filters) if mode != "keyword" and embedding is not None else []
     kw = keyword_leg(conn, text, settings, filters) if mode != "vector" else []
     fused = rrf([leg for leg in (vec, kw) if leg], settings.search.rrf_k)[:k]
-    signals = chunk_evidence(conn, eset, [i for i, _ in fused], text, embedding if mode != "keyword" else None,
-                             settings)
-    return _details(conn, fused, vec, kw, signals)
+    rows = chunk_evidence(conn, eset, [i for i, _ in fused], text, embedding if mode != "keyword" else None, settings)
+    return _details(fused, vec, kw, rows)
 
 
 def chunk_evidence(conn: psycopg.Connection, eset: EmbeddingSet, ids: list[int], text: str,
-                   embedding: np.ndarray | None, settings: Settings) -> dict[int, tuple[float | None, float | None]]:
-    """(cosine, IDF share) of each chunk id for this query, whatever its rank: one query over the ids."""
+                   embedding: np.ndarray | None, settings: Settings) -> dict[int, tuple[Any, ...]]:
+    """Each chunk's details with its cosine and IDF share for this query, whatever its rank: one query."""
     if not ids:
         return {}
     cosine: sql.Composable = sql.SQL("NULL::float8")
@@ -133,20 +132,16 @@ def chunk_evidence(conn: psycopg.Connection, eset: EmbeddingSet, ids: list[int],
     if embedding is not None:
         cosine = compose("chunk_cosine", table=eset.table)
         params["embedding"] = as_param(eset, embedding)
-    rows = conn.execute(compose("chunk_evidence", cosine=cosine), params, prepare=False)
-    return {r[0]: (r[1], r[2]) for r in rows}
+    return {r[0]: r for r in conn.execute(compose("chunk_evidence", cosine=cosine), params, prepare=False)}
 
 
-def _details(conn: psycopg.Connection, fused: list[tuple[int, float]], vec: list[int], kw: list[int],
-             signals: dict[int, tuple[float | None, float | None]]) -> list[Hit]:
-    ids = [i for i, _ in fused]
-    rows = {r[0]: r for r in conn.execute(q("chunk_details"), {"ids": ids})}
+def _details(fused: list[tuple[int, float]], vec: list[int], kw: list[int], rows: dict[int, tuple[Any, ...]],
+             ) -> list[Hit]:
     vrank = {c: r for r, c in enumerate(vec, start=1)}
     krank = {c: r for r, c in enumerate(kw, start=1)}
     hits = []
     for rank, (cid, score) in enumerate(fused, start=1):
-        _, doc_id, source, _root, seq, heading, body, start, end = rows[cid]
-        cos, share = signals.get(cid, (None, None))
+        _, doc_id, source, _root, seq, heading, body, start, end, cos, share = rows[cid]
         hits.append(Hit(rank, score, f"{doc_id}#{seq}", source, doc_id, heading, body,
                         vrank.get(cid), krank.get(cid), start, end, cos, share, combine(cos, share)))
     return hits
