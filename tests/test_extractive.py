@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ragvps.config import Settings
 from ragvps.generate import budget
 from ragvps.generate.extractive import Extractive, asks_to_run, candidates, choose
 from ragvps.generate.prompt import REFUSAL, Source
-from ragvps.config import Settings
 from ragvps.text import quotable
 
 DOC = """# Keys

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from serve_server import ASK, REPO, Server
+from serve_server import REPO, Server
 
 from ragvps.generate.prompt import REFUSAL
 
@@ -27,8 +27,8 @@ async def _session_calls(read: Any, write: Any) -> dict[str, Any]:
         tools = {t.name: t for t in (await session.list_tools()).tools}
         found = await session.call_tool("search", {"query": QUESTION, "k": 3})
         bad = await session.call_tool("search", {"query": "!!!"})
-        answer = await session.call_tool("ask", {"question": QUESTION, "k": 3}) if ASK else None
-        off = await session.call_tool("ask", {"question": OFF_TOPIC}) if ASK else None
+        answer = await session.call_tool("ask", {"question": QUESTION, "k": 3})
+        off = await session.call_tool("ask", {"question": OFF_TOPIC})
         return {"tools": tools, "search": found, "bad": bad, "ask": answer, "off": off}
 
 
@@ -50,8 +50,6 @@ def _check(calls: dict[str, Any], server: Server) -> None:
     for hit in hits:
         assert {"chunk_id", "path", "heading_path", "score", "text"} <= set(hit)
     assert calls["bad"].is_error and "no words" in calls["bad"].content[0].text
-    if not ASK:
-        return  # waiting on the answers branch for app.ask
     answer = _structured(calls["ask"])
     assert isinstance(answer["answer"], str) and isinstance(answer["citations"], list)
     assert answer["answered"] and answer["citations"] and answer["evidence"] >= answer["min_evidence"]
@@ -77,7 +75,6 @@ def test_mcp_tools_over_stdio(server: Server):
     _check(_stdio(env), server)
 
 
-@pytest.mark.skipif(not ASK, reason="waiting on the answers branch for app.ask")
 def test_mcp_ask_takes_its_threshold_from_the_setting(server: Server):
     env = {k: v for k, v in server.env.items() if k != "RAGVPS_API_KEYS"} | {"RAGVPS_ANSWER_MIN_EVIDENCE": "1"}
     answer = _structured(_stdio(env)["ask"])
