@@ -88,6 +88,13 @@ def test_off_topic_is_refused_over_http_with_the_threshold_from_the_setting(serv
     assert off["answer"] == REFUSAL and not off["answered"] and off["sources"] == [] and off["citations"] == []
     assert off["evidence"] < off["min_evidence"] == Settings().generate.min_evidence and off["retrieved"]
     assert on["answered"] and on["evidence"] >= on["min_evidence"]
+    with server.client() as c:  # the README's example: the sentence that answers, first; no command quoted
+        keys = c.post("/ask", json={"question": "how do I rotate the keys?"}).json()
+    assert keys["answered"] and "rotate one at a time" in keys["quotes"][0]["text"], keys["quotes"]
+    assert not any(q["command"] for q in keys["quotes"])
+    source = next(s for s in keys["sources"] if s["chunk_id"] == keys["quotes"][0]["chunk_id"])
+    q = keys["quotes"][0]
+    assert " ".join(source["text"][q["start"] - source["start"]:q["end"] - source["start"]].split()) == q["text"]
     srv = Server(serve_env | {"RAGVPS_ANSWER_MIN_EVIDENCE": str(min(1.0, on["evidence"] + 0.01))},
                  tmp_path / "serve.log", key=None).start()
     try:

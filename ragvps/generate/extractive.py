@@ -26,14 +26,14 @@ if TYPE_CHECKING:
     from ragvps.generate.prompt import Source
 
 LABEL = "Extractive answer (sentences quoted from the sources; no language model was used):"
-MAX_QUOTES = 3  # a cap, not a target: only sentences above the floor are quoted
+MAX_QUOTES = 2  # a cap, not a target: only sentences above the floor are quoted
 MAX_CANDIDATES = 200  # sentences embedded per question at most, which bounds the cost on a CPU
 MIN_WORDS = 4
 MAX_QUOTE_CHARS = 600
 # score = COSINE_WEIGHT * cosine + (1 - COSINE_WEIGHT) * overlap; chosen with bench/answer_quality.py
-COSINE_WEIGHT = 0.7
-FLOOR = 0.40  # a sentence scoring less does not answer the question
-RELATIVE = 0.80  # ... nor one scoring less than this share of the best sentence's score
+COSINE_WEIGHT = 0.6
+FLOOR = 0.45  # a sentence scoring less does not answer the question
+RELATIVE = 0.90  # ... nor one scoring less than this share of the best sentence's score
 DUPLICATE = 0.8  # word-set Jaccard at which a sentence repeats one already quoted
 _NUMBER_MARKER = re.compile(r"\[(\s*\d[\d,\s]*)\]")
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
