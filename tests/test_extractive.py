@@ -55,7 +55,7 @@ def _source(text: str, number: int = 1, start: int = 100) -> Source:
 def test_choose_keeps_only_sentences_above_the_floor_without_duplicates_best_first():
     found = candidates([_source(DOC)])
     scores = np.zeros(len(found), dtype=np.float32)
-    scores[1], scores[0] = 0.9, 0.8  # the second sentence is best
+    scores[1], scores[0] = 0.9, 0.85  # the second sentence is best; the first is within 90% of it
     assert [c.text for c, _ in choose(found, scores, 3)] == [found[1].text, found[0].text]
     assert choose(found, np.zeros(len(found), dtype=np.float32), 3) == []  # nothing above the floor: nothing
     twice = candidates([_source(DOC, 1), _source(DOC.replace("at start", "at the start"), 2, 900)])
