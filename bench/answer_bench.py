@@ -25,9 +25,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from llm_server import FakeLLM  # noqa: E402
 from results import markers, write_section  # noqa: E402  (bench/ is the script's folder)
 
-from ragvps.app import App  # noqa: E402
+from ragvps.app import App, AskRequest  # noqa: E402
 from ragvps.config import Settings  # noqa: E402
-from ragvps.generate import AskRequest, cache  # noqa: E402
+from ragvps.generate import cache  # noqa: E402
 from ragvps.measure.plan import Budget  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "scifact-dev"

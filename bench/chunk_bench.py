@@ -22,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ragvps import tokens  # noqa: E402
 from ragvps.ingest.chunk import ChunkerConfig, chunk_documents  # noqa: E402
-from ragvps.ingest.sources import Document, SourceFile, load  # noqa: E402
+from ragvps.ingest.sources import SourceFile, load  # noqa: E402
+from ragvps.records import Document  # noqa: E402
 
 LIMIT = 256  # all-MiniLM-L6-v2's input, [CLS] and [SEP] included
 SIZE, OVERLAP = 200, 30  # ragvps's defaults for the local model

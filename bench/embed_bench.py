@@ -206,8 +206,8 @@ def padding_alone(side: str, saved: Path) -> dict:
     from ragvps.embed.local import LocalEmbedder
     from ragvps.embed.models import spec_for
     from ragvps.ingest.artifacts import VectorCache
-    from ragvps.ingest.chunk import Chunk
     from ragvps.ingest.embedding import embed_stage
+    from ragvps.records import Chunk
 
     spec = spec_for(Settings())
     chunks = [Chunk(**c) for c in json.loads(saved.read_text())]

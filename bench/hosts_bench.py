@@ -70,7 +70,7 @@ def main() -> None:
     if args.serve is not None:
         serve(args.serve)
         return
-    from ragvps.ingest.chunk import Chunk
+    from ragvps.records import Chunk
 
     words = ["postgres", "vector", "index", "chunk", "query", "answer", "model", "server", "batch", "lane"]
     chunks = []

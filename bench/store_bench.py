@@ -34,9 +34,11 @@ from ragvps.db import store  # noqa: E402
 from ragvps.db.database import compose, connect, embedded_url  # noqa: E402
 from ragvps.embed.models import spec_for  # noqa: E402
 from ragvps.ingest.artifacts import VectorCache  # noqa: E402
-from ragvps.ingest.chunk import Chunk  # noqa: E402
 from ragvps.ingest.pipeline import STORE_BATCH_CHUNKS, batches  # noqa: E402
-from ragvps.ingest.sources import Document  # noqa: E402
+from ragvps.records import (
+    Chunk,  # noqa: E402
+    Document,  # noqa: E402
+)
 from ragvps.retrieve import search  # noqa: E402
 
 CHUNK_FIELDS = frozenset(f.name for f in dataclasses.fields(Chunk))

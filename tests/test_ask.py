@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from llm_server import FakeLLM, llm, llm_server  # noqa: F401  (fixtures)
 
-from ragvps.app import App
+from ragvps.app import App, AskRequest
 from ragvps.config import Settings
 from ragvps.errors import GeneratorError
-from ragvps.generate import AskRequest, cache
+from ragvps.generate import cache
 from ragvps.generate.prompt import REFUSAL
 from ragvps.retrieve.filters import Filters
 

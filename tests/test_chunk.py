@@ -7,8 +7,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ragvps import tokens
-from ragvps.ingest.chunk import ChunkerConfig, chunk_document, fixed_windows, sentences
-from ragvps.ingest.sources import Document
+from ragvps.ingest.chunk import ChunkerConfig, chunk_document, fixed_windows
+from ragvps.records import Document
+from ragvps.text import sentences
 
 WORDS = ["the", "model", "embeds", "chunks", "unbelievably", "Tokenisation", "cost", "3.5", "e.g.", "Dr.", "naïve",
          "café", "日本語", "x" * 120, "##", "#", "`", "*", "-", "\ufffd", "\x00", "résumé", "(see", "Fig.", "1)", "—"]

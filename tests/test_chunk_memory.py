@@ -12,7 +12,7 @@ from ragvps import tokens
 from ragvps.ingest import blocks, chunk
 from ragvps.ingest.blocks import _markdown_starts, _Paths
 from ragvps.ingest.chunk import ChunkerConfig, chunk_documents
-from ragvps.ingest.sources import Document
+from ragvps.records import Document
 
 WORDS = ("alpha", "beta", "gamma", "delta", "harbour", "crane.", "ship!", "tide?", "quay", "berth")
 CONFIG = ChunkerConfig("structure", 200, 20, 256)

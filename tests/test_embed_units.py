@@ -8,8 +8,8 @@ import pytest
 from ragvps.config import load_settings
 from ragvps.embed.models import spec_for
 from ragvps.ingest.artifacts import VectorCache
-from ragvps.ingest.chunk import Chunk
 from ragvps.ingest.embedding import too_long, too_long_message
+from ragvps.records import Chunk
 
 
 def test_vector_cache_reads_back_in_request_order_across_reopen_and_repeats(tmp_path):

@@ -18,10 +18,8 @@ from psycopg import sql
 from ragvps.config import Settings
 from ragvps.db import store
 from ragvps.db.database import compose, connect
-from ragvps.embed.models import ModelSpec
 from ragvps.errors import UsageError
-from ragvps.ingest.chunk import Chunk
-from ragvps.ingest.sources import Document
+from ragvps.records import Chunk, Document, ModelSpec
 from ragvps.retrieve import search
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"

@@ -14,10 +14,8 @@ import pytest
 from ragvps.config import Settings
 from ragvps.db import store
 from ragvps.db.database import connect
-from ragvps.embed.models import ModelSpec
 from ragvps.errors import ConfigError
-from ragvps.ingest.chunk import Chunk
-from ragvps.ingest.sources import Document
+from ragvps.records import Chunk, Document, ModelSpec
 from ragvps.retrieve import search
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"

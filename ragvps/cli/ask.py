@@ -27,7 +27,7 @@ def ask(
 
     With no generator configured the answer is extractive: the best-matching sentences, quoted.
     """
-    from ragvps.generate import AskRequest
+    from ragvps.app import AskRequest
     from ragvps.retrieve.filters import Filters
 
     request = AskRequest(question, k=k, mode=mode, filters=Filters(path_prefix, metadata_pairs(meta or [])),  # type: ignore[arg-type]

@@ -18,7 +18,7 @@ from psycopg import sql
 from ragvps.db import store
 from ragvps.db.database import queries
 from ragvps.db.store import EmbeddingSet
-from ragvps.ingest.chunk import Chunk
+from ragvps.records import Chunk
 
 
 def _q(name: str) -> str:

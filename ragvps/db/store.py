@@ -17,12 +17,11 @@ from psycopg.types.json import Jsonb
 
 from ragvps.config import Settings
 from ragvps.db.database import compose, q
-from ragvps.embed.models import ModelSpec
 from ragvps.errors import ConfigError, DatabaseError, ModelMismatchError
+from ragvps.records import ModelSpec
 
 if TYPE_CHECKING:  # the chunker and the readers load only when something is ingested
-    from ragvps.ingest.chunk import Chunk
-    from ragvps.ingest.sources import Document
+    from ragvps.records import Chunk, Document
 
 log = logging.getLogger(__name__)
 
@@ -342,7 +341,7 @@ def _exists(conn: psycopg.Connection, name: str) -> bool:
 def chunks_with_ids(conn: psycopg.Connection) -> list[tuple[int, Chunk]]:
     """Every stored chunk with its id, in id order."""
     rows = conn.execute(q("chunks_for_reembed")).fetchall()
-    from ragvps.ingest.chunk import Chunk
+    from ragvps.records import Chunk
 
     return [(r[0], Chunk(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8])) for r in rows]
 

@@ -4,37 +4,21 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ragvps.config import LOCAL_MODEL, Settings
 from ragvps.errors import ConfigError, EmbedderError
-
-if TYPE_CHECKING:
-    from ragvps.embed.ollama import ModelInfo
-
-SPECIAL_TOKENS = 2  # [CLS] and [SEP], which every BERT-style embedder adds to each input
+from ragvps.records import SPECIAL_TOKENS, ModelSpec
 
 
 @dataclass(frozen=True)
-class ModelSpec:
+class ModelInfo:
+    """What /api/show says about a model."""
+
     name: str
-    dims: int
-    max_tokens: int  # input limit in the model's own tokens, [CLS]/[SEP] included
-    document_prefix: str = ""
-    query_prefix: str = ""
-    chunk_size: int = 400  # default chunk size in tokens
-    chunk_overlap: int = 50
-    known: bool = True  # False: not in KNOWN_MODELS, dimension and limit as the Ollama server reported them
-
-    @property
-    def input_room(self) -> int:
-        """Model tokens a document's text may take: the limit less [CLS]/[SEP] and the document prefix."""
-        return input_room(self.max_tokens, self.document_prefix)
-
-    @property
-    def identity(self) -> str:
-        """What a stored vector depends on: model, prefixes and dimension."""
-        return f"{self.name}|{self.document_prefix}|{self.query_prefix}|{self.dims}"
+    architecture: str
+    dims: int | None
+    context_length: int | None
+    capabilities: tuple[str, ...]
 
 
 _MXBAI_QUERY = "Represent this sentence for searching relevant passages: "
@@ -92,8 +76,3 @@ def spec_from_server(info: ModelInfo) -> ModelSpec:
                      chunk_overlap=min(50, size // 8), known=False)
 
 
-def input_room(max_tokens: int, prefix: str) -> int:
-    """The one input-room rule: the model's limit less [CLS]/[SEP] and the prefix's own tokens."""
-    from ragvps import tokens
-
-    return max_tokens - SPECIAL_TOKENS - tokens.count(prefix)

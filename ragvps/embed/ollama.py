@@ -5,13 +5,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ragvps.embed import DimensionError, InputTooLongError
-from ragvps.embed.models import ModelSpec
+from ragvps.embed.models import ModelInfo, ModelSpec
 from ragvps.errors import EmbedderError
 
 if TYPE_CHECKING:
@@ -21,17 +20,6 @@ log = logging.getLogger(__name__)
 
 BACKOFF_BASE = 0.5  # seconds before the first retry; doubled each time
 BACKOFF_CAP = 30.0
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """What /api/show says about a model."""
-
-    name: str
-    architecture: str
-    dims: int | None
-    context_length: int | None
-    capabilities: tuple[str, ...]
 
 
 class HostDownError(EmbedderError):

@@ -56,7 +56,7 @@ class Extractive:
 
 def candidates(fit: Fit) -> list[tuple[int, str]]:
     """(source number, sentence) for every sentence worth quoting, in source order, without duplicates."""
-    from ragvps.ingest.chunk import sentences
+    from ragvps.text import sentences
 
     seen: set[str] = set()
     found: list[tuple[int, str]] = []

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ragvps.ingest.chunk import Chunk
-from ragvps.ingest.sources import Document
+from ragvps.records import Chunk, Document
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

@@ -8,7 +8,9 @@ from collections.abc import Iterator
 from itertools import chain
 from typing import Any
 
-from ragvps.ingest.sources import Document, inline_text
+from ragvps.ingest.sources import inline_text
+from ragvps.records import Document
+from ragvps.text import strip_span
 
 SEGMENT_CHARS = 1 << 19  # a longer document is tokenized one segment at a time, so memory stays bounded
 PARSE_CHARS = 1 << 22  # a longer Markdown text is parsed one window of lines at a time
@@ -18,14 +20,6 @@ _NEWLINE = re.compile(r"\r\n?|\n")
 _BLANK = re.compile(r"\n[ \t\r\f\v]*\n\s*")
 _MD_KINDS = {"heading_open": "heading", "paragraph_open": "prose", "blockquote_open": "prose", "fence": "code",
              "code_block": "code"}
-
-
-def _strip(text: str, a: int, b: int) -> tuple[int, int]:
-    while a < b and text[a].isspace():
-        a += 1
-    while b > a and text[b - 1].isspace():
-        b -= 1
-    return a, b
 
 
 class _Paths:
@@ -129,13 +123,13 @@ def _line_starts(text: str, wanted: set[int]) -> dict[int, int]:
 def _add_bounded(blocks: list[Block], text: str, a: int, b: int, p: int, kind: str) -> None:
     """Append text[a:b] as one block, or as several when it is longer than a segment (one huge paragraph,
     table row or line), so that no block is tokenized whole."""
-    a, b = _strip(text, a, b)
+    a, b = strip_span(text, a, b)
     if b - a <= SEGMENT_CHARS:
         if a < b:
             blocks.append((a, b, p, kind))
         return
     for pa, pb in _bounded(text, a, b):
-        pa, pb = _strip(text, pa, pb)
+        pa, pb = strip_span(text, pa, pb)
         if pa < pb:
             blocks.append((pa, pb, p, kind))
 
@@ -149,7 +143,7 @@ def _plain_blocks(doc: Document, paths: _Paths) -> Iterator[Block]:
     for m in chain(_BLANK.finditer(text), [None]):
         b = m.start() if m else len(text)
         for pa, pb in _bounded(text, a, b):
-            pa, pb = _strip(text, pa, pb)
+            pa, pb = strip_span(text, pa, pb)
             if pa >= pb:
                 continue
             kind = "prose"
@@ -181,43 +175,12 @@ def _bounded(text: str, a: int, b: int, size: int | None = None) -> Iterator[tup
 
 # --- sentences --------------------------------------------------------------------------------------------
 
-_END = re.compile(r"[.!?…]+[\"'”’)\]]*\s+|[。！？]+[”’」』]*\s*")
-_ABBREV = frozenset(re.findall(r"\S+", (
-    "mr mrs ms dr prof sr jr st vs etc eg ie al fig figs eq eqs no nos vol ref refs approx ca cf inc ltd "
-    "co corp dept univ gen col lt sgt jan feb mar apr jun jul aug sep sept oct nov dec resp pp ed eds"
-)))
-_WORD_BEFORE = re.compile(r"([\w.]+)$")
-
-
-def sentences(text: str, a: int, b: int) -> list[tuple[int, int]]:
-    """Sentence spans in text[a:b]: after . ! ? and their CJK forms, but not after abbreviations or
-    initials, nor before a lower-case word."""
-    spans = []
-    start = a
-    for m in _END.finditer(text, a, b):
-        cut = m.end()
-        if cut >= b:
-            break
-        mark = m.group()
-        if mark[0] == "." and not mark.startswith(".."):
-            before = _WORD_BEFORE.search(text, max(start, m.start() - 24), m.start())
-            word = before.group(1).lower() if before else ""
-            if word in _ABBREV or "." in word or (len(word) == 1 and word.isalpha()) or text[cut].islower():
-                continue
-        elif mark[0] in "!?…" and text[cut].islower():
-            continue
-        spans.append(_strip(text, start, cut))
-        start = cut
-    spans.append(_strip(text, start, b))
-    return [s for s in spans if s[0] < s[1]]
-
-
 def _lines(text: str, a: int, b: int) -> list[tuple[int, int]]:
     spans = []
     for m in _NEWLINE.finditer(text, a, b):
-        spans.append(_strip(text, a, m.start()))
+        spans.append(strip_span(text, a, m.start()))
         a = m.end()
-    spans.append(_strip(text, a, b))
+    spans.append(strip_span(text, a, b))
     return [s for s in spans if s[0] < s[1]]
 
 

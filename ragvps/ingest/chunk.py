@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from ragvps import tokens
-from ragvps.embed.models import input_room
 from ragvps.ingest import blocks as block_rules
 from ragvps.ingest.blocks import (
     Block,
@@ -26,10 +25,9 @@ from ragvps.ingest.blocks import (
     _markdown_blocks,
     _Paths,
     _plain_blocks,
-    _strip,
-    sentences,
 )
-from ragvps.ingest.sources import Document
+from ragvps.records import Chunk, Document, input_room
+from ragvps.text import sentences, strip_span
 
 if TYPE_CHECKING:
     from tokenizers import Encoding
@@ -54,33 +52,6 @@ class ChunkerConfig:
         """Changes whenever a setting (or the algorithm) that shapes the chunks changes."""
         raw = json.dumps(asdict(self) | {"version": 2}, sort_keys=True)
         return hashlib.sha256(raw.encode()).hexdigest()[:16]
-
-
-@dataclass(frozen=True)
-class Chunk:
-    doc_id: str
-    seq: int
-    heading_path: str  # for display: "Title > Section > Subsection"
-    text: str
-    start: int  # character offsets of `text` in the document
-    end: int
-    tokens: int  # model tokens of embed_text (without prefix and special tokens)
-    llm_tokens: int  # cl100k_base tokens of text
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def chunk_id(self) -> str:
-        return f"{self.doc_id}#{self.seq}"
-
-    @property
-    def embed_text(self) -> str:
-        """What the embedder sees: the heading path (shortened if it was too long), then the text."""
-        path = self.metadata.get("embed_heading_path", self.heading_path)
-        return f"{path}\n\n{self.text}" if path else self.text
-
-    @property
-    def content_hash(self) -> str:
-        return hashlib.sha256(self.embed_text.encode()).hexdigest()
 
 
 def fixed_windows(n_tokens: int, size: int, overlap: int) -> list[tuple[int, int]]:
@@ -276,8 +247,9 @@ class _Chunker:
             self._fixed_piece(buf, 0, len(buf))
 
     def _fixed_piece(self, buf: list[tuple[int, int, bool]], i: int, j: int) -> None:
-        a = buf[i][0] if i or self.pieces else _strip(self.text, 0, buf[i][0])[0]
-        b = _strip(self.text, buf[j - 1][1], buf[j][0])[1] if j < len(buf) else _strip(self.text, 0, len(self.text))[1]
+        a = buf[i][0] if i or self.pieces else strip_span(self.text, 0, buf[i][0])[0]
+        end = buf[j][0] if j < len(buf) else len(self.text)
+        b = strip_span(self.text, buf[j - 1][1] if j < len(buf) else 0, end)[1]
         self.pieces.append((a, b, j - i, 0, not buf[i][2]))
 
     # chunks: path, verification, metadata
@@ -307,7 +279,7 @@ class _Chunker:
                 yield piece
                 continue
             for pa, pb in _bounded(self.text, a, b, MAX_CHUNK_CHARS):
-                pa, pb = _strip(self.text, pa, pb)
+                pa, pb = strip_span(self.text, pa, pb)
                 if pa < pb:
                     yield pa, pb, 0, p, False
 
@@ -338,7 +310,7 @@ def _windows(seg: _Segment, text: str, a: int, b: int, i: int, j: int, size: int
         e = min(s + size, j)
         while e < j and e > s + 1 and seg.inside_word(e):
             e -= 1
-        eb = b if e >= j else _strip(text, sa, seg.base + offs[e][0])[1]
+        eb = b if e >= j else strip_span(text, sa, seg.base + offs[e][0])[1]
         exact = not seg.inside_word(s) and (e >= j or not seg.inside_word(e))
         out.append((sa, eb, e - s, p, exact))
         if e >= j:
@@ -359,10 +331,10 @@ def _refit(text: str, a: int, b: int, limit: int, count: Callable[[str], int]) -
             offs = tokens.encode(text[a:hi]).offsets
             k = min(limit, len(offs) - 1)
             cut = a + offs[k][0] if k > 0 else hi - 1
-            hi = max(_strip(text, a, min(cut, hi - 1))[1], a + 1)
+            hi = max(strip_span(text, a, min(cut, hi - 1))[1], a + 1)
             n = count(text[a:hi])
         out.append((a, hi, n))
-        a = _strip(text, hi, b)[0]
+        a = strip_span(text, hi, b)[0]
     return out
 
 

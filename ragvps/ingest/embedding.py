@@ -16,9 +16,8 @@ import numpy as np
 from ragvps import tokens
 from ragvps.embed import Embedder, InputTooLongError, embed_documents
 from ragvps.embed.hosts import Emit, Lanes
-from ragvps.embed.models import SPECIAL_TOKENS, ModelSpec
 from ragvps.ingest.artifacts import VectorCache
-from ragvps.ingest.chunk import Chunk
+from ragvps.records import SPECIAL_TOKENS, Chunk, ModelSpec
 
 Progress = Callable[[str, int, int], None]
 

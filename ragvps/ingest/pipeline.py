@@ -15,13 +15,12 @@ import psycopg
 from ragvps.config import Settings
 from ragvps.db import queue, store
 from ragvps.embed.hosts import Lanes
-from ragvps.embed.models import ModelSpec
 from ragvps.errors import NotFoundError
 from ragvps.ingest import sources
 from ragvps.ingest.artifacts import ChunkArtifacts, ChunkFile, VectorCache
-from ragvps.ingest.chunk import Chunk, ChunkerConfig, chunk_documents
+from ragvps.ingest.chunk import ChunkerConfig, chunk_documents
 from ragvps.ingest.embedding import EmbedOutcome, embed_stage
-from ragvps.ingest.sources import Document
+from ragvps.records import Chunk, Document, ModelSpec
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +42,7 @@ class IngestReport:
     unchanged: int = 0
     deleted: int = 0
     index_built: bool = False
-    answers_pruned: int = 0  # cached answers whose chunks changed or went
+    answers_pruned: int = 0  # cached answers whose chunks changed or went (the app prunes them)
     skipped: Counter[str] = field(default_factory=Counter)
     warnings: list[str] = field(default_factory=list)
     hosts: dict[str, dict[str, Any]] = field(default_factory=dict)  # per embedding host: chunks, rate, state
@@ -211,10 +210,6 @@ def ingest(
         eset = store.ensure_set(conn, spec, settings.index.vector_type, activate=True)
         unreadable = {f.rel for f in scan.files} - {f.source for f in files}
         store_stage(conn, eset, str(root), files, unreadable, cache, config, settings, report, progress)
-        if report.stored or report.deleted:
-            from ragvps.generate import cache as answer_cache
-
-            report.answers_pruned = answer_cache.prune(conn)
         if settings.embed.defer:
             queue.enqueue_missing(conn, eset)
         report.queued = queue.left(conn, eset)

@@ -13,10 +13,10 @@ from ragvps.config import Settings
 from ragvps.db import store
 from ragvps.embed import InputTooLongError
 from ragvps.embed.hosts import Lanes
-from ragvps.embed.models import ModelSpec
 from ragvps.ingest.artifacts import VectorCache
 from ragvps.ingest.embedding import embed_stage, too_long, too_long_message
 from ragvps.ingest.pipeline import STORE_BATCH_CHUNKS, IngestReport, Progress, Warn, ingest
+from ragvps.records import ModelSpec
 
 log = logging.getLogger(__name__)
 

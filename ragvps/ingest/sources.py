@@ -14,22 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ragvps.errors import UsageError
+from ragvps.records import Document
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Document:
-    doc_id: str  # what a person or a qrels file calls it: the relative path, or a JSONL line's _id
-    source: str  # the file it came from, relative to the ingested folder (posix)
-    title: str
-    text: str
-    kind: str
-    metadata: dict[str, object] = field(default_factory=dict)
-
-    @property
-    def content_hash(self) -> str:
-        return hashlib.sha256(f"{self.title}\x00{self.text}".encode()).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,9 @@ import psycopg
 from ragvps.config import Settings
 from ragvps.db import queue, store
 from ragvps.embed import Embedder
-from ragvps.embed.models import ModelSpec
 from ragvps.errors import DatabaseError, ModelMismatchError
 from ragvps.ingest.embedding import embed_batch
+from ragvps.records import ModelSpec
 
 log = logging.getLogger(__name__)
 

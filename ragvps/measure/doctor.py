@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 from ragvps.config import Settings
 from ragvps.embed import embed_documents
-from ragvps.embed.models import ModelSpec
 from ragvps.embed.registry import make_embedder, resolve_spec
 from ragvps.errors import RagvpsError
+from ragvps.records import ModelSpec
 
 if TYPE_CHECKING:
     from ragvps.db.store import EmbeddingSet

@@ -16,7 +16,7 @@ from ragvps.errors import UsageError
 
 if TYPE_CHECKING:
     from ragvps.ingest.chunk import ChunkerConfig
-    from ragvps.ingest.sources import Document
+    from ragvps.records import Document
 
 VectorType = Literal["vector", "halfvec"]
 VECTOR_TYPES: tuple[VectorType, ...] = ("vector", "halfvec")

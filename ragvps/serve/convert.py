@@ -47,7 +47,7 @@ def search_request(query: str, k: int | None, mode: str, path_prefix: str, meta:
 
 def ask_request(question: str, k: int | None, mode: str, path_prefix: str, meta: dict[str, Any], max_k: int,
                 use_cache: bool = True) -> Any:
-    from ragvps.generate import AskRequest
+    from ragvps.app import AskRequest
 
     return AskRequest(check_query(question), k=check_k(k, max_k), mode=mode_of(mode),
                       filters=filters_of(path_prefix, meta), use_cache=use_cache)

@@ -12,13 +12,13 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
-from importlib import resources
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
 
 from ragvps.config import Settings
-from ragvps.errors import HTTP_STATUS, RagvpsError, UnavailableError, redact
+from ragvps.errors import RagvpsError
 from ragvps.serve.auth import check_bind, is_loopback, load_keys
+from ragvps.serve.common import Ready, error_body, for_serving
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -26,48 +26,6 @@ if TYPE_CHECKING:
     from ragvps.app import App
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
-RETRY_OPEN_S = 5.0
-
-
-class Ready:
-    """The App once it is open (or the reason it is not yet), shared by the HTTP routes and the MCP tools."""
-
-    def __init__(self, settings: Settings, app: App | None = None):
-        self.settings = settings
-        self.app = app
-        self.error = "starting: loading the model and connecting to the database"
-        self._stack = contextlib.ExitStack()
-        self._stop = threading.Event()
-
-    def get(self) -> App:
-        if self.app is None:
-            raise UnavailableError(f"the server is not ready yet ({self.error}); retry in a few seconds")
-        return self.app
-
-    def open_forever(self) -> None:
-        """Open the App (pool, embedder, a warm-up query), retrying until it works or the server stops."""
-        from ragvps.app import App
-
-        while not self._stop.is_set():
-            stack = contextlib.ExitStack()
-            try:
-                app = stack.enter_context(App.open(self.settings, pooled=True))
-                app.embed_query("warm up the model")
-            except Exception as exc:  # noqa: BLE001  (any failure to start is reported by /health and retried)
-                stack.close()
-                self.error = redact(str(exc) if isinstance(exc, RagvpsError) else f"{exc.__class__.__name__}: {exc}")
-                log.warning("not ready, retrying in %.0f s: %s", RETRY_OPEN_S, self.error)
-                self._stop.wait(RETRY_OPEN_S)
-                continue
-            self._stack.enter_context(stack)
-            self.app = app
-            log.info("ready: model %s", self.settings.embed.model_name)
-            return
-
-    def close(self) -> None:
-        self._stop.set()
-        self._stack.close()
 
 
 def create_app(settings: Settings, app: App | None = None, *, host: str | None = None) -> Any:
@@ -127,57 +85,6 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
     config = uvicorn.Config(asgi, host=host, port=port, log_level="info", proxy_headers=False,
                             server_header=False, timeout_graceful_shutdown=10, lifespan="on")
     uvicorn.Server(config).run()
-
-
-def for_serving(settings: Settings) -> Settings:
-    """A server embeds one short query per request, several requests at once: one onnxruntime thread each
-    (unless the setting threads says otherwise). Its spinning pool threads would otherwise take the CPU
-    PostgreSQL needs for the same requests (bench/RESULTS.md: 3x slower searches on a 2-core machine)."""
-    return settings.replace(threads=1) if settings.embed.threads == 0 else settings
-
-
-async def in_thread(fn: Callable[[], T], timeout: float) -> T:
-    """Run blocking work (the app is synchronous) off the event loop, within the request timeout."""
-    import anyio
-
-    try:
-        return await asyncio.wait_for(anyio.to_thread.run_sync(fn, abandon_on_cancel=True), timeout)
-    except TimeoutError:
-        raise UnavailableError(f"the request took longer than {timeout:g} s (setting request_timeout): try a "
-                               "smaller k, or raise request_timeout", settings=("request_timeout",)) from None
-
-
-def guarded(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
-    """A route whose unexpected errors become RagvpsErrors (kind failed/unavailable), answered as JSON by the
-    RagvpsError handler; Starlette's catch-all 500 handler would re-raise them and drop the connection."""
-    import functools
-
-    from starlette.exceptions import HTTPException
-
-    @functools.wraps(fn)
-    async def route(*args: Any, **kwargs: Any) -> T:
-        try:
-            return await fn(*args, **kwargs)
-        except (RagvpsError, HTTPException):
-            raise
-        except Exception as exc:  # noqa: BLE001
-            _, body = error_body(exc)
-            raise RagvpsError(body["error"], kind=body["kind"]) from None  # type: ignore[arg-type]
-
-    return route
-
-
-def error_body(exc: BaseException) -> tuple[int, dict[str, str]]:
-    """The status and `{error, kind}` for any exception; unexpected ones are logged, never shown."""
-    import psycopg
-
-    if isinstance(exc, RagvpsError):
-        return HTTP_STATUS[exc.kind], {"error": redact(str(exc)), "kind": exc.kind}
-    if isinstance(exc, psycopg.OperationalError) or exc.__class__.__name__ == "PoolTimeout":
-        return 503, {"error": "the database cannot be reached or is too busy: retry, and check PostgreSQL",
-                     "kind": "unavailable"}
-    log.error("unexpected error", exc_info=exc)
-    return 500, {"error": "unexpected server error; the server log has the details", "kind": "failed"}
 
 
 def _errors(api: FastAPI) -> None:
@@ -255,10 +162,6 @@ def _mcp_security(host: str, keys: tuple[str, ...]) -> Any:
     return TransportSecuritySettings(enable_dns_rebinding_protection=True,
                                      allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
                                      allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"])
-
-
-def page() -> str:
-    return resources.files("ragvps.serve.web").joinpath("index.html").read_text(encoding="utf-8")
 
 
 def _version() -> str:

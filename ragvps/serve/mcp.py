@@ -65,7 +65,7 @@ def run_stdio(settings: Settings) -> None:
     import anyio
 
     from ragvps.app import App
-    from ragvps.serve.http import for_serving
+    from ragvps.serve.common import for_serving
 
     with App.open(for_serving(settings), pooled=True) as app:
         server = build_server(lambda: app, settings.serve.max_k)

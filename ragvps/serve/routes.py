@@ -40,8 +40,8 @@ SSE_EVENT: dict[str, Any] = {"oneOf": [
 def add_routes(api: Any, ready: Any, settings: Settings) -> None:
     from fastapi.responses import HTMLResponse, JSONResponse
 
+    from ragvps.serve.common import error_body, guarded, in_thread, page
     from ragvps.serve.convert import ask_request, hits_out, jsonable, search_request
-    from ragvps.serve.http import error_body, guarded, in_thread, page
     from ragvps.serve.stream import streaming_response
 
     SearchIn, AskIn = request_models(settings.serve.max_k)  # noqa: N806

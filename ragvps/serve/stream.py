@@ -39,7 +39,7 @@ def done_payload(answer: Any) -> dict[str, Any]:
 
 async def answer_events(app: Any, request: Any, timeout: float) -> AsyncIterator[bytes]:
     """`sources` once, then `token`s, then `done` (or one `error` event); stops the app if the client leaves."""
-    from ragvps.serve.http import error_body
+    from ragvps.serve.common import error_body
 
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[Any] = asyncio.Queue()

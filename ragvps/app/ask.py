@@ -10,41 +10,41 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractContextManager
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ragvps.generate import Answer, AskRequest, budget, cache, citations
+from ragvps.app.requests import Answer, AskRequest, PromptPreview, SearchRequest
+from ragvps.generate import budget, cache, citations
 from ragvps.generate.prompt import PROMPT_VERSION, REFUSAL, Source
 
 if TYPE_CHECKING:
-    from ragvps.app import App
+    import psycopg
+
+    from ragvps.app.requests import SearchResult
+    from ragvps.config import Settings
     from ragvps.generate.budget import Fit
+    from ragvps.generate.registry import Generator
 
 OnSources = Callable[[list[dict[str, Any]]], None]
 OnToken = Callable[[str], None]
 
 
+class App(Protocol):
+    """What the ask use case needs of the App (ragvps.app.core.App), so this module never imports it."""
+
+    settings: Settings
+
+    @property
+    def generator(self) -> Generator: ...
+
+    def search(self, request: SearchRequest) -> SearchResult: ...
+
+    def connection(self) -> AbstractContextManager[psycopg.Connection]: ...
+
+
 def _ignore(_: Any) -> None:
     pass
-
-
-@dataclass
-class PromptPreview:
-    """`ragvps ask --show-prompt`: the exact prompt, its token count, and what was left out; nothing is sent."""
-
-    system: str
-    user: str
-    text: str
-    prompt_tokens: int
-    system_tokens: int
-    window: int
-    reserve: int
-    encoding: str
-    sources: list[dict[str, Any]]
-    left_out: dict[str, int]
-    generator: str
-    model: str
-    prompt_version: str
 
 
 class _Clock:
@@ -63,8 +63,6 @@ class _Clock:
 
 def prepare(app: App, request: AskRequest, clock: _Clock | None = None) -> tuple[Fit, dict[str, int]]:
     """Retrieve (app.search reranks when a reranker is configured), drop hits under the floor, fit the budget."""
-    from ragvps.app import SearchRequest
-
     clock = clock or _Clock()
     s = app.settings
     k = request.k or max(s.generate.answer_chunks, s.search.top_k)

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from ragvps.config import Settings
-from ragvps.embed.models import ModelSpec, input_room
 from ragvps.ingest import sources
 from ragvps.ingest.chunk import ChunkerConfig
 from ragvps.ingest.pipeline import IngestReport, chunk_stage, chunker_config, load_file, nothing_readable
+from ragvps.records import ModelSpec, input_room
 
 Progress = Callable[[str, int, int], None]
 Warn = Callable[[str], None]

@@ -1,4 +1,4 @@
-"""The use-case layer: one App per process owns the settings, the embedder and the connections.
+"""The App: one per process, it owns the settings, the embedder and the connections.
 
 Every interface (the CLI, the HTTP API, MCP) opens one App and calls one method per use case. A method
 returns a report dataclass and prints nothing; progress and warnings go through callbacks.
@@ -14,10 +14,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ragvps.app.requests import Answer, AskRequest, Health, PromptPreview, SearchRequest, SearchResult
 from ragvps.config import Settings
 from ragvps.errors import UsageError
 
@@ -25,13 +25,11 @@ if TYPE_CHECKING:
     import numpy as np
     import psycopg
 
+    from ragvps.app.ask import OnSources, OnToken
     from ragvps.db.connections import Connections
     from ragvps.db.store import EmbeddingSet
     from ragvps.embed import Embedder
     from ragvps.embed.hosts import Lanes
-    from ragvps.embed.models import ModelSpec
-    from ragvps.generate import Answer, AskRequest
-    from ragvps.generate.answer import OnSources, OnToken, PromptPreview
     from ragvps.generate.registry import Generator
     from ragvps.ingest.pipeline import IngestReport
     from ragvps.ingest.reindex import ReindexReport
@@ -39,8 +37,8 @@ if TYPE_CHECKING:
     from ragvps.measure.doctor import Diagnosis
     from ragvps.measure.evaluate import EvalReport, Question
     from ragvps.measure.inspect import IndexCheck, StatsReport
-    from ragvps.retrieve.filters import Filters
-    from ragvps.retrieve.search import Hit, Mode
+    from ragvps.records import ModelSpec
+    from ragvps.retrieve.search import Hit
 
 Progress = Callable[[str, int, int], None]
 Warn = Callable[[str], None]
@@ -48,35 +46,6 @@ Warn = Callable[[str], None]
 
 def _quiet(*_: object) -> None:
     pass
-
-
-@dataclass(frozen=True)
-class SearchRequest:
-    query: str
-    k: int | None = None  # None: setting top_k
-    mode: Mode = "hybrid"
-    filters: Filters | None = None
-
-
-@dataclass
-class SearchResult:
-    query: str
-    mode: str
-    hits: list[Hit]
-    model: str
-    timings: dict[str, float] = field(default_factory=dict)  # milliseconds
-
-
-@dataclass
-class Health:
-    ready: bool  # the database answers: an ingest can start (and a search, once something is in)
-    database: bool
-    empty: bool = False  # nothing ingested yet: a state, not a failure
-    model: str | None = None
-    dims: int | None = None
-    vector_type: str | None = None
-    chunks: int = 0
-    error: str | None = None
 
 
 class App:
@@ -140,14 +109,18 @@ class App:
 
         path = existing_path(path)
         with self.connection() as conn:
-            return ingest(conn, self.settings, path, self.spec, self._lanes(progress, warn), progress, warn)
+            report = ingest(conn, self.settings, path, self.spec, self._lanes(progress, warn), progress, warn)
+            report.answers_pruned = _prune_answers(conn, [report])
+            return report
 
     def reindex(self, progress: Progress = _quiet, warn: Warn = _quiet) -> ReindexReport:
         """Switch models if the configured one differs, re-sync every ingested folder, rebuild the index."""
         from ragvps.ingest.reindex import reindex
 
         with self.connection() as conn:
-            return reindex(conn, self.settings, self.spec, self._lanes(progress, warn), progress, warn)
+            report = reindex(conn, self.settings, self.spec, self._lanes(progress, warn), progress, warn)
+            _prune_answers(conn, list(report.roots.values()))
+            return report
 
     def work(self, *, name: str | None = None, exit_when_empty: bool = False, stop: threading.Event | None = None,
              progress: Progress = _quiet, warn: Warn = _quiet) -> WorkReport:
@@ -247,13 +220,13 @@ class App:
             on_token: OnToken | None = None) -> Answer:
         """An answer with citations; `on_sources` once before generation, `on_token` per streamed piece.
         Either callback may raise to cancel: the upstream request is closed and nothing is cached."""
-        from ragvps.generate.answer import ask
+        from ragvps.app.ask import ask
 
         return ask(self, request, on_sources, on_token)
 
     def build_prompt(self, request: AskRequest) -> PromptPreview:
         """The exact prompt `ask` would send, its token count and what was left out; nothing is sent."""
-        from ragvps.generate.answer import build_prompt
+        from ragvps.app.ask import build_prompt
 
         return build_prompt(self, request)
 
@@ -354,16 +327,26 @@ class App:
 
     def chunk_summary(self, path: Path | str, progress: Progress = _quiet, warn: Warn = _quiet) -> Any:
         """The chunk stage alone: chunk files written, counts and token figures (no database)."""
-        from ragvps.ingest.summary import chunk_summary
+        from ragvps.measure.summary import chunk_summary
 
         return chunk_summary(self.settings, self.spec, existing_path(path), progress, warn)
 
     def plan_measure(self, path: Path | str, spec: ModelSpec | None, dims: int | None, bytes_per_dim: int,
                      warn: Warn = _quiet) -> Any:
         """`ragvps plan --path`: real token counts and the real chunker over a folder."""
-        from ragvps.ingest.summary import plan_measure
+        from ragvps.measure.summary import plan_measure
 
         return plan_measure(self.settings, spec or self.spec, existing_path(path), dims, bytes_per_dim, warn)
+
+
+def _prune_answers(conn: psycopg.Connection, reports: Sequence[IngestReport]) -> int:
+    """Cached answers whose chunks an ingest changed or deleted are dropped (a changed chunk never matches a
+    cache key anyway; this keeps the table from growing)."""
+    if not any(r.stored or r.deleted for r in reports):
+        return 0
+    from ragvps.generate import cache as answer_cache
+
+    return answer_cache.prune(conn)
 
 
 def existing_path(path: Path | str) -> Path:

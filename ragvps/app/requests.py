@@ -1,0 +1,93 @@
+"""The app layer's request and report types: what an interface builds to call a use case and what it renders.
+
+Plain dataclasses; importing them loads no stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ragvps.retrieve.filters import Filters
+    from ragvps.retrieve.search import Hit, Mode
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    query: str
+    k: int | None = None  # None: setting top_k
+    mode: Mode = "hybrid"
+    filters: Filters | None = None
+
+
+@dataclass
+class SearchResult:
+    query: str
+    mode: str
+    hits: list[Hit]
+    model: str
+    timings: dict[str, float] = field(default_factory=dict)  # milliseconds
+
+
+@dataclass
+class Health:
+    ready: bool  # the database answers: an ingest can start (and a search, once something is in)
+    database: bool
+    empty: bool = False  # nothing ingested yet: a state, not a failure
+    model: str | None = None
+    dims: int | None = None
+    vector_type: str | None = None
+    chunks: int = 0
+    error: str | None = None
+
+
+def _no_filters() -> Filters:
+    from ragvps.retrieve.filters import Filters
+
+    return Filters()
+
+
+@dataclass(frozen=True)
+class AskRequest:
+    question: str
+    k: int | None = None  # chunks retrieved; None: max(answer_chunks, top_k) (rerank_candidates with a reranker)
+    mode: Mode = "hybrid"
+    filters: Filters = field(default_factory=_no_filters)
+    use_cache: bool = True
+
+
+@dataclass
+class Answer:
+    answer: str
+    answered: bool
+    extractive: bool
+    citations: list[dict[str, Any]]  # number, chunk_id, path, heading_path, start, end
+    invalid_citations: int
+    sources: list[dict[str, Any]]  # what was sent: number, chunk_id, path, heading_path, start, end, score, text
+    left_out: dict[str, int]  # reason (answer_chunks, context_window, answer_min_score) -> candidates
+    usage: dict[str, int]  # prompt_tokens, completion_tokens, cached_tokens, cache_creation_tokens
+    cache: str  # "hit" | "miss" | "off" (off: not consulted, by request, setting, or a refusal without a call)
+    generator: str
+    model: str
+    prompt_version: str
+    timings: dict[str, float] = field(default_factory=dict)  # milliseconds
+
+
+@dataclass
+class PromptPreview:
+    """`ragvps ask --show-prompt`: the exact prompt, its token count, and what was left out; nothing is sent."""
+
+    system: str
+    user: str
+    text: str
+    prompt_tokens: int
+    system_tokens: int
+    window: int
+    reserve: int
+    encoding: str
+    sources: list[dict[str, Any]]
+    left_out: dict[str, int]
+    generator: str
+    model: str
+    prompt_version: str

@@ -1,0 +1,82 @@
+"""Plain records every stage may import: a document, a chunk of it, an embedding model's facts.
+
+They hold data and derive from it; nothing here imports a stage, a driver or a model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+SPECIAL_TOKENS = 2  # [CLS] and [SEP], which every BERT-style embedder adds to each input
+
+
+@dataclass(frozen=True)
+class Document:
+    doc_id: str  # what a person or a qrels file calls it: the relative path, or a JSONL line's _id
+    source: str  # the file it came from, relative to the ingested folder (posix)
+    title: str
+    text: str
+    kind: str
+    metadata: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def content_hash(self) -> str:
+        return hashlib.sha256(f"{self.title}\x00{self.text}".encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Chunk:
+    doc_id: str
+    seq: int
+    heading_path: str  # for display: "Title > Section > Subsection"
+    text: str
+    start: int  # character offsets of `text` in the document
+    end: int
+    tokens: int  # model tokens of embed_text (without prefix and special tokens)
+    llm_tokens: int  # cl100k_base tokens of text
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def chunk_id(self) -> str:
+        return f"{self.doc_id}#{self.seq}"
+
+    @property
+    def embed_text(self) -> str:
+        """What the embedder sees: the heading path (shortened if it was too long), then the text."""
+        path = self.metadata.get("embed_heading_path", self.heading_path)
+        return f"{path}\n\n{self.text}" if path else self.text
+
+    @property
+    def content_hash(self) -> str:
+        return hashlib.sha256(self.embed_text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    dims: int
+    max_tokens: int  # input limit in the model's own tokens, [CLS]/[SEP] included
+    document_prefix: str = ""
+    query_prefix: str = ""
+    chunk_size: int = 400  # default chunk size in tokens
+    chunk_overlap: int = 50
+    known: bool = True  # False: not in KNOWN_MODELS, dimension and limit as the Ollama server reported them
+
+    @property
+    def input_room(self) -> int:
+        """Model tokens a document's text may take: the limit less [CLS]/[SEP] and the document prefix."""
+        return input_room(self.max_tokens, self.document_prefix)
+
+    @property
+    def identity(self) -> str:
+        """What a stored vector depends on: model, prefixes and dimension."""
+        return f"{self.name}|{self.document_prefix}|{self.query_prefix}|{self.dims}"
+
+
+def input_room(max_tokens: int, prefix: str) -> int:
+    """The one input-room rule: the model's limit less [CLS]/[SEP] and the prefix's own tokens."""
+    from ragvps import tokens
+
+    return max_tokens - SPECIAL_TOKENS - tokens.count(prefix)
