@@ -41,6 +41,28 @@ quiet() {
     fi
 }
 py() { python3 -c "$@"; }
+# Background jobs with a log each; wait_jobs fails naming the jobs that failed, with their last lines.
+JOBS=()
+job() {
+    local name=$1
+    shift
+    mkdir -p "$CACHE/logs"
+    say "  $name (log: $CACHE/logs/$name.log)"
+    ( "$@" ) >"$CACHE/logs/$name.log" 2>&1 &
+    JOBS+=("$name:$!")
+}
+wait_jobs() {
+    local entry failed=()
+    for entry in "${JOBS[@]}"; do
+        wait "${entry#*:}" || failed+=("${entry%%:*}")
+    done
+    JOBS=()
+    for entry in "${failed[@]}"; do
+        say "  --- last lines of $entry:"
+        tail -n 25 "$CACHE/logs/$entry.log" >&2
+    done
+    [ "${#failed[@]}" -eq 0 ] || die "failed: ${failed[*]}"
+}
 
 finish() {
     local rc=$?
@@ -135,20 +157,23 @@ for _ in $(seq 1 60); do
 done
 docker info >/dev/null 2>&1 || { tail -n 20 "$CACHE/dockerd.log" >&2; cannot "dockerd did not answer within 30 s"; }
 
-step "base images: debootstrap minbase bookworm and trixie (cached in $CACHE/rootfs)"
-mkdir -p "$CACHE/rootfs"
-for suite in bookworm trixie; do
-    image="ragvps-smoke/debian:$suite-minbase"
-    docker image inspect "$image" >/dev/null 2>&1 && continue
+step "base images: debootstrap minbase bookworm and trixie, in parallel (cached in $CACHE/rootfs)"
+base_image() {
+    local suite=$1 image="ragvps-smoke/debian:$1-minbase" dir="$CACHE/rootfs/$1.dir"
+    docker image inspect "$image" >/dev/null 2>&1 && return 0
     if [ ! -s "$CACHE/rootfs/$suite.tar" ]; then
-        rm -rf "$CACHE/rootfs/$suite.dir"
-        quiet debootstrap --variant=minbase "$suite" "$CACHE/rootfs/$suite.dir" "$(debian_mirror)"
-        quiet tar -C "$CACHE/rootfs/$suite.dir" -cf "$CACHE/rootfs/$suite.tar.part" .
+        rm -rf "$dir"
+        debootstrap --variant=minbase "$suite" "$dir" "$(debian_mirror)"
+        tar -C "$dir" -cf "$CACHE/rootfs/$suite.tar.part" .
         mv "$CACHE/rootfs/$suite.tar.part" "$CACHE/rootfs/$suite.tar"
-        rm -rf "$CACHE/rootfs/$suite.dir"
+        rm -rf "$dir"
     fi
-    quiet docker import "$CACHE/rootfs/$suite.tar" "$image"
-done
+    docker import "$CACHE/rootfs/$suite.tar" "$image"
+}
+mkdir -p "$CACHE/rootfs"
+job "debootstrap-bookworm" base_image bookworm
+job "debootstrap-trixie" base_image trixie
+wait_jobs
 
 step "copy the checkout to $WORK (as /opt/ragvps on a VPS)"
 rm -rf "$WORK"
@@ -176,20 +201,23 @@ PY_IMAGE=$(awk 'toupper($1) == "FROM" {print $2}' deploy/Dockerfile | sort -u)
 [ "$(wc -l <<<"$PY_IMAGE")" -eq 1 ] || die "deploy/Dockerfile starts from more than one image: $PY_IMAGE"
 [ "$(image_of ollama-pull)" = "$OLLAMA_IMAGE" ] || die "ollama-pull and ollama use different images"
 
-step "stand-in images for $PY_IMAGE, $PG_IMAGE, $OLLAMA_IMAGE (deploy/smoke/)"
+step "images, in parallel: stand-ins for $PY_IMAGE, $PG_IMAGE, $OLLAMA_IMAGE (deploy/smoke/); docker compose build"
 build_ctx="$CACHE/build"
 rm -rf "$build_ctx"
 cp -r deploy/smoke "$build_ctx"
 mkdir -p "$build_ctx/python/ca-certificates"
 find "$CA_DIR" -maxdepth 2 -name '*.crt' -exec cp {} "$build_ctx/python/ca-certificates/" \; 2>/dev/null || true
-export DOCKER_BUILDKIT=0  # the stand-ins need nothing of BuildKit, and the docker client may lack buildx
-quiet docker build -t ragvps-smoke/python:3.11-bookworm -t "$PY_IMAGE" "$build_ctx/python"
-quiet docker build -t ragvps-smoke/ollama:stand-in -t "$OLLAMA_IMAGE" "$build_ctx/ollama"
-quiet docker build -t ragvps-smoke/postgres:17-trixie -t "$PG_IMAGE" "$build_ctx/postgres"
-unset DOCKER_BUILDKIT
-
-step "docker compose build (deploy/Dockerfile, pip install from PyPI)"
-quiet docker compose build
+# The stand-ins need nothing of BuildKit (and the docker client may lack buildx); compose builds
+# deploy/Dockerfile with BuildKit, which reads deploy/Dockerfile.dockerignore.
+postgres_image() { DOCKER_BUILDKIT=0 docker build -t ragvps-smoke/postgres:17-trixie -t "$PG_IMAGE" "$build_ctx/postgres"; }
+python_images() {
+    DOCKER_BUILDKIT=0 docker build -t ragvps-smoke/python:3.11-bookworm -t "$PY_IMAGE" "$build_ctx/python"
+    DOCKER_BUILDKIT=0 docker build -t ragvps-smoke/ollama:stand-in -t "$OLLAMA_IMAGE" "$build_ctx/ollama"
+    docker compose build  # deploy/Dockerfile, pip install from PyPI
+}
+job "build-postgres" postgres_image
+job "build-python-ollama-ragvps" python_images
+wait_jobs
 
 step "docker compose up -d --wait"
 STACK_UP=1
