@@ -75,6 +75,7 @@ finish() {
         fi
     fi
     if [ "$STACK_UP" = 1 ]; then
+        docker rm -f ragvps-smoke-systemd >>"$LOG" 2>&1
         (cd "$WORK" && docker compose down -v --remove-orphans) >>"$LOG" 2>&1
     fi
     stop_dockerd
@@ -245,7 +246,7 @@ for name, expected in want.items():
         bad.append(f"{name}: {run}, exit {code}")
 sys.exit("; ".join(bad) or None)
 '
-docker compose logs --no-color ragvps >>"$LOG" 2>&1
+docker compose logs ragvps >>"$LOG" 2>&1
 
 step "ingest /docs in the app container (README set-up step 5)"
 quiet docker compose run --rm ragvps ingest /docs
@@ -330,8 +331,17 @@ r = json.load(sys.stdin)
 assert r["embedded"] == 0 and r["stored"] == 0, r
 '
 
+step "systemd: deploy/systemd's units run by a real systemd in a container (timer, reindex, lock, serve)"
+if [ "${RAGVPS_SMOKE_SYSTEMD:-0}" = 1 ]; then
+    . "$WORK/deploy/smoke/systemd/check.sh"
+    systemd_check
+else
+    say "  skipped (RAGVPS_SMOKE_SYSTEMD=1 to try it)"
+fi
+
 step "docker compose down -v"
 quiet docker compose down -v --remove-orphans
 STACK_UP=0
+docker image prune -f >>"$LOG" 2>&1  # the images the rebuilds left untagged, so the cache does not grow
 left=$(comm -13 <(printf '%s\n' "$before_up") <({ docker ps -aq; docker volume ls -q; } | sort))
 [ -z "$left" ] || die "containers or volumes left behind after down -v: $left"

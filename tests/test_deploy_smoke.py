@@ -61,7 +61,8 @@ def test_the_curl_finder_sees_a_missing_header():
 def test_bash_parses_the_shell_scripts():
     bash = shutil.which("bash")
     assert bash is not None
-    for script in (SMOKE, STAND_INS / "postgres" / "docker-entrypoint.sh", ROOT / ".ci" / "run"):
+    for script in (SMOKE, STAND_INS / "postgres" / "docker-entrypoint.sh", STAND_INS / "systemd" / "check.sh",
+                   ROOT / ".ci" / "run"):
         done = subprocess.run([bash, "-n", str(script)], capture_output=True, text=True)
         assert done.returncode == 0, (script, done.stderr)
 
@@ -75,17 +76,18 @@ def from_images(dockerfile: Path) -> list[str]:
 def test_each_stand_in_starts_from_an_image_the_script_makes():
     script = SMOKE.read_text()
     made = set(re.findall(r"-t (ragvps-smoke/[\w.:-]+)", script))
-    made |= {f"ragvps-smoke/debian:{suite}-minbase" for suite in ("bookworm", "trixie")
-             if re.search(rf"for suite in [^;]*\b{suite}\b", script)}
+    made |= {f"ragvps-smoke/debian:{suite}-minbase" for suite in re.findall(r" base_image (\w+)\n", script)}
+    made.add(compose_service("ragvps")["image"])  # type: ignore[arg-type]  # built by `docker compose build`
+    put_in_by_the_script = {"ca-certificates", "docker", "docker-compose"}
     dockerfiles = sorted(STAND_INS.glob("*/Dockerfile"))
-    assert [d.parent.name for d in dockerfiles] == ["ollama", "postgres", "python"]
+    assert [d.parent.name for d in dockerfiles] == ["ollama", "postgres", "python", "systemd"]
     for dockerfile in dockerfiles:
         assert from_images(dockerfile), dockerfile
         assert set(from_images(dockerfile)) <= made, (dockerfile, from_images(dockerfile), made)
         for line in dockerfile.read_text().splitlines():
             if line.startswith("COPY "):
                 source = line.split()[1].rstrip("/")
-                assert source == "ca-certificates" or (dockerfile.parent / source).exists(), (dockerfile, line)
+                assert source in put_in_by_the_script or (dockerfile.parent / source).exists(), (dockerfile, line)
 
 
 def test_no_stand_in_turns_tls_checks_off():
@@ -172,3 +174,38 @@ def test_the_healthcheck_fails_when_the_stand_in_is_down():
     env = {"PATH": "/usr/bin:/bin", "OLLAMA_HOST": f"127.0.0.1:{free_port()}"}
     done = ollama(env, "list")
     assert done.returncode == 1 and "could not connect" in done.stderr
+
+
+# --- deploy/README.md's steps are the smoke test's ---------------------------------------------------------
+
+def readme_commands(*sections: str) -> list[str]:
+    """The shell lines of the README's ```sh blocks in the given sections, `sudo -u ragvps` and comments dropped."""
+    text = (ROOT / "deploy" / "README.md").read_text(encoding="utf-8")
+    commands = []
+    for part in re.split(r"^### ", text, flags=re.M):
+        if not part.startswith(sections):
+            continue
+        for block in re.findall(r"```sh\n(.*?)```", part, flags=re.S):
+            joined = re.sub(r"\\\n\s*", " ", block)
+            for line in joined.splitlines():
+                line = re.sub(r"\s+#\s.*$", "", line.strip())
+                line = re.sub(r"^sudo (-u ragvps )?", "", line)
+                if line:
+                    commands.append(" ".join(line.split()))
+    return commands
+
+
+def test_every_compose_and_systemctl_step_a_vps_user_copies_is_run_by_the_smoke_test():
+    smoke = " ".join((SMOKE.read_text() + (STAND_INS / "systemd" / "check.sh").read_text()).split())
+    commands = readme_commands("Set up", "The server", "Nightly reindex")
+    steps = [c for c in commands if c.startswith(("docker compose", "systemctl", "curl"))]
+    assert len(steps) >= 10, steps
+    for command in steps:
+        if command.startswith("curl"):  # the smoke test's curl adds -f and its own key variable
+            path = re.search(r"127\.0\.0\.1:8765(/\w+)", command)
+            assert path and f"$url{path.group(1)}" in smoke or f"8765{path.group(1)}" in smoke, command
+        elif command.startswith("systemctl"):
+            verb = re.sub(r" +&&.*", "", command.replace("sudo ", ""))
+            assert verb in smoke, command
+        else:
+            assert command in smoke, command
