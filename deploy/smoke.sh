@@ -26,6 +26,10 @@ DOCKERD_PID=""
 STACK_UP=0
 QUESTION="what happens when I run ingest twice?"
 
+if [ "$(id -u)" -ne 0 ]; then
+    echo "smoke: cannot run here: dockerd needs root" >&2
+    exit 3
+fi
 mkdir -p "$CACHE" "$RUN_DIR"
 : >"$LOG"
 
@@ -119,7 +123,6 @@ install_compose() {
 }
 
 step "preflight: root, apt, free ports"
-[ "$(id -u)" -eq 0 ] || cannot "dockerd needs root"
 command -v dockerd >/dev/null || command -v apt-get >/dev/null || cannot "no dockerd, and no apt-get to install docker.io"
 command -v python3 >/dev/null || die "needs python3 (to read JSON answers)"
 for port in 5432 11434 8765; do
