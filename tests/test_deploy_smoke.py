@@ -21,9 +21,9 @@ import pytest
 import yaml
 from serve_server import free_port
 
-from ragvps.embed import InputTooLongError
 from ragvps.embed.models import model_spec
-from ragvps.embed.ollama import MissingModelError, OllamaEmbedder
+from ragvps.embed.ollama import OllamaEmbedder
+from ragvps.errors import InputTooLongError, MissingModelError
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ROOT / "deploy" / "smoke.sh"
