@@ -268,9 +268,11 @@ say "  top hit for '$QUESTION': $top"
 docker compose run --rm -T ragvps ask "$QUESTION" --json | py '
 import json, sys
 a = json.load(sys.stdin)
+# The stand-in vectors are hashed words, not a model: a refusal (answered false) is a fair answer too.
 assert a["answer"].strip(), "empty answer"
-assert a["sources"], "no sources"
-print("  answer with", len(a["sources"]), "sources:", a["answer"][:100].replace("\n", " "), file=sys.stderr)
+assert a["answered"] is False or a["sources"], "answered without sources"
+print("  answered:", a["answered"], "with", len(a["sources"]), "sources:", a["answer"][:90].replace("\n", " "),
+      file=sys.stderr)
 '
 
 step "serve: /health, /search and /ask on 127.0.0.1:8765 with the key from .env"
@@ -292,7 +294,7 @@ curl -fsS "$url/ask" -H "Authorization: Bearer $KEY" -H 'Content-Type: applicati
     -d "{\"question\": \"$QUESTION\"}" | py '
 import json, sys
 a = json.load(sys.stdin)
-assert a["answer"].strip() and a["sources"], a
+assert a["answer"].strip() and (a["answered"] is False or a["sources"]), a
 '
 
 step "reindex with the systemd unit's command, restart postgres, check nothing was lost"
