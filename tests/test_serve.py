@@ -179,6 +179,22 @@ def test_malformed_and_invalid_bodies_get_400_json(server: Server):
         assert c.get("/search").status_code == 405 and c.get("/search").json()["kind"] == "usage"
 
 
+def test_a_body_the_server_cannot_read_says_what_to_send(server: Server):
+    with server.client() as c:
+        r = c.post("/search", content=b'{"query": "x"}', headers={"Content-Type": "text/plain"})
+        assert "send Content-Type: application/json" in error_of(r, 415, "usage")
+        assert "text/plain" in r.json()["error"]
+        r = c.post("/search", content=b'{"query": "x",\n  "k": 3,,}', headers={"Content-Type": "application/json"})
+        message = error_of(r, 400, "usage")
+        assert "not valid JSON" in message and "line 2, column 10" in message and "decode error" not in message
+        r = c.post("/search", content=b'{"query": "caf\xe9"}', headers={"Content-Type": "application/json"})
+        message = error_of(r, 400, "usage")
+        assert "UTF-8" in message and "error parsing the body" not in message
+        r = c.get("/search")
+        assert error_of(r, 405, "usage") == "/search does not take GET: use POST" and r.headers["allow"] == "POST"
+        assert error_of(c.delete("/ask"), 405, "usage") == "/ask does not take DELETE: use POST"
+
+
 def test_health_says_503_while_the_database_cannot_be_reached(tmp_path: Path, env: dict[str, str]):
     port = free_port()  # nothing listens there
     bad = env | {"RAGVPS_DATABASE_URL": f"postgresql://ragvps:secret-pw@127.0.0.1:{port}/ragvps"}

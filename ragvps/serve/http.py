@@ -97,16 +97,21 @@ def _errors(api: FastAPI) -> None:
     from starlette.exceptions import HTTPException
     from starlette.requests import Request
 
+    from ragvps.serve.bodies import http_message, invalid_request
+
     @api.exception_handler(RequestValidationError)
-    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"error": _validation_message(exc.errors()), "kind": "usage"}, status_code=400)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        status, message = invalid_request(exc.errors(), exc.body, request.headers.get("content-type"))
+        return JSONResponse({"error": message, "kind": "usage"}, status_code=status)
 
     @api.exception_handler(HTTPException)
-    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         kind = {401: "unauthorized", 404: "not_found", 413: "too_long"}.get(exc.status_code, "usage")
         status = exc.status_code if exc.status_code < 500 else 500
-        return JSONResponse({"error": str(exc.detail), "kind": kind}, status_code=status,
-                            headers=getattr(exc, "headers", None))
+        headers = getattr(exc, "headers", None)
+        message = http_message(exc.status_code, str(exc.detail), request.method, request.url.path,
+                               (headers or {}).get("Allow"))
+        return JSONResponse({"error": message, "kind": kind}, status_code=status, headers=headers)
 
     @api.exception_handler(RagvpsError)
     async def ragvps_error(_: Request, exc: RagvpsError) -> JSONResponse:
@@ -117,14 +122,6 @@ def _errors(api: FastAPI) -> None:
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:
         status, body = error_body(exc)
         return JSONResponse(body, status_code=status)
-
-
-def _validation_message(errors: Any) -> str:
-    parts = []
-    for e in list(errors)[:3]:
-        where = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
-        parts.append(f"{where}: {e.get('msg', 'invalid')}")
-    return "the request is not valid: " + "; ".join(parts) + " (see /docs for the request's shape)"
 
 
 def _mcp(ready: Ready) -> Any:
