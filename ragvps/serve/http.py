@@ -71,7 +71,7 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
         api.router.routes.extend(sub.routes)
     add_docs(api, bool(keys))
 
-    asgi: Any = LimitBody(RequireKey(api, keys), settings.serve.max_body_bytes)
+    asgi: Any = LimitBody(RequireKey(api, keys), settings.serve.max_body_bytes, settings.serve.request_timeout)
     if settings.serve.cors_origins:
         asgi = CORSMiddleware(asgi, allow_origins=list(settings.serve.cors_origins), allow_methods=["GET", "POST"],
                               allow_headers=["Authorization", "X-API-Key", "Content-Type"])
