@@ -16,7 +16,7 @@ import httpx
 import psycopg
 import pytest
 from llm_server import FakeLLM, llm, llm_server  # noqa: F401  (fixtures)
-from serve_server import ASK, WAITING_ON_ASK, Server
+from serve_server import Server
 
 TIMEOUT = 8  # the server's request_timeout (long enough for an ask on a loaded 2-core machine)
 BOUND = TIMEOUT + 20  # what "within request_timeout" is allowed on a loaded 2-core machine
@@ -79,7 +79,6 @@ def test_a_slow_loris_body_gets_408_json_within_request_timeout(faulty: Server):
     still_answers(faulty)
 
 
-@pytest.mark.skipif(not ASK, reason=WAITING_ON_ASK)
 def test_an_llm_that_stalls_mid_answer_ends_within_request_timeout(faulty: Server, llm: FakeLLM):  # noqa: F811
     llm.reply = "Ingest twice and only changed files are re-embedded [1]. " + "More words follow here. " * 20
     llm.stall_after, llm.stall_s = 3, 60.0
@@ -142,7 +141,6 @@ def test_an_exhausted_pool_answers_503_json_within_request_timeout_and_health_sa
             time.sleep(0.5)
 
 
-@pytest.mark.skipif(not ASK, reason=WAITING_ON_ASK)
 def test_the_server_survives_a_client_that_leaves_mid_stream_many_times(faulty: Server, llm: FakeLLM):  # noqa: F811
     llm.reply = "Ingest twice and only changed files are re-embedded [1]. " + "More words follow here. " * 40
     llm.piece_delay = 0.02

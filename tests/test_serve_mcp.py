@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from serve_server import ASK, REPO, Server
+from serve_server import REPO, Server
 
 mcp = pytest.importorskip("mcp", reason="the mcp extra is not installed: pip install '.[mcp]'")
 
@@ -25,7 +25,7 @@ async def _session_calls(read: Any, write: Any) -> dict[str, Any]:
         found = await session.call_tool("search", {"query": QUESTION, "k": 3})
         bad = await session.call_tool("search", {"query": "!!!"})
         invalid = await session.call_tool("search", {"k": "many", "mode": "fuzzy"})
-        answer = await session.call_tool("ask", {"question": QUESTION, "k": 3}) if ASK else None
+        answer = await session.call_tool("ask", {"question": QUESTION, "k": 3})
         return {"tools": tools, "search": found, "bad": bad, "ask": answer, "invalid": invalid,
                 "version": init.server_info.version}
 
@@ -56,8 +56,6 @@ def _check(calls: dict[str, Any], server: Server) -> None:
     from importlib.metadata import version
 
     assert calls["version"] == version("ragvps") != ""
-    if not ASK:
-        return  # waiting on the answers branch for app.ask
     answer = _structured(calls["ask"])
     assert isinstance(answer["answer"], str) and isinstance(answer["citations"], list)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serve_server import ASK, REPO, WAITING_ON_ASK, Server, ragvps, ragvps_env
+from serve_server import REPO, Server, ragvps, ragvps_env
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -149,7 +149,6 @@ def test_the_key_is_kept_for_the_tab_unless_remembered(browser: Any, server: Ser
     context.close()
 
 
-@pytest.mark.skipif(not ASK, reason=WAITING_ON_ASK)
 def test_enter_asks_sources_carry_their_numbers_and_an_empty_question_clears(browser: Any, server: Server):
     SHOTS.mkdir(parents=True, exist_ok=True)
     for width, height in ((1280, 900), (390, 844)):
