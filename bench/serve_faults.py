@@ -12,7 +12,7 @@ request_timeout 5 s and pool_size 4. Cases:
   4. the connection pool exhausted by slow requests (the chunks table locked);
   5. PostgreSQL restarted under paced load;
   6. an LLM that stalls mid-answer.
-Paced /search load (10 requests/s, open loop: latency from the scheduled send) runs before, during and after
+Paced /search load (2 requests/s, open loop: latency from the scheduled send) runs before, during and after
 each fault. Per case: outcomes by status and kind, the slowest answer, whether /health said what was wrong,
 the time after the fault until p95 is back at its level before it, and the server's RSS.
 """
@@ -53,7 +53,7 @@ from serve_server import Server, ragvps, ragvps_env  # noqa: E402
 START, END = markers("serve_faults")
 TIMEOUT = 5
 QUESTION = "what happens when I run ingest twice?"
-RATE = 10.0
+RATE = 2.0
 
 
 @dataclass
@@ -148,7 +148,7 @@ def health_of(url: str) -> str:
     try:
         r = httpx.get(url + "/health", timeout=TIMEOUT * 3)
         body = r.json()
-        return f"{r.status_code} {body.get('status')}: {str(body.get('error', ''))[:60]}".rstrip(": ")
+        return f"{r.status_code} {body.get('status')}: {str(body.get('error') or '')[:70]}".rstrip(": ")
     except (httpx.HTTPError, ValueError) as exc:
         return f"no answer ({exc.__class__.__name__})"
 
@@ -404,7 +404,7 @@ def render(cases: list[Case], alive: bool, rss_start: float, rss_end: float, bef
         f"{platform.python_version()}; load average {before[0]:.1f} / {before[1]:.1f} / {before[2]:.1f} before, "
         f"{after[0]:.1f} / {after[1]:.1f} / {after[2]:.1f} after (the machine is shared with other work). One "
         f"`ragvps serve` (request_timeout {TIMEOUT} s, pool_size 4) over the docs folder in a dedicated embedded "
-        "PostgreSQL, a stand-in LLM in the bench process; paced /search at 10 requests/s (latency from the "
+        "PostgreSQL, a stand-in LLM in the bench process; paced /search at 2 requests/s (latency from the "
         "scheduled send) before, during and after each fault, all on loopback.", "",
         "| fault | /search outcomes (status kind) | slowest | /health during | p95 before / during | back to p95 "
         "after | server RSS |", "|---|---|---|---|---|---|---|",
