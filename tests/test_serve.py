@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serve_server import KEY, SECOND_KEY, Server, free_port, ragvps
+from serve_server import KEY, SECOND_KEY, Server, free_port, ragvps, ragvps_env
 
 REPO = Path(__file__).resolve().parents[1]
 QUESTION = "what happens when I run ingest twice?"
@@ -204,6 +204,24 @@ def test_health_says_503_while_the_database_cannot_be_reached(tmp_path: Path, en
         assert r.status_code == 503 and r.json()["status"] in ("starting", "unavailable")
         error_of(httpx.post(srv.url + "/search", json={"query": QUESTION}), 503, "unavailable")
         assert "secret-pw" not in r.text + srv.log.read_text()
+    finally:
+        srv.stop()
+
+
+def test_health_says_200_ready_and_empty_before_the_first_ingest(tmp_path: Path, db_url: str):
+    # `docker compose up --wait` waits for this on a fresh stack: empty must not read as unhealthy.
+    env = ragvps_env(db_url, tmp_path / "data")
+    srv = Server(env, tmp_path / "serve.log", key=None).start(timeout=120)
+    try:
+        r = httpx.get(srv.url + "/health")
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["status"] == "ok" and body["error"] is None
+        assert body["ready"] is True and body["database"] is True and body["empty"] is True and body["chunks"] == 0
+        done = ragvps(env, "ingest", str(REPO / "docs" / "serve.md"))
+        assert done.returncode == 0, done.stderr
+        body = httpx.get(srv.url + "/health").json()
+        assert body["status"] == "ok" and body["empty"] is False and body["chunks"] > 0
     finally:
         srv.stop()
 

@@ -299,7 +299,7 @@ class App:
             return inspect.stats(conn, self.active_set(conn, "show stats"), self.settings)
 
     def health(self) -> Health:
-        """Is the database reachable, which model is active, how many chunks: what a server's /health says."""
+        """Is the database reachable, is anything in, which model is active: what a server's /health says."""
         from ragvps.db import store
         from ragvps.errors import RagvpsError
 
@@ -310,8 +310,8 @@ class App:
         except RagvpsError as exc:
             return Health(False, False, error=str(exc))
         if eset is None:
-            return Health(False, True, error="nothing is ingested yet")
-        return Health(True, True, eset.model, eset.dims, eset.vector_type, chunks)
+            return Health(True, True, empty=True, chunks=chunks)
+        return Health(True, True, False, eset.model, eset.dims, eset.vector_type, chunks)
 
     def doctor(self) -> Diagnosis:
         """Ask the embedder about its model, embed one text, compare with the index."""
