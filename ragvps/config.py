@@ -129,6 +129,7 @@ class ServeSettings:
     api_keys: tuple[str, ...] = field(default=(), repr=False)
     api_key_file: str = ""
     cors_origins: tuple[str, ...] = ()
+    allowed_hosts: tuple[str, ...] = ()  # Host names beyond loopback's the server answers to (a proxy's)
     max_body_bytes: int = 65536
     request_timeout: int = 120
     max_k: int = 100
@@ -194,6 +195,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "answer_cache": ("generate", "cache"),
     "host": ("serve", "host"), "port": ("serve", "port"), "api_keys": ("serve", "api_keys"),
     "api_key_file": ("serve", "api_key_file"), "cors_origins": ("serve", "cors_origins"),
+    "allowed_hosts": ("serve", "allowed_hosts"),
     "max_body_bytes": ("serve", "max_body_bytes"), "request_timeout": ("serve", "request_timeout"),
     "max_k": ("serve", "max_k"),
 }

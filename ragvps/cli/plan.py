@@ -11,6 +11,8 @@ from rich.markup import escape
 from ragvps.cli.common import echo_json, flag_names, open_app, settings_from, warn
 from ragvps.errors import UsageError
 
+# `plan --compare` without a corpus: an example one, named in a note.
+COMPARE_TOKENS, COMPARE_CHUNK = 1_000_000, 512
 # plan's inputs as the library names them -> this command's flags
 FLAGS = {"tokens": "--tokens", "chunk_size": "--chunk-size", "overlap": "--overlap", "dims": "--dims",
          "bytes_per_dim": "--bytes-per-dim", "questions": "--questions", "corpus_chunks": "--corpus-chunks",
@@ -81,15 +83,21 @@ def _plan(ctx: typer.Context, tokens: int | None, chunk_size: int | None, overla
         if tokens is not None:
             raise UsageError("--path measures the documents' tokens: leave out --tokens")
         return _plan_measure(ctx, path, chunk_size, overlap, spec, dims, bytes_per_dim, as_json)
+    if compare and (tokens is None or chunk_size is None):  # --compare alone: an example corpus, said so
+        tokens = COMPARE_TOKENS if tokens is None else tokens
+        chunk_size = (spec.chunk_size if spec else COMPARE_CHUNK) if chunk_size is None else chunk_size
+        warn(f"comparing for {tokens:,} tokens in chunks of {chunk_size} (give --tokens and --chunk-size for "
+             "your own corpus)")
     if tokens is None or chunk_size is None:
-        raise UsageError("ragvps plan needs --tokens N and --chunk-size S (or --budget, or --path DIR)")
+        raise UsageError("ragvps plan needs --tokens N and --chunk-size S (or --compare, --budget, or --path DIR)")
     if spec is not None:
         _plan_check_limit(chunk_size, spec)
     d = dims or (spec.dims if spec else 384)
     if compare:
         extra = [overlap] if overlap is not None else []
         plans = p.compare_overlaps(tokens, chunk_size, [*p.COMPARE_OVERLAPS, *extra])
-        return _plan_compare(plans, d, bytes_per_dim, as_json)
+        chosen = p.compare_overlaps(tokens, chunk_size, extra)  # only an overlap the user chose is warned about
+        return _plan_compare(plans, chosen, d, bytes_per_dim, as_json)
 
     one = p.WindowPlan(tokens, chunk_size, p.parse_overlap(overlap or "0", chunk_size))
     summary = p.summary(one, d, bytes_per_dim)
@@ -140,11 +148,11 @@ def _plan_table(title: str, headers: list[str], rows: list[list[str]]) -> None:
     Console(highlight=False).print(table)
 
 
-def _plan_compare(plans: list[Any], dims: int, bytes_per_dim: int, as_json: bool) -> None:
+def _plan_compare(plans: list[Any], chosen: list[Any], dims: int, bytes_per_dim: int, as_json: bool) -> None:
     from ragvps.measure import plan as p
 
     models = p.common_models()
-    for warning in dict.fromkeys(w for one in plans for w in one.warnings()):
+    for warning in dict.fromkeys(w for one in chosen for w in one.warnings()):
         warn(warning)
     if as_json:
         return echo_json({

@@ -65,7 +65,7 @@ def nothing_readable(path: Path, report: IngestReport) -> NotFoundError:
 def load_file(source: sources.SourceFile, warn: Warn, report: IngestReport) -> list[Document] | None:
     """One file's documents, or None (with one warning naming it, counted in the report) when it cannot be read."""
     try:
-        return sources.load(source, warn)
+        return sources.load(source, warn, report.skipped)
     except OSError as exc:
         warn(f"{source.rel}: {exc.strerror or exc}, skipped")
         report.skipped["unreadable"] += 1
