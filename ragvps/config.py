@@ -26,7 +26,7 @@ from ragvps.errors import ConfigError, redact
 
 log = logging.getLogger(__name__)
 
-VectorType = Literal["vector", "halfvec"]
+VectorType = Literal["vector", "halfvec", "bit"]
 ChunkMode = Literal["structure", "fixed", "sentences"]
 
 CONFIG_FILE = "ragvps.toml"
@@ -105,6 +105,7 @@ class SearchSettings:
     ef_search: int = setting(100, "ef_search", lo=1, hi=1000)
     candidates: int = setting(40, "candidates", lo=1, hi=10_000)
     keyword_budget: int = setting(300, "keyword_budget", lo=1, hi=10_000_000)  # BM25 from the rarest words' chunks
+    bit_rerank_depth: int = setting(200, "bit_rerank_depth", lo=1, hi=1000)  # vector_type bit: re-ranked candidates
     top_k: int = setting(8, "top_k", lo=1, hi="max_k")
     rrf_k: int = setting(60, "rrf_k", lo=0, hi=10_000)
 
@@ -136,7 +137,7 @@ class GenerateSettings:
     context_window: int = setting(0, "context_window", lo=0, hi=10_000_000)  # 0: the model's (8,192 when unknown)
     token_encoding: str = setting("", "token_encoding", choices=("", "cl100k_base", "o200k_base"))  # "": by model
     answer_chunks: int = setting(8, "answer_chunks", lo=1, hi=1000)
-    min_score: float = setting(0.0, "answer_min_score")  # hits below this fused score are not sent
+    min_evidence: float = setting(0.35, "answer_min_evidence", lo=0, hi=1, aliases=("answer_min_score",))
     cache: bool = setting(True, "answer_cache")
 
     @property
@@ -151,6 +152,7 @@ class ServeSettings:
     api_keys: tuple[str, ...] = setting((), "api_keys", secret=True)
     api_key_file: str = setting("", "api_key_file")
     cors_origins: tuple[str, ...] = setting((), "cors_origins")
+    allowed_hosts: tuple[str, ...] = setting((), "allowed_hosts")  # Host names beyond loopback's (a proxy's)
     max_body_bytes: int = setting(65536, "max_body_bytes", lo=1024, hi=1 << 30)
     request_timeout: int = setting(120, "request_timeout", lo=1, hi=86_400)
     max_k: int = setting(100, "max_k", lo=1, hi=10_000)  # the most chunks one search or question may ask for
@@ -187,10 +189,9 @@ class Settings:
         return getattr(getattr(self, group), attr)
 
 
-# flat name -> (group, field), walking every group's fields in the order they are declared
 _FIELDS: dict[str, tuple[str, dataclasses.Field[Any]]] = {
     f.metadata["name"]: (g.name, f) for g in fields(Settings) for f in fields(g.default)}  # type: ignore[arg-type]
-# The flat name of every setting -> (group, attribute). Names are what users write; keep them stable.
+# flat name -> (group, field) by walking the groups' fields; flat name -> (group, attribute). Keep names stable.
 SETTINGS: dict[str, tuple[str, str]] = {name: (group, f.name) for name, (group, f) in _FIELDS.items()}
 SECRETS = frozenset(name for name, (_, f) in _FIELDS.items() if f.metadata["secret"])
 ALIASES: dict[str, str] = {old: name for name, (_, f) in _FIELDS.items() for old in f.metadata["aliases"]}
@@ -203,8 +204,7 @@ _MEMORY = re.compile(r"^\s*\d+\s*(kB|MB|GB|TB)?\s*$")
 _ENV_ALIASES = {"generator_api_key": tuple(b.key_env for b in backends.GENERATORS.values() if b.key_env)}
 
 
-def reranker_on() -> str:
-    """The reranker a `--rerank` flag turns on: the first that reorders."""
+def reranker_on() -> str:  # the reranker a `--rerank` flag turns on: the first that reorders
     return next(b.name for b in backends.RERANKERS.values() if b.reorders)
 
 

@@ -77,6 +77,34 @@ def test_a_refusal_streams_citations_as_an_empty_list(server: Server):
     assert done["citations"] == [] and done["answered"] is False
 
 
+def test_off_topic_is_refused_over_http_with_the_threshold_from_the_setting(server: Server, serve_env: dict[str, str],
+                                                                          tmp_path: Path):
+    from ragvps.config import Settings
+    from ragvps.generate.prompt import REFUSAL
+
+    with server.client() as c:
+        off = c.post("/ask", json={"question": "What is the capital of France?"}).json()
+        on = c.post("/ask", json={"question": QUESTION}).json()
+    assert off["answer"] == REFUSAL and not off["answered"] and off["sources"] == [] and off["citations"] == []
+    assert off["evidence"] < off["min_evidence"] == Settings().generate.min_evidence and off["retrieved"]
+    assert on["answered"] and on["evidence"] >= on["min_evidence"]
+    with server.client() as c:  # the README's example: the sentence that answers, first; no command quoted
+        keys = c.post("/ask", json={"question": "how do I rotate the keys?"}).json()
+    assert keys["answered"] and "rotate one at a time" in keys["quotes"][0]["text"], keys["quotes"]
+    assert not any(q["command"] for q in keys["quotes"])
+    source = next(s for s in keys["sources"] if s["chunk_id"] == keys["quotes"][0]["chunk_id"])
+    q = keys["quotes"][0]
+    assert " ".join(source["text"][q["start"] - source["start"]:q["end"] - source["start"]].split()) == q["text"]
+    srv = Server(serve_env | {"RAGVPS_ANSWER_MIN_EVIDENCE": str(min(1.0, on["evidence"] + 0.01))},
+                 tmp_path / "serve.log", key=None).start()
+    try:
+        with srv.client() as c:
+            high = c.post("/ask", json={"question": QUESTION}).json()
+    finally:
+        srv.stop()
+    assert not high["answered"] and high["answer"] == REFUSAL and high["min_evidence"] > on["evidence"]
+
+
 def test_ask_errors_are_json_and_streamed_errors_are_one_event(server: Server):
     with server.client() as c:
         r = c.post("/ask", json={"question": "!!!", "stream": True})
@@ -115,14 +143,15 @@ def test_a_client_that_leaves_closes_the_upstream_llm_request(serve_env: dict[st
 def test_request_timeout_answers_503_json_and_ends_a_stream_with_an_error_event(serve_env: dict[str, str],
                                                                               llm: FakeLLM,
                                                                               tmp_path: Path):
-    llm.slow = 4.0  # the LLM takes longer than the server's request_timeout
+    llm.slow = 20.0  # the LLM takes longer than the server's request_timeout (long enough for the search before
+    # it on a loaded machine: the sources must come first)
     env = serve_env | {"RAGVPS_GENERATOR": "openai", "RAGVPS_GENERATOR_URL": llm.url + "/v1",
                        "RAGVPS_GENERATOR_MODEL": "gpt-4o-mini", "RAGVPS_GENERATOR_API_KEY": "sk-test-0123456789",
-                       "RAGVPS_GENERATOR_RETRIES": "0", "RAGVPS_REQUEST_TIMEOUT": "1"}
+                       "RAGVPS_GENERATOR_RETRIES": "0", "RAGVPS_REQUEST_TIMEOUT": "8"}
     srv = Server(env, tmp_path / "serve.log", key=None).start()
     try:
         with httpx.Client(base_url=srv.url, timeout=60) as c:
-            r = c.post("/ask", json={"question": QUESTION, "use_cache": False})  # without the limit: 200 after 4 s
+            r = c.post("/ask", json={"question": QUESTION, "use_cache": False})  # without the limit: 200 after 20 s
             assert r.status_code == 503 and r.json()["kind"] == "unavailable"
             assert "request_timeout" in r.json()["error"]
             with c.stream("POST", "/ask", json={"question": QUESTION, "use_cache": False, "stream": True}) as s:

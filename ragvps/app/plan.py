@@ -6,6 +6,7 @@ from __future__ import annotations
 from ragvps.config import Settings
 from ragvps.embed.models import KNOWN_MODELS, model_spec
 from ragvps.errors import UsageError
+from ragvps.measure import sizing  # `plan --chunks`: predictions from the measured scale curve
 from ragvps.measure.plan import (
     BYTES_PER_DIM,
     COMPARE_OVERLAPS,
@@ -30,7 +31,7 @@ from ragvps.records import ModelSpec
 
 __all__ = ["BYTES_PER_DIM", "COMPARE_OVERLAPS", "PER_100K", "RAW_SIZE_NOTE", "VECTOR_TYPES", "Budget", "WindowPlan",
            "check_limit", "common_models", "compare_overlaps", "default_dims", "human_bytes", "known_model", "mib",
-           "millions", "parse_overlap", "pgvector_bytes", "raw_vector_bytes", "strip", "summary"]
+           "millions", "parse_overlap", "pgvector_bytes", "raw_vector_bytes", "sizing", "strip", "summary"]
 
 
 def default_dims() -> int:

@@ -3,6 +3,7 @@ the app's, in ragvps/app/checks.py)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -11,13 +12,14 @@ from ragvps.serve.auth import ASGIApp, Scope, send_error
 
 
 class LimitBody:
-    """ASGI middleware: a body over `max_bytes` gets 413 `{error, kind: too_long}`, by Content-Length or as read.
+    """ASGI middleware: a body over `max_bytes` gets 413 `{error, kind: too_long}`, by Content-Length or as read;
+    a body still arriving after `timeout` seconds (a slow-loris client) gets 408 `{error, kind: usage}`.
 
     The body (at most `max_bytes`) is read before the app sees the request, then replayed to it.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int):
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout: float = 120.0):
+        self.app, self.max_bytes, self.timeout = app, max_bytes, timeout
 
     async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Any]],
                        send: Callable[[Any], Awaitable[None]]) -> None:
@@ -34,18 +36,18 @@ class LimitBody:
                 if int(value) > self.max_bytes:
                     await send_error(send, InputTooLongError(too_long))
                     return
-        chunks, size = [], 0
-        while True:
-            event = await receive()
-            if event["type"] != "http.request":  # the client went away
-                return
-            chunks.append(event.get("body", b""))
-            size += len(chunks[-1])
-            if size > self.max_bytes:
-                await send_error(send, InputTooLongError(too_long))
-                return
-            if not event.get("more_body", False):
-                break
+        chunks: list[bytes] = []
+        try:
+            async with asyncio.timeout(self.timeout):
+                if not await self._read(receive, chunks):
+                    return  # the client went away
+        except TimeoutError:
+            await send_error(send, SlowBody(f"the request body did not arrive within {self.timeout:g} s (setting "
+                                            "request_timeout): send it at once", settings=("request_timeout",)))
+            return
+        if sum(map(len, chunks)) > self.max_bytes:
+            await send_error(send, InputTooLongError(too_long))
+            return
         replayed = False
 
         async def replay() -> Any:
@@ -56,4 +58,24 @@ class LimitBody:
             return await receive()
 
         await self.app(scope, replay, send)
+
+    async def _read(self, receive: Callable[[], Awaitable[Any]], chunks: list[bytes]) -> bool:
+        """Read the body into `chunks`, stopping past max_bytes; False if the client disconnected."""
+        size = 0
+        while True:
+            event = await receive()
+            if event["type"] != "http.request":
+                return False
+            chunks.append(event.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.max_bytes or not event.get("more_body", False):
+                return True
+
+
+class SlowBody(UsageError):
+    """A body that arrives too slowly: HTTP 408 (its kind stays usage)."""
+
+    @property
+    def http_status(self) -> int:
+        return 408
 
