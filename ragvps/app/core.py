@@ -273,13 +273,15 @@ class App:
     def check_index(self, questions: Sequence[Question] | None, sample: int, k: int, target: float,
                     progress: Progress = _quiet, source: str = "questions") -> IndexCheck:
         """How much of the exact top-k the HNSW index finds; with no index, the exact search says so."""
-        from ragvps.db import store
+        from ragvps.db import index, store
         from ragvps.measure import inspect
+        from ragvps.retrieve.search import bit_depth
 
         current = max(self.settings.search.ef_search, self.settings.search.candidates)  # what queries set
         with self.connection() as conn:
             eset = self.active_set(conn, "check the index")
-            if not store.index_exists(conn, eset):
+            current = bit_depth(self.settings) if eset.vector_type == "bit" else current
+            if not index.index_exists(conn, eset):
                 return inspect.exact_only(eset, store.chunk_count(conn), self.settings.index.min_rows, k,
                                           current, target)
             if questions is not None:
