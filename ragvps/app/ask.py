@@ -7,6 +7,7 @@ connection, and nothing is cached.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     import psycopg
 
     from ragvps.app.requests import SearchResult
-    from ragvps.config import Settings
+    from ragvps.config import GenerateSettings, Settings
     from ragvps.generate.budget import Fit
     from ragvps.generate.registry import Generator
 
@@ -75,7 +76,7 @@ def prepare(app: App, request: AskRequest, clock: _Clock | None = None) -> tuple
     if len(kept) < len(hits):
         left["answer_min_score"] = len(hits) - len(kept)
     candidates = [Source(0, h.chunk_id, h.path, h.heading_path, h.start, h.end, h.score, h.text) for h in kept]
-    fit = budget.fit(result.query, candidates, s.generate)
+    fit = budget.fit(result.query, candidates, request_settings(s.generate, request), request.history)
     left.update(fit.left_out)
     clock.lap("budget_ms")
     return fit, dict(left)
@@ -90,9 +91,19 @@ def build_prompt(app: App, request: AskRequest) -> PromptPreview:
                          p.version)
 
 
-def generation_settings(app: App) -> dict[str, Any]:
+def request_settings(g: GenerateSettings, request: AskRequest) -> GenerateSettings:
+    """The generator settings with the request's temperature and answer length (a chat client's), if any."""
+    changed: dict[str, Any] = {}
+    if request.temperature is not None:
+        changed["temperature"] = request.temperature
+    if request.max_tokens is not None:
+        changed["max_answer_tokens"] = request.max_tokens
+    return dataclasses.replace(g, **changed) if changed else g
+
+
+def generation_settings(app: App, request: AskRequest | None = None) -> dict[str, Any]:
     """The settings that shape an answer, for the cache key (never the API key)."""
-    g = app.settings.generate
+    g = app.settings.generate if request is None else request_settings(app.settings.generate, request)
     return {"url": g.url, "temperature": g.temperature, "answer_reserve": g.max_answer_tokens,
             "version": app.generator.version}
 
@@ -118,7 +129,7 @@ def ask(app: App, request: AskRequest, on_sources: OnSources | None = None,
         return answer(citations.parse(REFUSAL, []), _usage(), "off")
 
     use_cache = request.use_cache and app.settings.generate.cache
-    key = cache.key(question, gen.name, gen.model, generation_settings(app), sources)
+    key = cache.key(question, gen.name, gen.model, generation_settings(app, request), sources)
     on_sources(shown)
     if use_cache:
         with app.connection() as conn:
