@@ -114,6 +114,7 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, default=ROOT / "bench" / "out" / "chat")
     parser.add_argument("--requests", type=int, default=200, help="Requests per latency phase.")
     parser.add_argument("--no-write", action="store_true", help="Print the section, leave RESULTS.md alone.")
+    parser.add_argument("--recall-only", action="store_true", help="Print the recall table and the misses only.")
     args = parser.parse_args()
     load_before = os.getloadavg()
     rows = load()
@@ -122,6 +123,10 @@ def main() -> None:
         ingest = app.ingest(ROOT / "docs")
         chunks = app.health().chunks
         table, detail = recall(app, rows)
+    if args.recall_only:
+        print(json.dumps(table, indent=1))
+        print("\n".join(json.dumps(d) for d in detail))
+        return
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")}
     (args.data_dir / "no-config.toml").touch()
