@@ -3,7 +3,26 @@
 The kind is what an interface needs to answer: the CLI maps it to an exit code, the HTTP API to a
 status (`EXIT_CODES`, `HTTP_STATUS`, in one place each). Library code names settings (`chunk_size`),
 never CLI flags; an error lists the settings it is about in `settings`, so an interface can say how to
-set them (`--chunk-size`, `RAGVPS_CHUNK_SIZE`).
+set them (`--chunk-size`, `RAGVPS_CHUNK_SIZE`). Driver errors (psycopg, httpx) are translated where
+they occur (db/, embed/, generate/llm/), so nothing above those packages sees them.
+
+    RagvpsError (failed)
+    ├── UsageError (usage)             the request is wrong
+    ├── UnauthorizedError (unauthorized) no API key, or a wrong one
+    ├── ConfigError (config)           a setting is wrong
+    ├── NotFoundError (not_found)
+    ├── InputTooLongError (too_long)   an input is longer than the model takes
+    ├── ConflictError (conflict)       the request contradicts what is stored
+    │   ├── ModelMismatchError         the index holds another model's vectors
+    │   ├── DimensionError             the embedder returns another dimension
+    │   └── ActiveSetChangedError      a model switch replaced the table under a query
+    └── UnavailableError (unavailable) something ragvps depends on is down or busy
+        ├── DatabaseError
+        ├── EmbedderError
+        │   ├── HostDownError          one Ollama host failed after its retries
+        │   └── MissingModelError      Ollama has no such model
+        ├── GeneratorError             the LLM API refused or failed (its kind may be config/too_long)
+        └── RerankerError
 """
 
 from __future__ import annotations
@@ -11,15 +30,25 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-Kind = Literal["usage", "config", "not_found", "conflict", "unavailable", "too_long", "failed"]
+Kind = Literal["usage", "unauthorized", "config", "not_found", "conflict", "unavailable", "too_long", "failed"]
 
 EXIT_CODES: dict[str, int] = {
-    "usage": 2, "config": 2, "not_found": 1, "conflict": 1, "unavailable": 1, "too_long": 1, "failed": 1,
+    "usage": 2, "unauthorized": 2, "config": 2, "not_found": 1, "conflict": 1, "unavailable": 1, "too_long": 1,
+    "failed": 1,
 }
 HTTP_STATUS: dict[str, int] = {
-    "usage": 400, "config": 500, "not_found": 404, "conflict": 409, "unavailable": 503, "too_long": 413,
-    "failed": 500,
+    "usage": 400, "unauthorized": 401, "config": 500, "not_found": 404, "conflict": 409, "unavailable": 503,
+    "too_long": 413, "failed": 500,
 }
+
+
+
+def kind_of_status(status: int) -> Kind:
+    """The kind an HTTP status stands for (a framework's own 404/405/413), the inverse of HTTP_STATUS."""
+    for kind, code in HTTP_STATUS.items():
+        if code == status and kind not in ("config", "failed"):
+            return kind  # type: ignore[return-value]
+    return "usage" if status < 500 else "failed"
 
 
 class RagvpsError(Exception):
@@ -46,6 +75,12 @@ class UsageError(RagvpsError):
     """The request itself is wrong: a bad argument, a missing input, an empty query."""
 
     kind: Kind = "usage"
+
+
+class UnauthorizedError(RagvpsError):
+    """No API key was sent, or one that is not configured."""
+
+    kind: Kind = "unauthorized"
 
 
 class ConfigError(RagvpsError):
@@ -76,8 +111,34 @@ class EmbedderError(UnavailableError):
     pass
 
 
+class HostDownError(EmbedderError):
+    """The server failed (not reachable, timed out, 5xx) after its retries: another host may do the work."""
+
+    def __init__(self, message: str, short: str):
+        super().__init__(message)
+        self.short = short  # what failed, without the advice: for a line naming several hosts
+
+
+class MissingModelError(EmbedderError):
+    """The server does not have the model (Ollama's 404)."""
+
+
 class ModelMismatchError(ConflictError):
     pass
+
+
+class DimensionError(ConflictError):
+    """The embedder returned vectors of another size than the model's (or the index's)."""
+
+
+class ActiveSetChangedError(ConflictError):
+    """A model switch committed between reading the active embedding set and searching its table."""
+
+
+class InputTooLongError(RagvpsError):
+    """An input is longer than the model takes (Ollama: HTTP 400 with truncate=false)."""
+
+    kind: Kind = "too_long"
 
 
 class GeneratorError(UnavailableError):

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from ollama_server import FakeOllama, ollama, ollama_server  # noqa: F401  (fixtures)
 
-from ragvps.embed import DimensionError, InputTooLongError, embed_documents, embed_queries
+from ragvps.embed import embed_documents, embed_queries
 from ragvps.embed.local import LocalEmbedder
 from ragvps.embed.models import model_spec
 from ragvps.embed.ollama import OllamaEmbedder
-from ragvps.errors import EmbedderError
+from ragvps.errors import DimensionError, EmbedderError, InputTooLongError
 
 
 def _client(fake: FakeOllama, model: str = "nomic-embed-text", **kw) -> tuple[OllamaEmbedder, list[float]]:
@@ -103,8 +103,9 @@ def test_timeout_is_retried_and_named(ollama):  # noqa: F811
 def test_wrong_dimension_is_refused(ollama):  # noqa: F811
     ollama.models["nomic-embed-text"].dims = 1024
     client, _ = _client(ollama)
-    with pytest.raises(DimensionError, match="model nomic-embed-text returns 1024 dimensions, the index holds 768"):
+    with pytest.raises(DimensionError, match="returns 1024 dimensions, the index holds 768") as e:
         client.embed(["x"])
+    assert (e.value.kind, e.value.http_status) == ("conflict", 409)  # the stored vectors disagree; waiting won't help
 
 
 def test_show_reports_dimension_and_context_length(ollama):  # noqa: F811

@@ -181,6 +181,15 @@ def test_health_says_503_while_the_database_cannot_be_reached(tmp_path: Path, en
         srv.stop()
 
 
+def test_a_wrong_setting_ends_the_server_at_start_instead_of_retrying(env: dict[str, str]):
+    # a database that cannot be reached is retried (above); a setting that is wrong will not heal by waiting
+    done = ragvps(env | {"RAGVPS_LANGUAGE": "klingon"}, "serve", "--port", str(free_port()), timeout=120)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: setting language='klingon'") and "text search configuration" in last
+    assert "Traceback" not in done.stderr and "retrying" not in done.stderr
+
+
 def test_key_file_and_cors_origins_when_set(tmp_path: Path, env: dict[str, str]):
     keys = tmp_path / "api-keys"
     keys.write_text("# one key a line\nfile-key-0123456789abcdef\n")

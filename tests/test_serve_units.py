@@ -74,3 +74,11 @@ def test_server_sent_events_are_one_json_line_each():
     assert sse("token", {"text": "a\nb"}) == b'event: token\ndata: {"text": "a\\nb"}\n\n'
     done = done_payload({"answer": "x", "citations": None, "sources": [1]})
     assert done == {"answer": "x", "citations": [], "usage": None}
+
+
+def test_every_status_the_server_sends_names_its_kind():
+    from ragvps.errors import HTTP_STATUS, kind_of_status
+
+    assert kind_of_status(401) == "unauthorized" and HTTP_STATUS["unauthorized"] == 401
+    assert [kind_of_status(s) for s in (400, 404, 405, 409, 413, 415, 500, 503)] == [
+        "usage", "not_found", "usage", "conflict", "too_long", "usage", "failed", "unavailable"]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ragvps.app.requests import Answer, AskRequest, Health, PromptPreview, SearchRequest, SearchResult
 from ragvps.config import Settings
-from ragvps.errors import UsageError
+from ragvps.errors import ActiveSetChangedError, UsageError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -78,9 +78,9 @@ class App:
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
         """A connection; one that dies under the caller (a stopped server) becomes one clear DatabaseError."""
-        from ragvps.db.database import lost_server
+        from ragvps.db.database import driver_errors
 
-        with lost_server(self.settings), self._connections.connection() as conn:
+        with driver_errors(self.settings), self._connections.connection() as conn:
             yield conn
 
     @property
@@ -187,18 +187,17 @@ class App:
 
     def _search(self, conn: psycopg.Connection, text: str, embedding: np.ndarray | None, request: SearchRequest,
                 ) -> tuple[list[Hit], EmbeddingSet]:
-        import psycopg
-
+        from ragvps.db.database import driver_errors
         from ragvps.retrieve.search import search
 
         for attempt in range(3):
             try:
-                with conn.transaction():
+                with driver_errors(self.settings), conn.transaction():
                     eset = self.active_set(conn, "query")
                     hits = search(conn, eset, text, embedding, self.settings, request.mode, request.k,
                                   request.filters)
                 return hits, eset
-            except psycopg.errors.UndefinedTable:
+            except ActiveSetChangedError:
                 # A model switch committed between reading the active set and searching its table: the
                 # old table is gone, the new set is active and holds the same chunks. Read it again.
                 if attempt == 2:

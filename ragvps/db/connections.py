@@ -67,6 +67,7 @@ class PooledConnections:
 
         from ragvps.db.database import connect, database_url
 
+        self.settings = settings
         url = database_url(settings)
         with connect(settings) as first:  # the migrations, once
             first.commit()
@@ -82,8 +83,14 @@ class PooledConnections:
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
-        with self.pool.connection() as conn:
-            yield conn
+        from psycopg_pool import PoolTimeout
+
+        try:
+            with self.pool.connection() as conn:
+                yield conn
+        except PoolTimeout as exc:
+            raise DatabaseError(f"all {self.settings.database.pool_size} database connections are busy (setting "
+                                "pool_size): retry, or raise pool_size") from exc
 
     def close(self) -> None:
         self.pool.close()

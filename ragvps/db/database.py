@@ -17,7 +17,7 @@ import psycopg
 from psycopg import sql
 
 from ragvps.config import Settings
-from ragvps.errors import ConfigError, DatabaseError, redact
+from ragvps.errors import ActiveSetChangedError, ConfigError, DatabaseError, redact
 
 log = logging.getLogger(__name__)
 
@@ -179,15 +179,23 @@ def server_lost(exc: BaseException, settings: Settings) -> DatabaseError | None:
 
 
 @contextmanager
-def lost_server(settings: Settings) -> Iterator[None]:
-    """Turn a connection that dies inside the block into `server_lost`'s error."""
+def driver_errors(settings: Settings) -> Iterator[None]:
+    """The boundary where psycopg's errors become ragvps's: a connection that dies inside the block is
+    `server_lost`'s error, a server that refuses or is too busy a DatabaseError, and a table dropped by a
+    model switch under a query an ActiveSetChangedError (the caller reads the active set again)."""
     try:
         yield
+    except psycopg.errors.UndefinedTable as exc:
+        raise ActiveSetChangedError(f"the embedding table changed under the query ({exc.diag.message_primary}); "
+                                    "run it again") from exc
     except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
         lost = server_lost(exc, settings)
-        if lost is None:
+        if lost is not None:
+            raise lost from exc
+        if isinstance(exc, psycopg.InterfaceError):
             raise
-        raise lost from exc
+        raise DatabaseError(f"the database cannot be reached or is too busy ({redact(str(exc)).strip().splitlines()[0]}"
+                            "): retry, and check PostgreSQL") from exc
 
 
 def prepare_session(conn: psycopg.Connection, language: str | None) -> None:

@@ -18,6 +18,7 @@ from psycopg import sql
 from ragvps.db import store
 from ragvps.db.database import queries
 from ragvps.db.store import EmbeddingSet
+from ragvps.errors import DatabaseError
 from ragvps.records import Chunk
 
 
@@ -85,17 +86,26 @@ def finish(conn: psycopg.Connection, eset: EmbeddingSet, worker: str, claimed: C
 
 
 def renew(conn: psycopg.Connection, claimed: Claim) -> None:
-    """Start the claim's lease again (the worker is alive and still embedding it)."""
-    store.end_implicit_transaction(conn)
-    with conn.transaction():
-        conn.execute(_q("renew_claim"), {"claim": claimed.token})
+    """Start the claim's lease again (the worker is alive and still embedding it); DatabaseError if it failed."""
+    _claim_statement(conn, "renew_claim", claimed)
 
 
 def release(conn: psycopg.Connection, claimed: Claim) -> None:
-    """Give the claim's rows back to the queue at once (a worker stopping mid-batch)."""
-    store.end_implicit_transaction(conn)
-    with conn.transaction():
-        conn.execute(_q("release_batch"), {"claim": claimed.token})
+    """Give the claim's rows back to the queue at once (a worker stopping mid-batch); DatabaseError if it failed."""
+    if conn.closed:
+        raise DatabaseError(f"the connection is closed: claim {claimed.token}'s lease runs out instead")
+    _claim_statement(conn, "release_batch", claimed, rollback=True)
+
+
+def _claim_statement(conn: psycopg.Connection, name: str, claimed: Claim, rollback: bool = False) -> None:
+    try:
+        if rollback:
+            conn.rollback()
+        store.end_implicit_transaction(conn)
+        with conn.transaction():
+            conn.execute(_q(name), {"claim": claimed.token})
+    except psycopg.Error as exc:
+        raise DatabaseError(f"{name.replace('_', ' ')} of claim {claimed.token} failed: {exc}") from exc
 
 
 def counts(conn: psycopg.Connection, eset: EmbeddingSet, lease: float) -> QueueCounts:

@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from ragvps.errors import EmbedderError, RagvpsError
-
 if TYPE_CHECKING:
     import numpy as np
 
@@ -20,16 +18,6 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Vectors for texts that already carry their task prefix; one row per text, float32."""
         ...
-
-
-class InputTooLongError(RagvpsError):
-    """An input is longer than the model takes (Ollama: HTTP 400 with truncate=false)."""
-
-    kind = "too_long"
-
-
-class DimensionError(EmbedderError):
-    """The embedder returned vectors of another size than the model's (or the index's)."""
 
 
 def embed_documents(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ragvps.errors import EmbedderError
+from ragvps.errors import DimensionError, EmbedderError, HostDownError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -170,7 +170,6 @@ class HostPool:
     def _lane(self, embedder: OllamaEmbedder, host: HostStats, todo: queue.Queue[Sequence[Any]],
               results: queue.Queue[tuple[str, Any, Any]], stop: threading.Event, work: Work,
               longest: int, total: int) -> None:
-        from ragvps.embed.ollama import HostDownError
 
         while not stop.is_set():
             with self._lock:
@@ -188,7 +187,7 @@ class HostPool:
                     self._check(embedder, host, longest)
                 except HostDownError as exc:
                     self._fail(host, exc.short, str(exc), results)
-                except EmbedderError as exc:
+                except (EmbedderError, DimensionError) as exc:
                     self._refuse(host, str(exc), results)
                 continue
             try:
@@ -204,7 +203,7 @@ class HostPool:
             start = time.perf_counter()
             try:
                 work(embedder, batch, emit)
-            except EmbedderError as exc:  # this host failed or disagrees; a chunk too long is not its fault
+            except (EmbedderError, DimensionError) as exc:  # this host failed or disagrees (not: a chunk too long)
                 rest = [item for item in batch if id(item) not in answered]
                 if rest:
                     todo.put(rest)

@@ -9,9 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ragvps.embed import DimensionError, InputTooLongError
 from ragvps.embed.models import ModelInfo, ModelSpec
-from ragvps.errors import EmbedderError
+from ragvps.errors import DimensionError, EmbedderError, HostDownError, InputTooLongError, MissingModelError
 
 if TYPE_CHECKING:
     import httpx
@@ -20,18 +19,6 @@ log = logging.getLogger(__name__)
 
 BACKOFF_BASE = 0.5  # seconds before the first retry; doubled each time
 BACKOFF_CAP = 30.0
-
-
-class HostDownError(EmbedderError):
-    """The server failed (not reachable, timed out, 5xx) after its retries: another host may do the work."""
-
-    def __init__(self, message: str, short: str):
-        super().__init__(message)
-        self.short = short  # what failed, without the advice: for a line naming several hosts
-
-
-class MissingModelError(EmbedderError):
-    """The server does not have the model (Ollama's 404)."""
 
 
 def dimension_message(model: str, got: int, expected: int) -> str:

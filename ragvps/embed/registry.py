@@ -55,7 +55,8 @@ def _local_spec(settings: Settings) -> ModelSpec:
 
 def _ollama_spec(settings: Settings) -> ModelSpec:
     """The table's entry when ragvps knows the model; else what the first host that answers reports."""
-    from ragvps.embed.ollama import HostDownError, OllamaEmbedder
+    from ragvps.embed.ollama import OllamaEmbedder
+    from ragvps.errors import HostDownError
 
     name = settings.embed.model_name
     if model_spec(name) is not None:

@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 
 from ragvps import tokens
-from ragvps.embed import Embedder, InputTooLongError, embed_documents
+from ragvps.embed import Embedder, embed_documents
 from ragvps.embed.hosts import Emit, Lanes
+from ragvps.errors import InputTooLongError
 from ragvps.ingest.artifacts import VectorCache
 from ragvps.records import SPECIAL_TOKENS, Chunk, ModelSpec
 

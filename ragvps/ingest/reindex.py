@@ -11,8 +11,8 @@ import psycopg
 
 from ragvps.config import Settings
 from ragvps.db import store
-from ragvps.embed import InputTooLongError
 from ragvps.embed.hosts import Lanes
+from ragvps.errors import InputTooLongError
 from ragvps.ingest.artifacts import VectorCache
 from ragvps.ingest.embedding import embed_stage, too_long, too_long_message
 from ragvps.ingest.pipeline import STORE_BATCH_CHUNKS, IngestReport, Progress, Warn, ingest

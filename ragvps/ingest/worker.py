@@ -128,7 +128,7 @@ class _Heartbeat:
         while not self.done.wait(self.every):
             try:
                 queue.renew(self.conn, self.claimed)
-            except psycopg.Error as exc:  # the lease then runs out, and another worker may take the batch
+            except DatabaseError as exc:  # the lease then runs out, and another worker may take the batch
                 log.warning("could not renew the lease of claim %s: %s", self.claimed.token, exc)
                 return
 
@@ -143,12 +143,9 @@ def _wait_for_set(conn: psycopg.Connection, stop: threading.Event, exit_when_emp
 
 
 def _release(conn: psycopg.Connection, claimed: queue.Claim) -> None:
-    if conn.closed:
-        return  # the lease runs out instead
     try:
-        conn.rollback()
         queue.release(conn, claimed)
-    except psycopg.Error as exc:
+    except DatabaseError as exc:
         log.info("could not release claim %s (%s); its lease runs out instead", claimed.token, exc)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ragvps.config import Settings
-from ragvps.errors import ConfigError
+from ragvps.errors import ConfigError, RagvpsError, UnauthorizedError
 
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
@@ -109,14 +109,14 @@ class RequireKey:
             return
         message = ("this server needs an API key: send `Authorization: Bearer KEY` or `X-API-Key: KEY`"
                    if given is None else "the API key is not valid: send one of the keys in api_keys/api_key_file")
-        await send_error(send, 401, message, "unauthorized", [(b"www-authenticate", b'Bearer realm="ragvps"')])
+        await send_error(send, UnauthorizedError(message), [(b"www-authenticate", b'Bearer realm="ragvps"')])
 
 
-async def send_error(send: Callable[[Any], Awaitable[None]], status: int, message: str, kind: str,
+async def send_error(send: Callable[[Any], Awaitable[None]], error: RagvpsError,
                      headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    """One JSON error answer `{error, kind}` straight on the ASGI channel (for middleware)."""
-    body = json.dumps({"error": message, "kind": kind}).encode()
-    await send({"type": "http.response.start", "status": status,
+    """One JSON error answer `{error, kind}`, with its kind's status, straight on the ASGI channel (middleware)."""
+    body = json.dumps({"error": str(error), "kind": error.kind}).encode()
+    await send({"type": "http.response.start", "status": error.http_status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             *(headers or [])]})
     await send({"type": "http.response.body", "body": body})

@@ -13,7 +13,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ragvps.config import Settings
-from ragvps.errors import HTTP_STATUS, RagvpsError, UnavailableError, redact
+from ragvps.errors import HTTP_STATUS, ConfigError, RagvpsError, UnavailableError, UsageError, redact
 
 if TYPE_CHECKING:
     from ragvps.app import App
@@ -26,9 +26,11 @@ RETRY_OPEN_S = 5.0
 class Ready:
     """The App once it is open (or the reason it is not yet), shared by the HTTP routes and the MCP tools."""
 
-    def __init__(self, settings: Settings, app: App | None = None):
+    def __init__(self, settings: Settings, app: App | None = None,
+                 on_fatal: Callable[[RagvpsError], None] | None = None):
         self.settings = settings
         self.app = app
+        self.on_fatal = on_fatal
         self.error = "starting: loading the model and connecting to the database"
         self._stack = contextlib.ExitStack()
         self._stop = threading.Event()
@@ -47,7 +49,14 @@ class Ready:
             try:
                 app = stack.enter_context(App.open(self.settings, pooled=True))
                 app.embed_query("warm up the model")
-            except Exception as exc:  # noqa: BLE001  (any failure to start is reported by /health and retried)
+            except (ConfigError, UsageError) as exc:  # a wrong setting does not heal by waiting: stop
+                stack.close()
+                self.error = redact(str(exc))
+                log.error("cannot start: %s", self.error)
+                if self.on_fatal is not None:
+                    self.on_fatal(exc)
+                return
+            except Exception as exc:  # any other failure to start is reported by /health and retried
                 stack.close()
                 self.error = redact(str(exc) if isinstance(exc, RagvpsError) else f"{exc.__class__.__name__}: {exc}")
                 log.warning("not ready, retrying in %.0f s: %s", RETRY_OPEN_S, self.error)
@@ -102,14 +111,10 @@ def guarded(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
 
 
 def error_body(exc: BaseException) -> tuple[int, dict[str, str]]:
-    """The status and `{error, kind}` for any exception; unexpected ones are logged, never shown."""
-    import psycopg
-
+    """The status and `{error, kind}` for any exception; unexpected ones are logged, never shown (driver
+    errors became RagvpsErrors at the db/ boundary)."""
     if isinstance(exc, RagvpsError):
         return HTTP_STATUS[exc.kind], {"error": redact(str(exc)), "kind": exc.kind}
-    if isinstance(exc, psycopg.OperationalError) or exc.__class__.__name__ == "PoolTimeout":
-        return 503, {"error": "the database cannot be reached or is too busy: retry, and check PostgreSQL",
-                     "kind": "unavailable"}
     log.error("unexpected error", exc_info=exc)
     return 500, {"error": "unexpected server error; the server log has the details", "kind": "failed"}
 

@@ -12,11 +12,11 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from ragvps.config import Settings
-from ragvps.errors import RagvpsError
+from ragvps.errors import HTTP_STATUS, RagvpsError, kind_of_status
 from ragvps.serve.auth import check_bind, is_loopback, load_keys
 from ragvps.serve.common import Ready, error_body, for_serving
 
@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def create_app(settings: Settings, app: App | None = None, *, host: str | None = None) -> Any:
+def create_app(settings: Settings, app: App | None = None, *, host: str | None = None,
+               on_fatal: Callable[[RagvpsError], None] | None = None) -> Any:
     """The ASGI application: routes, the page, /mcp when the mcp extra is installed, keys, limits, CORS."""
     from fastapi import FastAPI
     from starlette.middleware.cors import CORSMiddleware
@@ -38,7 +39,7 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
 
     keys = load_keys(settings)
     host = host or settings.serve.host
-    ready = Ready(settings, app)
+    ready = Ready(settings, app, on_fatal)
     mcp_server = _mcp(ready)
 
     @contextlib.asynccontextmanager
@@ -86,10 +87,21 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
     host = host or settings.serve.host
     port = settings.serve.port if port is None else port
     check_bind(host, load_keys(settings))
-    asgi = create_app(for_serving(settings), host=host)
+    fatal: list[RagvpsError] = []
+    server: uvicorn.Server | None = None
+
+    def stop(exc: RagvpsError) -> None:  # a configuration error at start-up ends the server at once
+        fatal.append(exc)
+        if server is not None:
+            server.should_exit = True
+
+    asgi = create_app(for_serving(settings), host=host, on_fatal=stop)
     config = uvicorn.Config(asgi, host=host, port=port, log_level="info", proxy_headers=False,
                             server_header=False, timeout_graceful_shutdown=10, lifespan="on")
-    uvicorn.Server(config).run()
+    server = uvicorn.Server(config)
+    server.run()
+    if fatal:
+        raise fatal[0]
 
 
 def _errors(api: FastAPI) -> None:
@@ -104,8 +116,8 @@ def _errors(api: FastAPI) -> None:
 
     @api.exception_handler(HTTPException)
     async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
-        kind = {401: "unauthorized", 404: "not_found", 413: "too_long"}.get(exc.status_code, "usage")
-        status = exc.status_code if exc.status_code < 500 else 500
+        kind = kind_of_status(exc.status_code)
+        status = exc.status_code if exc.status_code < 500 else HTTP_STATUS[kind]
         return JSONResponse({"error": str(exc.detail), "kind": kind}, status_code=status,
                             headers=getattr(exc, "headers", None))
 

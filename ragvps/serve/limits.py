@@ -7,7 +7,7 @@ import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ragvps.errors import UsageError
+from ragvps.errors import InputTooLongError, UsageError
 from ragvps.serve.auth import ASGIApp, Scope, send_error
 
 MAX_META_DEPTH = 8
@@ -32,10 +32,10 @@ class LimitBody:
         for name, value in scope["headers"]:
             if name == b"content-length":
                 if not value.strip().isdigit():
-                    await send_error(send, 400, "the Content-Length header is not a number", "usage")
+                    await send_error(send, UsageError("the Content-Length header is not a number"))
                     return
                 if int(value) > self.max_bytes:
-                    await send_error(send, 413, too_long, "too_long")
+                    await send_error(send, InputTooLongError(too_long))
                     return
         chunks, size = [], 0
         while True:
@@ -45,7 +45,7 @@ class LimitBody:
             chunks.append(event.get("body", b""))
             size += len(chunks[-1])
             if size > self.max_bytes:
-                await send_error(send, 413, too_long, "too_long")
+                await send_error(send, InputTooLongError(too_long))
                 return
             if not event.get("more_body", False):
                 break

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ragvps.errors import Kind
 from ragvps.retrieve.search import MAX_QUERY_CHARS
 
 Mode = Literal["hybrid", "vector", "keyword"]
@@ -14,8 +15,7 @@ MAX_PATH_PREFIX = 4096
 
 class ErrorOut(BaseModel):
     error: str = Field(description="What went wrong and what to do next.")
-    kind: str = Field(description="usage | config | not_found | conflict | unavailable | too_long | failed | "
-                                  "unauthorized")
+    kind: str = Field(description=" | ".join(get_args(Kind)))
 
 
 class HitOut(BaseModel):

@@ -14,6 +14,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from ragvps.errors import UnavailableError
 from ragvps.serve.convert import jsonable
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -87,8 +88,8 @@ async def answer_events(app: Any, request: Any, timeout: float) -> AsyncIterator
                 item = await asyncio.wait_for(queue.get(), max(0.0, deadline - time.monotonic()))
             except TimeoutError:
                 gone.set()
-                yield sse("error", {"error": f"the answer took longer than {timeout:g} s (setting request_timeout)",
-                                    "kind": "unavailable", "status": 503})
+                late = UnavailableError(f"the answer took longer than {timeout:g} s (setting request_timeout)")
+                yield sse("error", {"error": str(late), "kind": late.kind, "status": late.http_status})
                 return
             if item is _END:
                 return

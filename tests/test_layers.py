@@ -1,0 +1,142 @@
+"""The house as drawn in docs/architecture.md: no import runs upward, no cycle between packages or modules,
+and psycopg's errors stay inside db/. Run as a script to print the drawing's edges:
+`python tests/test_layers.py`."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "ragvps"
+
+# Lower layers never import higher ones; packages of one layer do not import each other, except where
+# ALLOWED says so (measure reads the stages it measures; retrieve, generate and ingest use the store).
+LAYERS = {
+    "errors": 0, "config": 0, "tokens": 0, "records": 0, "text": 0, "data": 0, "sql": 0,
+    "embed": 1, "db": 2,
+    "ingest": 3, "retrieve": 3, "generate": 3,
+    "measure": 4,
+    "app": 5,
+    "cli": 6, "serve": 6,
+    "__main__": 7, "__init__": 7,
+}
+ALLOWED_SIDEWAYS = {("cli", "serve")}  # `ragvps serve` and `ragvps mcp` start the server
+# What the interfaces may import below the app layer: its types and the leaf modules.
+INTERFACE_MAY_IMPORT = {"app", "config", "errors", "cli", "serve"}
+
+
+def _imports(path: Path) -> Iterator[tuple[str, int]]:
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module, node.lineno
+            for alias in node.names:
+                yield f"{node.module}.{alias.name}", node.lineno
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+
+
+def _module(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT.parent).with_suffix("").parts).removesuffix(".__init__")
+
+
+def package_edges() -> dict[tuple[str, str], list[str]]:
+    edges: dict[tuple[str, str], list[str]] = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        here = path.relative_to(ROOT).with_suffix("").parts[0]
+        for name, line in _imports(path):
+            if name.startswith("ragvps.") and (there := name.split(".")[1]) != here:
+                edges.setdefault((here, there), []).append(f"{path.relative_to(ROOT.parent)}:{line}")
+    return {k: sorted(set(v)) for k, v in edges.items()}
+
+
+def module_cycles() -> list[list[str]]:
+    graph: dict[str, set[str]] = {}
+    for path in ROOT.rglob("*.py"):
+        graph[_module(path)] = {name for name, _ in _imports(path) if name.startswith("ragvps")}
+    for name, deps in graph.items():  # a package's own __init__ is not an edge back from its modules
+        graph[name] = {d for d in deps if d in graph and d != name and not name.startswith(d + ".")}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def upward() -> list[str]:
+    found = []
+    for (a, b), where in package_edges().items():
+        la, lb = LAYERS.get(a), LAYERS.get(b)
+        assert la is not None and lb is not None, f"{a} or {b} has no layer in tests/test_layers.py"
+        if lb > la or (lb == la and (a, b) not in ALLOWED_SIDEWAYS and la > 0):
+            found.append(f"{a} -> {b}: {', '.join(where)}")
+    return found
+
+
+def test_every_package_has_a_layer() -> None:
+    names = {p.relative_to(ROOT).with_suffix("").parts[0] for p in ROOT.rglob("*.py")}
+    assert names <= LAYERS.keys(), names - LAYERS.keys()
+
+
+def test_no_import_runs_upward_or_sideways() -> None:
+    assert upward() == []
+
+
+def test_no_cycle_between_modules() -> None:
+    assert module_cycles() == []
+
+
+@pytest.mark.xfail(strict=True, reason="issue 20, 'One place per rule': branch backends removes this mark")
+def test_interfaces_import_only_the_app_layer() -> None:
+    # cli/ and serve/ may import the app layer, config and errors; anything else they need the app exposes
+    reach = {(a, b): w for (a, b), w in package_edges().items()
+             if a in ("cli", "serve") and b not in INTERFACE_MAY_IMPORT}
+    assert reach == {}, "\n".join(f"{a} -> {b}: {', '.join(w)}" for (a, b), w in reach.items())
+
+
+def test_driver_errors_stay_in_db() -> None:
+    leaks = []
+    for path in ROOT.rglob("*.py"):
+        if path.relative_to(ROOT).parts[0] == "db":
+            continue
+        text = path.read_text(encoding="utf-8")
+        for needle in ("psycopg.Error", "psycopg.errors", "psycopg.OperationalError", "PoolTimeout",
+                       "psycopg.InterfaceError"):
+            if needle in text:
+                leaks.append(f"{path.relative_to(ROOT.parent)}: {needle}")
+    assert leaks == []
+
+
+if __name__ == "__main__":
+    for (a, b), where in sorted(package_edges().items()):
+        print(f"{a:>9} -> {b:<9} {len(where):3} imports")
+    print("upward or sideways:", upward() or "none")
+    print("module cycles:", module_cycles() or "none")
+    sys.exit(0)
