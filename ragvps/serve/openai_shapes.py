@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ragvps.retrieve.search import MAX_QUERY_CHARS
 from ragvps.serve.auth import ASGIApp, Scope
+from ragvps.serve.schemas import MAX_QUERY_CHARS
 
 MODEL = "ragvps"  # the one knowledge base a server serves, as /v1/models lists it
 PREFIX = "/v1/"
