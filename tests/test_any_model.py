@@ -6,21 +6,12 @@ already answered for its neighbours."""
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import psycopg
 import pytest
-from ollama_server import FakeModel, ollama, ollama_server  # noqa: F401  (fixtures)
+from ollama_server import FakeModel
 
 from ragvps.embed.registry import forget_specs
-from tests.test_end_to_end import DOCS
-
-
-@pytest.fixture
-def folder(tmp_path: Path) -> Path:
-    shutil.copytree(DOCS, tmp_path / "docs")
-    return tmp_path / "docs"
 
 
 @pytest.fixture(autouse=True)
@@ -40,7 +31,7 @@ def chunks_stored(db_url: str) -> int:
         return conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
 
 
-def test_a_model_ragvps_has_no_entry_for_is_used_with_what_the_server_reports(cli, folder, ollama):  # noqa: F811
+def test_a_model_ragvps_has_no_entry_for_is_used_with_what_the_server_reports(cli, folder, ollama):
     ollama.models["bge-m3"] = FakeModel(1024, 8192, "xlm-roberta")
     use(cli, ollama, "bge-m3")
     report = json.loads(cli("ingest", str(folder), "--json").stdout)
@@ -55,7 +46,7 @@ def test_a_model_ragvps_has_no_entry_for_is_used_with_what_the_server_reports(cl
     assert "model bge-m3 has no entry in ragvps's table" in text and "no task prefixes" in text
 
 
-def test_a_model_the_server_lacks_says_ollama_pull(cli, folder, ollama, db_url):  # noqa: F811
+def test_a_model_the_server_lacks_says_ollama_pull(cli, folder, ollama, db_url):
     use(cli, ollama, "not-pulled-yet")
     result = cli("ingest", str(folder), expect=1)
     message = " ".join(result.stderr.split())
@@ -65,7 +56,7 @@ def test_a_model_the_server_lacks_says_ollama_pull(cli, folder, ollama, db_url):
     assert "run `ollama pull not-pulled-yet`" in " ".join(doctor.stderr.split())
 
 
-def test_the_reported_dimension_is_checked_against_the_first_real_embedding(cli, folder, ollama, db_url):  # noqa: F811
+def test_the_reported_dimension_is_checked_against_the_first_real_embedding(cli, folder, ollama, db_url):
     ollama.models["odd-embed"] = FakeModel(768, 2048, "bert", reported_dims=1024)
     use(cli, ollama, "odd-embed")
     result = cli("ingest", str(folder), expect=1)
@@ -74,7 +65,7 @@ def test_the_reported_dimension_is_checked_against_the_first_real_embedding(cli,
     assert chunks_stored(db_url) == 0
 
 
-def test_a_model_that_does_not_embed_is_refused(cli, folder, ollama):  # noqa: F811
+def test_a_model_that_does_not_embed_is_refused(cli, folder, ollama):
     ollama.models["chatty"] = FakeModel(4096, 8192, "llama", capabilities=("completion",))
     use(cli, ollama, "chatty")
     result = cli("ingest", str(folder), expect=1)
@@ -82,7 +73,7 @@ def test_a_model_that_does_not_embed_is_refused(cli, folder, ollama):  # noqa: F
     assert not ollama.embed_requests()
 
 
-def test_plan_and_help_ask_no_server(cli, folder, ollama):  # noqa: F811
+def test_plan_and_help_ask_no_server(cli, folder, ollama):
     ollama.models["bge-m3"] = FakeModel(1024, 8192, "xlm-roberta")
     use(cli, ollama, "bge-m3")
     cli("--help")
@@ -93,7 +84,7 @@ def test_plan_and_help_ask_no_server(cli, folder, ollama):  # noqa: F811
     assert ollama.requests == []
 
 
-def test_a_halved_batch_keeps_the_vectors_answered_for_its_neighbours(cli, folder, ollama):  # noqa: F811
+def test_a_halved_batch_keeps_the_vectors_answered_for_its_neighbours(cli, folder, ollama):
     use(cli, ollama, "nomic-embed-text")
     cli.env["RAGVPS_BATCH_SIZE"] = "8"
     body = "Backups run every night at two and are kept for a week. " * 40

@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from ragvps.app import App, SearchRequest
@@ -21,8 +20,6 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 @pytest.fixture
 def settings(db_url: str, tmp_path: Path) -> Settings:
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
     return Settings.of(database_url=db_url, data_dir=tmp_path / "data")
 
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from llm_server import FakeLLM, llm, llm_server  # noqa: F401  (fixtures)
+from llm_server import FakeLLM
 
 from ragvps.app import App, AskRequest
 from ragvps.config import Settings
@@ -29,11 +29,11 @@ Q_KEYS = "When does an old signing key stop working after rotation?"
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory, db_url: str) -> Iterator[tuple[Path, Settings]]:
+def corpus(tmp_path_factory: pytest.TempPathFactory, module_db_url: str) -> Iterator[tuple[Path, Settings]]:
     root = tmp_path_factory.mktemp("docs")
     for name, text in DOCS.items():
         (root / name).write_text(text)
-    settings = Settings.of(database_url=db_url, data_dir=root.parent / "data-ask")
+    settings = Settings.of(database_url=module_db_url, data_dir=root.parent / "data-ask")
     with App.open(settings) as app:
         app.ingest(root)
     yield root, settings
@@ -77,7 +77,7 @@ def test_extractive_default_quotes_cited_sentences(corpus, clean_cache):
     assert again.cache == "hit" and again.answer == a.answer and again.citations == a.citations
 
 
-def test_llm_answer_cites_the_chunk_holding_the_text_and_a_repeat_is_a_hit(corpus, clean_cache, llm):  # noqa: F811
+def test_llm_answer_cites_the_chunk_holding_the_text_and_a_repeat_is_a_hit(corpus, clean_cache, llm):
     app = open_app(corpus[1], llm)
     streamed: list[str] = []
     a = app.ask(AskRequest(Q_KEYS), on_token=streamed.append)
@@ -101,14 +101,14 @@ def test_llm_answer_cites_the_chunk_holding_the_text_and_a_repeat_is_a_hit(corpu
         a.usage["completion_tokens"]
 
 
-def test_invalid_markers_are_dropped_and_counted(corpus, clean_cache, llm):  # noqa: F811
+def test_invalid_markers_are_dropped_and_counted(corpus, clean_cache, llm):
     llm.reply = "Backups run at 02:00 [1]. Also see [7] and [0]."
     a = open_app(corpus[1], llm).ask(AskRequest(Q_BACKUP))
     assert a.invalid_citations == 2 and [c["number"] for c in a.citations] == [1]
     assert "[7]" not in a.answer and "[0]" not in a.answer
 
 
-def test_nothing_relevant_is_the_refusal_without_a_request(corpus, clean_cache, llm):  # noqa: F811
+def test_nothing_relevant_is_the_refusal_without_a_request(corpus, clean_cache, llm):
     app = open_app(corpus[1], llm)
     a = app.ask(AskRequest(Q_BACKUP, filters=Filters(path_prefix="no-such-folder/")))
     assert a.answer == REFUSAL and not a.answered and a.sources == [] and a.citations == []
@@ -117,20 +117,20 @@ def test_nothing_relevant_is_the_refusal_without_a_request(corpus, clean_cache, 
     assert llm.llm_requests() == []
 
 
-def test_the_models_refusal_is_answered_false(corpus, clean_cache, llm):  # noqa: F811
+def test_the_models_refusal_is_answered_false(corpus, clean_cache, llm):
     llm.reply = REFUSAL
     a = open_app(corpus[1], llm).ask(AskRequest("What colour is the office door?"))
     assert not a.answered and a.citations == [] and len(llm.llm_requests()) == 1
 
 
-def test_budget_leaves_out_what_does_not_fit_and_the_server_sees_it_fit(corpus, clean_cache, llm):  # noqa: F811
+def test_budget_leaves_out_what_does_not_fit_and_the_server_sees_it_fit(corpus, clean_cache, llm):
     app = open_app(corpus[1], llm, context_window=512 + 190, answer_reserve=512)
     a = app.ask(AskRequest(Q_BACKUP))
     assert a.left_out.get("context_window", 0) >= 1 and 1 <= len(a.sources) < 3
     assert llm.llm_requests()[0]["prompt_tokens"] <= 190
 
 
-def test_a_cancelled_or_cut_answer_is_not_cached(corpus, clean_cache, llm):  # noqa: F811
+def test_a_cancelled_or_cut_answer_is_not_cached(corpus, clean_cache, llm):
     app = open_app(corpus[1], llm)
 
     def stop(_: str) -> None:
@@ -145,7 +145,7 @@ def test_a_cancelled_or_cut_answer_is_not_cached(corpus, clean_cache, llm):  # n
     assert app.ask(AskRequest(Q_BACKUP)).cache == "miss" and len(llm.llm_requests()) == 3
 
 
-def test_editing_a_document_misses_only_the_questions_whose_chunks_changed(corpus, clean_cache, llm):  # noqa: F811
+def test_editing_a_document_misses_only_the_questions_whose_chunks_changed(corpus, clean_cache, llm):
     root, settings = corpus
     app = open_app(settings, llm, answer_chunks=1)
     first = {q: app.ask(AskRequest(q)) for q in (Q_BACKUP, Q_KEYS)}
@@ -165,14 +165,14 @@ def test_editing_a_document_misses_only_the_questions_whose_chunks_changed(corpu
         app.ingest(root)
 
 
-def test_show_prompt_sends_nothing(corpus, llm):  # noqa: F811
+def test_show_prompt_sends_nothing(corpus, llm):
     p = open_app(corpus[1], llm).build_prompt(AskRequest(Q_BACKUP))
     assert p.prompt_tokens > p.system_tokens > 0 and p.text.endswith(Q_BACKUP)
     assert llm.llm_requests() == []
 
 
 @pytest.mark.parametrize("endpoint", ["/v1/rerank", "/v2/rerank", "/rerank"])
-def test_rerank_orders_the_candidates_by_the_rerankers_scores(corpus, clean_cache, llm, endpoint):  # noqa: F811
+def test_rerank_orders_the_candidates_by_the_rerankers_scores(corpus, clean_cache, llm, endpoint):
     app = open_app(corpus[1], reranker="api", reranker_url=llm.url + endpoint, reranker_model="stand-in")
     a = app.ask(AskRequest(Q_KEYS))
     calls = [r for r in llm.requests if r["path"] == endpoint]
@@ -183,7 +183,7 @@ def test_rerank_orders_the_candidates_by_the_rerankers_scores(corpus, clean_cach
     assert scores == sorted(scores, reverse=True)
 
 
-def test_on_sources_comes_first_and_may_cancel_before_any_request(corpus, clean_cache, llm):  # noqa: F811
+def test_on_sources_comes_first_and_may_cancel_before_any_request(corpus, clean_cache, llm):
     app = open_app(corpus[1], llm, generator="anthropic", generator_url=llm.url, generator_model="claude-x")
     seen: list[str] = []
 

@@ -9,8 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from llm_server import FakeLLM, llm, llm_server  # noqa: F401  (fixtures)
-
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "sk-live-DO-NOT-SHOW-7731"
 DOC = ("# Backups\n\nBackups run every night at 02:00 on the second disk. Each backup is kept for thirty days.\n\n"
@@ -37,7 +35,7 @@ def test_ask_extractive_json_and_text(cli, tmp_path):
     assert "cache hit" in text.stderr
 
 
-def test_show_prompt_prints_the_prompt_and_its_count_and_sends_nothing(cli, tmp_path, llm):  # noqa: F811
+def test_show_prompt_prints_the_prompt_and_its_count_and_sends_nothing(cli, tmp_path, llm):
     _ingest(cli, tmp_path)
     cli.env |= {"RAGVPS_GENERATOR": "openai", "RAGVPS_GENERATOR_URL": llm.url + "/v1",
                 "RAGVPS_GENERATOR_MODEL": "gpt-4o-mini"}
@@ -48,7 +46,7 @@ def test_show_prompt_prints_the_prompt_and_its_count_and_sends_nothing(cli, tmp_
     assert llm.llm_requests() == []
 
 
-def test_errors_are_one_line_and_the_key_never_shows(cli, tmp_path, llm):  # noqa: F811
+def test_errors_are_one_line_and_the_key_never_shows(cli, tmp_path, llm):
     _ingest(cli, tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAGVPS_", "OPENAI_", "ANTHROPIC_"))}
     env |= cli.env | {"PYTHONPATH": str(ROOT), "RAGVPS_GENERATOR": "openai", "RAGVPS_GENERATOR_URL": llm.url + "/v1",
@@ -76,7 +74,7 @@ def test_errors_are_one_line_and_the_key_never_shows(cli, tmp_path, llm):  # noq
     assert dump is not None and KEY not in dump[0]
 
 
-def test_query_and_eval_accept_rerank(cli, tmp_path, llm):  # noqa: F811
+def test_query_and_eval_accept_rerank(cli, tmp_path, llm):
     docs = _ingest(cli, tmp_path)
     (docs / "other.md").write_text("# Other\n\nThe office plants are watered on Mondays by the facilities team.\n")
     cli("ingest", str(docs))

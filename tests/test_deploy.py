@@ -37,10 +37,6 @@ TIMER = DEPLOY / "systemd" / "ragvps-reindex.timer"
 CRON = DEPLOY / "cron" / "ragvps-reindex"
 LOCK = "/run/lock/ragvps-reindex.lock"
 
-# Commands the deploy files name that other branches are still adding to the CLI.
-PENDING_COMMANDS = {"doctor", "stats"}
-
-
 # --- helpers -------------------------------------------------------------------------------------------
 
 def compose_schema() -> dict[str, Any]:
@@ -285,7 +281,7 @@ def test_the_server_healthcheck_command_asks_a_real_server(tmp_path):
     status = {"code": 200}
 
     class Health(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
+        def do_GET(self):
             self.send_response(status["code"] if self.path == "/health" else 404)
             self.end_headers()
 
@@ -383,9 +379,7 @@ def test_cli_knows_every_command_the_deploy_files_use():
     used |= set(re.findall(r"`ragvps (\w+)", readme))
     assert {"ingest", "query", "reindex", "stats", "doctor", "serve"} <= used
     missing = used - cli_commands()
-    assert missing <= PENDING_COMMANDS, f"the deploy files use commands ragvps lacks: {missing}"
-    if missing:
-        pytest.skip(f"not in this branch's CLI yet (other issues add them): {sorted(missing)}")
+    assert not missing, f"the deploy files use commands ragvps lacks: {sorted(missing)}"
 
 
 def test_docker_compose_config_accepts_the_file_where_docker_compose_exists(tmp_path):

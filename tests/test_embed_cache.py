@@ -13,21 +13,11 @@ import time
 from pathlib import Path
 
 import psycopg
-import pytest
-from ollama_server import FakeOllama, ollama, ollama_server  # noqa: F401  (fixtures)
+from ollama_server import FakeOllama
 
-from tests.test_end_to_end import DOCS, N_DOCS
+from tests.test_end_to_end import N_DOCS
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def folder(tmp_path: Path) -> Path:
-    import shutil
-
-    target = tmp_path / "docs"
-    shutil.copytree(DOCS, target)
-    return target
 
 
 def use_ollama(cli, fake: FakeOllama, model: str = "nomic-embed-text") -> None:
@@ -57,7 +47,7 @@ def state(db_url: str) -> tuple[list, int, int]:
     return rows, vectors, orphans
 
 
-def test_unchanged_corpus_embeds_nothing_and_an_edit_embeds_only_its_new_chunks(cli, folder, ollama, db_url):  # noqa: F811
+def test_unchanged_corpus_embeds_nothing_and_an_edit_embeds_only_its_new_chunks(cli, folder, ollama, db_url):
     use_ollama(cli, ollama)
     first = ingest(cli, folder)
     assert first["embedded"] == first["chunks"] == len(ollama.inputs) > 5
@@ -81,7 +71,7 @@ def test_unchanged_corpus_embeds_nothing_and_an_edit_embeds_only_its_new_chunks(
     assert all(t.startswith("search_document: How search works") for t in ollama.inputs[sent:])
 
 
-def test_another_model_is_refused_for_ingest_and_query(cli, folder, ollama):  # noqa: F811
+def test_another_model_is_refused_for_ingest_and_query(cli, folder, ollama):
     use_ollama(cli, ollama)
     ingest(cli, folder)
     sent = len(ollama.embed_requests())
@@ -93,7 +83,7 @@ def test_another_model_is_refused_for_ingest_and_query(cli, folder, ollama):  # 
     assert len(ollama.embed_requests()) == sent  # the first ingest's batches; nothing sent after
 
 
-def test_wrong_dimension_is_refused_before_storing(cli, folder, ollama, db_url):  # noqa: F811
+def test_wrong_dimension_is_refused_before_storing(cli, folder, ollama, db_url):
     use_ollama(cli, ollama)
     ollama.models["nomic-embed-text"].dims = 1024
     result = ingest(cli, folder, expect=1)
@@ -102,7 +92,7 @@ def test_wrong_dimension_is_refused_before_storing(cli, folder, ollama, db_url):
         assert conn.execute("SELECT count(*) FROM chunks").fetchone()[0] == 0
 
 
-def test_input_too_long_for_the_server_names_the_chunk_and_keeps_the_rest(cli, folder, ollama):  # noqa: F811
+def test_input_too_long_for_the_server_names_the_chunk_and_keeps_the_rest(cli, folder, ollama):
     use_ollama(cli, ollama)
     cli.env["RAGVPS_BATCH_SIZE"] = "4"
     title = "A very long title that " + "goes on and on " * 12
@@ -121,7 +111,7 @@ def test_input_too_long_for_the_server_names_the_chunk_and_keeps_the_rest(cli, f
     assert done["embedded"] == len(ollama.inputs) - sent < done["chunks"]  # what was embedded before is kept
 
 
-def test_unreachable_ollama_says_where(cli, folder, ollama):  # noqa: F811
+def test_unreachable_ollama_says_where(cli, folder, ollama):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -132,7 +122,7 @@ def test_unreachable_ollama_says_where(cli, folder, ollama):  # noqa: F811
     assert f"Ollama is not reachable at http://127.0.0.1:{port}" in message and "ollama serve" in message
 
 
-def test_doctor_reports_dimension_and_context_length(cli, folder, ollama):  # noqa: F811
+def test_doctor_reports_dimension_and_context_length(cli, folder, ollama):
     use_ollama(cli, ollama)
     result = cli("doctor")
     assert "nomic-embed-text (nomic-bert), 768 dimensions, context length 2048" in result.stdout
@@ -154,7 +144,7 @@ def test_doctor_reports_dimension_and_context_length(cli, folder, ollama):  # no
     assert "the index holds vector(768) vectors from model nomic-embed-text" in problems
 
 
-def test_killed_ingest_reruns_to_the_same_state_without_duplicates(cli, folder, ollama, db_url, tmp_path):  # noqa: F811
+def test_killed_ingest_reruns_to_the_same_state_without_duplicates(cli, folder, ollama, db_url, tmp_path):
     use_ollama(cli, ollama)
     cli.env["RAGVPS_BATCH_SIZE"] = "2"
     ollama.latency = 0.3

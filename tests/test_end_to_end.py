@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import psycopg
@@ -11,13 +10,6 @@ import pytest
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 N_DOCS = len(list(DOCS.glob("*.md")))  # the user guide grows; the tests follow it
-
-
-@pytest.fixture
-def folder(tmp_path: Path) -> Path:
-    target = tmp_path / "docs"
-    shutil.copytree(DOCS, target)
-    return target
 
 
 def _ingest(cli, folder: Path) -> dict:

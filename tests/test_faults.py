@@ -13,9 +13,9 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from ollama_server import ollama, ollama_server  # noqa: F401  (fixtures)
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.integration  # each test runs ragvps, and its embedded PostgreSQL, as a subprocess
 
 
 def _clean(result) -> str:
@@ -174,7 +174,7 @@ def test_stale_lock_files_of_a_dead_server(tmp_path):
 
 
 @pytest.mark.slow
-def test_rerun_right_after_an_ingest_killed_during_the_index_build(tmp_path, ollama):  # noqa: F811
+def test_rerun_right_after_an_ingest_killed_during_the_index_build(tmp_path, ollama):
     """The killed client's server process ends its CREATE INDEX within a second (and frees the write lock),
     and the rerun waits for the lock, so the same command run at once succeeds."""
     ollama.real_vectors = False

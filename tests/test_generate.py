@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from llm_server import FakeLLM, llm, llm_server  # noqa: F401  (fixtures)
+from llm_server import FakeLLM
 
 from ragvps import tokens
 from ragvps.config import Settings
@@ -133,7 +133,7 @@ def test_refusal_sentence_is_detected():
 # --- the three clients -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "ollama"])
-def test_each_provider_streams_an_answer_with_usage(llm: FakeLLM, kind: str):  # noqa: F811
+def test_each_provider_streams_an_answer_with_usage(llm: FakeLLM, kind: str):
     s = gen_settings(llm, kind)
     gen = client(s)
     pieces: list[str] = []
@@ -161,7 +161,7 @@ def test_each_provider_streams_an_answer_with_usage(llm: FakeLLM, kind: str):  #
         assert served["body"]["keep_alive"] and served["path"] == "/api/chat"
 
 
-def test_401_names_the_key_setting_and_never_shows_the_key(llm: FakeLLM):  # noqa: F811
+def test_401_names_the_key_setting_and_never_shows_the_key(llm: FakeLLM):
     llm.fail(401, f"Incorrect API key provided: {KEY}")
     with pytest.raises(GeneratorError) as e:
         client(gen_settings(llm)).generate(fit(), lambda _: None)
@@ -170,20 +170,20 @@ def test_401_names_the_key_setting_and_never_shows_the_key(llm: FakeLLM):  # noq
     assert len(llm.llm_requests()) == 1  # not retried
 
 
-def test_404_unknown_model(llm: FakeLLM):  # noqa: F811
+def test_404_unknown_model(llm: FakeLLM):
     llm.fail(404, "The model `test-model` does not exist or you do not have access to it.")
     with pytest.raises(GeneratorError, match="has no model 'test-model'.*generator_model"):
         client(gen_settings(llm)).generate(fit(), lambda _: None)
 
 
-def test_429_is_retried_after_the_wait_it_asks_for(llm: FakeLLM):  # noqa: F811
+def test_429_is_retried_after_the_wait_it_asks_for(llm: FakeLLM):
     llm.fail(429, "slow down", retry_after="3")
     waits: list[float] = []
     out = client(gen_settings(llm), waits).generate(fit(), lambda _: None)
     assert out.text and waits == [3.0] and len(llm.llm_requests()) == 2
 
 
-def test_5xx_is_retried_with_backoff_then_fails_in_one_line(llm: FakeLLM):  # noqa: F811
+def test_5xx_is_retried_with_backoff_then_fails_in_one_line(llm: FakeLLM):
     for _ in range(3):
         llm.fail(503, "overloaded")
     waits: list[float] = []
@@ -195,14 +195,14 @@ def test_5xx_is_retried_with_backoff_then_fails_in_one_line(llm: FakeLLM):  # no
     assert client(gen_settings(llm)).generate(fit(), lambda _: None).text  # one failure, then an answer
 
 
-def test_timeout_names_the_setting(llm: FakeLLM):  # noqa: F811
+def test_timeout_names_the_setting(llm: FakeLLM):
     llm.slow = 1.5
     with pytest.raises(GeneratorError, match="generator_timeout=1"):
         client(gen_settings(llm, generator_timeout=1, generator_retries=0)).generate(fit(), lambda _: None)
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "ollama"])
-def test_context_length_error_names_the_budget_setting(llm: FakeLLM, kind: str):  # noqa: F811
+def test_context_length_error_names_the_budget_setting(llm: FakeLLM, kind: str):
     llm.context_limit = 50
     with pytest.raises(GeneratorError, match="context_window") as e:
         client(gen_settings(llm, kind)).generate(fit(), lambda _: None)
@@ -210,7 +210,7 @@ def test_context_length_error_names_the_budget_setting(llm: FakeLLM, kind: str):
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "ollama"])
-def test_a_stream_cut_mid_answer_is_an_error(llm: FakeLLM, kind: str):  # noqa: F811
+def test_a_stream_cut_mid_answer_is_an_error(llm: FakeLLM, kind: str):
     llm.cut_after = 3
     got: list[str] = []
     with pytest.raises(GeneratorError, match="mid-answer|broke"):
@@ -218,7 +218,7 @@ def test_a_stream_cut_mid_answer_is_an_error(llm: FakeLLM, kind: str):  # noqa: 
     assert len(got) == 3
 
 
-def test_a_callback_that_raises_closes_the_upstream_connection(llm: FakeLLM):  # noqa: F811
+def test_a_callback_that_raises_closes_the_upstream_connection(llm: FakeLLM):
     llm.reply = " ".join(f"word{i}" for i in range(400)) + " [1]"
     llm.piece_delay = 0.005
 
@@ -246,7 +246,7 @@ def test_connection_refused_names_the_url():
         client(s).generate(fit(), lambda _: None)
 
 
-def test_no_model_configured_is_a_config_error(llm: FakeLLM):  # noqa: F811
+def test_no_model_configured_is_a_config_error(llm: FakeLLM):
     s = Settings.of(generator="openai", generator_url=llm.url + "/v1")
     with pytest.raises(GeneratorError, match="generator_model"):
         client(s).generate(fit(), lambda _: None)

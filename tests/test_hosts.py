@@ -135,16 +135,6 @@ def test_no_host_left_is_one_line_naming_each_and_a_rerun_embeds_only_what_is_mi
 # --- through `ragvps ingest`, into the database ----------------------------------------------------
 
 
-@pytest.fixture
-def folder(tmp_path: Path) -> Path:
-    import shutil
-
-    from tests.test_end_to_end import DOCS
-
-    shutil.copytree(DOCS, tmp_path / "docs")
-    return tmp_path / "docs"
-
-
 def use_hosts(cli, servers: list[FakeOllama]) -> None:
     cli.env.update({"RAGVPS_EMBEDDER": "ollama", "RAGVPS_OLLAMA_URL": ",".join(s.url for s in servers),
                     "RAGVPS_EMBED_MODEL": "nomic-embed-text", "RAGVPS_OLLAMA_RETRIES": "0", "RAGVPS_BATCH_SIZE": "2"})

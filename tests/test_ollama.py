@@ -6,7 +6,7 @@ import socket
 
 import numpy as np
 import pytest
-from ollama_server import FakeOllama, ollama, ollama_server  # noqa: F401  (fixtures)
+from ollama_server import FakeOllama
 
 from ragvps.embed import embed_documents, embed_queries
 from ragvps.embed.local import LocalEmbedder
@@ -22,7 +22,7 @@ def _client(fake: FakeOllama, model: str = "nomic-embed-text", **kw) -> tuple[Ol
     return OllamaEmbedder(fake.url, spec, sleep=sleeps.append, **kw), sleeps
 
 
-def test_embed_sends_one_batched_request_with_prefixes_and_returns_real_vectors(ollama):  # noqa: F811
+def test_embed_sends_one_batched_request_with_prefixes_and_returns_real_vectors(ollama):
     client, _ = _client(ollama)
     texts = ["PostgreSQL stores the vectors.", "The cat sat on the mat.", "pgvector adds a vector type."]
     vectors = embed_documents(client, texts)
@@ -38,7 +38,7 @@ def test_embed_sends_one_batched_request_with_prefixes_and_returns_real_vectors(
     assert int(np.argmax(vectors @ query)) != 1
 
 
-def test_model_not_pulled_is_a_404_that_says_ollama_pull_and_is_not_retried(ollama):  # noqa: F811
+def test_model_not_pulled_is_a_404_that_says_ollama_pull_and_is_not_retried(ollama):
     del ollama.models["nomic-embed-text"]
     client, sleeps = _client(ollama)
     with pytest.raises(EmbedderError, match=r"has no model nomic-embed-text: run `ollama pull nomic-embed-text`"):
@@ -46,7 +46,7 @@ def test_model_not_pulled_is_a_404_that_says_ollama_pull_and_is_not_retried(olla
     assert len(ollama.embed_requests()) == 1 and sleeps == []
 
 
-def test_input_too_long_is_a_400_and_is_not_retried(ollama):  # noqa: F811
+def test_input_too_long_is_a_400_and_is_not_retried(ollama):
     ollama.models["nomic-embed-text"].context_length = 16
     client, sleeps = _client(ollama)
     with pytest.raises(InputTooLongError, match="the input length exceeds the context length"):
@@ -54,14 +54,14 @@ def test_input_too_long_is_a_400_and_is_not_retried(ollama):  # noqa: F811
     assert len(ollama.embed_requests()) == 1 and sleeps == []
 
 
-def test_5xx_is_retried_with_backoff_then_succeeds(ollama):  # noqa: F811
+def test_5xx_is_retried_with_backoff_then_succeeds(ollama):
     ollama.fail_with[:] = [500, 503]
     client, sleeps = _client(ollama, retries=3)
     assert client.embed(["hello"]).shape == (1, 768)
     assert len(ollama.embed_requests()) == 3 and sleeps == [0.5, 1.0]
 
 
-def test_5xx_gives_up_after_the_retries_with_the_servers_answer(ollama):  # noqa: F811
+def test_5xx_gives_up_after_the_retries_with_the_servers_answer(ollama):
     ollama.fail_with[:] = [500] * 5
     client, sleeps = _client(ollama, retries=2)
     with pytest.raises(EmbedderError, match=r"answered 500: injected failure \(after 3 attempts\)"):
@@ -69,7 +69,7 @@ def test_5xx_gives_up_after_the_retries_with_the_servers_answer(ollama):  # noqa
     assert len(ollama.embed_requests()) == 3 and sleeps == [0.5, 1.0]
 
 
-def test_backoff_is_capped(ollama):  # noqa: F811
+def test_backoff_is_capped(ollama):
     ollama.fail_with[:] = [502] * 9
     client, sleeps = _client(ollama, retries=8)
     with pytest.raises(EmbedderError):
@@ -92,7 +92,7 @@ def test_unreachable_server_says_where_and_how_to_start_it():
     assert sleeps == [0.5, 1.0]
 
 
-def test_timeout_is_retried_and_named(ollama):  # noqa: F811
+def test_timeout_is_retried_and_named(ollama):
     ollama.latency = 0.5
     client, sleeps = _client(ollama, retries=1, timeout=0.1)
     with pytest.raises(EmbedderError, match=r"did not answer within 0.1 s"):
@@ -100,7 +100,7 @@ def test_timeout_is_retried_and_named(ollama):  # noqa: F811
     assert sleeps == [0.5]
 
 
-def test_wrong_dimension_is_refused(ollama):  # noqa: F811
+def test_wrong_dimension_is_refused(ollama):
     ollama.models["nomic-embed-text"].dims = 1024
     client, _ = _client(ollama)
     with pytest.raises(DimensionError, match="returns 1024 dimensions, the index holds 768") as e:
@@ -108,7 +108,7 @@ def test_wrong_dimension_is_refused(ollama):  # noqa: F811
     assert (e.value.kind, e.value.http_status) == ("conflict", 409)  # the stored vectors disagree; waiting won't help
 
 
-def test_show_reports_dimension_and_context_length(ollama):  # noqa: F811
+def test_show_reports_dimension_and_context_length(ollama):
     client, _ = _client(ollama)
     info = client.show()
     assert (info.architecture, info.dims, info.context_length) == ("nomic-bert", 768, 2048)

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from ollama_server import ollama, ollama_server  # noqa: F401  (fixtures)
-from test_embed_cache import folder, ingest, state, use_ollama  # noqa: F401  (fixture)
+from test_embed_cache import ingest, state, use_ollama
 
 QUESTION = "how do I stop the embedded database server?"
 
@@ -33,7 +32,7 @@ def use_local(cli) -> None:
     cli.env["RAGVPS_EMBEDDER"] = "local"
 
 
-def test_switch_to_ollama_and_back_without_rechunking(cli, folder, ollama, db_url):  # noqa: F811
+def test_switch_to_ollama_and_back_without_rechunking(cli, folder, ollama, db_url):
     first = ingest(cli, folder)
     before, files = state(db_url)[0], artifacts(cli)
     assert top_path(cli) == "embedded-database.md"
@@ -72,7 +71,7 @@ def test_switch_to_ollama_and_back_without_rechunking(cli, folder, ollama, db_ur
     assert state(db_url)[1:] == (state(db_url)[0].__len__(), 0)
 
 
-def test_interrupted_switch_keeps_the_old_index_working_and_resumes(cli, folder, ollama, db_url):  # noqa: F811
+def test_interrupted_switch_keeps_the_old_index_working_and_resumes(cli, folder, ollama, db_url):
     first = ingest(cli, folder)
     use_ollama(cli, ollama)
     cli.env["RAGVPS_BATCH_SIZE"] = "2"
@@ -92,7 +91,7 @@ def test_interrupted_switch_keeps_the_old_index_working_and_resumes(cli, folder,
     assert top_path(cli) == "embedded-database.md"
 
 
-def test_chunks_too_long_for_the_new_model_are_named_and_nothing_changes(cli, folder, ollama, db_url):  # noqa: F811
+def test_chunks_too_long_for_the_new_model_are_named_and_nothing_changes(cli, folder, ollama, db_url):
     use_ollama(cli, ollama)
     # One section of about 350 tokens: one nomic chunk (up to 400), too long for all-minilm (256).
     sentence = "The nightly reindex re-syncs every folder and rebuilds the vector index without blocking. "
@@ -113,7 +112,7 @@ def test_chunks_too_long_for_the_new_model_are_named_and_nothing_changes(cli, fo
 
 
 @pytest.mark.parametrize("prefix", ["", "passage: "])
-def test_the_document_prefix_is_part_of_the_models_identity(cli, folder, ollama, prefix):  # noqa: F811
+def test_the_document_prefix_is_part_of_the_models_identity(cli, folder, ollama, prefix):
     use_ollama(cli, ollama)
     ingest(cli, folder)
     cli.env["RAGVPS_DOCUMENT_PREFIX"] = prefix

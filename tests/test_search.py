@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -40,8 +39,6 @@ def _write(conn: psycopg.Connection, eset: store.EmbeddingSet, docs: list[Docume
 
 @pytest.fixture
 def conn(db_url: str) -> psycopg.Connection:
-    with psycopg.connect(db_url, autocommit=True) as admin:
-        admin.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
     settings = Settings.of(database_url=db_url)
     with connect(settings) as c:
         yield c
@@ -166,12 +163,11 @@ def test_filtered_vector_query_still_returns_k_rows_through_hnsw(conn):
 
 
 @pytest.fixture(scope="module")
-def module_conn(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> psycopg.Connection:
-    settings = Settings.of(database_url=db_url)
+def module_conn(module_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> psycopg.Connection:
+    settings = Settings.of(database_url=module_db_url)
     with connect(settings) as c:
         eset = store.ensure_set(c, SPEC, "vector", activate=True)
-        if store.chunk_count(c) == 0:
-            _write(c, eset, [_doc(f"d{i}", t) for i, t in enumerate(CORPUS)], np.eye(len(CORPUS), 8, dtype=np.float32))
+        _write(c, eset, [_doc(f"d{i}", t) for i, t in enumerate(CORPUS)], np.eye(len(CORPUS), 8, dtype=np.float32))
         c.commit()
         yield c
 
@@ -206,9 +202,9 @@ def test_check_query_explains_what_is_wrong():
 
 
 @pytest.fixture
-def folder(tmp_path: Path) -> Path:
-    target = tmp_path / "docs"
-    shutil.copytree(DOCS, target)
+def folder(folder: Path) -> Path:
+    """The docs pages and a page in a subfolder."""
+    target = folder
     (target / "team").mkdir()
     (target / "team" / "notes.md").write_text("# Team notes\n\nThe search service answers questions about pgvector.\n")
     return target

@@ -9,11 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
-from serve_server import WAITING_ON_ASK, Server, ragvps
-
-pytest.importorskip("ragvps.generate", reason=WAITING_ON_ASK)
-from llm_server import FakeLLM, llm, llm_server  # noqa: E402, F401  (fixtures)
+from llm_server import FakeLLM
+from serve_server import Server, ragvps
 
 QUESTION = "what happens when I run ingest twice?"
 STABLE = ("answer", "answered", "extractive", "citations", "invalid_citations", "sources", "left_out", "generator",
@@ -86,7 +83,7 @@ def test_ask_errors_are_json_and_streamed_errors_are_one_event(server: Server):
     assert r.status_code == 400 and r.json()["kind"] == "usage"  # refused before the stream starts
 
 
-def test_a_client_that_leaves_closes_the_upstream_llm_request(serve_env: dict[str, str], llm: FakeLLM,  # noqa: F811
+def test_a_client_that_leaves_closes_the_upstream_llm_request(serve_env: dict[str, str], llm: FakeLLM,
                                                                tmp_path: Path):
     llm.reply = "Ingest twice and only changed files are re-embedded [1]. " + "More words follow here. " * 60
     llm.piece_delay = 0.05  # ~20 s of tokens
@@ -116,7 +113,7 @@ def test_a_client_that_leaves_closes_the_upstream_llm_request(serve_env: dict[st
 
 
 def test_request_timeout_answers_503_json_and_ends_a_stream_with_an_error_event(serve_env: dict[str, str],
-                                                                              llm: FakeLLM,  # noqa: F811
+                                                                              llm: FakeLLM,
                                                                               tmp_path: Path):
     llm.slow = 4.0  # the LLM takes longer than the server's request_timeout
     env = serve_env | {"RAGVPS_GENERATOR": "openai", "RAGVPS_GENERATOR_URL": llm.url + "/v1",

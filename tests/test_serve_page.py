@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serve_server import ASK, WAITING_ON_ASK, Server
+from serve_server import Server
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -57,7 +57,6 @@ def test_search_shows_path_heading_and_text(browser: Any, server: Server):
     page.close()
 
 
-@pytest.mark.skipif(not ASK, reason=WAITING_ON_ASK)
 def test_ask_streams_the_answer_and_a_citation_opens_its_chunk(browser: Any, server: Server):
     with server.client() as c:
         expected = c.post("/ask", json={"question": QUESTION}).json()

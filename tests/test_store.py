@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 from pathlib import Path
 
@@ -23,16 +22,7 @@ SPEC = ModelSpec("fake-64", 64, 256)
 
 
 @pytest.fixture
-def folder(tmp_path: Path) -> Path:
-    target = tmp_path / "docs"
-    shutil.copytree(DOCS, target)
-    return target
-
-
-@pytest.fixture
 def conn(db_url: str) -> psycopg.Connection:
-    with psycopg.connect(db_url, autocommit=True) as admin:
-        admin.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
     with connect(Settings.of(database_url=db_url)) as c:
         yield c
 
@@ -128,7 +118,7 @@ def test_rebuild_swaps_the_index_while_queries_keep_answering(conn, db_url):
                     vec_hits = search.vector_leg(reader, eset, rng.normal(size=SPEC.dims).astype(np.float32),
                                                  settings)
                     answers.append(min(len(text_hits), len(vec_hits)))
-        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+        except BaseException as exc:  # reported by the assertion below
             errors.append(exc)
 
     reader = threading.Thread(target=keep_querying)

@@ -20,8 +20,6 @@ QUESTIONS = ["how do I stop the embedded database server?", "what happens when I
 
 @pytest.fixture
 def settings(db_url: str, tmp_path: Path) -> Settings:
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
     shutil.copytree(DOCS, tmp_path / "docs")
     return Settings.of(database_url=db_url, data_dir=tmp_path / "data")
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -16,7 +15,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -25,8 +24,6 @@ import numpy as np
 import psycopg
 import pytest
 from ollama_server import FakeOllama
-
-from tests.test_end_to_end import DOCS
 
 REPO = Path(__file__).resolve().parents[1]
 QUERIES = ["how do I stop the embedded database server?", "which settings change the chunk size?",
@@ -44,12 +41,6 @@ def fake() -> Iterator[FakeOllama]:
 def ollama(fake: FakeOllama) -> FakeOllama:
     fake.reset()
     return fake
-
-
-@pytest.fixture
-def folder(tmp_path: Path) -> Path:
-    shutil.copytree(DOCS, tmp_path / "docs")
-    return tmp_path / "docs"
 
 
 def ollama_env(url: str) -> dict[str, str]:
@@ -110,14 +101,10 @@ def document_inputs(ollama: FakeOllama) -> Counter[str]:
     return Counter(t for t in ollama.inputs if t.startswith("search_document: "))
 
 
-def equals_plain_ingest(cli, folder: Path, db_url: str, pg_admin_url: str, tmp_path: Path) -> None:
+def equals_plain_ingest(cli, folder: Path, db_url: str, new_database: Callable[[str], str], tmp_path: Path) -> None:
     """The workers' final state is a plain ingest's: same chunks, same vectors (float tolerance), same top-10."""
     deferred, deferred_top = snapshot(db_url), top10(cli)
-    name = "t_worker_plain"
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    plain_url = re.sub(r"(postgres(?:ql)?://[^/]*/)([^?]*)", lambda m: m.group(1) + name, pg_admin_url, count=1)
+    plain_url = new_database("worker_plain")
     cli.env.update({"RAGVPS_DATABASE_URL": plain_url, "RAGVPS_DATA_DIR": str(tmp_path / "data-plain")})
     cli("ingest", str(folder))
     plain, plain_top = snapshot(plain_url), top10(cli)
@@ -129,8 +116,8 @@ def equals_plain_ingest(cli, folder: Path, db_url: str, pg_admin_url: str, tmp_p
     assert deferred_top == plain_top
 
 
-def two_workers(cli, folder: Path, ollama: FakeOllama, hops: list[Hop], db_url: str, pg_admin_url: str,
-                tmp_path: Path) -> None:
+def two_workers(cli, folder: Path, ollama: FakeOllama, hops: list[Hop], db_url: str,
+                new_database: Callable[[str], str], tmp_path: Path) -> None:
     report = deferred_ingest(cli, folder, ollama)
     # Before any worker: the keyword leg finds the chunks, the vector leg finds nothing.
     keyword = json.loads(cli("query", "embedded database server", "--mode", "keyword", "--json").stdout)
@@ -154,16 +141,16 @@ def two_workers(cli, folder: Path, ollama: FakeOllama, hops: list[Hop], db_url: 
     assert {n: w["done"] for n, w in stats["queue"]["workers"].items()} == {
         f"w{i}": r["embedded"] for i, r in enumerate(reports)}
     assert stats["vector_index"]["exists"] and stats["rows"]["vectors"] == report["chunks"]
-    equals_plain_ingest(cli, folder, db_url, pg_admin_url, tmp_path)
+    equals_plain_ingest(cli, folder, db_url, new_database, tmp_path)
 
 
-def test_two_workers_embed_every_chunk_once_and_match_a_plain_ingest(cli, folder, ollama, db_url, pg_admin_url,
+def test_two_workers_embed_every_chunk_once_and_match_a_plain_ingest(cli, folder, ollama, db_url, new_database,
                                                                       tmp_path):
     hops = [Hop(db_url, ollama.url.replace("0.0.0.0", "127.0.0.1"))] * 2
-    two_workers(cli, folder, ollama, hops, db_url, pg_admin_url, tmp_path)
+    two_workers(cli, folder, ollama, hops, db_url, new_database, tmp_path)
 
 
-def test_a_worker_killed_mid_batch_loses_nothing(cli, folder, ollama, db_url, pg_admin_url, tmp_path):
+def test_a_worker_killed_mid_batch_loses_nothing(cli, folder, ollama, db_url, new_database, tmp_path):
     report = deferred_ingest(cli, folder, ollama)
     hop = Hop(db_url, ollama.url.replace("0.0.0.0", "127.0.0.1"))
     ollama.delay_per_input = 0.5  # 2 s a batch
@@ -196,7 +183,7 @@ def test_a_worker_killed_mid_batch_loses_nothing(cli, folder, ollama, db_url, pg
         table = conn.execute("SELECT table_name FROM embedding_sets WHERE active").fetchone()[0]
         assert conn.execute(f"SELECT count(*), count(DISTINCT chunk_id) FROM {table}").fetchone() == (
             report["chunks"], report["chunks"])
-    equals_plain_ingest(cli, folder, db_url, pg_admin_url, tmp_path)
+    equals_plain_ingest(cli, folder, db_url, new_database, tmp_path)
 
 
 def test_a_worker_with_another_model_refuses_to_start_by_name(cli, folder, ollama, db_url, tmp_path):
@@ -319,11 +306,11 @@ def namespaces(db_url: str, fake: FakeOllama) -> Iterator[list[Hop]]:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
-def test_two_workers_in_their_own_network_namespaces(cli, folder, ollama, namespaces, db_url, pg_admin_url,
+def test_two_workers_in_their_own_network_namespaces(cli, folder, ollama, namespaces, db_url, new_database,
                                                        tmp_path):
     for hop in namespaces:  # the namespace reaches nothing but its veth peer
         assert hop.prefix and "127.0.0.1" not in hop.db_url
-    two_workers(cli, folder, ollama, namespaces, db_url, pg_admin_url, tmp_path)
+    two_workers(cli, folder, ollama, namespaces, db_url, new_database, tmp_path)
 
 
 def test_a_live_worker_keeps_its_lease_through_a_batch_longer_than_the_lease(cli, ollama, db_url, tmp_path):
