@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llm_server import REWRITE_SYSTEM, FakeLLM, llm, llm_server  # noqa: F401  (fixtures)
+from llm_server import REWRITE_SYSTEM
 from typer.testing import CliRunner
 
 DOC = ("# Backups\n\nBackups run every night at 02:00 on the second disk. Each backup is kept for thirty days.\n\n"
@@ -46,7 +46,7 @@ def test_a_bad_turn_says_why_and_the_conversation_goes_on(cli, tmp_path):
     assert "searched for" not in r.stderr  # the bad turn is not part of the history
 
 
-def test_with_an_llm_the_follow_up_is_rewritten(cli, tmp_path, llm):  # noqa: F811
+def test_with_an_llm_the_follow_up_is_rewritten(cli, tmp_path, llm):
     _ingest(cli, tmp_path)
     cli.env |= {"RAGVPS_GENERATOR": "openai", "RAGVPS_GENERATOR_URL": llm.url + "/v1",
                 "RAGVPS_GENERATOR_MODEL": "gpt-4o-mini"}

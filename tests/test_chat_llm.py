@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llm_server import REWRITE_SYSTEM, FakeLLM, llm, llm_server  # noqa: F401  (fixtures)
+from llm_server import REWRITE_SYSTEM, FakeLLM
 from serve_server import Server
 
 openai = pytest.importorskip("openai", reason="the openai SDK is a test dependency: pip install -e '.[test]'")
@@ -19,7 +19,7 @@ FOLLOW_UP = "and how do I undo that?"
 
 
 @pytest.fixture(scope="module")
-def llm_srv(serve_env: dict[str, str], llm_server: FakeLLM, tmp_path_factory: pytest.TempPathFactory,  # noqa: F811
+def llm_srv(serve_env: dict[str, str], llm_server: FakeLLM, tmp_path_factory: pytest.TempPathFactory,
             ) -> Iterator[Server]:
     env = serve_env | {"RAGVPS_GENERATOR": "openai", "RAGVPS_GENERATOR_URL": llm_server.url + "/v1",
                        "RAGVPS_GENERATOR_MODEL": "gpt-4o-mini", "RAGVPS_GENERATOR_API_KEY": "sk-test-0123456789",
@@ -45,7 +45,7 @@ def conversation(server: Server, first_answer: str | None = None) -> list[dict[s
             {"role": "user", "content": FOLLOW_UP}]
 
 
-def test_a_first_turn_is_one_llm_call_with_its_usage(llm_srv: Server, llm: FakeLLM):  # noqa: F811
+def test_a_first_turn_is_one_llm_call_with_its_usage(llm_srv: Server, llm: FakeLLM):
     done = client(llm_srv).chat.completions.create(model="ragvps", messages=[{"role": "user", "content": FIRST}],
                                                    extra_body={"temperature": 0.3})
     calls = llm.llm_requests()
@@ -57,7 +57,7 @@ def test_a_first_turn_is_one_llm_call_with_its_usage(llm_srv: Server, llm: FakeL
 
 
 def test_a_follow_up_is_rewritten_once_and_the_rewrite_is_cached_and_counted(llm_srv: Server,
-                                                                              llm: FakeLLM):  # noqa: F811
+                                                                              llm: FakeLLM):
     messages = conversation(llm_srv)
     llm.requests.clear()
     done = client(llm_srv).chat.completions.create(model="ragvps", messages=messages)
@@ -87,7 +87,7 @@ def test_a_follow_up_is_rewritten_once_and_the_rewrite_is_cached_and_counted(llm
     assert again.usage.prompt_tokens == 0
 
 
-def test_temperature_and_max_tokens_pass_through(llm_srv: Server, llm: FakeLLM):  # noqa: F811
+def test_temperature_and_max_tokens_pass_through(llm_srv: Server, llm: FakeLLM):
     c = client(llm_srv)
     c.chat.completions.create(model="ragvps", messages=[{"role": "user", "content": FIRST}], temperature=0.7,
                               max_tokens=100)
@@ -102,7 +102,7 @@ def test_temperature_and_max_tokens_pass_through(llm_srv: Server, llm: FakeLLM):
     assert len(llm.llm_requests()) == n  # the same settings again: the answer cache
 
 
-def test_a_streamed_follow_up_says_what_the_whole_one_says(llm_srv: Server, llm: FakeLLM):  # noqa: F811
+def test_a_streamed_follow_up_says_what_the_whole_one_says(llm_srv: Server, llm: FakeLLM):
     messages = conversation(llm_srv)
     whole = client(llm_srv).chat.completions.create(model="ragvps", messages=messages)
     chunks = list(client(llm_srv).chat.completions.create(model="ragvps", messages=messages, stream=True,
@@ -112,7 +112,7 @@ def test_a_streamed_follow_up_says_what_the_whole_one_says(llm_srv: Server, llm:
     assert chunks[-1].usage is not None
 
 
-def test_a_failing_llm_is_an_openai_error_with_its_status(llm_srv: Server, llm: FakeLLM, tmp_path: Path):  # noqa: F811
+def test_a_failing_llm_is_an_openai_error_with_its_status(llm_srv: Server, llm: FakeLLM, tmp_path: Path):
     llm.fail(500, "upstream broke")
     with pytest.raises(openai.InternalServerError) as caught:
         client(llm_srv).chat.completions.create(model="ragvps", messages=[{"role": "user", "content": FIRST}],
