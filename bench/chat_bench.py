@@ -80,6 +80,10 @@ def recall(app: App, rows: list[dict[str, Any]]) -> tuple[dict[str, dict[str, fl
 
 def once(c: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
     """One request, read to its end; the `ragvps` field of the answer (of its last chunk, streamed)."""
+    if "question" in body:  # /ask, the reference
+        r = c.post("/ask", json=body)
+        r.raise_for_status()
+        return dict(r.json()) | {"rewrite_cache": "-"}
     if not body.get("stream"):
         r = c.post("/v1/chat/completions", json=body)
         r.raise_for_status()
@@ -143,6 +147,8 @@ def main() -> None:
             a1 = c.post("/v1/chat/completions", json=single).json()["choices"][0]["message"]["content"]
         follow = {"model": "ragvps", "messages": [*single["messages"], {"role": "assistant", "content": a1},
                                                   {"role": "user", "content": second}]}
+        timings.append(("reference: `/ask`, the same first question", latency(server, {"question": first},
+                                                                             args.requests)))
         timings.append(("extractive, first turn", latency(server, single, args.requests)))
         timings.append(("extractive, follow-up (rule)", latency(server, follow, args.requests)))
         timings.append(("extractive, follow-up, `stream: true`", latency(server, follow | {"stream": True},
@@ -194,9 +200,11 @@ def render(rows: list[dict[str, Any]], chunks: int, ingest: Any, table: dict[str
               "", "| request | n | p50 ms | p95 ms |", "|---|---|---|---|"]
     for name, t in timings:
         lines.append(f"| {name} | {t['n']:.0f} | {t['p50']:.1f} | {t['p95']:.1f} |")
-    p50 = max(t["p50"] for _, t in timings)
-    lines += ["", f"Goal (cache-hit p50 <= 15 ms): worst p50 {p50:.1f} ms, {'met' if p50 <= 15 else 'not met'}.",
-              END]
+    p50 = max(t["p50"] for name, t in timings if not name.startswith("reference"))
+    ref = next(t["p50"] for name, t in timings if name.startswith("reference"))
+    lines += ["", f"Goal (cache-hit p50 <= 15 ms): worst p50 {p50:.1f} ms, {'met' if p50 <= 15 else 'not met'}; "
+              f"`/ask` on the same server in the same minutes: p50 {ref:.1f} ms (what the load leaves of the "
+              "machine: the chat route's own overhead is the difference).", END]
     return "\n".join(lines)
 
 

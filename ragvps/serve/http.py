@@ -62,11 +62,9 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
     from ragvps.serve.routes import add_routes
 
     add_routes(api, ready, settings)
-    from ragvps.serve.ollama_api import add_ollama_routes
     from ragvps.serve.openai import add_openai_routes
 
     add_openai_routes(api, ready, settings)  # /v1: OpenAI-compatible chat
-    add_ollama_routes(api, ready, settings)  # /api/chat, /api/tags: Ollama-compatible chat
     if mcp_server is not None:
         sub = mcp_server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True,
                                              transport_security=_mcp_security(host, keys), host=host)
