@@ -7,6 +7,7 @@ Every setting has one flat name (`chunk_size`), which is its key in `ragvps.toml
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import tomllib
@@ -116,7 +117,7 @@ class GenerateSettings:
     context_window: int = 0  # 0: the model's known window (8,192 when unknown)
     encoding: str = ""  # tiktoken encoding; empty: o200k_base or cl100k_base by model
     answer_chunks: int = 8
-    min_score: float = 0.0  # hits below this fused score are not sent
+    min_evidence: float = 0.35  # hits below this evidence are not sent; none left: the refusal (docs/answers.md)
     cache: bool = True
 
 
@@ -187,13 +188,15 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "temperature": ("generate", "temperature"), "generator_timeout": ("generate", "timeout"),
     "generator_retries": ("generate", "retries"), "answer_reserve": ("generate", "max_answer_tokens"),
     "context_window": ("generate", "context_window"), "token_encoding": ("generate", "encoding"),
-    "answer_chunks": ("generate", "answer_chunks"), "answer_min_score": ("generate", "min_score"),
+    "answer_chunks": ("generate", "answer_chunks"), "answer_min_evidence": ("generate", "min_evidence"),
     "answer_cache": ("generate", "cache"),
     "host": ("serve", "host"), "port": ("serve", "port"), "api_keys": ("serve", "api_keys"),
     "api_key_file": ("serve", "api_key_file"), "cors_origins": ("serve", "cors_origins"),
     "max_body_bytes": ("serve", "max_body_bytes"), "request_timeout": ("serve", "request_timeout"),
     "max_k": ("serve", "max_k"),
 }
+# Old flat names still accepted, each with a warning naming its replacement.
+RENAMED = {"answer_min_score": "answer_min_evidence"}
 SECRETS = frozenset({"database_url", "reranker_api_key", "generator_api_key", "api_keys"})
 
 _CHOICES: dict[str, tuple[str, ...]] = {
@@ -214,12 +217,22 @@ _RANGES: dict[str, tuple[float, float]] = {
     "generator_timeout": (1, 3600), "generator_retries": (0, 20), "answer_reserve": (16, 1_000_000),
     "context_window": (0, 10_000_000), "answer_chunks": (1, 1000), "port": (0, 65535),
     "max_body_bytes": (1024, 1 << 30), "request_timeout": (1, 86_400), "max_k": (1, 10_000),
+    "answer_min_evidence": (0, 1),
 }
 _MEMORY = re.compile(r"^\s*\d+\s*(kB|MB|GB|TB)?\s*$")
 _ENV_ALIASES = {"generator_api_key": ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")}
 
 
+def _renamed(name: str, origin: str = "code") -> str:
+    if name in RENAMED:
+        logging.getLogger(__name__).warning("setting %s (from %s) is now %s: it compares evidence, not the rank-only "
+                                            "fused score; rename it", name, origin, RENAMED[name])
+        return RENAMED[name]
+    return name
+
+
 def _where(name: str) -> tuple[str, str]:
+    name = _renamed(name)
     try:
         return SETTINGS[name]
     except KeyError:
@@ -311,6 +324,10 @@ def load_settings(
         for alias in aliases:
             if env.get(alias) and f"RAGVPS_{name.upper()}" not in env and name not in values:
                 values[name] = env[alias]
+    for old, new in RENAMED.items():
+        key = "RAGVPS_" + old.upper()
+        if env.get(key) and not env.get("RAGVPS_" + new.upper()):
+            values[_renamed(old, f"environment variable {key}")] = _coerce(new, env[key], f"environment variable {key}")
     for name in SETTINGS:
         key = "RAGVPS_" + name.upper()
         if env.get(key, "") != "" or (name == "database_url" and key in env):
@@ -338,6 +355,7 @@ def _read_file(path: Path, origin: str) -> dict[str, Any]:
                           f"`name = value` lines), not {type(table).__name__} {table!r}")
     values = {}
     for key, value in table.items():
+        key = _renamed(key, str(path))
         if key not in SETTINGS:
             raise ConfigError(f"unknown setting {key!r} in {path}; known: {', '.join(sorted(SETTINGS))}")
         values[key] = _coerce(key, value, str(path))

@@ -42,3 +42,64 @@ def sentences(text: str, a: int, b: int) -> list[tuple[int, int]]:
         start = cut
     spans.append(strip_span(text, start, b))
     return [s for s in spans if s[0] < s[1]]
+
+
+# --- quotable sentences in Markdown, HTML text and PDF text ------------------------------------------------
+
+_FENCE = re.compile(r"^[ \t]{0,3}(```+|~~~+)[ \t]*([\w+-]*)")
+_HEADING = re.compile(r"^[ \t]{0,3}#{1,6}(?:[ \t]|$)")
+_SETEXT = re.compile(r"^[ \t]{0,3}(=+|-+)[ \t]*$")
+_RULE = re.compile(r"^[ \t]{0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
+_TABLE = re.compile(r"^[ \t]*\|.*\||^[ \t]*:?-{3,}:?[ \t]*\|")
+_ITEM = re.compile(r"^[ \t]*(?:[-*+][ \t]+|\d{1,3}[.)][ \t]+|>[ \t]?)+")
+_SHELL = frozenset({"", "bash", "sh", "shell", "console", "zsh", "powershell", "ps1", "cmd", "bat", "fish"})
+
+
+def quotable(text: str) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(sentences, commands) as spans of `text`: sentences are prose only (not code fences, table rows,
+    headings, rules, nor list or quote markers, which are cut from the span's start); commands are the
+    bodies of shell code fences, whole."""
+    prose: list[tuple[int, int]] = []
+    commands: list[tuple[int, int]] = []
+    para: list[int] = []  # [start, end] of the paragraph being gathered
+    fence: tuple[str, str, int] | None = None  # (marker, language, body start)
+    pos = 0
+
+    def flush() -> None:
+        if para:
+            prose.extend(sentences(text, para[0], para[1]))
+            para.clear()
+
+    for line in text.splitlines(keepends=True):
+        a, b = pos, pos + len(line.rstrip("\r\n"))
+        pos += len(line)
+        body = text[a:b]
+        if fence is not None:
+            if body.strip().startswith(fence[0]):
+                if fence[1] in _SHELL and text[fence[2]:a].strip():
+                    commands.append(strip_span(text, fence[2], a))
+                fence = None
+            continue
+        m = _FENCE.match(body)
+        if m:
+            flush()
+            fence = (m.group(1), m.group(2).lower(), pos)
+            continue
+        if _SETEXT.match(body) and para:  # the paragraph above was a heading
+            para.clear()
+            continue
+        if not body.strip() or _HEADING.match(body) or _RULE.match(body) or _TABLE.match(body):
+            flush()
+            continue
+        item = _ITEM.match(body)
+        if item:
+            flush()
+            a += item.end()
+        if para:
+            para[1] = b
+        else:
+            para.extend((a, b))
+    flush()
+    if fence is not None and fence[1] in _SHELL and text[fence[2]:].strip():  # a fence the chunk cuts off
+        commands.append(strip_span(text, fence[2], len(text)))
+    return [s for s in prose if s[0] < s[1]], commands

@@ -154,6 +154,31 @@ SELECT c.id, d.doc_id, d.source, d.root, c.seq, c.heading_path, c.text, c.start_
 FROM chunks c JOIN documents d ON d.id = c.document_id
 WHERE c.id = ANY(%(ids)s);
 
+-- name: chunk_cosine
+-- chunk_evidence's cosine for one embedding set's table (a block of its own: composed into it)
+(SELECT 1 - (e.embedding <=> %(embedding)s) FROM {table} e WHERE e.chunk_id = c.id)
+
+-- name: chunk_evidence
+-- chunk_details, with the rank-independent relevance of some chunks to a query: the cosine of the query vector and the chunk's
+-- (chunk_cosine over the active table, or NULL without a query vector), and the share of the query's
+-- IDF mass (BM25's idf, df from term_stats) whose lexemes the chunk contains. NULL share: the query has
+-- no lexemes.
+WITH stats AS (SELECT chunks FROM corpus_stats),
+terms AS (
+    SELECT DISTINCT t.lexeme,
+           ln(1 + (stats.chunks - coalesce(s.df, 0) + 0.5)::float8 / (coalesce(s.df, 0) + 0.5)) AS idf
+    FROM unnest(tsvector_to_array(to_tsvector(%(language)s::regconfig, %(text)s))) AS t (lexeme)
+    CROSS JOIN stats
+    LEFT JOIN term_stats s ON s.lexeme = t.lexeme
+),
+total AS (SELECT sum(idf) AS idf FROM terms)
+SELECT c.id, d.doc_id, d.source, d.root, c.seq, c.heading_path, c.text, c.start_offset, c.end_offset,
+       {cosine} AS cosine,
+       (SELECT coalesce(sum(t.idf), 0) FROM unnest(tsvector_to_array(c.tsv)) AS l (lexeme)
+        JOIN terms t ON t.lexeme = l.lexeme) / nullif(total.idf, 0) AS share
+FROM chunks c JOIN documents d ON d.id = c.document_id, total
+WHERE c.id = ANY(%(ids)s);
+
 -- Embedding-model switch (pipeline.reindex) and pinned chunker settings (migration 003).
 
 -- name: chunks_for_reembed

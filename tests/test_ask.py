@@ -26,6 +26,7 @@ DOCS = {
 }
 Q_BACKUP = "When do the nightly backups run?"
 Q_KEYS = "When does an old signing key stop working after rotation?"
+Q_OFF_TOPIC = "What is the capital of France?"
 
 
 @pytest.fixture(scope="module")
@@ -112,19 +113,46 @@ def test_nothing_relevant_is_the_refusal_without_a_request(corpus, clean_cache, 
     app = open_app(corpus[1], llm)
     a = app.ask(AskRequest(Q_BACKUP, filters=Filters(path_prefix="no-such-folder/")))
     assert a.answer == REFUSAL and not a.answered and a.sources == [] and a.citations == []
-    floor = open_app(corpus[1], llm, answer_min_score=1.0).ask(AskRequest(Q_BACKUP))
-    assert not floor.answered and floor.left_out.get("answer_min_score", 0) > 0
+    floor = open_app(corpus[1], llm, answer_min_evidence=1.0).ask(AskRequest(Q_BACKUP))
+    assert not floor.answered and floor.left_out.get("answer_min_evidence", 0) > 0
     assert llm.llm_requests() == []
 
 
+def test_off_topic_is_refused_by_the_gate_before_any_llm_request_and_the_refusal_is_cached(
+        corpus, clean_cache, llm):
+    app = open_app(corpus[1], llm)
+    a = app.ask(AskRequest(Q_OFF_TOPIC))
+    assert a.answer == REFUSAL and not a.answered and a.sources == [] and a.cache == "miss"
+    assert a.evidence < a.min_evidence == corpus[1].generate.min_evidence
+    assert a.retrieved and all(0 <= r["evidence"] < a.min_evidence for r in a.retrieved)
+    assert all(r["cosine"] is not None for r in a.retrieved)  # the signals behind the figure are reported
+    again = app.ask(AskRequest(Q_OFF_TOPIC))
+    assert again.cache == "hit" and not again.answered and llm.llm_requests() == []
+    answered = app.ask(AskRequest(Q_KEYS))  # on topic: the gate lets it through, and its sources say why
+    assert answered.answered and answered.evidence >= answered.min_evidence and len(llm.llm_requests()) == 1
+    assert all(s["evidence"] >= answered.min_evidence for s in answered.sources)
+    lower = open_app(corpus[1], llm, answer_min_evidence=0.0).ask(AskRequest(Q_OFF_TOPIC))
+    assert lower.cache == "miss" and len(llm.llm_requests()) == 2  # the threshold is part of the cache key
+
+
+def test_the_gate_refuses_for_every_generator(corpus, clean_cache):
+    for generator in ("extractive", "anthropic", "ollama", "openai"):
+        # URLs no server listens on: a request would fail, so a refusal proves none was made
+        app = open_app(corpus[1], generator=generator, generator_url="http://127.0.0.1:9",
+                       generator_model="m", generator_api_key="k", answer_cache=False)
+        a = app.ask(AskRequest(Q_OFF_TOPIC))
+        assert a.answer == REFUSAL and not a.answered and a.generator == generator
+
+
 def test_the_models_refusal_is_answered_false(corpus, clean_cache, llm):
-    llm.reply = REFUSAL
-    a = open_app(corpus[1], llm).ask(AskRequest("What colour is the office door?"))
-    assert not a.answered and a.citations == [] and len(llm.llm_requests()) == 1
+    llm.reply = REFUSAL  # on topic, so the gate lets it through, but the sources do not say: the model refuses
+    a = open_app(corpus[1], llm).ask(AskRequest("On which weekday does the signing key rotate?"))
+    assert a.evidence >= a.min_evidence and len(llm.llm_requests()) == 1
+    assert not a.answered and a.citations == [] and a.sources
 
 
 def test_budget_leaves_out_what_does_not_fit_and_the_server_sees_it_fit(corpus, clean_cache, llm):
-    app = open_app(corpus[1], llm, context_window=512 + 190, answer_reserve=512)
+    app = open_app(corpus[1], llm, context_window=512 + 190, answer_reserve=512, answer_min_evidence=0.0)
     a = app.ask(AskRequest(Q_BACKUP))
     assert a.left_out.get("context_window", 0) >= 1 and 1 <= len(a.sources) < 3
     assert llm.llm_requests()[0]["prompt_tokens"] <= 190

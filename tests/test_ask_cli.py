@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ragvps.generate.prompt import REFUSAL
+
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "sk-live-DO-NOT-SHOW-7731"
 DOC = ("# Backups\n\nBackups run every night at 02:00 on the second disk. Each backup is kept for thirty days.\n\n"
@@ -33,6 +35,26 @@ def test_ask_extractive_json_and_text(cli, tmp_path):
     assert "Extractive answer" in text.stdout and "Sources:" in text.stdout
     assert "backups.md | Backups" in text.stdout and "(backups.md#" in text.stdout
     assert "cache hit" in text.stderr
+
+
+def test_off_topic_is_refused_on_the_cli_with_the_threshold_from_the_setting(cli, tmp_path, caplog):
+    _ingest(cli, tmp_path)
+    off = json.loads(cli("ask", "What is the capital of France?", "--json").stdout)
+    assert not off["answered"] and off["answer"] == REFUSAL and off["sources"] == [] and off["cache"] == "miss"
+    assert off["evidence"] < off["min_evidence"] and off["retrieved"]
+    assert max(r["evidence"] for r in off["retrieved"]) == off["evidence"]
+    text = cli("ask", "What is the capital of France?")
+    assert text.stdout.strip() == REFUSAL and "cache hit" in text.stderr and "below answer_min_evidence" in text.stderr
+    on = json.loads(cli("ask", "When do backups run?", "--json").stdout)
+    assert on["answered"] and on["evidence"] >= on["min_evidence"]
+    cli.env["RAGVPS_ANSWER_MIN_EVIDENCE"] = str(min(1.0, on["evidence"] + 0.01))  # just above: refused
+    high = json.loads(cli("ask", "When do backups run?", "--json").stdout)
+    assert not high["answered"] and high["min_evidence"] == float(cli.env["RAGVPS_ANSWER_MIN_EVIDENCE"])
+    del cli.env["RAGVPS_ANSWER_MIN_EVIDENCE"]
+    cli.env["RAGVPS_ANSWER_MIN_SCORE"] = "1"  # the old name still works, with a warning naming the new one
+    old = json.loads(cli("ask", "When do backups run?", "--json").stdout)
+    assert old["min_evidence"] == 1.0, old
+    assert any("answer_min_evidence" in r.getMessage() for r in caplog.records)  # (a real process: on stderr)
 
 
 def test_show_prompt_prints_the_prompt_and_its_count_and_sends_nothing(cli, tmp_path, llm):

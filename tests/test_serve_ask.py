@@ -77,6 +77,34 @@ def test_a_refusal_streams_citations_as_an_empty_list(server: Server):
     assert done["citations"] == [] and done["answered"] is False
 
 
+def test_off_topic_is_refused_over_http_with_the_threshold_from_the_setting(server: Server, serve_env: dict[str, str],
+                                                                          tmp_path: Path):
+    from ragvps.config import Settings
+    from ragvps.generate.prompt import REFUSAL
+
+    with server.client() as c:
+        off = c.post("/ask", json={"question": "What is the capital of France?"}).json()
+        on = c.post("/ask", json={"question": QUESTION}).json()
+    assert off["answer"] == REFUSAL and not off["answered"] and off["sources"] == [] and off["citations"] == []
+    assert off["evidence"] < off["min_evidence"] == Settings().generate.min_evidence and off["retrieved"]
+    assert on["answered"] and on["evidence"] >= on["min_evidence"]
+    with server.client() as c:  # the README's example: the sentence that answers, first; no command quoted
+        keys = c.post("/ask", json={"question": "how do I rotate the keys?"}).json()
+    assert keys["answered"] and "rotate one at a time" in keys["quotes"][0]["text"], keys["quotes"]
+    assert not any(q["command"] for q in keys["quotes"])
+    source = next(s for s in keys["sources"] if s["chunk_id"] == keys["quotes"][0]["chunk_id"])
+    q = keys["quotes"][0]
+    assert " ".join(source["text"][q["start"] - source["start"]:q["end"] - source["start"]].split()) == q["text"]
+    srv = Server(serve_env | {"RAGVPS_ANSWER_MIN_EVIDENCE": str(min(1.0, on["evidence"] + 0.01))},
+                 tmp_path / "serve.log", key=None).start()
+    try:
+        with srv.client() as c:
+            high = c.post("/ask", json={"question": QUESTION}).json()
+    finally:
+        srv.stop()
+    assert not high["answered"] and high["answer"] == REFUSAL and high["min_evidence"] > on["evidence"]
+
+
 def test_ask_errors_are_json_and_streamed_errors_are_one_event(server: Server):
     with server.client() as c:
         r = c.post("/ask", json={"question": "!!!", "stream": True})

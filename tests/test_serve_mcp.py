@@ -11,9 +11,12 @@ import httpx
 import pytest
 from serve_server import REPO, Server
 
+from ragvps.generate.prompt import REFUSAL
+
 mcp = pytest.importorskip("mcp", reason="the mcp extra is not installed: pip install '.[mcp]'")
 
 QUESTION = "what happens when I run ingest twice?"
+OFF_TOPIC = "What is the capital of France?"
 
 
 async def _session_calls(read: Any, write: Any) -> dict[str, Any]:
@@ -25,7 +28,8 @@ async def _session_calls(read: Any, write: Any) -> dict[str, Any]:
         found = await session.call_tool("search", {"query": QUESTION, "k": 3})
         bad = await session.call_tool("search", {"query": "!!!"})
         answer = await session.call_tool("ask", {"question": QUESTION, "k": 3})
-        return {"tools": tools, "search": found, "bad": bad, "ask": answer}
+        off = await session.call_tool("ask", {"question": OFF_TOPIC})
+        return {"tools": tools, "search": found, "bad": bad, "ask": answer, "off": off}
 
 
 def _structured(result: Any) -> Any:
@@ -48,19 +52,34 @@ def _check(calls: dict[str, Any], server: Server) -> None:
     assert calls["bad"].is_error and "no words" in calls["bad"].content[0].text
     answer = _structured(calls["ask"])
     assert isinstance(answer["answer"], str) and isinstance(answer["citations"], list)
+    assert answer["answered"] and answer["citations"] and answer["evidence"] >= answer["min_evidence"]
+    off = _structured(calls["off"])  # the tool's description promises to say when the documents do not answer
+    assert not off["answered"] and off["answer"] == REFUSAL and off["citations"] == []
+    assert off["evidence"] < off["min_evidence"]
 
 
-def test_mcp_tools_over_stdio(server: Server):
+def _stdio(env: dict[str, str]) -> dict[str, Any]:
     from mcp import StdioServerParameters, stdio_client
 
-    env = {k: v for k, v in server.env.items() if k != "RAGVPS_API_KEYS"}
     params = StdioServerParameters(command=sys.executable, args=["-m", "ragvps", "mcp"], env=env, cwd=str(REPO))
 
     async def run() -> dict[str, Any]:
         async with stdio_client(params) as (read, write):
             return await _session_calls(read, write)
 
-    _check(asyncio.run(asyncio.wait_for(run(), 180)), server)
+    return asyncio.run(asyncio.wait_for(run(), 180))
+
+
+def test_mcp_tools_over_stdio(server: Server):
+    env = {k: v for k, v in server.env.items() if k != "RAGVPS_API_KEYS"}
+    _check(_stdio(env), server)
+
+
+def test_mcp_ask_takes_its_threshold_from_the_setting(server: Server):
+    env = {k: v for k, v in server.env.items() if k != "RAGVPS_API_KEYS"} | {"RAGVPS_ANSWER_MIN_EVIDENCE": "1"}
+    answer = _structured(_stdio(env)["ask"])
+    assert not answer["answered"] and answer["answer"] == REFUSAL and answer["min_evidence"] == 1.0
+    assert answer["evidence"] < 1.0
 
 
 def test_mcp_tools_over_http_behind_the_key(server: Server):

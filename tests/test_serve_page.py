@@ -81,4 +81,10 @@ def test_ask_streams_the_answer_and_a_citation_opens_its_chunk(browser: Any, ser
     hit = source.get("hit", source.get("chunk", source))
     assert page.text_content("#chunk-text") == hit["text"]
     assert hit["path"] in page.text_content("#chunk-path")
+    # Each quoted sentence is highlighted inside its source, at its exact span.
+    assert expected["quotes"], "the extractive answer quotes its sentences with their spans"
+    marked = [m.text_content() for m in page.locator("#results li mark.quote").all()]
+    for q in expected["quotes"]:
+        s = next(s for s in expected["sources"] if s["chunk_id"] == q["chunk_id"])
+        assert s["text"][q["start"] - s["start"]:q["end"] - s["start"]] in marked
     page.close()

@@ -1,8 +1,10 @@
-"""The answer use case: retrieve, rerank (optional), fit the budget, consult the cache, generate, cite.
+"""The answer use case: retrieve, rerank (optional), gate on evidence, fit the budget, consult the cache,
+generate, cite.
 
-Nothing relevant retrieved (or nothing above answer_min_score) answers with the refusal sentence and
-makes no LLM request. A callback that raises (or Ctrl-C) ends the stream, which closes the upstream
-connection, and nothing is cached.
+The gate: hits whose evidence (rank-independent, retrieve/evidence.py) is below answer_min_evidence are not
+sent; when none is left the answer is the refusal sentence and no generator runs (so no LLM request). The
+refusal is cached like an answer, keyed on what was retrieved. A callback that raises (or Ctrl-C) ends the
+stream, which closes the upstream connection, and nothing is cached.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
     from ragvps.config import GenerateSettings, Settings
     from ragvps.generate.budget import Fit
     from ragvps.generate.registry import Generator
+    from ragvps.retrieve.search import Hit
 
 OnSources = Callable[[list[dict[str, Any]]], None]
 OnToken = Callable[[str], None]
@@ -63,7 +66,13 @@ class _Clock:
 
 
 def prepare(app: App, request: AskRequest, clock: _Clock | None = None) -> tuple[Fit, dict[str, int]]:
-    """Retrieve (app.search reranks when a reranker is configured), drop hits under the floor, fit the budget."""
+    """Retrieve (app.search reranks when a reranker is configured), drop hits under the evidence floor, fit the
+    budget."""
+    fit, left, _ = _prepare(app, request, clock)
+    return fit, left
+
+
+def _prepare(app: App, request: AskRequest, clock: _Clock | None = None) -> tuple[Fit, dict[str, int], list[Hit]]:
     clock = clock or _Clock()
     s = app.settings
     k = request.k or max(s.generate.answer_chunks, s.search.top_k)
@@ -72,14 +81,23 @@ def prepare(app: App, request: AskRequest, clock: _Clock | None = None) -> tuple
     clock.timings.update(result.timings)
     hits = result.hits
     left: Counter[str] = Counter()
-    kept = [h for h in hits if h.score >= s.generate.min_score]
+    kept = [h for h in hits if h.evidence >= s.generate.min_evidence]
     if len(kept) < len(hits):
-        left["answer_min_score"] = len(hits) - len(kept)
-    candidates = [Source(0, h.chunk_id, h.path, h.heading_path, h.start, h.end, h.score, h.text) for h in kept]
-    fit = budget.fit(result.query, candidates, request_settings(s.generate, request), request.history)
+        left["answer_min_evidence"] = len(hits) - len(kept)
+    fit = budget.fit(result.query, [_source(h) for h in kept], request_settings(s.generate, request),
+                     request.history)
     left.update(fit.left_out)
     clock.lap("budget_ms")
-    return fit, dict(left)
+    return fit, dict(left), hits
+
+
+def _source(h: Hit) -> Source:
+    return Source(0, h.chunk_id, h.path, h.heading_path, h.start, h.end, h.score, h.text, h.evidence)
+
+
+def _retrieved(hits: list[Hit]) -> list[dict[str, Any]]:
+    return [{"chunk_id": h.chunk_id, "path": h.path, "heading_path": h.heading_path, "score": h.score,
+             "cosine": h.cosine, "terms": h.terms, "evidence": h.evidence} for h in hits]
 
 
 def build_prompt(app: App, request: AskRequest) -> PromptPreview:
@@ -105,30 +123,32 @@ def generation_settings(app: App, request: AskRequest | None = None) -> dict[str
     """The settings that shape an answer, for the cache key (never the API key)."""
     g = app.settings.generate if request is None else request_settings(app.settings.generate, request)
     return {"url": g.url, "temperature": g.temperature, "answer_reserve": g.max_answer_tokens,
-            "version": app.generator.version}
+            "version": app.generator.version, "min_evidence": app.settings.generate.min_evidence}
 
 
 def ask(app: App, request: AskRequest, on_sources: OnSources | None = None,
         on_token: OnToken | None = None) -> Answer:
     on_sources, on_token = on_sources or _ignore, on_token or _ignore
     clock = _Clock()
-    fit, left_out = prepare(app, request, clock)
+    fit, left_out, hits = _prepare(app, request, clock)
     gen = app.generator
     sources = list(fit.prompt.sources)
     shown = [asdict(s) for s in sources]
     question = fit.prompt.question
+    evidence = max((h.evidence for h in hits), default=0.0)
+    use_cache = request.use_cache and app.settings.generate.cache
 
-    def answer(parsed: citations.Parsed, usage: dict[str, int], status: str) -> Answer:
+    def answer(parsed: citations.Parsed, usage: dict[str, int], status: str, quotes: Any = ()) -> Answer:
         return Answer(parsed.text, parsed.answered, gen.extractive,
                       [asdict(c) for c in parsed.citations], parsed.invalid, shown, left_out, usage, status,
-                      gen.name, gen.model, PROMPT_VERSION, clock.total())
+                      gen.name, gen.model, PROMPT_VERSION, clock.total(), evidence,
+                      app.settings.generate.min_evidence, list(quotes or []), _retrieved(hits))
 
-    if not sources:  # nothing relevant: the refusal, and no request
+    if not sources:  # no evidence: the refusal, and no generator runs (no LLM request)
         on_sources(shown)
         on_token(REFUSAL)
-        return answer(citations.parse(REFUSAL, []), _usage(), "off")
+        return answer(citations.parse(REFUSAL, []), _usage(), _refusal_cache(app, question, hits, use_cache))
 
-    use_cache = request.use_cache and app.settings.generate.cache
     key = cache.key(question, gen.name, gen.model, generation_settings(app, request), sources)
     on_sources(shown)
     if use_cache:
@@ -138,7 +158,7 @@ def ask(app: App, request: AskRequest, on_sources: OnSources | None = None,
         if hit is not None:
             on_token(hit["text"])
             parsed = citations.parse(hit["text"], sources)
-            return answer(parsed, _usage(), "hit")
+            return answer(parsed, _usage(), "hit", hit.get("quotes"))
     generation = gen.generate(fit, on_token)
     clock.lap("generate_ms")
     parsed = citations.parse(generation.text, sources)
@@ -146,10 +166,26 @@ def ask(app: App, request: AskRequest, on_sources: OnSources | None = None,
     if use_cache:
         with app.connection() as conn:
             cache.put(conn, key, question, gen.name, gen.model, sources,
-                      {"text": generation.text, "finish": generation.finish, "usage": usage},
-                      usage["prompt_tokens"], usage["completion_tokens"])
+                      {"text": generation.text, "finish": generation.finish, "usage": usage,
+                       "quotes": generation.quotes}, usage["prompt_tokens"], usage["completion_tokens"])
         clock.lap("cache_ms")
-    return answer(parsed, usage, "miss" if use_cache else "off")
+    return answer(parsed, usage, "miss" if use_cache else "off", generation.quotes)
+
+
+def _refusal_cache(app: App, question: str, hits: list[Hit], use_cache: bool) -> str:
+    """A refusal is cached like an answer, keyed on the chunks retrieved (a changed chunk misses): "hit" when
+    this refusal was cached already, "miss" when it is now, "off" when the cache is not used."""
+    if not use_cache:
+        return "off"
+    gen = app.generator
+    retrieved = [_source(h) for h in hits]
+    key = cache.key(question, gen.name, gen.model, generation_settings(app) | {"refused": True}, retrieved)
+    with app.connection() as conn:
+        if cache.get(conn, key) is not None:
+            return "hit"
+        cache.put(conn, key, question, gen.name, gen.model, retrieved,
+                  {"text": REFUSAL, "finish": "refused", "usage": _usage()}, 0, 0)
+    return "miss"
 
 
 def _usage(prompt_tokens: int = 0, completion_tokens: int = 0, cached_tokens: int = 0,

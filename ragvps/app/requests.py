@@ -66,14 +66,21 @@ class Answer:
     extractive: bool
     citations: list[dict[str, Any]]  # number, chunk_id, path, heading_path, start, end
     invalid_citations: int
-    sources: list[dict[str, Any]]  # what was sent: number, chunk_id, path, heading_path, start, end, score, text
-    left_out: dict[str, int]  # reason (answer_chunks, context_window, answer_min_score) -> candidates
+    sources: list[dict[str, Any]]  # what was sent: number, chunk_id, path, heading_path, start, end, score, text,
+    #                                evidence
+    left_out: dict[str, int]  # reason (answer_chunks, context_window, answer_min_evidence) -> candidates
     usage: dict[str, int]  # prompt_tokens, completion_tokens, cached_tokens, cache_creation_tokens
     cache: str  # "hit" | "miss" | "off" (off: not consulted, by request, setting, or a refusal without a call)
     generator: str
     model: str
     prompt_version: str
     timings: dict[str, float] = field(default_factory=dict)  # milliseconds
+    evidence: float = 0.0  # the best retrieved chunk's evidence, 0..1; below min_evidence: refused, no LLM request
+    min_evidence: float = 0.0  # the setting answer_min_evidence this answer was gated with
+    quotes: list[dict[str, Any]] = field(default_factory=list)  # extractive: number, chunk_id, path, start, end,
+    #                                                             text (offsets in the source document)
+    retrieved: list[dict[str, Any]] = field(default_factory=list)  # every candidate: chunk_id, path, score,
+    #                                                                cosine, terms, evidence (why it was refused)
 
 
 @dataclass(frozen=True)

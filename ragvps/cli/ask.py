@@ -63,6 +63,9 @@ def ask(
     spent = (f"{u['prompt_tokens']:,} prompt tokens ({u['cached_tokens']:,} cached), {u['completion_tokens']:,} "
              "answer tokens" if not answer.extractive else "no LLM")
     notes = [f"{answer.generator}" + (f" {answer.model}" if answer.model else ""), f"cache {answer.cache}", spent]
+    if not answer.answered and not answer.sources:
+        notes.append(f"evidence {answer.evidence:.2f} below answer_min_evidence {answer.min_evidence:.2f}: "
+                     "no source was sent")
     if answer.invalid_citations:
         notes.append(f"{answer.invalid_citations} invalid citation(s) dropped")
     err.print("; ".join(notes))

@@ -1,77 +1,172 @@
-"""The default answer with no generator configured: the sentences of the retrieved chunks that best match
-the question, quoted with their citations and scored with the local embedding model. No LLM, no network."""
+"""The default answer with no generator configured: the sentences of the sent chunks that answer the
+question, quoted with their citations and their exact spans in the source document. No LLM, no network.
+
+Candidates are prose sentences (ragvps.text.quotable: not code fences, table rows, headings or list
+markers); a shell command is a candidate, whole, only when the question asks how to run something. Each is
+scored by the local embedding model's query-sentence cosine and the share of the question's words it
+contains; those under the floor are dropped (no padding), near-duplicates too, best first. When none is
+left the answer is the refusal sentence: the sentence-level check after the evidence gate.
+"""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ragvps.generate.llm.base import Generation, Usage
+from ragvps.generate.prompt import REFUSAL
 
 if TYPE_CHECKING:
     from ragvps.embed import Embedder
     from ragvps.generate.budget import Fit
+    from ragvps.generate.prompt import Source
 
 LABEL = "Extractive answer (sentences quoted from the sources; no language model was used):"
-MAX_SENTENCES = 3
+MAX_QUOTES = 2  # a cap, not a target: only sentences above the floor are quoted
 MAX_CANDIDATES = 200  # sentences embedded per question at most, which bounds the cost on a CPU
 MIN_WORDS = 4
+MAX_QUOTE_CHARS = 600
+# score = COSINE_WEIGHT * cosine + (1 - COSINE_WEIGHT) * overlap; chosen with bench/answer_quality.py
+COSINE_WEIGHT = 0.6
+FLOOR = 0.45  # a sentence scoring less does not answer the question
+RELATIVE = 0.90  # ... nor one scoring less than this share of the best sentence's score
+DUPLICATE = 0.8  # word-set Jaccard at which a sentence repeats one already quoted
 _NUMBER_MARKER = re.compile(r"\[(\s*\d[\d,\s]*)\]")
-_HEADING_LINE = re.compile(r"^[ \t]*#{1,6}[ \t].*$", re.MULTILINE)  # Markdown headings: the heading path has them
-_LIST_MARK = re.compile(r"^(?:[-*+>]|\d{1,3}[.)])\s+")
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_STOP = frozenset(re.findall(r"\S+", (
+    "a an the and or but if of to in on at by for with from as is are was were be been being do does did done "
+    "i you we they he she it this that these those my your our their its what which who whom whose when where "
+    "why how can could should would will shall may might must not no so than then there here about into over "
+    "me us them any all each some such more most other only own same too very just also get got have has had "
+    "one ones use used using")))
+_HOW_TO_RUN = re.compile(
+    r"\b(?:how\s+(?:do|can|should|would|to)\s+(?:i|we|you|one)?\s*(?:run|start|launch|execute|invoke|install|"
+    r"call|type|set\s+up|stop)|(?:which|what)\s+commands?|command\s+(?:to|for|line)|commands?\s+that)\b", re.I)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    source: Source
+    a: int  # offsets in the chunk's text
+    b: int
+    text: str  # as quoted: whitespace collapsed, list markers cut
+    command: bool = False
 
 
 class Extractive:
     name = "extractive"
     extractive = True
-    version = "2"  # part of the answer cache key: bump when the choice of sentences changes
+    version = "3"  # part of the answer cache key: bump when the choice of sentences changes
 
-    def __init__(self, embedder: Callable[[], Embedder], model: str, sentences: int = MAX_SENTENCES):
+    def __init__(self, embedder: Callable[[], Embedder], model: str, quotes: int = MAX_QUOTES):
         self.embedder = embedder
         self.model = model
-        self.sentences = sentences
+        self.quotes = quotes
 
     def generate(self, fit: Fit, on_token: Callable[[str], None]) -> Generation:
-        from ragvps.embed import embed_documents, embed_queries
-
-        picked = candidates(fit)
-        if not picked:
-            return Generation("", Usage(), "stop")
-        embedder = self.embedder()
-        question = embed_queries(embedder, [fit.prompt.question])[0]
-        vectors = embed_documents(embedder, [text for _, text in picked])
-        scores = vectors @ question
-        best = np.argsort(-scores, kind="stable")[: self.sentences].tolist()  # best first; ties in rank order
-        lines = [LABEL] + [f'- "{picked[i][1]}" [{picked[i][0]}]' for i in best]
+        question = fit.prompt.question
+        found = candidates(fit.prompt.sources, asks_to_run(question))
+        chosen = choose(found, self.scores(question, found), self.quotes) if found else []
+        if not chosen:
+            on_token(REFUSAL)
+            return Generation(REFUSAL, Usage(), "stop")
+        lines = [LABEL] + [f'- "{c.text}" [{c.source.number}]' for c, _ in chosen]
         text = ""
         for i, line in enumerate(lines):
             piece = line if i == 0 else "\n" + line
             text += piece
             on_token(piece)
-        return Generation(text, Usage(), "stop")
+        return Generation(text, Usage(), "stop", [quote(c, score) for c, score in chosen])
+
+    def scores(self, question: str, found: list[Candidate]) -> np.ndarray:
+        cosines, overlap = self.signals(question, found)
+        return np.asarray(COSINE_WEIGHT * cosines + (1 - COSINE_WEIGHT) * overlap)
+
+    def signals(self, question: str, found: list[Candidate]) -> tuple[np.ndarray, np.ndarray]:
+        """Each candidate's query-sentence cosine (the local model) and share of the question's words."""
+        from ragvps.embed import embed_documents, embed_queries
+
+        embedder = self.embedder()
+        q = embed_queries(embedder, [question])[0]
+        cosines = embed_documents(embedder, [c.text for c in found]) @ q
+        words = content_words(question)
+        return cosines, np.array([overlap_share(words, c.text) for c in found], dtype=np.float32)
 
 
-def candidates(fit: Fit) -> list[tuple[int, str]]:
-    """(source number, sentence) for every sentence worth quoting, in source order, without duplicates."""
-    from ragvps.text import sentences
+def asks_to_run(question: str) -> bool:
+    """Does the question ask how to run something (then a command may answer it)?"""
+    return bool(_HOW_TO_RUN.search(question))
+
+
+_SUFFIX = re.compile(r"(?:ations?|at(?:e|es|ed|ing)|ings?|ed|es|s|ly|ments?|ions?)$")
+
+
+def _stem(word: str) -> str:
+    """A crude stem: common suffixes off, a doubled last letter single, then at most six letters."""
+    if len(word) > 3:
+        word = _SUFFIX.sub("", word) or word
+        if len(word) > 2 and word[-1] == word[-2]:
+            word = word[:-1]
+    return word[:6]
+
+
+def content_words(text: str) -> set[str]:
+    return {_stem(w) for w in _WORD.findall(text.casefold()) if w not in _STOP and (len(w) > 1 or w.isdigit())}
+
+
+def overlap_share(words: set[str], text: str) -> float:
+    return len(words & content_words(text)) / len(words) if words else 0.0
+
+
+def candidates(sources: tuple[Source, ...] | list[Source], commands: bool = False) -> list[Candidate]:
+    """Every sentence worth quoting (and, when asked for, every shell command), in source order, once."""
+    from ragvps.text import quotable
 
     seen: set[str] = set()
-    found: list[tuple[int, str]] = []
-    for source in fit.prompt.sources:
-        text = _HEADING_LINE.sub("", source.text)
-        for a, b in sentences(text, 0, len(text)):
-            sentence = _LIST_MARK.sub("", " ".join(text[a:b].split()))
-            # a quoted "[3]" would read as a citation: keep the sentence's own numbers in parentheses
-            sentence = _NUMBER_MARKER.sub(r"(\1)", sentence)
-            if len(sentence.split()) < MIN_WORDS or sentence.casefold() in seen:
+    found: list[Candidate] = []
+    for source in sources:
+        prose, code = quotable(source.text)
+        spans = [(a, b, False) for a, b in prose] + ([(a, b, True) for a, b in code] if commands else [])
+        for a, b, command in sorted(spans):
+            raw = source.text[a:b]
+            shown = raw.strip() if command else " ".join(raw.split())
+            if not command:  # a quoted "[3]" would read as a citation: keep the sentence's own numbers as (3)
+                shown = _NUMBER_MARKER.sub(r"(\1)", shown)
+            if (not command and len(shown.split()) < MIN_WORDS) or len(shown) > MAX_QUOTE_CHARS:
                 continue
-            seen.add(sentence.casefold())
-            found.append((source.number, sentence))
+            if shown.casefold() in seen:
+                continue
+            seen.add(shown.casefold())
+            found.append(Candidate(source, a, b, shown, command))
             if len(found) >= MAX_CANDIDATES:
                 return found
-    if not found:  # only short fragments: quote them rather than nothing
-        found = [(s.number, " ".join(s.text.split())[:300]) for s in fit.prompt.sources if s.text.strip()]
     return found
+
+
+def choose(found: list[Candidate], scores: np.ndarray, cap: int) -> list[tuple[Candidate, float]]:
+    """The best candidates above the floor (absolute and relative to the best), near-duplicates dropped."""
+    order = np.argsort(-scores, kind="stable").tolist()  # ties in source order
+    best = float(scores[order[0]]) if order else 0.0
+    chosen: list[tuple[Candidate, float]] = []
+    kept_words: list[set[str]] = []
+    for i in order:
+        score = float(scores[i])
+        if score < FLOOR or score < RELATIVE * best or len(chosen) >= cap:
+            break
+        words = content_words(found[i].text) or {found[i].text}
+        if any(len(words & w) / len(words | w) >= DUPLICATE for w in kept_words):
+            continue
+        kept_words.append(words)
+        chosen.append((found[i], score))
+    return chosen
+
+
+def quote(c: Candidate, score: float) -> dict[str, Any]:
+    """A quote as Answer.quotes reports it: its source, its span in the source document, its score."""
+    s = c.source
+    return {"number": s.number, "chunk_id": s.chunk_id, "path": s.path, "start": s.start + c.a,
+            "end": s.start + c.b, "text": c.text, "score": round(score, 4), "command": c.command}

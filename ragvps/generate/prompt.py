@@ -43,6 +43,7 @@ class Source:
     end: int
     score: float
     text: str
+    evidence: float = 0.0  # rank-independent relevance to the question, 0..1 (retrieve/evidence.py)
 
     def block(self) -> str:
         head = f"[{self.number}] {self.path}" + (f" | {self.heading_path}" if self.heading_path else "")
@@ -94,4 +95,4 @@ def _numbered(source: Source, number: int) -> Source:
     if source.number == number:
         return source
     return Source(number, source.chunk_id, source.path, source.heading_path, source.start, source.end,
-                  source.score, source.text)
+                  source.score, source.text, source.evidence)

@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import psycopg
 from psycopg import sql
 
 from ragvps.config import Settings
-from ragvps.db.database import compose, q
+from ragvps.db.database import compose
 from ragvps.db.store import EmbeddingSet, as_param
 from ragvps.errors import UsageError
+from ragvps.retrieve.evidence import combine
 from ragvps.retrieve.filters import Filters
 from ragvps.retrieve.fusion import rrf
 
@@ -36,6 +37,9 @@ class Hit:
     keyword_rank: int | None
     start: int = 0  # character offsets of the chunk's text in its document
     end: int = 0
+    cosine: float | None = None  # query-chunk cosine (None without a query vector: keyword mode)
+    terms: float | None = None  # share of the query's IDF mass the chunk contains (None: no query lexemes)
+    evidence: float = 0.0  # both combined (retrieve/evidence.py): rank-independent, 0..1
 
 
 MAX_QUERY_CHARS = 20_000
@@ -114,17 +118,30 @@ def search(
     vec = vector_leg(conn, eset, embedding, settings, filters) if mode != "keyword" and embedding is not None else []
     kw = keyword_leg(conn, text, settings, filters) if mode != "vector" else []
     fused = rrf([leg for leg in (vec, kw) if leg], settings.search.rrf_k)[:k]
-    return _details(conn, fused, vec, kw)
+    rows = chunk_evidence(conn, eset, [i for i, _ in fused], text, embedding if mode != "keyword" else None, settings)
+    return _details(fused, vec, kw, rows)
 
 
-def _details(conn: psycopg.Connection, fused: list[tuple[int, float]], vec: list[int], kw: list[int]) -> list[Hit]:
-    ids = [i for i, _ in fused]
-    rows = {r[0]: r for r in conn.execute(q("chunk_details"), {"ids": ids})}
+def chunk_evidence(conn: psycopg.Connection, eset: EmbeddingSet, ids: list[int], text: str,
+                   embedding: np.ndarray | None, settings: Settings) -> dict[int, tuple[Any, ...]]:
+    """Each chunk's details with its cosine and IDF share for this query, whatever its rank: one query."""
+    if not ids:
+        return {}
+    cosine: sql.Composable = sql.SQL("NULL::float8")
+    params: dict[str, object] = {"language": settings.search.language, "text": text, "ids": ids}
+    if embedding is not None:
+        cosine = compose("chunk_cosine", table=eset.table)
+        params["embedding"] = as_param(eset, embedding)
+    return {r[0]: r for r in conn.execute(compose("chunk_evidence", cosine=cosine), params, prepare=False)}
+
+
+def _details(fused: list[tuple[int, float]], vec: list[int], kw: list[int], rows: dict[int, tuple[Any, ...]],
+             ) -> list[Hit]:
     vrank = {c: r for r, c in enumerate(vec, start=1)}
     krank = {c: r for r, c in enumerate(kw, start=1)}
     hits = []
     for rank, (cid, score) in enumerate(fused, start=1):
-        _, doc_id, source, _root, seq, heading, body, start, end = rows[cid]
+        _, doc_id, source, _root, seq, heading, body, start, end, cos, share = rows[cid]
         hits.append(Hit(rank, score, f"{doc_id}#{seq}", source, doc_id, heading, body,
-                        vrank.get(cid), krank.get(cid), start, end))
+                        vrank.get(cid), krank.get(cid), start, end, cos, share, combine(cos, share)))
     return hits

@@ -47,15 +47,16 @@ def build_server(get_app: Callable[[], Any], max_k: int = 100) -> Any:
 
     @server.tool(description="Answer a question from the knowledge base, citing the chunks it used as [n]; "
                              "`citations` lists them (n, chunk id, path). Says so when the documents do not "
-                             "answer it.")
+                             "answer it: `answered` is false and `evidence` (0..1) is below `min_evidence`.")
     async def ask(question: str, k: int | None = None, mode: Literal["hybrid", "vector", "keyword"] = "hybrid",
                   path_prefix: str = "") -> dict[str, Any]:
         def run() -> Any:
             return get_app().ask(ask_request(question, k, mode, path_prefix, {}, max_k))
 
         answer = jsonable(await call(run))
-        return {key: answer.get(key) for key in ("answer", "answered", "citations", "invalid_citations", "sources",
-                                                 "generator", "model") if key in answer}
+        return {key: answer.get(key) for key in ("answer", "answered", "evidence", "min_evidence", "citations",
+                                                 "quotes", "invalid_citations", "sources", "generator", "model")
+                if key in answer}
 
     return server
 

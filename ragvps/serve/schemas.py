@@ -49,7 +49,7 @@ class AnswerOut(BaseModel):
                                                         "heading_path, start, end.")
     invalid_citations: int = Field(description="Numbers the answer used that no source has (dropped).")
     sources: list[dict[str, Any]] = Field(description="The chunks sent: number, chunk_id, path, heading_path, "
-                                                      "start, end, score, text.")
+                                                      "start, end, score, text, evidence.")
     left_out: dict[str, int]
     usage: dict[str, int]
     cache: Literal["hit", "miss", "off"]
@@ -57,6 +57,13 @@ class AnswerOut(BaseModel):
     model: str
     prompt_version: str
     timings: dict[str, float]
+    evidence: float = Field(description="The best retrieved chunk's evidence (0..1, rank-independent); below "
+                                        "min_evidence the answer is the refusal and no LLM request is made.")
+    min_evidence: float = Field(description="The setting answer_min_evidence the answer was gated with.")
+    quotes: list[dict[str, Any]] = Field(description="Extractive answers: each quoted sentence with number, "
+                                                     "chunk_id, path, start, end (offsets in the document), text.")
+    retrieved: list[dict[str, Any]] = Field(description="Every chunk retrieved, sent or not: chunk_id, path, "
+                                                        "heading_path, score, cosine, terms, evidence.")
 
 
 class HealthOut(BaseModel):

@@ -48,6 +48,7 @@ class Generation:
     text: str
     usage: Usage
     finish: str = ""
+    quotes: list[dict[str, Any]] = field(default_factory=list)  # extractive: each quote's source and span
 
 
 @dataclass(frozen=True)

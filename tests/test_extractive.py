@@ -1,0 +1,82 @@
+"""Extractive answers without a database: which spans are sentences, which are commands, and how quotes are
+chosen (the floor, no padding, no near-duplicates, best first, exact spans); the real local model scores them."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ragvps.config import Settings
+from ragvps.generate import budget
+from ragvps.generate.extractive import FLOOR, Extractive, asks_to_run, candidates, choose
+from ragvps.generate.prompt import REFUSAL, Source
+from ragvps.text import quotable
+
+DOC = """# Keys
+
+Keys come from `RAGVPS_API_KEYS` (several, comma-separated, so you can rotate one at a time).
+The server reads them at start.
+
+```bash
+export RAGVPS_API_KEYS=one,two
+ragvps serve
+```
+
+| setting | default |
+|---|---|
+| api_keys | empty, so every request is refused |
+
+- A key is at least sixteen characters long.
+1. Restart the server after you change the file.
+
+Setext heading here
+-------------------
+"""
+
+
+def test_sentences_are_prose_only_and_commands_are_whole_fences():
+    prose, commands = quotable(DOC)
+    said = [DOC[a:b] for a, b in prose]
+    assert said[0].startswith("Keys come from") and said[1] == "The server reads them at start."
+    assert "A key is at least sixteen characters long." in said  # the list marker is cut from the span
+    assert "Restart the server after you change the file." in said
+    assert not any("|" in s or "#" in s or "export" in s or "Setext" in s for s in said)
+    assert [DOC[a:b] for a, b in commands] == ["export RAGVPS_API_KEYS=one,two\nragvps serve"]
+
+
+def test_how_to_run_questions_are_told_apart():
+    assert asks_to_run("How do I start the server?") and asks_to_run("which command rebuilds the index?")
+    assert not asks_to_run("What happens when I run ingest twice?") and not asks_to_run("how do I rotate the keys?")
+
+
+def _source(text: str, number: int = 1, start: int = 100) -> Source:
+    return Source(number, f"keys.md#{number}", "keys.md", "Keys", start, start + len(text), 0.03, text, 0.9)
+
+
+def test_choose_keeps_only_sentences_above_the_floor_without_duplicates_best_first():
+    found = candidates([_source(DOC)])
+    scores = np.zeros(len(found), dtype=np.float32)
+    scores[1], scores[0] = 0.9, 0.85  # the second sentence is best; the first is within 90% of it
+    assert [c.text for c, _ in choose(found, scores, 3)] == [found[1].text, found[0].text]
+    assert choose(found, np.zeros(len(found), dtype=np.float32), 3) == []  # nothing above the floor: nothing
+    twice = candidates([_source(DOC, 1), _source(DOC.replace("at start", "at the start"), 2, 900)])
+    s = np.linspace(0.9, 0.5, len(twice)).astype(np.float32)
+    s[len(twice) // 2 + 1] = 0.89  # the near-duplicate of the best one, scored next
+    picked = [c.text for c, _ in choose(twice, s, 5)]
+    assert len(picked) == len(set(picked)) and "The server reads them at the start." not in picked[:1]
+
+
+def test_the_local_model_quotes_the_sentence_that_answers_with_its_span():
+    from ragvps.app import App
+
+    settings = Settings.of(embedder="local")
+    with App.open(settings) as app:
+        gen = Extractive(lambda: app.embedder, "minilm")
+        src = _source(DOC)
+        fit = budget.fit("how do I rotate the keys?", [src], settings.generate)
+        out = gen.generate(fit, lambda _: None)
+        assert out.quotes and "rotate one at a time" in out.quotes[0]["text"]
+        q = out.quotes[0]
+        assert DOC[q["start"] - src.start:q["end"] - src.start].startswith("Keys come from")
+        assert all(x["score"] >= FLOOR for x in out.quotes)  # no padding with sentences under the floor
+        off = gen.generate(budget.fit("What is the capital of France?", [src], settings.generate), lambda _: None)
+        assert off.text == REFUSAL and off.quotes == []
