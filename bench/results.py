@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "RESULTS.md"
+
+
+def relative(text: str, root: Path = ROOT) -> str:
+    """`text` with this machine's absolute paths made relative to the repository (`bench/out/x`, `../shared/..`)."""
+    return text.replace(f"{root}/", "").replace(f"{root.parent}/", "../")
 
 
 def markers(name: str) -> tuple[str, str]:
@@ -14,6 +20,7 @@ def markers(name: str) -> tuple[str, str]:
 def write_section(name: str, section: str, results: Path = RESULTS) -> None:
     """Replace the benchmark's section (which starts and ends with its markers), or append it."""
     start, end = markers(name)
+    section = relative(section)
     text = results.read_text(encoding="utf-8") if results.exists() else "# Benchmark results\n"
     if start in text and end in text:
         text = text[:text.index(start)] + section + text[text.index(end) + len(end):]

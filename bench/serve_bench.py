@@ -181,7 +181,7 @@ def build(args: argparse.Namespace, admin: str, url: str) -> None:
     from store_bench import base_corpus, enlarge
 
     from ragvps.config import load_settings
-    from ragvps.db import store
+    from ragvps.db import index, store
     from ragvps.db.database import connect
     from ragvps.embed.models import spec_for
     from ragvps.ingest.pipeline import STORE_BATCH_CHUNKS, batches
@@ -205,7 +205,7 @@ def build(args: argparse.Namespace, admin: str, url: str) -> None:
         conn.autocommit = True
         conn.execute("VACUUM ANALYZE")
         conn.autocommit = False
-        store.build_index(conn, eset, eset.index_name, settings, warn=lambda m: print("warning:", m, file=sys.stderr))
+        index.build_index(conn, eset, eset.index_name, settings, warn=lambda m: print("warning:", m, file=sys.stderr))
         conn.commit()
     print(f"built in {time.perf_counter() - started:.0f} s", file=sys.stderr)
 

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quality_bench import DATASET, load_eval, query_vectors  # noqa: E402
 
 from ragvps.config import Settings, load_settings  # noqa: E402
-from ragvps.db import store  # noqa: E402
+from ragvps.db import index, store  # noqa: E402
 from ragvps.db.database import compose, connect, embedded_url  # noqa: E402
 from ragvps.embed.models import spec_for  # noqa: E402
 from ragvps.ingest.artifacts import VectorCache  # noqa: E402
@@ -229,14 +229,14 @@ def main() -> None:
 
         warnings: list[str] = []
         t = time.perf_counter()
-        store.build_index(conn, eset, eset.index_name, settings, warn=warnings.append)
+        index.build_index(conn, eset, eset.index_name, settings, warn=warnings.append)
         report["hnsw_build_s_vector"] = time.perf_counter() - t
 
         hset = store.ensure_set(conn, spec, "halfvec", activate=False)
         conn.execute(sql_insert_half(hset.table_name, eset.table_name))
         conn.commit()
         t = time.perf_counter()
-        store.build_index(conn, hset, hset.index_name, settings, warn=warnings.append)
+        index.build_index(conn, hset, hset.index_name, settings, warn=warnings.append)
         report["hnsw_build_s_halfvec"] = time.perf_counter() - t
         report["index_warnings"] = warnings
         report["index_memory"], report["index_workers"] = settings.index.memory, settings.index.workers

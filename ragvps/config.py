@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from ragvps.errors import ConfigError, redact
 
 EmbedderKind = Literal["local", "ollama"]
-VectorType = Literal["vector", "halfvec"]
+VectorType = Literal["vector", "halfvec", "bit"]
 ChunkMode = Literal["structure", "fixed", "sentences"]
 GeneratorKind = Literal["extractive", "openai", "anthropic", "ollama"]
 RerankerKind = Literal["none", "api"]
@@ -90,6 +90,7 @@ class SearchSettings:
     ef_search: int = 100
     candidates: int = 40
     keyword_budget: int = 300  # BM25 candidates come from the query's rarest words, up to this many chunks
+    bit_rerank_depth: int = 200  # vector_type bit: Hamming candidates re-ranked by exact cosine (and its ef_search)
     top_k: int = 8
     rrf_k: int = 60
 
@@ -128,6 +129,7 @@ class ServeSettings:
     api_keys: tuple[str, ...] = field(default=(), repr=False)
     api_key_file: str = ""
     cors_origins: tuple[str, ...] = ()
+    allowed_hosts: tuple[str, ...] = ()  # Host names beyond loopback's the server answers to (a proxy's)
     max_body_bytes: int = 65536
     request_timeout: int = 120
     max_k: int = 100
@@ -179,6 +181,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "index_memory": ("index", "memory"), "index_workers": ("index", "workers"),
     "language": ("search", "language"), "ef_search": ("search", "ef_search"),
     "candidates": ("search", "candidates"), "keyword_budget": ("search", "keyword_budget"),
+    "bit_rerank_depth": ("search", "bit_rerank_depth"),
     "top_k": ("search", "top_k"), "rrf_k": ("search", "rrf_k"),
     "reranker": ("rerank", "kind"), "reranker_url": ("rerank", "url"), "reranker_model": ("rerank", "model"),
     "reranker_api_key": ("rerank", "api_key"), "rerank_candidates": ("rerank", "candidates"),
@@ -192,6 +195,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "answer_cache": ("generate", "cache"),
     "host": ("serve", "host"), "port": ("serve", "port"), "api_keys": ("serve", "api_keys"),
     "api_key_file": ("serve", "api_key_file"), "cors_origins": ("serve", "cors_origins"),
+    "allowed_hosts": ("serve", "allowed_hosts"),
     "max_body_bytes": ("serve", "max_body_bytes"), "request_timeout": ("serve", "request_timeout"),
     "max_k": ("serve", "max_k"),
 }
@@ -201,7 +205,7 @@ SECRETS = frozenset({"database_url", "reranker_api_key", "generator_api_key", "a
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "embedder": ("local", "ollama"),
-    "vector_type": ("vector", "halfvec"),
+    "vector_type": ("vector", "halfvec", "bit"),
     "chunk_mode": ("structure", "fixed", "sentences"),
     "generator": ("extractive", "openai", "anthropic", "ollama"),
     "reranker": ("none", "api"),
@@ -217,6 +221,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "generator_timeout": (1, 3600), "generator_retries": (0, 20), "answer_reserve": (16, 1_000_000),
     "context_window": (0, 10_000_000), "answer_chunks": (1, 1000), "port": (0, 65535),
     "max_body_bytes": (1024, 1 << 30), "request_timeout": (1, 86_400), "max_k": (1, 10_000),
+    "bit_rerank_depth": (1, 1000),
     "answer_min_evidence": (0, 1),
 }
 _MEMORY = re.compile(r"^\s*\d+\s*(kB|MB|GB|TB)?\s*$")

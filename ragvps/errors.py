@@ -9,6 +9,7 @@ they occur (db/, embed/, generate/llm/), so nothing above those packages sees th
     RagvpsError (failed)
     ├── UsageError (usage)             the request is wrong
     ├── UnauthorizedError (unauthorized) no API key, or a wrong one
+    ├── ForbiddenError (forbidden)     a browser request the server refuses (foreign Host or Origin)
     ├── ConfigError (config)           a setting is wrong
     ├── NotFoundError (not_found)
     ├── InputTooLongError (too_long)   an input is longer than the model takes
@@ -30,15 +31,16 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-Kind = Literal["usage", "unauthorized", "config", "not_found", "conflict", "unavailable", "too_long", "failed"]
+Kind = Literal["usage", "unauthorized", "forbidden", "config", "not_found", "conflict", "unavailable", "too_long",
+               "failed"]
 
 EXIT_CODES: dict[str, int] = {
-    "usage": 2, "unauthorized": 2, "config": 2, "not_found": 1, "conflict": 1, "unavailable": 1, "too_long": 1,
-    "failed": 1,
+    "usage": 2, "unauthorized": 2, "forbidden": 2, "config": 2, "not_found": 1, "conflict": 1, "unavailable": 1,
+    "too_long": 1, "failed": 1,
 }
 HTTP_STATUS: dict[str, int] = {
-    "usage": 400, "unauthorized": 401, "config": 500, "not_found": 404, "conflict": 409, "unavailable": 503,
-    "too_long": 413, "failed": 500,
+    "usage": 400, "unauthorized": 401, "forbidden": 403, "config": 500, "not_found": 404, "conflict": 409,
+    "unavailable": 503, "too_long": 413, "failed": 500,
 }
 
 
@@ -81,6 +83,12 @@ class UnauthorizedError(RagvpsError):
     """No API key was sent, or one that is not configured."""
 
     kind: Kind = "unauthorized"
+
+
+class ForbiddenError(RagvpsError):
+    """A request the server refuses whoever sends it: a Host it does not answer to, a foreign page's POST."""
+
+    kind: Kind = "forbidden"
 
 
 class ConfigError(RagvpsError):

@@ -15,7 +15,7 @@ SELECT version FROM ragvps_migrations ORDER BY version;
 INSERT INTO ragvps_migrations (version, name) VALUES (%(version)s, %(name)s);
 
 -- name: active_set
-SELECT id, model, identity, dims, vector_type, table_name, active
+SELECT id, model, identity, dims, vector_type, table_name, active, to_regclass(table_name || '_hnsw') IS NOT NULL
 FROM embedding_sets WHERE active;
 
 -- name: set_by_identity
@@ -37,6 +37,12 @@ ALTER TABLE {table} ALTER COLUMN embedding SET STORAGE PLAIN;
 -- name: create_hnsw_index
 CREATE INDEX {concurrently} IF NOT EXISTS {index} ON {table}
 USING hnsw (embedding {opclass}) WITH (m = {m}, ef_construction = {ef_construction});
+
+-- name: create_hnsw_bit_index
+-- Binary quantization: one bit per dimension, searched by Hamming distance, re-ranked on the stored vector.
+CREATE INDEX {concurrently} IF NOT EXISTS {index} ON {table}
+USING hnsw ((binary_quantize(embedding)::bit({dims})) bit_hamming_ops)
+WITH (m = {m}, ef_construction = {ef_construction});
 
 -- name: drop_index_concurrently
 DROP INDEX CONCURRENTLY IF EXISTS {index};
@@ -101,11 +107,35 @@ WITH relaxed AS MATERIALIZED (
 )
 SELECT chunk_id FROM relaxed ORDER BY distance, chunk_id;
 
+-- name: vector_search_bit
+-- The binary index's nearest `depth` by Hamming distance, re-ranked by exact cosine on the stored vector.
+WITH near AS MATERIALIZED (
+    SELECT e.chunk_id, e.embedding
+    FROM {table} e
+    ORDER BY binary_quantize(e.embedding)::bit({dims}) <~> binary_quantize(%(embedding)s)
+    LIMIT %(depth)s
+)
+SELECT chunk_id FROM near ORDER BY embedding <=> %(embedding)s, chunk_id LIMIT %(candidates)s;
+
+-- name: vector_search_bit_filtered
+WITH near AS MATERIALIZED (
+    SELECT e.chunk_id, e.embedding
+    FROM {table} e
+    JOIN chunks c ON c.id = e.chunk_id
+    JOIN documents d ON d.id = c.document_id
+    WHERE {filter}
+    ORDER BY binary_quantize(e.embedding)::bit({dims}) <~> binary_quantize(%(embedding)s)
+    LIMIT %(depth)s
+)
+SELECT chunk_id FROM near ORDER BY embedding <=> %(embedding)s, chunk_id LIMIT %(candidates)s;
+
 -- name: keyword_search
 -- BM25 over the tsvector's lexemes: idf from term_stats (df, kept by triggers), tf from the lexeme's
 -- positions, document length = length(tsv). Candidates come from the GIN index through the query's
 -- rarest lexemes (the rarest always, more while their chunk counts stay within a budget), so common
--- words do not make every chunk a candidate; every query lexeme still counts in the score.
+-- words do not make every chunk a candidate; when even the rarest is in more chunks than the budget
+-- (a query of common words, a large corpus), the chunks holding the rarest few of them together are the
+-- candidates (bench/scale_bm25.py: at 1M chunks 12x faster). Every query lexeme still counts in the score.
 -- setweight + ts_filter cut each candidate's tsvector down to the query's lexemes before unnest.
 WITH stats AS (
     SELECT chunks, lengths::float8 / greatest(chunks, 1) AS avgdl FROM corpus_stats
@@ -117,13 +147,26 @@ terms AS (
     CROSS JOIN stats
     LEFT JOIN term_stats s ON s.lexeme = t.lexeme
 ),
-picked AS (  -- the rarest lexeme, and the next rarest while their chunk counts add up to the budget
-    SELECT lexeme
-    FROM (SELECT lexeme, df, sum(df) OVER (ORDER BY df, lexeme) AS running FROM terms WHERE df > 0) r
+ranked AS (  -- query lexemes by df; `together`: the chunks expected to hold all of the rarest i of them
+    SELECT lexeme, df, row_number() OVER w AS i, sum(df) OVER w AS running,
+           stats.chunks * exp(sum(ln(df::float8 / greatest(stats.chunks, 1))) OVER w) AS together
+    FROM terms, stats WHERE df > 0
+    WINDOW w AS (ORDER BY df, lexeme)
+),
+picked AS (
+    -- The rarest lexeme, and the next rarest while their chunk counts add up to the budget (OR); when
+    -- even the rarest is in more chunks than the budget, the rarest few together (AND), as few as bring
+    -- the expected count within the budget: a query of common words no longer scores tens of thousands.
+    SELECT '''' || replace(replace(lexeme, '\', '\\'), '''', '\''') || '''' AS quoted,
+           (SELECT min(df) FROM ranked) > %(budget)s::bigint AS conj
+    FROM ranked
     WHERE running <= %(budget)s::bigint OR running = df
+       OR ((SELECT min(df) FROM ranked) > %(budget)s::bigint
+           AND i <= coalesce((SELECT min(i) FROM ranked WHERE together <= %(budget)s::bigint),
+                             (SELECT max(i) FROM ranked)))
 ),
 query AS (
-    SELECT string_agg('''' || replace(replace(lexeme, '\', '\\'), '''', '\''') || '''', ' | ')::tsquery AS q,
+    SELECT (CASE WHEN bool_or(conj) THEN string_agg(quoted, ' & ') ELSE string_agg(quoted, ' | ') END)::tsquery AS q,
            (SELECT array_agg(lexeme) FROM terms) AS lexemes
     FROM picked
 )

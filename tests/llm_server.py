@@ -89,6 +89,8 @@ class FakeLLM:
     slow: float = 0.0  # seconds before answering
     piece_delay: float = 0.0  # seconds between streamed pieces
     cut_after: int | None = None  # stream this many pieces, then drop the connection
+    stall_after: int | None = None  # stream this many pieces, then stall (stall_s) with the connection open
+    stall_s: float = 60.0
     context_limit: int | None = None  # prompt tokens above this: the provider's context-length 400
     requests: list[dict[str, Any]] = field(default_factory=list)  # path, headers, body, prompt_tokens
     pieces_sent: int = 0
@@ -108,7 +110,7 @@ class FakeLLM:
     def reset(self) -> None:
         with self._lock:
             self.reply, self.faults, self.slow, self.piece_delay = default_reply, [], 0.0, 0.0
-            self.cut_after, self.context_limit = None, None
+            self.cut_after, self.context_limit, self.stall_after = None, None, None
             self.requests.clear()
             self._seen_systems.clear()
             self.pieces_sent, self.disconnected = 0, False
@@ -184,6 +186,8 @@ class FakeLLM:
                         h.wfile.flush()
                         h.close_connection = True
                         return  # the connection drops: no final event
+                    if self.stall_after is not None and sent == self.stall_after:
+                        time.sleep(self.stall_s)  # mid-answer, nothing more comes for a while
                     sent += 1
                     if self.piece_delay:
                         time.sleep(self.piece_delay)

@@ -42,7 +42,7 @@ def test_ingest_then_search_through_the_app(settings: Settings, tmp_path: Path):
         only = app.search(SearchRequest("rank fusion", mode="keyword", filters=Filters(path_prefix="search")))
         assert only.hits and all(h.path.startswith("search") for h in only.hits)
         health = app.health()
-        assert health.ready and health.chunks == report.chunks and health.dims == 384
+        assert health.ready and not health.empty and health.chunks == report.chunks and health.dims == 384
         assert app.stats().rows["chunks"] == report.chunks
         again = app.ingest(tmp_path / "docs")
         assert again.embedded == 0 and again.unchanged == report.documents
@@ -56,8 +56,8 @@ def test_use_case_errors_carry_a_kind(settings: Settings, tmp_path: Path):
             app.search(SearchRequest("anything", mode="fuzzy"))  # type: ignore[arg-type]
         with pytest.raises(UsageError, match="the path is empty"):
             app.ingest("")
-        health = app.health()
-        assert not health.ready and health.database
+        health = app.health()  # empty is a state, not a failure: ready to take the first ingest
+        assert health.ready and health.database and health.empty and health.chunks == 0 and health.model is None
     for kind in ("usage", "config", "not_found", "conflict", "unavailable", "too_long", "failed"):
         error = RagvpsError("x", kind=kind)  # type: ignore[arg-type]
         assert error.exit_code == EXIT_CODES[kind] and error.http_status == HTTP_STATUS[kind]

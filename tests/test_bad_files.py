@@ -47,11 +47,12 @@ def test_bad_files_beside_good_ones(cli, tmp_path, db_url):
     report = json.loads(result.stdout)
     err = " ".join(result.stderr.split())
     assert "Traceback" not in err and "unexpected error" not in err
-    assert report["skipped"] == {"binary": 2, "no text": 2, "no documents": 1}
+    # Records a JSON Lines file could not use are counted too (r2, r4 and nothing.jsonl's one).
+    assert report["skipped"] == {"binary": 2, "no text": 2, "no documents": 1, "JSON Lines records": 3}
     assert "binary.md: binary content (a NUL byte at offset" in err
     assert "archive.txt: gzip-compressed data, not text; skipped" in err
     assert "blank.md: only whitespace" in err and "script.html: no text once markup" in err
-    assert "records.jsonl:2: `text` is null, not a string; skipped" in err
+    assert "records.jsonl:2: `text` is null, not a string, skipped" in err
     assert "records.jsonl:4: _id 'r4' has no text" in err
     assert "nothing.jsonl: no JSON Lines record with text, skipped" in err
     assert "caf\\xe9.md: the file name is not valid UTF-8" in err

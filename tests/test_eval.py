@@ -90,9 +90,34 @@ def test_gold_questions_over_the_docs(cli, docs, tmp_path):
             if q["first_rank"]["vector"] and q["first_rank"]["vector"] <= 10) / 10)
 
     page = html.read_text()
-    assert page.count("<svg") == 3 and all(f'data-mode="{m}"' in page for m in ("vector", "keyword", "hybrid"))
+    # One chart with every mode, so they compare at a glance; seen in a real browser when chromium is here.
+    modes = ("vector", "keyword", "hybrid")
+    assert page.count("<svg") == 1 and all(f'<polyline data-mode="{m}"' in page for m in modes)
+    _look_in_chromium(html, tmp_path)
     assert "http://" not in page and "https://" not in page and "<script" not in page and "<link" not in page
     assert "recall@10" in page and "How do I deploy ragvps on Kubernetes?" in page
+
+
+def _look_in_chromium(html: Path, tmp_path: Path) -> None:
+    chromium = Path("/usr/bin/chromium")
+    sync_api = pytest.importorskip("playwright.sync_api") if chromium.exists() else None
+    if sync_api is None:
+        return
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(chromium), args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        page = browser.new_page(viewport={"width": 1000, "height": 800})
+        page.goto(html.as_uri())
+        assert page.locator("svg.curve").count() == 1
+        for mode in ("vector", "keyword", "hybrid"):
+            box = page.locator(f"svg.curve polyline[data-mode={mode}]").bounding_box()
+            assert box is not None and box["width"] > 100, (mode, box)
+        assert [t.split()[0] for t in page.locator("svg.curve text.legend").all_text_contents()] == [
+            "vector", "keyword", "hybrid"]
+        shots = Path(__file__).resolve().parent / "output" / "screenshots"
+        shots.mkdir(parents=True, exist_ok=True)
+        page.locator("svg.curve").screenshot(path=str(shots / "eval-report-curves.png"))
+        browser.close()
 
 
 def test_human_table_and_smaller_k(cli, docs, tmp_path):

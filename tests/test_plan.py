@@ -360,7 +360,18 @@ def test_cli_compare_json() -> None:
               for m in out["models"]}
     assert models == {384: (1544, 147, 776, 74), 768: (3080, 294, 1544, 147), 1024: (4104, 391, 2056, 196),
                       1536: (6152, 587, 3080, 294)}
-    assert "above a third" in flat(result.stderr)  # the 50% row
+    assert "above a third" not in flat(result.stderr)  # the 50% row is the comparison's own, not the user's
+    mine = run("--tokens", "200000", "--chunk-size", "512", "--overlap", "50%", "--compare")
+    assert mine.exit_code == 0 and "overlap 256 is above a third" in flat(mine.stderr)
+
+
+def test_cli_compare_alone_compares_an_example_corpus_and_says_so() -> None:
+    result = run("--compare", "--json")
+    assert result.exit_code == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["overlaps"][0]["tokens"] == 1_000_000 and out["overlaps"][0]["chunk_size"] == 512
+    assert "comparing for 1,000,000 tokens in chunks of 512" in flat(result.stderr)
+    assert "warning: overlap" not in result.stderr
 
 
 def test_cli_compare_table() -> None:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from ragvps.config import Settings
-from ragvps.db import store
+from ragvps.db import index, store
 from ragvps.db.database import compose, connect
 from ragvps.errors import UsageError
 from ragvps.records import Chunk, Document, ModelSpec
@@ -132,7 +132,7 @@ def test_filtered_vector_query_still_returns_k_rows_through_hnsw(conn):
                  metadata={"team": "blue" if i % 50 == 0 else "red"}) for i in range(3000)]
     _write(conn, eset, docs, vectors)
     settings = Settings.of(index_min_rows=1000, candidates=20, ef_search=20)
-    assert store.ensure_index(conn, eset, settings)
+    assert index.ensure_index(conn, eset, settings)
     conn.execute("ANALYZE")
     query = rng.normal(size=8).astype(np.float32)
     filters = search.Filters(path_prefix="rare/")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serve_server import KEY, SECOND_KEY, Server, free_port, ragvps
+from serve_server import KEY, SECOND_KEY, Server, free_port, ragvps, ragvps_env
 
 REPO = Path(__file__).resolve().parents[1]
 QUESTION = "what happens when I run ingest twice?"
@@ -75,15 +75,24 @@ def test_search_over_http_matches_the_cli(server: Server, env: dict[str, str]):
             assert all(h["path"].startswith("embedded") for h in http_hits)
 
 
-def test_stats_and_the_openapi_document_need_the_key(server: Server):
-    for path in ("/stats", "/openapi.json", "/docs"):
-        assert httpx.get(server.url + path).status_code == 401, path
-        with server.client() as c:
-            assert c.get(path).status_code == 200, path
+def test_stats_need_the_key_and_the_api_description_does_not(server: Server):
+    assert httpx.get(server.url + "/stats").status_code == 401
     with server.client() as c:
-        doc = c.get("/openapi.json").json()
+        assert c.get("/stats").status_code == 200
+    # The OpenAPI document and /docs describe the API and hold no data: a browser must load them keyless.
+    for path in ("/openapi.json", "/docs", "/docs/assets/swagger-ui-bundle.js", "/docs/assets/swagger-ui.css"):
+        assert httpx.get(server.url + path).status_code == 200, path
+    with server.client() as c:
+        error_of(c.get("/docs/assets/__init__.py"), 404, "not_found")  # only the UI's own assets are served
+    doc = httpx.get(server.url + "/openapi.json").json()
     assert {"/health", "/search", "/ask", "/stats"} <= set(doc["paths"])
     assert "422" not in json.dumps(doc["paths"]), "validation errors are documented as they are sent: 400"
+    # The key scheme is declared, so the page's Authorize button sends the key with "Try it out".
+    schemes = doc["components"]["securitySchemes"]
+    assert schemes["bearer"] == {"type": "http", "scheme": "bearer", "description": "`Authorization: Bearer KEY`"}
+    assert schemes["apiKey"]["in"] == "header" and schemes["apiKey"]["name"] == "X-API-Key"
+    assert doc["paths"]["/search"]["post"]["security"] == [{"bearer": []}, {"apiKey": []}]
+    assert doc["paths"]["/health"]["get"]["security"] == []
 
 
 def test_the_page_is_served_at_root_without_a_cdn(server: Server):
@@ -123,7 +132,9 @@ def test_no_cors_headers_unless_origins_are_set(server: Server):
     assert "access-control-allow-origin" not in r.headers
     with server.client() as c:
         r = c.post("/search", json={"query": QUESTION}, headers={"Origin": "https://evil.example"})
-    assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
+    # Another site's page may not post here, even with a key (a browser sends its Origin on every POST).
+    assert "cors_origins" in error_of(r, 403, "forbidden")
+    assert "access-control-allow-origin" not in r.headers
 
 
 def test_serve_refuses_a_public_address_without_a_key(env: dict[str, str]):
@@ -168,6 +179,22 @@ def test_malformed_and_invalid_bodies_get_400_json(server: Server):
         assert c.get("/search").status_code == 405 and c.get("/search").json()["kind"] == "usage"
 
 
+def test_a_body_the_server_cannot_read_says_what_to_send(server: Server):
+    with server.client() as c:
+        r = c.post("/search", content=b'{"query": "x"}', headers={"Content-Type": "text/plain"})
+        assert "send Content-Type: application/json" in error_of(r, 415, "usage")
+        assert "text/plain" in r.json()["error"]
+        r = c.post("/search", content=b'{"query": "x",\n  "k": 3,,}', headers={"Content-Type": "application/json"})
+        message = error_of(r, 400, "usage")
+        assert "not valid JSON" in message and "line 2, column 10" in message and "decode error" not in message
+        r = c.post("/search", content=b'{"query": "caf\xe9"}', headers={"Content-Type": "application/json"})
+        message = error_of(r, 400, "usage")
+        assert "UTF-8" in message and "error parsing the body" not in message
+        r = c.get("/search")
+        assert error_of(r, 405, "usage") == "/search does not take GET: use POST" and r.headers["allow"] == "POST"
+        assert error_of(c.delete("/ask"), 405, "usage") == "/ask does not take DELETE: use POST"
+
+
 def test_health_says_503_while_the_database_cannot_be_reached(tmp_path: Path, env: dict[str, str]):
     port = free_port()  # nothing listens there
     bad = env | {"RAGVPS_DATABASE_URL": f"postgresql://ragvps:secret-pw@127.0.0.1:{port}/ragvps"}
@@ -177,6 +204,24 @@ def test_health_says_503_while_the_database_cannot_be_reached(tmp_path: Path, en
         assert r.status_code == 503 and r.json()["status"] in ("starting", "unavailable")
         error_of(httpx.post(srv.url + "/search", json={"query": QUESTION}), 503, "unavailable")
         assert "secret-pw" not in r.text + srv.log.read_text()
+    finally:
+        srv.stop()
+
+
+def test_health_says_200_ready_and_empty_before_the_first_ingest(tmp_path: Path, db_url: str):
+    # `docker compose up --wait` waits for this on a fresh stack: empty must not read as unhealthy.
+    env = ragvps_env(db_url, tmp_path / "data")
+    srv = Server(env, tmp_path / "serve.log", key=None).start(timeout=120)
+    try:
+        r = httpx.get(srv.url + "/health")
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["status"] == "ok" and body["error"] is None
+        assert body["ready"] is True and body["database"] is True and body["empty"] is True and body["chunks"] == 0
+        done = ragvps(env, "ingest", str(REPO / "docs" / "serve.md"))
+        assert done.returncode == 0, done.stderr
+        body = httpx.get(srv.url + "/health").json()
+        assert body["status"] == "ok" and body["empty"] is False and body["chunks"] > 0
     finally:
         srv.stop()
 
@@ -206,5 +251,10 @@ def test_key_file_and_cors_origins_when_set(tmp_path: Path, env: dict[str, str])
         other = httpx.options(srv.url + "/search", headers={"Origin": "https://evil.example",
                                                             "Access-Control-Request-Method": "POST"})
         assert other.headers.get("access-control-allow-origin") != "https://evil.example"
+        with srv.client() as c:
+            r = c.post("/search", json={"query": QUESTION}, headers={"Origin": "https://app.example"})
+            assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://app.example"
+            error_of(c.post("/search", json={"query": QUESTION}, headers={"Origin": "https://evil.example"}),
+                     403, "forbidden")
     finally:
         srv.stop()

@@ -143,14 +143,15 @@ def test_a_client_that_leaves_closes_the_upstream_llm_request(serve_env: dict[st
 def test_request_timeout_answers_503_json_and_ends_a_stream_with_an_error_event(serve_env: dict[str, str],
                                                                               llm: FakeLLM,
                                                                               tmp_path: Path):
-    llm.slow = 4.0  # the LLM takes longer than the server's request_timeout
+    llm.slow = 20.0  # the LLM takes longer than the server's request_timeout (long enough for the search before
+    # it on a loaded machine: the sources must come first)
     env = serve_env | {"RAGVPS_GENERATOR": "openai", "RAGVPS_GENERATOR_URL": llm.url + "/v1",
                        "RAGVPS_GENERATOR_MODEL": "gpt-4o-mini", "RAGVPS_GENERATOR_API_KEY": "sk-test-0123456789",
-                       "RAGVPS_GENERATOR_RETRIES": "0", "RAGVPS_REQUEST_TIMEOUT": "1"}
+                       "RAGVPS_GENERATOR_RETRIES": "0", "RAGVPS_REQUEST_TIMEOUT": "8"}
     srv = Server(env, tmp_path / "serve.log", key=None).start()
     try:
         with httpx.Client(base_url=srv.url, timeout=60) as c:
-            r = c.post("/ask", json={"question": QUESTION, "use_cache": False})  # without the limit: 200 after 4 s
+            r = c.post("/ask", json={"question": QUESTION, "use_cache": False})  # without the limit: 200 after 20 s
             assert r.status_code == 503 and r.json()["kind"] == "unavailable"
             assert "request_timeout" in r.json()["error"]
             with c.stream("POST", "/ask", json={"question": QUESTION, "use_cache": False, "stream": True}) as s:

@@ -23,13 +23,15 @@ async def _session_calls(read: Any, write: Any) -> dict[str, Any]:
     from mcp import ClientSession
 
     async with ClientSession(read, write) as session:
-        await session.initialize()
+        init = await session.initialize()
         tools = {t.name: t for t in (await session.list_tools()).tools}
         found = await session.call_tool("search", {"query": QUESTION, "k": 3})
         bad = await session.call_tool("search", {"query": "!!!"})
+        invalid = await session.call_tool("search", {"k": "many", "mode": "fuzzy"})
         answer = await session.call_tool("ask", {"question": QUESTION, "k": 3})
         off = await session.call_tool("ask", {"question": OFF_TOPIC})
-        return {"tools": tools, "search": found, "bad": bad, "ask": answer, "off": off}
+        return {"tools": tools, "search": found, "bad": bad, "ask": answer, "off": off, "invalid": invalid,
+                "version": init.server_info.version}
 
 
 def _structured(result: Any) -> Any:
@@ -50,6 +52,14 @@ def _check(calls: dict[str, Any], server: Server) -> None:
     for hit in hits:
         assert {"chunk_id", "path", "heading_path", "score", "text"} <= set(hit)
     assert calls["bad"].is_error and "no words" in calls["bad"].content[0].text
+    # Arguments that do not fit: one line per field, in words, without pydantic's report or its URL.
+    invalid = calls["invalid"].content[0].text
+    assert calls["invalid"].is_error and invalid.startswith("the arguments of search are not valid: "), invalid
+    assert "query: Field required" in invalid and "(got 'many')" in invalid and "mode: " in invalid
+    assert "pydantic" not in invalid and "http" not in invalid and "validation error" not in invalid
+    from importlib.metadata import version
+
+    assert calls["version"] == version("ragvps") != ""
     answer = _structured(calls["ask"])
     assert isinstance(answer["answer"], str) and isinstance(answer["citations"], list)
     assert answer["answered"] and answer["citations"] and answer["evidence"] >= answer["min_evidence"]

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from ragvps.config import Settings
-from ragvps.db import store
+from ragvps.db import index, store
 from ragvps.db.database import connect
 from ragvps.errors import ConfigError
 from ragvps.records import Chunk, Document, ModelSpec
@@ -87,19 +87,19 @@ def test_build_memory_advice_and_session_settings(conn):
     warnings: list[str] = []
     settings = Settings.of(index_min_rows=100, index_memory="1MB", index_workers=0)
     before = conn.execute("SHOW maintenance_work_mem").fetchone()[0]
-    assert store.ensure_index(conn, eset, settings, progress=lambda *a: None, warn=warnings.append)
+    assert index.ensure_index(conn, eset, settings, progress=lambda *a: None, warn=warnings.append)
     assert len(warnings) == 1
     assert "no longer fits into maintenance_work_mem" in warnings[0] and "index_memory" in warnings[0]
     assert "RAGVPS_INDEX_MEMORY" in warnings[0] and "(now 1MB" in warnings[0]
     assert conn.execute("SHOW maintenance_work_mem").fetchone()[0] == before  # the session is put back
     with pytest.raises(ConfigError, match="index_memory='lots'"):
-        store.rebuild_index(conn, eset, Settings.of(index_memory="lots"))
+        index.rebuild_index(conn, eset, Settings.of(index_memory="lots"))
 
 
 def test_rebuild_swaps_the_index_while_queries_keep_answering(conn, db_url):
     eset = _fill(conn, 2000)
     settings = Settings.of(database_url=db_url, index_min_rows=100, candidates=10, ef_search=10)
-    assert store.ensure_index(conn, eset, settings)
+    assert index.ensure_index(conn, eset, settings)
     old_oid = conn.execute("SELECT %s::regclass::oid", (eset.index_name,)).fetchone()[0]
     # A leftover from a rebuild that was killed before its swap.
     conn.execute(f"CREATE INDEX {eset.index_name}_new ON {eset.table_name} USING btree (chunk_id)")
@@ -125,7 +125,7 @@ def test_rebuild_swaps_the_index_while_queries_keep_answering(conn, db_url):
     reader.start()
     phases: list[tuple[str, int, int]] = []
     try:
-        assert store.rebuild_index(conn, eset, settings, progress=lambda *a: phases.append(a))
+        assert index.rebuild_index(conn, eset, settings, progress=lambda *a: phases.append(a))
     finally:
         stop.set()
         reader.join()

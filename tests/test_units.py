@@ -1,5 +1,7 @@
 """Pure pieces: fusion, windows, migrations, the vector cache."""
 
+from collections import Counter
+
 import numpy as np
 import psycopg
 
@@ -67,8 +69,16 @@ def test_jsonl_corpus_documents(tmp_path):
 
     path = tmp_path / "corpus.jsonl"
     path.write_text('{"_id": "4983", "title": "Microstructural development", "text": "Alterations of the '
-                    'architecture of cerebral white matter."}\n\nnot json\n{"_id": "4983", "text": "dup"}\n')
+                    'architecture of cerebral white matter."}\n\nnot json\n{"_id": "4983", "text": "dup"}\n'
+                    '{"_id": "5", "title": "no text"}\n[1, 2]\n')
     warnings: list[str] = []
-    docs = load(SourceFile(path, "corpus.jsonl", "jsonl"), warnings.append)
+    skipped: Counter[str] = Counter()
+    docs = load(SourceFile(path, "corpus.jsonl", "jsonl"), warnings.append, skipped)
     assert [(d.doc_id, d.title, d.source) for d in docs] == [("4983", "Microstructural development", "corpus.jsonl")]
-    assert warnings[0].startswith("corpus.jsonl:3: not a JSON object") and "duplicate _id '4983'" in warnings[1]
+    assert warnings[0] == "corpus.jsonl:3: not valid JSON (Expecting value at column 1), skipped"
+    assert "duplicate _id '4983'" in warnings[1]
+    # A record without `text` says so in words, not as a Python exception's name; every skip is counted.
+    assert warnings[2] == "corpus.jsonl:5: the record has no `text` (each line needs `_id` and `text`), skipped"
+    assert warnings[3] == "corpus.jsonl:6: a JSON array, not an object with `_id` and `text`, skipped"
+    assert not any("Error" in w for w in warnings)
+    assert skipped == {"JSON Lines records": 4}

@@ -281,13 +281,15 @@ class App:
     def check_index(self, questions: Sequence[Question] | None, sample: int, k: int, target: float,
                     progress: Progress = _quiet, source: str = "questions") -> IndexCheck:
         """How much of the exact top-k the HNSW index finds; with no index, the exact search says so."""
-        from ragvps.db import store
+        from ragvps.db import index, store
         from ragvps.measure import inspect
+        from ragvps.retrieve.search import bit_depth
 
         current = max(self.settings.search.ef_search, self.settings.search.candidates)  # what queries set
         with self.connection() as conn:
             eset = self.active_set(conn, "check the index")
-            if not store.index_exists(conn, eset):
+            current = bit_depth(self.settings) if eset.vector_type == "bit" else current
+            if not index.index_exists(conn, eset):
                 return inspect.exact_only(eset, store.chunk_count(conn), self.settings.index.min_rows, k,
                                           current, target)
             if questions is not None:
@@ -307,7 +309,7 @@ class App:
             return inspect.stats(conn, self.active_set(conn, "show stats"), self.settings)
 
     def health(self) -> Health:
-        """Is the database reachable, which model is active, how many chunks: what a server's /health says."""
+        """Is the database reachable, is anything in, which model is active: what a server's /health says."""
         from ragvps.db import store
         from ragvps.errors import RagvpsError
 
@@ -318,8 +320,8 @@ class App:
         except RagvpsError as exc:
             return Health(False, False, error=str(exc))
         if eset is None:
-            return Health(False, True, error="nothing is ingested yet")
-        return Health(True, True, eset.model, eset.dims, eset.vector_type, chunks)
+            return Health(True, True, empty=True, chunks=chunks)
+        return Health(True, True, False, eset.model, eset.dims, eset.vector_type, chunks)
 
     def doctor(self) -> Diagnosis:
         """Ask the embedder about its model, embed one text, compare with the index."""

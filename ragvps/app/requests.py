@@ -32,8 +32,9 @@ class SearchResult:
 
 @dataclass
 class Health:
-    ready: bool
+    ready: bool  # the database answers: an ingest can start (and a search, once something is in)
     database: bool
+    empty: bool = False  # nothing ingested yet: a state, not a failure
     model: str | None = None
     dims: int | None = None
     vector_type: str | None = None

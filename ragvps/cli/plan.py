@@ -11,12 +11,14 @@ from rich.markup import escape
 from ragvps.cli.common import echo_json, flag_names, open_app, settings_from, warn
 from ragvps.errors import UsageError
 
+# `plan --compare` without a corpus: an example one, named in a note.
+COMPARE_TOKENS, COMPARE_CHUNK = 1_000_000, 512
 # plan's inputs as the library names them -> this command's flags
 FLAGS = {"tokens": "--tokens", "chunk_size": "--chunk-size", "overlap": "--overlap", "dims": "--dims",
          "bytes_per_dim": "--bytes-per-dim", "questions": "--questions", "corpus_chunks": "--corpus-chunks",
          "tokens_per_chunk": "--tokens-per-chunk", "question_tokens": "--question-tokens",
          "chunks_per_answer": "--chunks-per-answer", "prompt_tokens": "--prompt-tokens",
-         "answer_tokens": "--answer-tokens"}
+         "answer_tokens": "--answer-tokens", "chunks": "--chunks", "ram": "--ram"}
 
 
 def plan(
@@ -40,10 +42,15 @@ def plan(
     chunks_per_answer: Annotated[int, typer.Option(help="--budget: chunks sent per answer.")] = 8,
     prompt_tokens: Annotated[int, typer.Option(help="--budget: prompt plus question tokens.")] = 100,
     answer_tokens: Annotated[int, typer.Option(help="--budget: tokens per answer.")] = 400,
+    chunks: Annotated[int | None, typer.Option(
+        help="Size a VPS for N chunks: disk, index RAM, build time and latency from the measured curve.")] = None,
+    ram: Annotated[str, typer.Option(help="--chunks: the machine's RAM, e.g. 4GB.")] = "4GB",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Chunk, overlap, vector-size and token-budget arithmetic, before anything is embedded."""
     with flag_names(FLAGS):
+        if chunks is not None:
+            return _plan_sizing(chunks, dims or (_plan_model(model).dims if model else 384), ram, as_json)
         _plan(ctx, tokens, chunk_size, overlap, dims, bytes_per_dim, model, compare, budget, path, corpus_chunks,
               tokens_per_chunk, questions, question_tokens, chunks_per_answer, prompt_tokens, answer_tokens, as_json)
 
@@ -76,15 +83,21 @@ def _plan(ctx: typer.Context, tokens: int | None, chunk_size: int | None, overla
         if tokens is not None:
             raise UsageError("--path measures the documents' tokens: leave out --tokens")
         return _plan_measure(ctx, path, chunk_size, overlap, spec, dims, bytes_per_dim, as_json)
+    if compare and (tokens is None or chunk_size is None):  # --compare alone: an example corpus, said so
+        tokens = COMPARE_TOKENS if tokens is None else tokens
+        chunk_size = (spec.chunk_size if spec else COMPARE_CHUNK) if chunk_size is None else chunk_size
+        warn(f"comparing for {tokens:,} tokens in chunks of {chunk_size} (give --tokens and --chunk-size for "
+             "your own corpus)")
     if tokens is None or chunk_size is None:
-        raise UsageError("ragvps plan needs --tokens N and --chunk-size S (or --budget, or --path DIR)")
+        raise UsageError("ragvps plan needs --tokens N and --chunk-size S (or --compare, --budget, or --path DIR)")
     if spec is not None:
         _plan_check_limit(chunk_size, spec)
     d = dims or (spec.dims if spec else 384)
     if compare:
         extra = [overlap] if overlap is not None else []
         plans = p.compare_overlaps(tokens, chunk_size, [*p.COMPARE_OVERLAPS, *extra])
-        return _plan_compare(plans, d, bytes_per_dim, as_json)
+        chosen = p.compare_overlaps(tokens, chunk_size, extra)  # only an overlap the user chose is warned about
+        return _plan_compare(plans, chosen, d, bytes_per_dim, as_json)
 
     one = p.WindowPlan(tokens, chunk_size, p.parse_overlap(overlap or "0", chunk_size))
     summary = p.summary(one, d, bytes_per_dim)
@@ -135,11 +148,11 @@ def _plan_table(title: str, headers: list[str], rows: list[list[str]]) -> None:
     Console(highlight=False).print(table)
 
 
-def _plan_compare(plans: list[Any], dims: int, bytes_per_dim: int, as_json: bool) -> None:
+def _plan_compare(plans: list[Any], chosen: list[Any], dims: int, bytes_per_dim: int, as_json: bool) -> None:
     from ragvps.measure import plan as p
 
     models = p.common_models()
-    for warning in dict.fromkeys(w for one in plans for w in one.warnings()):
+    for warning in dict.fromkeys(w for one in chosen for w in one.warnings()):
         warn(warning)
     if as_json:
         return echo_json({
@@ -216,6 +229,31 @@ def _plan_measure(ctx: typer.Context, path: str, chunk_size: int | None, overlap
     )
     typer.echo(f"document boundaries change the count by {m.chunks - stream.chunks:+,} chunks against the "
                "stream estimate (the chunker's tokens include each chunk's heading)")
+
+
+def _plan_sizing(chunks: int, dims: int, ram: str, as_json: bool) -> None:
+    from ragvps.measure import sizing
+
+    curve, ram_bytes = sizing.load_curve(), sizing.parse_ram(ram)
+    preds = [sizing.predict(curve, chunks, dims, t) for t in sizing.TYPES]
+    sizes = {p.vector_type: p.index_bytes for p in preds}
+    verdicts = {p.vector_type: sizing.ram_verdict(p.index_bytes, ram_bytes, p.vector_type, sizes) for p in preds}
+    if as_json:
+        return echo_json({"chunks": chunks, "dims": dims, "ram_bytes": ram_bytes, "measured": curve["measured"],
+                          "predictions": [vars(p) | {"fits": verdicts[p.vector_type][0],
+                                                     "verdict": verdicts[p.vector_type][1]} for p in preds]})
+    _plan_table(
+        f"{chunks:,} chunks of {dims} dims on a {sizing.gib(ram_bytes)} machine",
+        ["vector_type", "disk", "HNSW index", "fits in RAM", "build (2 cores)", "hybrid p50 / p95"],
+        [[p.vector_type, sizing.gib(p.disk_bytes), sizing.gib(p.index_bytes),
+          "yes" if verdicts[p.vector_type][0] else "no", f"{p.build_s / 60:,.1f} min",
+          f"{p.hybrid_p50_ms:.0f} / {p.hybrid_p95_ms:.0f} ms"] for p in preds],
+    )
+    for p in preds:
+        typer.echo(f"{p.vector_type}: {verdicts[p.vector_type][1]}")
+    if any(p.extrapolated for p in preds):
+        typer.echo("beyond the measured sizes: extrapolated with the last segment's exponent")
+    typer.echo(f"from: {curve['measured']}")
 
 
 def register(app: typer.Typer) -> None:

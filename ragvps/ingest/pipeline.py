@@ -13,7 +13,7 @@ import numpy as np
 import psycopg
 
 from ragvps.config import Settings
-from ragvps.db import queue, store
+from ragvps.db import index, queue, store
 from ragvps.embed.hosts import Lanes
 from ragvps.errors import NotFoundError
 from ragvps.ingest import sources
@@ -65,7 +65,7 @@ def nothing_readable(path: Path, report: IngestReport) -> NotFoundError:
 def load_file(source: sources.SourceFile, warn: Warn, report: IngestReport) -> list[Document] | None:
     """One file's documents, or None (with one warning naming it, counted in the report) when it cannot be read."""
     try:
-        return sources.load(source, warn)
+        return sources.load(source, warn, report.skipped)
     except OSError as exc:
         warn(f"{source.rel}: {exc.strerror or exc}, skipped")
         report.skipped["unreadable"] += 1
@@ -217,10 +217,10 @@ def ingest(
             warn(f"{report.queued} chunks stored by an earlier ingest with defer_embedding still wait for "
                  "`ragvps worker`; vector search does not find them until a worker has embedded them")
         if report.queued:  # the worker that empties the queue builds the index
-            report.index_built = store.index_exists(conn, eset)
+            report.index_built = index.index_exists(conn, eset)
             conn.commit()
         else:
-            report.index_built = store.ensure_index(conn, eset, settings, progress, warn)
+            report.index_built = index.ensure_index(conn, eset, settings, progress, warn)
     return report
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import psycopg
 
 from ragvps.config import Settings
-from ragvps.db import store
+from ragvps.db import index, store
 from ragvps.embed.hosts import Lanes
 from ragvps.errors import InputTooLongError
 from ragvps.ingest.artifacts import VectorCache
@@ -60,7 +60,7 @@ def reindex(
         with store.write_lock(conn):
             eset = store.active_set(conn)
             if eset is not None:
-                store.rebuild_index(conn, eset, settings, progress, warn)
+                index.rebuild_index(conn, eset, settings, progress, warn)
     return ReindexReport(switch, reports)
 
 
@@ -95,7 +95,7 @@ def switch_model(
             store.write_vectors(conn, eset, [r[0] for r in rows[lo : lo + STORE_BATCH_CHUNKS]],
                                 cache.get([c.content_hash for c in part]))
             progress("store", lo + len(part), len(chunks))
-    report.index_built = store.ensure_index(conn, eset, settings, progress)
+    report.index_built = index.ensure_index(conn, eset, settings, progress)
     keys = store.document_chunkers(conn)
     report.pinned_chunker = keys[0][0] if keys and store.chunker_settings(conn, keys[0][0]) else None
     conn.commit()

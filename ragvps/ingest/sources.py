@@ -40,6 +40,7 @@ class ScanReport:
     warnings: list[str] = field(default_factory=list)
 
 
+RECORDS = "JSON Lines records"  # the skipped reason counted for records a JSON Lines file could not use
 KINDS = {
     ".md": "markdown", ".markdown": "markdown", ".txt": "text", ".text": "text", ".jsonl": "jsonl",
     ".html": "html", ".htm": "html", ".pdf": "pdf",
@@ -191,10 +192,11 @@ def without_nul(value: object) -> object:
     return value
 
 
-def load(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
-    """The documents in one source file; SkipFile when it has nothing to read."""
+def load(source: SourceFile, warn: Callable[[str], None], skipped: Counter[str] | None = None) -> list[Document]:
+    """The documents in one source file; SkipFile when it has nothing to read. Records skipped inside a file
+    (JSON Lines) are counted in `skipped`."""
     try:
-        docs = _load(source, warn)
+        docs = _load(source, warn, skipped)
     except (UnicodeError, ValueError, RecursionError) as exc:  # a parser's surprise never stops an ingest
         raise SkipFile("unreadable", f"{source.rel}: could not be read ({exc.__class__.__name__}: "
                                      f"{str(without_nul(str(exc)))[:200]}), skipped") from exc
@@ -203,9 +205,9 @@ def load(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
     return docs
 
 
-def _load(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
+def _load(source: SourceFile, warn: Callable[[str], None], skipped: Counter[str] | None) -> list[Document]:
     if source.kind == "jsonl":
-        return load_jsonl(source, warn)
+        return load_jsonl(source, warn, skipped)
     if source.kind == "pdf":
         return [load_pdf(source)]
     text = read_text(source, warn)
@@ -274,31 +276,48 @@ def load_pdf(source: SourceFile) -> Document:
                     {"pages": pages, "page_count": len(reader.pages)})
 
 
-def load_jsonl(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
-    """A BEIR-style corpus: one document per line with `_id`, `title` and `text`."""
+def load_jsonl(source: SourceFile, warn: Callable[[str], None],
+               skipped: Counter[str] | None = None) -> list[Document]:
+    """A BEIR-style corpus: one document per line with `_id`, `title` and `text`. Each record skipped is
+    warned about (its line and why) and counted in `skipped` as "JSON Lines records"."""
     docs = []
     seen: set[str] = set()
+    counts = skipped if skipped is not None else Counter()
+
+    def skip(n: int, why: str) -> None:
+        warn(f"{source.rel}:{n}: {why}, skipped")
+        counts[RECORDS] += 1
+
     for n, line in enumerate(read_text(source, warn).splitlines(), start=1):
         if not line.strip():
             continue
         try:
             record: Any = without_nul(json.loads(line))
-            doc_id, title, text = record["_id"], record.get("title") or "", record["text"]
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            warn(f"{source.rel}:{n}: not a JSON object with `_id` and `text` ({exc.__class__.__name__}), skipped")
+        except ValueError as exc:
+            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+            column = f" at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
+            skip(n, f"not valid JSON ({reason}{column})")
             continue
+        if not isinstance(record, dict):
+            kind = {list: "array", str: "string", type(None): "null", bool: "boolean"}.get(type(record), "number")
+            skip(n, f"a JSON {kind}, not an object with `_id` and `text`")
+            continue
+        missing = [f"`{key}`" for key in ("_id", "text") if key not in record]
+        if missing:
+            skip(n, f"the record has no {' and no '.join(missing)} (each line needs `_id` and `text`)")
+            continue
+        doc_id, title, text = record["_id"], record.get("title") or "", record["text"]
         if not isinstance(text, str) or not isinstance(doc_id, str | int) or isinstance(doc_id, bool):
             what = "`text`" if not isinstance(text, str) else "`_id`"
-            warn(f"{source.rel}:{n}: {what} is {json.dumps(text if what == '`text`' else doc_id)[:40]}, "
-                 "not a string; skipped")
+            skip(n, f"{what} is {json.dumps(text if what == '`text`' else doc_id)[:40]}, not a string")
             continue
         doc_id, title = str(doc_id), title if isinstance(title, str) else str(title)
         if doc_id in seen:
-            warn(f"{source.rel}:{n}: duplicate _id {doc_id!r}, skipped")
+            skip(n, f"duplicate _id {doc_id!r}")
             continue
         seen.add(doc_id)
         if not text.strip() and not title.strip():
-            warn(f"{source.rel}:{n}: _id {doc_id!r} has no text, skipped")
+            skip(n, f"_id {doc_id!r} has no text")
             continue
         docs.append(Document(doc_id=doc_id, source=source.rel, title=title, text=text, kind="jsonl",
                              metadata={"line": n}))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import psycopg
 
 from ragvps.config import Settings
-from ragvps.db import queue, store
+from ragvps.db import index, queue, store
 from ragvps.embed import Embedder
 from ragvps.errors import DatabaseError, ModelMismatchError
 from ragvps.ingest.embedding import embed_batch
@@ -152,12 +152,12 @@ def _release(conn: psycopg.Connection, claimed: queue.Claim) -> None:
 def _build_index(conn: psycopg.Connection, eset: store.EmbeddingSet, settings: Settings, progress: Progress,
                  warn: Warn) -> bool:
     """The queue is empty: build the HNSW index if the table is large enough and has none."""
-    if store.index_exists(conn, eset):
+    if index.index_exists(conn, eset):
         conn.commit()
         return False
     try:
         with store.write_lock(conn):
-            return store.ensure_index(conn, eset, settings, progress, warn)
+            return index.ensure_index(conn, eset, settings, progress, warn)
     except DatabaseError as exc:
         warn(f"the queue is empty but the index was not built here ({exc}); `ragvps reindex` builds it")
         return False

@@ -14,7 +14,7 @@ import psycopg
 from psycopg import sql
 
 from ragvps.config import Settings
-from ragvps.db.database import queries
+from ragvps.db.database import compose, queries
 from ragvps.db.store import EmbeddingSet, as_param
 from ragvps.generate import cache as answer_cache
 from ragvps.measure.plan import raw_vector_bytes
@@ -37,7 +37,11 @@ def nearest(conn: psycopg.Connection, eset: EmbeddingSet, vector: np.ndarray, k:
     The exact pass turns index scans off and is never prepared: psycopg prepares a statement after
     5 executions and a prepared plan would ignore the setting, silently comparing HNSW with itself.
     """
-    query = _q("nearest", table=eset.table)
+    if exact or eset.vector_type != "bit":
+        query = _q("nearest", table=eset.table)
+    else:  # a bit index: its ef_search is also the re-rank depth, as in the search's vector leg
+        query = compose("vector_search_bit", table=eset.table, dims=sql.Literal(eset.dims))
+        ef_search = max(ef_search, k)
     if explain:
         query = sql.SQL("EXPLAIN ") + query
     with conn.transaction():
@@ -46,7 +50,9 @@ def nearest(conn: psycopg.Connection, eset: EmbeddingSet, vector: np.ndarray, k:
         else:  # small tables would otherwise skip the index
             conn.execute("SET LOCAL enable_seqscan = off; SET LOCAL enable_indexscan = on")
             conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef_search),))
-        rows = conn.execute(query, {"embedding": as_param(eset, vector), "k": k}, prepare=False).fetchall()
+        rows = conn.execute(query, {"embedding": as_param(eset, vector), "k": k, "candidates": k,
+                                    "depth": ef_search},
+                            prepare=False).fetchall()
         # Inside a caller's open transaction this block is a savepoint, whose release keeps SET LOCAL: undo it.
         conn.execute("RESET enable_indexscan; RESET enable_seqscan")
     return [r[0] for r in rows]
@@ -162,6 +168,7 @@ class StatsReport:
     embedder: dict[str, Any]
     answer_cache: dict[str, Any]  # entries, hits, tokens_saved
     queue: dict[str, Any] = field(default_factory=dict)  # the embedding queue: pending, claimed, done, per worker
+    ram: dict[str, Any] = field(default_factory=dict)  # does the index fit in RAM; the other types, predicted
     warnings: list[str] = field(default_factory=list)
 
 
@@ -202,8 +209,29 @@ def stats(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings) -> S
     from ragvps.db import queue
 
     result["queue"] = asdict(queue.counts(conn, eset, settings.embed.lease))
+    result["ram"] = ram_verdict(eset, chunks, index["bytes"] if index else None, total)
     result["warnings"] = stats_warnings(result)
     return StatsReport(**result)
+
+
+def ram_verdict(eset: EmbeddingSet, chunks: int, index_bytes: int | None, ram: int | None) -> dict[str, Any]:
+    """The index beside the machine's RAM, and what the other vector types would take (from the scale curve)."""
+    from ragvps.measure import sizing
+
+    if index_bytes is None or ram is None:
+        return {"fits": None, "verdict": "no HNSW index: every search is exact" if index_bytes is None
+                else "RAM unknown", "others": {}}
+    try:
+        curve = sizing.load_curve()
+    except OSError:  # a broken install: the measured index alone
+        fits, verdict = sizing.ram_verdict(index_bytes, ram, eset.vector_type, {})
+        return {"fits": fits, "verdict": verdict, "index_bytes": index_bytes, "ram_bytes": ram, "others": {}}
+    others = {t: sizing.predict(curve, max(chunks, 1), eset.dims, t).index_bytes for t in sizing.TYPES}
+    others[eset.vector_type] = index_bytes
+    fits, verdict = sizing.ram_verdict(index_bytes, ram, eset.vector_type, others)
+    return {"fits": fits, "verdict": verdict, "index_bytes": index_bytes, "ram_bytes": ram,
+            "others": {t: b for t, b in others.items() if t != eset.vector_type},
+            "measured": curve["measured"]}
 
 
 def stats_warnings(s: dict[str, Any]) -> list[str]:

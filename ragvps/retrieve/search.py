@@ -71,21 +71,33 @@ def check_query(text: str) -> str:
 
 def vector_leg(conn: psycopg.Connection, eset: EmbeddingSet, embedding: np.ndarray, settings: Settings,
                filters: Filters | None = None) -> list[int]:
-    """Chunk ids nearest to the embedding; HNSW when indexed, with ef_search set for this query only."""
+    """Chunk ids nearest to the embedding; HNSW when indexed, with ef_search set for this query only.
+
+    A bit set with its index takes the binary index's nearest bit_rerank_depth and re-ranks them by cosine
+    (without the index, the exact scan over its stored vectors is cheaper and exact)."""
+    bit = eset.vector_type == "bit" and eset.indexed
+    ef = bit_depth(settings) if bit else max(settings.search.ef_search, settings.search.candidates)
     with conn.transaction():
-        conn.execute("SELECT set_config('hnsw.ef_search', %s, true)",
-                     (str(max(settings.search.ef_search, settings.search.candidates)),))
-        params: dict[str, object] = {"embedding": as_param(eset, embedding), "candidates": settings.search.candidates}
+        conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef),))
+        params: dict[str, object] = {"embedding": as_param(eset, embedding), "candidates": settings.search.candidates,
+                                     "depth": ef}
+        name = "vector_search_bit" if bit else "vector_search"
         if filters:
             conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
-            query = compose("vector_search_filtered", table=eset.table, filter=filters.condition())
+            query = compose(name + "_filtered", table=eset.table, filter=filters.condition(),
+                            dims=sql.Literal(eset.dims))
             rows = conn.execute(query, params | filters.params())
         else:
-            rows = conn.execute(compose("vector_search", table=eset.table), params)
+            rows = conn.execute(compose(name, table=eset.table, dims=sql.Literal(eset.dims)), params)
         ids = [r[0] for r in rows]
         if filters:  # in a caller's open transaction this block is a savepoint, whose release keeps SET LOCAL
             conn.execute("RESET hnsw.iterative_scan")
         return ids
+
+
+def bit_depth(settings: Settings) -> int:
+    """How many Hamming neighbours a bit index hands to the cosine re-rank (also its ef_search)."""
+    return max(settings.search.bit_rerank_depth, settings.search.candidates)
 
 
 def keyword_leg(conn: psycopg.Connection, text: str, settings: Settings, filters: Filters | None = None,

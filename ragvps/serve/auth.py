@@ -16,12 +16,14 @@ from typing import Any
 
 from ragvps.config import Settings
 from ragvps.errors import ConfigError, RagvpsError, UnauthorizedError
+from ragvps.serve.docs import OPEN_PATHS as DOCS_PATHS
 
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
 
-# Paths anyone may fetch: the health check, and the page (static; it holds no data and asks for the key).
-OPEN_PATHS = frozenset({"/health", "/"})
+# Paths anyone may fetch: the health check, the page (static; it holds no data and asks for the key), and the
+# API's description (the OpenAPI document, /docs and its assets).
+OPEN_PATHS = frozenset({"/health", "/"}) | DOCS_PATHS
 MIN_KEY_CHARS = 16
 
 

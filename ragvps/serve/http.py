@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ragvps.config import Settings
 from ragvps.errors import HTTP_STATUS, RagvpsError, kind_of_status
-from ragvps.serve.auth import check_bind, is_loopback, load_keys
+from ragvps.serve.auth import check_bind, load_keys
 from ragvps.serve.common import Ready, error_body, for_serving
 
 if TYPE_CHECKING:
@@ -30,11 +30,14 @@ log = logging.getLogger(__name__)
 
 def create_app(settings: Settings, app: App | None = None, *, host: str | None = None,
                on_fatal: Callable[[RagvpsError], None] | None = None) -> Any:
-    """The ASGI application: routes, the page, /mcp when the mcp extra is installed, keys, limits, CORS."""
+    """The ASGI application: routes, the page, /docs, /mcp when the mcp extra is installed; the Host and Origin
+    checks, keys, limits, CORS."""
     from fastapi import FastAPI
     from starlette.middleware.cors import CORSMiddleware
 
     from ragvps.serve.auth import RequireKey
+    from ragvps.serve.docs import add_docs
+    from ragvps.serve.guard import HostOriginGuard
     from ragvps.serve.limits import LimitBody
 
     keys = load_keys(settings)
@@ -55,9 +58,10 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
         if app is None:  # an App given by the caller is the caller's to close
             await asyncio.to_thread(ready.close)
 
-    api = FastAPI(title="ragvps", version=_version(), lifespan=lifespan,
-                  description="Search and ask a ragvps knowledge base. Every path but /health and / needs an "
-                              "API key (`Authorization: Bearer KEY` or `X-API-Key: KEY`) when keys are set.")
+    api = FastAPI(title="ragvps", version=_version(), lifespan=lifespan, docs_url=None, redoc_url=None,
+                  description="Search and ask a ragvps knowledge base. When the server has API keys, every path "
+                              "but /health, the page and this description needs one (`Authorization: Bearer KEY` "
+                              "or `X-API-Key: KEY`): Authorize takes it.")
     _errors(api)
     from ragvps.serve.routes import add_routes
 
@@ -67,14 +71,15 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
     add_openai_routes(api, ready, settings)  # /v1: OpenAI-compatible chat
     if mcp_server is not None:
         sub = mcp_server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True,
-                                             transport_security=_mcp_security(host, keys), host=host)
+                                             transport_security=_mcp_security(), host=host)
         api.router.routes.extend(sub.routes)
-    _openapi_errors(api)
+    add_docs(api, bool(keys))
 
-    asgi: Any = LimitBody(RequireKey(api, keys), settings.serve.max_body_bytes)
+    asgi: Any = LimitBody(RequireKey(api, keys), settings.serve.max_body_bytes, settings.serve.request_timeout)
     if settings.serve.cors_origins:
         asgi = CORSMiddleware(asgi, allow_origins=list(settings.serve.cors_origins), allow_methods=["GET", "POST"],
                               allow_headers=["Authorization", "X-API-Key", "Content-Type"])
+    asgi = HostOriginGuard(asgi, host, settings.serve.allowed_hosts, settings.serve.cors_origins)
     from ragvps.serve.openai_shapes import OpenAIErrors
 
     return OpenAIErrors(asgi)  # every error on /v1/* in OpenAI's shape, whichever layer answered it
@@ -110,16 +115,21 @@ def _errors(api: FastAPI) -> None:
     from starlette.exceptions import HTTPException
     from starlette.requests import Request
 
+    from ragvps.serve.bodies import http_message, invalid_request
+
     @api.exception_handler(RequestValidationError)
-    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"error": _validation_message(exc.errors()), "kind": "usage"}, status_code=400)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        status, message = invalid_request(exc.errors(), exc.body, request.headers.get("content-type"))
+        return JSONResponse({"error": message, "kind": "usage"}, status_code=status)
 
     @api.exception_handler(HTTPException)
-    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         kind = kind_of_status(exc.status_code)
         status = exc.status_code if exc.status_code < 500 else HTTP_STATUS[kind]
-        return JSONResponse({"error": str(exc.detail), "kind": kind}, status_code=status,
-                            headers=getattr(exc, "headers", None))
+        headers = getattr(exc, "headers", None)
+        message = http_message(exc.status_code, str(exc.detail), request.method, request.url.path,
+                               (headers or {}).get("Allow"))
+        return JSONResponse({"error": message, "kind": kind}, status_code=status, headers=headers)
 
     @api.exception_handler(RagvpsError)
     async def ragvps_error(_: Request, exc: RagvpsError) -> JSONResponse:
@@ -130,32 +140,6 @@ def _errors(api: FastAPI) -> None:
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:
         status, body = error_body(exc)
         return JSONResponse(body, status_code=status)
-
-
-def _validation_message(errors: Any) -> str:
-    parts = []
-    for e in list(errors)[:3]:
-        where = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
-        parts.append(f"{where}: {e.get('msg', 'invalid')}")
-    return "the request is not valid: " + "; ".join(parts) + " (see /docs for the request's shape)"
-
-
-def _openapi_errors(api: FastAPI) -> None:
-    """Document the errors as they are sent: validation failures are 400 `{error, kind}`, not FastAPI's 422."""
-    from fastapi.openapi.utils import get_openapi
-
-    def schema() -> dict[str, Any]:
-        if api.openapi_schema is None:
-            doc = get_openapi(title=api.title, version=api.version, description=api.description, routes=api.routes)
-            for item in doc.get("paths", {}).values():
-                for op in item.values():
-                    op.get("responses", {}).pop("422", None)
-            for name in ("HTTPValidationError", "ValidationError"):
-                doc.get("components", {}).get("schemas", {}).pop(name, None)
-            api.openapi_schema = doc
-        return api.openapi_schema
-
-    api.openapi = schema  # type: ignore[method-assign]
 
 
 def _mcp(ready: Ready) -> Any:
@@ -169,16 +153,12 @@ def _mcp(ready: Ready) -> Any:
     return build_server(ready.get, ready.settings.serve.max_k)
 
 
-def _mcp_security(host: str, keys: tuple[str, ...]) -> Any:
-    """DNS-rebinding protection on loopback without keys (a page in the user's browser could otherwise reach
-    it); with keys, the key protects /mcp and the Host may be the server's public name."""
+def _mcp_security() -> Any:
+    """The SDK's own Host and Origin checks are off: HostOriginGuard applies the same rules to /mcp as to every
+    route, and answers its refusals as JSON."""
     from mcp.server.transport_security import TransportSecuritySettings
 
-    if keys or not is_loopback(host):
-        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    return TransportSecuritySettings(enable_dns_rebinding_protection=True,
-                                     allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
-                                     allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"])
+    return TransportSecuritySettings(enable_dns_rebinding_protection=False)
 
 
 def _version() -> str:

@@ -3,6 +3,7 @@ values (query length as in the CLI, k up to `max_k`, strings PostgreSQL can stor
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -14,13 +15,14 @@ MAX_META_DEPTH = 8
 
 
 class LimitBody:
-    """ASGI middleware: a body over `max_bytes` gets 413 `{error, kind: too_long}`, by Content-Length or as read.
+    """ASGI middleware: a body over `max_bytes` gets 413 `{error, kind: too_long}`, by Content-Length or as read;
+    a body still arriving after `timeout` seconds (a slow-loris client) gets 408 `{error, kind: usage}`.
 
     The body (at most `max_bytes`) is read before the app sees the request, then replayed to it.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int):
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout: float = 120.0):
+        self.app, self.max_bytes, self.timeout = app, max_bytes, timeout
 
     async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Any]],
                        send: Callable[[Any], Awaitable[None]]) -> None:
@@ -37,18 +39,18 @@ class LimitBody:
                 if int(value) > self.max_bytes:
                     await send_error(send, InputTooLongError(too_long))
                     return
-        chunks, size = [], 0
-        while True:
-            event = await receive()
-            if event["type"] != "http.request":  # the client went away
-                return
-            chunks.append(event.get("body", b""))
-            size += len(chunks[-1])
-            if size > self.max_bytes:
-                await send_error(send, InputTooLongError(too_long))
-                return
-            if not event.get("more_body", False):
-                break
+        chunks: list[bytes] = []
+        try:
+            async with asyncio.timeout(self.timeout):
+                if not await self._read(receive, chunks):
+                    return  # the client went away
+        except TimeoutError:
+            await send_error(send, SlowBody(f"the request body did not arrive within {self.timeout:g} s (setting "
+                                            "request_timeout): send it at once", settings=("request_timeout",)))
+            return
+        if sum(map(len, chunks)) > self.max_bytes:
+            await send_error(send, InputTooLongError(too_long))
+            return
         replayed = False
 
         async def replay() -> Any:
@@ -59,6 +61,26 @@ class LimitBody:
             return await receive()
 
         await self.app(scope, replay, send)
+
+    async def _read(self, receive: Callable[[], Awaitable[Any]], chunks: list[bytes]) -> bool:
+        """Read the body into `chunks`, stopping past max_bytes; False if the client disconnected."""
+        size = 0
+        while True:
+            event = await receive()
+            if event["type"] != "http.request":
+                return False
+            chunks.append(event.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.max_bytes or not event.get("more_body", False):
+                return True
+
+
+class SlowBody(UsageError):
+    """A body that arrives too slowly: HTTP 408 (its kind stays usage)."""
+
+    @property
+    def http_status(self) -> int:
+        return 408
 
 
 def check_strings(value: Any, what: str, depth: int = 0) -> Any:

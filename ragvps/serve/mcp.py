@@ -25,7 +25,7 @@ def build_server(get_app: Callable[[], Any], max_k: int = 100) -> Any:
 
     from ragvps.serve.convert import ask_request, jsonable, search_request
 
-    server = MCPServer(name="ragvps", instructions=INSTRUCTIONS)
+    server = MCPServer(name="ragvps", instructions=INSTRUCTIONS, version=package_version())
 
     async def call(fn: Callable[[], Any]) -> Any:
         try:
@@ -58,7 +58,59 @@ def build_server(get_app: Callable[[], Any], max_k: int = 100) -> Any:
                                                  "quotes", "invalid_citations", "sources", "generator", "model")
                 if key in answer}
 
+    server.middleware.append(ReadableArguments({"search": search, "ask": ask}))
     return server
+
+
+class ReadableArguments:
+    """MCP middleware: a tool call whose arguments do not fit the tool is answered with one line per field
+    (`k: Input should be a valid integer (got 'x')`), not pydantic's report with its documentation URL."""
+
+    def __init__(self, tools: dict[str, Callable[..., Any]]):
+        self.models = {name: _arguments_model(name, fn) for name, fn in tools.items()}
+
+    async def __call__(self, ctx: Any, call_next: Callable[[Any], Any]) -> Any:
+        params = ctx.params if isinstance(ctx.params, dict) else {}
+        model = self.models.get(params.get("name", "")) if ctx.method == "tools/call" else None
+        if model is not None:
+            from mcp.types import CallToolResult, TextContent
+            from pydantic import ValidationError
+
+            try:
+                model.model_validate(params.get("arguments") or {})
+            except ValidationError as exc:
+                return CallToolResult(content=[TextContent(type="text", text=arguments_message(params["name"], exc))],
+                                      is_error=True)
+        return await call_next(ctx)
+
+
+def arguments_message(tool: str, exc: Any) -> str:
+    parts = []
+    for e in exc.errors(include_url=False)[:3]:
+        where = ".".join(str(p) for p in e.get("loc", ())) or "arguments"
+        got = f" (got {e['input']!r:.60})" if e.get("type") != "missing" and "input" in e else ""
+        parts.append(f"{where}: {e.get('msg', 'invalid')}{got}")
+    return f"the arguments of {tool} are not valid: " + "; ".join(parts) + " (its input schema lists them)"
+
+
+def _arguments_model(name: str, fn: Callable[..., Any]) -> Any:
+    import inspect
+
+    from pydantic import create_model
+
+    fields: dict[str, Any] = {
+        p.name: (p.annotation, ... if p.default is inspect.Parameter.empty else p.default)
+        for p in inspect.signature(fn, eval_str=True).parameters.values()}
+    return create_model(f"{name}_arguments", **fields)
+
+
+def package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ragvps")
+    except PackageNotFoundError:
+        return "0"
 
 
 def run_stdio(settings: Settings) -> None:

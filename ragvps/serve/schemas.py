@@ -69,6 +69,8 @@ class AnswerOut(BaseModel):
 class HealthOut(BaseModel):
     model_config = ConfigDict(extra="allow")
     status: Literal["ok", "starting", "unavailable"]
+    ready: bool | None = Field(None, description="The database answers: the server takes an ingest now.")
+    empty: bool | None = Field(None, description="Nothing is ingested yet (a state, not a failure).")
     error: str | None = None
 
 

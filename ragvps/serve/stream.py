@@ -8,6 +8,7 @@ the next callback raises, which closes the upstream LLM request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -48,7 +49,9 @@ async def answer_events(app: Any, request: Any, timeout: float) -> AsyncIterator
     sent = {"sources": 0, "tokens": 0}
 
     def put(item: Any) -> None:
-        loop.call_soon_threadsafe(queue.put_nowait, item)
+        # The server may have stopped while this answer was still being made: then nobody is waiting for it.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(queue.put_nowait, item)
 
     def on_sources(sources: Any) -> None:
         if gone.is_set():
