@@ -8,6 +8,16 @@ and report types it builds and renders are in `requests`. `core` holds the App, 
 """
 
 from ragvps.app.core import App, existing_path
-from ragvps.app.requests import Answer, AskRequest, Health, PromptPreview, SearchRequest, SearchResult
+from ragvps.app.requests import (
+                                 Answer,
+                                 AskRequest,
+                                 ChatAnswer,
+                                 ChatRequest,
+                                 Health,
+                                 PromptPreview,
+                                 SearchRequest,
+                                 SearchResult,
+)
 
-__all__ = ["Answer", "App", "AskRequest", "Health", "PromptPreview", "SearchRequest", "SearchResult", "existing_path"]
+__all__ = ["Answer", "App", "AskRequest", "ChatAnswer", "ChatRequest", "Health", "PromptPreview", "SearchRequest",
+           "SearchResult", "existing_path"]
