@@ -4,7 +4,8 @@ Ollama /api/chat (NDJSON), streaming and usage with cached tokens, every fault `
 stand-in reranker in both API shapes (a lexical-overlap scorer).
 
 The default reply quotes the first sentence of the source sharing most words with the question, cited
-`[n]`; with no word in common it answers the refusal sentence. The prompt is counted again here with
+`[n]`; with no word in common it answers the refusal sentence. A question-rewriting request (ragvps chat's
+follow-ups) gets the last question followed by the conversation's first user turn. The prompt is counted again here with
 tiktoken (`prompt_tokens` of each request), so tests can check the client's budget.
 """
 
@@ -54,7 +55,19 @@ def question_of(user: str) -> str:
     return user.rsplit("\n\nQuestion: ", 1)[-1]
 
 
+REWRITE_SYSTEM = "You rewrite the last question of a conversation"
+
+
+def rewrite_reply(user: str) -> str:
+    """The stand-in's standalone question: the last question, then the first user turn it follows."""
+    first = next((line[6:] for line in user.splitlines() if line.startswith("User: ")), "")
+    last = user.rsplit("Last question: ", 1)[-1].strip()
+    return f"{last} (following: {first})" if first else last
+
+
 def default_reply(system: str, user: str) -> str:
+    if system.startswith(REWRITE_SYSTEM):
+        return rewrite_reply(user)
     question, found = words(question_of(user)), sources_of(user)
     best = max(found, key=lambda n: (len(words(found[n]) & question), -n), default=None)
     if best is None or not words(found[best]) & question:

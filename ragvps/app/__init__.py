@@ -24,11 +24,11 @@ if TYPE_CHECKING:
 _WHERE = {
     "MAX_QUERY_CHARS": "ragvps.app.checks", "MODES": "ragvps.app.checks", "Mode": "ragvps.app.checks",
     "App": "ragvps.app.core", "existing_path": "ragvps.app.core", "Filters": "ragvps.retrieve.filters",
-    **dict.fromkeys(("Answer", "AskRequest", "Health", "PromptPreview", "SearchRequest", "SearchResult", "jsonable"),
-                    "ragvps.app.requests"),
+    **dict.fromkeys(("Answer", "AskRequest", "ChatAnswer", "ChatRequest", "Health", "PromptPreview", "SearchRequest",
+                     "SearchResult", "jsonable"), "ragvps.app.requests"),
 }
-__all__ = ["MAX_QUERY_CHARS", "MODES", "Answer", "App", "AskRequest", "Filters", "Health", "Mode", "PromptPreview",
-           "SearchRequest", "SearchResult", "existing_path", "jsonable"]
+__all__ = ["MAX_QUERY_CHARS", "MODES", "Answer", "App", "AskRequest", "ChatAnswer", "ChatRequest", "Filters", "Health",
+           "Mode", "PromptPreview", "SearchRequest", "SearchResult", "existing_path", "jsonable"]
 
 
 def __getattr__(name: str) -> Any:

@@ -9,6 +9,7 @@ stream, which closes the upstream connection, and nothing is cached.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     import psycopg
 
     from ragvps.app.requests import SearchResult
-    from ragvps.config import Settings
+    from ragvps.config import GenerateSettings, Settings
     from ragvps.generate.budget import Fit
     from ragvps.generate.registry import Generator
     from ragvps.retrieve.search import Hit
@@ -86,7 +87,8 @@ def _prepare(app: App, request: AskRequest, clock: _Clock | None = None) -> tupl
     kept = [h for h in hits if h.evidence >= s.generate.min_evidence]
     if len(kept) < len(hits):
         left["answer_min_evidence"] = len(hits) - len(kept)
-    fit = budget.fit(result.query, [_source(h) for h in kept], s.generate)
+    fit = budget.fit(result.query, [_source(h) for h in kept], request_settings(s.generate, request),
+                     request.history)
     left.update(fit.left_out)
     clock.lap("budget_ms")
     return fit, dict(left), hits
@@ -110,9 +112,19 @@ def build_prompt(app: App, request: AskRequest) -> PromptPreview:
                          p.version)
 
 
-def generation_settings(app: App) -> dict[str, Any]:
+def request_settings(g: GenerateSettings, request: AskRequest) -> GenerateSettings:
+    """The generator settings with the request's temperature and answer length (a chat client's), if any."""
+    changed: dict[str, Any] = {}
+    if request.temperature is not None:
+        changed["temperature"] = request.temperature
+    if request.max_tokens is not None:
+        changed["answer_reserve"] = request.max_tokens
+    return dataclasses.replace(g, **changed) if changed else g
+
+
+def generation_settings(app: App, request: AskRequest | None = None) -> dict[str, Any]:
     """The settings that shape an answer, for the cache key (never the API key)."""
-    g = app.settings.generate
+    g = app.settings.generate if request is None else request_settings(app.settings.generate, request)
     return {"url": g.url, "temperature": g.temperature, "answer_reserve": g.answer_reserve,
             "version": app.generator.version, "min_evidence": app.settings.generate.min_evidence}
 
@@ -140,7 +152,7 @@ def ask(app: App, request: AskRequest, on_sources: OnSources | None = None,
         on_token(REFUSAL)
         return answer(citations.parse(REFUSAL, []), _usage(), _refusal_cache(app, question, hits, use_cache))
 
-    key = cache.key(question, gen.name, gen.model, generation_settings(app), sources)
+    key = cache.key(question, gen.name, gen.model, generation_settings(app, request), sources)
     on_sources(shown)
     if use_cache:
         with app.connection() as conn:

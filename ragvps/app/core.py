@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     import psycopg
 
     from ragvps.app.ask import OnSources, OnToken
+    from ragvps.app.requests import ChatAnswer, ChatRequest
     from ragvps.db.connections import Connections
     from ragvps.db.store import EmbeddingSet
     from ragvps.embed import Embedder
@@ -225,6 +226,13 @@ class App:
         from ragvps.app.ask import ask
 
         return ask(self, request, on_sources, on_token)
+
+    def chat(self, request: ChatRequest, on_sources: OnSources | None = None,
+             on_token: OnToken | None = None) -> ChatAnswer:
+        """The answer to a conversation's last question, retrieved for it made standalone; callbacks as `ask`."""
+        from ragvps.app.chat import chat
+
+        return chat(self, request, on_sources, on_token)
 
     def build_prompt(self, request: AskRequest) -> PromptPreview:
         """The exact prompt `ask` would send, its token count and what was left out; nothing is sent."""

@@ -59,6 +59,9 @@ class AskRequest:
     mode: Mode = "hybrid"
     filters: Filters = field(default_factory=_no_filters)
     use_cache: bool = True
+    history: tuple[tuple[str, str], ...] = ()  # earlier turns (role, text), sent before the sources
+    temperature: float | None = None  # None: the setting temperature
+    max_tokens: int | None = None  # the answer's length at most; None: the setting answer_reserve
 
 
 @dataclass
@@ -83,6 +86,32 @@ class Answer:
     #                                                             text (offsets in the source document)
     retrieved: list[dict[str, Any]] = field(default_factory=list)  # every candidate: chunk_id, path, score,
     #                                                                cosine, terms, evidence (why it was refused)
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """A conversation: every message (role, text) so far, the last one the user's question; no server state."""
+
+    messages: tuple[tuple[str, str], ...]
+    k: int | None = None
+    mode: Mode = "hybrid"
+    filters: Filters = field(default_factory=_no_filters)
+    use_cache: bool = True
+    temperature: float | None = None
+    max_tokens: int | None = None
+    history: bool = True  # False: retrieve for the last question alone (the bench's baseline)
+
+
+@dataclass
+class ChatAnswer:
+    content: str  # the answer with its [n] markers and a Markdown list of the cited sources: what a client shows
+    answer: Answer  # the ask use case's answer to the standalone question (citations, sources, cache, ...)
+    question: str  # the conversation's last user turn
+    standalone: str  # what was retrieved and answered: the question made standalone
+    rewrite: str  # "none" (a first turn) | "rule" (no LLM configured) | "llm" (one short rewriting call)
+    rewrite_cache: str  # "hit" | "miss" | "off"
+    rewrite_usage: dict[str, int]
+    usage: dict[str, int]  # the answer's and the rewriting call's together
 
 
 @dataclass

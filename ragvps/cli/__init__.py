@@ -77,9 +77,9 @@ def _root(
 
 
 def _register() -> None:
-    from ragvps.cli import ask, database, ingest, measure, plan, search, serve, worker
+    from ragvps.cli import ask, chat, database, ingest, measure, plan, search, serve, worker
 
-    for module in (ingest, worker, search, ask, plan, measure, database, serve):
+    for module in (ingest, worker, search, ask, chat, plan, measure, database, serve):
         module.register(app)
 
 

@@ -55,7 +55,8 @@ def window_for(settings: GenerateSettings) -> int:
 
 
 def count_prompt(p: Prompt, encoding: str) -> int:
-    return tokens.count_llm(p.system, encoding) + tokens.count_llm(p.user, encoding) + MESSAGE_OVERHEAD
+    turns = sum(tokens.count_llm(text, encoding) + MESSAGE_OVERHEAD // 3 for _, text in p.history)
+    return tokens.count_llm(p.system, encoding) + tokens.count_llm(p.user, encoding) + MESSAGE_OVERHEAD + turns
 
 
 @dataclass
@@ -69,14 +70,19 @@ class Fit:
     reserve: int
     encoding: str
     left_out: dict[str, int] = field(default_factory=dict)
+    temperature: float | None = None  # the request's, where it differs from the setting (None: the setting)
 
     @property
     def room(self) -> int:
         return self.window - self.reserve
 
 
-def fit(question: str, candidates: Sequence[Source], settings: GenerateSettings) -> Fit:
-    """Sources in rank order while they fit the window minus the answer reserve, at most answer_chunks."""
+def fit(question: str, candidates: Sequence[Source], settings: GenerateSettings,
+        history: Sequence[layout.Turn] = ()) -> Fit:
+    """Sources in rank order while they fit the window minus the answer reserve, at most answer_chunks.
+
+    Earlier turns of a conversation may take half the room; the oldest go first when they would take more.
+    """
     encoding, window, reserve = encoding_for(settings), window_for(settings), settings.answer_reserve
     room = window - reserve
     if room <= 0:
@@ -84,7 +90,12 @@ def fit(question: str, candidates: Sequence[Source], settings: GenerateSettings)
                           "lower answer_reserve or raise context_window",
                           settings=("answer_reserve", "context_window"))
     left: Counter[str] = Counter()
-    base = count_prompt(layout.build(question, []), encoding)
+    history = list(history)
+    base = count_prompt(layout.build(question, [], history), encoding)
+    while history and base > room // 2:
+        history = history[2:] if len(history) > 1 else []  # a user turn and its answer go together
+        left["history"] += 1
+        base = count_prompt(layout.build(question, [], history), encoding)
     if base > room:
         raise RagvpsError(f"the question alone takes {base:,} tokens, more than the {room:,} the prompt may use "
                           f"(context_window {window:,} minus answer_reserve {reserve:,}): ask a shorter question "
@@ -101,11 +112,12 @@ def fit(question: str, candidates: Sequence[Source], settings: GenerateSettings)
             break
         chosen.append(cand)
         used += cost
-    p = layout.build(question, chosen)
+    p = layout.build(question, chosen, history)
     n = count_prompt(p, encoding)
     while n > room and chosen:  # token merges at the joins can make the whole a little longer than its parts
         chosen.pop()
         left["context_window"] += 1
-        p = layout.build(question, chosen)
+        p = layout.build(question, chosen, history)
         n = count_prompt(p, encoding)
-    return Fit(p, n, tokens.count_llm(p.system, encoding), window, reserve, encoding, dict(left))
+    return Fit(p, n, tokens.count_llm(p.system, encoding), window, reserve, encoding, dict(left),
+               settings.temperature)

@@ -50,6 +50,9 @@ class Source:
         return f"{head}\n{self.text.strip()}"
 
 
+Turn = tuple[str, str]  # (role "user" | "assistant", text): an earlier turn of a conversation
+
+
 @dataclass(frozen=True)
 class Prompt:
     system: str
@@ -57,10 +60,19 @@ class Prompt:
     sources: tuple[Source, ...]
     question: str
     version: str = PROMPT_VERSION
+    # Earlier turns of a conversation, sent between the system block and the sources: the prefix a
+    # conversation shares from one turn to the next grows with it, which is what provider caches reuse.
+    history: tuple[Turn, ...] = ()
 
     def as_text(self) -> str:
         """The whole prompt as one text, for --show-prompt."""
-        return f"--- system ---\n{self.system}\n--- user ---\n{self.user}"
+        turns = "".join(f"--- {role} ---\n{text}\n" for role, text in self.history)
+        return f"--- system ---\n{self.system}\n{turns}--- user ---\n{self.user}"
+
+    def messages(self) -> list[dict[str, str]]:
+        """The chat messages after the system block: the earlier turns, then the sources and the question."""
+        return [{"role": role, "content": text} for role, text in self.history] + [
+            {"role": "user", "content": self.user}]
 
 
 def system_block() -> str:
@@ -73,10 +85,10 @@ def user_message(question: str, sources: Sequence[Source]) -> str:
     return f"Sources:\n\n{blocks}\n\n{QUESTION_LABEL}{question}"
 
 
-def build(question: str, sources: Sequence[Source]) -> Prompt:
+def build(question: str, sources: Sequence[Source], history: Sequence[Turn] = ()) -> Prompt:
     """The prompt for `question` with these sources, numbered 1..n in the order given."""
     numbered = tuple(_numbered(s, i) for i, s in enumerate(sources, start=1))
-    return Prompt(system_block(), user_message(question, numbered), numbered, question)
+    return Prompt(system_block(), user_message(question, numbered), numbered, question, history=tuple(history))
 
 
 def _numbered(source: Source, number: int) -> Source:

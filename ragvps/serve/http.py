@@ -66,6 +66,9 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
     from ragvps.serve.routes import add_routes
 
     add_routes(api, ready, settings)
+    from ragvps.serve.openai import add_openai_routes
+
+    add_openai_routes(api, ready, settings)  # /v1: OpenAI-compatible chat
     if mcp_server is not None:
         sub = mcp_server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True,
                                              transport_security=_mcp_security(), host=host)
@@ -76,7 +79,10 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
     if settings.serve.cors_origins:
         asgi = CORSMiddleware(asgi, allow_origins=list(settings.serve.cors_origins), allow_methods=["GET", "POST"],
                               allow_headers=["Authorization", "X-API-Key", "Content-Type"])
-    return HostOriginGuard(asgi, host, settings.serve.allowed_hosts, settings.serve.cors_origins)
+    asgi = HostOriginGuard(asgi, host, settings.serve.allowed_hosts, settings.serve.cors_origins)
+    from ragvps.serve.openai_shapes import OpenAIErrors
+
+    return OpenAIErrors(asgi)  # every error on /v1/* in OpenAI's shape, whichever layer answered it
 
 
 def serve(settings: Settings, host: str | None = None, port: int | None = None) -> None:

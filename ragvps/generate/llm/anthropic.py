@@ -4,7 +4,7 @@ layer ignores it); usage `cache_read_input_tokens` / `cache_creation_input_token
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ragvps.config import GenerateSettings
 from ragvps.generate.llm.base import Request, Stream, StreamError, sse_data
@@ -25,7 +25,7 @@ class AnthropicMessages:
             "max_tokens": settings.answer_reserve,
             "temperature": settings.temperature,
             "system": [{"type": "text", "text": fit.prompt.system, "cache_control": {"type": "ephemeral"}}],
-            "messages": [{"role": "user", "content": fit.prompt.user}],
+            "messages": _messages(fit),
             "stream": True,
         }
         headers = {"anthropic-version": API_VERSION}
@@ -58,3 +58,14 @@ class AnthropicMessages:
             elif kind == "error":
                 err = event.get("error") or {}
                 raise StreamError(f"{err.get('type', 'error')}: {err.get('message', '')}")
+
+
+def _messages(fit: Fit) -> list[dict[str, Any]]:
+    """The earlier turns, then the sources and the question; a second cache breakpoint ends the turns, so a
+    conversation's growing prefix is read from the cache on the next turn."""
+    messages: list[dict[str, Any]] = list(fit.prompt.messages())
+    if len(messages) > 1:
+        last = messages[-2]
+        messages[-2] = {"role": last["role"], "content": [{"type": "text", "text": last["content"],
+                                                           "cache_control": {"type": "ephemeral"}}]}
+    return messages

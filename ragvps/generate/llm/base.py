@@ -109,7 +109,7 @@ class LLM:
         if not self.model:
             raise GeneratorError(f"generator={self.name} needs a model: set generator_model "
                                  "(RAGVPS_GENERATOR_MODEL)", kind="config", settings=("generator_model",))
-        req = self.provider.request(fit, self.settings)
+        req = self.provider.request(fit, self.for_request(fit))
         url = self.url + req.path
         attempts = self.settings.retries + 1
         for attempt in range(attempts):
@@ -135,6 +135,15 @@ class LLM:
                         "and that the server is running", settings=("generator_url",)) from None
             self.sleep(_backoff(attempt))
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def for_request(self, fit: Fit) -> GenerateSettings:
+        """The settings with this request's answer reserve and temperature (a chat client may set both)."""
+        import dataclasses
+
+        temperature = self.settings.temperature if fit.temperature is None else fit.temperature
+        if (fit.reserve, temperature) == (self.settings.answer_reserve, self.settings.temperature):
+            return self.settings
+        return dataclasses.replace(self.settings, answer_reserve=fit.reserve, temperature=temperature)
 
     def _read(self, response: httpx.Response, on_token: Callable[[str], None]) -> Generation:
         import httpx

@@ -26,8 +26,7 @@ class OllamaChat:
     def request(self, fit: Fit, settings: GenerateSettings) -> Request:
         body = {
             "model": settings.model,
-            "messages": [{"role": "system", "content": fit.prompt.system},
-                         {"role": "user", "content": fit.prompt.user}],
+            "messages": [{"role": "system", "content": fit.prompt.system}, *fit.prompt.messages()],
             "stream": True,
             "keep_alive": self.keep_alive,
             # num_ctx is the budget's window, the same for every question: a changed num_ctx reloads the model

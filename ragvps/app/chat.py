@@ -1,0 +1,138 @@
+"""The chat use case: a conversation's messages in, an answer to its last question out, with no server state.
+
+The follow-up is made standalone first (one short, cached LLM call when a generator is configured; a cheap
+rule otherwise), then the ask use case answers it: the same retrieval, evidence gate, answer cache (keyed
+on the standalone question and the chunks sent) and citations. With an LLM, the earlier turns go into the
+prompt before the new sources. The answer ends with a short Markdown list of the sources it cites, which
+a client sends back with the next turn; it is taken off again here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ragvps.app.requests import Answer, AskRequest, ChatAnswer, ChatRequest
+from ragvps.errors import UsageError
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from ragvps.config import Settings
+    from ragvps.generate.prompt import Turn
+    from ragvps.generate.registry import Generator
+
+OnSources = Callable[[list[dict[str, Any]]], None]
+OnToken = Callable[[str], None]
+
+ROLES = ("user", "assistant", "system", "developer")  # system/developer: the client's own instructions, unused
+SOURCES_HEADING = "**Sources**"
+_FOOTER = re.compile(r"\n*\*\*Sources\*\*\n(?:- \[\d+\][^\n]*(?:\n|$))+\s*$")
+_MARKERS = re.compile(r"\s?\[\d{1,4}(?:\s*,\s*\d{1,4})*\]")
+
+
+class App(Protocol):
+    """What the chat use case needs of the App (ragvps.app.core.App)."""
+
+    settings: Settings
+
+    @property
+    def generator(self) -> Generator: ...
+
+    def connection(self) -> AbstractContextManager[psycopg.Connection]: ...
+
+    def ask(self, request: AskRequest, on_sources: OnSources | None = None,
+            on_token: OnToken | None = None) -> Answer: ...
+
+
+def conversation(messages: Sequence[tuple[str, str]]) -> tuple[list[Turn], str]:
+    """The earlier turns (user/assistant, alternating, source lists taken off) and the last user question."""
+    if not messages:
+        raise UsageError("messages is empty: send at least one message with role user")
+    for role, _ in messages:
+        if role not in ROLES:
+            raise UsageError(f"message role {role!r} is not one of: {', '.join(ROLES)}")
+    talk = [(role, text) for role, text in messages if role in ("user", "assistant")]
+    if not talk or talk[-1][0] != "user" or not talk[-1][1].strip():
+        raise UsageError("the last message must be the user's question (role user, with text)")
+    turns: list[Turn] = []
+    for role, text in talk[:-1]:
+        text = clean_turn(text) if role == "assistant" else text.strip()
+        if not text:
+            continue
+        if turns and turns[-1][0] == role:  # two turns of one role in a row read as one
+            turns[-1] = (role, turns[-1][1] + "\n\n" + text)
+        else:
+            turns.append((role, text))
+    if turns and turns[0][0] == "assistant":  # a conversation starts with the user (some providers insist)
+        turns.insert(0, ("user", "(earlier conversation)"))
+    return turns, talk[-1][1].strip()
+
+
+def clean_turn(text: str) -> str:
+    """An earlier answer as the model should see it: without its source list and its [n] markers, whose
+    numbers named that turn's sources, not this one's."""
+    return _MARKERS.sub("", _FOOTER.sub("", text)).strip()
+
+
+def source_list(citations: Sequence[dict[str, Any]]) -> str:
+    """The Markdown list a chat client shows under the answer: each cited source's path and heading."""
+    if not citations:
+        return ""
+    lines = [f"\n\n{SOURCES_HEADING}"]
+    for c in citations:
+        heading = f" \u203a {c['heading_path']}" if c.get("heading_path") else ""
+        lines.append(f"- [{c['number']}] `{c['path']}`{heading}")
+    return "\n".join(lines)
+
+
+def standalone(app: App, turns: Sequence[Turn], question: str, use_cache: bool,
+               history: bool = True) -> tuple[str, str, str, dict[str, int]]:
+    """(standalone question, how: none|rule|llm, rewrite cache hit|miss|off, the rewriting call's usage)."""
+    from ragvps.generate import rewrite
+
+    nothing = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0, "cache_creation_tokens": 0}
+    if not history or not any(role == "user" for role, _ in turns):
+        return question, "none", "off", nothing
+    gen = app.generator
+    if gen.extractive:
+        return rewrite.rule(turns, question), "rule", "off", nothing
+    from ragvps.generate import cache
+
+    fit = rewrite.rewrite_fit(turns, question, app.settings.generate)
+    use_cache = use_cache and app.settings.generate.cache
+    key = cache.key(fit.prompt.user, gen.name, gen.model, {"task": "rewrite", "version": rewrite.REWRITE_VERSION,
+                                                           "url": app.settings.generate.url}, [])
+    if use_cache:
+        with app.connection() as conn:
+            hit = cache.get(conn, key)
+        if hit is not None:
+            return str(hit["text"]), "llm", "hit", nothing
+    generation = gen.generate(fit, lambda _: None)
+    text = rewrite.clean(generation.text, question)
+    usage = nothing | asdict(generation.usage)
+    if use_cache:
+        with app.connection() as conn:
+            cache.put(conn, key, fit.prompt.user, gen.name, gen.model, [], {"text": text, "usage": usage},
+                      usage["prompt_tokens"], usage["completion_tokens"])
+    return text, "llm", "miss" if use_cache else "off", usage
+
+
+def chat(app: App, request: ChatRequest, on_sources: OnSources | None = None,
+         on_token: OnToken | None = None) -> ChatAnswer:
+    """Answer the conversation's last question; `on_token` also receives the source list at the end."""
+    turns, question = conversation(request.messages)
+    query, how, rewrite_cache, rewrite_usage = standalone(app, turns, question, request.use_cache, request.history)
+    with_turns = tuple(turns) if request.history and not app.generator.extractive else ()
+    ask = AskRequest(query, k=request.k, mode=request.mode, filters=request.filters, use_cache=request.use_cache,
+                     history=with_turns, temperature=request.temperature, max_tokens=request.max_tokens)
+    answer = app.ask(ask, on_sources, on_token)
+    footer = source_list(answer.citations)
+    if footer and on_token is not None:
+        on_token(footer)
+    usage = {name: answer.usage.get(name, 0) + rewrite_usage.get(name, 0)
+             for name in dict.fromkeys([*answer.usage, *rewrite_usage])}
+    return ChatAnswer(answer.answer + footer, answer, question, query, how, rewrite_cache, rewrite_usage, usage)

@@ -1,0 +1,88 @@
+"""`ragvps chat`: a conversation on the terminal, with the history kept in memory; Ctrl-D leaves.
+
+The same use case as /v1/chat/completions: each follow-up is made standalone before retrieval.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from ragvps.cli.common import err, flag_names, metadata_pairs, open_app
+from ragvps.errors import RagvpsError
+
+
+def chat(
+    ctx: typer.Context,
+    k: Annotated[int | None, typer.Option("--k", "-k", help="Chunks to retrieve (default: answer_chunks).")] = None,
+    mode: Annotated[str, typer.Option(help="hybrid | vector | keyword")] = "hybrid",
+    path_prefix: Annotated[str, typer.Option(help="Only chunks from source files whose path starts so.")] = "",
+    meta: Annotated[list[str] | None, typer.Option(
+        help="Only chunks whose document or chunk metadata has KEY=VALUE; repeatable.")] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the answer cache.")] = False,
+) -> None:
+    """Talk to the knowledge base: a question, then follow-ups that refer to it ("and how do I undo that?").
+
+    One question a line; the answer cites its sources [n] and lists them. Ctrl-D (end of input) leaves;
+    Ctrl-C stops the answer being written.
+    """
+    from ragvps.app import ChatRequest, Filters
+
+    filters = Filters(path_prefix, metadata_pairs(meta or []))
+    interactive = sys.stdin.isatty()
+    streaming = sys.stdout.isatty()
+    messages: list[tuple[str, str]] = []
+
+    def show(piece: str) -> None:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+
+    with flag_names({"mode": "--mode", "k": "--k"}), open_app(ctx) as app:
+        if interactive:
+            err.print("Ask a question; follow-ups may refer to earlier answers. Ctrl-D leaves.")
+        while True:
+            try:
+                if interactive:
+                    err.print("[bold]> [/bold]", end="")
+                line = sys.stdin.readline()
+            except KeyboardInterrupt:
+                break
+            if not line:  # Ctrl-D
+                break
+            question = line.strip()
+            if not question:
+                continue
+            request = ChatRequest((*messages, ("user", question)), k=k, mode=mode, filters=filters,
+                                  use_cache=not no_cache)
+            try:
+                answer = app.chat(request, on_token=show if streaming else None)
+            except KeyboardInterrupt:
+                err.print("\n(stopped; ask again, or Ctrl-D to leave)")
+                continue
+            except RagvpsError as exc:  # one bad turn does not end the conversation
+                if exc.kind not in ("usage", "too_long", "unavailable"):
+                    raise
+                err.print(f"[red]error:[/red] {escape(str(exc))}")
+                continue
+            typer.echo("" if streaming else answer.content)
+            notes = []
+            if answer.standalone != answer.question:
+                notes.append(f"searched for: {answer.standalone}")
+            a = answer.answer
+            notes.append(f"{a.generator}" + (f" {a.model}" if a.model and not a.extractive else "") +
+                         f"; cache {a.cache}")
+            if not a.extractive:
+                u = answer.usage
+                notes.append(f"{u['prompt_tokens']:,} prompt tokens ({u['cached_tokens']:,} cached), "
+                             f"{u['completion_tokens']:,} answer tokens")
+            err.print(escape("; ".join(notes)))
+            messages += [("user", question), ("assistant", answer.content)]
+    if interactive:
+        err.print("")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(chat)

@@ -1,0 +1,100 @@
+"""A follow-up question made standalone, so retrieval finds what "and how do I undo that?" refers to.
+
+With an LLM configured, one short call rewrites it (`rewrite_fit` is its prompt); without one, `rule` adds
+the salient terms of the earlier user turns to the last one. bench/chat_bench.py measures both against the
+last turn alone on bench/data/followups.jsonl.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from ragvps import tokens
+from ragvps.config import GenerateSettings
+from ragvps.generate import budget
+from ragvps.generate.prompt import Prompt, Turn
+
+REWRITE_VERSION = "1"  # part of the rewrite's cache key: bump when the prompt below changes
+REWRITE_TOKENS = 96  # the rewritten question's length at most
+TURN_CHARS = 1200  # of each earlier turn shown to the rewriter (long answers are cut)
+MAX_TURNS = 6  # earlier turns shown to the rewriter, the most recent ones
+MAX_TERMS = 12  # salient terms the rule adds
+
+SYSTEM = (
+    "You rewrite the last question of a conversation so that it can be understood without the conversation.\n"
+    "Replace pronouns and vague references (it, that, this, they, the same) with what they refer to in the "
+    "earlier turns. Keep the question's own words and language. If the question already stands alone, repeat "
+    "it unchanged. Reply with the rewritten question only: one line, no quotes, no explanation."
+)
+LABEL = "Last question: "
+
+# Words that say nothing about a topic: question words, pronouns, auxiliaries, the commonest verbs.
+_STOP = """
+a about above after again all also am an and any are as at be because been before being below between both but
+by can could did do does doing done down during each else few for from further get gets got had has have having
+he her here hers him his how i if in into is it its itself just let like me more most my no nor not now of off on
+once only or other our ours out over own same say says she should so some such than that the their theirs them
+then there these they this those through to too under until up very was we were what when where which while who
+whom why will with would you your yours yourself instead really still tell way ways thing things something
+use using used want need happen happens happened make makes else whether one two see mean means ok okay please
+thanks thank well yes
+"""
+STOPWORDS = frozenset(_STOP.split())
+_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-/]*[A-Za-z0-9]|[A-Za-z0-9]")
+
+
+def terms(text: str) -> list[str]:
+    """The words of a text that carry its topic, in order, each once (case folded)."""
+    seen: dict[str, None] = {}
+    for word in _WORD.findall(text):
+        w = word.casefold().strip(".-/")
+        if len(w) > 1 and w not in STOPWORDS and not w.isdigit():
+            seen.setdefault(w, None)
+    return list(seen)
+
+
+def rule(history: Sequence[Turn], question: str) -> str:
+    """The last question plus the salient terms of the earlier user turns (most recent first) that it lacks."""
+    have = set(terms(question))
+    extra: list[str] = []
+    for role, text in reversed(history):
+        if role != "user":
+            continue
+        for term in terms(text):
+            if term not in have and len(extra) < MAX_TERMS:
+                have.add(term)
+                extra.append(term)
+    return f"{question} ({' '.join(extra)})" if extra else question
+
+
+def transcript(history: Sequence[Turn], question: str) -> str:
+    lines = []
+    for role, text in list(history)[-MAX_TURNS:]:
+        text = " ".join(text.split())
+        if len(text) > TURN_CHARS:
+            text = text[:TURN_CHARS] + " ..."
+        lines.append(f"{'User' if role == 'user' else 'Assistant'}: {text}")
+    return "\n".join(lines) + f"\n\n{LABEL}{question}"
+
+
+def rewrite_fit(history: Sequence[Turn], question: str, settings: GenerateSettings) -> budget.Fit:
+    """The rewriting call's prompt: the system rule, then the conversation and its last question."""
+    encoding, window = budget.encoding_for(settings), budget.window_for(settings)
+    prompt = Prompt(SYSTEM, transcript(history, question), (), question, REWRITE_VERSION)
+    n = budget.count_prompt(prompt, encoding)
+    return budget.Fit(prompt, n, tokens.count_llm(SYSTEM, encoding), window, REWRITE_TOKENS, encoding, {}, 0.0)
+
+
+def clean(reply: str, question: str) -> str:
+    """The rewriter's reply as one question; the original when the reply is empty or runs on."""
+    text = reply.strip()
+    if text.lower().startswith(LABEL.strip().lower()):
+        text = text[len(LABEL.strip()):]
+    for prefix in ("standalone question:", "rewritten question:", "question:"):
+        if text.lower().startswith(prefix):
+            text = text[len(prefix):]
+    text = " ".join(text.strip().strip('"\u201c\u201d\'').split())
+    if not re.search(r"\w", text) or len(text) > max(600, 4 * len(question)):
+        return question
+    return text

@@ -1,0 +1,155 @@
+"""The OpenAI-compatible API: GET /v1/models and POST /v1/chat/completions (JSON, or SSE chunks with
+`stream: true`), so Open WebUI, LibreChat, Continue or the OpenAI SDK can use the knowledge base with a base
+URL and a key. The request's `messages` are the whole conversation; the chat use case answers its last turn.
+Keys, body limits and Host/Origin rules are the server's middleware, as for every route; errors come back in
+OpenAI's shape (serve.openai_shapes.OpenAIErrors).
+"""
+
+# No `from __future__ import annotations` here: FastAPI reads the request model from the annotations.
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ragvps.config import Settings
+from ragvps.serve import openai_shapes as oa
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": oa.OpenAIErrorOut, "description": "The request is not valid, or too long."},
+    401: {"model": oa.OpenAIErrorOut, "description": "An API key is needed, or the one sent is not valid."},
+    404: {"model": oa.OpenAIErrorOut, "description": "No such model: /v1/models lists the knowledge base."},
+    409: {"model": oa.OpenAIErrorOut, "description": "The index was built with another embedding model."},
+    500: {"model": oa.OpenAIErrorOut, "description": "A setting is wrong, or an unexpected failure (server_error)."},
+    503: {"model": oa.OpenAIErrorOut, "description": "Not ready, the database or the LLM is unreachable, or "
+                                                  "request_timeout passed."},
+}
+_END = object()
+
+
+class _ClientGone(Exception):
+    pass
+
+
+def add_openai_routes(api: Any, ready: Any, settings: Settings) -> None:
+    from fastapi.responses import JSONResponse
+
+    from ragvps.app import jsonable
+    from ragvps.serve.common import guarded, in_thread
+
+    timeout = float(settings.serve.request_timeout)
+    started = int(time.time())
+
+    @api.get("/v1/models", response_model=oa.ModelListOut, responses=ERRORS, tags=["openai"],
+             summary="The knowledge bases served, as OpenAI's model list")
+    async def models() -> Any:
+        return {"object": "list", "data": [oa.model_card(started)]}
+
+    @api.get("/v1/models/{model}", response_model=oa.ModelOut, responses=ERRORS, tags=["openai"],
+             summary="One knowledge base, as OpenAI's model object")
+    async def one_model(model: str) -> Any:
+        if model != oa.MODEL:
+            return JSONResponse(_no_model(model), status_code=404)
+        return oa.model_card(started)
+
+    @api.post("/v1/chat/completions", response_model=oa.CompletionOut, tags=["openai"],
+              responses=ERRORS | {200: {"description": "The completion; with stream: true, Server-Sent Events of "
+                                                       "chat.completion.chunk objects, then `data: [DONE]`.",
+                                        "content": {"text/event-stream": {"schema": {"type": "string"}}}}},
+              summary="OpenAI-compatible chat: an answer to the last message, retrieved with the conversation")
+    @guarded
+    async def chat_completions(body: oa.ChatIn) -> Any:
+        if body.model != oa.MODEL:
+            return JSONResponse(_no_model(body.model), status_code=404)
+        app = ready.get()
+        request = _request(body, settings)
+        if body.stream:
+            from starlette.responses import StreamingResponse
+
+            from ragvps.serve.stream import SSE_HEADERS
+
+            include = bool(body.stream_options and body.stream_options.include_usage)
+            return StreamingResponse(_chunks(app, request, timeout, include, jsonable),
+                                     media_type="text/event-stream", headers=SSE_HEADERS)
+        answer = await in_thread(lambda: app.chat(request), timeout)
+        cid, created = oa.new_id()
+        return JSONResponse(oa.completion(answer, cid, created, jsonable))
+
+
+def _no_model(model: str) -> dict[str, Any]:
+    return oa.error(404, f"The model {model!r} does not exist: this server serves one knowledge base, "
+                         f"{oa.MODEL!r} (GET /v1/models)", "model_not_found", "model")
+
+
+def _request(body: oa.ChatIn, settings: Settings) -> Any:
+    from ragvps.app import ChatRequest, Filters
+
+    max_tokens = body.max_completion_tokens or body.max_tokens
+    messages = tuple((m.role, m.text()) for m in body.messages)
+    return ChatRequest(messages, filters=Filters(), temperature=body.temperature, max_tokens=max_tokens)
+
+
+async def _chunks(app: Any, request: Any, timeout: float, include_usage: bool, jsonable: Any) -> AsyncIterator[bytes]:
+    """The answer as chat.completion.chunk events: the role, the text as it comes, the end with the
+    `ragvps` field, the usage (on request), `[DONE]`; an error after the start is one `error` event."""
+    from ragvps.serve.common import error_body
+    from ragvps.serve.openai_shapes import translate
+
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    gone = threading.Event()
+    cid, created = oa.new_id()
+
+    def put(item: Any) -> None:
+        loop.call_soon_threadsafe(queue.put_nowait, item)
+
+    def on_token(text: str) -> None:
+        if gone.is_set():
+            raise _ClientGone
+        put(("token", text))
+
+    def work() -> None:
+        try:
+            put(("done", app.chat(request, on_token=on_token)))
+        except _ClientGone:
+            pass
+        except BaseException as exc:
+            put(("error", translate(*error_body(exc))))
+        finally:
+            put(_END)
+
+    threading.Thread(target=work, name="ragvps-chat", daemon=True).start()
+    deadline = time.monotonic() + timeout
+    yield oa.chunk(cid, created, {"role": "assistant", "content": ""}, include_usage=include_usage)
+    try:
+        while True:
+            try:
+                item = await asyncio.wait_for(queue.get(), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                gone.set()
+                yield _event(oa.error(503, f"the answer took longer than {timeout:g} s (setting request_timeout)",
+                                   "timeout"))
+                return
+            if item is _END:
+                return
+            what, value = item
+            if what == "token":
+                yield oa.chunk(cid, created, {"content": value}, include_usage=include_usage)
+            elif what == "error":
+                yield _event(value[1])
+                return
+            else:
+                yield oa.chunk(cid, created, {}, "stop", include_usage=include_usage,
+                               ragvps=oa.extra(value, jsonable))
+                if include_usage:
+                    yield oa.chunk(cid, created, None, usage=oa.usage_of(value.usage))
+                yield b"data: [DONE]\n\n"
+    finally:
+        gone.set()
+
+
+def _event(body: dict[str, Any]) -> bytes:
+    import json
+
+    return b"data: " + json.dumps(body).encode() + b"\n\n"

@@ -1,0 +1,202 @@
+"""OpenAI's chat API shapes for /v1: the request body, the completion and its chunks, the error object, and
+the ASGI wrapper that answers every /v1 error in OpenAI's shape (so its SDKs raise their typed errors)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ragvps.serve.auth import ASGIApp, Scope
+from ragvps.serve.schemas import MAX_QUERY_CHARS
+
+MODEL = "ragvps"  # the one knowledge base a server serves, as /v1/models lists it
+PREFIX = "/v1/"
+
+# (type, code) by status, as OpenAI answers them. A too-long request is a 400 there (context_length_exceeded),
+# which the SDK raises as BadRequestError; the ragvps routes answer 413 for a body over max_body_bytes.
+ERROR_TYPES: dict[int, tuple[str, str | None]] = {
+    400: ("invalid_request_error", None), 401: ("invalid_request_error", "invalid_api_key"),
+    403: ("permission_error", None), 404: ("invalid_request_error", "not_found"),
+    409: ("invalid_request_error", "conflict"), 413: ("invalid_request_error", "context_length_exceeded"),
+    429: ("rate_limit_error", "rate_limit_exceeded"), 503: ("server_error", "service_unavailable"),
+}
+KIND_CODES = {"too_long": "context_length_exceeded", "config": "server_misconfigured",
+              "unavailable": "service_unavailable"}
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+    type: str
+    text: str | None = Field(None, max_length=MAX_QUERY_CHARS)
+
+
+class MessageIn(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart] | None = Field(None, description="Text, or content parts (only text is read).")
+
+    def text(self) -> str:
+        if isinstance(self.content, list):
+            return "\n".join(p.text for p in self.content if p.type in ("text", "input_text") and p.text)
+        return self.content or ""
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+    include_usage: bool = False
+
+
+class ChatIn(BaseModel):
+    """OpenAI's chat completion request; fields it has and ragvps does not use (top_p, stop, user, ...) are
+    accepted and ignored."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    model: str = Field(description=f"The knowledge base: {MODEL!r} (GET /v1/models).")
+    messages: list[MessageIn] = Field(min_length=1, max_length=1000,
+                                      description="The whole conversation so far; the last is the user's question.")
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    temperature: float | None = Field(None, ge=0, le=2, description="Passed to the configured LLM.")
+    max_tokens: int | None = Field(None, ge=1, le=1_000_000, description="The answer's length at most.")
+    max_completion_tokens: int | None = Field(None, ge=1, le=1_000_000, description="The same as max_tokens.")
+    n: int | None = Field(None, ge=1, le=1, description="One answer per request.")
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class OpenAIErrorOut(BaseModel):
+    error: ErrorDetail
+
+
+class ModelOut(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str
+
+
+class ModelListOut(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelOut]
+
+
+class CompletionOut(BaseModel):
+    """OpenAI's chat completion, plus `ragvps`: citations, sources and what was retrieved (clients ignore it)."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    choices: list[dict[str, Any]]
+    usage: dict[str, Any]
+    ragvps: dict[str, Any]
+
+
+def error(status: int, message: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
+    kind, default = ERROR_TYPES.get(status, ("server_error" if status >= 500 else "invalid_request_error", None))
+    return {"error": {"message": message, "type": kind, "param": param, "code": code or default}}
+
+
+def translate(status: int, body: Any) -> tuple[int, dict[str, Any]]:
+    """A ragvps `{error, kind}` answer as OpenAI's (status, body); one already in OpenAI's shape is kept."""
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return status, body
+    message = body.get("error") if isinstance(body, dict) else None
+    kind = body.get("kind") if isinstance(body, dict) else None
+    code = KIND_CODES.get(str(kind)) if kind else None
+    if status == 413:
+        status = 400
+    return status, error(status, str(message or "request failed"), code)
+
+
+def model_card(created: int) -> dict[str, Any]:
+    return {"id": MODEL, "object": "model", "created": created, "owned_by": "ragvps"}
+
+
+def new_id() -> tuple[str, int]:
+    return "chatcmpl-" + uuid.uuid4().hex[:24], int(time.time())
+
+
+def usage_of(usage: dict[str, int]) -> dict[str, Any]:
+    p, c = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
+    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
+            "prompt_tokens_details": {"cached_tokens": int(usage.get("cached_tokens", 0))}}
+
+
+def extra(chat: Any, jsonable: Callable[[Any], Any]) -> dict[str, Any]:
+    """The one extra top-level field: the answer's citations and sources, and how the question was read."""
+    answer = {k: v for k, v in jsonable(chat.answer).items() if k != "answer"}
+    return {"question": chat.question, "standalone_question": chat.standalone, "rewrite": chat.rewrite,
+            "rewrite_cache": chat.rewrite_cache, "rewrite_usage": chat.rewrite_usage, **answer, "usage": chat.usage}
+
+
+def completion(chat: Any, cid: str, created: int, jsonable: Callable[[Any], Any]) -> dict[str, Any]:
+    return {"id": cid, "object": "chat.completion", "created": created, "model": MODEL, "system_fingerprint": None,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": chat.content, "refusal": None},
+                         "logprobs": None, "finish_reason": "stop"}],
+            "usage": usage_of(chat.usage), "ragvps": extra(chat, jsonable)}
+
+
+def chunk(cid: str, created: int, delta: dict[str, Any] | None, finish: str | None = None,
+          include_usage: bool = False, **more: Any) -> bytes:
+    """One `data:` line of a streamed completion; `delta=None` is the usage chunk (no choices)."""
+    body: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": MODEL,
+                            "system_fingerprint": None,
+                            "choices": [] if delta is None else [{"index": 0, "delta": delta, "logprobs": None,
+                                                                  "finish_reason": finish}]}
+    if include_usage:
+        body["usage"] = None
+    body.update(more)
+    return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
+
+
+class OpenAIErrors:
+    """ASGI wrapper: an error answer on /v1/* (from a route or any middleware: keys, body limit, Host checks)
+    is rewritten into OpenAI's `{"error": {message, type, param, code}}`, with 413 answered as 400."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Any]],
+                       send: Callable[[Any], Awaitable[None]]) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(PREFIX):
+            await self.app(scope, receive, send)
+            return
+        held: dict[str, Any] = {}
+        parts: list[bytes] = []
+
+        async def rewrite(message: Any) -> None:
+            if message["type"] == "http.response.start" and message["status"] >= 400:
+                held.update(message)
+                return
+            if not held or message["type"] != "http.response.body":
+                await send(message)
+                return
+            parts.append(message.get("body", b""))
+            if message.get("more_body", False):
+                return
+            try:
+                body: Any = json.loads(b"".join(parts) or b"{}")
+            except ValueError:
+                body = {"error": b"".join(parts).decode("utf-8", "replace")[:500] or "request failed"}
+            status, out = translate(held["status"], body)
+            data = json.dumps(out).encode()
+            headers = [(k, v) for k, v in held.get("headers", []) if k.lower() not in (b"content-length",
+                                                                                      b"content-type")]
+            await send({"type": "http.response.start", "status": status,
+                        "headers": [*headers, (b"content-type", b"application/json"),
+                                    (b"content-length", str(len(data)).encode())]})
+            await send({"type": "http.response.body", "body": data})
+
+        await self.app(scope, receive, rewrite)

@@ -1,0 +1,124 @@
+"""/v1/chat/completions with an LLM configured (the stand-in in tests/llm_server.py), through the official
+`openai` SDK against a real `ragvps serve`: the follow-up rewriting call (cached, counted in usage), earlier
+turns before the new sources in the prompt, temperature and max_tokens passed through, the answer cache."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from llm_server import REWRITE_SYSTEM, FakeLLM
+from serve_server import Server
+
+openai = pytest.importorskip("openai", reason="the openai SDK is a test dependency: pip install -e '.[test]'")
+
+FIRST = "what happens when I run ingest twice?"
+FOLLOW_UP = "and how do I undo that?"
+
+
+@pytest.fixture(scope="module")
+def llm_srv(serve_env: dict[str, str], llm_server: FakeLLM, tmp_path_factory: pytest.TempPathFactory,
+            ) -> Iterator[Server]:
+    env = serve_env | {"RAGVPS_GENERATOR": "openai", "RAGVPS_GENERATOR_URL": llm_server.url + "/v1",
+                       "RAGVPS_GENERATOR_MODEL": "gpt-4o-mini", "RAGVPS_GENERATOR_API_KEY": "sk-test-0123456789",
+                       "RAGVPS_GENERATOR_RETRIES": "0"}
+    srv = Server(env, tmp_path_factory.mktemp("chat-llm") / "serve.log", key=None).start()
+    yield srv
+    srv.stop()
+
+
+def client(server: Server) -> Any:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused-0123456789abcdef", max_retries=0, timeout=60)
+
+
+def extra(completion: Any) -> dict[str, Any]:
+    return dict((completion.model_extra or {})["ragvps"])
+
+
+def conversation(server: Server, first_answer: str | None = None) -> list[dict[str, str]]:
+    if first_answer is None:
+        done = client(server).chat.completions.create(model="ragvps", messages=[{"role": "user", "content": FIRST}])
+        first_answer = done.choices[0].message.content
+    return [{"role": "user", "content": FIRST}, {"role": "assistant", "content": first_answer},
+            {"role": "user", "content": FOLLOW_UP}]
+
+
+def test_a_first_turn_is_one_llm_call_with_its_usage(llm_srv: Server, llm: FakeLLM):
+    done = client(llm_srv).chat.completions.create(model="ragvps", messages=[{"role": "user", "content": FIRST}],
+                                                   extra_body={"temperature": 0.3})
+    calls = llm.llm_requests()
+    assert len(calls) == 1 and not calls[0]["system"].startswith(REWRITE_SYSTEM)
+    info = extra(done)
+    assert info["extractive"] is False and info["rewrite"] == "none" and info["answered"]
+    assert "**Sources**" in done.choices[0].message.content
+    assert done.usage.prompt_tokens == calls[0]["prompt_tokens"] and done.usage.completion_tokens > 0
+
+
+def test_a_follow_up_is_rewritten_once_and_the_rewrite_is_cached_and_counted(llm_srv: Server,
+                                                                              llm: FakeLLM):
+    messages = conversation(llm_srv)
+    llm.requests.clear()
+    done = client(llm_srv).chat.completions.create(model="ragvps", messages=messages)
+    calls = llm.llm_requests()
+    assert [c["system"].startswith(REWRITE_SYSTEM) for c in calls] == [True, False]
+    rewrite, answer = calls
+    assert FIRST in rewrite["user"] and rewrite["user"].rstrip().endswith(FOLLOW_UP)
+    assert "**Sources**" not in rewrite["user"]  # the earlier answer's source list is taken off
+    info = extra(done)
+    assert info["rewrite"] == "llm" and info["rewrite_cache"] == "miss"
+    assert info["standalone_question"] == f"{FOLLOW_UP} (following: {FIRST})"
+    assert answer["user"].endswith("Question: " + info["standalone_question"])
+    # the earlier turns come before the new sources, the answer without its [n] markers and source list
+    sent = answer["body"]["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "user"]
+    assert sent[1]["content"] == FIRST and "[1]" not in sent[2]["content"] and "**Sources**" not in sent[2]["content"]
+    assert sent[3]["content"].startswith("Sources:")
+    assert done.usage.prompt_tokens == rewrite["prompt_tokens"] + answer["prompt_tokens"]
+    assert info["rewrite_usage"]["prompt_tokens"] == rewrite["prompt_tokens"]
+
+    llm.requests.clear()
+    again = client(llm_srv).chat.completions.create(model="ragvps", messages=messages)
+    assert llm.llm_requests() == []  # the rewrite and the answer both from the cache
+    info = extra(again)
+    assert info["rewrite_cache"] == "hit" and info["cache"] == "hit"
+    assert again.choices[0].message.content == done.choices[0].message.content
+    assert again.usage.prompt_tokens == 0
+
+
+def test_temperature_and_max_tokens_pass_through(llm_srv: Server, llm: FakeLLM):
+    c = client(llm_srv)
+    c.chat.completions.create(model="ragvps", messages=[{"role": "user", "content": FIRST}], temperature=0.7,
+                              max_tokens=100)
+    body = llm.llm_requests()[-1]["body"]
+    assert body["temperature"] == 0.7 and body["max_tokens"] == 100
+    c.chat.completions.create(model="ragvps", messages=[{"role": "user", "content": FIRST}],
+                              max_completion_tokens=77, temperature=0.7)
+    assert llm.llm_requests()[-1]["body"]["max_tokens"] == 77  # another length: another cache key, another call
+    n = len(llm.llm_requests())
+    c.chat.completions.create(model="ragvps", messages=[{"role": "user", "content": FIRST}], temperature=0.7,
+                              max_tokens=100)
+    assert len(llm.llm_requests()) == n  # the same settings again: the answer cache
+
+
+def test_a_streamed_follow_up_says_what_the_whole_one_says(llm_srv: Server, llm: FakeLLM):
+    messages = conversation(llm_srv)
+    whole = client(llm_srv).chat.completions.create(model="ragvps", messages=messages)
+    chunks = list(client(llm_srv).chat.completions.create(model="ragvps", messages=messages, stream=True,
+                                                          stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    assert chunks[-1].usage is not None
+
+
+def test_a_failing_llm_is_an_openai_error_with_its_status(llm_srv: Server, llm: FakeLLM, tmp_path: Path):
+    llm.fail(500, "upstream broke")
+    with pytest.raises(openai.InternalServerError) as caught:
+        client(llm_srv).chat.completions.create(model="ragvps", messages=[{"role": "user", "content": FIRST}],
+                                                temperature=1.1)  # a new cache key: the LLM is asked
+    assert caught.value.status_code == 503 and caught.value.body["type"] == "server_error"  # type: ignore[index]
+    llm.fail(500, "upstream broke")
+    with pytest.raises(openai.APIError):  # after the stream started: one error event, which the SDK raises
+        list(client(llm_srv).chat.completions.create(
+            model="ragvps", messages=[{"role": "user", "content": FIRST}], temperature=1.2, stream=True))
