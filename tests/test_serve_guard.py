@@ -89,8 +89,11 @@ def test_a_rebinding_name_gets_no_data_on_any_route(open_server: Server):
         assert c.post("/search", json={"query": QUESTION}).status_code == 200  # keyless: loopback is open
         forbidden(c.post("/search", json={"query": QUESTION}, headers=bad), "allowed_hosts", "attacker.example")
         forbidden(c.post("/ask", json={"question": QUESTION}, headers=bad))
-        for path in ("/health", "/stats", "/", "/docs", "/openapi.json", "/nowhere", "/v1/models"):
+        for path in ("/health", "/stats", "/", "/docs", "/openapi.json", "/nowhere"):
             forbidden(c.get(path, headers=bad))
+        refused = c.get("/v1/models", headers=bad)  # /v1/* answers in OpenAI's error shape, for its SDK
+        assert refused.status_code == 403 and refused.json()["error"]["type"] == "permission_error", refused.text
+        assert "allowed_hosts" in refused.json()["error"]["message"]
         forbidden(c.post("/mcp", json=mcp_init, headers=bad | {"Accept": "application/json, text/event-stream"}))
         ok = c.post("/mcp", json=mcp_init, headers={"Accept": "application/json, text/event-stream"})
         assert ok.status_code == 200, ok.text
