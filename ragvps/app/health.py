@@ -26,23 +26,20 @@ def health(settings: Settings, connections: Connections) -> Health:
     from ragvps.db import store
     from ragvps.db.database import driver_errors
 
-    for attempt in (1, 2):  # a second time on a fresh connection: the side connection may predate a restart
-        pool = connections.stats()
-        stuck = pool_problem(pool)
-        connected = False
-        try:
-            with driver_errors(settings), connections.probe() as conn:
-                connected = True
-                eset = store.active_set(conn)
-                chunks = store.chunk_count(conn)
-            break
-        except RagvpsError as exc:
-            if not connected:  # the database cannot be reached (down, restarting, refusing)
-                return Health(False, False, error="; ".join(filter(None, [str(exc), stuck])), pool=pool)
-            if attempt == 2:
-                slow = ("the database answers, but reading the chunks did not finish within a few seconds (a lock "
-                        f"or a long query holds them): {exc}")
-                return Health(False, True, error="; ".join(filter(None, [stuck, slow])), pool=pool)
+    connected = False
+    try:
+        with driver_errors(settings), connections.probe() as conn:
+            connected = True
+            eset = store.active_set(conn)
+            chunks = store.chunk_count(conn)
+    except RagvpsError as exc:
+        stuck = pool_problem(pool := connections.stats())
+        if not connected:  # the database cannot be reached (down, restarting, refusing)
+            return Health(False, False, error="; ".join(filter(None, [str(exc), stuck])), pool=pool)
+        slow = ("the database answers, but reading the chunks did not finish within a few seconds (a lock or a "
+                f"long query holds them): {exc}")
+        return Health(False, True, error="; ".join(filter(None, [stuck, slow])), pool=pool)
+    stuck = pool_problem(pool := connections.stats())  # after the check: a stall has grown meanwhile
     if stuck:
         return Health(False, True, eset is None, chunks=chunks, error=stuck, pool=pool)
     if eset is None:

@@ -154,7 +154,12 @@ class PooledConnections:
         import psycopg
 
         with self._probe_lock:
-            if self._probe is None or self._probe.closed or self._probe.broken:
+            if self._probe is not None:
+                try:  # one cheap round trip: a connection from before a restart is replaced now, not reported
+                    self._probe.execute("SELECT 1")
+                except psycopg.Error:
+                    self._probe.close()
+            if self._probe is None or self._probe.closed:
                 self._probe = None
                 try:
                     self._probe = psycopg.connect(self._url, connect_timeout=PROBE_CONNECT_S,
