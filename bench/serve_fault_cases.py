@@ -178,8 +178,9 @@ def under(case: Case, url: str, fault: Any, baseline_p95: float, before_s: float
     case.p95_after = p95([s.latency for s in samples if s.at >= fault_end + 5])
     case.outcomes = dict(Counter(f"{s.status} {s.kind}".strip() if s.status != 200 else "200" for s in samples))
     case.slowest = max(s.latency for s in samples)
-    wrong = [text for text, _ in said if not text.startswith("200")]
-    case.health = (f"{len(wrong)} of {len(said)} not 200, the last: {wrong[-1]}" if wrong
+    wrong = Counter(text[:80] for text, _ in said if not text.startswith("200"))  # each kind of answer, in order
+    case.health = (f"{sum(wrong.values())} of {len(said)} not 200: "
+                   + "; ".join(f"{n} x {text}" for text, n in wrong.items()) if wrong
                    else f"{len(said)} of {len(said)} {said[0][0]}") if said else "not asked"
     case.health_slowest = max((took for _, took in said), default=0.0)
     case.recovery_s = recovery(samples, fault_end, max(1.5 * baseline_p95, baseline_p95 + 0.02))
