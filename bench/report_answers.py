@@ -1,0 +1,122 @@
+"""bench/answer_quality.py's section of bench/RESULTS.md: the figures before and after on the evaluation half,
+the gate's cost, the signals' power, the held-out trade-off curve and how the defaults were chosen."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+from typing import Any
+
+import answer_quality as aq
+import answer_signals as signals
+
+ROWS = [
+    ("answerable (SciFact claims, gold abstracts ingested): answered", "answerable", "answered", ">= 0.90"),
+    ("answerable: a gold abstract cited (of all answerable)", "answerable", "gold_cited", ">= 0.85"),
+    ("answerable: citation precision", "answerable", "citation_precision", "-"),
+    ("on-topic unanswerable (gold abstracts in the other half): refused", "unanswerable", "refused", ">= 0.60"),
+    ("off topic: chroma questions (not its biomedical document's) on SciFact: refused", "off_topic_scifact",
+     "refused", ">= 0.95"),
+    ("off topic: SciFact claims on chroma without its biomedical document: refused", "off_topic_chroma", "refused",
+     ">= 0.95"),
+    ("(biomedical, on topic) chroma's PubMed questions on SciFact: refused", "biomedical_scifact", "refused", "-"),
+    ("(as the issue first defined it) SciFact claims on all of chroma, PubMed included: refused", "claims_chroma",
+     "refused", "-"),
+    ("chroma questions on chroma: answered", "quotes", "answered", "-"),
+    ("chroma: gold document cited", "quotes", "gold_cited", "-"),
+    ("chroma: quote span precision (characters)", "quotes", "span_precision", "2x before"),
+    ("chroma: quote span recall (characters)", "quotes", "span_recall", "-"),
+    ("chroma: quotes per answer", "quotes", "quotes_per_answer", "-"),
+    ("chroma: answer latency p50, ms", "quotes", "ms_p50", "-"),
+]
+
+
+def section(results: dict[str, dict[str, dict[str, float]]], args: argparse.Namespace,
+            load_before: tuple[float, float, float], start: str, end: str) -> str:
+    from ragvps.config import Settings
+    from ragvps.generate import extractive as ex
+    from ragvps.retrieve import evidence
+
+    b, a = results["before"], results["after"]
+    calib = {n: len(qs) for n, (_, qs) in aq.question_sets("calib").items()}
+
+    def fig(d: dict[str, dict[str, float]], s: str, k: str) -> str:
+        return f"{d[s][k]:.2f}" if s in d and k in d[s] else "-"
+
+    threshold = Settings().generate.min_evidence
+    lines = [
+        start, "## answer_quality: refusing, answering, quoting (issue 18)", "",
+        f"`python bench/answer_quality.py` ({datetime.date.today().isoformat()}; {platform.node()}, "
+        f"{os.cpu_count()} cores, shared: load average {load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after). "
+        f"Extractive generator (the default), local model (all-MiniLM-L6-v2 int8). `before` is {args.baseline} "
+        "(a396595, the code before this issue), `after` this checkout at its defaults (answer_min_evidence "
+        f"{threshold}, extractive floor {ex.FLOOR}); both real runs on the same databases.", "",
+        "**Data.** SciFact: the even lines of scifact-dev's corpus (2,592 abstracts, all of them, 5,724 chunks) are "
+        "ingested; claims whose gold abstracts all lie in that half are answerable, claims whose gold abstracts all "
+        "lie in the odd half are on topic but unanswerable. Chroma: chroma_chunking's 5 documents (2,122 chunks); "
+        "its 472 questions with reference excerpts. **Every question the data gives is used, split in two fixed "
+        "halves** by crc32 of the question id: the calibration half ("
+        + ", ".join(f"{n} {v}" for n, v in calib.items())
+        + ") chose every threshold and weight; **the figures below are the other, evaluation half** (counts in "
+        "the last column). One correction to the issue's off-topic sets: chroma_chunking has a PubMed document, "
+        "whose questions are biomedical (SciFact's topic) and on which SciFact claims are on topic; the goal rows "
+        "leave it out (a 4-document chroma database, `db_chroma_other`), and the rows in parentheses report the "
+        "sets as first defined.", "",
+        "| figure | before | after | goal | questions before / after |", "|---|---|---|---|---|",
+    ]
+    for label, s, k, goal in ROWS:
+        n = f"{b.get(s, {}).get('n', 0):.0f} / {a.get(s, {}).get('n', 0):.0f}"
+        lines.append(f"| {label} | {fig(b, s, k)} | {fig(a, s, k)} | {goal} | {n} |")
+    lines += ["", "`before` on the sets it should refuse is bounded in time (it has no gate and refuses nothing); the "
+                  "quote rows compare the questions both versions asked."]
+    lines += gate_lines()
+    rows = signals.load(aq.OUT, list(aq.SETS))
+    if rows:
+        sc = [r["sentence_ms"] for r in rows.get("answerable", []) + rows.get("unanswerable", []) if r["sentence_ms"]]
+        sc.sort()
+        lines += ["", "**Signals.** Recorded once per question (`--signals`, retrieval only): how well each, alone "
+                      "(the best of the 8 hits), tells an answerable claim from an on-topic unanswerable one (AUC: "
+                      "0.5 is chance), on both halves:", ""] + signals.signal_table(rows)
+        if sc:
+            counts = sorted(r["sentences_embedded"] for r in rows["answerable"] if r["sentence_ms"])
+            lines += ["", f"The best query-sentence cosine needs the top 3 chunks' sentences embedded at query time "
+                          f"(median {counts[len(counts) // 2]} sentences): {sc[len(sc) // 2]:.0f} ms p50 on this "
+                          "machine while it was shared "
+                          f"({len(sc)} questions), against the gate's budget of 5 ms, and it separates no better than "
+                          "the chunk cosine the vector leg already has; it stays in the extractive answer, which "
+                          "embeds the sentences anyway. Weighted means of cosine, terms, sentence terms, rare terms "
+                          "and margin (a grid of weights, fitted on the calibration half) moved on-topic refusal by at "
+                          "most ~0.05 at a fixed answerable rate, within the sampling error of ~180 questions, and the "
+                          "margin lets more off-topic questions through: none was worth its cost. The evidence stays "
+                          f"{evidence.WEIGHTS['cosine']} x cosine + {evidence.WEIGHTS['terms']} x terms."]
+    curve = {n: aq.jsonl(aq.OUT / f"curve-{n}.jsonl") for n in aq.SETS if (aq.OUT / f"curve-{n}.jsonl").exists()}
+    if curve:
+        questions = {n: qs for n, (_, qs) in aq.question_sets("eval").items()}
+        lines += ["", "**The trade-off on held-out questions** (the evaluation half, run once with the gate at "
+                      f"{aq.LOW_GATE} and its records replayed at each threshold: exact, since a higher threshold only "
+                      f"sends fewer of the same chunks; the default row matches the real run above):", ""]
+        lines += signals.answer_curve(curve, questions, aq.score)
+    lines += ["", CHOICE, end]
+    return "\n".join(lines)
+
+
+CHOICE = ("**How the defaults were chosen** (on the calibration half only, `--calibrate`): the rule, fixed before "
+          "looking at the evaluation half, was the highest on-topic refusal among the settings that answer >= 0.91 of "
+          "the answerable claims and refuse >= 0.95 of both off-topic sets. See docs/answers.md.")
+
+
+def gate_lines() -> list[str]:
+    path = aq.OUT / "gate-cost.json"
+    if not path.exists():
+        return []
+    g: dict[str, Any] = json.loads(path.read_text())
+    return ["", f"**The gate's cost** (`flock -x /work/quiet.lock python bench/answer_quality.py --gate-cost`, load "
+                f"{g.get('load', 0):.1f}; chroma questions, {g['n']:.0f}): the hits' details query with the evidence "
+                f"columns against the same query without them (what search ran before), plus combining and filtering: "
+                f"PostgreSQL execution p50 +{g['server_p50']:.2f} ms ({g['server_details_p50']:.2f} -> "
+                f"{g['server_evidence_p50']:.2f} ms, p95 {g['server_evidence_p95']:.2f} ms); wall clock p50 "
+                f"{g['wall_details_p50']:.2f} ms without the columns, {g['wall_evidence_p50']:.2f} ms with them "
+                f"(+{g['wall_p50']:.2f} ms). Goal: <= 5 ms p50."]
