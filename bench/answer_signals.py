@@ -273,26 +273,26 @@ LABELS = {"cosine": "query-chunk cosine (mapped 0.15..0.75)", "terms": "IDF shar
 
 def signal_table(rows: dict[str, list[dict[str, Any]]]) -> list[str]:
     """Each signal's power to tell answerable from on-topic unanswerable (AUC, best hit per question), per half,
-    and its median per set (the off-topic sets too)."""
+    and its median per set (the off-topic sets too). The sentence cosine counts only the questions whose
+    sentences were embedded (the answerable and unanswerable ones, while the machine allowed)."""
     import numpy as np
+    from answer_quality import calibration
 
-    halves = {h: split(rows, h) for h in ("calib", "eval")}
-    embedded = {n: [bool(r["sentence_cosines"]) for r in rs] for n, rs in rows.items()}
     names = [n for n in ("answerable", "unanswerable", "off_topic_scifact", "off_topic_chroma") if n in rows]
     out = ["| signal (best hit) | AUC answerable vs unanswerable, calibration half | evaluation half | "
            + " | ".join(f"median {n}" for n in names) + " |", "|---" * (3 + len(names)) + "|"]
+
+    def best(k: str, name: str, half: str) -> list[float]:
+        return [max((f[k] for f in hit_features(r)), default=0.0) for r in rows.get(name, [])
+                if (k != "sentence_cosine" or r["sentence_cosines"])
+                and (half == "all" or calibration(r["id"]) == (half == "calib"))]
+
     for k in LABELS:
-        aucs = []
-        for h in ("calib", "eval"):
-            best = {n: [max((f[k] for f in q), default=0.0) for q in qs] for n, qs in halves[h].items()}
-            aucs.append(auc(best.get("answerable", []), best.get("unanswerable", [])))
-        every = split(rows, "all")
-        med = []
-        for n in names:
-            values = [max((f[k] for f in q), default=0.0) for q, e in zip(every[n], embedded[n], strict=True)
-                      if k != "sentence_cosine" or e]
-            med.append(f"{np.median(values):.3f}" if values else "-")
-        out.append(f"| {LABELS[k]} | {aucs[0]:.3f} | {aucs[1]:.3f} | " + " | ".join(med) + " |")
+        aucs = [auc(best(k, "answerable", h), best(k, "unanswerable", h)) for h in ("calib", "eval")]
+        med = [f"{np.median(v):.3f}" if (v := best(k, n, "all")) else "-" for n in names]
+        n = f" ({len(best(k, 'answerable', 'all'))} / {len(best(k, 'unanswerable', 'all'))} questions)" \
+            if k == "sentence_cosine" else ""
+        out.append(f"| {LABELS[k]}{n} | {aucs[0]:.3f} | {aucs[1]:.3f} | " + " | ".join(med) + " |")
     return out
 
 
