@@ -266,6 +266,7 @@ def main() -> None:
     parser.add_argument("--sets", default="", help="comma-separated subset of the sets (default: all)")
     parser.add_argument("--no-run", action="store_true", help="score the records there are; run nothing")
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--note", default="", help="said in RESULTS beside the command (e.g. the load during the runs)")
     args = parser.parse_args()
     load_before = os.getloadavg()
     OUT.mkdir(parents=True, exist_ok=True)

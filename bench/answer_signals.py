@@ -214,10 +214,12 @@ def gate_cost(db: Path, questions: list[dict[str, Any]]) -> dict[str, float]:
     from ragvps.config import Settings
     from ragvps.db.database import compose, q
     from ragvps.db.store import as_param
+    from ragvps.embed import embed_documents
     from ragvps.retrieve.evidence import combine
     from ragvps.retrieve.search import chunk_evidence
+    from ragvps.text import quotable
 
-    wall: dict[str, list[float]] = {"details": [], "evidence": []}
+    wall: dict[str, list[float]] = {"details": [], "evidence": [], "sentences": []}
     server: dict[str, list[float]] = {"details": [], "evidence": []}
     with App.open(Settings.of(data_dir=db, embedder="local")) as app:
         k = max(app.settings.generate.answer_chunks, app.settings.search.top_k)
@@ -226,6 +228,11 @@ def gate_cost(db: Path, questions: list[dict[str, Any]]) -> dict[str, float]:
             text = question["text"]
             hits = app.search(SearchRequest(text, k=k)).hits
             vector = app.embed_query(text)
+            if len(wall["sentences"]) < 40:  # what the sentence-cosine signal would add: the top 3's sentences
+                said = [h.text[a:b] for h in hits[:TOP_FOR_COSINE] for a, b in quotable(h.text)[0]]
+                t = time.perf_counter()
+                embed_documents(app.embedder, [x for x in said if len(x.split()) >= 4] or ["-"])
+                wall["sentences"].append((time.perf_counter() - t) * 1000)
             with app.connection() as conn:
                 ids = [r[0] for r in conn.execute("SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id"
                                                   " WHERE d.doc_id || '#' || c.seq = ANY(%s)",
@@ -258,7 +265,8 @@ def gate_cost(db: Path, questions: list[dict[str, Any]]) -> dict[str, float]:
             "wall_details_p50": p(wall["details"], 0.5), "wall_evidence_p50": p(wall["evidence"], 0.5),
             "server_p50": p(server["evidence"], 0.5) - p(server["details"], 0.5),
             "server_details_p50": p(server["details"], 0.5), "server_evidence_p50": p(server["evidence"], 0.5),
-            "server_evidence_p95": p(server["evidence"], 0.95)}
+            "server_evidence_p95": p(server["evidence"], 0.95), "sentences_p50": p(wall["sentences"], 0.5),
+            "sentences_n": len(wall["sentences"])}
 
 
 

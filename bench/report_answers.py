@@ -50,7 +50,8 @@ def section(results: dict[str, dict[str, dict[str, float]]], args: argparse.Name
     lines = [
         start, "## answer_quality: refusing, answering, quoting (issue 18)", "",
         f"`python bench/answer_quality.py` ({datetime.date.today().isoformat()}; {platform.node()}, "
-        f"{os.cpu_count()} cores, shared: load average {load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after). "
+        f"{os.cpu_count()} cores, shared: load average {load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after"
+        + (f"; {args.note}" if getattr(args, "note", "") else "") + "). "
         f"Extractive generator (the default), local model (all-MiniLM-L6-v2 int8). `before` is {args.baseline} "
         "(a396595, the code before this issue), `after` this checkout at its defaults (answer_min_evidence "
         f"{threshold}, extractive floor {ex.FLOOR}); both real runs on the same databases.", "",
@@ -182,4 +183,7 @@ def gate_lines() -> list[str]:
                 f"PostgreSQL execution p50 +{g['server_p50']:.2f} ms ({g['server_details_p50']:.2f} -> "
                 f"{g['server_evidence_p50']:.2f} ms, p95 {g['server_evidence_p95']:.2f} ms); wall clock p50 "
                 f"{g['wall_details_p50']:.2f} ms without the columns, {g['wall_evidence_p50']:.2f} ms with them "
-                f"(+{g['wall_p50']:.2f} ms). Goal: <= 5 ms p50."]
+                f"(+{g['wall_p50']:.2f} ms). Goal: <= 5 ms p50."
+                + (f" Embedding the top 3 chunks' sentences for the sentence-cosine signal, timed in the same run "
+                   f"({g['sentences_n']:.0f} questions): {g['sentences_p50']:.0f} ms p50."
+                   if "sentences_p50" in g else "")]
