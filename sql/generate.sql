@@ -32,6 +32,34 @@ stale AS (
 )
 DELETE FROM answer_cache WHERE key IN (SELECT key FROM stale);
 
+-- name: memo_get
+-- The remembered answer of this exact question and request, if nothing changed since it was retrieved
+-- (migration 007), counting the hit on its answer_cache entry; and the generation now, for a memo_put.
+WITH now_at AS (SELECT generation FROM corpus_stats),
+memo AS (
+    SELECT m.answer_key, m.retrieval FROM answer_memo m, now_at
+    WHERE m.key = %(key)s AND m.generation = now_at.generation
+),
+hit AS (
+    UPDATE answer_cache a
+    SET hits = hits + 1, tokens_saved = tokens_saved + prompt_tokens + completion_tokens, last_hit_at = now()
+    FROM memo WHERE a.key = memo.answer_key
+    RETURNING a.answer, memo.retrieval
+)
+SELECT now_at.generation, hit.answer, hit.retrieval FROM now_at LEFT JOIN hit ON true;
+
+-- name: memo_put
+-- Only while its answer is still cached (a prune may have taken it a moment ago).
+INSERT INTO answer_memo (key, generation, answer_key, retrieval)
+SELECT %(key)s, %(generation)s, %(answer_key)s, %(retrieval)s
+WHERE EXISTS (SELECT FROM answer_cache WHERE key = %(answer_key)s)
+ON CONFLICT (key) DO UPDATE SET generation = EXCLUDED.generation, answer_key = EXCLUDED.answer_key,
+                                retrieval = EXCLUDED.retrieval, created_at = now();
+
+-- name: memo_prune
+-- Memos of an older generation can never hit again.
+DELETE FROM answer_memo WHERE generation <> (SELECT generation FROM corpus_stats);
+
 -- name: cache_stats
 SELECT count(*), coalesce(sum(hits), 0), coalesce(sum(tokens_saved), 0) FROM answer_cache;
 

@@ -265,3 +265,8 @@ TRUNCATE {table};
 
 -- name: ingested_roots
 SELECT DISTINCT root FROM documents ORDER BY root;
+
+-- name: bump_generation
+-- A change the chunk triggers do not see (vectors a worker stored, a set made active, an index swapped):
+-- remembered answers retrieved before it miss from now on (migration 007).
+UPDATE corpus_stats SET generation = generation + 1;

@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ragvps.app.requests import Answer, AskRequest, PromptPreview, SearchRequest
+from ragvps.app.requests import Answer, AskRequest, PromptPreview, SearchRequest, jsonable
 from ragvps.generate import budget, cache, citations
 from ragvps.generate.prompt import PROMPT_VERSION, REFUSAL, Source
 
@@ -131,15 +131,26 @@ def generation_settings(app: App, request: AskRequest | None = None) -> dict[str
 
 def ask(app: App, request: AskRequest, on_sources: OnSources | None = None,
         on_token: OnToken | None = None) -> Answer:
+    from ragvps.app.checks import check_ask
+
     on_sources, on_token = on_sources or _ignore, on_token or _ignore
     clock = _Clock()
+    request = check_ask(request, app.settings.serve.max_k)
+    use_cache = request.use_cache and app.settings.generate.cache
+    memo, seen_at = "", -1
+    if use_cache:  # the same question since nothing changed: one query, no embedding, no search
+        memo = cache.memo_key(memo_parts(app, request))
+        with app.connection() as conn:
+            seen_at, remembered, retrieval = cache.memo_get(conn, memo)
+        clock.lap("memo_ms")
+        if remembered is not None and retrieval is not None:
+            return _remembered(app, remembered, retrieval, clock, on_sources, on_token)
     fit, left_out, hits = _prepare(app, request, clock)
     gen = app.generator
     sources = list(fit.prompt.sources)
     shown = [asdict(s) for s in sources]
     question = fit.prompt.question
     evidence = max((h.evidence for h in hits), default=0.0)
-    use_cache = request.use_cache and app.settings.generate.cache
 
     def answer(parsed: citations.Parsed, usage: dict[str, int], status: str, quotes: Any = ()) -> Answer:
         return Answer(parsed.text, parsed.answered, gen.extractive,
@@ -147,10 +158,18 @@ def ask(app: App, request: AskRequest, on_sources: OnSources | None = None,
                       gen.name, gen.model, PROMPT_VERSION, clock.total(), evidence,
                       app.settings.generate.min_evidence, list(quotes or []), _retrieved(hits))
 
+    def remember(answer_key: str) -> None:
+        with app.connection() as conn:
+            cache.memo_put(conn, memo, seen_at, answer_key, jsonable(
+                {"shown": shown, "left_out": left_out, "evidence": evidence, "retrieved": _retrieved(hits)}))
+
     if not sources:  # no evidence: the refusal, and no generator runs (no LLM request)
         on_sources(shown)
         on_token(REFUSAL)
-        return answer(citations.parse(REFUSAL, []), _usage(), _refusal_cache(app, question, hits, use_cache))
+        status, refusal_key = _refusal_cache(app, question, hits, use_cache)
+        if use_cache:
+            remember(refusal_key)
+        return answer(citations.parse(REFUSAL, []), _usage(), status)
 
     key = cache.key(question, gen.name, gen.model, generation_settings(app, request), sources)
     on_sources(shown)
@@ -159,6 +178,7 @@ def ask(app: App, request: AskRequest, on_sources: OnSources | None = None,
             hit = cache.get(conn, key)
         clock.lap("cache_ms")
         if hit is not None:
+            remember(key)
             on_token(hit["text"])
             parsed = citations.parse(hit["text"], sources)
             return answer(parsed, _usage(), "hit", hit.get("quotes"))
@@ -171,24 +191,57 @@ def ask(app: App, request: AskRequest, on_sources: OnSources | None = None,
             cache.put(conn, key, question, gen.name, gen.model, sources,
                       {"text": generation.text, "finish": generation.finish, "usage": usage,
                        "quotes": generation.quotes}, usage["prompt_tokens"], usage["completion_tokens"])
+        remember(key)
         clock.lap("cache_ms")
     return answer(parsed, usage, "miss" if use_cache else "off", generation.quotes)
 
 
-def _refusal_cache(app: App, question: str, hits: list[Hit], use_cache: bool) -> str:
-    """A refusal is cached like an answer, keyed on the chunks retrieved (a changed chunk misses): "hit" when
-    this refusal was cached already, "miss" when it is now, "off" when the cache is not used."""
+def memo_parts(app: App, request: AskRequest) -> dict[str, Any]:
+    """What the memo's key holds: the request as asked and every setting that shapes the search and the
+    answer (the embedder, index, search, reranker and generator groups), secrets left out."""
+    s = app.settings
+    gen = app.generator
+    groups = {name: {f.name: getattr(group, f.name) for f in dataclasses.fields(group)
+                     if not f.metadata.get("secret")}
+              for name, group in (("embed", s.embed), ("index", s.index), ("search", s.search),
+                                  ("rerank", s.rerank), ("generate", s.generate))}
+    return {"question": request.question, "k": request.k, "mode": request.mode,
+            "filters": jsonable(request.filters), "history": request.history, "temperature": request.temperature,
+            "max_tokens": request.max_tokens, "max_k": s.serve.max_k, "generator": [gen.name, gen.model, gen.version],
+            "settings": groups}
+
+
+def _remembered(app: App, remembered: dict[str, Any], retrieval: dict[str, Any], clock: _Clock,
+                on_sources: OnSources, on_token: OnToken) -> Answer:
+    """The answer from the memo: what the first asking sent, retrieved and answered."""
+    gen = app.generator
+    shown = list(retrieval["shown"])
+    sources = [Source(**d) for d in shown]
+    text = str(remembered["text"])
+    on_sources(shown)
+    on_token(text)
+    parsed = citations.parse(text, sources)
+    return Answer(parsed.text, parsed.answered, gen.extractive, [asdict(c) for c in parsed.citations],
+                  parsed.invalid, shown, dict(retrieval["left_out"]), _usage(), "hit", gen.name, gen.model,
+                  PROMPT_VERSION, clock.total(), float(retrieval["evidence"] or 0.0),
+                  app.settings.generate.min_evidence, list(remembered.get("quotes") or []),
+                  list(retrieval["retrieved"]))
+
+
+def _refusal_cache(app: App, question: str, hits: list[Hit], use_cache: bool) -> tuple[str, str]:
+    """A refusal is cached like an answer, keyed on the chunks retrieved (a changed chunk misses): ("hit" when
+    this refusal was cached already, "miss" when it is now, "off" when the cache is not used; its key)."""
     if not use_cache:
-        return "off"
+        return "off", ""
     gen = app.generator
     retrieved = [_source(h) for h in hits]
     key = cache.key(question, gen.name, gen.model, generation_settings(app) | {"refused": True}, retrieved)
     with app.connection() as conn:
         if cache.get(conn, key) is not None:
-            return "hit"
+            return "hit", key
         cache.put(conn, key, question, gen.name, gen.model, retrieved,
                   {"text": REFUSAL, "finish": "refused", "usage": _usage()}, 0, 0)
-    return "miss"
+    return "miss", key
 
 
 def _usage(prompt_tokens: int = 0, completion_tokens: int = 0, cached_tokens: int = 0,

@@ -12,7 +12,7 @@ from psycopg import sql
 
 from ragvps.config import Settings
 from ragvps.db.database import compose, q
-from ragvps.db.store import EmbeddingSet, chunk_count
+from ragvps.db.store import EmbeddingSet, bump_generation, chunk_count
 from ragvps.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -32,6 +32,7 @@ def ensure_index(conn: psycopg.Connection, eset: EmbeddingSet, settings: Setting
         return False
     conn.commit()
     build_index(conn, eset, eset.index_name, settings, progress, warn)
+    bump_generation(conn)  # searches go through the (approximate) index from now on
     return True
 
 
@@ -49,6 +50,7 @@ def rebuild_index(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settin
         build_index(conn, eset, eset.index_name + "_new", settings, progress, warn, concurrently=True)
         conn.execute(compose("drop_index_concurrently", index=old))
         conn.execute(compose("rename_index", index=new, new_name=old))
+    bump_generation(conn)  # the new graph may rank a little differently
     return True
 
 

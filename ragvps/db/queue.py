@@ -82,6 +82,8 @@ def finish(conn: psycopg.Connection, eset: EmbeddingSet, worker: str, claimed: C
         if mine:
             store.write_vectors(conn, eset, mine, np.stack([by_id[i] for i in mine]))
         conn.execute(_q("count_worker"), {"set_id": eset.id, "worker": worker, "done": len(mine)})
+    if mine:  # after the commit, in a transaction of its own (see store.bump_generation)
+        store.bump_generation(conn)
     return len(mine)
 
 

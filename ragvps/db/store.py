@@ -254,6 +254,15 @@ def activate_set(conn: psycopg.Connection, eset: EmbeddingSet) -> None:
     """Make `eset` the one queries use, in the caller's transaction (two steps: one active set at a time)."""
     conn.execute(q("deactivate_sets"), {"id": eset.id})
     conn.execute(q("activate_set"), {"id": eset.id})
+    conn.execute(q("bump_generation"))
+
+
+def bump_generation(conn: psycopg.Connection) -> None:
+    """Say that searches may find something else now (migration 007), in a transaction of its own: it holds
+    the corpus_stats row only for that moment, so no writer waiting on this one's other locks can deadlock."""
+    end_implicit_transaction(conn)
+    with conn.transaction():
+        conn.execute(q("bump_generation"))
 
 
 def drop_other_sets(conn: psycopg.Connection, keep: EmbeddingSet) -> list[EmbeddingSet]:
