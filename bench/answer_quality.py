@@ -1,18 +1,22 @@
 """Answer quality: are unanswerable questions refused, answerable ones answered from a gold document, and do
 extractive quotes hit the sentences that answer? This checkout beside the code before issue 18.
 
-    python bench/answer_quality.py [--questions 120] [--baseline /work/baseline] [--no-write]
+    python bench/answer_quality.py --signals      # every question's relevance signals (retrieval only)
+    python bench/answer_quality.py --calibrate    # the calibration half, gate low; prints the chosen defaults
+    python bench/answer_quality.py --curve        # the evaluation half, gate low: the held-out trade-off curve
+    flock -x /work/quiet.lock python bench/answer_quality.py --gate-cost
+    python bench/answer_quality.py [--baseline /work/baseline] [--note "load ..."]   # before and after; RESULTS
 
-Data (../shared/data): a fixed half of SciFact's corpus is ingested: every other line, of those the abstracts
-of at most 1,600 characters (1,639 of 2,592: embedding all of them took longer than the session had on the
-shared machine). Claims whose gold abstracts all lie in it are answerable; claims whose gold abstracts all
-lie in the other half (the odd lines) are on topic but unanswerable. Off topic: chroma_chunking's questions
-asked of SciFact, SciFact's claims asked of chroma_chunking's corpus. Quote quality: chroma_chunking's
-questions asked of its corpus, the quotes' character spans against the reference excerpts. Both versions
-run the default extractive generator on the same databases; the old one in a subprocess with --baseline on
-PYTHONPATH (a worktree of the commit before).
-Each run's per-question records go to bench/out/answer_quality/*.jsonl; the threshold sweep is computed
-from the records (evidence and sentence scores per question), so calibrating re-runs nothing.
+Data (../shared/data): the even lines of SciFact's corpus are ingested (2,592 abstracts, whole). Claims whose
+gold abstracts all lie in them are answerable; claims whose gold abstracts all lie in the odd lines are on
+topic but unanswerable. Off topic: chroma_chunking's questions asked of SciFact and SciFact's claims asked of
+chroma_chunking's corpus, both without chroma's PubMed document (biomedical: SciFact's topic), which is
+reported apart. Quote quality: chroma_chunking's questions asked of its corpus, the quotes' character spans
+against the reference excerpts. Every question is used, split in two fixed halves (crc32 of its id): the
+defaults are chosen on the calibration half, the figures reported on the evaluation half. Both versions run
+the default extractive generator on the same databases, each in a subprocess with its checkout on PYTHONPATH.
+Per-question records go to bench/out/answer_quality/*.jsonl as they come (a rerun asks only what is missing;
+the ingest reuses the stage caches); the calibration and the curve replay records of a run with the gate low.
 """
 
 from __future__ import annotations
@@ -293,8 +297,12 @@ def main() -> None:
         kind = "calib" if args.calibrate else "curve"
         records = {n: run(ROOT, dbs[db], qs, OUT / f"{kind}-{n}.jsonl", args.limit, {"answer_min_evidence": LOW_GATE})
                    for n, (db, qs) in sets.items() if not args.no_run or (OUT / f"{kind}-{n}.jsonl").exists()}
-        for line in signals.answer_curve(records, {n: qs for n, (_, qs) in sets.items()}, score):
+        questions = {n: qs for n, (_, qs) in sets.items()}
+        for line in signals.answer_curve(records, questions, score):
             print(line)
+        if args.calibrate and len(records) == len(SETS):
+            chosen, grid = signals.choose(records, questions, score)
+            print("\n".join(grid) + f"\nchosen: {chosen}")
         return
     rows_by: dict[str, dict[str, list[dict[str, Any]]]] = {"before": {}, "after": {}}
     for version, code in (("before", args.baseline), ("after", ROOT)):
