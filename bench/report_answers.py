@@ -177,8 +177,10 @@ def gate_lines() -> list[str]:
     if not path.exists():
         return []
     g: dict[str, Any] = json.loads(path.read_text())
-    return ["", f"**The gate's cost** (`flock -x /work/quiet.lock python bench/answer_quality.py --gate-cost`, load "
-                f"{g.get('load', 0):.1f}; chroma questions, {g['n']:.0f}): the hits' details query with the evidence "
+    return ["", f"**The gate's cost** (`flock -x /work/quiet.lock python bench/answer_quality.py --gate-cost`; no "
+                "other heavy work ran, though uptime's 1-minute average, which lags, still said "
+                f"{g.get('load', 0):.1f} "
+                f"at its end; chroma questions, {g['n']:.0f}): the hits' details query with the evidence "
                 f"columns against the same query without them (what search ran before), plus combining and filtering: "
                 f"PostgreSQL execution p50 +{g['server_p50']:.2f} ms ({g['server_details_p50']:.2f} -> "
                 f"{g['server_evidence_p50']:.2f} ms, p95 {g['server_evidence_p95']:.2f} ms); wall clock p50 "
