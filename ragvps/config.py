@@ -1,11 +1,10 @@
 """Settings: defaults < ragvps.toml < RAGVPS_* environment < CLI flags, in one frozen object, grouped by concern.
 
 Every setting has one flat name (`chunk_size`), which is its key in `ragvps.toml`, its environment variable
-(`RAGVPS_CHUNK_SIZE`) and the name errors use; in code it lives in its group (`settings.chunk.size`). The
-flat name is the attribute, or the attribute after a word naming its group (`index_min_rows`, `ollama_timeout`);
-a group's `kind` is named for what it chooses (`embedder`). Each field declares its facts beside it
-(`setting(...)`: flat name, range, secret, choices, old names), and the tables below are built from them;
-the backend choices come from ragvps.backends.
+(`RAGVPS_CHUNK_SIZE`) and the name errors use; in code it lives in its group (`settings.chunk.size`). The flat
+name is the attribute, or the attribute after a word naming its group (`index_min_rows`, `ollama_timeout`); a
+group's `kind` is named for what it chooses (`embedder`). Each field declares its facts beside it (`setting(...)`:
+flat name, range, secret, choices, old names), the tables below are built from them; backends from ragvps.backends.
 """
 
 from __future__ import annotations
@@ -155,6 +154,7 @@ class ServeSettings:
     allowed_hosts: tuple[str, ...] = setting((), "allowed_hosts")  # Host names beyond loopback's (a proxy's)
     max_body_bytes: int = setting(65536, "max_body_bytes", lo=1024, hi=1 << 30)
     request_timeout: int = setting(120, "request_timeout", lo=1, hi=86_400)
+    header_timeout: int = setting(5, "header_timeout", lo=1, hi=3600)  # seconds a request's headers may take
     max_k: int = setting(100, "max_k", lo=1, hi=10_000)  # the most chunks one search or question may ask for
 
 

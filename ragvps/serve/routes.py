@@ -17,7 +17,6 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     503: {"model": ErrorOut, "description": "Not ready, the database is unreachable, or request_timeout passed."},
     500: {"model": ErrorOut, "description": "A setting is wrong (kind config) or an unexpected failure (failed)."},
 }
-HEALTH_TIMEOUT_S = 10.0
 
 
 def _event(name: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -55,8 +54,9 @@ def add_routes(api: Any, ready: Any, settings: Settings) -> None:
     from fastapi.responses import HTMLResponse, JSONResponse
 
     from ragvps.app import jsonable
-    from ragvps.serve.common import error_body, guarded, in_thread, page
+    from ragvps.serve.common import guarded, in_thread, page
     from ragvps.serve.convert import ask_request, hits_out, search_request
+    from ragvps.serve.health import HealthCheck
     from ragvps.serve.stream import streaming_response
 
     SearchIn, AskIn = request_models(settings.serve.max_k)
@@ -64,6 +64,7 @@ def add_routes(api: Any, ready: Any, settings: Settings) -> None:
     max_k = settings.serve.max_k
     html = page()
     csp = page_policy(html)
+    check = HealthCheck(ready)
 
     @api.get("/", include_in_schema=False)
     async def index() -> HTMLResponse:
@@ -74,16 +75,8 @@ def add_routes(api: Any, ready: Any, settings: Settings) -> None:
              summary="Database reachable, active model and dimension, number of chunks")
     @guarded
     async def health() -> Any:
-        if ready.app is None:
-            return JSONResponse({"status": "starting", "error": ready.error}, status_code=503)
-        try:
-            report = await in_thread(ready.app.health, HEALTH_TIMEOUT_S)
-        except Exception as exc:  # health says why, and stays 503 until it works
-            return JSONResponse({"status": "unavailable", "error": error_body(exc)[1]["error"]}, status_code=503)
-        body = jsonable(report)
-        healthy = all(body.get(name, True) is not False for name in ("ready", "database"))
-        body["status"] = "ok" if healthy else "unavailable"
-        return JSONResponse(body, status_code=200 if healthy else 503)
+        status, body = await check()
+        return JSONResponse(body, status_code=status)
 
     @api.post("/search", response_model=SearchOut, responses=ERRORS,
               summary="Hybrid, vector or keyword search: the same hits as `ragvps query --json`")
