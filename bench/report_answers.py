@@ -120,12 +120,14 @@ def choice_lines() -> str:
             "evidence weight of a quote's chunk " + "/".join(map(str, signals.GRID["evidence_weight"]))
             + ", floor " + "/".join(map(str, signals.GRID["floor"])) + ", threshold "
             + "/".join(map(str, signals.GRID["threshold"])) + ", quotes at most "
-            + "/".join(map(str, signals.GRID["quotes"])) + "). The rule, fixed before the evaluation half was "
-            "run: the highest on-topic refusal among the settings that answer >= 0.91 of the answerable claims and "
-            "refuse >= 0.95 of both off-topic sets; among those within 0.02 of it, the highest gold-cited + quote "
-            f"span precision. It chose {chosen}: the shipped defaults (answer_min_evidence, extractive FLOOR, "
-            "EVIDENCE_WEIGHT, MAX_QUOTES). Quoting up to two sentences instead would cite a gold abstract a little "
-            "more often (+0.03 on the calibration half) at a quarter less span precision.")
+            + "/".join(map(str, signals.GRID["quotes"])) + "). The rule, fixed before any `after` figure of the "
+            "evaluation half was seen (the quote cap joined the grid after a look at 27 of its `before` answers' "
+            "span precision): the highest on-topic refusal among the settings that answer >= 0.91 of the "
+            "answerable claims and refuse >= 0.95 of both off-topic sets; among those within 0.02 of it, the "
+            f"highest gold-cited + quote span precision. It chose {chosen}: the shipped defaults "
+            "(answer_min_evidence, extractive FLOOR, EVIDENCE_WEIGHT, MAX_QUOTES). Quoting up to two sentences "
+            "instead would cite a gold abstract a little more often (+0.03 on the calibration half) at a quarter "
+            "less span precision.")
 
 
 def verdict(a: dict[str, dict[str, float]], b: dict[str, dict[str, float]], curve: dict[str, list[dict[str, Any]]],
