@@ -136,7 +136,7 @@ class GenerateSettings:
     context_window: int = setting(0, "context_window", lo=0, hi=10_000_000)  # 0: the model's (8,192 when unknown)
     token_encoding: str = setting("", "token_encoding", choices=("", "cl100k_base", "o200k_base"))  # "": by model
     answer_chunks: int = setting(8, "answer_chunks", lo=1, hi=1000)
-    min_evidence: float = setting(0.35, "answer_min_evidence", lo=0, hi=1, aliases=("answer_min_score",))
+    min_evidence: float = setting(0.40, "answer_min_evidence", lo=0, hi=1, aliases=("answer_min_score",))
     cache: bool = setting(True, "answer_cache")
 
     @property

