@@ -167,7 +167,7 @@ def main() -> None:
         pg.cleanup()
     load["after"] = uptime()
     run["traceback"] = "Traceback" in (args.out / "serve.log").read_text()
-    run["cases"] = as_json(cases)
+    run["cases"], run["load"] = as_json(cases), load
     if args.json_out:
         args.json_out.write_text(json.dumps(run, indent=1))
     before = json.loads(args.before.read_text()) if args.before else None
@@ -201,7 +201,9 @@ def render(cases: list[Case], run: dict[str, Any], load: dict[str, str], before:
     ]
     if before:
         old = {c["name"]: c for c in before["cases"]}
-        lines += [f"Before / after, the same bench: before = {before['label']}, after = {run['label']}.", "",
+        was = before.get("load", {})
+        lines += [f"Before / after, the same bench: before = {before['label']} (`uptime` before: "
+                  f"{was.get('before', '?')}; after: {was.get('after', '?')}), after = {run['label']}.", "",
                   "| fault | before | after |", "|---|---|---|"]
         for c in cases:
             if c.name in old:
