@@ -10,6 +10,7 @@ import contextlib
 import logging
 import threading
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -81,12 +82,44 @@ def for_serving(settings: Settings) -> Settings:
     return settings.replace(threads=1) if settings.embed.threads == 0 else settings
 
 
+SLOTS = 40  # blocking calls running at once (anyio's default thread limit, which this replaces)
+_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+
 async def in_thread(fn: Callable[[], T], timeout: float) -> T:
-    """Run blocking work (the app is synchronous) off the event loop, within the request timeout."""
-    import anyio
+    """Run blocking work (the app is synchronous) off the event loop, within the request timeout.
+
+    The thread is a daemon of its own: work abandoned at the timeout (an LLM that stalls) neither holds a
+    slot's place in the answer nor keeps the process alive once the server has stopped (anyio's worker
+    threads did: a SIGTERM took as long as the stalled call). It still holds its slot until it ends, so at
+    most SLOTS calls run at once."""
+    loop = asyncio.get_running_loop()
+    slots = _slots.setdefault(loop, asyncio.Semaphore(SLOTS))
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: Any, exc: BaseException | None) -> None:
+        slots.release()
+        if done.done():  # cancelled: the client left, or the timeout passed
+            return
+        if exc is not None:
+            done.set_exception(exc)
+        else:
+            done.set_result(result)
+
+    def run() -> None:
+        result, error = None, None
+        try:
+            result = fn()
+        except BaseException as exc:
+            error = exc
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits for this answer any more
+            loop.call_soon_threadsafe(settle, result, error)
 
     try:
-        return await asyncio.wait_for(anyio.to_thread.run_sync(fn, abandon_on_cancel=True), timeout)
+        async with asyncio.timeout(timeout):
+            await slots.acquire()
+            threading.Thread(target=run, name="ragvps-request", daemon=True).start()
+            return await done
     except TimeoutError:
         raise UnavailableError(f"the request took longer than {timeout:g} s (setting request_timeout): try a "
                                "smaller k, or raise request_timeout", settings=("request_timeout",)) from None
