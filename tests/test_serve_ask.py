@@ -140,14 +140,13 @@ def test_a_client_that_leaves_closes_the_upstream_llm_request(serve_env: dict[st
         srv.stop()
 
 
-def test_request_timeout_answers_503_json_and_ends_a_stream_with_an_error_event(serve_env: dict[str, str],
-                                                                              llm: FakeLLM,
-                                                                              tmp_path: Path):
+def test_request_timeout_answers_503_json_ends_a_stream_with_an_error_event_and_stops_at_once(
+        serve_env: dict[str, str], llm: FakeLLM, tmp_path: Path):
     llm.slow = 20.0  # the LLM takes longer than the server's request_timeout (long enough for the search before
     # it on a loaded machine: the sources must come first)
     env = serve_env | {"RAGVPS_GENERATOR": "openai", "RAGVPS_GENERATOR_URL": llm.url + "/v1",
                        "RAGVPS_GENERATOR_MODEL": "gpt-4o-mini", "RAGVPS_GENERATOR_API_KEY": "sk-test-0123456789",
-                       "RAGVPS_GENERATOR_RETRIES": "0", "RAGVPS_REQUEST_TIMEOUT": "8"}
+                       "RAGVPS_GENERATOR_RETRIES": "0", "RAGVPS_REQUEST_TIMEOUT": "4"}
     srv = Server(env, tmp_path / "serve.log", key=None).start()
     try:
         with httpx.Client(base_url=srv.url, timeout=60) as c:
@@ -158,5 +157,9 @@ def test_request_timeout_answers_503_json_and_ends_a_stream_with_an_error_event(
                 got = events(s.iter_lines())
         assert [name for name, _ in got] == ["sources", "error"]
         assert got[-1][1]["kind"] == "unavailable" and "request_timeout" in got[-1][1]["error"]
+        # Both answers are still waiting on the LLM (20 s): a SIGTERM ends the server without waiting for them.
+        assert srv.proc is not None
+        srv.proc.terminate()
+        assert srv.proc.wait(10) == 0
     finally:
         srv.stop()

@@ -1,5 +1,6 @@
 """What the server's modules share: the App once it is open (`Ready`), running blocking work off the event
-loop, turning any exception into the `{error, kind}` body, the page. A leaf: it imports no sibling.
+loop (`in_thread`, and `thread_events` for an answer streamed from its callbacks), turning any exception into
+the `{error, kind}` body, the page. A leaf: it imports no sibling.
 """
 
 from __future__ import annotations
@@ -8,7 +9,9 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Awaitable, Callable
+import time
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -79,12 +82,44 @@ def for_serving(settings: Settings) -> Settings:
     return settings.replace(threads=1) if settings.embed.threads == 0 else settings
 
 
+SLOTS = 40  # blocking calls running at once (anyio's default thread limit, which this replaces)
+_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+
 async def in_thread(fn: Callable[[], T], timeout: float) -> T:
-    """Run blocking work (the app is synchronous) off the event loop, within the request timeout."""
-    import anyio
+    """Run blocking work (the app is synchronous) off the event loop, within the request timeout.
+
+    The thread is a daemon of its own: work abandoned at the timeout (an LLM that stalls) neither holds a
+    slot's place in the answer nor keeps the process alive once the server has stopped (anyio's worker
+    threads did: a SIGTERM took as long as the stalled call). It still holds its slot until it ends, so at
+    most SLOTS calls run at once."""
+    loop = asyncio.get_running_loop()
+    slots = _slots.setdefault(loop, asyncio.Semaphore(SLOTS))
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: Any, exc: BaseException | None) -> None:
+        slots.release()
+        if done.done():  # cancelled: the client left, or the timeout passed
+            return
+        if exc is not None:
+            done.set_exception(exc)
+        else:
+            done.set_result(result)
+
+    def run() -> None:
+        result, error = None, None
+        try:
+            result = fn()
+        except BaseException as exc:
+            error = exc
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits for this answer any more
+            loop.call_soon_threadsafe(settle, result, error)
 
     try:
-        return await asyncio.wait_for(anyio.to_thread.run_sync(fn, abandon_on_cancel=True), timeout)
+        async with asyncio.timeout(timeout):
+            await slots.acquire()
+            threading.Thread(target=run, name="ragvps-request", daemon=True).start()
+            return await done
     except TimeoutError:
         raise UnavailableError(f"the request took longer than {timeout:g} s (setting request_timeout): try a "
                                "smaller k, or raise request_timeout", settings=("request_timeout",)) from None
@@ -121,3 +156,60 @@ def error_body(exc: BaseException) -> tuple[int, dict[str, str]]:
 
 def page() -> str:
     return resources.files("ragvps.serve.web").joinpath("index.html").read_text(encoding="utf-8")
+
+
+class ClientGone(Exception):  # raised into the app to cancel the answer, not an error
+    """The HTTP client disconnected (or request_timeout passed): stop generating."""
+
+
+TIMED_OUT = object()  # what thread_events yields when request_timeout passes first
+Emit = Callable[[Any], None]
+
+
+async def thread_events(work: Callable[[Emit], Any], on_error: Callable[[BaseException], Any], timeout: float,
+                        name: str) -> AsyncIterator[Any]:
+    """Run `work(emit)` in a thread of its own (the app is synchronous) and yield what it emits as it comes,
+    then ("done", what it returned), or on_error(exc) when it raised, or TIMED_OUT when `timeout` passed
+    first. Once the consumer stops (the client left, or the time ran out), the thread's next emit raises
+    ClientGone, which ends the answer, and the upstream request with it, without an error."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    gone = threading.Event()
+    end = object()
+
+    def put(item: Any) -> None:
+        # The server may have stopped while this answer was still being made: then nobody is waiting for it.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+
+    def emit(item: Any) -> None:  # emit(None) only checks that the consumer is still there
+        if gone.is_set():
+            raise ClientGone
+        if item is not None:
+            put(item)
+
+    def run() -> None:
+        try:
+            put(("done", work(emit)))
+        except ClientGone:
+            pass
+        except BaseException as exc:  # reported to the client, in the caller's shape
+            put(on_error(exc))
+        finally:
+            put(end)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                item = await asyncio.wait_for(queue.get(), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                gone.set()
+                yield TIMED_OUT
+                return
+            if item is end:
+                return
+            yield item
+    finally:
+        gone.set()

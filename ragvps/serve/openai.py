@@ -7,8 +7,6 @@ OpenAI's shape (serve.openai_shapes.OpenAIErrors).
 
 # No `from __future__ import annotations` here: FastAPI reads the request model from the annotations.
 
-import asyncio
-import threading
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -25,12 +23,6 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     503: {"model": oa.OpenAIErrorOut, "description": "Not ready, the database or the LLM is unreachable, or "
                                                   "request_timeout passed."},
 }
-_END = object()
-
-
-class _ClientGone(Exception):
-    pass
-
 
 def add_openai_routes(api: Any, ready: Any, settings: Settings) -> None:
     from fastapi.responses import JSONResponse
@@ -93,60 +85,31 @@ def _request(body: oa.ChatIn, settings: Settings) -> Any:
 async def _chunks(app: Any, request: Any, timeout: float, include_usage: bool, jsonable: Any) -> AsyncIterator[bytes]:
     """The answer as chat.completion.chunk events: the role, the text as it comes, the end with the
     `ragvps` field, the usage (on request), `[DONE]`; an error after the start is one `error` event."""
-    from ragvps.serve.common import error_body
+    from ragvps.serve.common import TIMED_OUT, Emit, error_body, thread_events
     from ragvps.serve.openai_shapes import translate
 
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[Any] = asyncio.Queue()
-    gone = threading.Event()
     cid, created = oa.new_id()
 
-    def put(item: Any) -> None:
-        loop.call_soon_threadsafe(queue.put_nowait, item)
+    def work(emit: Emit) -> Any:
+        return app.chat(request, on_token=lambda text: emit(("token", text)))
 
-    def on_token(text: str) -> None:
-        if gone.is_set():
-            raise _ClientGone
-        put(("token", text))
-
-    def work() -> None:
-        try:
-            put(("done", app.chat(request, on_token=on_token)))
-        except _ClientGone:
-            pass
-        except BaseException as exc:
-            put(("error", translate(*error_body(exc))))
-        finally:
-            put(_END)
-
-    threading.Thread(target=work, name="ragvps-chat", daemon=True).start()
-    deadline = time.monotonic() + timeout
     yield oa.chunk(cid, created, {"role": "assistant", "content": ""}, include_usage=include_usage)
-    try:
-        while True:
-            try:
-                item = await asyncio.wait_for(queue.get(), max(0.0, deadline - time.monotonic()))
-            except TimeoutError:
-                gone.set()
-                yield _event(oa.error(503, f"the answer took longer than {timeout:g} s (setting request_timeout)",
-                                   "timeout"))
-                return
-            if item is _END:
-                return
-            what, value = item
-            if what == "token":
-                yield oa.chunk(cid, created, {"content": value}, include_usage=include_usage)
-            elif what == "error":
-                yield _event(value[1])
-                return
-            else:
-                yield oa.chunk(cid, created, {}, "stop", include_usage=include_usage,
-                               ragvps=oa.extra(value, jsonable))
-                if include_usage:
-                    yield oa.chunk(cid, created, None, usage=oa.usage_of(value.usage))
-                yield b"data: [DONE]\n\n"
-    finally:
-        gone.set()
+    async for item in thread_events(work, lambda exc: ("error", translate(*error_body(exc))), timeout, "ragvps-chat"):
+        if item is TIMED_OUT:
+            yield _event(oa.error(503, f"the answer took longer than {timeout:g} s (setting request_timeout)",
+                                  "timeout"))
+            return
+        what, value = item
+        if what == "token":
+            yield oa.chunk(cid, created, {"content": value}, include_usage=include_usage)
+        elif what == "error":
+            yield _event(value[1])
+            return
+        else:
+            yield oa.chunk(cid, created, {}, "stop", include_usage=include_usage, ragvps=oa.extra(value, jsonable))
+            if include_usage:
+                yield oa.chunk(cid, created, None, usage=oa.usage_of(value.usage))
+            yield b"data: [DONE]\n\n"
 
 
 def _event(body: dict[str, Any]) -> bytes:

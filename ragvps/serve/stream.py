@@ -7,11 +7,7 @@ the next callback raises, which closes the upstream LLM request.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import threading
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,12 +15,6 @@ from ragvps.app import jsonable
 from ragvps.errors import UnavailableError
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-_END = object()
-
-
-class ClientGone(Exception):  # raised into the app to cancel the answer, not an error
-    """The HTTP client disconnected: stop generating."""
-
 
 def sse(event: str, data: Any) -> bytes:
     """One Server-Sent Event; the JSON is on one line, so `data:` never needs splitting."""
@@ -41,59 +31,34 @@ def done_payload(answer: Any) -> dict[str, Any]:
 
 async def answer_events(app: Any, request: Any, timeout: float) -> AsyncIterator[bytes]:
     """`sources` once, then `token`s, then `done` (or one `error` event); stops the app if the client leaves."""
-    from ragvps.serve.common import error_body
+    from ragvps.serve.common import TIMED_OUT, Emit, error_body, thread_events
 
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[Any] = asyncio.Queue()
-    gone = threading.Event()
-    sent = {"sources": 0, "tokens": 0}
+    def work(emit: Emit) -> Any:
+        sent = {"sources": False}
 
-    def put(item: Any) -> None:
-        # The server may have stopped while this answer was still being made: then nobody is waiting for it.
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(queue.put_nowait, item)
+        def on_sources(sources: Any) -> None:
+            if not sent["sources"]:
+                sent["sources"] = True
+                emit(("sources", {"sources": jsonable(sources)}))
+            else:
+                emit(None)  # nothing new: only the check that the client is still there
 
-    def on_sources(sources: Any) -> None:
-        if gone.is_set():
-            raise ClientGone
-        if not sent["sources"]:
-            sent["sources"] = 1
-            put(("sources", {"sources": jsonable(sources)}))
+        def on_token(text: str) -> None:
+            emit(("token", {"text": text}))
 
-    def on_token(text: str) -> None:
-        if gone.is_set():
-            raise ClientGone
-        sent["tokens"] += 1
-        put(("token", {"text": text}))
+        return app.ask(request, on_sources=on_sources, on_token=on_token)  # sources first, then tokens
 
-    def work() -> None:
-        try:
-            answer = app.ask(request, on_sources=on_sources, on_token=on_token)  # sources first, then tokens
-            put(("done", done_payload(answer)))
-        except ClientGone:
-            pass
-        except BaseException as exc:  # reported to the client as one error event
-            status, body = error_body(exc)
-            put(("error", body | {"status": status}))
-        finally:
-            put(_END)
+    def failed(exc: BaseException) -> Any:
+        status, body = error_body(exc)
+        return ("error", body | {"status": status})
 
-    threading.Thread(target=work, name="ragvps-ask", daemon=True).start()
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            try:
-                item = await asyncio.wait_for(queue.get(), max(0.0, deadline - time.monotonic()))
-            except TimeoutError:
-                gone.set()
-                late = UnavailableError(f"the answer took longer than {timeout:g} s (setting request_timeout)")
-                yield sse("error", {"error": str(late), "kind": late.kind, "status": late.http_status})
-                return
-            if item is _END:
-                return
-            yield sse(*item)
-    finally:
-        gone.set()  # the client left (this generator was cancelled or closed) or we are done
+    async for item in thread_events(work, failed, timeout, "ragvps-ask"):
+        if item is TIMED_OUT:
+            late = UnavailableError(f"the answer took longer than {timeout:g} s (setting request_timeout)")
+            yield sse("error", {"error": str(late), "kind": late.kind, "status": late.http_status})
+            return
+        what, value = item
+        yield sse(what, done_payload(value) if what == "done" else value)
 
 
 def streaming_response(app: Any, request: Any, timeout: float) -> Any:
