@@ -68,16 +68,16 @@ class _Clock:
 def prepare(app: App, request: AskRequest, clock: _Clock | None = None) -> tuple[Fit, dict[str, int]]:
     """Retrieve (app.search reranks when a reranker is configured), drop hits under the evidence floor, fit the
     budget."""
-    fit, left, _ = _prepare(app, request, clock)
+    from ragvps.app.checks import check_ask
+
+    fit, left, _ = _prepare(app, check_ask(request, app.settings.serve.max_k), clock)
     return fit, left
 
 
 def _prepare(app: App, request: AskRequest, clock: _Clock | None = None) -> tuple[Fit, dict[str, int], list[Hit]]:
-    from ragvps.app.checks import check_ask
-
+    """prepare() for a request already checked."""
     clock = clock or _Clock()
     s = app.settings
-    request = check_ask(request, s.serve.max_k)
     k = request.k or max(s.generate.answer_chunks, s.search.top_k)
     result = app.search(SearchRequest(request.question, k=k, mode=request.mode, filters=request.filters))
     clock.lap("retrieve_ms")
@@ -148,21 +148,18 @@ def ask(app: App, request: AskRequest, on_sources: OnSources | None = None,
     fit, left_out, hits = _prepare(app, request, clock)
     gen = app.generator
     sources = list(fit.prompt.sources)
-    shown = [asdict(s) for s in sources]
     question = fit.prompt.question
-    evidence = max((h.evidence for h in hits), default=0.0)
+    retrieval = {"shown": [asdict(s) for s in sources], "left_out": left_out,
+                 "evidence": max((h.evidence for h in hits), default=0.0), "retrieved": _retrieved(hits)}
 
     def answer(parsed: citations.Parsed, usage: dict[str, int], status: str, quotes: Any = ()) -> Answer:
-        return Answer(parsed.text, parsed.answered, gen.extractive,
-                      [asdict(c) for c in parsed.citations], parsed.invalid, shown, left_out, usage, status,
-                      gen.name, gen.model, PROMPT_VERSION, clock.total(), evidence,
-                      app.settings.generate.min_evidence, list(quotes or []), _retrieved(hits))
+        return _answer(app, parsed, retrieval, usage, status, clock, quotes)
 
     def remember(answer_key: str) -> None:
         with app.connection() as conn:
-            cache.memo_put(conn, memo, seen_at, answer_key, jsonable(
-                {"shown": shown, "left_out": left_out, "evidence": evidence, "retrieved": _retrieved(hits)}))
+            cache.memo_put(conn, memo, seen_at, answer_key, jsonable(retrieval))
 
+    shown = retrieval["shown"]
     if not sources:  # no evidence: the refusal, and no generator runs (no LLM request)
         on_sources(shown)
         on_token(REFUSAL)
@@ -214,18 +211,21 @@ def memo_parts(app: App, request: AskRequest) -> dict[str, Any]:
 def _remembered(app: App, remembered: dict[str, Any], retrieval: dict[str, Any], clock: _Clock,
                 on_sources: OnSources, on_token: OnToken) -> Answer:
     """The answer from the memo: what the first asking sent, retrieved and answered."""
-    gen = app.generator
-    shown = list(retrieval["shown"])
-    sources = [Source(**d) for d in shown]
     text = str(remembered["text"])
-    on_sources(shown)
+    on_sources(retrieval["shown"])
     on_token(text)
-    parsed = citations.parse(text, sources)
+    parsed = citations.parse(text, [Source(**d) for d in retrieval["shown"]])
+    return _answer(app, parsed, retrieval, _usage(), "hit", clock, remembered.get("quotes"))
+
+
+def _answer(app: App, parsed: citations.Parsed, retrieval: dict[str, Any], usage: dict[str, int], status: str,
+            clock: _Clock, quotes: Any = ()) -> Answer:
+    """The Answer of a parsed text and what it was retrieved from (the memo keeps the same `retrieval`)."""
+    gen = app.generator
     return Answer(parsed.text, parsed.answered, gen.extractive, [asdict(c) for c in parsed.citations],
-                  parsed.invalid, shown, dict(retrieval["left_out"]), _usage(), "hit", gen.name, gen.model,
-                  PROMPT_VERSION, clock.total(), float(retrieval["evidence"] or 0.0),
-                  app.settings.generate.min_evidence, list(remembered.get("quotes") or []),
-                  list(retrieval["retrieved"]))
+                  parsed.invalid, list(retrieval["shown"]), dict(retrieval["left_out"]), usage, status, gen.name,
+                  gen.model, PROMPT_VERSION, clock.total(), float(retrieval["evidence"] or 0.0),
+                  app.settings.generate.min_evidence, list(quotes or []), list(retrieval["retrieved"]))
 
 
 def _refusal_cache(app: App, question: str, hits: list[Hit], use_cache: bool) -> tuple[str, str]:
