@@ -64,13 +64,18 @@ def _handles(tmp_path: Path) -> list[int]:
     return json.loads(path.read_text() or "[]") if path.exists() else []
 
 
-def test_sigterm_lets_go_of_the_server_and_stop_confirms_it_is_gone(tmp_path):
+def _serving(tmp_path: Path) -> tuple[dict[str, str], subprocess.Popen[bytes], int]:
+    """A folder ingested into the embedded server, then `ragvps serve` over it: (env, the serve, the postmaster)."""
     env = _env(tmp_path)
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "a.md").write_text("# A\n\nthe harbour crane lifts containers\n")
     assert _run(env, "ingest", str(tmp_path / "docs")).returncode == 0
     proc, _ = _serve(env, tmp_path / "serve.log")
-    postmaster = _postmaster(tmp_path)
+    return env, proc, _postmaster(tmp_path)
+
+
+def test_sigterm_lets_go_of_the_server_and_stop_confirms_it_is_gone(tmp_path):
+    env, proc, postmaster = _serving(tmp_path)
     try:
         assert proc.pid in _handles(tmp_path)
         # While the serve runs, stop refuses and names it.
@@ -93,12 +98,7 @@ def test_sigterm_lets_go_of_the_server_and_stop_confirms_it_is_gone(tmp_path):
 
 
 def test_stop_after_a_user_was_killed_still_stops_the_server(tmp_path):
-    env = _env(tmp_path)
-    (tmp_path / "docs").mkdir()
-    (tmp_path / "docs" / "a.md").write_text("# A\n\nthe harbour crane lifts containers\n")
-    assert _run(env, "ingest", str(tmp_path / "docs")).returncode == 0
-    proc, _ = _serve(env, tmp_path / "serve.log")
-    postmaster = _postmaster(tmp_path)
+    env, proc, postmaster = _serving(tmp_path)
     try:
         proc.kill()  # no exit handler runs: its pid stays in the handle file
         proc.wait(30)
