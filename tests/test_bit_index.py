@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
 from pathlib import Path
 
 import psycopg
 import pytest
+from inflight import queries_in_flight
 from pgvector.psycopg import register_vector
 
-from ragvps.app import App, SearchRequest
+from ragvps.app import App
 from ragvps.config import Settings
 from ragvps.db import store
 from ragvps.measure import inspect
@@ -82,37 +82,14 @@ def settings(db_url: str, tmp_path: Path) -> Settings:
 def test_reindex_switches_vector_bit_halfvec_with_queries_in_flight(settings: Settings, tmp_path: Path):
     with App.open(settings) as app:
         app.ingest(tmp_path / "docs")
-        expected = {q: [h.chunk_id for h in app.search(SearchRequest(q, k=3)).hits] for q in QUESTIONS}
-    stop, failures, answered = threading.Event(), [], [0]
-
-    def ask() -> None:
-        with App.open(settings) as reader:
-            while not stop.is_set():
-                for q in QUESTIONS:
-                    try:
-                        hits = reader.search(SearchRequest(q, k=3)).hits
-                    except Exception as exc:  # every failure is counted, whatever its kind
-                        failures.append(repr(exc))
-                        continue
-                    answered[0] += 1
-                    if [h.chunk_id for h in hits][:1] != expected[q][:1]:
-                        failures.append(f"{q!r}: top hit {hits[0].chunk_id if hits else None}")
-
-    readers = [threading.Thread(target=ask) for _ in range(2)]
-    for t in readers:
-        t.start()
     seen = []
-    try:
+    with queries_in_flight(settings, QUESTIONS) as flight:
         for vector_type in ("bit", "halfvec"):
             with App.open(settings.replace(vector_type=vector_type)) as writer:
                 report = writer.reindex()
                 assert report.switch is not None and report.switch.embedded == 0  # same model: from the cache
                 assert report.switch.index_built
             seen.append(_index_def(str(settings.database.url)))
-    finally:
-        stop.set()
-        for t in readers:
-            t.join(timeout=60)
-    assert failures == [] and answered[0] > 0
+    assert flight.failures == [] and flight.answered > 0
     assert [s[:2] for s in seen] == [("bit", "halfvec(384)"), ("halfvec", "halfvec(384)")]
     assert "binary_quantize" in seen[0][2] and "halfvec_cosine_ops" in seen[1][2]

@@ -4,11 +4,11 @@ one step, a set dropped in between is read again, and a vector <-> halfvec chang
 from __future__ import annotations
 
 import shutil
-import threading
 from pathlib import Path
 
 import psycopg
 import pytest
+from inflight import queries_in_flight
 
 from ragvps.app import App, SearchRequest
 from ragvps.config import Settings
@@ -27,35 +27,12 @@ def settings(db_url: str, tmp_path: Path) -> Settings:
 def test_three_vector_type_switches_with_queries_in_flight(settings: Settings, tmp_path: Path):
     with App.open(settings) as app:
         app.ingest(tmp_path / "docs")
-        expected = {q: [h.chunk_id for h in app.search(SearchRequest(q, k=3)).hits] for q in QUESTIONS}
-    stop, failures, answered = threading.Event(), [], [0]
-
-    def ask() -> None:  # a second process-like App, as a server would be: its own connection and embedder
-        with App.open(settings) as reader:
-            while not stop.is_set():
-                for q in QUESTIONS:
-                    try:
-                        hits = reader.search(SearchRequest(q, k=3)).hits
-                    except Exception as exc:  # every failure is counted, whatever its kind
-                        failures.append(repr(exc))
-                        continue
-                    answered[0] += 1
-                    if [h.chunk_id for h in hits][:1] != expected[q][:1]:
-                        failures.append(f"{q!r}: top hit {hits[0].chunk_id if hits else None}")
-
-    readers = [threading.Thread(target=ask) for _ in range(2)]
-    for t in readers:
-        t.start()
-    try:
+    with queries_in_flight(settings, QUESTIONS) as flight:
         for vector_type in ("halfvec", "vector", "halfvec"):
             with App.open(settings.replace(vector_type=vector_type)) as writer:
                 report = writer.reindex()
                 assert report.switch is not None and report.switch.embedded == 0  # same model: from the cache
-    finally:
-        stop.set()
-        for t in readers:
-            t.join(timeout=60)
-    assert failures == [] and answered[0] > 0
+    assert flight.failures == [] and flight.answered > 0
     with psycopg.connect(str(settings.database.url)) as conn:
         assert conn.execute("SELECT vector_type FROM embedding_sets WHERE active").fetchall() == [("halfvec",)]
 
