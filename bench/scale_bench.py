@@ -140,7 +140,9 @@ def _children(pid: int) -> list[int]:
 
 
 class Peak:
-    """The build's peak memory: RssAnon + RssShmem of its backend and parallel workers, polled."""
+    """The build's peak memory, polled: the private memory (RssAnon) of its backend and parallel workers, and
+    the shared memory they map (the graph a parallel build keeps in shared memory, the shared buffers they
+    touched) once: the largest RssShmem of them, since they map the same segments."""
 
     def __init__(self, admin: str, pid: int):
         self.admin, self.pid, self.peak, self.done = admin, pid, 0, threading.Event()
@@ -159,14 +161,16 @@ class Peak:
             while not self.done.wait(0.5):
                 pids = [self.pid] + [r[0] for r in conn.execute(
                     "SELECT pid FROM pg_stat_activity WHERE leader_pid = %s AND pid <> %s", (self.pid, self.pid))]
-                total = 0
+                anon, shmem = 0, 0
                 for p in pids:
                     try:
                         status = Path(f"/proc/{p}/status").read_text()
                     except OSError:
                         continue
-                    total += sum(int(v) * 1024 for v in re.findall(r"^Rss(?:Anon|Shmem):\s+(\d+) kB", status, re.M))
-                self.peak = max(self.peak, total)
+                    kb = dict(re.findall(r"^(Rss(?:Anon|Shmem)):\s+(\d+) kB", status, re.M))
+                    anon += int(kb.get("RssAnon", 0)) * 1024
+                    shmem = max(shmem, int(kb.get("RssShmem", 0)) * 1024)
+                self.peak = max(self.peak, anon + shmem)
 
 
 def documents(lo: int, texts: list[str], vecs: np.ndarray) -> list[tuple[Document, list[Chunk], np.ndarray]]:
@@ -294,7 +298,7 @@ def overlaps(conn: psycopg.Connection, sets: dict[str, store.EmbeddingSet], sett
             trials += [(f"bit, bit_rerank_depth {d}", es, s10.replace(bit_rerank_depth=d))
                        for d in (100, 200, 400, 800)]
         else:
-            trials += [(f"{name}, ef_search {ef}", es, s10.replace(ef_search=ef)) for ef in (40, 100, 200)]
+            trials += [(f"{name}, ef_search {ef}", es, s10.replace(ef_search=ef)) for ef in (40, 100, 200, 400)]
     for label, es, s in trials:
         got = [len(set(search.vector_leg(conn, es, v, s)) & truth) / 10 for v, truth in zip(qvecs, exact, strict=True)]
         out[label] = float(np.mean(got))

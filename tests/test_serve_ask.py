@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -149,12 +150,14 @@ def test_request_timeout_answers_503_json_ends_a_stream_with_an_error_event_and_
                        "RAGVPS_GENERATOR_RETRIES": "0", "RAGVPS_REQUEST_TIMEOUT": "4"}
     srv = Server(env, tmp_path / "serve.log", key=None).start()
     try:
-        with httpx.Client(base_url=srv.url, timeout=60) as c:
-            r = c.post("/ask", json={"question": QUESTION, "use_cache": False})  # without the limit: 200 after 20 s
-            assert r.status_code == 503 and r.json()["kind"] == "unavailable"
-            assert "request_timeout" in r.json()["error"]
+        with httpx.Client(base_url=srv.url, timeout=60) as c, ThreadPoolExecutor(1) as pool:
+            # The plain answer and the stream wait out their request_timeout side by side.
+            plain = pool.submit(c.post, "/ask", json={"question": QUESTION, "use_cache": False})
             with c.stream("POST", "/ask", json={"question": QUESTION, "use_cache": False, "stream": True}) as s:
                 got = events(s.iter_lines())
+            r = plain.result()  # without the limit: 200 after 20 s
+            assert r.status_code == 503 and r.json()["kind"] == "unavailable"
+            assert "request_timeout" in r.json()["error"]
         assert [name for name, _ in got] == ["sources", "error"]
         assert got[-1][1]["kind"] == "unavailable" and "request_timeout" in got[-1][1]["error"]
         # Both answers are still waiting on the LLM (20 s): a SIGTERM ends the server without waiting for them.

@@ -30,10 +30,20 @@ def test_plan_chunks_at_a_measured_size_prints_the_measurement(cli):
         assert p["build_s"] == pytest.approx(point["build_s"][t], rel=1e-6)
         assert p["hybrid_p95_ms"] == pytest.approx(point["hybrid_ms"][t]["p95"], rel=1e-6)
     assert by_type["bit"]["index_bytes"] < by_type["halfvec"]["index_bytes"] < by_type["vector"]["index_bytes"]
+    for t, p in by_type.items():  # the depth advice is the measured overlap at that size
+        assert p["build_memory_bytes"] == pytest.approx(sizing.BUILD_MEMORY_FACTOR * point["index_bytes"][t], rel=1e-6)
+        depths = {int(k.rsplit(" ", 1)[1]): v for k, v in point["overlap"].items() if k.startswith(f"{t},")}
+        assert p["depth_rows"] == n and p["depth_setting"] == ("bit_rerank_depth" if t == "bit" else "ef_search")
+        if p["depth"] is None:
+            assert max(depths.values()) < sizing.OVERLAP_GOAL and p["depth_overlap"] == depths[max(depths)]
+        else:
+            assert p["depth_overlap"] == depths[p["depth"]] >= sizing.OVERLAP_GOAL
+            assert all(v < sizing.OVERLAP_GOAL for d, v in depths.items() if d < p["depth"])
 
     human = cli("plan", "--chunks", str(n), "--ram", "64GB").stdout
     assert f"from: {curve['measured']}" in human
     assert "halfvec: index" in human and "fits in 64.0 GB: keep it" in human
+    assert f"measured at {n:,} chunks); build with index_memory >=" in human
 
     # Beyond the largest measured size: more than the measurement, and said to be an extrapolation.
     top = curve["points"][-1]["rows"]
@@ -48,13 +58,26 @@ def test_plan_chunks_at_a_measured_size_prints_the_measurement(cli):
     assert "is not a size" in cli("plan", "--chunks", "10", "--ram", "lots", expect=2).stderr
 
 
+def test_search_depth_is_the_smallest_measured_one_reaching_the_goal():
+    curve = {"points": [{"rows": 100, "overlap": {"halfvec, ef_search 40": 0.9, "halfvec, ef_search 100": 0.96,
+                                                  "halfvec, ef_search 200": 0.99}},
+                        {"rows": 1000, "overlap": {"halfvec, ef_search 100": 0.8, "halfvec, ef_search 400": 0.9}}]}
+    assert sizing.search_depth(curve, 50, "halfvec") == (100, 0.96, 100)  # the first measured size >= chunks
+    assert sizing.search_depth(curve, 500, "halfvec") == (None, 0.9, 1000)  # none reaches it: the deepest's
+    assert sizing.search_depth(curve, 5000, "halfvec") == (None, 0.9, 1000)  # beyond: the largest size
+    depth, _, rows = sizing.search_depth(curve, 50, "bit")
+    assert depth is None and rows == 0
+
+
 def test_ram_verdict_says_what_to_switch_to():
     sizes = {"vector": int(2.0 * GB), "halfvec": int(1.1 * GB), "bit": int(0.1 * GB)}
-    fits, text = sizing.ram_verdict(sizes["halfvec"], 4 * GB, "halfvec", sizes)
-    assert fits and text == "index 1.1 GB fits in 4.0 GB: keep it; vector would take 2.0 GB; bit would take 102 MB"
+    fits, text = sizing.ram_verdict(sizes["halfvec"], 8 * GB, "halfvec", sizes)  # shared_buffers: a quarter, 2 GB
+    assert fits and text == "index 1.1 GB fits in 8.0 GB: keep it; vector would take 2.0 GB; bit would take 102 MB"
+    fits, text = sizing.ram_verdict(sizes["halfvec"], 4 * GB, "halfvec", sizes)  # 1 GB: the 1M measurement
+    assert not fits and "does not fit in 4.0 GB" in text and "hold 1.0 GB" in text and "switch to bit" in text
     fits, text = sizing.ram_verdict(sizes["vector"], 2 * GB, "vector", sizes)
     assert not fits and "does not fit in 2.0 GB" in text and 'switch to bit (vector_type = "bit"' in text
-    fits, text = sizing.ram_verdict(sizes["bit"], GB, "bit", sizes)
+    fits, text = sizing.ram_verdict(sizes["bit"], GB // 4, "bit", sizes)
     assert not fits and "add RAM or split the corpus over a second server" in text
 
 

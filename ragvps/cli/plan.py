@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -10,6 +10,9 @@ from rich.markup import escape
 
 from ragvps.cli.common import echo_json, flag_names, open_app, warn
 from ragvps.errors import UsageError
+
+if TYPE_CHECKING:
+    from ragvps.app.plan import sizing
 
 # `plan --compare` without a corpus: an example one, named in a note.
 COMPARE_TOKENS, COMPARE_CHUNK = 1_000_000, 512
@@ -236,9 +239,25 @@ def _plan_sizing(chunks: int, dims: int, ram: str, as_json: bool) -> None:
     )
     for p in preds:
         typer.echo(f"{p.vector_type}: {verdicts[p.vector_type][1]}")
+    for p in preds:
+        memory = sizing.gib(p.build_memory_bytes)
+        typer.echo(f"{p.vector_type}: {_depth_advice(p)}; build with index_memory >= {memory} "
+                   "(with less the graph outgrows it and the rest is inserted row by row, "
+                   f"~{sizing.SPILLED_ROWS_PER_S} rows/s measured)")
     if any(p.extrapolated for p in preds):
         typer.echo("beyond the measured sizes: extrapolated with the last segment's exponent")
     typer.echo(f"from: {curve['measured']}")
+
+
+def _depth_advice(p: sizing.Prediction) -> str:
+    from ragvps.app.plan import sizing
+
+    if p.depth is not None:
+        return (f"{p.depth_setting} {p.depth} for top-10 overlap {p.depth_overlap:.2f} with exact search "
+                f"(measured at {p.depth_rows:,} chunks)")
+    return (f"no measured {p.depth_setting} reaches top-10 overlap {sizing.OVERLAP_GOAL} at {p.depth_rows:,} chunks "
+            f"(the deepest measured gives {p.depth_overlap:.2f}): raise it beyond that and check with "
+            "`ragvps check-index`")
 
 
 def register(app: typer.Typer) -> None:

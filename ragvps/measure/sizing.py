@@ -17,9 +17,17 @@ from ragvps.errors import UsageError
 
 TYPES = ("vector", "halfvec", "bit")
 GIB = 1024**3
-# What a small box needs beside the index: the OS, PostgreSQL's own working memory, the ragvps server and
-# the local embedder (measured ~0.5 GB peak). The rest is the cache the index should live in.
-RESERVE_BYTES = int(1.5 * GIB)
+# The index should fit in PostgreSQL's shared_buffers, a quarter of RAM as deploy/postgres/ragvps.conf sets
+# it: at 1M chunks on the 4 GB settings, halfvec's 1.1 GB index (over shared_buffers' 1 GB) gave a vector leg
+# p95 of 62 ms with every page in the OS cache, bit's 0.33 GB index 8.9 ms (bench/RESULTS.md, scale_bench).
+SHARED_BUFFERS_SHARE = 0.25
+# An HNSW build keeps its graph in index_memory (maintenance_work_mem) while it fits, about the index's own
+# size (the 1M run: halfvec's 1.09 GiB index built in memory with 1.5 GB; the float32 index, ~1.9 GiB,
+# outgrew 1.5 GB at ~73% of its rows); past that pgvector inserts the rest one by one.
+BUILD_MEMORY_FACTOR = 1.2
+SPILLED_ROWS_PER_S = 174  # measured then: the float32 build at 1M on 2 cores, after its graph outgrew 1.5 GB
+OVERLAP_GOAL = 0.95
+DEPTH = {"vector": "ef_search", "halfvec": "ef_search", "bit": "bit_rerank_depth"}  # what sets search depth
 
 
 def load_curve() -> dict[str, Any]:
@@ -74,6 +82,11 @@ class Prediction:
     hybrid_p50_ms: float
     hybrid_p95_ms: float
     extrapolated: bool
+    build_memory_bytes: int  # index_memory for the build to keep its graph in memory (build_s assumes it)
+    depth_setting: str  # ef_search, or bit_rerank_depth for bit
+    depth: int | None  # the smallest measured depth with top-10 overlap >= OVERLAP_GOAL (None: none measured)
+    depth_overlap: float  # that depth's overlap, or the deepest measured one's
+    depth_rows: int  # the measured size these come from: the first >= chunks, else the largest
 
 
 def _series(curve: dict[str, Any], *path: str) -> list[tuple[int, float]]:
@@ -100,17 +113,46 @@ def predict(curve: dict[str, Any], chunks: int, dims: int, vector_type: str) -> 
     # Per row, the graph part of the index and the row overhead of the table do not depend on dims.
     index = index_row + chunks * (index_vector_bytes(dims, vector_type) - index_vector_bytes(d0, vector_type))
     table = table_row + chunks * (column_bytes(dims, vector_type) - column_bytes(d0, vector_type))
-    build, e2 = at(_series(curve, "build_s", vector_type), chunks)
-    p50, e3 = at(_series(curve, "hybrid_ms", vector_type, "p50"), chunks)
-    p95, _ = at(_series(curve, "hybrid_ms", vector_type, "p95"), chunks)
+    build, e2 = _figure(curve, chunks, ("build_s",), vector_type)
+    p50, e3 = _figure(curve, chunks, ("hybrid_ms",), vector_type, "p50")
+    p95, _ = _figure(curve, chunks, ("hybrid_ms",), vector_type, "p95")
     scale = dims / d0 if vector_type != "bit" else 1.0  # distance cost grows with dims; Hamming barely
+    depth, overlap, rows = search_depth(curve, chunks, vector_type)
     return Prediction(vector_type, chunks, dims, int(text_row + table + index), int(index), int(table),
-                      build * scale, p50, p95, e1 or e2 or e3)
+                      build * scale, p50, p95, e1 or e2 or e3, int(index * BUILD_MEMORY_FACTOR), DEPTH[vector_type],
+                      depth, overlap, rows)
+
+
+def _figure(curve: dict[str, Any], n: int, head: tuple[str, ...], vector_type: str, *tail: str) -> tuple[float, bool]:
+    """The figure at n; beyond this type's largest measured size but within halfvec's, grown from there as
+    halfvec's grew (the float32 build was not finished at 1M: its figures there follow halfvec's)."""
+    own = _series(curve, *head, vector_type, *tail)
+    value, outside = at(own, n)
+    ref = _series(curve, *head, "halfvec", *tail)
+    last = max((x for x, _ in own), default=0)
+    if outside and n > last and ref and max(x for x, _ in ref) > last:
+        value = at(own, last)[0] * at(ref, n)[0] / at(ref, last)[0]
+    return value, outside
+
+
+def search_depth(curve: dict[str, Any], chunks: int, vector_type: str) -> tuple[int | None, float, int]:
+    """The smallest measured search depth reaching OVERLAP_GOAL at the first measured size >= chunks (else
+    the largest size with overlaps), with its overlap and that size; (None, the deepest's overlap, size)
+    when no measured depth reaches it."""
+    measured = sorted((int(p["rows"]), p["overlap"]) for p in curve["points"]
+                      if any(k.startswith(f"{vector_type},") for k in p.get("overlap", {})))
+    if not measured:
+        return None, float("nan"), 0
+    rows, overlaps = next(((r, o) for r, o in measured if r >= chunks), measured[-1])
+    depths = sorted((int(k.rsplit(" ", 1)[1]), v) for k, v in overlaps.items() if k.startswith(f"{vector_type},"))
+    reached = [(d, v) for d, v in depths if v >= OVERLAP_GOAL]
+    depth, overlap = reached[0] if reached else (None, depths[-1][1])
+    return depth, float(overlap), rows
 
 
 def ram_verdict(index_bytes: int, ram_bytes: int, vector_type: str, others: dict[str, int]) -> tuple[bool, str]:
     """Does the index fit in the RAM left for the cache, and what the other types would take."""
-    budget = max(0, ram_bytes - RESERVE_BYTES)
+    budget = cache_budget(ram_bytes)
     fits = index_bytes <= budget
     alt = "; ".join(f"{t} would take {gib(b)}" for t, b in others.items() if t != vector_type)
     if fits:
@@ -119,9 +161,15 @@ def ram_verdict(index_bytes: int, ram_bytes: int, vector_type: str, others: dict
         smaller = [t for t, b in others.items() if b <= budget and t != vector_type]
         advice = (f"switch to {smaller[0]} (vector_type = \"{smaller[0]}\", then `ragvps reindex`)" if smaller
                   else "add RAM or split the corpus over a second server")
-        head = (f"index {gib(index_bytes)} does not fit in {gib(ram_bytes)} (about {gib(budget)} is left for the "
-                f"cache once the OS, PostgreSQL and the embedder have theirs): {advice}")
+        head = (f"index {gib(index_bytes)} does not fit in {gib(ram_bytes)} (its shared_buffers, a quarter of "
+                f"RAM as deploy/postgres/ragvps.conf sets it, hold {gib(budget)}; at 1M chunks an index over them "
+                f"answered the vector leg 7x slower (p95) than one within, with every page in the OS cache): {advice}")
     return fits, head + (f"; {alt}" if alt else "")
+
+
+def cache_budget(ram_bytes: int) -> int:
+    """What of a machine's RAM the index may take to stay fast: PostgreSQL's shared_buffers."""
+    return int(ram_bytes * SHARED_BUFFERS_SHARE)
 
 
 def gib(n: float) -> str:
