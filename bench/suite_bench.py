@@ -68,12 +68,14 @@ def main() -> None:
     start, end = markers("test suite")
     lines = [start, "## test suite: the whole suite, side by side (`python bench/suite_bench.py`)", "",
              f"Baseline {base_commit} (`python -m pytest {' '.join(BASE_ARGS)}`) against {commit} "
-             f"(`python -m pytest {' '.join(BASE_ARGS + extra)}`), interleaved on this 2-core machine, which "
-             "other agents share (load average before each run).", "",
+             f"(`python -m pytest {' '.join(BASE_ARGS + extra)}`), interleaved on this 2-core machine "
+             "(load average before each run).", "",
              "| round | checkout | wall s | load (1, 5, 15 min) | pytest says |", "|---|---|---|---|---|"]
     for i, label, r in rows:
         lines.append(f"| {i} | {label} | {r['seconds']:.0f} | {r['load']} | {r['summary']} |")
-    lines += ["", f"Total baseline {sum(base):.0f} s, this {sum(this):.0f} s: **{ratio:.2f}x** as fast.", end]
+    rounds = ", ".join(f"{b / t:.2f}x" for b, t in zip(base, this, strict=False))
+    lines += ["", f"Total baseline {sum(base):.0f} s, this {sum(this):.0f} s: **{ratio:.2f}x** as fast "
+              f"(round by round: {rounds}).", end]
     section = "\n".join(lines)
     print(section)
     if not opts.no_write:
