@@ -13,13 +13,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
 import time
 from pathlib import Path
 
-from scale_bench import OUT, Peak, cgroup, db_queries, log, query_set, start_pg, stop_pg
+from scale_bench import OUT, Peak, cgroup, db_queries, log, query_set, size_database, start_pg, stop_pg
 
 from ragvps.db import index, store
 from ragvps.db.database import connect
@@ -63,8 +64,7 @@ def main() -> None:
         for n in (int(s) for s in args.sizes.split(",")):
             path = OUT / f"scale-{n}.json"
             r = json.loads(path.read_text())
-            name = f"ragvps_scale_{n}"
-            url = re.sub(r"(postgres(?:ql)?://[^/]*/)([^?]*)", lambda m, name=name: m.group(1) + name, admin, count=1)
+            _, url = size_database(admin, n)
             settings = base.replace(database_url=url, index_memory=r["index_memory"])
             with connect(settings, migrate_schema=False) as conn:
                 sets = sets_of(conn)
@@ -83,7 +83,7 @@ def main() -> None:
                     log(f"{n:,} {t}: rebuilt in {seconds:.0f} s, peak {peak.peak / 2**20:,.0f} MiB")
                     path.write_text(json.dumps(r, indent=1))
                 for t in args.types.split(",") if args.warm else ():
-                    es = dataclasses_replace(sets[t])
+                    es = dataclasses.replace(sets[t], indexed=True)
                     read = warm(conn, settings.database.pg_dir, [es.index_name, es.table_name])
                     conn.commit()
                     q = db_queries(conn, {t: es}, settings, texts[: args.queries], qvecs[: args.queries])
@@ -97,12 +97,6 @@ def main() -> None:
             cgroup(base.database.pg_dir).rmdir()
         except OSError:
             pass
-
-
-def dataclasses_replace(es: store.EmbeddingSet) -> store.EmbeddingSet:
-    import dataclasses
-
-    return dataclasses.replace(es, indexed=True)
 
 
 if __name__ == "__main__":

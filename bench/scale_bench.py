@@ -346,12 +346,17 @@ def serve(url: str, esets: list[store.EmbeddingSet], args: argparse.Namespace, t
     return out
 
 
+def size_database(admin: str, n: int) -> tuple[str, str]:
+    """The name and URL of the database a size's run keeps its corpus in, on the bench's server."""
+    name = f"ragvps_scale_{n}"
+    return name, re.sub(r"(postgres(?:ql)?://[^/]*/)([^?]*)", lambda m: m.group(1) + name, admin, count=1)
+
+
 def run_size(args: argparse.Namespace, admin: str, base: Settings, gen: Generator, n: int, texts: list[str],
              qvecs: np.ndarray) -> dict[str, object]:
     deadline = time.monotonic() + args.max_minutes * 60
     build_deadline = time.monotonic() + args.build_minutes * 60
-    name = f"ragvps_scale_{n}"
-    url = re.sub(r"(postgres(?:ql)?://[^/]*/)([^?]*)", lambda m: m.group(1) + name, admin, count=1)
+    name, url = size_database(admin, n)
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')

@@ -207,7 +207,7 @@ def sizing_section(curve: dict) -> str:
     for n in (10_000, 100_000, 1_000_000, 3_000_000):
         preds = [sizing.predict(curve, n, 384, t) for t in sizing.TYPES]
         for p in preds:
-            fits = p.index_bytes <= sizing.cache_budget(ram)
+            fits, _ = sizing.ram_verdict(p.index_bytes, ram, p.vector_type, {})
             mark = " (extrapolated)" if p.extrapolated else ""
             rows.append(f"| {n:,} | {p.vector_type} | {sizing.gib(p.disk_bytes)} | {sizing.gib(p.index_bytes)} | "
                         f"{'yes' if fits else 'no'} | {p.build_s / 60:,.1f} min | "

@@ -130,7 +130,7 @@ def _figure(curve: dict[str, Any], n: int, head: tuple[str, ...], vector_type: s
     value, outside = at(own, n)
     ref = _series(curve, *head, "halfvec", *tail)
     last = max((x for x, _ in own), default=0)
-    if outside and n > last and ref and max(x for x, _ in ref) > last:
+    if n > last and ref and max(x for x, _ in ref) > last:
         value = at(own, last)[0] * at(ref, n)[0] / at(ref, last)[0]
     return value, outside
 
