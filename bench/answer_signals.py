@@ -212,7 +212,7 @@ def gate_cost(db: Path, questions: list[dict[str, Any]]) -> dict[str, float]:
 
     from ragvps.app import App, SearchRequest
     from ragvps.config import Settings
-    from ragvps.db.database import compose, q
+    from ragvps.db.sql import compose, q
     from ragvps.db.store import as_param
     from ragvps.embed import embed_documents
     from ragvps.retrieve.evidence import combine

@@ -40,7 +40,8 @@ from scale_data import Generator, base_set  # noqa: E402
 
 from ragvps.config import Settings, load_settings  # noqa: E402
 from ragvps.db import index, store  # noqa: E402
-from ragvps.db.database import connect, embedded_url  # noqa: E402
+from ragvps.db.database import connect  # noqa: E402
+from ragvps.db.embedded import embedded_url  # noqa: E402
 from ragvps.embed.models import spec_for  # noqa: E402
 from ragvps.ingest.pipeline import STORE_BATCH_CHUNKS  # noqa: E402
 from ragvps.records import Chunk, Document  # noqa: E402

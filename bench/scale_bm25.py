@@ -20,7 +20,7 @@ from psycopg import sql
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from ragvps.db.database import queries  # noqa: E402
+from ragvps.db.sql import queries  # noqa: E402
 
 BEFORE = r"""picked AS (  -- the rarest lexeme, and the next rarest while their chunk counts add up to the budget
     SELECT lexeme

@@ -31,7 +31,9 @@ from quality_bench import DATASET, load_eval, query_vectors
 
 from ragvps.config import Settings, load_settings
 from ragvps.db import index, store
-from ragvps.db.database import compose, connect, embedded_url
+from ragvps.db.database import connect
+from ragvps.db.embedded import embedded_url
+from ragvps.db.sql import compose
 from ragvps.embed.models import spec_for
 from ragvps.ingest.artifacts import VectorCache
 from ragvps.ingest.pipeline import STORE_BATCH_CHUNKS, batches

@@ -18,10 +18,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, NoReturn, get_args
-from urllib.parse import urlsplit
 
 from ragvps import backends
-from ragvps.errors import ConfigError, redact
+from ragvps.errors import ConfigError
+from ragvps.records import KB_NAME, kb_name_problem
+from ragvps.urls import check_dsn, check_url
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +47,16 @@ class DatabaseSettings:
     url: str = setting("", "database_url", secret=True)  # empty: the embedded PostgreSQL under data_dir
     data_dir: Path = setting(Path(".ragvps"), "data_dir")
     pool_size: int = setting(4, "pool_size", lo=1, hi=1000)  # connections a long-running server keeps
+    kb: str = setting("default", "kb")  # the knowledge base a command reads or writes (`--kb`, RAGVPS_KB)
 
     @property
     def pg_dir(self) -> Path:
         return self.data_dir / "pg"
+
+    @property
+    def kb_dir(self) -> Path:
+        """The knowledge base's stage files (chunks, the vector cache): its own folder, removed with it."""
+        return self.data_dir / "kb" / self.kb
 
 
 @dataclass(frozen=True)
@@ -368,32 +375,9 @@ def _validate(s: Settings, origins: Mapping[str, str] | None = None) -> None:
     for name in ("generator_url", "reranker_url"):
         if s.get(name):
             check_url(s.get(name), name)
-    _check_dsn(s.database.url)
+    check_dsn(s.database.url)
+    if not KB_NAME.fullmatch(s.database.kb):
+        fail(kb_name_problem(s.database.kb), "kb")
     if s.database.data_dir.exists() and not s.database.data_dir.is_dir():
         raise ConfigError(f"data_dir {s.database.data_dir} is a file, not a folder: point RAGVPS_DATA_DIR "
                           "(setting data_dir) at a folder, or move the file away", settings=("data_dir",))
-
-
-def check_url(url: str, setting: str) -> str:
-    """An http(s) URL with a host (and a valid port), or a ConfigError naming the setting."""
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018  (raises ValueError on a bad port)
-    except ValueError as exc:
-        raise ConfigError(f"setting {setting}={url!r} is not a valid URL ({exc}): write it like "
-                          "http://127.0.0.1:11434", settings=(setting,)) from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"setting {setting}={url!r} is not an http(s) URL with a host: write it like "
-                          "http://127.0.0.1:11434 (scheme and host included)", settings=(setting,))
-    return url
-
-
-def _check_dsn(url: str) -> None:
-    if not url:
-        return
-    if re.match(r"^postgres(ql)?://", url) or ("=" in url and "://" not in url):
-        return
-    raise ConfigError(
-        f"setting database_url={redact(url)!r} is not a PostgreSQL connection string: write "
-        "postgresql://HOST:5432/DBNAME with USER:PASSWORD@ before HOST (or key=value form, host=... dbname=...), "
-        "or leave it empty for the embedded server", settings=("database_url",))

@@ -6,9 +6,11 @@ They hold data and derive from it; nothing here imports a stage, a driver or a m
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
+KB_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")  # a knowledge base's name (never read as a flag)
 SPECIAL_TOKENS = 2  # [CLS] and [SEP], which every BERT-style embedder adds to each input
 
 
@@ -80,3 +82,9 @@ def input_room(max_tokens: int, prefix: str) -> int:
     from ragvps import tokens
 
     return max_tokens - SPECIAL_TOKENS - tokens.count(prefix)
+
+
+def kb_name_problem(name: str) -> str:
+    """Why `name` is not a knowledge base's name."""
+    return (f"{name!r} is not a knowledge base name: use 1 to 63 lower-case letters, digits and '-', "
+            "starting with a letter or digit (like faq or hr-policies)")

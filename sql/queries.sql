@@ -270,3 +270,11 @@ SELECT DISTINCT root FROM documents ORDER BY root;
 -- A change the chunk triggers do not see (vectors a worker stored, a set made active, an index swapped):
 -- remembered answers retrieved before it miss from now on (migration 007).
 UPDATE corpus_stats SET generation = generation + 1;
+
+-- name: kb_facts
+-- What `ragvps kb list` shows of the bound knowledge base.
+SELECT (SELECT count(*) FROM documents), (SELECT count(*) FROM chunks), s.model, s.vector_type,
+       coalesce((SELECT sum(pg_relation_size(i.indexrelid)) FROM pg_index i
+                 WHERE i.indrelid = to_regclass(s.table_name)), 0),
+       (SELECT max(updated_at) FROM documents)
+FROM (SELECT 1) AS one LEFT JOIN embedding_sets s ON s.active;

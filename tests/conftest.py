@@ -27,6 +27,7 @@ from typer.testing import CliRunner
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 TEMPLATE = "t_template"
+DEFAULT_SCHEMA = "kb_1"  # the schema of the knowledge base `default` in every test database
 
 # The stand-ins' fixtures, for every module: `ollama`/`ollama_server` (a fake Ollama), `llm`/`llm_server`
 # (a stand-in LLM API), `serve_env`/`server` (a real `ragvps serve` process over an ingested database).
@@ -105,6 +106,8 @@ def pg_template(pg_admin_url: str) -> str:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(ident))
     with psycopg.connect(with_dbname(pg_admin_url, name)) as conn:
         migrate(conn)
+        schema = conn.execute("SELECT schema_name FROM ragvps.knowledge_bases WHERE name = 'default'").fetchone()
+        assert schema == (DEFAULT_SCHEMA,), schema
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
         conn.execute(sql.SQL("ALTER DATABASE {} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false").format(ident))
     return name
@@ -125,6 +128,9 @@ def new_database(pg_admin_url: str, pg_template: str) -> Iterator[NewDatabase]:
         with psycopg.connect(pg_admin_url, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name),
                                                                         sql.Identifier(pg_template)))
+            # A test's own psycopg connections read the knowledge base `default`, as ragvps's bound ones do.
+            conn.execute(sql.SQL("ALTER DATABASE {} SET search_path TO {}, public").format(
+                sql.Identifier(name), sql.Identifier(DEFAULT_SCHEMA)))
         made.append(name)
         return with_dbname(pg_admin_url, name)
 

@@ -82,7 +82,7 @@ def test_nul_artifact_from_an_older_run_is_chunked_again(cli, tmp_path, db_url):
     folder.mkdir()
     (folder / "a.md").write_text("# A\n\nsome text\n")
     cli("chunk", str(folder))
-    artifacts = ChunkArtifacts(tmp_path / "data", folder.resolve())
+    artifacts = ChunkArtifacts(tmp_path / "data" / "kb" / "default", folder.resolve())
     path = artifacts.path("a.md")
     lines = path.read_text().splitlines()
     lines[-1] = lines[-1].replace("some text", "some\\u0000text")

@@ -74,7 +74,7 @@ def test_bit_index_end_to_end(cli, tmp_path, db_url):
 @pytest.fixture
 def settings(db_url: str, tmp_path: Path) -> Settings:
     with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+        conn.execute("DROP SCHEMA public, ragvps, kb_1 CASCADE; CREATE SCHEMA public")
     shutil.copytree(DOCS, tmp_path / "docs")
     return Settings.of(database_url=db_url, data_dir=tmp_path / "data", index_min_rows=1)
 

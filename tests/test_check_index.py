@@ -11,7 +11,7 @@ import pytest
 from pgvector.psycopg import register_vector
 
 from ragvps.db import store
-from ragvps.db.database import queries
+from ragvps.db.sql import queries
 from ragvps.measure import inspect
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"

@@ -123,7 +123,7 @@ def test_embedded_postgres_killed_mid_ingest(tmp_path):
     try:
         proc = subprocess.Popen([sys.executable, "-m", "ragvps", "ingest", str(folder)], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        vectors = tmp_path / "data" / "embeddings"
+        vectors = tmp_path / "data" / "kb" / "default" / "embeddings"
         deadline = time.monotonic() + 120
         while not any(p.stat().st_size > 40_000 for p in vectors.rglob("*.f32")) and proc.poll() is None:
             assert time.monotonic() < deadline, "the ingest never embedded"

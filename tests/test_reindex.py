@@ -14,7 +14,7 @@ QUESTION = "how do I stop the embedded database server?"
 
 
 def artifacts(cli) -> dict[str, float]:
-    chunks = Path(cli.env["RAGVPS_DATA_DIR"]) / "chunks"
+    chunks = Path(cli.env["RAGVPS_DATA_DIR"]) / "kb" / "default" / "chunks"
     return {p.name: p.stat().st_mtime_ns for p in chunks.iterdir()}
 
 

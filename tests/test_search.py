@@ -16,7 +16,8 @@ from psycopg import sql
 
 from ragvps.config import Settings
 from ragvps.db import index, store
-from ragvps.db.database import compose, connect
+from ragvps.db.database import connect
+from ragvps.db.sql import compose
 from ragvps.errors import UsageError
 from ragvps.records import Chunk, Document, ModelSpec
 from ragvps.retrieve import search

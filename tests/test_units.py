@@ -5,7 +5,8 @@ from collections import Counter
 import numpy as np
 import psycopg
 
-from ragvps.db.database import migrate, migrations, queries
+from ragvps.db.database import migrate
+from ragvps.db.sql import migrations, queries
 from ragvps.ingest.artifacts import VectorCache
 from ragvps.retrieve.search import rrf
 
@@ -20,7 +21,7 @@ def test_rrf_scores_and_order():
 
 def test_migrations_are_idempotent(db_url):
     with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+        conn.execute("DROP SCHEMA public, ragvps, kb_1 CASCADE; CREATE SCHEMA public")
     with psycopg.connect(db_url) as conn:
         shipped = migrations()
         assert migrate(conn) == [name for _, name, _ in shipped] and shipped[0][1] == "001_init.sql"

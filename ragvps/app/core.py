@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from ragvps.app.ports import OnSources, OnToken
     from ragvps.app.requests import ChatAnswer, ChatRequest
+    from ragvps.db.catalog import KnowledgeBase
     from ragvps.db.connections import Connections
     from ragvps.db.store import EmbeddingSet
     from ragvps.embed import Embedder
@@ -54,8 +55,9 @@ def _quiet(*_: object) -> None:
 class App:
     """Settings, one lazily loaded embedder and a connection source; one method per use case."""
 
-    def __init__(self, settings: Settings, connections: Connections):
+    def __init__(self, settings: Settings, connections: Connections, kb: KnowledgeBase | None = None):
         self.settings = settings
+        self.kb = kb  # None: no knowledge base bound (commands that need no database: chunk, plan)
         self._connections = connections
         self._embedder: Embedder | None = None
         self._generator: Generator | None = None
@@ -64,18 +66,34 @@ class App:
 
     @classmethod
     @contextmanager
-    def open(cls, settings: Settings, *, pooled: bool = False) -> Iterator[App]:
-        """An App for this process: one connection (opened when first used) or, pooled, a ready pool."""
+    def open(cls, settings: Settings, *, pooled: bool = False, database: bool = True) -> Iterator[App]:
+        """An App for this process, bound to the knowledge base `settings.database.kb` (its own settings over
+        the global ones): one connection or, pooled, a ready pool. `database=False`: nothing is opened."""
         from ragvps.db.connections import PooledConnections, SingleConnection
 
         connections: Connections = PooledConnections(settings) if pooled else SingleConnection(settings)
-        app = cls(settings, connections)
+        app = cls.bound(settings, connections) if database else cls(settings, connections)
         try:
             yield app
         finally:
-            if app._generator is not None and hasattr(app._generator, "close"):
-                app._generator.close()
+            app.close_generator()
             connections.close()
+
+    @classmethod
+    def bound(cls, settings: Settings, connections: Connections) -> App:
+        """An App for one knowledge base over shared connections (a server keeps one per knowledge base)."""
+        from ragvps.app.kbs import resolve
+
+        kb = resolve(settings, connections)
+        return cls(settings.replace(**kb.settings), connections, kb)
+
+    @property
+    def connections(self) -> Connections:
+        return self._connections
+
+    def close_generator(self) -> None:
+        if self._generator is not None and hasattr(self._generator, "close"):
+            self._generator.close()
 
     @staticmethod
     def stop_embedded(settings: Settings) -> bool:
@@ -87,9 +105,12 @@ class App:
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
         """A connection; one that dies under the caller (a stopped server) becomes one clear DatabaseError."""
+        from ragvps.db.catalog import bind
         from ragvps.db.database import driver_errors
 
         with driver_errors(self.settings), self._connections.connection() as conn:
+            if self.kb is not None:
+                bind(conn, self.kb.schema)
             yield conn
 
     @property
@@ -320,7 +341,7 @@ class App:
         /health says. On its own connection with short timeouts (app/health.py), never waiting on the pool."""
         from ragvps.app.health import health
 
-        return health(self.settings, self._connections)
+        return health(self.settings, self._connections, self.kb.schema if self.kb else None)
 
     def doctor(self) -> Diagnosis:
         """Ask the embedder about its model, embed one text, compare with the index."""

@@ -22,14 +22,17 @@ def pool_problem(pool: PoolStats | None) -> str | None:
             "table, see pg_stat_activity); raise pool_size, or end what holds them")
 
 
-def health(settings: Settings, connections: Connections) -> Health:
-    from ragvps.db import store
+def health(settings: Settings, connections: Connections, schema: str | None) -> Health:
+    """The health of the knowledge base in `schema` (None: the connection's own, a database of one)."""
+    from ragvps.db import catalog, store
     from ragvps.db.database import driver_errors
 
     connected = False
     try:
         with driver_errors(settings), connections.probe() as conn:
             connected = True
+            if schema is not None:
+                catalog.bind(conn, schema)
             eset = store.active_set(conn)
             chunks = store.chunk_count(conn)
     except RagvpsError as exc:

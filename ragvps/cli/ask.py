@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ragvps.app.names import choices
-from ragvps.cli.common import echo_json, err, flag_names, metadata_pairs, open_app
+from ragvps.cli.common import KbOption, echo_json, err, flag_names, metadata_pairs, open_app
 
 
 def ask(
@@ -23,6 +23,7 @@ def ask(
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the answer cache.")] = False,
     show_prompt: Annotated[bool, typer.Option(
         "--show-prompt", help="Print the exact prompt and its token count; send nothing.")] = False,
+    kb: KbOption = None,
 ) -> None:
     """Answer a question from the ingested documents, citing the chunks it used.
 
@@ -32,7 +33,7 @@ def ask(
 
     overrides = Overrides(k=k, mode=mode, filters=Filters(path_prefix, metadata_pairs(meta or [])))  # type: ignore[arg-type]
     request = AskRequest(question, overrides, use_cache=not no_cache)
-    with flag_names({"mode": "--mode", "k": "--k"}), open_app(ctx) as app:
+    with flag_names({"mode": "--mode", "k": "--k"}), open_app(ctx, kb=kb) as app:
         if show_prompt:
             preview = app.build_prompt(request)
             if as_json:

@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 
 from ragvps.app.names import choices
-from ragvps.cli.common import err, flag_names, metadata_pairs, open_app
+from ragvps.cli.common import KbOption, err, flag_names, metadata_pairs, open_app
 from ragvps.errors import RagvpsError
 
 if TYPE_CHECKING:
@@ -27,6 +27,7 @@ def chat(
     meta: Annotated[list[str] | None, typer.Option(
         help="Only chunks whose document or chunk metadata has KEY=VALUE; repeatable.")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the answer cache.")] = False,
+    kb: KbOption = None,
 ) -> None:
     """Talk to the knowledge base: a question, then follow-ups that refer to it ("and how do I undo that?").
 
@@ -44,7 +45,7 @@ def chat(
         sys.stdout.write(piece)
         sys.stdout.flush()
 
-    with flag_names({"mode": "--mode", "k": "--k"}), open_app(ctx) as app:
+    with flag_names({"mode": "--mode", "k": "--k"}), open_app(ctx, kb=kb) as app:
         if interactive:
             err.print("Ask a question; follow-ups may refer to earlier answers. Ctrl-D leaves.")
         while True:

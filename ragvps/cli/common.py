@@ -7,7 +7,7 @@ import re
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
+# The knowledge base a command reads or writes; default: the setting kb (RAGVPS_KB, ragvps.toml), or `default`.
+KbOption = Annotated[str | None, typer.Option("--kb", help="The knowledge base (setting kb; default: default).")]
+
 
 def settings_from(ctx: typer.Context, **flags: Any) -> Settings:
     from ragvps.config import load_settings  # not at import: `ragvps --help` needs no settings
@@ -30,11 +33,12 @@ def settings_from(ctx: typer.Context, **flags: Any) -> Settings:
 
 
 @contextmanager
-def open_app(ctx: typer.Context, **flags: Any) -> Iterator[App]:
-    """The App for this command, with the command's flags layered over the settings."""
+def open_app(ctx: typer.Context, *, database: bool = True, **flags: Any) -> Iterator[App]:
+    """The App for this command, bound to its knowledge base, with the command's flags over the settings;
+    `database=False` for a command that needs none (chunk, plan)."""
     from ragvps.app import App
 
-    with App.open(settings_from(ctx, **flags)) as app:
+    with App.open(settings_from(ctx, **flags), database=database) as app:
         yield app
 
 

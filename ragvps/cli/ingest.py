@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from ragvps.cli.common import Bars, echo_json, open_app, skipped_text, warn
+from ragvps.cli.common import Bars, KbOption, echo_json, open_app, settings_from, skipped_text, warn
+from ragvps.errors import UsageError
 
 
 def ingest(
@@ -17,9 +18,10 @@ def ingest(
     defer_embedding: Annotated[bool | None, typer.Option(
         "--defer-embedding", help="Store and queue the chunks; `ragvps worker` processes embed them.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    kb: KbOption = None,
 ) -> None:
     """Chunk, embed and store a folder of documents; only what changed is redone."""
-    with open_app(ctx, chunk_size=chunk_size, chunk_overlap=chunk_overlap,
+    with open_app(ctx, kb=kb, chunk_size=chunk_size, chunk_overlap=chunk_overlap,
                   defer_embedding=defer_embedding) as app, Bars() as bars:
         report = app.ingest(path, bars, warn)
     if as_json:
@@ -41,22 +43,38 @@ def ingest(
 def reindex(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    every: Annotated[bool, typer.Option("--all", help="Every knowledge base, one at a time.")] = False,
+    kb: KbOption = None,
 ) -> None:
     """Nightly job: re-sync every ingested folder and rebuild the vector index.
 
     With another embedding model configured, first re-embed the stored chunks with it and switch over
     when done; queries keep using the old vectors until then.
     """
-    with open_app(ctx) as app, Bars() as bars:
-        result = app.reindex(bars, warn)
-    if as_json:
-        return echo_json(result)
-    if result.switch:
-        s = result.switch
-        typer.echo(f"switched from {s.old_model} to {s.new_model}: {s.chunks} chunks, embedded {s.embedded} "
-                   f"(the rest from the vector cache), no source re-read")
-    for root, report in result.roots.items():
-        typer.echo(f"{root}: embedded {report.embedded}, stored {report.stored}, deleted {report.deleted}")
+    if every and kb is not None:
+        raise UsageError("--all reindexes every knowledge base: leave out --kb")
+    names = _all_kbs(ctx) if every else [kb]
+    for name in names:
+        with open_app(ctx, kb=name) as app, Bars() as bars:
+            result = app.reindex(bars, warn)
+        if as_json:
+            echo_json(result)
+            continue
+        if every:
+            typer.echo(f"knowledge base {name}:")
+        if result.switch:
+            s = result.switch
+            typer.echo(f"switched from {s.old_model} to {s.new_model}: {s.chunks} chunks, embedded {s.embedded} "
+                       f"(the rest from the vector cache), no source re-read")
+        for root, report in result.roots.items():
+            typer.echo(f"{root}: embedded {report.embedded}, stored {report.stored}, deleted {report.deleted}")
+
+
+def _all_kbs(ctx: typer.Context) -> list[str | None]:
+    from ragvps.app.library import Library
+
+    with Library.open(settings_from(ctx)) as library:
+        return list(library.catalog(fresh=True))
 
 
 def chunk(
@@ -68,7 +86,8 @@ def chunk(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Run the chunk stage alone: write the chunk files and summarise them (no database, no embedding)."""
-    with open_app(ctx, chunk_mode=mode, chunk_size=chunk_size, chunk_overlap=chunk_overlap) as app, Bars() as bars:
+    with open_app(ctx, database=False, chunk_mode=mode, chunk_size=chunk_size,
+                  chunk_overlap=chunk_overlap) as app, Bars() as bars:
         s = app.chunk_summary(path, bars, warn)
     if as_json:
         return echo_json(s)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ragvps.cli.common import Bars, echo_json, err, open_app, warn
+from ragvps.cli.common import Bars, KbOption, echo_json, err, open_app, warn
 from ragvps.config import reranker_on
 from ragvps.errors import UsageError
 
@@ -26,6 +26,7 @@ def eval_(
     rerank: Annotated[bool, typer.Option(
         "--rerank", help="Reorder each search's top rerank_candidates with the reranker API (measures its gain).")]
     = False,
+    kb: KbOption = None,
 ) -> None:
     """Recall@k, MRR@k and nDCG@k of each search mode over gold questions, side by side."""
     from ragvps.app import evaluation
@@ -35,7 +36,7 @@ def eval_(
         raise UsageError("--k and --depth must be at least 1")
     questions, source = evaluation.questions_from(gold, queries, qrels, warn)
     depth = max(depth, k)
-    with open_app(ctx, reranker=reranker_on() if rerank else None) as app, Bars() as bars:
+    with open_app(ctx, kb=kb, reranker=reranker_on() if rerank else None) as app, Bars() as bars:
         result = app.evaluate(questions, source, chosen, k, depth, bars, warn)
     if report is not None:
         report.write_text(evaluation.eval_html(result, f"ragvps eval: {source}"), encoding="utf-8")
@@ -58,6 +59,7 @@ def check_index(
     k: Annotated[int, typer.Option("--k", "-k", help="Compare the top k.")] = 10,
     target: Annotated[float, typer.Option(help="The overlap to reach.")] = 0.95,
     as_json: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
+    kb: KbOption = None,
 ) -> None:
     """How much of the exact top-k the HNSW index finds at the current ef_search, and the ef_search for --target."""
     from ragvps.app import evaluation
@@ -65,7 +67,7 @@ def check_index(
     if sample < 1 or k < 1 or not 0 < target <= 1:
         raise UsageError("--sample and --k must be at least 1, --target between 0 and 1")
     loaded = evaluation.load_queries(questions) if questions is not None else None
-    with open_app(ctx) as app, Bars() as bars:
+    with open_app(ctx, kb=kb) as app, Bars() as bars:
         result = app.check_index(loaded, sample, k, target, bars, source=str(questions))
     if as_json:
         return echo_json(evaluation.index_check_dict(result))
@@ -89,11 +91,12 @@ def check_index(
 def stats(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Print every figure as JSON.")] = False,
+    kb: KbOption = None,
 ) -> None:
     """Rows and sizes of the index beside the machine's memory; warns when the vector index outgrows RAM."""
     from ragvps.app.evaluation import mib
 
-    with open_app(ctx) as app:
+    with open_app(ctx, kb=kb) as app:
         s = app.stats()
     if as_json:
         return echo_json(s)
@@ -131,13 +134,14 @@ def stats(
 def doctor(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Print the findings as JSON.")] = False,
+    kb: KbOption = None,
 ) -> None:
     """Check the embedder before a long run: the model's dimension and context length, and the index's model."""
     from rich.markup import escape
 
     from ragvps.app import json_object
 
-    with open_app(ctx) as app:
+    with open_app(ctx, kb=kb) as app:
         report = app.doctor()
     if as_json:
         echo_json({k: v for k, v in json_object(report).items() if k != "lines"})

@@ -226,7 +226,7 @@ def _plan_measure(ctx: typer.Context, path: str, chunk_size: int | None, overlap
                   dims: int | None, bytes_per_dim: int, as_json: bool) -> None:
     from ragvps.app.planning import VECTOR_TYPES, pgvector_bytes, raw_vector_bytes
 
-    with open_app(ctx, chunk_size=chunk_size) as app:
+    with open_app(ctx, database=False, chunk_size=chunk_size) as app:
         r = app.plan_measure(path, spec, overlap, dims, bytes_per_dim, warn)
     m, config, d, spec = r.measurement, r.config, r.dims, r.spec
     if as_json:

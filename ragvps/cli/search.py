@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from ragvps.app.names import choices
-from ragvps.cli.common import echo_json, err, metadata_pairs, open_app
+from ragvps.cli.common import KbOption, echo_json, err, metadata_pairs, open_app
 from ragvps.config import reranker_on
 
 
@@ -23,13 +23,15 @@ def query(
     as_json: Annotated[bool, typer.Option("--json", help="Print the hits as JSON.")] = False,
     rerank: Annotated[bool, typer.Option(
         "--rerank", help="Reorder the top rerank_candidates with the reranker API at reranker_url.")] = False,
+    kb: KbOption = None,
 ) -> None:
     """Hybrid search: vector top-40 and BM25 full-text top-40, fused by reciprocal rank fusion."""
     from ragvps.app import Filters, SearchRequest
     from ragvps.cli.common import flag_names
 
     request = SearchRequest(text, k=k, mode=mode, filters=Filters(path_prefix, metadata_pairs(meta or [])))  # type: ignore[arg-type]
-    with flag_names({"mode": "--mode", "k": "--k"}), open_app(ctx, reranker=reranker_on() if rerank else None) as app:
+    with flag_names({"mode": "--mode", "k": "--k"}), \
+            open_app(ctx, kb=kb, reranker=reranker_on() if rerank else None) as app:
         result = app.search(request)
     if as_json:
         return echo_json(result.hits)

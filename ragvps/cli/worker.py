@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ragvps.cli.common import Bars, echo_json, err, open_app, warn
+from ragvps.cli.common import Bars, KbOption, echo_json, err, open_app, warn
 
 
 def worker(
@@ -19,6 +19,7 @@ def worker(
     lease: Annotated[int | None, typer.Option(help="Seconds a claimed batch is this worker's (setting worker_lease).")]
     = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    kb: KbOption = None,
 ) -> None:
     """Embed queued chunks until stopped: Ctrl-C or SIGTERM finishes the batch in hand; a second Ctrl-C gives
     it back to the queue at once. Point RAGVPS_DATABASE_URL at the shared database and configure the same
@@ -33,7 +34,7 @@ def worker(
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with open_app(ctx, worker_lease=lease) as app, Bars() as bars:
+        with open_app(ctx, kb=kb, worker_lease=lease) as app, Bars() as bars:
             report = app.work(name=name, exit_when_empty=exit_when_empty, stop=stop, progress=bars, warn=warn)
     finally:
         for s, handler in previous.items():

@@ -36,6 +36,8 @@ class PoolStats:
 
 
 class Connections(Protocol):
+    migrated: set[str]  # the knowledge bases' schemas migrated through these connections (once a process)
+
     def connection(self) -> Any:
         """A context manager giving a connection; a clean exit commits what is left open."""
         ...
@@ -54,6 +56,7 @@ class SingleConnection:
 
     def __init__(self, settings: Settings):
         self.settings = settings
+        self.migrated: set[str] = set()
         self._conn: psycopg.Connection | None = None
         self._lock = threading.Lock()
 
@@ -98,6 +101,7 @@ class PooledConnections:
         from ragvps.db.embedded import database_url
 
         self.settings = settings
+        self.migrated: set[str] = set()
         self._lock, self._probe_lock = threading.Lock(), threading.Lock()
         self._waiting, self._busy, self._progress = 0, 0, time.monotonic()
         self._probe: psycopg.Connection | None = None

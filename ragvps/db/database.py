@@ -3,51 +3,17 @@ The embedded server itself is db/embedded.py."""
 
 from __future__ import annotations
 
-import functools
 import logging
-import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
-from importlib import resources
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from ragvps.config import Settings
 from ragvps.errors import ActiveSetChangedError, ConfigError, DatabaseError, redact
 
 log = logging.getLogger(__name__)
-
-_BLOCK = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
-
-
-@functools.cache
-def queries(file: str = "queries.sql") -> dict[str, str]:
-    """The named blocks of one SQL file in sql/ (queries.sql unless named)."""
-    text = resources.files("ragvps.sql").joinpath(file).read_text(encoding="utf-8")
-    parts = _BLOCK.split(text)
-    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
-
-
-def q(name: str) -> str:
-    return queries()[name]
-
-
-def compose(name: str, **parts: sql.Composable) -> sql.Composed:
-    """A named query whose {placeholders} are identifiers or literals, never values."""
-    return sql.SQL(q(name)).format(**parts)
-
-
-def migrations() -> list[tuple[int, str, str]]:
-    folder = resources.files("ragvps.sql.migrations")
-    found = []
-    for entry in folder.iterdir():
-        match = re.match(r"(\d+)_(\w+)\.sql$", entry.name)
-        if match:
-            found.append((int(match.group(1)), entry.name, entry.read_text(encoding="utf-8")))
-    return sorted(found)
-
 
 _LOST_STATES = ("08", "57P")  # connection exceptions; operator intervention (shutdown, crash)
 
@@ -91,13 +57,6 @@ def driver_errors(settings: Settings) -> Iterator[None]:
             raise
         raise DatabaseError(f"the database cannot be reached or is too busy ({redact(str(exc)).strip().splitlines()[0]}"
                             "): retry, and check PostgreSQL") from exc
-
-
-def scalar(conn: psycopg.Connection, query: str | sql.Composed | sql.SQL,
-           params: Sequence[object] | Mapping[str, object] | None = None) -> Any:
-    """The first column of the first row a query returns (None when it returns no row)."""
-    row = conn.execute(query, params).fetchone()
-    return None if row is None else row[0]
 
 
 def prepare_session(conn: psycopg.Connection, language: str | None) -> None:
@@ -148,8 +107,11 @@ def connect(settings: Settings, *, migrate_schema: bool = True, **kwargs: Any) -
             "check RAGVPS_DATABASE_URL (host, port, user, password) and that the server is running"
         ) from exc
     try:
-        if migrate_schema:
-            migrate(conn)
+        if migrate_schema:  # the catalog, then the knowledge base the settings name, bound
+            from ragvps.db import catalog
+
+            catalog.migrate_catalog(conn)
+            catalog.open_kb(conn, settings.database.kb)
         prepare_session(conn, settings.search.language if migrate_schema else None)
         from pgvector.psycopg import register_vector
 
@@ -165,17 +127,10 @@ def connect(settings: Settings, *, migrate_schema: bool = True, **kwargs: Any) -
 
 
 def migrate(conn: psycopg.Connection) -> list[str]:
-    """Apply the numbered migrations not yet recorded, in one transaction, under a lock."""
-    applied_now = []
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext('ragvps:migrate'))")
-        conn.execute(q("create_migrations_table"))
-        done = {row[0] for row in conn.execute(q("applied_migrations"))}
-        for version, name, body in migrations():
-            if version in done:
-                continue
-            log.info("applying migration %s", name)
-            conn.execute(body)
-            conn.execute(q("record_migration"), {"version": version, "name": name})
-            applied_now.append(name)
-    return applied_now
+    """The catalog (and the upgrade of a database made before knowledge bases), then the knowledge base
+    `default`, created when missing; the connection is left bound to it."""
+    from ragvps.db import catalog
+
+    catalog.migrate_catalog(conn)
+    kb = catalog.get(conn, catalog.DEFAULT_KB) or catalog.register(conn, catalog.DEFAULT_KB, {})
+    return catalog.migrate_kb(conn, kb)

@@ -11,7 +11,7 @@ import psycopg
 from psycopg import sql
 
 from ragvps.config import Settings
-from ragvps.db.database import compose, q, scalar
+from ragvps.db.sql import compose, q, scalar
 from ragvps.db.store import EmbeddingSet, bump_generation, chunk_count
 from ragvps.errors import ConfigError
 

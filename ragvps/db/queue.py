@@ -16,7 +16,7 @@ import psycopg
 from psycopg import sql
 
 from ragvps.db import store
-from ragvps.db.database import queries, scalar
+from ragvps.db.sql import queries, scalar
 from ragvps.db.store import EmbeddingSet
 from ragvps.errors import DatabaseError
 from ragvps.records import Chunk

@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -14,7 +15,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from ragvps.db.database import compose, q, scalar
+from ragvps.db.sql import compose, q, scalar
 from ragvps.errors import DatabaseError, ModelMismatchError
 from ragvps.records import ModelSpec
 
@@ -204,6 +205,21 @@ def end_implicit_transaction(conn: psycopg.Connection) -> None:
 def ingested_roots(conn: psycopg.Connection) -> list[str]:
     """Every folder ingested into this database, as stored (absolute paths)."""
     return [r[0] for r in conn.execute(q("ingested_roots"))]
+
+
+@dataclass(frozen=True)
+class KbFacts:
+    documents: int
+    chunks: int
+    model: str | None
+    vector_type: str | None
+    index_bytes: int
+    last_ingest: datetime | None
+
+
+def kb_facts(conn: psycopg.Connection) -> KbFacts:
+    documents, chunks, model, vector_type, index_bytes, last = conn.execute(q("kb_facts")).fetchone() or ()
+    return KbFacts(int(documents), int(chunks), model, vector_type, int(index_bytes), last)
 
 
 def chunk_count(conn: psycopg.Connection) -> int:

@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from ragvps.db.database import queries
+from ragvps.db.sql import queries
 from ragvps.db.store import end_implicit_transaction
 from ragvps.generate.prompt import PROMPT_VERSION, Source
 from ragvps.generate.records import Json, Quote, Usage

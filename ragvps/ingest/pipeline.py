@@ -80,7 +80,7 @@ def chunk_stage(
     report: IngestReport, progress: Progress, warn: Warn,
 ) -> list[ChunkFile]:
     """Chunk every file whose content or chunker settings changed; reuse the files on disk otherwise."""
-    artifacts = ChunkArtifacts(settings.database.data_dir, root)
+    artifacts = ChunkArtifacts(settings.database.kb_dir, root)
     key = config.key()
     results = []
     for i, source in enumerate(scan.files):
@@ -201,7 +201,7 @@ def ingest(
         if not report.documents and not stored_before:
             raise nothing_readable(path, report)
         report.chunks = len(chunks)
-        cache = VectorCache(settings.database.data_dir, spec.identity, spec.dims)
+        cache = VectorCache(settings.database.kb_dir, spec.identity, spec.dims)
         if not settings.embed.defer_embedding:
             outcome = EmbedOutcome()
             try:

@@ -84,7 +84,7 @@ def switch_model(
             f"they were cut for model {old.model}; re-ingest into a fresh data directory and database with "
             f"{spec.name} configured, or pick a model that takes longer input",
         ))
-    cache = VectorCache(settings.database.data_dir, spec.identity, spec.dims)
+    cache = VectorCache(settings.database.kb_dir, spec.identity, spec.dims)
     report.embedded = embed_stage(cache, chunks, spec, lanes, settings.embed.batch_size, progress).embedded
     eset = store.ensure_set(conn, spec, settings.index.vector_type, activate=False)
     conn.commit()

@@ -203,7 +203,7 @@ def missing_documents(questions: Sequence[Question], known: set[str]) -> list[st
 # The thin I/O edge: run every question through ragvps.search.search(), exactly as `ragvps query` does.
 
 def known_documents(conn: psycopg.Connection, questions: Sequence[Question]) -> set[str]:
-    from ragvps.db.database import queries
+    from ragvps.db.sql import queries
 
     keys = sorted({d for q in questions for d in q.relevant})
     rows = conn.execute(queries("inspect.sql")["known_documents"], {"keys": keys}).fetchall()

@@ -14,7 +14,7 @@ import psycopg
 from psycopg import sql
 
 from ragvps.config import Settings
-from ragvps.db.database import compose, queries
+from ragvps.db.sql import compose, queries
 from ragvps.db.store import EmbeddingSet, as_param
 from ragvps.generate import cache as answer_cache
 from ragvps.measure.vectors import raw_vector_bytes

@@ -61,7 +61,7 @@ def chunk_summary(settings: Settings, spec: ModelSpec, path: Path, progress: Pro
         tokens={"min": counts[0], "median": statistics.median(counts), "max": counts[-1], "total": sum(counts),
                 "over_limit": sum(n > limit for n in counts)} if counts else None,
         llm_tokens=sum(c.llm_tokens for f in files for c in f.chunks),
-        skipped=dict(report.skipped), chunk_dir=str(settings.database.data_dir / "chunks"),
+        skipped=dict(report.skipped), chunk_dir=str(settings.database.kb_dir / "chunks"),
     )
 
 

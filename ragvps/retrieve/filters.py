@@ -8,7 +8,7 @@ from typing import Any
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from ragvps.db.database import q
+from ragvps.db.sql import q
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ The legs run in the caller's transaction (the app's), so the active set and the 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -13,7 +13,7 @@ import psycopg
 from psycopg import sql
 
 from ragvps.config import Settings
-from ragvps.db.database import compose
+from ragvps.db.sql import compose
 from ragvps.db.store import EmbeddingSet, as_param
 from ragvps.errors import UsageError
 from ragvps.retrieve.evidence import combine
@@ -38,6 +38,13 @@ class Hit:
     cosine: float | None = None  # query-chunk cosine (None without a query vector: keyword mode)
     terms: float | None = None  # share of the query's IDF mass the chunk contains (None: no query lexemes)
     evidence: float = 0.0  # both combined (retrieve/evidence.py): rank-independent, 0..1
+    kb: str | None = None  # the knowledge base, in a search of several (None: the one searched)
+
+    def to_json(self) -> dict[str, object]:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.kb is None:
+            del out["kb"]
+        return out
 
 
 MAX_QUERY_CHARS = 20_000

@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ragvps.config import Settings
-from ragvps.errors import ConfigError, RagvpsError, UnauthorizedError
+from ragvps.errors import ConfigError, RagvpsError
 from ragvps.serve.docs import OPEN_PATHS as DOCS_PATHS
 
 if TYPE_CHECKING:
-    from starlette.types import ASGIApp, Receive, Scope, Send
+    from starlette.types import Send
+
 
 
 # Paths anyone may fetch: the health check, the page (static; it holds no data and asks for the key), and the
@@ -91,27 +92,6 @@ def key_matches(given: str | None, keys: tuple[str, ...]) -> bool:
     for key in keys:
         found |= hmac.compare_digest(candidate, key.encode("utf-8"))
     return found
-
-
-class RequireKey:
-    """ASGI middleware: every path but OPEN_PATHS needs a valid key when keys are set (the /mcp mount too)."""
-
-    def __init__(self, app: ASGIApp, keys: tuple[str, ...]):
-        self.app, self.keys = app, keys
-
-    async def __call__(self, scope: Scope, receive: Receive,
-                       send: Send) -> None:
-        if scope["type"] != "http" or not self.keys or scope["path"] in OPEN_PATHS \
-                or scope.get("method") == "OPTIONS":  # CORS preflight carries no credentials
-            await self.app(scope, receive, send)
-            return
-        given = presented_key(scope["headers"])
-        if key_matches(given, self.keys):
-            await self.app(scope, receive, send)
-            return
-        message = ("this server needs an API key: send `Authorization: Bearer KEY` or `X-API-Key: KEY`"
-                   if given is None else "the API key is not valid: send one of the keys in api_keys/api_key_file")
-        await send_error(send, UnauthorizedError(message), [(b"www-authenticate", b'Bearer realm="ragvps"')])
 
 
 async def send_error(send: Send, error: RagvpsError,

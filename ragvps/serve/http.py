@@ -38,7 +38,6 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
     from fastapi import FastAPI
     from starlette.middleware.cors import CORSMiddleware
 
-    from ragvps.serve.auth import RequireKey
     from ragvps.serve.docs import add_docs
     from ragvps.serve.guard import HostOriginGuard
     from ragvps.serve.limits import LimitBody
@@ -78,7 +77,10 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
         api.router.routes.extend(sub.routes)
     add_docs(api, bool(keys))
 
-    asgi: Any = LimitBody(RequireKey(api, keys), settings.serve.max_body_bytes, settings.serve.request_timeout)
+    from ragvps.serve.access import Access, RequireKey
+
+    access = Access(keys, ready)
+    asgi: Any = LimitBody(RequireKey(api, access), settings.serve.max_body_bytes, settings.serve.request_timeout)
     if settings.serve.cors_origins:
         asgi = CORSMiddleware(asgi, allow_origins=list(settings.serve.cors_origins), allow_methods=["GET", "POST"],
                               allow_headers=["Authorization", "X-API-Key", "Content-Type"])
@@ -169,7 +171,7 @@ def _mcp(ready: Ready) -> MCPServer | None:
         return None
     from ragvps.serve.mcp import build_server
 
-    return build_server(ready.get, ready.settings.serve.max_k)
+    return build_server(ready, ready.settings.serve.max_k)
 
 
 def _mcp_security() -> TransportSecuritySettings:

@@ -10,22 +10,28 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ragvps.config import Settings
-from ragvps.errors import ConfigError, RagvpsError, UnavailableError, UsageError, redact
+from ragvps.errors import ConfigError, NotFoundError, RagvpsError, UnavailableError, UsageError, redact
 
 if TYPE_CHECKING:
     from ragvps.app import App
+    from ragvps.app.keys import Principal, Role
+    from ragvps.app.library import Library
 
 log = logging.getLogger(__name__)
 RETRY_OPEN_S = 5.0
 
 
 class Ready:
-    """The App once it is open (or the reason it is not yet), shared by the HTTP routes and the MCP tools."""
+    """The library of knowledge bases once it is open (or the reason it is not yet), with the App of the
+    server's own knowledge base (`default`), shared by the HTTP routes and the MCP tools."""
 
     def __init__(self, settings: Settings, app: App | None = None,
                  on_fatal: Callable[[RagvpsError], None] | None = None):
+        from ragvps.app.library import Library
+
         self.settings = settings
         self.app = app
+        self.library = None if app is None else Library.around(app)
         self.on_fatal = on_fatal
         self.error = "starting: loading the model and connecting to the database"
         self._stack = contextlib.ExitStack()
@@ -36,14 +42,36 @@ class Ready:
             raise UnavailableError(f"the server is not ready yet ({self.error}); retry in a few seconds")
         return self.app
 
+    def kb(self, name: str, principal: Principal, role: Role = "read") -> App:
+        """The App of knowledge base `name` if `principal` holds `role` on it; one it may not use gets the same
+        404 as one that does not exist, naming only those it may use."""
+        from ragvps.app.kbs import not_found
+
+        self.get()
+        library = self.library
+        assert library is not None
+        if principal.can(name, role):
+            try:
+                return library.app(name)
+            except NotFoundError:
+                pass
+        raise not_found(name, principal.visible(sorted(library.catalog()), role))
+
+    def visible(self, principal: Principal, role: Role = "read") -> list[str]:
+        """The knowledge bases `principal` may use with `role`, by name."""
+        self.get()
+        assert self.library is not None
+        return principal.visible(sorted(self.library.catalog()), role)
+
     def open_forever(self) -> None:
         """Open the App (pool, embedder, a warm-up query), retrying until it works or the server stops."""
-        from ragvps.app import App
+        from ragvps.app.library import Library
 
         while not self._stop.is_set():
             stack = contextlib.ExitStack()
             try:
-                app = stack.enter_context(App.open(self.settings, pooled=True))
+                library = stack.enter_context(Library.open(self.settings, pooled=True))
+                app = library.app(self.settings.database.kb)
                 app.embed_query("warm up the model")
             except (ConfigError, UsageError) as exc:  # a wrong setting does not heal by waiting: stop
                 stack.close()
@@ -59,9 +87,19 @@ class Ready:
                 self._stop.wait(RETRY_OPEN_S)
                 continue
             self._stack.enter_context(stack)
-            self.app = app
+            self.library, self.app = library, app
             log.info("ready: model %s", self.settings.embed.model_name)
+            self._say_keys(library)
             return
+
+    def _say_keys(self, library: Library) -> None:
+        made = len(library.keys().listing())
+        configured = bool(self.settings.serve.api_keys or self.settings.serve.api_key_file)
+        if made or configured:
+            log.warning("API keys: %s%d made with `ragvps key create`: every request needs a key",
+                        "the configured ones and " if configured else "", made)
+        else:
+            log.warning("no API key is set: anyone who reaches this address may read every knowledge base")
 
     def close(self) -> None:
         self._stop.set()

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from mcp.server.mcpserver import Context  # the tools' annotation, resolved at run time (the mcp extra)
+
 from ragvps.app import Mode
 from ragvps.config import Settings
 from ragvps.errors import RagvpsError, redact
@@ -18,6 +20,8 @@ if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
     from ragvps.app import Answer, App, SearchResult
+    from ragvps.app.keys import Principal
+    from ragvps.serve.lifecycle import Ready
 
 T = TypeVar("T")
 
@@ -25,8 +29,9 @@ INSTRUCTIONS = ("Search and ask the user's own knowledge base (their documents, 
                 "for passages to read and quote, `ask` for a short answer that cites its sources as [n].")
 
 
-def build_server(get_app: Callable[[], App], max_k: int = 100) -> MCPServer:
-    """An MCPServer whose tools call the App that `get_app` returns (raising while it is not ready)."""
+def build_server(ready: Ready, max_k: int = 100) -> MCPServer:
+    """An MCPServer whose tools call the App of the knowledge base asked for (`kb`, default the server's own),
+    if the caller's key may read it; tools/list names the knowledge bases the caller may read."""
     import anyio
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
@@ -42,13 +47,16 @@ def build_server(get_app: Callable[[], App], max_k: int = 100) -> MCPServer:
         except RagvpsError as exc:
             raise ToolError(redact(str(exc))) from None
 
+    def app_for(ctx: Context, kb: str | None) -> App:
+        return ready.kb(kb or ready.settings.database.kb, principal_in(ctx))
+
     @server.tool(description="Find the chunks of the knowledge base that best match a query (hybrid: vector + "
                              "BM25 keyword search). Returns each chunk's text, source path, heading path, chunk id "
                              "and score, best first.")
-    async def search(query: str, k: int = 8, mode: Mode = "hybrid",
-                     path_prefix: str = "") -> list[dict[str, object]]:
+    async def search(query: str, ctx: Context, k: int = 8, mode: Mode = "hybrid", path_prefix: str = "",
+                     kb: str | None = None) -> list[dict[str, object]]:
         def run() -> SearchResult:
-            return get_app().search(search_request(query, k, mode, path_prefix, {}, max_k))
+            return app_for(ctx, kb).search(search_request(query, k, mode, path_prefix, {}, max_k))
 
         result = await call(run)
         return [{"rank": h.rank, "chunk_id": h.chunk_id, "path": h.path, "heading_path": h.heading_path,
@@ -57,10 +65,10 @@ def build_server(get_app: Callable[[], App], max_k: int = 100) -> MCPServer:
     @server.tool(description="Answer a question from the knowledge base, citing the chunks it used as [n]; "
                              "`citations` lists them (n, chunk id, path). Says so when the documents do not "
                              "answer it: `answered` is false and `evidence` (0..1) is below `min_evidence`.")
-    async def ask(question: str, k: int | None = None, mode: Mode = "hybrid",
-                  path_prefix: str = "") -> dict[str, object]:
+    async def ask(question: str, ctx: Context, k: int | None = None, mode: Mode = "hybrid", path_prefix: str = "",
+                  kb: str | None = None) -> dict[str, object]:
         def run() -> Answer:
-            return get_app().ask(ask_request(question, k, mode, path_prefix, {}, max_k))
+            return app_for(ctx, kb).ask(ask_request(question, k, mode, path_prefix, {}, max_k))
 
         answer = json_object(await call(run))
         return {key: answer.get(key) for key in ("answer", "answered", "evidence", "min_evidence", "citations",
@@ -68,7 +76,51 @@ def build_server(get_app: Callable[[], App], max_k: int = 100) -> MCPServer:
                 if key in answer}
 
     server.middleware.append(ReadableArguments({"search": search, "ask": ask}))
+    server.middleware.append(ListsKnowledgeBases(ready))
     return server
+
+
+def principal_in(ctx: Context) -> Principal:
+    """The caller's principal: what the HTTP request's key grants; over stdio, the local user: everything."""
+    from ragvps.app.keys import ANYONE
+
+    request = ctx.request_context.request
+    principal = getattr(getattr(request, "state", None), "principal", None)
+    return ANYONE if request is None else principal if principal is not None else ANYONE
+
+
+class ListsKnowledgeBases:
+    """MCP middleware: tools/list says, in each tool's description and its `kb` argument, which knowledge bases
+    the caller may read (and which one is asked without `kb`)."""
+
+    def __init__(self, ready: Ready):
+        self.ready = ready
+
+    async def __call__(self, ctx: Any, call_next: Callable[[Any], Any]) -> Any:
+        result = await call_next(ctx)
+        if ctx.method != "tools/list":
+            return result
+        import anyio
+
+        request = getattr(ctx, "request", None)
+        principal = getattr(getattr(request, "state", None), "principal", None)
+        if principal is None:
+            from ragvps.app.keys import ANYONE
+
+            principal = ANYONE
+        try:
+            names = await anyio.to_thread.run_sync(lambda: self.ready.visible(principal))
+        except RagvpsError:
+            return result
+        own = self.ready.settings.database.kb
+        note = f" Knowledge bases you may read (argument `kb`, default {own!r}): {', '.join(names) or 'none'}."
+        tools = result.get("tools", []) if isinstance(result, dict) else getattr(result, "tools", [])
+        for tool in tools:
+            if isinstance(tool, dict):
+                tool["description"] = (tool.get("description") or "") + note
+            else:
+                tool.description = (tool.description or "") + note
+        return result
 
 
 class ReadableArguments:
@@ -109,7 +161,7 @@ def _arguments_model(name: str, fn: Callable[..., Any]) -> Any:
 
     fields: dict[str, Any] = {
         p.name: (p.annotation, ... if p.default is inspect.Parameter.empty else p.default)
-        for p in inspect.signature(fn, eval_str=True).parameters.values()}
+        for p in inspect.signature(fn, eval_str=True).parameters.values() if p.name != "ctx"}
     return create_model(f"{name}_arguments", **fields)
 
 
@@ -127,8 +179,8 @@ def run_stdio(settings: Settings) -> None:
     import anyio
 
     from ragvps.app import App
-    from ragvps.serve.lifecycle import for_serving
+    from ragvps.serve.lifecycle import Ready, for_serving
 
     with App.open(for_serving(settings), pooled=True) as app:
-        server = build_server(lambda: app, settings.serve.max_k)
+        server = build_server(Ready(settings, app), settings.serve.max_k)
         anyio.run(server.run_stdio_async)

@@ -32,52 +32,70 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 def add_openai_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> None:
     from fastapi.responses import JSONResponse
+    from starlette.requests import Request
 
+    from ragvps.app.chat import conversation
     from ragvps.serve.failures import guarded
+    from ragvps.serve.principal import principal_of
     from ragvps.serve.threads import in_thread
 
     timeout = float(settings.serve.request_timeout)
     started = int(time.time())
 
+    async def readable(request: Request) -> list[str]:
+        """The models this key may use: the server's own knowledge base as `ragvps`, the others by name."""
+        principal = principal_of(request)
+        names = await in_thread(lambda: ready.visible(principal), timeout)
+        return [oa.model_of(n, settings.database.kb) for n in names]
+
     @api.get("/v1/models", response_model=oa.ModelListOut, responses=ERRORS, tags=["openai"],
-             summary="The knowledge bases served, as OpenAI's model list")
-    async def models() -> Any:
-        return {"object": "list", "data": [oa.model_card(started)]}
+             summary="The knowledge bases this key may read, as OpenAI's model list")
+    @guarded
+    async def models(request: Request) -> Any:
+        return {"object": "list", "data": [oa.model_card(m, started) for m in await readable(request)]}
 
     @api.get("/v1/models/{model}", response_model=oa.ModelOut, responses=ERRORS, tags=["openai"],
              summary="One knowledge base, as OpenAI's model object")
-    async def one_model(model: str) -> Any:
-        if model != oa.MODEL:
-            return JSONResponse(_no_model(model), status_code=404)
-        return oa.model_card(started)
+    @guarded
+    async def one_model(request: Request, model: str) -> Any:
+        served = await readable(request)
+        if model not in served:
+            return JSONResponse(_no_model(model, served), status_code=404)
+        return oa.model_card(model, started)
 
     @api.post("/v1/chat/completions", response_model=oa.CompletionOut, tags=["openai"],
               responses=ERRORS | {200: {"description": "The completion; with stream: true, Server-Sent Events of "
                                                        "chat.completion.chunk objects, then `data: [DONE]`.",
-                                        "content": {"text/event-stream": {"schema": {"type": "string"}}}}},
+                                        "content": {"text/event-stream": {"schema": {
+                                            "type": "object", "required": ["data"],
+                                            "properties": {"data": {"type": "string"}}}}}}},
               summary="OpenAI-compatible chat: an answer to the last message, retrieved with the conversation")
     @guarded
-    async def chat_completions(body: oa.ChatIn) -> Any:
-        if body.model != oa.MODEL:
-            return JSONResponse(_no_model(body.model), status_code=404)
-        app = ready.get()
-        request = _request(body, settings)
+    async def chat_completions(request: Request, body: oa.ChatIn) -> Any:
+        served = await readable(request)
+        if body.model not in served:
+            return JSONResponse(_no_model(body.model, served), status_code=404)
+        principal = principal_of(request)
+        name = oa.kb_of(body.model, settings.database.kb)
+        app = await in_thread(lambda: ready.kb(name, principal), timeout)
+        asked = _request(body, settings)
+        conversation(asked.messages)  # a conversation that cannot be answered is a 400 before any byte streams
         if body.stream:
             from starlette.responses import StreamingResponse
 
             from ragvps.serve.stream import SSE_HEADERS
 
             include = bool(body.stream_options and body.stream_options.include_usage)
-            return StreamingResponse(_chunks(app, request, timeout, include),
+            return StreamingResponse(_chunks(app, asked, timeout, include, body.model),
                                      media_type="text/event-stream", headers=SSE_HEADERS)
-        answer = await in_thread(lambda: app.chat(request), timeout)
+        answer = await in_thread(lambda: app.chat(asked), timeout)
         cid, created = oa.new_id()
-        return JSONResponse(oa.completion(answer, cid, created))
+        return JSONResponse(oa.completion(answer, cid, created, body.model))
 
 
-def _no_model(model: str) -> dict[str, Any]:
-    return oa.error(404, f"The model {model!r} does not exist: this server serves one knowledge base, "
-                         f"{oa.MODEL!r} (GET /v1/models)", "model_not_found", "model")
+def _no_model(model: str, served: list[str]) -> dict[str, Any]:
+    return oa.error(404, f"The model {model!r} does not exist: each knowledge base this key may read is a model: "
+                         f"{', '.join(served) or 'none'} (GET /v1/models)", "model_not_found", "model")
 
 
 def _request(body: oa.ChatIn, settings: Settings) -> "ChatRequest":
@@ -88,8 +106,8 @@ def _request(body: oa.ChatIn, settings: Settings) -> "ChatRequest":
     return ChatRequest(messages, Overrides(temperature=body.temperature, max_tokens=max_tokens))
 
 
-async def _chunks(app: "App", request: "ChatRequest", timeout: float,
-                  include_usage: bool) -> AsyncIterator[bytes]:
+async def _chunks(app: "App", request: "ChatRequest", timeout: float, include_usage: bool,
+                  model: str) -> AsyncIterator[bytes]:
     """The answer as chat.completion.chunk events: the role, the text as it comes, the end with the
     `ragvps` field, the usage (on request), `[DONE]`; an error after the start is one `error` event."""
     from ragvps.serve.failures import error_body
@@ -101,15 +119,15 @@ async def _chunks(app: "App", request: "ChatRequest", timeout: float,
     def work(emit: Emit[str]) -> "ChatAnswer":
         return app.chat(request, on_token=emit)
 
-    yield oa.chunk(cid, created, {"role": "assistant", "content": ""}, include_usage=include_usage)
+    yield oa.chunk(cid, created, model, {"role": "assistant", "content": ""}, include_usage=include_usage)
     async for event in thread_events(work, timeout, "ragvps-chat"):
         if isinstance(event, Emitted):
-            yield oa.chunk(cid, created, {"content": event.value}, include_usage=include_usage)
+            yield oa.chunk(cid, created, model, {"content": event.value}, include_usage=include_usage)
         elif isinstance(event, Finished):
             answer = event.value
-            yield oa.chunk(cid, created, {}, "stop", include_usage=include_usage, ragvps=oa.extra(answer))
+            yield oa.chunk(cid, created, model, {}, "stop", include_usage=include_usage, ragvps=oa.extra(answer))
             if include_usage:
-                yield oa.chunk(cid, created, None, usage=oa.usage_of(answer.usage))
+                yield oa.chunk(cid, created, model, None, usage=oa.usage_of(answer.usage))
             yield b"data: [DONE]\n\n"
         elif isinstance(event, Failed):
             yield _event(translate(*error_body(event.error))[1])

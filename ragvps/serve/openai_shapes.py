@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from ragvps.app.requests import ChatAnswer, Usage
 
-MODEL = "ragvps"  # the one knowledge base a server serves, as /v1/models lists it
+MODEL = "ragvps"  # the server's own knowledge base (setting kb, `default`), as /v1/models lists it
 PREFIX = "/v1/"
 
 # (type, code) by status, as OpenAI answers them. A too-long request is a 400 there (context_length_exceeded),
@@ -59,7 +59,8 @@ class ChatIn(BaseModel):
     accepted and ignored."""
 
     model_config = ConfigDict(extra="allow", strict=True)
-    model: str = Field(description=f"The knowledge base: {MODEL!r} (GET /v1/models).")
+    model: str = Field(description=f"The knowledge base: {MODEL!r} for the server's own, or another's name "
+                                   "(GET /v1/models lists those the key may read).", examples=[MODEL])
     messages: list[MessageIn] = Field(min_length=1, max_length=1000,
                                       description="The whole conversation so far; the last is the user's question.")
     stream: bool = False
@@ -123,8 +124,17 @@ def translate(status: int, body: Any) -> tuple[int, dict[str, Any]]:
     return status, error(status, str(message or "request failed"), code)
 
 
-def model_card(created: int) -> dict[str, Any]:
-    return {"id": MODEL, "object": "model", "created": created, "owned_by": "ragvps"}
+def model_card(model: str, created: int) -> dict[str, Any]:
+    return {"id": model, "object": "model", "created": created, "owned_by": "ragvps"}
+
+
+def model_of(kb: str, own: str) -> str:
+    """A knowledge base as a model: the server's own is `ragvps` (as before knowledge bases), the others by name."""
+    return MODEL if kb == own else kb
+
+
+def kb_of(model: str, own: str) -> str:
+    return own if model == MODEL else model
 
 
 def new_id() -> tuple[str, int]:
@@ -145,17 +155,17 @@ def extra(chat: ChatAnswer) -> dict[str, object]:
             "usage": chat.usage.to_json()}
 
 
-def completion(chat: ChatAnswer, cid: str, created: int) -> dict[str, object]:
-    return {"id": cid, "object": "chat.completion", "created": created, "model": MODEL, "system_fingerprint": None,
+def completion(chat: ChatAnswer, cid: str, created: int, model: str = MODEL) -> dict[str, object]:
+    return {"id": cid, "object": "chat.completion", "created": created, "model": model, "system_fingerprint": None,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": chat.content, "refusal": None},
                          "logprobs": None, "finish_reason": "stop"}],
             "usage": usage_of(chat.usage), "ragvps": extra(chat)}
 
 
-def chunk(cid: str, created: int, delta: dict[str, Any] | None, finish: str | None = None,
+def chunk(cid: str, created: int, model: str, delta: dict[str, Any] | None, finish: str | None = None,
           include_usage: bool = False, **more: Any) -> bytes:
     """One `data:` line of a streamed completion; `delta=None` is the usage chunk (no choices)."""
-    body: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": MODEL,
+    body: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
                             "system_fingerprint": None,
                             "choices": [] if delta is None else [{"index": 0, "delta": delta, "logprobs": None,
                                                                   "finish_reason": finish}]}

@@ -3,7 +3,7 @@
 # No `from __future__ import annotations` here: FastAPI reads the request models (built per app, since
 # their `k` bound is a setting) from the annotations at definition time.
 
-import time
+from enum import Enum
 from typing import TYPE_CHECKING, Any, cast
 
 from ragvps.config import Settings
@@ -12,11 +12,16 @@ from ragvps.serve.schemas import AnswerOut, AskBody, ErrorOut, HealthOut, Search
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from ragvps.serve.endpoints import Endpoints
     from ragvps.serve.lifecycle import Ready
 
+KB_ERRORS: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorOut, "description": "No such knowledge base, or none this key may use (the same answer)."},
+}
 ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorOut, "description": "The request is not valid (kind usage)."},
     401: {"model": ErrorOut, "description": "An API key is needed, or the one sent is not valid."},
+    404: {"model": ErrorOut, "description": "No such knowledge base, or none this key may use (the same answer)."},
     409: {"model": ErrorOut, "description": "The index was built with another model (kind conflict)."},
     413: {"model": ErrorOut, "description": "The body is larger than max_body_bytes (kind too_long)."},
     503: {"model": ErrorOut, "description": "Not ready, the database is unreachable, or request_timeout passed."},
@@ -63,20 +68,17 @@ def page_policy(html: str) -> str:
 
 def add_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> None:
     from fastapi.responses import HTMLResponse, JSONResponse
+    from starlette.requests import Request
 
-    from ragvps.app import json_object, jsonable
-    from ragvps.serve.convert import ask_request, hits_out, search_request
+    from ragvps.serve.endpoints import Endpoints
     from ragvps.serve.failures import guarded
     from ragvps.serve.health import HealthCheck
-    from ragvps.serve.stream import streaming_response
-    from ragvps.serve.threads import in_thread
 
     SearchIn, AskIn = request_models(settings.serve.max_k)
-    timeout = float(settings.serve.request_timeout)
-    max_k = settings.serve.max_k
     html = page()
     csp = page_policy(html)
     check = HealthCheck(ready)
+    do = Endpoints(ready, settings)
 
     @api.get("/", include_in_schema=False)
     async def index() -> HTMLResponse:
@@ -93,12 +95,8 @@ def add_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> None:
     @api.post("/search", response_model=SearchOut, responses=ERRORS,
               summary="Hybrid, vector or keyword search: the same hits as `ragvps query --json`")
     @guarded
-    async def search(body: SearchIn) -> Any:  # type: ignore[valid-type]
-        app, b = ready.get(), cast(SearchBody, body)
-        request = search_request(b.query, b.k, b.mode, b.path_prefix, b.meta, max_k)
-        start = time.perf_counter()
-        result = await in_thread(lambda: app.search(request), timeout)
-        return {"hits": hits_out(result.hits), "took_ms": round((time.perf_counter() - start) * 1000, 3)}
+    async def search(request: Request, body: SearchIn) -> Any:  # type: ignore[valid-type]
+        return await do.search(request, cast(SearchBody, body), None)
 
     @api.post("/ask", response_model=AnswerOut,
               responses=ERRORS | {200: {"description": "The answer (`ragvps ask --json`); with stream: true, "
@@ -106,17 +104,43 @@ def add_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> None:
                                         "content": {"text/event-stream": {"schema": SSE_EVENT}}}},
               summary="An answer with citations, from the chunks search finds")
     @guarded
-    async def ask(body: AskIn) -> Any:  # type: ignore[valid-type]
-        app, b = ready.get(), cast(AskBody, body)
-        request = ask_request(b.question, b.k, b.mode, b.path_prefix, b.meta, max_k, b.use_cache)
-        if b.stream:
-            return streaming_response(app, request, timeout)
-        answer = await in_thread(lambda: app.ask(request), timeout)
-        return jsonable(answer)
+    async def ask(request: Request, body: AskIn) -> Any:  # type: ignore[valid-type]
+        return await do.ask(request, cast(AskBody, body), None)
 
     @api.get("/stats", responses=ERRORS, summary="Table and index sizes beside RAM, as `ragvps stats --json`")
     @guarded
-    async def stats() -> dict[str, object]:
-        app = ready.get()
-        report = await in_thread(app.stats, timeout)
-        return json_object(report)
+    async def stats(request: Request) -> dict[str, object]:
+        return await do.stats(request, None)
+
+    add_kb_routes(api, do, SearchIn, AskIn)
+
+
+def add_kb_routes(api: "FastAPI", do: "Endpoints", SearchIn: type, AskIn: type) -> None:
+    """The same routes for any knowledge base the key may read, and the list of those."""
+    from starlette.requests import Request
+
+    from ragvps.serve.failures import guarded
+
+    tags: list[str | Enum] = ["knowledge bases"]
+
+    @api.post("/kb/{name}/search", response_model=SearchOut, responses=ERRORS | KB_ERRORS, tags=tags,
+              summary="Search one knowledge base")
+    @guarded
+    async def kb_search(request: Request, name: str, body: SearchIn) -> Any:  # type: ignore[valid-type]
+        return await do.search(request, cast(SearchBody, body), name)
+
+    @api.post("/kb/{name}/ask", response_model=AnswerOut, responses=ERRORS | KB_ERRORS, tags=tags,
+              summary="Ask one knowledge base")
+    @guarded
+    async def kb_ask(request: Request, name: str, body: AskIn) -> Any:  # type: ignore[valid-type]
+        return await do.ask(request, cast(AskBody, body), name)
+
+    @api.get("/kb/{name}/stats", responses=ERRORS | KB_ERRORS, tags=tags, summary="One knowledge base's sizes")
+    @guarded
+    async def kb_stats(request: Request, name: str) -> dict[str, object]:
+        return await do.stats(request, name)
+
+    @api.get("/kb", tags=tags, responses=ERRORS, summary="The knowledge bases this key may read")
+    @guarded
+    async def kb_list(request: Request) -> dict[str, object]:
+        return await do.kb_list(request)

@@ -84,6 +84,9 @@ class SearchBody(BaseModel):
                              description="Only chunks from source files whose path starts so.")
     meta: dict[str, object] = Field(default_factory=dict,
                                     description="Only chunks whose document or chunk metadata has these pairs.")
+    kbs: list[str] | None = Field(None, max_length=64, description="Several knowledge bases at once: each is "
+                                  "searched with its own model and the lists are fused by rank (RRF); each hit "
+                                  "names its knowledge base.")
 
 
 class AskBody(BaseModel):

@@ -1,0 +1,165 @@
+"""Knowledge bases: which one an App is bound to, and the use cases that create, list, rename and drop them.
+
+A knowledge base is a schema of its own (db/catalog.py says why) and a folder of stage files
+(`data_dir/kb/NAME`); its settings (model contract, chunking, the refusal line ...) sit over the global ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from ragvps.config import Settings
+from ragvps.errors import RagvpsError, UsageError
+
+if TYPE_CHECKING:
+    from ragvps.db.catalog import KnowledgeBase
+    from ragvps.db.connections import Connections
+
+log = logging.getLogger(__name__)
+
+# What `kb create` may pin for a knowledge base; other settings stay global.
+KB_SETTINGS = ("embedder", "embed_model", "vector_type", "chunk_mode", "chunk_size", "chunk_overlap",
+               "answer_min_evidence")
+
+
+def resolve(settings: Settings, connections: Connections) -> KnowledgeBase:
+    """The knowledge base `settings.database.kb` names, its schema migrated (once per connection source);
+    `default` is made when missing. Another name that does not exist is a NotFoundError listing the others."""
+    from ragvps.db import catalog
+
+    name = catalog.check_name(settings.database.kb)
+    with connections.connection() as conn:
+        kb = catalog.get(conn, name)
+        if kb is None and name == catalog.DEFAULT_KB:
+            kb = catalog.create(conn, name, {})
+        elif kb is None:
+            raise catalog.not_found(name, catalog.names(conn))
+        elif kb.schema not in connections.migrated:
+            catalog.migrate_kb(conn, kb)
+        connections.migrated.add(kb.schema)
+        catalog.unbind(conn)
+        conn.commit()
+    _adopt_legacy_files(settings.replace(**kb.settings))
+    return kb
+
+
+def not_found(name: str, allowed: list[str]) -> RagvpsError:
+    """The error for a knowledge base that does not exist or that the caller may not use (the same words)."""
+    from ragvps.db import catalog
+
+    return catalog.not_found(name, allowed)
+
+
+def _adopt_legacy_files(settings: Settings) -> None:
+    """Stage files of a data directory from before knowledge bases (data_dir/chunks, data_dir/embeddings) become
+    the default knowledge base's, moved, not copied: the vector cache keeps saving re-embedding."""
+    db = settings.database
+    if db.kb != "default" or db.kb_dir.exists():
+        return
+    legacy = [db.data_dir / part for part in ("chunks", "embeddings") if (db.data_dir / part).is_dir()]
+    if legacy:
+        db.kb_dir.mkdir(parents=True)
+        for folder in legacy:
+            folder.rename(db.kb_dir / folder.name)
+        log.info("moved the stage files in %s into %s (the knowledge base default)", db.data_dir, db.kb_dir)
+
+
+@dataclass(frozen=True)
+class KbInfo:
+    """A knowledge base as `ragvps kb list` shows it."""
+
+    name: str
+    documents: int
+    chunks: int
+    model: str | None
+    vector_type: str | None
+    index_bytes: int
+    last_ingest: datetime | None
+    created_at: datetime | None
+
+
+def kept_settings(model: str | None, vector_type: str | None, chunk_size: int | None) -> dict[str, object]:
+    """What `kb create --model ... --vector-type ... --chunk-size ...` keeps: the local model by its name, any
+    other name an Ollama model."""
+    from ragvps.backends import LOCAL_MODEL
+
+    kept: dict[str, object] = {"vector_type": vector_type, "chunk_size": chunk_size}
+    if model is not None:
+        kept |= {"embedder": "local"} if model == LOCAL_MODEL else {"embedder": "ollama", "embed_model": model}
+    return {k: v for k, v in kept.items() if v is not None}
+
+
+def pinned(settings: dict[str, object]) -> dict[str, object]:
+    """The settings a knowledge base keeps for itself, checked as flags would be."""
+    unknown = [name for name in settings if name not in KB_SETTINGS]
+    if unknown:
+        raise UsageError(f"a knowledge base cannot keep {', '.join(unknown)}: it keeps {', '.join(KB_SETTINGS)}")
+    Settings.of(**settings)  # each value checked now, not at the first ingest
+    return {k: v for k, v in settings.items() if v is not None}
+
+
+def create(settings: Settings, connections: Connections, name: str, kept: dict[str, object]) -> KnowledgeBase:
+    from ragvps.db import catalog
+
+    with connections.connection() as conn:
+        kb = catalog.create(conn, name, pinned(kept))
+        catalog.unbind(conn)
+        conn.commit()
+    connections.migrated.add(kb.schema)
+    return kb
+
+
+def drop(settings: Settings, connections: Connections, name: str) -> KnowledgeBase:
+    """Its schema (every table, index, cached answer) and its stage files; `default` is made again, empty."""
+    from ragvps.db import catalog
+
+    with connections.connection() as conn:
+        kb = catalog.drop(conn, name)
+        catalog.unbind(conn)
+        conn.commit()
+    connections.migrated.discard(kb.schema)
+    shutil.rmtree(settings.replace(kb=name).database.kb_dir, ignore_errors=True)
+    if name == catalog.DEFAULT_KB:
+        create(settings, connections, name, {})
+    return kb
+
+
+def rename(settings: Settings, connections: Connections, old: str, new: str) -> None:
+    from ragvps.db import catalog
+
+    with connections.connection() as conn:
+        catalog.rename(conn, old, new)
+        conn.commit()
+    before, after = settings.replace(kb=old).database.kb_dir, settings.replace(kb=new).database.kb_dir
+    if before.exists():
+        after.parent.mkdir(parents=True, exist_ok=True)
+        before.rename(after)
+
+
+def catalog_of(connections: Connections) -> list[KnowledgeBase]:
+    from ragvps.db import catalog
+
+    with connections.connection() as conn:
+        kbs = catalog.all_kbs(conn)
+        conn.commit()
+    return kbs
+
+
+def listing(connections: Connections) -> list[KbInfo]:
+    from ragvps.db import catalog, store
+
+    out = []
+    with connections.connection() as conn:
+        for kb in catalog.all_kbs(conn):
+            catalog.bind(conn, kb.schema)
+            facts = store.kb_facts(conn)
+            out.append(KbInfo(name=kb.name, documents=facts.documents, chunks=facts.chunks, model=facts.model,
+                              vector_type=facts.vector_type, index_bytes=facts.index_bytes,
+                              last_ingest=facts.last_ingest, created_at=kb.created_at))
+        catalog.unbind(conn)
+        conn.commit()
+    return out

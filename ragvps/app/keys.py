@@ -1,0 +1,114 @@
+"""API keys with roles on knowledge bases: `read` (search, ask, chat), `write` (also add and delete
+documents), `admin` (also create, drop and manage keys). A key is shown once when made; the catalog keeps
+its SHA-256 only (a key is 32 random bytes, so a fast hash is enough). Keys from the settings (api_keys,
+api_key_file) stay what they were: admin on every knowledge base.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal, cast
+
+from ragvps.errors import UsageError
+
+if TYPE_CHECKING:
+    from ragvps.db.connections import Connections
+
+Role = Literal["read", "write", "admin"]
+ROLES: tuple[Role, ...] = ("read", "write", "admin")
+KEY_PREFIX = "rvk_"
+
+
+def check_role(role: str) -> Role:
+    if role not in ROLES:
+        raise UsageError(f"role {role!r} is not one of: {', '.join(ROLES)}", settings=("role",))
+    return cast(Role, role)
+
+
+def key_hash(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a request is: what each knowledge base lets it do. `everything`: the settings' keys, or an open
+    loopback server with no key at all."""
+
+    name: str
+    roles: Mapping[str, Role] = field(default_factory=dict)
+    everything: bool = False
+
+    def can(self, kb: str, role: Role = "read") -> bool:
+        if self.everything:
+            return True
+        held = self.roles.get(kb)
+        return held is not None and ROLES.index(held) >= ROLES.index(role)
+
+    def visible(self, names: Sequence[str], role: Role = "read") -> list[str]:
+        """The knowledge bases among `names` this principal may use with `role`."""
+        return [n for n in names if self.can(n, role)]
+
+
+ANYONE = Principal("open", everything=True)
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    name: str
+    grants: tuple[str, ...]  # "kb:role"
+    created_at: datetime
+    last_used_at: datetime | None
+
+
+class Keys:
+    def __init__(self, connections: Connections):
+        self.connections = connections
+
+    def create(self, name: str, grants: Sequence[tuple[str, str]]) -> str:
+        """A new key granting each (knowledge base, role); returns the key, which is never shown again."""
+        from ragvps.db import keys
+
+        if not name.strip():
+            raise UsageError("a key needs a name: --name app1", settings=("name",))
+        if not grants:
+            raise UsageError("a key needs a role on at least one knowledge base: --kb faq --role read")
+        for _, role in grants:
+            check_role(role)
+        key = KEY_PREFIX + secrets.token_urlsafe(32)
+        with self.connections.connection() as conn:
+            keys.insert(conn, name, key_hash(key), grants)
+        return key
+
+    def listing(self) -> list[KeyInfo]:
+        from ragvps.db import keys
+
+        with self.connections.connection() as conn:
+            rows = keys.listing(conn)
+        return [KeyInfo(name, tuple(grants), created, used) for name, created, used, grants in rows]
+
+    def revoke(self, name: str, force: bool = False) -> None:
+        from ragvps.db import keys
+
+        with self.connections.connection() as conn:
+            keys.delete(conn, name, force)
+
+    def any(self) -> bool:
+        from ragvps.db import keys
+
+        with self.connections.connection() as conn:
+            return keys.count(conn) > 0
+
+    def principal(self, presented: str) -> Principal | None:
+        """Who holds `presented`, or None when no key matches."""
+        from ragvps.db import keys
+
+        with self.connections.connection() as conn:
+            found = keys.grants(conn, key_hash(presented))
+        if found is None:
+            return None
+        key_id, roles = found
+        return Principal(f"key #{key_id}", {kb: check_role(role) for kb, role in roles.items()})
