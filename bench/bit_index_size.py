@@ -19,20 +19,17 @@ import math
 import os
 import shutil
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import psycopg
+from common import DATA
+from common import OUT as BENCH_OUT
+from common.results import markers, write_section
+from common.scale_data import Generator, base_set
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-
-from results import markers, write_section  # noqa: E402
-from scale_data import DATA, Generator, base_set  # noqa: E402
-
-OUT = ROOT / "bench" / "out" / "bitsize"
+OUT = BENCH_OUT / "bitsize"
 START, END = markers("bit_index_size")
 DIMS = 384
 DEPTHS = (200, 400, 800)
@@ -115,7 +112,7 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
-    texts, base = base_set(ROOT / "bench" / "out" / "scale" / "base.npz", 2400)
+    texts, base = base_set(BENCH_OUT / "scale" / "base.npz", 2400)
     vectors = Generator(texts, base).vectors_at(0, args.rows).astype(np.float16).astype(np.float32)
     qs = queries(args.queries)
     exact = np.argsort(-(qs @ vectors.T), axis=1)[:, :10]
