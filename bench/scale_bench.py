@@ -13,7 +13,7 @@ not this machine's 24 GB):
   top-10 overlap with exact search (numpy over every vector); served /search under 8 clients; and
   `nice -n 19 ragvps reindex` wall time with the served p95 during it.
 Results go to bench/out/scale/scale-N.json; bench/scale_report.py turns them into RESULTS.md, the plot
-and the curve `ragvps plan --chunks` reads. The corpus: bench/scale_data.py.
+and the curve `ragvps plan --chunks` reads. The corpus: bench/common/scale_data.py.
 """
 
 from __future__ import annotations
