@@ -270,3 +270,6 @@ SELECT DISTINCT root FROM documents ORDER BY root;
 -- A change the chunk triggers do not see (vectors a worker stored, a set made active, an index swapped):
 -- remembered answers retrieved before it miss from now on (migration 007).
 UPDATE corpus_stats SET generation = generation + 1;
+
+-- name: vector_version
+SELECT extversion FROM pg_extension WHERE extname = 'vector';
