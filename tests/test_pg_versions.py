@@ -19,6 +19,7 @@ from psycopg import sql
 from ragvps.config import Settings
 from ragvps.db import index, store
 from ragvps.db.database import compose, connect, q
+from ragvps.measure import inspect
 from ragvps.records import Chunk, Document, ModelSpec
 
 SPEC = ModelSpec("fake-8", 8, 256)
@@ -40,9 +41,9 @@ def versions(conn: psycopg.Connection) -> tuple[int, tuple[int, ...]]:
     return major, version(vector)
 
 
-def filled(conn: psycopg.Connection, rows: int = 3000) -> store.EmbeddingSet:
-    eset = store.ensure_set(conn, SPEC, "vector", activate=True)
-    vectors = np.random.default_rng(3).normal(size=(rows, SPEC.dims)).astype(np.float32)
+def filled(conn: psycopg.Connection, rows: int = 3000, spec: ModelSpec = SPEC) -> store.EmbeddingSet:
+    eset = store.ensure_set(conn, spec, "vector", activate=True)
+    vectors = np.random.default_rng(3).normal(size=(rows, spec.dims)).astype(np.float32)
     batch = [(Document(f"d{i}", f"{i}.md", "", f"text {i}", "txt", {}),
               [Chunk(f"d{i}", 0, "", f"text {i}", 0, 6, 1, 1)], vectors[i][None, :]) for i in range(rows)]
     store.replace_documents(conn, eset, "/root", "k", "english", batch)
@@ -78,6 +79,34 @@ def test_the_planner_takes_the_hnsw_index_for_the_vector_leg(conn: psycopg.Conne
     plan = "\n".join(r[0] for r in conn.execute(query, {"embedding": np.ones(SPEC.dims, dtype=np.float32),
                                                          "candidates": 20}))
     assert eset.index_name in plan, plan
+
+
+def test_the_exact_pass_stays_exact_when_a_savepoint_left_a_scan_disabled(conn: psycopg.Connection) -> None:
+    """Inside an open transaction a `with conn.transaction()` block is a savepoint, whose release keeps SET LOCAL.
+    With both scans disabled, PostgreSQL 17 adds the same 1e10 to both plans, finds them equal within its 1% fuzz
+    and keeps the ordered HNSW scan; 18 counts disabled nodes instead and sorts a sequential scan. ragvps's exact
+    pass sets both settings itself, so it is exact on either."""
+    spec = ModelSpec("fake-384", 384, 256)  # as the local model's: the sequential scan is the cheaper plan here
+    eset = filled(conn, 150, spec)
+    assert index.ensure_index(conn, eset, Settings.of(index_min_rows=100))
+    conn.execute("ANALYZE")
+    vector = np.random.default_rng(5).normal(size=spec.dims).astype(np.float32)
+    conn.execute("SELECT 1")  # an open transaction: the blocks below are savepoints
+    with conn.transaction():
+        conn.execute("SET LOCAL enable_seqscan = off")
+    assert conn.execute("SHOW enable_seqscan").fetchone() == ("off",)
+    with conn.transaction():
+        conn.execute("SET LOCAL enable_indexscan = off; SET LOCAL hnsw.ef_search = 1")
+        plan = "\n".join(r[0] for r in conn.execute(sql.SQL("EXPLAIN ") + compose("vector_search", table=eset.table),
+                                                     {"embedding": vector, "candidates": 10}, prepare=False))
+    major, _ = versions(conn)
+    assert (eset.index_name in plan) == (major < 18), (major, plan)
+    exact = inspect.nearest(conn, eset, vector, 10, exact=True)
+    assert len(exact) == 10 and len(inspect.nearest(conn, eset, vector, 10, exact=False, ef_search=1)) == 1
+    stored = {cid: v.to_numpy() for cid, v in
+              conn.execute(sql.SQL("SELECT chunk_id, embedding FROM {}").format(eset.table))}
+    cosine = {cid: float(v @ vector) / float(np.linalg.norm(v) * np.linalg.norm(vector)) for cid, v in stored.items()}
+    assert exact == sorted(cosine, key=lambda cid: -cosine[cid])[:10]
 
 
 def test_a_pgvector_before_0_8_2_builds_hnsw_without_parallel_workers(conn: psycopg.Connection) -> None:
