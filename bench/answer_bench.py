@@ -27,7 +27,7 @@ from llm_server import FakeLLM
 from ragvps.app import App, AskRequest
 from ragvps.config import Settings
 from ragvps.generate import cache
-from ragvps.measure.plan import Budget
+from ragvps.measure.planner import Budget
 
 DATA = SHARED_DATA / "scifact-dev"
 START, END = markers("answer_bench")

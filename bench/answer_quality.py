@@ -65,12 +65,19 @@ with App.open(Settings.of(data_dir=job["data_dir"], embedder="local", **job.get(
         t = time.perf_counter()
         seen.clear()
         a = app.ask(AskRequest(q["text"], use_cache=False))
-        out = {"id": q["id"], "answered": a.answered, "answer": a.answer, "ms": (time.perf_counter() - t) * 1000,
-               "citations": [c["chunk_id"] for c in a.citations],
+        ms = (time.perf_counter() - t) * 1000
+        if hasattr(a, "to_json"):  # typed records (issue 28 on), rendered as every interface prints them
+            j = a.to_json()
+        else:  # dicts (the code before)
+            j = {"answered": a.answered, "answer": a.answer, "citations": a.citations, "sources": a.sources,
+                 "evidence": getattr(a, "evidence", None), "quotes": getattr(a, "quotes", None),
+                 "retrieved": getattr(a, "retrieved", None)}
+        out = {"id": q["id"], "answered": j["answered"], "answer": j["answer"], "ms": ms,
+               "citations": [c["chunk_id"] for c in j["citations"]],
                "sources": [{k: s.get(k) for k in ("number", "chunk_id", "start", "end", "text", "evidence")}
-                           for s in a.sources],
-               "evidence": getattr(a, "evidence", None), "quotes": getattr(a, "quotes", None),
-               "retrieved": getattr(a, "retrieved", None), "candidates": list(seen)}
+                           for s in j["sources"]],
+               "evidence": j.get("evidence"), "quotes": j.get("quotes"), "retrieved": j.get("retrieved"),
+               "candidates": list(seen)}
         print(json.dumps(out), flush=True)
 """
 

@@ -39,7 +39,8 @@ from common.scifact import DATASET
 
 from ragvps.config import Settings, load_settings
 from ragvps.db import index, store
-from ragvps.db.database import connect, embedded_url
+from ragvps.db.database import connect
+from ragvps.db.embedded import embedded_url
 from ragvps.embed.models import spec_for
 from ragvps.ingest.pipeline import STORE_BATCH_CHUNKS
 from ragvps.records import Chunk, Document

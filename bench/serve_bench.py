@@ -73,7 +73,7 @@ def database(args: argparse.Namespace) -> str:
     import psycopg
 
     from ragvps.config import load_settings
-    from ragvps.db.database import embedded_url
+    from ragvps.db.embedded import embedded_url
 
     admin = embedded_url(load_settings(env={}, data_dir=args.data_dir))
     with psycopg.connect(admin, autocommit=True) as conn:

@@ -26,7 +26,8 @@ from common.scifact import DATASET, base_corpus, enlarge, load_eval, query_vecto
 
 from ragvps.config import load_settings
 from ragvps.db import index, store
-from ragvps.db.database import compose, connect, embedded_url
+from ragvps.db.database import compose, connect
+from ragvps.db.embedded import embedded_url
 from ragvps.embed.models import spec_for
 from ragvps.ingest.pipeline import STORE_BATCH_CHUNKS, batches
 from ragvps.retrieve import search

@@ -193,19 +193,26 @@ def test_every_bench_is_listed_with_its_command() -> None:
     assert unlisted == []
 
 
-def test_every_ragvps_module_a_bench_imports_exists() -> None:
-    # Benches are not type-checked: a module renamed in ragvps/ must not leave one that cannot start.
-    import importlib.util
+def test_everything_a_bench_imports_from_ragvps_exists() -> None:
+    # Benches are not type-checked: a name moved in ragvps/ must not leave one that cannot start.
+    import importlib
 
-    def exists(module: str) -> bool:
+    def exists(module: str, name: str | None) -> bool:
         try:
-            return importlib.util.find_spec(module) is not None
-        except ModuleNotFoundError:  # its package is missing
+            found = importlib.import_module(module)
+        except ModuleNotFoundError:
             return False
+        return name is None or hasattr(found, name) or exists(f"{module}.{name}", None)
 
-    missing = sorted({f"{path.relative_to(ROOT.parent)}:{line}: {name}" for path in bench_modules().values()
-                      for name, line in _imports(path) if name.startswith("ragvps.")
-                      and not exists(name.rsplit(".", 1)[0])})
+    missing = []
+    for path in bench_modules().values():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "ragvps":
+                missing += [f"{path.relative_to(ROOT.parent)}:{node.lineno}: from {node.module} import {a.name}"
+                            for a in node.names if not exists(node.module, a.name)]
+            elif isinstance(node, ast.Import):
+                missing += [f"{path.relative_to(ROOT.parent)}:{node.lineno}: import {a.name}" for a in node.names
+                            if a.name.split(".")[0] == "ragvps" and not exists(a.name, None)]
     assert missing == []
 
 
@@ -216,3 +223,20 @@ if __name__ == "__main__":
     print("module cycles:", module_cycles() or "none")
     print("bench/ cycles:", cycles(bench_graph()) or "none")
     sys.exit(0)
+
+
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 400, 60
+
+
+def test_modules_and_functions_stay_readable_in_one_sitting() -> None:
+    too_long = []
+    for path in sorted(ROOT.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if text.count("\n") > MAX_MODULE_LINES:
+            too_long.append(f"{path.relative_to(ROOT.parent)}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None:
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    too_long.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} {node.name}: {length} lines")
+    assert too_long == []
