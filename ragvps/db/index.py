@@ -146,10 +146,10 @@ def _autocommit(conn: psycopg.Connection) -> Iterator[None]:
 def _parallel_build_safe(conn: psycopg.Connection, warn: Warn | None) -> bool:
     """False, with a warning, on a pgvector whose parallel HNSW builds can overrun memory (CVE-2026-3172, fixed in
     0.8.2; Debian trixie ships 0.8.0): the index is then built by one process."""
-    found = conn.execute(q("vector_version")).fetchone()
-    if found is None or tuple(int(p) for p in found[0].split(".")[:3]) >= (0, 8, 2):
+    version = scalar(conn, q("vector_version"))
+    if version is None or tuple(int(p) for p in str(version).split(".")[:3]) >= (0, 8, 2):
         return True
-    message = (f"pgvector {found[0]} builds HNSW indexes in parallel unsafely (CVE-2026-3172, fixed in 0.8.2), "
+    message = (f"pgvector {version} builds HNSW indexes in parallel unsafely (CVE-2026-3172, fixed in 0.8.2), "
                "so this index is built by one process: install pgvector 0.8.2 or later and run "
                "`ALTER EXTENSION vector UPDATE` in the database")
     log.warning(message)
