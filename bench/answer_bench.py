@@ -16,21 +16,20 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-from llm_server import FakeLLM  # noqa: E402
-from results import markers, write_section  # noqa: E402  (bench/ is the script's folder)
+from common import DATA as SHARED_DATA
+from common import ROOT
+from common.results import markers, write_section
+from llm_server import FakeLLM
 
-from ragvps.app import App, AskRequest  # noqa: E402
-from ragvps.config import Settings  # noqa: E402
-from ragvps.generate import cache  # noqa: E402
-from ragvps.measure.planner import Budget  # noqa: E402
+from ragvps.app import App, AskRequest
+from ragvps.config import Settings
+from ragvps.generate import cache
+from ragvps.measure.planner import Budget
 
-DATA = ROOT.parent / "shared" / "data" / "scifact-dev"
+DATA = SHARED_DATA / "scifact-dev"
 START, END = markers("answer_bench")
 SIMULATED_PIECES_PER_S = 50
 MAX_SECONDS = 1200  # the extractive SciFact loop stops here whatever --questions says

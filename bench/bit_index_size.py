@@ -4,7 +4,7 @@ re-rank: why a binary-quantized HNSW index cannot be 8x smaller than halfvec's a
     python bench/bit_index_size.py [--rows 50000] [--queries 200] [--no-write]
 
 In an embedded PostgreSQL of its own (bench/out/bitsize/pg, stopped and removed at the end), one table of
-`--rows` halfvec(384) vectors made as bench/scale_data.py makes them (real passages embedded with the local
+`--rows` halfvec(384) vectors made as bench/common/scale_data.py makes them (real passages embedded with the local
 model, each row a perturbed mix of a passage and one of its neighbours). Each index is built alone with the
 same maintenance_work_mem: HNSW on halfvec (m 16, as shipped), HNSW on binary_quantize(v) at m 16, 8 and 4,
 and IVFFlat on binary_quantize(v) (pgvector's bit_hamming_ops, lists = sqrt(rows)). For each: bytes an
@@ -19,20 +19,17 @@ import math
 import os
 import shutil
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import psycopg
+from common import DATA
+from common import OUT as BENCH_OUT
+from common.results import markers, write_section
+from common.scale_data import Generator, base_set
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-
-from results import markers, write_section  # noqa: E402
-from scale_data import DATA, Generator, base_set  # noqa: E402
-
-OUT = ROOT / "bench" / "out" / "bitsize"
+OUT = BENCH_OUT / "bitsize"
 START, END = markers("bit_index_size")
 DIMS = 384
 DEPTHS = (200, 400, 800)
@@ -115,7 +112,7 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
-    texts, base = base_set(ROOT / "bench" / "out" / "scale" / "base.npz", 2400)
+    texts, base = base_set(BENCH_OUT / "scale" / "base.npz", 2400)
     vectors = Generator(texts, base).vectors_at(0, args.rows).astype(np.float16).astype(np.float32)
     qs = queries(args.queries)
     exact = np.argsort(-(qs @ vectors.T), axis=1)[:, :10]
@@ -151,7 +148,7 @@ def render(rows: list[tuple[str, float, float, dict[int, float], float]], args: 
     half = rows[0][1]
     lines = [START, "## Quantized index entries: bytes and recall (`python bench/bit_index_size.py`)", "",
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {before:.1f} before / "
-             f"{after:.1f} after. {args.rows:,} halfvec(384) rows made as bench/scale_data.py makes them; "
+             f"{after:.1f} after. {args.rows:,} halfvec(384) rows made as bench/common/scale_data.py makes them; "
              f"{args.queries} SciFact queries; top-10 overlap with exact cosine after re-ranking the index's "
              f"`depth` nearest candidates by exact cosine (HNSW: ef_search = depth; IVFFlat: {lists} lists, "
              f"probes {max(1, lists // 10)}).", "",

@@ -26,16 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from common import ROOT
+from common.results import markers, write_section
+from llm_server import FakeLLM
+from serve_server import Server
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-from llm_server import FakeLLM  # noqa: E402
-from results import markers, write_section  # noqa: E402
-from serve_server import Server  # noqa: E402
-
-from ragvps.app import App, ChatRequest, SearchRequest  # noqa: E402
-from ragvps.app.chat import conversation, standalone  # noqa: E402
-from ragvps.config import Settings  # noqa: E402
+from ragvps.app import App, ChatRequest, SearchRequest
+from ragvps.app.chat import conversation, standalone
+from ragvps.config import Settings
 
 SET = ROOT / "bench" / "data" / "followups.jsonl"
 START, END = markers("chat_bench")

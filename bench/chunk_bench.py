@@ -13,12 +13,11 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import DATA
 
 from ragvps import tokens
 from ragvps.ingest.chunk import ChunkerConfig, chunk_documents
@@ -99,7 +98,7 @@ def run(docs: list[Document], repeat: int, check_fit: bool) -> list[dict[str, ob
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data")
+    parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--repeat", type=int, default=1, help="best of N runs")
     parser.add_argument("--no-fit", action="store_true", help="skip counting every chunk's tokens")
     parser.add_argument("--json", action="store_true")

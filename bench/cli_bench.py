@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "bench" / "out"
+from common import OUT, ROOT
+
 QUESTION = "what happens when I run ingest twice?"
 
 

@@ -25,9 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-SCIFACT = REPO.parent / "shared" / "data" / "scifact-dev" / "corpus.jsonl"
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
+from common import DATA
+from common import ROOT as REPO
+
+SCIFACT = DATA / "scifact-dev" / "corpus.jsonl"
 
 
 def scifact_chunks(n: int):  # type: ignore[no-untyped-def]

@@ -18,10 +18,11 @@ import sys
 import time
 from pathlib import Path
 
-from results import RESULTS, markers, write_section
+from common import DATA as SHARED_DATA
+from common import ROOT
+from common.results import RESULTS, markers, write_section
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "scifact-dev"
+DATA = SHARED_DATA / "scifact-dev"
 START, END = markers("eval_bench")
 
 # Published figures (BEIR SciFact *test* split, nDCG@10), from ../shared/data/README.md and FACTS.md.

@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from common import OUT as BENCH_OUT
+from common import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "bench" / "out" / "faults"
+OUT = BENCH_OUT / "faults"
 TREE = ROOT  # the checkout whose CLI runs (--tree)
-sys.path.insert(0, str(ROOT / "tests"))
 
 WORDS = ("harbour", "crane", "vessel", "cargo", "quay", "berth", "tide", "anchor", "lighthouse", "keeper",
          "lamp", "signal", "rope", "winch", "hull", "deck", "mast", "sail", "chart", "compass", "storm", "fog",

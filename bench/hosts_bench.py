@@ -18,8 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
+from common import ROOT as REPO
 
 
 def serve(delay: float) -> None:

@@ -20,14 +20,13 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import psycopg
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import write_section
-from scale_data import Generator, base_set
+from common import DATA
+from common import OUT as BENCH_OUT
+from common.results import write_section
+from common.scale_data import Generator, base_set
 
 from ragvps.app import App, SearchRequest
 from ragvps.app.library import Library
@@ -37,8 +36,8 @@ from ragvps.db.embedded import embedded_url
 from ragvps.embed.models import spec_for
 from ragvps.records import Chunk, Document
 
-OUT = Path(__file__).resolve().parent / "out" / "kb"
-QUERIES = Path(__file__).resolve().parents[2] / "shared" / "data" / "scifact-dev" / "queries.jsonl"
+OUT = BENCH_OUT / "kb"
+QUERIES = DATA / "scifact-dev" / "queries.jsonl"
 CHUNKS_PER_DOC, BATCH = 10, 1000
 
 

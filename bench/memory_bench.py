@@ -21,8 +21,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "bench" / "out" / "memory"
+from common import OUT as BENCH_OUT
+from common import ROOT
+
+OUT = BENCH_OUT / "memory"
 GOAL_MB = 600
 
 WORDS = ("the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "with", "was", "on", "be", "by",

@@ -11,8 +11,6 @@ query through each variant. A document's rank is that of its best chunk. Prints 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import statistics
 import sys
 import time
@@ -20,16 +18,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common.scifact import DATASET, load_eval, query_vectors
 
 from ragvps.config import Settings, load_settings
 from ragvps.db import store
 from ragvps.db.database import connect
 from ragvps.measure import metrics
 from ragvps.retrieve import fusion, search
-
-DATASET = Path(__file__).resolve().parents[2] / "shared" / "data" / "scifact-dev"
 
 # Published recipes, kept here only as baselines to beat (the product's SQL is in sql/queries.sql).
 TSRANK_WEBSEARCH = """
@@ -42,33 +37,8 @@ SELECT c.id FROM chunks c, q WHERE c.tsv @@ q.query
 ORDER BY ts_rank_cd(c.tsv, q.query) DESC, c.id LIMIT %(candidates)s"""
 
 
-def load_eval(dataset: Path) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
-    queries = {}
-    for line in (dataset / "queries.jsonl").read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            record = json.loads(line)
-            queries[str(record["_id"])] = record["text"]
-    qrels: dict[str, dict[str, int]] = {}
-    for line in (dataset / "qrels.tsv").read_text(encoding="utf-8").splitlines()[1:]:
-        qid, did, score = line.split("\t")
-        qrels.setdefault(qid, {})[did] = int(score)
-    return {q: t for q, t in queries.items() if q in qrels}, qrels
 
 
-def query_vectors(settings: Settings, texts: list[str]) -> np.ndarray:
-    """Query embeddings, cached in the data directory by the texts' hash."""
-    from ragvps.embed import embed_queries
-    from ragvps.embed.registry import make_embedder
-
-    key = hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:16]
-    path = settings.database.data_dir / "bench" / f"queries-{settings.embed.model_name}-{key}.npy"
-    if path.exists():
-        return np.load(path)
-    embedder = make_embedder(settings)
-    vectors = np.concatenate([embed_queries(embedder, texts[i : i + 64]) for i in range(0, len(texts), 64)])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    np.save(path, vectors)
-    return vectors
 
 
 def ingest(settings: Settings, dataset: Path) -> None:

@@ -13,7 +13,7 @@ not this machine's 24 GB):
   top-10 overlap with exact search (numpy over every vector); served /search under 8 clients; and
   `nice -n 19 ragvps reindex` wall time with the served p95 during it.
 Results go to bench/out/scale/scale-N.json; bench/scale_report.py turns them into RESULTS.md, the plot
-and the curve `ragvps plan --chunks` reads. The corpus: bench/scale_data.py.
+and the curve `ragvps plan --chunks` reads. The corpus: bench/common/scale_data.py.
 """
 
 from __future__ import annotations
@@ -32,23 +32,21 @@ from pathlib import Path
 
 import numpy as np
 import psycopg
+from common import OUT as BENCH_OUT
+from common import ROOT
+from common.scale_data import Generator, base_set
+from common.scifact import DATASET
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
+from ragvps.config import Settings, load_settings
+from ragvps.db import index, store
+from ragvps.db.database import connect
+from ragvps.db.embedded import embedded_url
+from ragvps.embed.models import spec_for
+from ragvps.ingest.pipeline import STORE_BATCH_CHUNKS
+from ragvps.records import Chunk, Document
+from ragvps.retrieve import search
 
-from scale_data import Generator, base_set  # noqa: E402
-
-from ragvps.config import Settings, load_settings  # noqa: E402
-from ragvps.db import index, store  # noqa: E402
-from ragvps.db.database import connect  # noqa: E402
-from ragvps.db.embedded import embedded_url  # noqa: E402
-from ragvps.embed.models import spec_for  # noqa: E402
-from ragvps.ingest.pipeline import STORE_BATCH_CHUNKS  # noqa: E402
-from ragvps.records import Chunk, Document  # noqa: E402
-from ragvps.retrieve import search  # noqa: E402
-
-OUT = ROOT / "bench" / "out" / "scale"
-DATASET = ROOT.parent / "shared" / "data" / "scifact-dev"
+OUT = BENCH_OUT / "scale"
 CGROUPS = Path("/sys/fs/cgroup/memory")
 TYPES = ("vector", "halfvec", "bit")
 CHUNKS_PER_DOC = 4
@@ -314,7 +312,7 @@ def serve(url: str, esets: list[store.EmbeddingSet], args: argparse.Namespace, t
     """`ragvps serve` on this database: /search closed loop and paced with 8 clients with each set active in
     turn, then the paced load during `nice -n 19 ragvps reindex` (which rebuilds the last set's index)."""
     import httpx
-    from serve_bench import KEY, load, under_reindex
+    from common.load import KEY, load, under_reindex
     from serve_server import Server, ragvps_env
 
     env = ragvps_env(url, args.out / f"serve-data-{args.pg.name}", vector_type=esets[-1].vector_type,
@@ -345,6 +343,24 @@ def serve(url: str, esets: list[store.EmbeddingSet], args: argparse.Namespace, t
     finally:
         server.stop()
     return out
+
+
+def warm(conn: psycopg.Connection, pg_dir: Path, relations: list[str]) -> int:
+    """Read the relations' files from within PostgreSQL's cgroup, so their page cache is charged to it (as a
+    server answering queries all day would hold them, if they fit); the bytes read."""
+    group = cgroup(pg_dir)
+    if (group / "cgroup.procs").exists():
+        (group / "cgroup.procs").write_text(str(os.getpid()))
+    data = Path(conn.execute("SHOW data_directory").fetchone()[0])  # type: ignore[index]
+    read = 0
+    for rel in relations:
+        base = data / conn.execute("SELECT pg_relation_filepath(%s)", (rel,)).fetchone()[0]  # type: ignore[index]
+        for part in sorted(base.parent.glob(base.name + "*")):
+            if re.fullmatch(re.escape(base.name) + r"(\.\d+)?", part.name):
+                with part.open("rb") as f:
+                    while chunk := f.read(1 << 20):
+                        read += len(chunk)
+    return read
 
 
 def size_database(admin: str, n: int) -> tuple[str, str]:
@@ -427,6 +443,12 @@ def run_size(args: argparse.Namespace, admin: str, base: Settings, gen: Generato
             r["sizes"] = sizes(conn)
             r["tables"] = {t: es.table_name for t, es in sets.items()}
             r["query_ms"] = db_queries(conn, built, settings, texts[: args.queries], qvecs[: args.queries])
+            for t in (t for t in args.warm.split(",") if t in built):
+                read = warm(conn, settings.database.pg_dir, [built[t].index_name, built[t].table_name])
+                conn.commit()
+                q = db_queries(conn, {t: built[t]}, settings, texts[: args.queries], qvecs[: args.queries])
+                r.setdefault("warm_query_ms", {})[t] = q | {"read_bytes": read, "load": os.getloadavg()[0]}
+                log(f"{n:,} {t} warm ({read / 2**20:,.0f} MiB read): {q}")
             r["overlap"] = overlaps(conn, built, settings, qvecs[: args.queries], vectors, ids)
             log(f"overlap {r['overlap']}")
             r["uptime"].append(os.getloadavg())  # type: ignore[attr-defined]
@@ -471,6 +493,9 @@ def main() -> None:
     parser.add_argument("--max-reindex-seconds", type=float, default=1200)
     parser.add_argument("--max-minutes", type=float, default=75, help="per size: no new build or phase after it")
     parser.add_argument("--build-minutes", type=float, default=60, help="per size: every index built by then")
+    parser.add_argument("--warm", default="", metavar="TYPES",
+                        help="e.g. halfvec,bit: each type's index and vector table read into PostgreSQL's page "
+                             "cache first, then its queries timed again (\"with the index in memory\")")
     parser.add_argument("--no-serve", action="store_true")
     parser.add_argument("--no-reindex", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep each size's database")
@@ -498,6 +523,7 @@ def main() -> None:
     finally:
         stop_pg(base.database.pg_dir)
         with contextlib.suppress(OSError):
+            (cgroup(base.database.pg_dir).parent / "cgroup.procs").write_text(str(os.getpid()))  # leave it first
             cgroup(base.database.pg_dir).rmdir()
 
 

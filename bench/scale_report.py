@@ -9,18 +9,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+from common import OUT as BENCH_OUT
+from common import ROOT
+from common.results import markers, write_section
 
-from results import markers, write_section  # noqa: E402
+from ragvps.measure import sizing
+from ragvps.measure.sizing import exponent
 
-from ragvps.measure import sizing  # noqa: E402
-from ragvps.measure.sizing import exponent  # noqa: E402
-
-OUT = ROOT / "bench" / "out" / "scale"
+OUT = BENCH_OUT / "scale"
 CURVE = ROOT / "ragvps" / "data" / "scale_curve.json"
 SVG = ROOT / "bench" / "scale.svg"
 SIZING = ROOT / "docs" / "sizing.md"
@@ -99,7 +96,7 @@ def table(points: list[dict]) -> list[str]:
         row(f"hybrid {t} p50, ms", lambda p, t=t: p["hybrid_ms"][t]["p50"])
         row(f"**hybrid {t} p95, ms**", lambda p, t=t: p["hybrid_ms"][t]["p95"])
     for t in ("halfvec", "bit"):
-        row(f"index and vector table read into memory first (bench/scale_again.py --warm): vector leg {t} p95, ms",
+        row(f"index and vector table read into memory first (bench/scale_bench.py --warm): vector leg {t} p95, ms",
             lambda p, t=t: p["warm_ms"][t]["vector"]["p95"])
         row(f"the same: BM25 leg p95 / hybrid {t} p50, ms", lambda p, t=t: f"{p['warm_ms'][t]['keyword']['p95']:.1f} / "
             f"{p['warm_ms'][t]['hybrid']['p50']:.1f}", str, exp=False)
@@ -250,8 +247,9 @@ p95 59.2 ms against 92.5 ms for halfvec. Both miss the 40 ms goal, and the serve
 38.5 req/s achieved) and the paced p95 counts the queue: the served goal (p95 <= 60 ms at >= 40 req/s) is
 out of reach of 2 cores at 1M; the rate it reaches at 100k (48 req/s at p95 18 ms) it cannot keep at 1M.
 
-**When the index no longer fits** (`python bench/scale_again.py --warm`: each type's index and vector table
-read into the page cache of PostgreSQL's cgroup first, as a server busy all day would hold them): at 1M the
+**When the index no longer fits** (measured by bench/scale_again.py on the kept databases, now `python
+bench/scale_bench.py --warm halfvec,bit`: each type's index and vector table read into the page cache of
+PostgreSQL's cgroup first, as a server busy all day would hold them): at 1M the
 halfvec index (1,116 MiB) is larger than shared_buffers (1 GB), so even with every page in the OS cache a
 query copies pages into shared buffers and evicts others: vector leg p50 18.3 / p95 61.6 ms (2.2 ms p95 at
 100k), hybrid p95 61.9 ms. The bit index (332 MiB) stays in shared buffers: vector leg p95 8.9 ms, and its
@@ -274,7 +272,8 @@ embeddings, days of embedding on this machine. Until then the 1M overlaps are a 
 advice is ef_search 400 from a few hundred thousand chunks (ragvps plan says so).
 
 **The BM25 leg was fixed in the run before this one** (`python bench/scale_bm25.py
-"host=bench/out/scale/pg user=postgres dbname=ragvps_scale_1000000" 200` on that run's 1M database, at load
+"host=bench/out/scale/pg user=postgres dbname=ragvps_scale_1000000" 200`, a one-off retired since (at commit
+4799254), on that run's 1M database, at load
 41-59): as it was, it scored every chunk holding the query's rarest word, in thousands of chunks at 1M with
 a vocabulary of 2,400 passages (p50 831.7 ms / p95 10,766 ms); it now takes, when even the rarest word is in
 more chunks than keyword_budget, the chunks holding the rarest few words together: p50 67.8 / p95 876.4 ms on
@@ -289,7 +288,7 @@ of pgvector reaches 8x (m 4 gives 5.8x); IVFFlat on the bit vectors does (13x) b
 **Peak memory.** The build peaks of this run were first measured as the sum of RssAnon + RssShmem over the
 leader and its parallel worker, which counts the shared graph twice; `python bench/scale_again.py
 --peaks` rebuilt the kept indexes and measured them again with the shared memory counted once (rows marked
-in the JSON `remeasured`).
+in the JSON `remeasured`). scale_bench counts it once since, and that one-off is retired (at commit 4799254).
 """
 
 

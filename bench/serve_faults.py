@@ -32,21 +32,14 @@ import platform
 import resource
 import shutil
 import subprocess
-import sys
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
 import psycopg
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from llm_server import FakeLLM  # noqa: E402
-from results import markers, write_section  # noqa: E402
-from serve_fault_cases import (  # noqa: E402
+from common import ROOT
+from common.fault_cases import (
     HEADER_TIMEOUT,
     RATE,
     TIMEOUT,
@@ -66,7 +59,9 @@ from serve_fault_cases import (  # noqa: E402
     stalled_llm,
     under,
 )
-from serve_server import Server, ragvps, ragvps_env  # noqa: E402
+from common.results import markers, write_section
+from llm_server import FakeLLM
+from serve_server import Server, ragvps, ragvps_env
 
 START, END = markers("serve_faults")
 BASELINE_S = 30.0

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import re
 import statistics
 import sys
@@ -23,84 +22,24 @@ from pathlib import Path
 
 import numpy as np
 import psycopg
+from common.scifact import DATASET, base_corpus, enlarge, load_eval, query_vectors
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from quality_bench import DATASET, load_eval, query_vectors
-
-from ragvps.config import Settings, load_settings
+from ragvps.config import load_settings
 from ragvps.db import index, store
 from ragvps.db.database import connect
 from ragvps.db.embedded import embedded_url
 from ragvps.db.sql import compose
 from ragvps.embed.models import spec_for
-from ragvps.ingest.artifacts import VectorCache
 from ragvps.ingest.pipeline import STORE_BATCH_CHUNKS, batches
-from ragvps.records import (
-    Chunk,
-    Document,
-)
 from ragvps.retrieve import search
 
-CHUNK_FIELDS = frozenset(f.name for f in dataclasses.fields(Chunk))
 BATCH = STORE_BATCH_CHUNKS  # chunks per transaction, as the store stage writes them
 
 
-def base_corpus(settings: Settings) -> tuple[list[Document], list[Chunk], np.ndarray]:
-    """The chunk files in the data dir, keeping the chunks whose vectors are cached."""
-    spec = spec_for(settings)
-    cache = VectorCache(settings.database.data_dir, spec.identity, spec.dims)
-    docs, chunks = [], []
-    for path in sorted((settings.database.data_dir / "chunks").glob("*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines()[1:]:
-            record = json.loads(line)
-            if record.pop("type") == "document":
-                docs.append(record)
-            else:  # the file also carries derived fields (id, content_hash): keep the Chunk's own
-                chunks.append(Chunk(**{k: v for k, v in record.items() if k in CHUNK_FIELDS}))
-    missing = set(cache.missing(c.content_hash for c in chunks))
-    kept = [c for c in chunks if c.content_hash not in missing]
-    if not kept:
-        sys.exit(f"no cached embeddings in {settings.database.data_dir}: run bench/quality_bench.py first")
-    doc_ids = {c.doc_id for c in kept}
-    documents = [Document(**d) for d in docs if d["doc_id"] in doc_ids]
-    return documents, kept, cache.get([c.content_hash for c in kept])
 
 
-def perturb_text(text: str, rng: np.random.Generator) -> str:
-    words = text.split(" ")
-    if len(words) > 3:
-        del words[int(rng.integers(len(words)))]
-        i, j = rng.integers(len(words), size=2)
-        words[i], words[j] = words[j], words[i]
-    return " ".join(words)
 
 
-def enlarge(docs: list[Document], chunks: list[Chunk], vectors: np.ndarray, rows: int, noise: float, seed: int = 0):
-    """Batches of (document, chunks, vectors): the originals, then perturbed copies, up to `rows` chunks."""
-    rng = np.random.default_rng(seed)
-    by_doc: dict[str, list[int]] = {}
-    for i, c in enumerate(chunks):
-        by_doc.setdefault(c.doc_id, []).append(i)
-    out, n, copy = [], 0, 0
-    while n < rows:
-        for doc in docs:
-            idx = by_doc[doc.doc_id][: rows - n]
-            if not idx:
-                break
-            vecs = vectors[idx]
-            new_doc, new_chunks = doc, [chunks[i] for i in idx]
-            if copy:
-                new_doc = dataclasses.replace(doc, doc_id=f"{doc.doc_id}~{copy}", source=f"copy{copy}/{doc.source}")
-                new_chunks = [dataclasses.replace(c, doc_id=new_doc.doc_id, text=perturb_text(c.text, rng))
-                              for c in new_chunks]
-                vecs = vecs + rng.normal(scale=noise, size=vecs.shape).astype(np.float32)
-                vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-            out.append((new_doc, new_chunks, vecs.astype(np.float32)))
-            n += len(idx)
-        copy += 1
-    return out
 
 
 def timed(fn) -> float:

@@ -20,8 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import markers, write_section
+from common.results import markers, write_section
 
 HERE = Path(__file__).resolve().parents[1]
 BASE_ARGS = ["-q", "-p", "no:cacheprovider"]

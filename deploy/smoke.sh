@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `docker compose up`, started for real: the whole VPS stack of docker-compose.yml on this machine, with the
+# `docker compose up -d --wait`, started for real: the whole VPS stack of docker-compose.yml on this machine, with the
 # steps of deploy/README.md, then checks of what a user sees. Run as root:  bash deploy/smoke.sh
 #
 # It installs docker.io, Compose v2 and debootstrap where missing, starts a dockerd of its own (its own
@@ -22,7 +22,7 @@ WORK=$CACHE/work/ragvps            # the checkout copy: /opt/ragvps on a VPS
 LOG=$CACHE/smoke.log
 STEP="start"
 STARTED=$SECONDS
-DOCKERD_PID=""
+DOCKERD_STARTED=0
 STACK_UP=0
 QUESTION="what happens when I run ingest twice?"
 
@@ -89,11 +89,9 @@ finish() {
 trap finish EXIT
 
 stop_dockerd() {
-    [ -n "$DOCKERD_PID" ] || return 0
-    kill "$DOCKERD_PID" 2>/dev/null
-    for _ in $(seq 1 60); do kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 0.5; done
-    kill -9 "$DOCKERD_PID" 2>/dev/null
-    DOCKERD_PID=""
+    [ "$DOCKERD_STARTED" = 1 ] || return 0
+    bash "$REPO/deploy/smoke/dockerd.sh" stop
+    DOCKERD_STARTED=0
 }
 
 # --- install what is missing ------------------------------------------------------------------------------
@@ -145,21 +143,13 @@ compose_is_v2 || install_compose
 compose_is_v2 || die "docker compose is not Compose v2 after installing it: $(docker compose version 2>&1 | head -n 1)"
 say "  $(docker --version); $(docker compose version); $(dockerd --version)"
 
-step "start dockerd (data under $CACHE/docker)"
-if [ -s "$RUN_DIR/dockerd.pid" ] && kill -0 "$(cat "$RUN_DIR/dockerd.pid")" 2>/dev/null; then
-    say "  stopping the dockerd a previous run left (pid $(cat "$RUN_DIR/dockerd.pid"))"
-    DOCKERD_PID=$(cat "$RUN_DIR/dockerd.pid"); stop_dockerd
-fi
-export DOCKER_HOST="unix://$RUN_DIR/docker.sock"
-setsid dockerd --data-root "$CACHE/docker" --exec-root "$RUN_DIR/exec" --pidfile "$RUN_DIR/dockerd.pid" \
-    --host "$DOCKER_HOST" >"$CACHE/dockerd.log" 2>&1 &
-DOCKERD_PID=$!
-for _ in $(seq 1 60); do
-    docker info >/dev/null 2>&1 && break
-    kill -0 "$DOCKERD_PID" 2>/dev/null || { tail -n 20 "$CACHE/dockerd.log" >&2; cannot "dockerd exited (log: $CACHE/dockerd.log)"; }
-    sleep 0.5
-done
-docker info >/dev/null 2>&1 || { tail -n 20 "$CACHE/dockerd.log" >&2; cannot "dockerd did not answer within 30 s"; }
+step "start dockerd (data under $CACHE/docker; deploy/smoke/dockerd.sh)"
+DOCKERD_STARTED=1
+rc=0; DOCKER_HOST=$(bash "$REPO/deploy/smoke/dockerd.sh" start 2>"$CACHE/dockerd.start") || rc=$?
+cat "$CACHE/dockerd.start" >>"$LOG"
+[ "$rc" -ne 3 ] || cannot "$(tail -n 1 "$CACHE/dockerd.start" | sed 's/^dockerd: cannot run here: //')"
+[ "$rc" -eq 0 ] || { cat "$CACHE/dockerd.start" >&2; die "deploy/smoke/dockerd.sh start failed (exit $rc)"; }
+export DOCKER_HOST
 
 step "base images: debootstrap minbase bookworm and trixie, in parallel (cached in $CACHE/rootfs)"
 base_image() {
@@ -232,14 +222,14 @@ up_start=$SECONDS
 quiet timeout 600 docker compose up -d --wait
 say "  up and healthy in $((SECONDS - up_start)) s"
 
-step "services: postgres, ollama, serve healthy; ollama-pull, ragvps exited 0"
+step "services: postgres, ollama, serve healthy; ollama-pull exited 0; the one-shot ragvps not started; doctor"
 docker compose ps -a >>"$LOG"
 docker compose ps -a --format json | py '
 import json, sys
 text = sys.stdin.read().strip()
 rows = json.loads(text) if text.startswith("[") else [json.loads(line) for line in text.splitlines()]
 state = {r["Service"]: r for r in rows}
-want = {"postgres": "healthy", "ollama": "healthy", "serve": "healthy", "ollama-pull": 0, "ragvps": 0}
+want = {"postgres": "healthy", "ollama": "healthy", "serve": "healthy", "ollama-pull": 0}
 bad = []
 for name, expected in want.items():
     r = state.get(name, {})
@@ -248,9 +238,11 @@ for name, expected in want.items():
         bad.append(f"{name}: {run}, {health}")
     elif expected == 0 and (run, code) != ("exited", 0):
         bad.append(f"{name}: {run}, exit {code}")
+if set(state) - set(want):
+    bad.append(f"up started more than the long-running services and the pull: {sorted(set(state) - set(want))}")
 sys.exit("; ".join(bad) or None)
 '
-docker compose logs ragvps >>"$LOG" 2>&1
+quiet docker compose run --rm ragvps doctor
 
 step "ingest /docs in the app container (README set-up step 5)"
 quiet docker compose run --rm ragvps ingest /docs

@@ -278,3 +278,6 @@ SELECT (SELECT count(*) FROM documents), (SELECT count(*) FROM chunks), s.model,
                  WHERE i.indrelid = to_regclass(s.table_name)), 0),
        (SELECT max(updated_at) FROM documents)
 FROM (SELECT 1) AS one LEFT JOIN embedding_sets s ON s.active;
+
+-- name: vector_version
+SELECT extversion FROM pg_extension WHERE extname = 'vector';

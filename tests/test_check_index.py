@@ -88,7 +88,8 @@ def test_exact_and_hnsw_passes_differ_in_plan(indexed, db_url):
         query = psycopg.sql.SQL(queries("inspect.sql")["nearest"]).format(table=eset.table)
 
         def run(setting: str, prepare: bool) -> list[int]:
-            with conn.transaction():
+            with conn.transaction():  # a savepoint keeps SET LOCAL: start from the defaults each time
+                conn.execute("RESET enable_seqscan; RESET enable_indexscan")
                 conn.execute("SELECT set_config('hnsw.ef_search', '1', true)")
                 conn.execute(f"SET LOCAL {setting} = off")
                 return [r[0] for r in conn.execute(query, {"embedding": vector, "k": 10}, prepare=prepare)]

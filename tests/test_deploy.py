@@ -243,6 +243,63 @@ def test_services_start_in_order_behind_health_conditions():
     assert services["serve"]["restart"] == "unless-stopped"
 
 
+UP_DOCUMENTED_IN = [ROOT / "README.md", DEPLOY / "README.md", DEPLOY / "smoke.sh", COMPOSE]
+
+
+def documented_up_commands() -> set[str]:
+    """Every `docker compose up ...` command line the docs, the compose file's comment and the smoke run give."""
+    found = set()
+    for path in UP_DOCUMENTED_IN:
+        for m in re.finditer(r"docker compose up\b[^\n`#\"&;)]*", path.read_text(encoding="utf-8")):
+            found.add(" ".join(m.group(0).split()))
+    return found
+
+
+def started_by_up(command: str, services: dict[str, Any]) -> set[str]:
+    """The services `docker compose up [SERVICE...]` starts: those named (else every one outside a profile),
+    and what they depend on."""
+    named = [word for word in shlex.split(command)[3:] if not word.startswith("-")]
+    started = set(named) or {name for name, service in services.items() if not service.get("profiles")}
+    todo = list(started)
+    while todo:
+        for dep in services[todo.pop()].get("depends_on", {}):
+            if dep not in started:
+                started.add(dep)
+                todo.append(dep)
+    return started
+
+
+def one_shots_up_wait_races(command: str, services: dict[str, Any]) -> set[str]:
+    """The restart-"no" services `up --wait` starts and would wait for to be *running*: Compose (2.26, and
+    since) waits for a one-shot to exit 0 only when a started service depends on it with
+    service_completed_successfully; otherwise its exit before the wait ends fails the `up`."""
+    started = started_by_up(command, services)
+    waited_to_finish = {
+        dep for name in started for dep, spec in services[name].get("depends_on", {}).items()
+        if spec.get("condition") == "service_completed_successfully"
+    }
+    return {name for name in started if services[name].get("restart") == "no"} - waited_to_finish
+
+
+def test_the_documented_up_wait_starts_no_one_shot_that_could_race_the_wait():
+    services = compose()["services"]
+    assert documented_up_commands() == {"docker compose up -d --wait"}  # one command, in every place
+    command = "docker compose up -d --wait"
+    assert started_by_up(command, services) == {"postgres", "ollama", "ollama-pull", "serve"}
+    assert one_shots_up_wait_races(command, services) == set()
+    assert services["ragvps"]["profiles"] == ["cli"]  # `docker compose run --rm ragvps ...` still reaches it
+
+
+def test_the_race_check_sees_a_one_shot_that_up_starts():
+    services = copy.deepcopy(compose()["services"])
+    del services["ragvps"]["profiles"]  # the compose file before the fix: `up` ran `ragvps doctor`
+    assert one_shots_up_wait_races("docker compose up -d --wait", services) == {"ragvps"}
+    assert one_shots_up_wait_races("docker compose up -d --wait postgres serve", services) == set()
+    del services["serve"]["depends_on"]["ollama-pull"]
+    services["ollama-pull"]["depends_on"] = {"ollama": {"condition": "service_healthy"}}
+    assert one_shots_up_wait_races("docker compose up -d --wait ollama-pull", services) == {"ollama-pull"}
+
+
 def test_healthchecks_ask_the_servers_themselves():
     services = compose()["services"]
     pg = services["postgres"]["healthcheck"]["test"]

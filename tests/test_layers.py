@@ -58,6 +58,11 @@ def module_cycles() -> list[list[str]]:
         graph[_module(path)] = {name for name, _ in _imports(path) if name.startswith("ragvps")}
     for name, deps in graph.items():  # a package's own __init__ is not an edge back from its modules
         graph[name] = {d for d in deps if d in graph and d != name and not name.startswith(d + ".")}
+    return cycles(graph)
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module: each is an import cycle."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -131,11 +136,92 @@ def test_driver_errors_stay_in_db() -> None:
     assert leaks == []
 
 
+# --- bench/: the benches import the shared helpers in bench/common/, never each other ----------------------
+
+BENCH = ROOT.parent / "bench"
+
+
+def bench_modules() -> dict[str, Path]:
+    """Each module under bench/ by the name a bench imports it as: `answer_quality`, `common`, `common.load`."""
+    found = {path.stem: path for path in BENCH.glob("*.py")}
+    for path in (BENCH / "common").glob("*.py"):
+        found["common" if path.stem == "__init__" else f"common.{path.stem}"] = path
+    return found
+
+
+def bench_imports() -> dict[str, set[tuple[str, str]]]:
+    """module -> {(bench module it imports, name taken from it, or "")}; `from common import load` is a module."""
+    modules = bench_modules()
+    found: dict[str, set[tuple[str, str]]] = {}
+    for name, path in modules.items():
+        edges = found.setdefault(name, set())
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module in modules and node.level == 0:
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    edges.add((sub, "") if sub in modules else (node.module, alias.name))
+            elif isinstance(node, ast.Import):
+                edges |= {(alias.name, "") for alias in node.names if alias.name in modules}
+    return found
+
+
+def bench_graph() -> dict[str, set[str]]:
+    """Which bench modules each imports; a module of common/ importing common's __init__ is no edge back."""
+    return {name: {m for m, _ in edges if m != name and not (m == "common" and name.startswith("common."))}
+            for name, edges in bench_imports().items()}
+
+
+def test_no_cycle_in_bench() -> None:
+    assert cycles(bench_graph()) == []
+
+
+def test_benches_import_the_shared_helpers_not_each_other() -> None:
+    wrong = sorted(f"{name} imports {m}" for name, edges in bench_imports().items() for m, _ in edges
+                   if not m.startswith("common") or (name.startswith("common") and m == name))
+    assert wrong == []
+
+
+def test_no_bench_imports_another_modules_private_helpers() -> None:
+    private = sorted(f"{name}: from {m} import {what}" for name, edges in bench_imports().items()
+                     for m, what in edges if what.startswith("_"))
+    assert private == []
+
+
+def test_every_bench_is_listed_with_its_command() -> None:
+    readme = (BENCH / "README.md").read_text(encoding="utf-8")
+    unlisted = [path.name for path in sorted(BENCH.glob("*.py")) if f"bench/{path.name}" not in readme]
+    assert unlisted == []
+
+
+def test_everything_a_bench_imports_from_ragvps_exists() -> None:
+    # Benches are not type-checked: a name moved in ragvps/ must not leave one that cannot start.
+    import importlib
+
+    def exists(module: str, name: str | None) -> bool:
+        try:
+            found = importlib.import_module(module)
+        except ModuleNotFoundError:
+            return False
+        return name is None or hasattr(found, name) or exists(f"{module}.{name}", None)
+
+    missing = []
+    for path in bench_modules().values():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "ragvps":
+                missing += [f"{path.relative_to(ROOT.parent)}:{node.lineno}: from {node.module} import {a.name}"
+                            for a in node.names if not exists(node.module, a.name)]
+            elif isinstance(node, ast.Import):
+                missing += [f"{path.relative_to(ROOT.parent)}:{node.lineno}: import {a.name}" for a in node.names
+                            if a.name.split(".")[0] == "ragvps" and not exists(a.name, None)]
+    assert missing == []
+
+
 if __name__ == "__main__":
     for (a, b), where in sorted(package_edges().items()):
         print(f"{a:>9} -> {b:<9} {len(where):3} imports")
     print("upward or sideways:", upward() or "none")
     print("module cycles:", module_cycles() or "none")
+    print("bench/ cycles:", cycles(bench_graph()) or "none")
     sys.exit(0)
 
 

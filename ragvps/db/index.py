@@ -69,13 +69,13 @@ def build_index(conn: psycopg.Connection, eset: EmbeddingSet, name: str, setting
         if diag.message_primary and _MEMORY_NOTICE in diag.message_primary:
             notices.append(diag.message_primary)
 
+    workers = settings.index.workers if settings.index.workers == 0 or _parallel_build_safe(conn, warn) else 0
     conn.add_notice_handler(on_notice)
     watcher = _ProgressWatcher(conn, progress) if progress else None
     try:
         with _autocommit(conn):
             for name, param, value in (("index_memory", "maintenance_work_mem", settings.index.memory),
-                                       ("index_workers", "max_parallel_maintenance_workers",
-                                        str(settings.index.workers))):
+                                       ("index_workers", "max_parallel_maintenance_workers", str(workers))):
                 try:
                     conn.execute("SELECT set_config(%s, %s, false)", (param, value))
                 except (psycopg.errors.InvalidParameterValue, psycopg.errors.InvalidTextRepresentation) as exc:
@@ -141,6 +141,21 @@ def _autocommit(conn: psycopg.Connection) -> Iterator[None]:
     finally:
         if not previous and not conn.closed:
             conn.autocommit = False
+
+
+def _parallel_build_safe(conn: psycopg.Connection, warn: Warn | None) -> bool:
+    """False, with a warning, on a pgvector whose parallel HNSW builds can overrun memory (CVE-2026-3172, fixed in
+    0.8.2; Debian trixie ships 0.8.0): the index is then built by one process."""
+    version = scalar(conn, q("vector_version"))
+    if version is None or tuple(int(p) for p in str(version).split(".")[:3]) >= (0, 8, 2):
+        return True
+    message = (f"pgvector {version} builds HNSW indexes in parallel unsafely (CVE-2026-3172, fixed in 0.8.2), "
+               "so this index is built by one process: install pgvector 0.8.2 or later and run "
+               "`ALTER EXTENSION vector UPDATE` in the database")
+    log.warning(message)
+    if warn:
+        warn(message)
+    return False
 
 
 def index_exists(conn: psycopg.Connection, eset: EmbeddingSet) -> bool:

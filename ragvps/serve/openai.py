@@ -34,7 +34,6 @@ def add_openai_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
     from fastapi.responses import JSONResponse
     from starlette.requests import Request
 
-    from ragvps.app.chat import conversation
     from ragvps.serve.failures import guarded
     from ragvps.serve.principal import principal_of
     from ragvps.serve.threads import in_thread
@@ -78,8 +77,7 @@ def add_openai_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
         principal = principal_of(request)
         name = oa.kb_of(body.model, settings.database.kb)
         app = await in_thread(lambda: ready.kb(name, principal), timeout)
-        asked = _request(body, settings)
-        conversation(asked.messages)  # a conversation that cannot be answered is a 400 before any byte streams
+        asked = _request(body, settings)  # checked: a conversation that cannot be answered is a 400 at once
         if body.stream:
             from starlette.responses import StreamingResponse
 
@@ -99,10 +97,13 @@ def _no_model(model: str, served: list[str]) -> dict[str, Any]:
 
 
 def _request(body: oa.ChatIn, settings: Settings) -> "ChatRequest":
+    """The chat request, its conversation checked before anything is answered (or streamed)."""
     from ragvps.app import ChatRequest, Overrides
+    from ragvps.app.chat import conversation
 
     max_tokens = body.max_completion_tokens or body.max_tokens
     messages = tuple((m.role, m.text()) for m in body.messages)
+    conversation(messages)
     return ChatRequest(messages, Overrides(temperature=body.temperature, max_tokens=max_tokens))
 
 

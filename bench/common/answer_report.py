@@ -10,8 +10,8 @@ import os
 import platform
 from typing import Any
 
-import answer_quality as aq
-import answer_signals as signals
+from common import answer_signals as signals
+from common import answers as aq
 
 ROWS = [
     ("answerable (SciFact claims, gold abstracts ingested): answered", "answerable", "answered", ">= 0.90"),

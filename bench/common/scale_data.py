@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+from common import DATA
+
 WORD = re.compile(r"[A-Za-z][A-Za-z0-9'-]*|\d+")
 TOPICAL = 0.6
 NOISE = 0.03

@@ -1,5 +1,5 @@
 """Relevance signals per question, recorded once (retrieval only, no answer), for choosing the evidence
-signal offline: bench/answer_quality.py --signals collects them, `--sweep` reads them.
+signal offline: `python bench/answer_quality.py --signals` collects them.
 
 Per question: the retrieved hits (cosine, IDF share, evidence, chunk id), the query's lexemes with their
 BM25 idf, and for each hit its sentences' lexemes (PostgreSQL's own stemming, to_tsvector) and, for the
@@ -13,6 +13,8 @@ import json
 import time
 from pathlib import Path
 from typing import Any
+
+from common.answers import calibration
 
 QUERY_TERMS = """
 WITH stats AS (SELECT chunks FROM corpus_stats)
@@ -146,8 +148,6 @@ def load(out: Path, names: list[str]) -> dict[str, list[dict[str, Any]]]:
 
 def split(rows: dict[str, list[dict[str, Any]]], half: str) -> dict[str, list[list[dict[str, float]]]]:
     """Per set, each question's per-hit features, of one half of the questions."""
-    from answer_quality import calibration
-
     return {n: [hit_features(r) for r in rs if half == "all" or calibration(r["id"]) == (half == "calib")]
             for n, rs in rows.items()}
 
@@ -284,8 +284,6 @@ def signal_table(rows: dict[str, list[dict[str, Any]]]) -> list[str]:
     and its median per set (the off-topic sets too). The sentence cosine counts only the questions whose
     sentences were embedded (the answerable and unanswerable ones, while the machine allowed)."""
     import numpy as np
-    from answer_quality import calibration
-
     names = [n for n in ("answerable", "unanswerable", "off_topic_scifact", "off_topic_chroma") if n in rows]
     out = ["| signal (best hit) | AUC answerable vs unanswerable, calibration half | evaluation half | "
            + " | ".join(f"median {n}" for n in names) + " |", "|---" * (3 + len(names)) + "|"]
