@@ -1,8 +1,8 @@
-"""The server in this process: `create_app(settings, app)` reached through starlette's TestClient (whose
-transport calls the ASGI application, streaming its answers; lifespan run once, at start), for the tests of
-routes, shapes, errors, guards and keys. The clients are plain `httpx.Client`s (what the tests and the openai
-SDK take) over that transport, which speaks httpx2 (`Bridge`). No port is opened: the address in `url` is only the name the requests carry,
-so the Host and Origin checks see a loopback server as they would behind a real socket.
+"""The server in this process: `create_app(settings, app)` reached through starlette's TestClient (whose transport
+calls the ASGI application, streaming its answers; lifespan run once, at start), for the tests of routes, shapes,
+errors, guards and keys. The clients are plain `httpx.Client`s (what the tests and the openai SDK take) over that
+transport, which speaks httpx2 (`Bridge`). No port is opened: the address in `url` is only the name the requests
+carry, so the Host and Origin checks see a loopback server as they would behind a real socket.
 
 `InProcess` offers what `serve_server.Server` offers the tests (`url`, `key`, `headers`, `client()`), plus
 `keyless()` for a client without the key and `call(async_fn)` to run a coroutine on the application's own event

@@ -1,6 +1,7 @@
-"""/v1/chat/completions with an LLM configured (the stand-in in tests/llm_server.py), through the official
-`openai` SDK against the server (in this process, tests/asgi_server.py): the follow-up rewriting call (cached, counted in usage), earlier
-turns before the new sources in the prompt, temperature and max_tokens passed through, the answer cache."""
+"""/v1/chat/completions with an LLM configured (the stand-in in tests/llm_server.py), through the official `openai`
+SDK against the server (in this process, tests/asgi_server.py): the follow-up rewriting call (cached, counted in
+usage), earlier turns before the new sources in the prompt, temperature and max_tokens passed through, the answer
+cache."""
 
 from __future__ import annotations
 

@@ -5,12 +5,11 @@ against: the routes, keys, limits and errors in this process (`api`, tests/asgi_
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
-
-import logging
 
 import httpx
 import pytest
