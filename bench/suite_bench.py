@@ -3,10 +3,10 @@ change, say), interleaved so that both see the same machine load:
 
     python bench/suite_bench.py --baseline /work/baseline --rounds 2
 
-Each round runs the baseline's suite as it runs (`python -m pytest -q -p no:cacheprovider`), then this
-checkout's with the given pytest arguments (default: `-n 2`, pytest-xdist with one embedded PostgreSQL per
-worker), and records wall time, the counts pytest reports and the load average before each run. The table
-goes to bench/RESULTS.md (section `test suite`).
+Each round runs the baseline's suite, then this checkout's, each with its pytest arguments (default for both:
+`-n 2`, pytest-xdist with one embedded PostgreSQL per worker, as .ci/run runs the suite; `--baseline-args ""` for a
+baseline from before xdist), and records wall time, the counts pytest reports and the load average before each run.
+The table goes to bench/RESULTS.md (section `test suite`).
 """
 
 from __future__ import annotations
@@ -47,12 +47,14 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, required=True, help="the other checkout (a git worktree)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--args", default="-n 2", help="pytest arguments for this checkout (default: -n 2)")
+    parser.add_argument("--baseline-args", default=None, help="pytest arguments for the baseline (default: --args)")
     parser.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md alone")
     opts = parser.parse_args()
     extra = shlex.split(opts.args)
+    base_extra = extra if opts.baseline_args is None else shlex.split(opts.baseline_args)
     rows = []
     for i in range(opts.rounds):
-        for label, where, args in (("baseline", opts.baseline, []), ("this", HERE, extra)):
+        for label, where, args in (("baseline", opts.baseline, base_extra), ("this", HERE, extra)):
             result = run(where, args)
             rows.append((i + 1, label, result))
             print(f"round {i + 1} {label}: {result['seconds']:.0f} s, load {result['load']}: {result['summary']}",
@@ -66,7 +68,7 @@ def main() -> None:
                                  text=True).stdout.strip()
     start, end = markers("test suite")
     lines = [start, "## test suite: the whole suite, side by side (`python bench/suite_bench.py`)", "",
-             f"Baseline {base_commit} (`python -m pytest {' '.join(BASE_ARGS)}`) against {commit} "
+             f"Baseline {base_commit} (`python -m pytest {' '.join(BASE_ARGS + base_extra)}`) against {commit} "
              f"(`python -m pytest {' '.join(BASE_ARGS + extra)}`), interleaved on this 2-core machine "
              "(load average before each run).", "",
              "| round | checkout | wall s | load (1, 5, 15 min) | pytest says |", "|---|---|---|---|---|"]

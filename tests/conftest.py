@@ -31,16 +31,19 @@ TEMPLATE = "t_template"
 DEFAULT_SCHEMA = "kb_1"  # the schema of the knowledge base `default` in every test database
 
 # The stand-ins' fixtures, for every module: `ollama`/`ollama_server` (a fake Ollama), `llm`/`llm_server`
-# (a stand-in LLM API), `serve_env`/`server` (a real `ragvps serve` process over an ingested database).
-pytest_plugins = ["ollama_server", "llm_server", "serve_server"]
+# (a stand-in LLM API), `serve_env`/`server` (a real `ragvps serve` process over an ingested database), `api`
+# (the same server in this process, tests/asgi_server.py).
+pytest_plugins = ["ollama_server", "llm_server", "serve_server", "asgi_server"]
 
 # Fixtures that mean a running PostgreSQL (or a server process over one): a test using any is `integration`.
-INTEGRATION_FIXTURES = {"pg_admin_url", "server", "serve_env"}
+INTEGRATION_FIXTURES = {"pg_admin_url", "server", "serve_env", "api"}
 # Tests using the shared `ragvps serve` run in one xdist worker (`-n 2 --dist loadgroup`): one server for
 # them all. Tests that start servers of their own over the served database form a second group, so that
-# the two groups, the suite's longest, can run side by side on the two workers.
+# the two groups, the suite's longest, can run side by side on the two workers. Tests of the server in this
+# process (`api`) take no group: they run on whichever worker is free.
 SHARED_SERVER = "server"
 OWN_SERVERS = "serve_env"
+IN_PROCESS = "api"
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's hook reads the xdist_group marks
@@ -51,7 +54,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
         if SHARED_SERVER in used:
             item.add_marker(pytest.mark.xdist_group("serve"))
-        elif OWN_SERVERS in used:
+        elif OWN_SERVERS in used and IN_PROCESS not in used:
             item.add_marker(pytest.mark.xdist_group("serve-own"))
         if not any(item.get_closest_marker(name) for name in ("integration", "lint", "slow")):
             item.add_marker(pytest.mark.unit)

@@ -46,6 +46,18 @@ def ragvps(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.
                           text=True, timeout=timeout)
 
 
+def ragvps_here(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """The same command run by the real CLI in this process (typer's runner), with the RAGVPS_* settings of `env`:
+    no interpreter to start and no modules to import again."""
+    from typer.testing import CliRunner
+
+    from ragvps.cli import app
+
+    done = CliRunner().invoke(app, list(args), env={k: v for k, v in env.items() if k.startswith("RAGVPS_")},
+                              catch_exceptions=False)
+    return subprocess.CompletedProcess(["ragvps", *args], done.exit_code, done.stdout, done.stderr)
+
+
 @dataclass
 class Server:
     env: dict[str, str]

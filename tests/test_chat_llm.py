@@ -1,6 +1,7 @@
-"""/v1/chat/completions with an LLM configured (the stand-in in tests/llm_server.py), through the official
-`openai` SDK against a real `ragvps serve`: the follow-up rewriting call (cached, counted in usage), earlier
-turns before the new sources in the prompt, temperature and max_tokens passed through, the answer cache."""
+"""/v1/chat/completions with an LLM configured (the stand-in in tests/llm_server.py), through the official `openai`
+SDK against the server (in this process, tests/asgi_server.py): the follow-up rewriting call (cached, counted in
+usage), earlier turns before the new sources in the prompt, temperature and max_tokens passed through, the answer
+cache."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from asgi_server import InProcess, in_process
 from llm_server import REWRITE_SYSTEM, FakeLLM
-from serve_server import Server
 
 openai = pytest.importorskip("openai", reason="the openai SDK is a test dependency: pip install -e '.[test]'")
 
@@ -19,25 +20,24 @@ FOLLOW_UP = "and how do I undo that?"
 
 
 @pytest.fixture(scope="module")
-def llm_srv(serve_env: dict[str, str], llm_server: FakeLLM, tmp_path_factory: pytest.TempPathFactory,
-            ) -> Iterator[Server]:
+def llm_srv(serve_env: dict[str, str], llm_server: FakeLLM) -> Iterator[InProcess]:
     env = serve_env | {"RAGVPS_GENERATOR": "openai", "RAGVPS_GENERATOR_URL": llm_server.url + "/v1",
                        "RAGVPS_GENERATOR_MODEL": "gpt-4o-mini", "RAGVPS_GENERATOR_API_KEY": "sk-test-0123456789",
                        "RAGVPS_GENERATOR_RETRIES": "0"}
-    srv = Server(env, tmp_path_factory.mktemp("chat-llm") / "serve.log", key=None).start()
-    yield srv
-    srv.stop()
+    with in_process(env) as srv:
+        yield srv
 
 
-def client(server: Server) -> Any:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused-0123456789abcdef", max_retries=0, timeout=60)
+def client(server: InProcess) -> Any:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused-0123456789abcdef", max_retries=0, timeout=60,
+                         http_client=server.keyless())
 
 
 def extra(completion: Any) -> dict[str, Any]:
     return dict((completion.model_extra or {})["ragvps"])
 
 
-def conversation(server: Server, first_answer: str | None = None) -> list[dict[str, str]]:
+def conversation(server: InProcess, first_answer: str | None = None) -> list[dict[str, str]]:
     if first_answer is None:
         done = client(server).chat.completions.create(model="ragvps", messages=[{"role": "user", "content": FIRST}])
         first_answer = done.choices[0].message.content
@@ -45,7 +45,7 @@ def conversation(server: Server, first_answer: str | None = None) -> list[dict[s
             {"role": "user", "content": FOLLOW_UP}]
 
 
-def test_a_first_turn_is_one_llm_call_with_its_usage(llm_srv: Server, llm: FakeLLM):
+def test_a_first_turn_is_one_llm_call_with_its_usage(llm_srv: InProcess, llm: FakeLLM):
     done = client(llm_srv).chat.completions.create(model="ragvps", messages=[{"role": "user", "content": FIRST}],
                                                    extra_body={"temperature": 0.3})
     calls = llm.llm_requests()
@@ -56,7 +56,7 @@ def test_a_first_turn_is_one_llm_call_with_its_usage(llm_srv: Server, llm: FakeL
     assert done.usage.prompt_tokens == calls[0]["prompt_tokens"] and done.usage.completion_tokens > 0
 
 
-def test_a_follow_up_is_rewritten_once_and_the_rewrite_is_cached_and_counted(llm_srv: Server,
+def test_a_follow_up_is_rewritten_once_and_the_rewrite_is_cached_and_counted(llm_srv: InProcess,
                                                                               llm: FakeLLM):
     messages = conversation(llm_srv)
     llm.requests.clear()
@@ -87,7 +87,7 @@ def test_a_follow_up_is_rewritten_once_and_the_rewrite_is_cached_and_counted(llm
     assert again.usage.prompt_tokens == 0
 
 
-def test_temperature_and_max_tokens_pass_through(llm_srv: Server, llm: FakeLLM):
+def test_temperature_and_max_tokens_pass_through(llm_srv: InProcess, llm: FakeLLM):
     c = client(llm_srv)
     c.chat.completions.create(model="ragvps", messages=[{"role": "user", "content": FIRST}], temperature=0.7,
                               max_tokens=100)
@@ -102,7 +102,7 @@ def test_temperature_and_max_tokens_pass_through(llm_srv: Server, llm: FakeLLM):
     assert len(llm.llm_requests()) == n  # the same settings again: the answer cache
 
 
-def test_a_streamed_follow_up_says_what_the_whole_one_says(llm_srv: Server, llm: FakeLLM):
+def test_a_streamed_follow_up_says_what_the_whole_one_says(llm_srv: InProcess, llm: FakeLLM):
     messages = conversation(llm_srv)
     whole = client(llm_srv).chat.completions.create(model="ragvps", messages=messages)
     chunks = list(client(llm_srv).chat.completions.create(model="ragvps", messages=messages, stream=True,
@@ -112,7 +112,7 @@ def test_a_streamed_follow_up_says_what_the_whole_one_says(llm_srv: Server, llm:
     assert chunks[-1].usage is not None
 
 
-def test_a_failing_llm_is_an_openai_error_with_its_status(llm_srv: Server, llm: FakeLLM, tmp_path: Path):
+def test_a_failing_llm_is_an_openai_error_with_its_status(llm_srv: InProcess, llm: FakeLLM, tmp_path: Path):
     llm.fail(500, "upstream broke")
     with pytest.raises(openai.InternalServerError) as caught:
         client(llm_srv).chat.completions.create(model="ragvps", messages=[{"role": "user", "content": FIRST}],

@@ -1,13 +1,13 @@
-"""A client nobody here wrote: the official `openai` SDK against a real `ragvps serve` (no LLM configured:
-extractive answers), streaming and not, the model list, a follow-up turn, and its typed errors."""
+"""A client nobody here wrote: the official `openai` SDK against the server (in this process: `api`, its HTTP
+client over the application; no LLM configured: extractive answers), streaming and not, the model list, a
+follow-up turn, and its typed errors."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import httpx
 import pytest
-from serve_server import Server
+from asgi_server import InProcess
 
 openai = pytest.importorskip("openai", reason="the openai SDK is a test dependency: pip install -e '.[test]'")
 
@@ -15,26 +15,26 @@ FIRST = "what happens when I run ingest twice?"
 FOLLOW_UP = "and how do I stop it from re-embedding?"
 
 
-def client(server: Server, key: str | None = None, **kwargs: Any) -> Any:
+def client(server: InProcess, key: str | None = None, **kwargs: Any) -> Any:
     return openai.OpenAI(base_url=server.url + "/v1", api_key=key or server.key, max_retries=0, timeout=60,
-                         **kwargs)
+                         http_client=server.keyless(), **kwargs)
 
 
 def extra(completion: Any) -> dict[str, Any]:
     return dict((completion.model_extra or {})["ragvps"])
 
 
-def test_models_lists_the_knowledge_base(server: Server):
-    models = client(server).models.list()
+def test_models_lists_the_knowledge_base(api: InProcess):
+    models = client(api).models.list()
     assert [m.id for m in models.data] == ["ragvps"]
     assert models.data[0].object == "model" and models.data[0].owned_by == "ragvps"
-    assert client(server).models.retrieve("ragvps").id == "ragvps"
+    assert client(api).models.retrieve("ragvps").id == "ragvps"
     with pytest.raises(openai.NotFoundError):
-        client(server).models.retrieve("gpt-4o")
+        client(api).models.retrieve("gpt-4o")
 
 
-def test_a_completion_cites_and_lists_its_sources_and_is_marked_extractive(server: Server):
-    done = client(server).chat.completions.create(model="ragvps", messages=[{"role": "user", "content": FIRST}])
+def test_a_completion_cites_and_lists_its_sources_and_is_marked_extractive(api: InProcess):
+    done = client(api).chat.completions.create(model="ragvps", messages=[{"role": "user", "content": FIRST}])
     assert done.object == "chat.completion" and done.model == "ragvps" and done.id.startswith("chatcmpl-")
     choice = done.choices[0]
     assert choice.finish_reason == "stop" and choice.message.role == "assistant"
@@ -52,10 +52,10 @@ def test_a_completion_cites_and_lists_its_sources_and_is_marked_extractive(serve
     assert done.usage.prompt_tokens == done.usage.completion_tokens == 0  # no LLM: nothing spent
 
 
-def test_streaming_follows_the_chunk_format_and_says_the_same(server: Server):
+def test_streaming_follows_the_chunk_format_and_says_the_same(api: InProcess):
     messages = [{"role": "user", "content": FIRST}]
-    whole = client(server).chat.completions.create(model="ragvps", messages=messages)
-    stream = client(server).chat.completions.create(model="ragvps", messages=messages, stream=True,
+    whole = client(api).chat.completions.create(model="ragvps", messages=messages)
+    stream = client(api).chat.completions.create(model="ragvps", messages=messages, stream=True,
                                                     stream_options={"include_usage": True})
     chunks = list(stream)
     assert chunks[0].choices[0].delta.role == "assistant"
@@ -70,15 +70,15 @@ def test_streaming_follows_the_chunk_format_and_says_the_same(server: Server):
     assert extra(with_choices[-1])["citations"] == extra(whole)["citations"]
 
 
-def test_streaming_without_usage_sends_no_usage_chunk(server: Server):
-    chunks = list(client(server).chat.completions.create(
+def test_streaming_without_usage_sends_no_usage_chunk(api: InProcess):
+    chunks = list(client(api).chat.completions.create(
         model="ragvps", messages=[{"role": "user", "content": FIRST}], stream=True))
     assert chunks[-1].choices and chunks[-1].choices[0].finish_reason == "stop"
     assert all(c.usage is None for c in chunks)
 
 
-def test_a_follow_up_is_retrieved_with_the_history(server: Server):
-    c = client(server)
+def test_a_follow_up_is_retrieved_with_the_history(api: InProcess):
+    c = client(api)
     first = c.chat.completions.create(model="ragvps", messages=[{"role": "user", "content": FIRST}])
     messages = [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": FIRST},
                 {"role": "assistant", "content": first.choices[0].message.content},
@@ -94,22 +94,22 @@ def test_a_follow_up_is_retrieved_with_the_history(server: Server):
     assert again.choices[0].message.content == done.choices[0].message.content
 
 
-def test_a_wrong_or_missing_key_raises_authentication_error(server: Server):
+def test_a_wrong_or_missing_key_raises_authentication_error(api: InProcess):
     with pytest.raises(openai.AuthenticationError) as caught:
-        client(server, key="not-the-key-0123456789").chat.completions.create(
+        client(api, key="not-the-key-0123456789").chat.completions.create(
             model="ragvps", messages=[{"role": "user", "content": FIRST}])
     assert caught.value.status_code == 401 and caught.value.code == "invalid_api_key"
     assert "not valid" in caught.value.message
     with pytest.raises(openai.AuthenticationError):
-        client(server, key="not-the-key-0123456789").models.list()
-    r = httpx.get(server.url + "/v1/models")  # no key at all
+        client(api, key="not-the-key-0123456789").models.list()
+    r = api.keyless().get("/v1/models")  # no key at all
     assert r.status_code == 401 and r.json()["error"]["type"] == "invalid_request_error"
 
 
-def test_an_over_long_request_raises_bad_request_error(server: Server):
+def test_an_over_long_request_raises_bad_request_error(api: InProcess):
     huge = "why is the index slow " * 5000  # over max_body_bytes (64 KiB)
     with pytest.raises(openai.BadRequestError) as caught:
-        client(server).chat.completions.create(model="ragvps", messages=[{"role": "user", "content": huge}])
+        client(api).chat.completions.create(model="ragvps", messages=[{"role": "user", "content": huge}])
     assert caught.value.status_code == 400 and caught.value.code == "context_length_exceeded"
     assert "max_body_bytes" in caught.value.message
 
@@ -121,19 +121,19 @@ def test_an_over_long_request_raises_bad_request_error(server: Server):
     ([], "messages"),
     ([{"role": "tool", "content": "x"}], "role"),
 ])
-def test_bad_conversations_raise_bad_request_error(server: Server, messages: list[dict[str, Any]], says: str):
+def test_bad_conversations_raise_bad_request_error(api: InProcess, messages: list[dict[str, Any]], says: str):
     with pytest.raises(openai.BadRequestError) as caught:
-        client(server).chat.completions.create(model="ragvps", messages=messages)  # type: ignore[arg-type]
+        client(api).chat.completions.create(model="ragvps", messages=messages)  # type: ignore[arg-type]
     assert says in caught.value.message
     assert caught.value.body["type"] == "invalid_request_error"  # type: ignore[index]
 
 
-def test_an_unknown_model_raises_not_found_error(server: Server):
+def test_an_unknown_model_raises_not_found_error(api: InProcess):
     with pytest.raises(openai.NotFoundError) as caught:
-        client(server).chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": FIRST}])
+        client(api).chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": FIRST}])
     assert caught.value.code == "model_not_found" and "ragvps" in caught.value.message
 
 
-def test_the_ragvps_routes_keep_their_own_error_shape(server: Server):
-    r = httpx.post(server.url + "/search", json={"query": FIRST})
+def test_the_ragvps_routes_keep_their_own_error_shape(api: InProcess):
+    r = api.keyless().post("/search", json={"query": FIRST})
     assert r.status_code == 401 and r.json()["kind"] == "unauthorized"

@@ -1,16 +1,20 @@
-"""`ragvps serve`: a real server process on a loopback port over a real database with the docs ingested,
-the real model, and the real CLI to compare against."""
+"""`ragvps serve` over a real database with the docs ingested, the real model, and the real CLI to compare
+against: the routes, keys, limits and errors in this process (`api`, tests/asgi_server.py), what needs a process
+(its log, its exit at start) with a real server process."""
 
 from __future__ import annotations
 
 import json
+import logging
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from serve_server import KEY, SECOND_KEY, Server, free_port, ragvps, ragvps_env
+from asgi_server import InProcess, in_process
+from serve_server import KEY, SECOND_KEY, Server, free_port, ragvps, ragvps_env, ragvps_here
 
 REPO = Path(__file__).resolve().parents[1]
 QUESTION = "what happens when I run ingest twice?"
@@ -36,28 +40,29 @@ def error_of(r: httpx.Response, status: int, kind: str) -> str:
 
 # --- what it answers ----------------------------------------------------------------------------------
 
-def test_health_is_open_and_names_the_model_its_dimension_and_the_chunks(server: Server, env: dict[str, str]):
-    r = httpx.get(server.url + "/health")
+def test_health_is_open_and_names_the_model_its_dimension_and_the_chunks(api: InProcess, env: dict[str, str]):
+    with api.keyless() as anon:
+        r = anon.get("/health")
     assert r.status_code == 200, r.text
     health = r.json()
     assert health["status"] == "ok"
     assert health["model"] == "all-MiniLM-L6-v2-int8" and health["dims"] == 384
-    stats = json.loads(ragvps(env, "stats", "--json").stdout)
+    stats = json.loads(ragvps_here(env, "stats", "--json").stdout)
     assert health["chunks"] == stats["rows"]["chunks"] > 0
-    with server.client() as c:
+    with api.client() as c:
         served = c.get("/stats").json()
     assert served["rows"] == stats["rows"] and served["embedding_set"] == stats["embedding_set"]
 
 
-def test_search_over_http_matches_the_cli(server: Server, env: dict[str, str]):
+def test_search_over_http_matches_the_cli(api: InProcess, env: dict[str, str]):
     for body, flags in (({"query": QUESTION}, []),
                         ({"query": QUESTION, "k": 3, "mode": "keyword"}, ["--k", "3", "--mode", "keyword"]),
                         ({"query": "embedded server", "mode": "vector", "path_prefix": "embedded"},
                          ["--mode", "vector", "--path-prefix", "embedded"])):
-        with server.client() as c:
+        with api.client() as c:
             r = c.post("/search", json=body)
         assert r.status_code == 200, r.text
-        done = ragvps(env, "query", body["query"], "--json", *flags)
+        done = ragvps_here(env, "query", body["query"], "--json", *flags)
         assert done.returncode == 0, done.stderr
         cli = json.loads(done.stdout)
         cli_hits = cli["hits"] if isinstance(cli, dict) else cli
@@ -75,16 +80,17 @@ def test_search_over_http_matches_the_cli(server: Server, env: dict[str, str]):
             assert all(h["path"].startswith("embedded") for h in http_hits)
 
 
-def test_stats_need_the_key_and_the_api_description_does_not(server: Server):
-    assert httpx.get(server.url + "/stats").status_code == 401
-    with server.client() as c:
+def test_stats_need_the_key_and_the_api_description_does_not(api: InProcess):
+    anon = api.keyless()
+    assert anon.get("/stats").status_code == 401
+    with api.client() as c:
         assert c.get("/stats").status_code == 200
     # The OpenAPI document and /docs describe the API and hold no data: a browser must load them keyless.
     for path in ("/openapi.json", "/docs", "/docs/assets/swagger-ui-bundle.js", "/docs/assets/swagger-ui.css"):
-        assert httpx.get(server.url + path).status_code == 200, path
-    with server.client() as c:
+        assert anon.get(path).status_code == 200, path
+    with api.client() as c:
         error_of(c.get("/docs/assets/__init__.py"), 404, "not_found")  # only the UI's own assets are served
-    doc = httpx.get(server.url + "/openapi.json").json()
+    doc = anon.get("/openapi.json").json()
     assert {"/health", "/search", "/ask", "/stats"} <= set(doc["paths"])
     assert "422" not in json.dumps(doc["paths"]), "validation errors are documented as they are sent: 400"
     # The key scheme is declared, so the page's Authorize button sends the key with "Try it out".
@@ -95,26 +101,27 @@ def test_stats_need_the_key_and_the_api_description_does_not(server: Server):
     assert doc["paths"]["/health"]["get"]["security"] == []
 
 
-def test_the_page_is_served_at_root_without_a_cdn(server: Server):
-    r = httpx.get(server.url + "/")
+def test_the_page_is_served_at_root_without_a_cdn(api: InProcess):
+    r = api.keyless().get("/")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
     assert "<script" in r.text and not re.search(r"""(src|href)=["']https?://""", r.text)
 
 
 # --- keys ---------------------------------------------------------------------------------------------
 
-def test_keys_are_required_and_wrong_ones_refused(server: Server):
+def test_keys_are_required_and_wrong_ones_refused(api: InProcess):
     body = {"query": QUESTION}
-    message = error_of(httpx.post(server.url + "/search", json=body), 401, "unauthorized")
+    anon = api.keyless()
+    message = error_of(anon.post("/search", json=body), 401, "unauthorized")
     assert "Authorization: Bearer" in message
     for headers in ({"Authorization": "Bearer wrong-key-0123456789abc"}, {"X-API-Key": KEY + "x"},
                     {"Authorization": KEY}, {"Authorization": "Basic " + KEY}):
-        r = httpx.post(server.url + "/search", json=body, headers=headers)
+        r = anon.post("/search", json=body, headers=headers)
         error_of(r, 401, "unauthorized")
         assert KEY not in r.text
     for headers in ({"Authorization": f"Bearer {KEY}"}, {"authorization": f"bearer {KEY}"},
                     {"X-API-Key": KEY}, {"X-API-Key": SECOND_KEY}):
-        assert httpx.post(server.url + "/search", json=body, headers=headers).status_code == 200, headers
+        assert anon.post("/search", json=body, headers=headers).status_code == 200, headers
 
 
 def test_keys_never_reach_the_log(server: Server):
@@ -126,11 +133,11 @@ def test_keys_never_reach_the_log(server: Server):
         assert secret not in log
 
 
-def test_no_cors_headers_unless_origins_are_set(server: Server):
-    r = httpx.options(server.url + "/search", headers={"Origin": "https://evil.example",
-                                                       "Access-Control-Request-Method": "POST"})
+def test_no_cors_headers_unless_origins_are_set(api: InProcess):
+    r = api.keyless().options("/search", headers={"Origin": "https://evil.example",
+                                                  "Access-Control-Request-Method": "POST"})
     assert "access-control-allow-origin" not in r.headers
-    with server.client() as c:
+    with api.client() as c:
         r = c.post("/search", json={"query": QUESTION}, headers={"Origin": "https://evil.example"})
     # Another site's page may not post here, even with a key (a browser sends its Origin on every POST).
     assert "cors_origins" in error_of(r, 403, "forbidden")
@@ -147,9 +154,9 @@ def test_serve_refuses_a_public_address_without_a_key(env: dict[str, str]):
 
 # --- limits and errors --------------------------------------------------------------------------------
 
-def test_oversized_bodies_get_413_json(server: Server):
+def test_oversized_bodies_get_413_json(api: InProcess):
     big = {"query": "word " * 20_000}
-    with server.client() as c:
+    with api.client() as c:
         error_of(c.post("/search", json=big), 413, "too_long")
 
         def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it arrives
@@ -162,13 +169,13 @@ def test_oversized_bodies_get_413_json(server: Server):
                  "too_long")
 
 
-def test_malformed_and_invalid_bodies_get_400_json(server: Server):
+def test_malformed_and_invalid_bodies_get_400_json(api: InProcess):
     cases = [b"{not json", b"[1, 2]", b"null", b'{"query": 5}', b'{"query": "x", "k": 0}',
              b'{"query": "x", "k": 100000}', b'{"query": "x", "mode": "fuzzy"}', b'{"query": "x", "extra": 1}',
              b'{"query": "!!!"}', b'{"query": "x", "meta": {"a": "\\u0000"}}', b'{"query": "x", "meta": {"a": 1e999}}',
              b'{"query": "x", "path_prefix": "a\\u0000b"}', b'{"query": "' + b"[" * 3000 + b'"}',
              b'{"query": "x", "meta": ' + b"[" * 3000 + b"]" * 3000 + b"}", b'{"question": "x"}']
-    with server.client() as c:
+    with api.client() as c:
         for body in cases:
             r = c.post("/search", content=body, headers={"Content-Type": "application/json"})
             error_of(r, 400, "usage")
@@ -179,8 +186,8 @@ def test_malformed_and_invalid_bodies_get_400_json(server: Server):
         assert c.get("/search").status_code == 405 and c.get("/search").json()["kind"] == "usage"
 
 
-def test_a_body_the_server_cannot_read_says_what_to_send(server: Server):
-    with server.client() as c:
+def test_a_body_the_server_cannot_read_says_what_to_send(api: InProcess):
+    with api.client() as c:
         r = c.post("/search", content=b'{"query": "x"}', headers={"Content-Type": "text/plain"})
         assert "send Content-Type: application/json" in error_of(r, 415, "usage")
         assert "text/plain" in r.json()["error"]
@@ -195,35 +202,31 @@ def test_a_body_the_server_cannot_read_says_what_to_send(server: Server):
         assert error_of(c.delete("/ask"), 405, "usage") == "/ask does not take DELETE: use POST"
 
 
-def test_health_says_503_while_the_database_cannot_be_reached(tmp_path: Path, env: dict[str, str]):
+def test_health_says_503_while_the_database_cannot_be_reached(env: dict[str, str], caplog: pytest.LogCaptureFixture):
+    caplog.set_level(logging.INFO, logger="ragvps")  # the server's log, as `ragvps serve` sets it
     port = free_port()  # nothing listens there
     bad = env | {"RAGVPS_DATABASE_URL": f"postgresql://ragvps:secret-pw@127.0.0.1:{port}/ragvps"}
-    srv = Server(bad, tmp_path / "serve.log", key=None).start(wait_ready=False, timeout=60)
-    try:
-        r = httpx.get(srv.url + "/health")
+    with in_process(bad, wait_ready=False, timeout=60) as srv, srv.client() as c:
+        r = c.get("/health")
         assert r.status_code == 503 and r.json()["status"] in ("starting", "unavailable")
-        error_of(httpx.post(srv.url + "/search", json={"query": QUESTION}), 503, "unavailable")
-        assert "secret-pw" not in r.text + srv.log.read_text()
-    finally:
-        srv.stop()
+        error_of(c.post("/search", json={"query": QUESTION}), 503, "unavailable")
+        assert "secret-pw" not in r.text + caplog.text
 
 
 def test_health_says_200_ready_and_empty_before_the_first_ingest(tmp_path: Path, db_url: str):
     # `docker compose up --wait` waits for this on a fresh stack: empty must not read as unhealthy.
     env = ragvps_env(db_url, tmp_path / "data")
-    srv = Server(env, tmp_path / "serve.log", key=None).start(timeout=120)
-    try:
-        r = httpx.get(srv.url + "/health")
+    with in_process(env, timeout=120) as srv, srv.client() as c:
+        r = c.get("/health")
         assert r.status_code == 200, r.text
         body = r.json()
         assert body["status"] == "ok" and body["error"] is None
         assert body["ready"] is True and body["database"] is True and body["empty"] is True and body["chunks"] == 0
-        done = ragvps(env, "ingest", str(REPO / "docs" / "serve.md"))
+        done = ragvps_here(env, "ingest", str(REPO / "docs" / "serve.md"))
         assert done.returncode == 0, done.stderr
-        body = httpx.get(srv.url + "/health").json()
+        time.sleep(0.5)  # /health reuses its answer for 0.5 s (serve/health.py TTL_S)
+        body = c.get("/health").json()
         assert body["status"] == "ok" and body["empty"] is False and body["chunks"] > 0
-    finally:
-        srv.stop()
 
 
 def test_a_wrong_setting_ends_the_server_at_start_instead_of_retrying(env: dict[str, str]):
@@ -238,23 +241,21 @@ def test_a_wrong_setting_ends_the_server_at_start_instead_of_retrying(env: dict[
 def test_key_file_and_cors_origins_when_set(tmp_path: Path, env: dict[str, str]):
     keys = tmp_path / "api-keys"
     keys.write_text("# one key a line\nfile-key-0123456789abcdef\n")
-    srv = Server(env | {"RAGVPS_API_KEY_FILE": str(keys), "RAGVPS_CORS_ORIGINS": "https://app.example"},
-                 tmp_path / "serve.log", key="file-key-0123456789abcdef").start()
-    try:
+    with in_process(env | {"RAGVPS_API_KEY_FILE": str(keys), "RAGVPS_CORS_ORIGINS": "https://app.example"},
+                    key="file-key-0123456789abcdef") as srv:
+        anon = srv.keyless()
         with srv.client() as c:
             assert c.post("/search", json={"query": QUESTION}).status_code == 200
-        assert httpx.post(srv.url + "/search", json={"query": QUESTION}).status_code == 401
-        pre = httpx.options(srv.url + "/search", headers={
+        assert anon.post("/search", json={"query": QUESTION}).status_code == 401
+        pre = anon.options("/search", headers={
             "Origin": "https://app.example", "Access-Control-Request-Method": "POST",
             "Access-Control-Request-Headers": "authorization,content-type"})
         assert pre.status_code == 200 and pre.headers["access-control-allow-origin"] == "https://app.example"
-        other = httpx.options(srv.url + "/search", headers={"Origin": "https://evil.example",
-                                                            "Access-Control-Request-Method": "POST"})
+        other = anon.options("/search", headers={"Origin": "https://evil.example",
+                                                 "Access-Control-Request-Method": "POST"})
         assert other.headers.get("access-control-allow-origin") != "https://evil.example"
         with srv.client() as c:
             r = c.post("/search", json={"query": QUESTION}, headers={"Origin": "https://app.example"})
             assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://app.example"
             error_of(c.post("/search", json={"query": QUESTION}, headers={"Origin": "https://evil.example"}),
                      403, "forbidden")
-    finally:
-        srv.stop()

@@ -1,5 +1,6 @@
-"""/ask over HTTP: the same answer as `ragvps ask --json`, Server-Sent Events in order, and a client that
-leaves closes the upstream LLM request (the stand-in LLM in tests/llm_server.py sees the connection drop)."""
+"""/ask over HTTP: the same answer as `ragvps ask --json`, Server-Sent Events in order (in this process, `api`),
+and, over a real server process, a client that leaves closes the upstream LLM request (the stand-in LLM in
+tests/llm_server.py sees the connection drop) and request_timeout ends answers still waiting."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from asgi_server import InProcess, in_process
 from llm_server import FakeLLM
-from serve_server import Server, ragvps
+from serve_server import Server, ragvps_here
 
 QUESTION = "what happens when I run ingest twice?"
 STABLE = ("answer", "answered", "extractive", "citations", "invalid_citations", "sources", "left_out", "generator",
@@ -33,16 +35,16 @@ def events(lines: Any) -> list[tuple[str, Any]]:
     return out
 
 
-def stream(server: Server, body: dict[str, Any]) -> tuple[httpx.Response, list[tuple[str, Any]]]:
+def stream(server: InProcess, body: dict[str, Any]) -> tuple[httpx.Response, list[tuple[str, Any]]]:
     with server.client() as c, c.stream("POST", "/ask", json=body | {"stream": True}) as r:
         return r, events(r.iter_lines())
 
 
-def test_ask_over_http_matches_the_cli(server: Server, serve_env: dict[str, str]):
-    done = ragvps(serve_env, "ask", QUESTION, "--json")
+def test_ask_over_http_matches_the_cli(api: InProcess, serve_env: dict[str, str]):
+    done = ragvps_here(serve_env, "ask", QUESTION, "--json")
     assert done.returncode == 0, done.stderr
     cli = json.loads(done.stdout)
-    with server.client() as c:
+    with api.client() as c:
         r = c.post("/ask", json={"question": QUESTION})
     assert r.status_code == 200, r.text
     http = r.json()
@@ -52,10 +54,10 @@ def test_ask_over_http_matches_the_cli(server: Server, serve_env: dict[str, str]
     assert set(http) == set(cli)
 
 
-def test_streamed_events_come_in_order_with_the_same_answer(server: Server):
-    with server.client() as c:
+def test_streamed_events_come_in_order_with_the_same_answer(api: InProcess):
+    with api.client() as c:
         whole = c.post("/ask", json={"question": QUESTION, "use_cache": False}).json()
-    r, got = stream(server, {"question": QUESTION, "use_cache": False})
+    r, got = stream(api, {"question": QUESTION, "use_cache": False})
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("text/event-stream")
     assert r.headers["cache-control"] == "no-cache" and r.headers["x-accel-buffering"] == "no"
@@ -69,8 +71,8 @@ def test_streamed_events_come_in_order_with_the_same_answer(server: Server):
     assert "sources" not in done
 
 
-def test_a_refusal_streams_citations_as_an_empty_list(server: Server):
-    r, got = stream(server, {"question": QUESTION, "path_prefix": "no/such/folder/"})
+def test_a_refusal_streams_citations_as_an_empty_list(api: InProcess):
+    r, got = stream(api, {"question": QUESTION, "path_prefix": "no/such/folder/"})
     names = [name for name, _ in got]
     assert names[0] == "sources" and names[-1] == "done", names
     assert got[0][1]["sources"] == []
@@ -78,36 +80,32 @@ def test_a_refusal_streams_citations_as_an_empty_list(server: Server):
     assert done["citations"] == [] and done["answered"] is False
 
 
-def test_off_topic_is_refused_over_http_with_the_threshold_from_the_setting(server: Server, serve_env: dict[str, str],
-                                                                          tmp_path: Path):
+def test_off_topic_is_refused_over_http_with_the_threshold_from_the_setting(api: InProcess,
+                                                                          serve_env: dict[str, str]):
     from ragvps.config import Settings
     from ragvps.generate.prompt import REFUSAL
 
-    with server.client() as c:
+    with api.client() as c:
         off = c.post("/ask", json={"question": "What is the capital of France?"}).json()
         on = c.post("/ask", json={"question": QUESTION}).json()
     assert off["answer"] == REFUSAL and not off["answered"] and off["sources"] == [] and off["citations"] == []
     assert off["evidence"] < off["min_evidence"] == Settings().generate.min_evidence and off["retrieved"]
     assert on["answered"] and on["evidence"] >= on["min_evidence"]
-    with server.client() as c:  # the README's example: the sentence that answers, first; no command quoted
+    with api.client() as c:  # the README's example: the sentence that answers, first; no command quoted
         keys = c.post("/ask", json={"question": "how do I rotate the keys?"}).json()
     assert keys["answered"] and "rotate one at a time" in keys["quotes"][0]["text"], keys["quotes"]
     assert not any(q["command"] for q in keys["quotes"])
     source = next(s for s in keys["sources"] if s["chunk_id"] == keys["quotes"][0]["chunk_id"])
     q = keys["quotes"][0]
     assert " ".join(source["text"][q["start"] - source["start"]:q["end"] - source["start"]].split()) == q["text"]
-    srv = Server(serve_env | {"RAGVPS_ANSWER_MIN_EVIDENCE": str(min(1.0, on["evidence"] + 0.01))},
-                 tmp_path / "serve.log", key=None).start()
-    try:
-        with srv.client() as c:
-            high = c.post("/ask", json={"question": QUESTION}).json()
-    finally:
-        srv.stop()
+    with in_process(serve_env | {"RAGVPS_ANSWER_MIN_EVIDENCE": str(min(1.0, on["evidence"] + 0.01))}) as srv, \
+            srv.client() as c:
+        high = c.post("/ask", json={"question": QUESTION}).json()
     assert not high["answered"] and high["answer"] == REFUSAL and high["min_evidence"] > on["evidence"]
 
 
-def test_ask_errors_are_json_and_streamed_errors_are_one_event(server: Server):
-    with server.client() as c:
+def test_ask_errors_are_json_and_streamed_errors_are_one_event(api: InProcess):
+    with api.client() as c:
         r = c.post("/ask", json={"question": "!!!", "stream": True})
     assert r.status_code == 400 and r.json()["kind"] == "usage"  # refused before the stream starts
 

@@ -1,8 +1,8 @@
 """What a browser must not make the server do: answer under a rebinding name, or take another site's POST.
 
-The rules are checked on their own (pure functions), over a real keyless `ragvps serve` on loopback (the case
-the issue found: it answered `Host: attacker.example:9000` with data), and in a real Chromium that resolves
-a rebinding name to 127.0.0.1.
+The rules are checked on their own (pure functions), over a keyless server on loopback in this process (the
+case the issue found: it answered `Host: attacker.example:9000` with data), and in a real Chromium that resolves
+a rebinding name to 127.0.0.1, over a real `ragvps serve`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from asgi_server import InProcess, in_process
 from serve_server import Server, free_port
 
 from ragvps.serve.guard import HostRule, origin_allowed
@@ -69,23 +70,33 @@ def test_origin_rule_is_the_servers_own_origin_or_a_listed_one():
         assert not origin_allowed(origin, host, ("https://app.example",)), (origin, host)
 
 
-# --- a real keyless server on loopback ----------------------------------------------------------------
+# --- a keyless server on loopback ---------------------------------------------------------------------
+
+# Behind a proxy named rag.example.com, whose app is at app.example.
+OPEN = {"RAGVPS_ALLOWED_HOSTS": "rag.example.com", "RAGVPS_CORS_ORIGINS": "https://app.example"}
+
+
+@pytest.fixture(scope="module")
+def open_api(serve_env: dict[str, str]) -> Iterator[InProcess]:
+    """The keyless server on 127.0.0.1, in this process."""
+    with in_process(serve_env | OPEN) as srv:
+        yield srv
+
 
 @pytest.fixture(scope="module")
 def open_server(serve_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A keyless server on 127.0.0.1 behind a proxy named rag.example.com, whose app is at app.example."""
-    srv = Server(serve_env | {"RAGVPS_ALLOWED_HOSTS": "rag.example.com", "RAGVPS_CORS_ORIGINS": "https://app.example"},
-                 tmp_path_factory.mktemp("guard") / "serve.log", key=None).start()
+    """The same as a real `ragvps serve` process, for the browser."""
+    srv = Server(serve_env | OPEN, tmp_path_factory.mktemp("guard") / "serve.log", key=None).start()
     yield srv
     srv.stop()
 
 
-def test_a_rebinding_name_gets_no_data_on_any_route(open_server: Server):
-    bad = {"Host": f"attacker.example:{open_server.port}"}
+def test_a_rebinding_name_gets_no_data_on_any_route(open_api: InProcess):
+    bad = {"Host": f"attacker.example:{open_api.port}"}
     mcp_init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
                 "params": {"protocolVersion": "2025-06-18", "capabilities": {},
                            "clientInfo": {"name": "t", "version": "1"}}}
-    with httpx.Client(base_url=open_server.url, timeout=60) as c:
+    with open_api.keyless() as c:
         assert c.post("/search", json={"query": QUESTION}).status_code == 200  # keyless: loopback is open
         forbidden(c.post("/search", json={"query": QUESTION}, headers=bad), "allowed_hosts", "attacker.example")
         forbidden(c.post("/ask", json={"question": QUESTION}, headers=bad))
@@ -102,13 +113,13 @@ def test_a_rebinding_name_gets_no_data_on_any_route(open_server: Server):
         assert c.post("/search", json={"query": QUESTION}, headers={"Host": "rag.example.com:443"}).status_code == 200
 
 
-def test_a_browsers_post_from_another_origin_is_refused(open_server: Server):
-    own = {"Origin": open_server.url}
-    with httpx.Client(base_url=open_server.url, timeout=60) as c:
+def test_a_browsers_post_from_another_origin_is_refused(open_api: InProcess):
+    own = {"Origin": open_api.url}
+    with open_api.keyless() as c:
         assert c.post("/search", json={"query": QUESTION}, headers=own).status_code == 200
         assert c.post("/search", json={"query": QUESTION},
                       headers={"Origin": "https://app.example"}).status_code == 200  # in cors_origins
-        for origin in ("http://attacker.example", "null", f"http://127.0.0.1:{open_server.port + 1}"):
+        for origin in ("http://attacker.example", "null", f"http://127.0.0.1:{open_api.port + 1}"):
             forbidden(c.post("/search", json={"query": QUESTION}, headers={"Origin": origin}), "cors_origins")
             forbidden(c.post("/ask", content=b'{"question": "x"}', headers={"Origin": origin,
                                                                            "Content-Type": "text/plain"}))

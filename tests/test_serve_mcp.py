@@ -1,4 +1,5 @@
-"""The MCP tools with the official SDK's own client: over stdio (`ragvps mcp`) and streamable HTTP (/mcp)."""
+"""The MCP tools with the official SDK's own client: over stdio (`ragvps mcp`, a process) and streamable HTTP
+(/mcp, the server in this process, the client on its event loop), compared with /search."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import json
 import sys
 from typing import Any
 
-import httpx
 import pytest
-from serve_server import REPO, Server
+from asgi_server import InProcess
+from serve_server import REPO
 
 from ragvps.generate.prompt import REFUSAL
 
@@ -42,7 +43,7 @@ def _structured(result: Any) -> Any:
     return data.get("result", data) if isinstance(data, dict) and set(data) == {"result"} else data
 
 
-def _check(calls: dict[str, Any], server: Server) -> None:
+def _check(calls: dict[str, Any], server: InProcess) -> None:
     assert {"search", "ask"} <= set(calls["tools"])
     assert "query" in calls["tools"]["search"].input_schema["properties"]
     hits = _structured(calls["search"])
@@ -80,30 +81,32 @@ def _stdio(env: dict[str, str]) -> dict[str, Any]:
     return asyncio.run(asyncio.wait_for(run(), 180))
 
 
-def test_mcp_tools_over_stdio(server: Server):
-    env = {k: v for k, v in server.env.items() if k != "RAGVPS_API_KEYS"}
-    _check(_stdio(env), server)
+def test_mcp_tools_over_stdio(api: InProcess):
+    env = {k: v for k, v in api.env.items() if k != "RAGVPS_API_KEYS"}
+    _check(_stdio(env), api)
 
 
-def test_mcp_ask_takes_its_threshold_from_the_setting(server: Server):
-    env = {k: v for k, v in server.env.items() if k != "RAGVPS_API_KEYS"} | {"RAGVPS_ANSWER_MIN_EVIDENCE": "1"}
+def test_mcp_ask_takes_its_threshold_from_the_setting(api: InProcess):
+    env = {k: v for k, v in api.env.items() if k != "RAGVPS_API_KEYS"} | {"RAGVPS_ANSWER_MIN_EVIDENCE": "1"}
     answer = _structured(_stdio(env)["ask"])
     assert not answer["answered"] and answer["answer"] == REFUSAL and answer["min_evidence"] == 1.0
     assert answer["evidence"] < 1.0
 
 
-def test_mcp_tools_over_http_behind_the_key(server: Server):
+def test_mcp_tools_over_http_behind_the_key(api: InProcess):
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
     async def run(headers: dict[str, str]) -> dict[str, Any]:
-        async with httpx2.AsyncClient(headers=headers, timeout=60) as http, \
-                streamable_http_client(server.url + "/mcp", http_client=http) as (read, write):
+        # The SDK's client over the application itself, on the loop where its lifespan (the MCP session
+        # manager) runs.
+        async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=api.asgi), headers=headers, timeout=60) \
+                as http, streamable_http_client(api.url + "/mcp", http_client=http) as (read, write):
             return await _session_calls(read, write)
 
-    _check(asyncio.run(asyncio.wait_for(run(server.headers), 120)), server)
+    _check(api.call(lambda: asyncio.wait_for(run(api.headers), 120)), api)
 
     # Without the key the endpoint answers 401 before any MCP message is read.
-    r = httpx.post(server.url + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-                   headers={"Accept": "application/json, text/event-stream"})
+    r = api.keyless().post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                           headers={"Accept": "application/json, text/event-stream"})
     assert r.status_code == 401 and r.json()["kind"] == "unauthorized"
