@@ -25,7 +25,9 @@ from ragvps.ingest.blocks import (
     _markdown_blocks,
     _Paths,
     _plain_blocks,
+    _sheet_blocks,
 )
+from ragvps.ingest.formats import MARKDOWN_KINDS, SHEET_KINDS
 from ragvps.records import Chunk, Document, input_room
 from ragvps.text import sentences, strip_span
 
@@ -50,7 +52,7 @@ class ChunkerConfig:
 
     def key(self) -> str:
         """Changes whenever a setting (or the algorithm) that shapes the chunks changes."""
-        raw = json.dumps(asdict(self) | {"version": 2}, sort_keys=True)
+        raw = json.dumps(asdict(self) | {"version": 3}, sort_keys=True)
         return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
@@ -122,6 +124,8 @@ class _Chunker:
         self.group: list[tuple[int, int, int]] = []
         self.group_path = 0
         self.group_headings = True
+        self.header: tuple[int, int, int] | None = None  # the last table's header row and rule: start, end, tokens
+        self.headed: dict[int, tuple[int, int, int]] = {}  # piece start -> the header its chunk repeats
 
     def path_info(self, p: int) -> tuple[str, str, int, int]:
         if p not in self.info:
@@ -163,7 +167,12 @@ class _Chunker:
 
     def run(self) -> list[Chunk]:
         doc = self.doc
-        blocks = _markdown_blocks(doc, self.paths) if doc.kind == "markdown" else _plain_blocks(doc, self.paths)
+        if doc.kind in MARKDOWN_KINDS:
+            blocks: Iterator[Block] | list[Block] = _markdown_blocks(doc, self.paths)
+        elif doc.kind in SHEET_KINDS:
+            blocks = _sheet_blocks(doc, self.paths)
+        else:
+            blocks = _plain_blocks(doc, self.paths)
         if self.config.mode == "fixed":
             self._fixed(self.segments(_whole(blocks)))
         else:
@@ -176,6 +185,10 @@ class _Chunker:
     # structure and sentences modes
 
     def _block(self, seg: _Segment, a: int, b: int, p: int, kind: str) -> None:
+        if kind in ("table", "rows"):
+            kind = self._table(seg, a, b, p, kind)
+            if not kind:
+                return
         i, j = seg.span(a, b)
         budget = self.budget(p)
         split = self.config.mode == "sentences" and kind in ("prose", "lines")
@@ -194,6 +207,54 @@ class _Chunker:
             else:
                 self._flush()
                 self.pieces += _windows(seg, self.text, pa, pb, pi, pj, budget, self.overlap(budget), p)
+
+    def _table(self, seg: _Segment, a: int, b: int, p: int, kind: str) -> str:
+        """A Markdown table too long for one chunk, cut into groups of whole rows, each chunk after the first
+        headed by the table's header row, so that no row is apart from what its columns mean. Returns "" when
+        done, or the kind to chunk the block as instead (a table too small to cut, or without a usable header)."""
+        text = self.text
+        rows = _lines(text, a, b)
+        if kind == "table":
+            if len(rows) < 3 or set(text[rows[1][0]:rows[1][1]]) - set("|:- \t"):
+                self.header = None
+                return "lines"
+            hi, hj = seg.span(rows[0][0], rows[1][1])
+            self.header = (rows[0][0], rows[1][1], hj - hi)
+            i, j = seg.span(a, b)
+            if j - i <= self.budget(p):
+                return "lines"
+            rows = rows[2:]
+        budget = self.budget(p)
+        if self.header is None or self.header[2] > budget // 2:  # no header, or one too long to repeat
+            return "lines"
+        header_n = self.header[2]
+        room = budget - header_n
+        self._flush()
+        start, n = (a, header_n) if kind == "table" else (-1, 0)
+        headed = kind == "rows"
+        end = a
+        for ra, rb in rows:
+            ri, rj = seg.span(ra, rb)
+            rn = rj - ri
+            if start >= 0 and n + rn > (room if headed else budget):
+                self._piece(start, end, n, p, headed)
+                start, headed = -1, True
+            if rn > room:  # one row longer than a chunk: windows over it, each headed
+                for piece in _windows(seg, text, ra, rb, ri, rj, room, self.overlap(room), p):
+                    self.pieces.append(piece)
+                    self.headed[piece[0]] = self.header
+                continue
+            if start < 0:
+                start, n = ra, 0
+            end, n = rb, n + rn
+        if start >= 0:
+            self._piece(start, end, n, p, headed)
+        return ""
+
+    def _piece(self, a: int, b: int, n: int, p: int, headed: bool) -> None:
+        self.pieces.append((a, b, n, p, True))
+        if headed and self.header is not None:
+            self.headed[a] = self.header
 
     def _add(self, a: int, b: int, n: int, p: int, heading: bool) -> None:
         if self.group:
@@ -246,14 +307,21 @@ class _Chunker:
         chunks: list[Chunk] = []
         for a, b, n, p, exact in self._capped():
             display, embed, path_n, budget = self.path_info(p)
-            for ca, cb, cn in self._verified(a, b, n, embed, path_n, budget, exact):
+            lead, verify, lead_n = "", embed, path_n
+            if a in self.headed:  # a table's rows after the first chunk: the header row leads the chunk
+                ha, hb, hn = self.headed[a]
+                lead = text[ha:hb] + "\n"
+                verify, lead_n = f"{embed}\n\n{lead}" if embed else lead, path_n + hn
+            for ca, cb, cn in self._verified(a, b, n, verify, lead_n, budget, exact):
                 meta: dict[str, Any] = {}
+                if lead:
+                    meta["table_header"] = [ha, hb]
                 if embed != display:
                     meta["embed_heading_path"] = embed
                 if pages:
                     lo, hi = bisect_right(page_starts, ca) - 1, bisect_right(page_starts, cb - 1) - 1
                     meta["pages"] = [pages[k][1] for k in range(max(lo, 0), hi + 1)]
-                chunks.append(Chunk(doc.doc_id, len(chunks), display, text[ca:cb], ca, cb, path_n + cn, 0, meta))
+                chunks.append(Chunk(doc.doc_id, len(chunks), display, lead + text[ca:cb], ca, cb, lead_n + cn, 0, meta))
         return chunks
 
     def _capped(self) -> Iterator[Piece]:
