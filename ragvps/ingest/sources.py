@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ragvps.errors import UsageError
-from ragvps.ingest.formats import READERS
+from ragvps.ingest.formats import READERS, Reader
 from ragvps.records import Document
 
 log = logging.getLogger(__name__)
@@ -210,7 +210,7 @@ def load(source: SourceFile, warn: Callable[[str], None], skipped: Counter[str] 
 def _load(source: SourceFile, warn: Callable[[str], None], skipped: Counter[str] | None) -> list[Document]:
     reader = READERS.get(source.path.suffix.lower())
     if reader is not None:
-        return _read_format(source, reader.module, reader.extra, warn)
+        return _read_format(source, reader, warn)
     if source.kind == "jsonl":
         return load_jsonl(source, warn, skipped)
     if source.kind == "pdf":
@@ -231,16 +231,18 @@ def _load(source: SourceFile, warn: Callable[[str], None], skipped: Counter[str]
     return [Document(doc_id=source.rel, source=source.rel, title=title or stem, text=text, kind=source.kind)]
 
 
-def _read_format(source: SourceFile, module: str, extra: str | None,
-                 warn: Callable[[str], None]) -> list[Document]:
+def _read_format(source: SourceFile, reader: Reader, warn: Callable[[str], None]) -> list[Document]:
     """A file of a format in ragvps.ingest.formats, read by its module. Any failure of the format's library
     on a damaged file is this file's failure: it is skipped with one warning, and the ingest goes on."""
     import importlib
 
+    extra = reader.extra
     try:
-        read = importlib.import_module(f"ragvps.ingest.formats.{module}").read
+        if reader.library:
+            importlib.import_module(reader.library)
+        read = importlib.import_module(f"ragvps.ingest.formats.{reader.module}").read
     except ImportError as exc:
-        need = f"`pip install 'ragvps[{extra}]'`" if extra else "a complete ragvps install"
+        need = f"`pip install 'ragvps[{extra}]'`" if extra else "ragvps's dependencies (`pip install ragvps`)"
         raise SkipFile(f"needs ragvps[{extra or 'core'}]", f"{source.rel}: reading {source.path.suffix} files "
                                                            f"needs {exc.name or 'a library'}: install {need}; "
                                                            "skipped") from exc

@@ -15,13 +15,14 @@ from dataclasses import dataclass
 class Reader:
     kind: str  # the Document's kind
     module: str  # ragvps.ingest.formats.<module>.read(source, warn) -> list[Document]
-    extra: str | None = None  # the optional dependency group its library comes from
+    library: str | None = None  # the module it needs beyond the core dependencies, checked before reading
+    extra: str | None = None  # the optional dependency group that library comes from
 
 
 READERS: dict[str, Reader] = {
-    ".docx": Reader("docx", "docx", "office"), ".docm": Reader("docx", "docx", "office"),
-    ".pptx": Reader("pptx", "pptx", "office"), ".pptm": Reader("pptx", "pptx", "office"),
-    ".xlsx": Reader("xlsx", "xlsx", "office"), ".xlsm": Reader("xlsx", "xlsx", "office"),
+    ".docx": Reader("docx", "docx", "docx", "office"), ".docm": Reader("docx", "docx", "docx", "office"),
+    ".pptx": Reader("pptx", "pptx", "pptx", "office"), ".pptm": Reader("pptx", "pptx", "pptx", "office"),
+    ".xlsx": Reader("xlsx", "xlsx"), ".xlsm": Reader("xlsx", "xlsx"),
     ".csv": Reader("csv", "delimited"), ".tsv": Reader("csv", "delimited"),
     ".epub": Reader("epub", "epub"), ".odt": Reader("odt", "odt"), ".rtf": Reader("rtf", "rtf"),
 }

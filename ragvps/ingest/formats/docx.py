@@ -105,7 +105,8 @@ def _paragraph(p: Any, levels: dict[str, int]) -> str:
         return md.heading(level, text)
     num = ppr.numPr if ppr is not None else None
     if num is not None or (style_id or "").lower().startswith("list"):
-        depth = num.ilvl.val if num is not None and num.ilvl is not None else 0
+        digits = (style_id or "")[len((style_id or "").rstrip("0123456789")):]
+        depth = num.ilvl.val if num is not None and num.ilvl is not None else max(int(digits or 1) - 1, 0)
         return "  " * min(depth, 8) + "- " + md.paragraph(text).replace("\n", " ")
     return md.paragraph(text)
 
