@@ -225,6 +225,8 @@ class _Chunker:
                 return "lines"
             rows = rows[2:]
         budget = self.budget(p)
+        if budget > 4 * MARGIN:
+            budget -= MARGIN  # row counts are exact: groups that stay clear of the limit need no recount
         if self.header is None or self.header[2] > budget // 2:  # no header, or one too long to repeat
             return "lines"
         header_n = self.header[2]
