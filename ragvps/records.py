@@ -80,3 +80,11 @@ def input_room(max_tokens: int, prefix: str) -> int:
     from ragvps import tokens
 
     return max_tokens - SPECIAL_TOKENS - tokens.count(prefix)
+
+
+def cite_label(path: str, pages: tuple[int, ...] | list[int] = ()) -> str:
+    """Where a chunk is, as a person cites it: `report.pdf p. 12`, `report.pdf pp. 12-13`, or the path alone."""
+    if not pages:
+        return path
+    lo, hi = min(pages), max(pages)
+    return f"{path} p. {lo}" if lo == hi else f"{path} pp. {lo}-{hi}"

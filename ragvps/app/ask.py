@@ -95,7 +95,7 @@ def _prepare(app: App, request: AskRequest, clock: _Clock | None = None) -> tupl
 
 
 def _source(h: Hit) -> Source:
-    return Source(0, h.chunk_id, h.path, h.heading_path, h.start, h.end, h.score, h.text, h.evidence)
+    return Source(0, h.chunk_id, h.path, h.heading_path, h.start, h.end, h.score, h.text, h.evidence, h.pages)
 
 
 def _retrieved(hits: list[Hit]) -> list[dict[str, Any]]:

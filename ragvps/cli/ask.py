@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from ragvps.cli.common import echo_json, err, flag_names, metadata_pairs, open_app
+from ragvps.records import cite_label
 
 
 def ask(
@@ -56,7 +57,8 @@ def ask(
     if answer.citations:
         typer.echo("\nSources:")
         for c in answer.citations:
-            where = c["path"] + (f" | {c['heading_path']}" if c["heading_path"] else "")
+            where = cite_label(c["path"], c.get("pages") or ())
+            where += f" | {c['heading_path']}" if c["heading_path"] else ""
             typer.echo(f"[{c['number']}] {where}  ({c['chunk_id']})")
     u = answer.usage
     spent = (f"{u['prompt_tokens']:,} prompt tokens ({u['cached_tokens']:,} cached), {u['completion_tokens']:,} "

@@ -21,6 +21,7 @@ class Citation:
     heading_path: str
     start: int
     end: int
+    pages: tuple[int, ...] = ()  # the PDF pages the cited text is on
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ def parse(answer: str, sources: Sequence[Source]) -> Parsed:
         for n in good:
             if n not in cited:
                 s = by_number[n]
-                cited[n] = Citation(n, s.chunk_id, s.path, s.heading_path, s.start, s.end)
+                cited[n] = Citation(n, s.chunk_id, s.path, s.heading_path, s.start, s.end, tuple(s.pages))
         return f"[{', '.join(map(str, good))}]" if good else ""
 
     text = _MARKER.sub(keep, answer)
