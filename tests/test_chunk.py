@@ -54,12 +54,17 @@ CONFIGS = st.sampled_from([
 ])
 
 
+def _lead(doc: Document, c) -> str:
+    """What a table's later chunk repeats before its own rows: the header row, and the section row it is under."""
+    spans = [c.metadata[k] for k in ("table_header", "table_section") if k in c.metadata]
+    return "".join(doc.text[a:b] + "\n" for a, b in spans)
+
+
 def _check(doc: Document, config: ChunkerConfig) -> None:
     chunks = chunk_document(doc, config)
     assert [c.seq for c in chunks] == list(range(len(chunks)))
     for c in chunks:
-        head = c.metadata.get("table_header")  # a table's later chunk leads with the table's header row
-        assert (doc.text[head[0]:head[1]] + "\n" if head else "") + doc.text[c.start : c.end] == c.text
+        assert _lead(doc, c) + doc.text[c.start : c.end] == c.text
         # the guarantee, checked on the exact string the embedder receives
         assert tokens.count(config.prefix + c.embed_text) + 2 <= config.max_tokens, c
         assert c.tokens == tokens.count(c.embed_text)

@@ -26,11 +26,8 @@ def _header_kept(doc: Document, config: ChunkerConfig) -> list:
     """The chunks, checked: a chunk repeating a header is that header, a newline, then its own span."""
     chunks = chunk_document(doc, config)
     for c in chunks:
-        if "table_header" in c.metadata:
-            ha, hb = c.metadata["table_header"]
-            assert c.text == doc.text[ha:hb] + "\n" + doc.text[c.start:c.end]
-        else:
-            assert c.text == doc.text[c.start:c.end]
+        spans = [c.metadata[k] for k in ("table_header", "table_section") if k in c.metadata]
+        assert c.text == "".join(doc.text[a:b] + "\n" for a, b in spans) + doc.text[c.start:c.end]
     return chunks
 
 
@@ -71,11 +68,26 @@ def test_xlsx_every_chunk_repeats_the_header(tmp_path):
     rows = [c for c in chunks if "| Ship " in c.text]
     assert len(rows) > 10
     for c in rows:
-        assert c.text.startswith("| Ship | Port | Crew |\n| --- | --- | --- |\n") or c.start == doc.text.index("| Ship")
+        assert c.text.startswith("| Ship | Port | Crew |\n| --- | --- | --- |\n") or "table_header" not in c.metadata
         assert c.heading_path == "ships > Fleet"
         assert c.tokens <= SMALL.max_tokens - 2
     found = {line for c in rows for line in c.text.splitlines()}
     assert all(f"| Ship {n} | Port {n % 7} | {10 + n} |" in found for n in range(300))  # no row lost
+
+
+def test_a_section_row_inside_a_table_is_repeated_under_the_header():
+    rows = ["| Region | Sales | Profit | Staff |", "| --- | --- | --- | --- |"]
+    for year in (2023, 2022):
+        rows.append(f"| Year {year} |  |  |  |")
+        rows += [f"| region {n} | {n * 10 + year} | {n} | {n % 9} |" for n in range(40)]
+    doc = Document("s.md", "s.md", "Sales", "\n".join(rows), "markdown")
+    chunks = _header_kept(doc, SMALL)
+    later = [c for c in chunks if "| region " in c.text and "table_header" in c.metadata]
+    assert later and all(c.text.startswith("| Region | Sales | Profit | Staff |\n| --- | --- | --- | --- |\n| Year ")
+                         for c in later)
+    for c in chunks:  # every row is under its own year's section row
+        year = 2023 if c.start < doc.text.index("| Year 2022") else 2022
+        assert f"| Year {year} |" in c.text, c.text[:200]
 
 
 def test_a_long_markdown_table_repeats_its_header_too(tmp_path):
@@ -83,7 +95,8 @@ def test_a_long_markdown_table_repeats_its_header_too(tmp_path):
     lines += [f"| item {n} | {n}.00 |" for n in range(200)]
     doc = Document("p.md", "p.md", "Prices", "\n".join(lines) + "\n\nAfter the table.", "markdown")
     chunks = _header_kept(doc, SMALL)
-    rows = [c for c in chunks if "| item " in c.text]
+    assert chunks[0].text.startswith("# Prices\n\nIntro.\n\n| Item | Price |")  # the lines above stay with it
+    rows = [c for c in chunks if "| item " in c.text][1:]
     assert len(rows) > 5 and all(c.text.startswith("| Item | Price |\n|:--|--:|\n") for c in rows)
     assert chunks[-1].text.endswith("After the table.")
 

@@ -125,7 +125,9 @@ class _Chunker:
         self.group_path = 0
         self.group_headings = True
         self.header: tuple[int, int, int] | None = None  # the last table's header row and rule: start, end, tokens
-        self.headed: dict[int, tuple[int, int, int]] = {}  # piece start -> the header its chunk repeats
+        self.section: tuple[int, int, int] | None = None  # its last section row (a sparse row such as a period)
+        # piece start -> what its chunk repeats first: the header, and the section row its rows are under
+        self.headed: dict[int, tuple[tuple[int, int, int], ...]] = {}
 
     def path_info(self, p: int) -> tuple[str, str, int, int]:
         if p not in self.info:
@@ -231,32 +233,45 @@ class _Chunker:
             return "lines"
         header_n = self.header[2]
         room = budget - header_n
-        self._flush()
         start, n = (a, header_n) if kind == "table" else (-1, 0)
+        lead = sum(x[2] for x in self.group)
+        if kind == "table" and self.group and self.group_path == p and lead <= budget // 4:
+            start, n = self.group[0][0], n + lead  # short lines just above (a unit, a period) stay with the table
+            self.group, self.group_headings = [], True
+        self._flush()
         headed = kind == "rows"
         end = a
+        width = text.count("|", rows[0][0], rows[0][1]) if rows else 0
+        section = self.section if headed else None
+        data = False  # the group holds a row that is not a section row
         for ra, rb in rows:
             ri, rj = seg.span(ra, rb)
             rn = rj - ri
-            if start >= 0 and n + rn > (room if headed else budget):
-                self._piece(start, end, n, p, headed)
-                start, headed = -1, True
-            if rn > room:  # one row longer than a chunk: windows over it, each headed
+            is_section = _section_row(text, ra, rb, width)
+            if start >= 0:
+                cap = room - (section[2] if headed and section and section[0] < start else 0) if headed else budget
+                if n + rn > cap or (is_section and data):
+                    self._piece(start, end, n, p, headed, section)
+                    start, headed, data = -1, True, False
+            if is_section:
+                section = (ra, rb, rn) if rn <= room // 3 else None
+            if rn > room - (section[2] if section and not is_section else 0):  # a row longer than a chunk
                 for piece in _windows(seg, text, ra, rb, ri, rj, room, self.overlap(room), p):
                     self.pieces.append(piece)
-                    self.headed[piece[0]] = self.header
+                    self.headed[piece[0]] = (self.header,)
                 continue
             if start < 0:
                 start, n = ra, 0
-            end, n = rb, n + rn
+            end, n, data = rb, n + rn, data or not is_section
         if start >= 0:
-            self._piece(start, end, n, p, headed)
+            self._piece(start, end, n, p, headed, section)
+        self.section = section
         return ""
 
-    def _piece(self, a: int, b: int, n: int, p: int, headed: bool) -> None:
+    def _piece(self, a: int, b: int, n: int, p: int, headed: bool, section: tuple[int, int, int] | None) -> None:
         self.pieces.append((a, b, n, p, True))
         if headed and self.header is not None:
-            self.headed[a] = self.header
+            self.headed[a] = (self.header, section) if section is not None and section[0] < a else (self.header,)
 
     def _add(self, a: int, b: int, n: int, p: int, heading: bool) -> None:
         if self.group:
@@ -311,13 +326,15 @@ class _Chunker:
             display, embed, path_n, budget = self.path_info(p)
             lead, verify, lead_n = "", embed, path_n
             if a in self.headed:  # a table's rows after the first chunk: the header row leads the chunk
-                ha, hb, hn = self.headed[a]
-                lead = text[ha:hb] + "\n"
-                verify, lead_n = f"{embed}\n\n{lead}" if embed else lead, path_n + hn
+                spans = self.headed[a]
+                lead = "".join(text[x:y] + "\n" for x, y, _ in spans)
+                verify, lead_n = f"{embed}\n\n{lead}" if embed else lead, path_n + sum(k for _, _, k in spans)
             for ca, cb, cn in self._verified(a, b, n, verify, lead_n, budget, exact):
                 meta: dict[str, Any] = {}
                 if lead:
-                    meta["table_header"] = [ha, hb]
+                    meta["table_header"] = [spans[0][0], spans[0][1]]
+                    if len(spans) > 1:
+                        meta["table_section"] = [spans[1][0], spans[1][1]]
                 if embed != display:
                     meta["embed_heading_path"] = embed
                 if pages:
@@ -347,6 +364,13 @@ class _Chunker:
         if real <= limit:
             return [(a, b, real)]
         return _refit(self.text, a, b, limit, lambda s: tokens.count(f"{embed}\n\n{s}" if embed else s) - path_n)
+
+
+def _section_row(text: str, a: int, b: int, width: int) -> bool:
+    """A table row with at most a third of its cells filled (a sub-heading such as a new period, or a note): a
+    group of rows ends before it, and later chunks of the rows under it repeat it after the header."""
+    cells = text[a:b].strip().strip("|").split("|")
+    return width > 3 and sum(1 for c in cells if c.strip()) <= max(1, (width - 1) // 3)
 
 
 def _whole(blocks: Iterator[Block] | list[Block]) -> Iterator[Block]:
