@@ -28,7 +28,7 @@ from results import markers, write_section  # noqa: E402  (bench/ is the script'
 from ragvps.app import App, AskRequest  # noqa: E402
 from ragvps.config import Settings  # noqa: E402
 from ragvps.generate import cache  # noqa: E402
-from ragvps.measure.plan import Budget  # noqa: E402
+from ragvps.measure.planner import Budget  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "scifact-dev"
 START, END = markers("answer_bench")

@@ -55,7 +55,7 @@ GENERATORS = _by_name(
             missing_model="run `ollama pull {model}`"),
 )
 RERANKERS = _by_name(
-    Backend("none", "ragvps.retrieve.rerankers:none", "the search's own order", reorders=False),
-    Backend("api", "ragvps.retrieve.rerankers:api", "a rerank API (Cohere, Jina, TEI, llama.cpp) at reranker_url"),
+    Backend("none", "ragvps.retrieve.reranking:none", "the search's own order", reorders=False),
+    Backend("api", "ragvps.retrieve.reranking:api", "a rerank API (Cohere, Jina, TEI, llama.cpp) at reranker_url"),
 )
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ragvps.app import App, AskRequest
+from ragvps.app import App, AskRequest, Overrides
 from ragvps.config import Settings
 from ragvps.db import index, store
 
@@ -58,7 +58,7 @@ def test_a_repeated_question_is_answered_from_the_memo_as_it_was_first(docs, set
         app.ingest(docs)
         first = app.ask(AskRequest(Q_BACKUP))
         again = app.ask(AskRequest(Q_BACKUP))
-        other_k = app.ask(AskRequest(Q_BACKUP, k=3))  # another request: retrieved again
+        other_k = app.ask(AskRequest(Q_BACKUP, Overrides(k=3)))  # another request: retrieved again
         uncached = app.ask(AskRequest(Q_BACKUP, use_cache=False))
     assert first.cache == "miss" and not remembered(first) and first.answered
     assert again.cache == "hit" and remembered(again)
@@ -76,7 +76,7 @@ def test_a_document_ingested_after_a_refusal_is_found_at_once(docs, settings):
         app.ingest(docs)
         answered = app.ask(AskRequest(Q_GIRAFFES))
         assert not remembered(answered) and answered.answered
-        assert any(c["path"].endswith("giraffes.md") for c in answered.citations)
+        assert any(c.path.endswith("giraffes.md") for c in answered.citations)
         (docs / "giraffes.md").unlink()
         app.ingest(docs)  # and deleted again: refused again, not remembered as answered
         assert not app.ask(AskRequest(Q_GIRAFFES)).answered
@@ -93,8 +93,8 @@ def test_vectors_a_worker_stores_end_the_memo(docs, settings):
         assert generation(app) > before
         both_legs = app.ask(AskRequest(Q_BACKUP))
     assert not remembered(both_legs)
-    assert [r["cosine"] for r in keyword_only.retrieved] == [None] * len(keyword_only.retrieved)
-    assert len(both_legs.retrieved) == len(DOCS) and all(r["cosine"] is not None for r in both_legs.retrieved)
+    assert [r.cosine for r in keyword_only.retrieved] == [None] * len(keyword_only.retrieved)
+    assert len(both_legs.retrieved) == len(DOCS) and all(r.cosine is not None for r in both_legs.retrieved)
 
 
 def test_an_index_built_or_swapped_and_a_set_made_active_move_the_generation_on(docs, settings):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from llm_server import FakeLLM
 
-from ragvps.app import App, AskRequest
+from ragvps.app import App, AskRequest, Overrides
 from ragvps.config import Settings
 from ragvps.errors import GeneratorError
 from ragvps.generate import cache
@@ -70,10 +70,10 @@ def test_extractive_default_quotes_cited_sentences(corpus, clean_cache):
     a = app.ask(AskRequest(Q_BACKUP), on_sources=sources.append, on_token=tokens.append)
     assert a.extractive and a.generator == "extractive" and a.answered and a.cache == "miss"
     assert "".join(tokens).startswith("Extractive answer") and len(sources) == 1
-    assert a.citations and a.citations[0]["path"] == "backups.md"
+    assert a.citations and a.citations[0].path == "backups.md"
     for quote, number in re.findall(r'"(.+?)" \[(\d+)\]', a.answer):
-        cited = next(c for c in a.citations if c["number"] == int(number))
-        assert quote in " ".join(chunk_text(app, cited["chunk_id"]).split())
+        cited = next(c for c in a.citations if c.number == int(number))
+        assert quote in " ".join(chunk_text(app, cited.chunk_id).split())
     again = app.ask(AskRequest(Q_BACKUP))
     assert again.cache == "hit" and again.answer == a.answer and again.citations == a.citations
 
@@ -83,36 +83,36 @@ def test_llm_answer_cites_the_chunk_holding_the_text_and_a_repeat_is_a_hit(corpu
     streamed: list[str] = []
     a = app.ask(AskRequest(Q_KEYS), on_token=streamed.append)
     assert a.cache == "miss" and a.answered and not a.extractive and len(llm.llm_requests()) == 1
-    assert "".join(streamed).endswith("]") and a.usage["prompt_tokens"] > 0
+    assert "".join(streamed).endswith("]") and a.usage.prompt_tokens > 0
     quoted = re.sub(r"\s*\[\d+\]$", "", a.answer)
-    assert len(a.citations) == 1 and quoted in chunk_text(app, a.citations[0]["chunk_id"])
-    assert a.citations[0]["path"] == "keys.md" and a.sources[0]["number"] == 1
+    assert len(a.citations) == 1 and quoted in chunk_text(app, a.citations[0].chunk_id)
+    assert a.citations[0].path == "keys.md" and a.sources[0].number == 1
     served = llm.llm_requests()[0]
     assert served["prompt_tokens"] <= 8192 - 512
     assert served["user"].endswith(Q_KEYS) and (served["system"] + served["user"]).count(Q_KEYS) == 1
 
     hit = app.ask(AskRequest(Q_KEYS), on_token=streamed.append)
     assert hit.cache == "hit" and hit.answer == a.answer and len(llm.llm_requests()) == 1  # no request
-    assert hit.usage["prompt_tokens"] == 0
+    assert hit.usage.prompt_tokens == 0
     off = app.ask(AskRequest(Q_KEYS, use_cache=False))
     assert off.cache == "off" and len(llm.llm_requests()) == 2
     with app.connection() as conn:
         st = cache.stats(conn)
-    assert st["entries"] == 1 and st["hits"] == 1 and st["tokens_saved"] == a.usage["prompt_tokens"] + \
-        a.usage["completion_tokens"]
+    assert st["entries"] == 1 and st["hits"] == 1 and st["tokens_saved"] == a.usage.prompt_tokens + \
+        a.usage.completion_tokens
 
 
 def test_invalid_markers_are_dropped_and_counted(corpus, clean_cache, llm):
     llm.reply = "Backups run at 02:00 [1]. Also see [7] and [0]."
     a = open_app(corpus[1], llm).ask(AskRequest(Q_BACKUP))
-    assert a.invalid_citations == 2 and [c["number"] for c in a.citations] == [1]
+    assert a.invalid_citations == 2 and [c.number for c in a.citations] == [1]
     assert "[7]" not in a.answer and "[0]" not in a.answer
 
 
 def test_nothing_relevant_is_the_refusal_without_a_request(corpus, clean_cache, llm):
     app = open_app(corpus[1], llm)
-    a = app.ask(AskRequest(Q_BACKUP, filters=Filters(path_prefix="no-such-folder/")))
-    assert a.answer == REFUSAL and not a.answered and a.sources == [] and a.citations == []
+    a = app.ask(AskRequest(Q_BACKUP, Overrides(filters=Filters(path_prefix="no-such-folder/"))))
+    assert a.answer == REFUSAL and not a.answered and a.sources == () and a.citations == ()
     floor = open_app(corpus[1], llm, answer_min_evidence=1.0).ask(AskRequest(Q_BACKUP))
     assert not floor.answered and floor.left_out.get("answer_min_evidence", 0) > 0
     assert llm.llm_requests() == []
@@ -122,15 +122,15 @@ def test_off_topic_is_refused_by_the_gate_before_any_llm_request_and_the_refusal
         corpus, clean_cache, llm):
     app = open_app(corpus[1], llm)
     a = app.ask(AskRequest(Q_OFF_TOPIC))
-    assert a.answer == REFUSAL and not a.answered and a.sources == [] and a.cache == "miss"
+    assert a.answer == REFUSAL and not a.answered and a.sources == () and a.cache == "miss"
     assert a.evidence < a.min_evidence == corpus[1].generate.min_evidence
-    assert a.retrieved and all(0 <= r["evidence"] < a.min_evidence for r in a.retrieved)
-    assert all(r["cosine"] is not None for r in a.retrieved)  # the signals behind the figure are reported
+    assert a.retrieved and all(0 <= r.evidence < a.min_evidence for r in a.retrieved)
+    assert all(r.cosine is not None for r in a.retrieved)  # the signals behind the figure are reported
     again = app.ask(AskRequest(Q_OFF_TOPIC))
     assert again.cache == "hit" and not again.answered and llm.llm_requests() == []
     answered = app.ask(AskRequest(Q_KEYS))  # on topic: the gate lets it through, and its sources say why
     assert answered.answered and answered.evidence >= answered.min_evidence and len(llm.llm_requests()) == 1
-    assert all(s["evidence"] >= answered.min_evidence for s in answered.sources)
+    assert all(s.evidence >= answered.min_evidence for s in answered.sources)
     lower = open_app(corpus[1], llm, answer_min_evidence=0.0).ask(AskRequest(Q_OFF_TOPIC))
     assert lower.cache == "miss" and len(llm.llm_requests()) == 2  # the threshold is part of the cache key
 
@@ -148,7 +148,7 @@ def test_the_models_refusal_is_answered_false(corpus, clean_cache, llm):
     llm.reply = REFUSAL  # on topic, so the gate lets it through, but the sources do not say: the model refuses
     a = open_app(corpus[1], llm).ask(AskRequest("On which weekday does the signing key rotate?"))
     assert a.evidence >= a.min_evidence and len(llm.llm_requests()) == 1
-    assert not a.answered and a.citations == [] and a.sources
+    assert not a.answered and a.citations == () and a.sources
 
 
 def test_budget_leaves_out_what_does_not_fit_and_the_server_sees_it_fit(corpus, clean_cache, llm):
@@ -177,7 +177,7 @@ def test_editing_a_document_misses_only_the_questions_whose_chunks_changed(corpu
     root, settings = corpus
     app = open_app(settings, llm, answer_chunks=1)
     first = {q: app.ask(AskRequest(q)) for q in (Q_BACKUP, Q_KEYS)}
-    assert [a.sources[0]["path"] for a in first.values()] == ["backups.md", "keys.md"]
+    assert [a.sources[0].path for a in first.values()] == ["backups.md", "keys.md"]
     (root / "keys.md").write_text(DOCS["keys.md"].replace("one hour", "two hours"))
     try:
         app.ingest(root)
@@ -206,8 +206,8 @@ def test_rerank_orders_the_candidates_by_the_rerankers_scores(corpus, clean_cach
     calls = [r for r in llm.requests if r["path"] == endpoint]
     assert len(calls) == 1
     assert ("texts" in calls[0]["body"]) == (endpoint == "/rerank")
-    assert a.sources[0]["path"] == "keys.md" and "rerank_ms" in a.timings
-    scores = [s["score"] for s in a.sources]
+    assert a.sources[0].path == "keys.md" and "rerank_ms" in a.timings
+    scores = [s.score for s in a.sources]
     assert scores == sorted(scores, reverse=True)
 
 
@@ -217,7 +217,7 @@ def test_on_sources_comes_first_and_may_cancel_before_any_request(corpus, clean_
 
     def refuse(sources: list[dict]) -> None:
         seen.append("sources")
-        assert sources and all(s["chunk_id"] and s["number"] for s in sources)
+        assert sources and all(s.chunk_id and s.number for s in sources)
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
@@ -226,4 +226,4 @@ def test_on_sources_comes_first_and_may_cancel_before_any_request(corpus, clean_
     a = app.ask(AskRequest(Q_BACKUP), on_sources=lambda _: seen.append("sources"),
                 on_token=lambda _: seen.append("token"))
     assert seen[1] == "sources" and seen[2:] and set(seen[2:]) == {"token"}
-    assert a.generator == "anthropic" and a.cache == "miss" and a.usage["cache_creation_tokens"] > 0
+    assert a.generator == "anthropic" and a.cache == "miss" and a.usage.cache_creation_tokens > 0

@@ -10,9 +10,10 @@ from ragvps.config import Settings
 from ragvps.errors import UsageError
 from ragvps.generate import budget, rewrite
 from ragvps.generate.prompt import Source, build
+from ragvps.generate.records import Citation
 
-CITATIONS = [{"number": 1, "path": "docs/serve.md", "heading_path": "Serving > Keys"},
-             {"number": 3, "path": "docs/answers.md", "heading_path": ""}]
+CITATIONS = [Citation(source=Source(1, "docs/serve.md#0", "docs/serve.md", "Serving > Keys", 0, 10, 1.0, "...")),
+             Citation(source=Source(3, "docs/answers.md#2", "docs/answers.md", "", 0, 10, 1.0, "..."))]
 
 
 def test_the_source_list_is_markdown_with_path_and_heading():

@@ -76,14 +76,14 @@ def test_the_local_model_quotes_the_sentence_that_answers_with_its_span():
         src = _source(DOC)
         fit = budget.fit("how do I rotate the keys?", [src], settings.generate)
         out = gen.generate(fit, lambda _: None)
-        assert out.quotes and "rotate one at a time" in out.quotes[0]["text"]
+        assert out.quotes and "rotate one at a time" in out.quotes[0].text
         q = out.quotes[0]
-        assert DOC[q["start"] - src.start:q["end"] - src.start].startswith("Keys come from")
-        assert all(x["score"] >= FLOOR for x in out.quotes)  # no padding with sentences under the floor
+        assert DOC[q.start - src.start:q.end - src.start].startswith("Keys come from")
+        assert all(x.score >= FLOOR for x in out.quotes)  # no padding with sentences under the floor
         # an off-topic question whose chunk just passed the gate: no sentence of it answers, so the refusal
         barely = dataclasses.replace(src, evidence=settings.generate.min_evidence)
         off = gen.generate(budget.fit("What is the capital of France?", [barely], settings.generate), lambda _: None)
-        assert off.text == REFUSAL and off.quotes == []
+        assert off.text == REFUSAL and off.quotes == ()
 
 
 class _EquallyGood(Extractive):
@@ -99,5 +99,5 @@ def test_of_equally_good_sentences_the_one_in_the_chunk_that_matches_is_quoted()
     strong = Source(2, "keys.md#4", "keys.md", "Keys", 0, 50, 0.02, "Rotate the keys one at a time, then restart.", 0.9)
     fit = budget.fit("how do I rotate the keys?", [weak, strong], Settings().generate)
     out = _EquallyGood(lambda: None, "none").generate(fit, lambda _: None)  # type: ignore[arg-type,return-value]
-    assert [q["chunk_id"] for q in out.quotes] == ["keys.md#4"]  # first in source order, but weaker evidence
-    assert out.quotes[0]["score"] > FLOOR
+    assert [q.chunk_id for q in out.quotes] == ["keys.md#4"]  # first in source order, but weaker evidence
+    assert out.quotes[0].score > FLOOR

@@ -137,3 +137,20 @@ if __name__ == "__main__":
     print("upward or sideways:", upward() or "none")
     print("module cycles:", module_cycles() or "none")
     sys.exit(0)
+
+
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 400, 60
+
+
+def test_modules_and_functions_stay_readable_in_one_sitting() -> None:
+    too_long = []
+    for path in sorted(ROOT.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if text.count("\n") > MAX_MODULE_LINES:
+            too_long.append(f"{path.relative_to(ROOT.parent)}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None:
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    too_long.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} {node.name}: {length} lines")
+    assert too_long == []

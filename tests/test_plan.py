@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
 from ragvps.errors import UsageError
-from ragvps.measure import plan
-from ragvps.measure.plan import Budget, DocumentMeasure, Measurement, WindowPlan
+from ragvps.measure import planner as plan
+from ragvps.measure.planner import Budget, DocumentMeasure, Measurement, WindowPlan
 
 
 def run(*args: str) -> Result:

@@ -69,8 +69,16 @@ def test_value_checks():
 
 def test_server_sent_events_are_one_json_line_each():
     assert sse("token", {"text": "a\nb"}) == b'event: token\ndata: {"text": "a\\nb"}\n\n'
-    done = done_payload({"answer": "x", "citations": None, "sources": [1]})
-    assert done == {"answer": "x", "citations": [], "usage": None}
+    from ragvps.app.requests import Answer, Retrieval
+    from ragvps.generate.records import Usage
+
+    refused = Answer(answer="x", answered=False, extractive=True, citations=(), invalid_citations=0,
+                     retrieval=Retrieval(shown=(), left_out={}, evidence=0.1, retrieved=()), usage=Usage(),
+                     cache="off", generator="extractive", model="m", prompt_version="1", timings={}, min_evidence=0.4)
+    done = done_payload(refused)  # the sources went first, the text as tokens: the rest, citations always a list
+    assert "sources" not in done and done["citations"] == [] and done["answer"] == "x"
+    assert done["usage"] == {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0,
+                             "cache_creation_tokens": 0}
 
 
 def test_every_status_the_server_sends_names_its_kind():

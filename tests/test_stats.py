@@ -9,7 +9,7 @@ from pathlib import Path
 import psycopg
 
 from ragvps.measure.inspect import meminfo, mib, stats_warnings
-from ragvps.measure.plan import raw_vector_bytes
+from ragvps.measure.planner import raw_vector_bytes
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 

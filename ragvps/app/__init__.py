@@ -13,25 +13,38 @@ Names load when first used, so `ragvps plan` (which needs no database) imports n
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ragvps.app.checks import MAX_QUERY_CHARS, MODES, Mode
     from ragvps.app.core import App, existing_path
-    from ragvps.app.requests import Answer, AskRequest, Health, PromptPreview, SearchRequest, SearchResult, jsonable
+    from ragvps.app.requests import (
+        Answer,
+        AskRequest,
+        ChatAnswer,
+        ChatRequest,
+        Health,
+        Overrides,
+        PromptPreview,
+        SearchRequest,
+        SearchResult,
+        json_object,
+        jsonable,
+    )
     from ragvps.retrieve.filters import Filters
 
 _WHERE = {
     "MAX_QUERY_CHARS": "ragvps.app.checks", "MODES": "ragvps.app.checks", "Mode": "ragvps.app.checks",
     "App": "ragvps.app.core", "existing_path": "ragvps.app.core", "Filters": "ragvps.retrieve.filters",
-    **dict.fromkeys(("Answer", "AskRequest", "ChatAnswer", "ChatRequest", "Health", "PromptPreview", "SearchRequest",
-                     "SearchResult", "jsonable"), "ragvps.app.requests"),
+    **dict.fromkeys(("Answer", "AskRequest", "ChatAnswer", "ChatRequest", "Health", "Overrides", "PromptPreview",
+                     "SearchRequest", "SearchResult", "json_object", "jsonable"), "ragvps.app.requests"),
 }
 __all__ = ["MAX_QUERY_CHARS", "MODES", "Answer", "App", "AskRequest", "ChatAnswer", "ChatRequest", "Filters", "Health",
-           "Mode", "PromptPreview", "SearchRequest", "SearchResult", "existing_path", "jsonable"]
+           "Mode", "Overrides", "PromptPreview", "SearchRequest", "SearchResult", "existing_path", "json_object",
+           "jsonable"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name not in _WHERE:
         raise AttributeError(f"module 'ragvps.app' has no attribute {name!r}")
     return getattr(importlib.import_module(_WHERE[name]), name)

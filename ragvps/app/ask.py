@@ -12,43 +12,28 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter
-from collections.abc import Callable
-from contextlib import AbstractContextManager
-from dataclasses import asdict
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ragvps.app.requests import Answer, AskRequest, PromptPreview, SearchRequest, jsonable
+from ragvps.app.ports import App, OnSources, OnToken, ignore
+from ragvps.app.requests import (
+    Answer,
+    AskRequest,
+    CacheStatus,
+    PromptPreview,
+    Retrieval,
+    Retrieved,
+    SearchRequest,
+    jsonable,
+)
 from ragvps.generate import budget, cache, citations
+from ragvps.generate.cache import Cached
 from ragvps.generate.prompt import PROMPT_VERSION, REFUSAL, Source
+from ragvps.generate.records import Quote, Usage
 
 if TYPE_CHECKING:
-    import psycopg
-
-    from ragvps.app.requests import SearchResult
-    from ragvps.config import GenerateSettings, Settings
     from ragvps.generate.budget import Fit
-    from ragvps.generate.registry import Generator
     from ragvps.retrieve.search import Hit
-
-OnSources = Callable[[list[dict[str, Any]]], None]
-OnToken = Callable[[str], None]
-
-
-class App(Protocol):
-    """What the ask use case needs of the App (ragvps.app.core.App), so this module never imports it."""
-
-    settings: Settings
-
-    @property
-    def generator(self) -> Generator: ...
-
-    def search(self, request: SearchRequest) -> SearchResult: ...
-
-    def connection(self) -> AbstractContextManager[psycopg.Connection]: ...
-
-
-def _ignore(_: Any) -> None:
-    pass
 
 
 class _Clock:
@@ -65,170 +50,165 @@ class _Clock:
         return self.timings | {"total_ms": round((time.perf_counter() - self.start) * 1000, 2)}
 
 
-def prepare(app: App, request: AskRequest, clock: _Clock | None = None) -> tuple[Fit, dict[str, int]]:
+@dataclass(frozen=True)
+class Prepared:
+    """A request's retrieval and the prompt that fits: what the generator gets and what the Answer reports."""
+
+    fit: Fit
+    retrieval: Retrieval
+    hits: tuple[Hit, ...]
+
+
+def prepare(app: App, request: AskRequest, clock: _Clock | None = None) -> Prepared:
     """Retrieve (app.search reranks when a reranker is configured), drop hits under the evidence floor, fit the
-    budget."""
-    from ragvps.app.checks import check_ask
-
-    fit, left, _ = _prepare(app, check_ask(request, app.settings.serve.max_k), clock)
-    return fit, left
-
-
-def _prepare(app: App, request: AskRequest, clock: _Clock | None = None) -> tuple[Fit, dict[str, int], list[Hit]]:
-    """prepare() for a request already checked."""
+    budget. `request` is checked already (ask, build_prompt)."""
     clock = clock or _Clock()
-    s = app.settings
-    k = request.k or max(s.generate.answer_chunks, s.search.top_k)
-    result = app.search(SearchRequest(request.question, k=k, mode=request.mode, filters=request.filters))
+    s, o = app.settings, request.overrides
+    k = o.k or max(s.generate.answer_chunks, s.search.top_k)
+    result = app.search(SearchRequest(request.question, k=k, mode=o.mode, filters=o.filters))
     clock.lap("retrieve_ms")
     clock.timings.update(result.timings)
-    hits = result.hits
+    hits = tuple(result.hits)
     left: Counter[str] = Counter()
     kept = [h for h in hits if h.evidence >= s.generate.min_evidence]
     if len(kept) < len(hits):
         left["answer_min_evidence"] = len(hits) - len(kept)
-    fit = budget.fit(result.query, [_source(h) for h in kept], request_settings(s.generate, request),
-                     request.history)
+    fit = budget.fit(result.query, [_source(h) for h in kept], o.generation(s.generate), request.history)
     left.update(fit.left_out)
     clock.lap("budget_ms")
-    return fit, dict(left), hits
+    retrieval = Retrieval(shown=fit.prompt.sources, left_out=dict(left),
+                          evidence=max((h.evidence for h in hits), default=0.0),
+                          retrieved=tuple(_retrieved(h) for h in hits))
+    return Prepared(fit, retrieval, hits)
 
 
 def _source(h: Hit) -> Source:
-    return Source(0, h.chunk_id, h.path, h.heading_path, h.start, h.end, h.score, h.text, h.evidence, h.pages)
+    return Source(number=0, chunk_id=h.chunk_id, path=h.path, heading_path=h.heading_path, start=h.start,
+                  end=h.end, score=h.score, text=h.text, evidence=h.evidence, pages=h.pages)
 
 
-def _retrieved(hits: list[Hit]) -> list[dict[str, Any]]:
-    return [{"chunk_id": h.chunk_id, "path": h.path, "heading_path": h.heading_path, "score": h.score,
-             "cosine": h.cosine, "terms": h.terms, "evidence": h.evidence} for h in hits]
+def _retrieved(h: Hit) -> Retrieved:
+    return Retrieved(chunk_id=h.chunk_id, path=h.path, heading_path=h.heading_path, score=h.score,
+                     cosine=h.cosine, terms=h.terms, evidence=h.evidence)
 
 
 def build_prompt(app: App, request: AskRequest) -> PromptPreview:
-    fit, left_out = prepare(app, request)
-    g = app.generator
-    p = fit.prompt
-    return PromptPreview(p.system, p.user, p.as_text(), fit.prompt_tokens, fit.system_tokens, fit.window,
-                         fit.reserve, fit.encoding, [asdict(s) for s in p.sources], left_out, g.name, g.model,
-                         p.version)
+    from ragvps.app.checks import check_ask
+
+    prepared = prepare(app, check_ask(request, app.settings.serve.max_k))
+    fit, g, p = prepared.fit, app.generator, prepared.fit.prompt
+    return PromptPreview(system=p.system, user=p.user, text=p.as_text(), prompt_tokens=fit.prompt_tokens,
+                         system_tokens=fit.system_tokens, window=fit.window, reserve=fit.reserve,
+                         encoding=fit.encoding, sources=p.sources, left_out=prepared.retrieval.left_out,
+                         generator=g.name, model=g.model, prompt_version=p.version)
 
 
-def request_settings(g: GenerateSettings, request: AskRequest) -> GenerateSettings:
-    """The generator settings with the request's temperature and answer length (a chat client's), if any."""
-    changed: dict[str, Any] = {}
-    if request.temperature is not None:
-        changed["temperature"] = request.temperature
-    if request.max_tokens is not None:
-        changed["answer_reserve"] = request.max_tokens
-    return dataclasses.replace(g, **changed) if changed else g
-
-
-def generation_settings(app: App, request: AskRequest | None = None) -> dict[str, Any]:
+def generation_settings(app: App, request: AskRequest | None = None) -> dict[str, object]:
     """The settings that shape an answer, for the cache key (never the API key)."""
-    g = app.settings.generate if request is None else request_settings(app.settings.generate, request)
+    g = app.settings.generate if request is None else request.overrides.generation(app.settings.generate)
     return {"url": g.url, "temperature": g.temperature, "answer_reserve": g.answer_reserve,
             "version": app.generator.version, "min_evidence": app.settings.generate.min_evidence}
+
+
+class _Asking:
+    """One ask: the request, its clock and callbacks, and the memo it may fill."""
+
+    def __init__(self, app: App, request: AskRequest, on_sources: OnSources, on_token: OnToken):
+        self.app, self.request, self.on_sources, self.on_token = app, request, on_sources, on_token
+        self.clock = _Clock()
+        self.use_cache = request.use_cache and app.settings.generate.cache
+        self.memo, self.seen_at = "", -1
+
+    def remembered(self) -> Answer | None:
+        """The same question since nothing changed: one query, no embedding, no search."""
+        self.memo = cache.memo_key(memo_parts(self.app, self.request))
+        with self.app.connection() as conn:
+            self.seen_at, cached, retrieval = cache.memo_get(conn, self.memo)
+        self.clock.lap("memo_ms")
+        if cached is None or retrieval is None:
+            return None
+        known = Retrieval.from_json(retrieval)
+        self.on_sources(known.shown)
+        self.on_token(cached.text)
+        return self.answer(cached.text, known, Usage(), "hit", cached.quotes)
+
+    def remember(self, retrieval: Retrieval, answer_key: str) -> None:
+        if self.use_cache:
+            with self.app.connection() as conn:
+                cache.memo_put(conn, self.memo, self.seen_at, answer_key, retrieval.to_json())
+
+    def refuse(self, prepared: Prepared) -> Answer:
+        """No evidence: the refusal, and no generator runs (no LLM request)."""
+        self.on_sources(prepared.retrieval.shown)
+        self.on_token(REFUSAL)
+        status, key = _refusal_cache(self.app, prepared.fit.prompt.question, prepared.hits, self.use_cache)
+        self.remember(prepared.retrieval, key)
+        return self.answer(REFUSAL, prepared.retrieval, Usage(), status)
+
+    def generate(self, prepared: Prepared) -> Answer:
+        app, gen, sources = self.app, self.app.generator, prepared.fit.prompt.sources
+        key = cache.key(prepared.fit.prompt.question, gen.name, gen.model, generation_settings(app, self.request),
+                        sources)
+        self.on_sources(sources)
+        if self.use_cache:
+            with app.connection() as conn:
+                hit = cache.get(conn, key)
+            self.clock.lap("cache_ms")
+            if hit is not None:
+                self.remember(prepared.retrieval, key)
+                self.on_token(hit.text)
+                return self.answer(hit.text, prepared.retrieval, Usage(), "hit", hit.quotes)
+        generation = gen.generate(prepared.fit, self.on_token)
+        self.clock.lap("generate_ms")
+        if self.use_cache:
+            with app.connection() as conn:
+                cache.put(conn, key, prepared.fit.prompt.question, gen.name, gen.model, sources,
+                          Cached(text=generation.text, finish=generation.finish, usage=generation.usage,
+                                 quotes=generation.quotes))
+            self.remember(prepared.retrieval, key)
+            self.clock.lap("cache_ms")
+        return self.answer(generation.text, prepared.retrieval, generation.usage,
+                           "miss" if self.use_cache else "off", generation.quotes)
+
+    def answer(self, text: str, retrieval: Retrieval, usage: Usage, status: CacheStatus,
+               quotes: tuple[Quote, ...] = ()) -> Answer:
+        """The Answer of a text and what it was retrieved from (the memo keeps the same retrieval)."""
+        gen = self.app.generator
+        parsed = citations.parse(text, retrieval.shown)
+        return Answer(answer=parsed.text, answered=parsed.answered, extractive=gen.extractive,
+                      citations=tuple(parsed.citations), invalid_citations=parsed.invalid, retrieval=retrieval,
+                      usage=usage, cache=status, generator=gen.name, model=gen.model, prompt_version=PROMPT_VERSION,
+                      timings=self.clock.total(), min_evidence=self.app.settings.generate.min_evidence,
+                      quotes=quotes)
 
 
 def ask(app: App, request: AskRequest, on_sources: OnSources | None = None,
         on_token: OnToken | None = None) -> Answer:
     from ragvps.app.checks import check_ask
 
-    on_sources, on_token = on_sources or _ignore, on_token or _ignore
-    clock = _Clock()
-    request = check_ask(request, app.settings.serve.max_k)
-    use_cache = request.use_cache and app.settings.generate.cache
-    memo, seen_at = "", -1
-    if use_cache:  # the same question since nothing changed: one query, no embedding, no search
-        memo = cache.memo_key(memo_parts(app, request))
-        with app.connection() as conn:
-            seen_at, remembered, retrieval = cache.memo_get(conn, memo)
-        clock.lap("memo_ms")
-        if remembered is not None and retrieval is not None:
-            return _remembered(app, remembered, retrieval, clock, on_sources, on_token)
-    fit, left_out, hits = _prepare(app, request, clock)
-    gen = app.generator
-    sources = list(fit.prompt.sources)
-    question = fit.prompt.question
-    retrieval = {"shown": [asdict(s) for s in sources], "left_out": left_out,
-                 "evidence": max((h.evidence for h in hits), default=0.0), "retrieved": _retrieved(hits)}
-
-    def answer(parsed: citations.Parsed, usage: dict[str, int], status: str, quotes: Any = ()) -> Answer:
-        return _answer(app, parsed, retrieval, usage, status, clock, quotes)
-
-    def remember(answer_key: str) -> None:
-        with app.connection() as conn:
-            cache.memo_put(conn, memo, seen_at, answer_key, jsonable(retrieval))
-
-    shown = retrieval["shown"]
-    if not sources:  # no evidence: the refusal, and no generator runs (no LLM request)
-        on_sources(shown)
-        on_token(REFUSAL)
-        status, refusal_key = _refusal_cache(app, question, hits, use_cache)
-        if use_cache:
-            remember(refusal_key)
-        return answer(citations.parse(REFUSAL, []), _usage(), status)
-
-    key = cache.key(question, gen.name, gen.model, generation_settings(app, request), sources)
-    on_sources(shown)
-    if use_cache:
-        with app.connection() as conn:
-            hit = cache.get(conn, key)
-        clock.lap("cache_ms")
-        if hit is not None:
-            remember(key)
-            on_token(hit["text"])
-            parsed = citations.parse(hit["text"], sources)
-            return answer(parsed, _usage(), "hit", hit.get("quotes"))
-    generation = gen.generate(fit, on_token)
-    clock.lap("generate_ms")
-    parsed = citations.parse(generation.text, sources)
-    usage = _usage(**asdict(generation.usage))
-    if use_cache:
-        with app.connection() as conn:
-            cache.put(conn, key, question, gen.name, gen.model, sources,
-                      {"text": generation.text, "finish": generation.finish, "usage": usage,
-                       "quotes": generation.quotes}, usage["prompt_tokens"], usage["completion_tokens"])
-        remember(key)
-        clock.lap("cache_ms")
-    return answer(parsed, usage, "miss" if use_cache else "off", generation.quotes)
+    asking = _Asking(app, check_ask(request, app.settings.serve.max_k), on_sources or ignore, on_token or ignore)
+    if asking.use_cache and (remembered := asking.remembered()) is not None:
+        return remembered
+    prepared = prepare(app, asking.request, asking.clock)
+    return asking.generate(prepared) if prepared.fit.prompt.sources else asking.refuse(prepared)
 
 
-def memo_parts(app: App, request: AskRequest) -> dict[str, Any]:
+def memo_parts(app: App, request: AskRequest) -> dict[str, object]:
     """What the memo's key holds: the request as asked and every setting that shapes the search and the
     answer (the embedder, index, search, reranker and generator groups), secrets left out."""
-    s = app.settings
+    s, o = app.settings, request.overrides
     gen = app.generator
     groups = {name: {f.name: getattr(group, f.name) for f in dataclasses.fields(group)
                      if not f.metadata.get("secret")}
               for name, group in (("embed", s.embed), ("index", s.index), ("search", s.search),
                                   ("rerank", s.rerank), ("generate", s.generate))}
-    return {"question": request.question, "k": request.k, "mode": request.mode,
-            "filters": jsonable(request.filters), "history": request.history, "temperature": request.temperature,
-            "max_tokens": request.max_tokens, "max_k": s.serve.max_k, "generator": [gen.name, gen.model, gen.version],
+    return {"question": request.question, "k": o.k, "mode": o.mode,
+            "filters": jsonable(o.filters), "history": request.history, "temperature": o.temperature,
+            "max_tokens": o.max_tokens, "max_k": s.serve.max_k, "generator": [gen.name, gen.model, gen.version],
             "settings": groups}
 
 
-def _remembered(app: App, remembered: dict[str, Any], retrieval: dict[str, Any], clock: _Clock,
-                on_sources: OnSources, on_token: OnToken) -> Answer:
-    """The answer from the memo: what the first asking sent, retrieved and answered."""
-    text = str(remembered["text"])
-    on_sources(retrieval["shown"])
-    on_token(text)
-    parsed = citations.parse(text, [Source(**d) for d in retrieval["shown"]])
-    return _answer(app, parsed, retrieval, _usage(), "hit", clock, remembered.get("quotes"))
-
-
-def _answer(app: App, parsed: citations.Parsed, retrieval: dict[str, Any], usage: dict[str, int], status: str,
-            clock: _Clock, quotes: Any = ()) -> Answer:
-    """The Answer of a parsed text and what it was retrieved from (the memo keeps the same `retrieval`)."""
-    gen = app.generator
-    return Answer(parsed.text, parsed.answered, gen.extractive, [asdict(c) for c in parsed.citations],
-                  parsed.invalid, list(retrieval["shown"]), dict(retrieval["left_out"]), usage, status, gen.name,
-                  gen.model, PROMPT_VERSION, clock.total(), float(retrieval["evidence"] or 0.0),
-                  app.settings.generate.min_evidence, list(quotes or []), list(retrieval["retrieved"]))
-
-
-def _refusal_cache(app: App, question: str, hits: list[Hit], use_cache: bool) -> tuple[str, str]:
+def _refusal_cache(app: App, question: str, hits: tuple[Hit, ...], use_cache: bool) -> tuple[CacheStatus, str]:
     """A refusal is cached like an answer, keyed on the chunks retrieved (a changed chunk misses): ("hit" when
     this refusal was cached already, "miss" when it is now, "off" when the cache is not used; its key)."""
     if not use_cache:
@@ -239,12 +219,5 @@ def _refusal_cache(app: App, question: str, hits: list[Hit], use_cache: bool) ->
     with app.connection() as conn:
         if cache.get(conn, key) is not None:
             return "hit", key
-        cache.put(conn, key, question, gen.name, gen.model, retrieved,
-                  {"text": REFUSAL, "finish": "refused", "usage": _usage()}, 0, 0)
+        cache.put(conn, key, question, gen.name, gen.model, retrieved, Cached(text=REFUSAL, finish="refused"))
     return "miss", key
-
-
-def _usage(prompt_tokens: int = 0, completion_tokens: int = 0, cached_tokens: int = 0,
-           cache_creation_tokens: int = 0) -> dict[str, int]:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "cached_tokens": cached_tokens,
-            "cache_creation_tokens": cache_creation_tokens}

@@ -10,42 +10,22 @@ a client sends back with the next turn; it is taken off again here.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
-from dataclasses import asdict
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ragvps.app.requests import Answer, AskRequest, ChatAnswer, ChatRequest
+from ragvps.app.ports import App, OnSources, OnToken
+from ragvps.app.requests import AskRequest, CacheStatus, ChatAnswer, ChatRequest, RewriteHow
 from ragvps.errors import UsageError
+from ragvps.generate.records import Citation, Usage
 
 if TYPE_CHECKING:
-    import psycopg
-
-    from ragvps.config import Settings
     from ragvps.generate.prompt import Turn
-    from ragvps.generate.registry import Generator
-
-OnSources = Callable[[list[dict[str, Any]]], None]
-OnToken = Callable[[str], None]
 
 ROLES = ("user", "assistant", "system", "developer")  # system/developer: the client's own instructions, unused
 SOURCES_HEADING = "**Sources**"
 _FOOTER = re.compile(r"\n*\*\*Sources\*\*\n(?:- \[\d+\][^\n]*(?:\n|$))+\s*$")
 _MARKERS = re.compile(r"\s?\[\d{1,4}(?:\s*,\s*\d{1,4})*\]")
-
-
-class App(Protocol):
-    """What the chat use case needs of the App (ragvps.app.core.App)."""
-
-    settings: Settings
-
-    @property
-    def generator(self) -> Generator: ...
-
-    def connection(self) -> AbstractContextManager[psycopg.Connection]: ...
-
-    def ask(self, request: AskRequest, on_sources: OnSources | None = None,
-            on_token: OnToken | None = None) -> Answer: ...
 
 
 def conversation(messages: Sequence[tuple[str, str]]) -> tuple[list[Turn], str]:
@@ -78,28 +58,37 @@ def clean_turn(text: str) -> str:
     return _MARKERS.sub("", _FOOTER.sub("", text)).strip()
 
 
-def source_list(citations: Sequence[dict[str, Any]]) -> str:
+def source_list(citations: Sequence[Citation]) -> str:
     """The Markdown list a chat client shows under the answer: each cited source's path and heading."""
     if not citations:
         return ""
     lines = [f"\n\n{SOURCES_HEADING}"]
     for c in citations:
-        heading = f" \u203a {c['heading_path']}" if c.get("heading_path") else ""
-        lines.append(f"- [{c['number']}] `{c['path']}`{heading}")
+        heading = f" \u203a {c.heading_path}" if c.heading_path else ""
+        lines.append(f"- [{c.number}] `{c.path}`{heading}")
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class Standalone:
+    """The question that is retrieved and answered, and how it was made standalone."""
+
+    question: str
+    how: RewriteHow
+    cache: CacheStatus = "off"
+    usage: Usage = Usage()
+
+
 def standalone(app: App, turns: Sequence[Turn], question: str, use_cache: bool,
-               history: bool = True) -> tuple[str, str, str, dict[str, int]]:
-    """(standalone question, how: none|rule|llm, rewrite cache hit|miss|off, the rewriting call's usage)."""
+               history: bool = True) -> Standalone:
+    """The follow-up made standalone: none (a first turn), by the rule (no LLM), or by one short LLM call."""
     from ragvps.generate import rewrite
 
-    nothing = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0, "cache_creation_tokens": 0}
     if not history or not any(role == "user" for role, _ in turns):
-        return question, "none", "off", nothing
+        return Standalone(question, "none")
     gen = app.generator
     if gen.extractive:
-        return rewrite.rule(turns, question), "rule", "off", nothing
+        return Standalone(rewrite.rule(turns, question), "rule")
     from ragvps.generate import cache
 
     fit = rewrite.rewrite_fit(turns, question, app.settings.generate)
@@ -110,29 +99,27 @@ def standalone(app: App, turns: Sequence[Turn], question: str, use_cache: bool,
         with app.connection() as conn:
             hit = cache.get(conn, key)
         if hit is not None:
-            return str(hit["text"]), "llm", "hit", nothing
+            return Standalone(hit.text, "llm", "hit")
     generation = gen.generate(fit, lambda _: None)
     text = rewrite.clean(generation.text, question)
-    usage = nothing | asdict(generation.usage)
     if use_cache:
         with app.connection() as conn:
-            cache.put(conn, key, fit.prompt.user, gen.name, gen.model, [], {"text": text, "usage": usage},
-                      usage["prompt_tokens"], usage["completion_tokens"])
-    return text, "llm", "miss" if use_cache else "off", usage
+            cache.put(conn, key, fit.prompt.user, gen.name, gen.model, [],
+                      cache.Cached(text=text, usage=generation.usage))
+    return Standalone(text, "llm", "miss" if use_cache else "off", generation.usage)
 
 
 def chat(app: App, request: ChatRequest, on_sources: OnSources | None = None,
          on_token: OnToken | None = None) -> ChatAnswer:
     """Answer the conversation's last question; `on_token` also receives the source list at the end."""
     turns, question = conversation(request.messages)
-    query, how, rewrite_cache, rewrite_usage = standalone(app, turns, question, request.use_cache, request.history)
+    made = standalone(app, turns, question, request.use_cache, request.history)
     with_turns = tuple(turns) if request.history and not app.generator.extractive else ()
-    ask = AskRequest(query, k=request.k, mode=request.mode, filters=request.filters, use_cache=request.use_cache,
-                     history=with_turns, temperature=request.temperature, max_tokens=request.max_tokens)
+    ask = AskRequest(made.question, request.overrides, use_cache=request.use_cache, history=with_turns)
     answer = app.ask(ask, on_sources, on_token)
     footer = source_list(answer.citations)
     if footer and on_token is not None:
         on_token(footer)
-    usage = {name: answer.usage.get(name, 0) + rewrite_usage.get(name, 0)
-             for name in dict.fromkeys([*answer.usage, *rewrite_usage])}
-    return ChatAnswer(answer.answer + footer, answer, question, query, how, rewrite_cache, rewrite_usage, usage)
+    return ChatAnswer(content=answer.answer + footer, answer=answer, question=question, standalone=made.question,
+                      rewrite=made.how, rewrite_cache=made.cache, rewrite_usage=made.usage,
+                      usage=answer.usage + made.usage)

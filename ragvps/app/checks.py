@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from ragvps.errors import UsageError
-from ragvps.retrieve.search import MAX_QUERY_CHARS, MODES, Mode, check_query
+from ragvps.retrieve.modes import MODES, Mode
+from ragvps.retrieve.search import MAX_QUERY_CHARS, check_query
 
 if TYPE_CHECKING:
     from ragvps.app.requests import AskRequest, SearchRequest
@@ -26,7 +27,8 @@ def check_search(request: SearchRequest, max_k: int) -> SearchRequest:
 
 
 def check_ask(request: AskRequest, max_k: int) -> AskRequest:
-    _check(request.mode, request.k, request.filters, max_k)
+    o = request.overrides
+    _check(o.mode, o.k, o.filters, max_k)
     return dataclasses.replace(request, question=check_query(request.question))
 
 
@@ -51,7 +53,7 @@ def check_k(k: int | None, max_k: int) -> int | None:
     return k
 
 
-def check_strings(value: Any, what: str, depth: int = 0) -> Any:
+def check_strings(value: object, what: str, depth: int = 0) -> object:
     """`value` (a filter from JSON) as PostgreSQL can store it: no NUL in text, finite numbers, bounded depth."""
     if depth > MAX_META_DEPTH:
         raise UsageError(f"{what} is nested more than {MAX_META_DEPTH} levels deep: filter on flatter metadata")

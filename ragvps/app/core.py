@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ragvps.app.requests import Answer, AskRequest, Health, PromptPreview, SearchRequest, SearchResult
 from ragvps.config import Settings
@@ -24,8 +24,9 @@ from ragvps.errors import ActiveSetChangedError, UsageError
 if TYPE_CHECKING:
     import numpy as np
     import psycopg
+    from numpy.typing import NDArray
 
-    from ragvps.app.ask import OnSources, OnToken
+    from ragvps.app.ports import OnSources, OnToken
     from ragvps.app.requests import ChatAnswer, ChatRequest
     from ragvps.db.connections import Connections
     from ragvps.db.store import EmbeddingSet
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from ragvps.measure.doctor import Diagnosis
     from ragvps.measure.evaluate import EvalReport, Question
     from ragvps.measure.inspect import IndexCheck, StatsReport
+    from ragvps.measure.summary import ChunkSummary, PlanMeasurement
     from ragvps.records import ModelSpec
     from ragvps.retrieve.search import Hit
 
@@ -78,7 +80,7 @@ class App:
     @staticmethod
     def stop_embedded(settings: Settings) -> bool:
         """`ragvps server stop`: stop the embedded PostgreSQL if it runs; True if one was stopped."""
-        from ragvps.db.database import stop_embedded
+        from ragvps.db.embedded import stop_embedded
 
         return stop_embedded(settings)
 
@@ -156,12 +158,12 @@ class App:
 
     # --- search --------------------------------------------------------------------------------------
 
-    def embed_query(self, text: str) -> np.ndarray:
+    def embed_query(self, text: str) -> NDArray[np.float32]:
         from ragvps.embed import embed_queries
 
         return embed_queries(self.embedder, [text])[0]
 
-    def embed_queries(self, texts: Sequence[str], progress: Progress = _quiet) -> np.ndarray:
+    def embed_queries(self, texts: Sequence[str], progress: Progress = _quiet) -> NDArray[np.float32]:
         """All questions embedded up front, in batches."""
         import numpy as np
 
@@ -177,7 +179,7 @@ class App:
     def search(self, request: SearchRequest) -> SearchResult:
         """The top chunks for a query: the active embedding set is read and searched in one transaction."""
         from ragvps.app.checks import check_search
-        from ragvps.retrieve.rerankers import make_reranker
+        from ragvps.retrieve.reranking import make_reranker
 
         request = check_search(request, self.settings.serve.max_k)
         text = request.query
@@ -198,8 +200,8 @@ class App:
             timings["rerank_ms"] = round((time.perf_counter() - done) * 1000, 2)
         return SearchResult(text, request.mode, hits, eset.model, timings)
 
-    def _search(self, conn: psycopg.Connection, text: str, embedding: np.ndarray | None, request: SearchRequest,
-                ) -> tuple[list[Hit], EmbeddingSet]:
+    def _search(self, conn: psycopg.Connection, text: str, embedding: NDArray[np.float32] | None,
+                request: SearchRequest) -> tuple[list[Hit], EmbeddingSet]:
         from ragvps.db.database import driver_errors
         from ragvps.retrieve.search import search
 
@@ -308,9 +310,10 @@ class App:
             if questions is not None:  # sampled here as the chunks are, the same sample each run
                 questions = inspect.sample_questions(questions, sample)
                 vectors = self.embed_queries([q.text for q in questions], progress)
-                exclude: list[Any] = [None] * len(questions)
+                exclude: list[int | None] = [None] * len(questions)
             else:
-                vectors, exclude = inspect.sample_vectors(conn, eset, sample)
+                vectors, sampled = inspect.sample_vectors(conn, eset, sample)
+                exclude = list(sampled)
                 source = "chunks"
             conn.commit()
             return inspect.check_index(conn, eset, vectors, exclude, k, current, target, source)
@@ -340,14 +343,14 @@ class App:
 
         return diagnose(self.settings, active)
 
-    def chunk_summary(self, path: Path | str, progress: Progress = _quiet, warn: Warn = _quiet) -> Any:
+    def chunk_summary(self, path: Path | str, progress: Progress = _quiet, warn: Warn = _quiet) -> ChunkSummary:
         """The chunk stage alone: chunk files written, counts and token figures (no database)."""
         from ragvps.measure.summary import chunk_summary
 
         return chunk_summary(self.settings, self.spec, existing_path(path), progress, warn)
 
     def plan_measure(self, path: Path | str, spec: ModelSpec | None, overlap: str | None, dims: int | None,
-                     bytes_per_dim: int, warn: Warn = _quiet) -> Any:
+                     bytes_per_dim: int, warn: Warn = _quiet) -> PlanMeasurement:
         """`ragvps plan --path`: real token counts and the real chunker over a folder; `overlap` may be a
         percentage of the chunk size that ingest would use. A plan asks no server: the model is one ragvps knows."""
         from ragvps.embed.models import spec_for

@@ -8,14 +8,24 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+
+from ragvps.generate.records import Citation, Json, Quote, Usage, source_from_json, source_json
 
 if TYPE_CHECKING:
+    from ragvps.config import GenerateSettings
     from ragvps.db.connections import PoolStats
+    from ragvps.generate.prompt import Source, Turn
     from ragvps.retrieve.filters import Filters
     from ragvps.retrieve.search import Hit, Mode
+
+
+@runtime_checkable
+class ToJson(Protocol):
+    def to_json(self) -> Mapping[str, object]: ...
 
 
 @dataclass(frozen=True)
@@ -55,39 +65,127 @@ def _no_filters() -> Filters:
 
 
 @dataclass(frozen=True)
-class AskRequest:
-    question: str
+class Overrides:
+    """What a request may set for itself: the search (k, mode, filters) and the answer (temperature, length).
+    The one shape that carries them from an interface (CLI flags, an HTTP body, a chat client's request) to the
+    search and, through `generation()`, to the generator."""
+
     k: int | None = None  # chunks retrieved; None: max(answer_chunks, top_k) (rerank_candidates with a reranker)
     mode: Mode = "hybrid"
     filters: Filters = field(default_factory=_no_filters)
-    use_cache: bool = True
-    history: tuple[tuple[str, str], ...] = ()  # earlier turns (role, text), sent before the sources
     temperature: float | None = None  # None: the setting temperature
     max_tokens: int | None = None  # the answer's length at most; None: the setting answer_reserve
 
+    def generation(self, settings: GenerateSettings) -> GenerateSettings:
+        """The generator settings with this request's temperature and answer length, if it sets them."""
+        changed: dict[str, float | int] = {}
+        if self.temperature is not None:
+            changed["temperature"] = self.temperature
+        if self.max_tokens is not None:
+            changed["answer_reserve"] = self.max_tokens
+        return dataclasses.replace(settings, **changed) if changed else settings  # type: ignore[arg-type]
 
-@dataclass
+
+@dataclass(frozen=True)
+class AskRequest:
+    question: str
+    overrides: Overrides = field(default_factory=Overrides)
+    use_cache: bool = True
+    history: tuple[Turn, ...] = ()  # earlier turns (role, text), sent before the sources
+
+
+CacheStatus = Literal["hit", "miss", "off"]
+
+
+@dataclass(frozen=True)
+class Retrieved:
+    """One retrieved candidate, sent or not, with the signals that decided (why a question was refused)."""
+
+    chunk_id: str
+    path: str
+    heading_path: str
+    score: float
+    cosine: float | None
+    terms: float | None
+    evidence: float
+
+    def to_json(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_json(cls, data: Json) -> Retrieved:
+        cosine, terms = data.get("cosine"), data.get("terms")
+        return cls(chunk_id=str(data["chunk_id"]), path=str(data["path"]), heading_path=str(data["heading_path"]),
+                   score=float(str(data["score"])), cosine=None if cosine is None else float(str(cosine)),
+                   terms=None if terms is None else float(str(terms)), evidence=float(str(data["evidence"])))
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    """What an answer was retrieved from: the sources sent, what was left out and why, every candidate, and
+    the best evidence. The memo keeps it, so a remembered answer reports the same."""
+
+    shown: tuple[Source, ...]
+    left_out: Mapping[str, int]  # reason (answer_chunks, context_window, answer_min_evidence) -> candidates
+    evidence: float  # the best candidate's evidence, 0..1
+    retrieved: tuple[Retrieved, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {"shown": [source_json(s) for s in self.shown], "left_out": dict(self.left_out),
+                "evidence": self.evidence, "retrieved": [r.to_json() for r in self.retrieved]}
+
+    @classmethod
+    def from_json(cls, data: Json) -> Retrieval:
+        shown, left, retrieved = data["shown"], data["left_out"], data["retrieved"]
+        assert isinstance(shown, list) and isinstance(left, dict) and isinstance(retrieved, list)
+        return cls(shown=tuple(source_from_json(d) for d in shown),
+                   left_out={str(k): int(v) for k, v in left.items()}, evidence=float(str(data["evidence"] or 0.0)),
+                   retrieved=tuple(Retrieved.from_json(d) for d in retrieved))
+
+
+@dataclass(frozen=True)
 class Answer:
     answer: str
     answered: bool
     extractive: bool
-    citations: list[dict[str, Any]]  # number, chunk_id, path, heading_path, start, end
+    citations: tuple[Citation, ...]
     invalid_citations: int
-    sources: list[dict[str, Any]]  # what was sent: number, chunk_id, path, heading_path, start, end, score, text,
-    #                                evidence
-    left_out: dict[str, int]  # reason (answer_chunks, context_window, answer_min_evidence) -> candidates
-    usage: dict[str, int]  # prompt_tokens, completion_tokens, cached_tokens, cache_creation_tokens
-    cache: str  # "hit" | "miss" | "off" (off: not consulted, by request, setting, or a refusal without a call)
+    retrieval: Retrieval
+    usage: Usage
+    cache: CacheStatus  # off: not consulted, by request, setting, or a refusal without a call
     generator: str
     model: str
     prompt_version: str
-    timings: dict[str, float] = field(default_factory=dict)  # milliseconds
-    evidence: float = 0.0  # the best retrieved chunk's evidence, 0..1; below min_evidence: refused, no LLM request
-    min_evidence: float = 0.0  # the setting answer_min_evidence this answer was gated with
-    quotes: list[dict[str, Any]] = field(default_factory=list)  # extractive: number, chunk_id, path, start, end,
-    #                                                             text (offsets in the source document)
-    retrieved: list[dict[str, Any]] = field(default_factory=list)  # every candidate: chunk_id, path, score,
-    #                                                                cosine, terms, evidence (why it was refused)
+    timings: Mapping[str, float]  # milliseconds
+    min_evidence: float  # the setting answer_min_evidence this answer was gated with
+    quotes: tuple[Quote, ...] = ()  # extractive: the sentences quoted (offsets in the source document)
+
+    @property
+    def sources(self) -> tuple[Source, ...]:
+        """What was sent, numbered from 1."""
+        return self.retrieval.shown
+
+    @property
+    def left_out(self) -> Mapping[str, int]:
+        return self.retrieval.left_out
+
+    @property
+    def evidence(self) -> float:
+        """The best retrieved chunk's evidence, 0..1; below min_evidence: refused, no LLM request."""
+        return self.retrieval.evidence
+
+    @property
+    def retrieved(self) -> tuple[Retrieved, ...]:
+        return self.retrieval.retrieved
+
+    def to_json(self) -> dict[str, object]:
+        return {"answer": self.answer, "answered": self.answered, "extractive": self.extractive,
+                "citations": [c.to_json() for c in self.citations], "invalid_citations": self.invalid_citations,
+                "sources": [source_json(s) for s in self.sources], "left_out": dict(self.left_out),
+                "usage": self.usage.to_json(), "cache": self.cache, "generator": self.generator, "model": self.model,
+                "prompt_version": self.prompt_version, "timings": dict(self.timings), "evidence": self.evidence,
+                "min_evidence": self.min_evidence, "quotes": [q.to_json() for q in self.quotes],
+                "retrieved": [r.to_json() for r in self.retrieved]}
 
 
 @dataclass(frozen=True)
@@ -95,28 +193,27 @@ class ChatRequest:
     """A conversation: every message (role, text) so far, the last one the user's question; no server state."""
 
     messages: tuple[tuple[str, str], ...]
-    k: int | None = None
-    mode: Mode = "hybrid"
-    filters: Filters = field(default_factory=_no_filters)
+    overrides: Overrides = field(default_factory=Overrides)
     use_cache: bool = True
-    temperature: float | None = None
-    max_tokens: int | None = None
     history: bool = True  # False: retrieve for the last question alone (the bench's baseline)
 
 
-@dataclass
+RewriteHow = Literal["none", "rule", "llm"]
+
+
+@dataclass(frozen=True)
 class ChatAnswer:
     content: str  # the answer with its [n] markers and a Markdown list of the cited sources: what a client shows
     answer: Answer  # the ask use case's answer to the standalone question (citations, sources, cache, ...)
     question: str  # the conversation's last user turn
     standalone: str  # what was retrieved and answered: the question made standalone
-    rewrite: str  # "none" (a first turn) | "rule" (no LLM configured) | "llm" (one short rewriting call)
-    rewrite_cache: str  # "hit" | "miss" | "off"
-    rewrite_usage: dict[str, int]
-    usage: dict[str, int]  # the answer's and the rewriting call's together
+    rewrite: RewriteHow  # "none" (a first turn) | "rule" (no LLM configured) | "llm" (one short rewriting call)
+    rewrite_cache: CacheStatus
+    rewrite_usage: Usage
+    usage: Usage  # the answer's and the rewriting call's together
 
 
-@dataclass
+@dataclass(frozen=True)
 class PromptPreview:
     """`ragvps ask --show-prompt`: the exact prompt, its token count, and what was left out; nothing is sent."""
 
@@ -128,15 +225,26 @@ class PromptPreview:
     window: int
     reserve: int
     encoding: str
-    sources: list[dict[str, Any]]
-    left_out: dict[str, int]
+    sources: tuple[Source, ...]
+    left_out: Mapping[str, int]
     generator: str
     model: str
     prompt_version: str
 
 
-def jsonable(obj: Any) -> Any:
-    """Dataclasses, tuples, sets, paths and numpy values as plain JSON values; NaN and infinities as null."""
+def json_object(obj: object) -> dict[str, object]:
+    """A record's JSON: `jsonable` of a dataclass or a mapping, which is always an object."""
+    out = jsonable(obj)
+    if not isinstance(out, dict):
+        raise TypeError(f"{type(obj).__name__} is not rendered as a JSON object")
+    return out
+
+
+def jsonable(obj: object) -> object:
+    """Dataclasses (through their `to_json()` where they have one), tuples, sets, paths and numpy values as
+    plain JSON values; NaN and infinities as null. The one JSON rendering of what the App returns."""
+    if isinstance(obj, ToJson):
+        return jsonable(obj.to_json())
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, dict):

@@ -16,6 +16,7 @@ import typer
 from rich.markup import escape
 from typer.core import TyperGroup
 
+from ragvps.app.names import choices
 from ragvps.cli.common import err
 from ragvps.errors import RagvpsError, redact
 
@@ -67,7 +68,7 @@ def _root(
     config: Annotated[Path | None, typer.Option(help="Config file (default: ./ragvps.toml if present).")] = None,
     data_dir: Annotated[Path | None, typer.Option(help="Where stage files and the embedded database live.")] = None,
     database_url: Annotated[str | None, typer.Option(help="PostgreSQL DSN; empty: the embedded server.")] = None,
-    embedder: Annotated[str | None, typer.Option(help="local | ollama")] = None,
+    embedder: Annotated[str | None, typer.Option(help=choices("embedder"))] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log details and show tracebacks.")] = False,
 ) -> None:
     ctx.obj = {"verbose": verbose, "config": config,

@@ -7,15 +7,15 @@ from typing import Annotated
 
 import typer
 
+from ragvps.app.names import choices
 from ragvps.cli.common import echo_json, err, flag_names, metadata_pairs, open_app
-from ragvps.records import cite_label
 
 
 def ask(
     ctx: typer.Context,
     question: Annotated[str, typer.Argument(help="The question.")],
     k: Annotated[int | None, typer.Option("--k", "-k", help="Chunks to retrieve (default: answer_chunks).")] = None,
-    mode: Annotated[str, typer.Option(help="hybrid | vector | keyword")] = "hybrid",
+    mode: Annotated[str, typer.Option(help=choices("mode"))] = "hybrid",
     path_prefix: Annotated[str, typer.Option(help="Only chunks from source files whose path starts so.")] = "",
     meta: Annotated[list[str] | None, typer.Option(
         help="Only chunks whose document or chunk metadata has KEY=VALUE; repeatable.")] = None,
@@ -28,10 +28,10 @@ def ask(
 
     With no generator configured the answer is extractive: the best-matching sentences, quoted.
     """
-    from ragvps.app import AskRequest, Filters
+    from ragvps.app import AskRequest, Filters, Overrides
 
-    request = AskRequest(question, k=k, mode=mode, filters=Filters(path_prefix, metadata_pairs(meta or [])),  # type: ignore[arg-type]
-                         use_cache=not no_cache)
+    overrides = Overrides(k=k, mode=mode, filters=Filters(path_prefix, metadata_pairs(meta or [])))  # type: ignore[arg-type]
+    request = AskRequest(question, overrides, use_cache=not no_cache)
     with flag_names({"mode": "--mode", "k": "--k"}), open_app(ctx) as app:
         if show_prompt:
             preview = app.build_prompt(request)
@@ -57,11 +57,10 @@ def ask(
     if answer.citations:
         typer.echo("\nSources:")
         for c in answer.citations:
-            where = cite_label(c["path"], c.get("pages") or ())
-            where += f" | {c['heading_path']}" if c["heading_path"] else ""
-            typer.echo(f"[{c['number']}] {where}  ({c['chunk_id']})")
+            where = c.label + (f" | {c.heading_path}" if c.heading_path else "")
+            typer.echo(f"[{c.number}] {where}  ({c.chunk_id})")
     u = answer.usage
-    spent = (f"{u['prompt_tokens']:,} prompt tokens ({u['cached_tokens']:,} cached), {u['completion_tokens']:,} "
+    spent = (f"{u.prompt_tokens:,} prompt tokens ({u.cached_tokens:,} cached), {u.completion_tokens:,} "
              "answer tokens" if not answer.extractive else "no LLM")
     notes = [f"{answer.generator}" + (f" {answer.model}" if answer.model else ""), f"cache {answer.cache}", spent]
     if not answer.answered and not answer.sources:

@@ -6,19 +6,23 @@ The same use case as /v1/chat/completions: each follow-up is made standalone bef
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 
+from ragvps.app.names import choices
 from ragvps.cli.common import err, flag_names, metadata_pairs, open_app
 from ragvps.errors import RagvpsError
+
+if TYPE_CHECKING:
+    from ragvps.app import ChatAnswer
 
 
 def chat(
     ctx: typer.Context,
     k: Annotated[int | None, typer.Option("--k", "-k", help="Chunks to retrieve (default: answer_chunks).")] = None,
-    mode: Annotated[str, typer.Option(help="hybrid | vector | keyword")] = "hybrid",
+    mode: Annotated[str, typer.Option(help=choices("mode"))] = "hybrid",
     path_prefix: Annotated[str, typer.Option(help="Only chunks from source files whose path starts so.")] = "",
     meta: Annotated[list[str] | None, typer.Option(
         help="Only chunks whose document or chunk metadata has KEY=VALUE; repeatable.")] = None,
@@ -29,9 +33,9 @@ def chat(
     One question a line; the answer cites its sources [n] and lists them. Ctrl-D (end of input) leaves;
     Ctrl-C stops the answer being written.
     """
-    from ragvps.app import ChatRequest, Filters
+    from ragvps.app import ChatRequest, Filters, Overrides
 
-    filters = Filters(path_prefix, metadata_pairs(meta or []))
+    overrides = Overrides(k=k, mode=mode, filters=Filters(path_prefix, metadata_pairs(meta or [])))  # type: ignore[arg-type]
     interactive = sys.stdin.isatty()
     streaming = sys.stdout.isatty()
     messages: list[tuple[str, str]] = []
@@ -55,8 +59,7 @@ def chat(
             question = line.strip()
             if not question:
                 continue
-            request = ChatRequest((*messages, ("user", question)), k=k, mode=mode, filters=filters,
-                                  use_cache=not no_cache)
+            request = ChatRequest((*messages, ("user", question)), overrides, use_cache=not no_cache)
             try:
                 answer = app.chat(request, on_token=show if streaming else None)
             except KeyboardInterrupt:
@@ -68,20 +71,24 @@ def chat(
                 err.print(f"[red]error:[/red] {escape(str(exc))}")
                 continue
             typer.echo("" if streaming else answer.content)
-            notes = []
-            if answer.standalone != answer.question:
-                notes.append(f"searched for: {answer.standalone}")
-            a = answer.answer
-            notes.append(f"{a.generator}" + (f" {a.model}" if a.model and not a.extractive else "") +
-                         f"; cache {a.cache}")
-            if not a.extractive:
-                u = answer.usage
-                notes.append(f"{u['prompt_tokens']:,} prompt tokens ({u['cached_tokens']:,} cached), "
-                             f"{u['completion_tokens']:,} answer tokens")
-            err.print(escape("; ".join(notes)))
+            err.print(escape(_notes(answer)))
             messages += [("user", question), ("assistant", answer.content)]
     if interactive:
         err.print("")
+
+
+def _notes(answer: ChatAnswer) -> str:
+    """The line under an answer: what was searched for, who answered, the cache, the tokens."""
+    notes = []
+    if answer.standalone != answer.question:
+        notes.append(f"searched for: {answer.standalone}")
+    a = answer.answer
+    notes.append(f"{a.generator}" + (f" {a.model}" if a.model and not a.extractive else "") + f"; cache {a.cache}")
+    if not a.extractive:
+        u = answer.usage
+        notes.append(f"{u.prompt_tokens:,} prompt tokens ({u.cached_tokens:,} cached), "
+                     f"{u.completion_tokens:,} answer tokens")
+    return "; ".join(notes)
 
 
 def register(app: typer.Typer) -> None:

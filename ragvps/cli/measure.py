@@ -135,12 +135,12 @@ def doctor(
     """Check the embedder before a long run: the model's dimension and context length, and the index's model."""
     from rich.markup import escape
 
-    from ragvps.app import jsonable
+    from ragvps.app import json_object
 
     with open_app(ctx) as app:
         report = app.doctor()
     if as_json:
-        echo_json({k: v for k, v in jsonable(report).items() if k != "lines"})
+        echo_json({k: v for k, v in json_object(report).items() if k != "lines"})
     else:
         for line in report.lines:
             typer.echo(line)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -12,8 +13,10 @@ from ragvps.cli.common import echo_json, flag_names, open_app, warn
 from ragvps.errors import UsageError
 
 if TYPE_CHECKING:
-    from ragvps.app.plan import sizing
+    from ragvps.app import planning as p
+    from ragvps.app.planning import sizing
 
+BUDGET, SIZING = "--budget: what a corpus and its questions cost", "--chunks: size a VPS"
 # `plan --compare` without a corpus: an example one, named in a note.
 COMPARE_TOKENS, COMPARE_CHUNK = 1_000_000, 512
 # plan's inputs as the library names them -> this command's flags
@@ -30,7 +33,8 @@ def plan(
     chunk_size: Annotated[int | None, typer.Option(help="Tokens per window (--path: the model's).")] = None,
     overlap: Annotated[str | None, typer.Option(
         help="Tokens shared by neighbouring windows, or a percentage of the chunk size: 200, 12%.")] = None,
-    dims: Annotated[int | None, typer.Option(help="Vector dimensions (--model's, else 384).")] = None,
+    dims: Annotated[int | None, typer.Option(
+        help="Vector dimensions (default: --model's, else the embedding model's).")] = None,
     bytes_per_dim: Annotated[int, typer.Option(help="4 float32, 2 half, 1 int8.")] = 4,
     model: Annotated[str | None, typer.Option(
         help="A model ragvps knows: takes its dimensions and refuses chunks above its input limit.")] = None,
@@ -38,46 +42,71 @@ def plan(
     budget: Annotated[bool, typer.Option("--budget", help="Tokens to embed, then per question.")] = False,
     path: Annotated[str | None, typer.Option(
         help="Measure a folder: real token counts and the real chunker, per document.")] = None,
-    corpus_chunks: Annotated[int | None, typer.Option(help="--budget: chunks in the corpus.")] = None,
-    tokens_per_chunk: Annotated[int | None, typer.Option(help="--budget: tokens per chunk.")] = None,
-    questions: Annotated[int | None, typer.Option(help="--budget: questions asked.")] = None,
-    question_tokens: Annotated[int, typer.Option(help="--budget: tokens per question to embed.")] = 20,
-    chunks_per_answer: Annotated[int, typer.Option(help="--budget: chunks sent per answer.")] = 8,
-    prompt_tokens: Annotated[int, typer.Option(help="--budget: prompt plus question tokens.")] = 100,
-    answer_tokens: Annotated[int, typer.Option(help="--budget: tokens per answer.")] = 400,
+    corpus_chunks: Annotated[int | None, typer.Option(
+        rich_help_panel=BUDGET, help="Chunks in the corpus.")] = None,
+    tokens_per_chunk: Annotated[int | None, typer.Option(
+        rich_help_panel=BUDGET, help="Tokens per chunk.")] = None,
+    questions: Annotated[int | None, typer.Option(
+        rich_help_panel=BUDGET, help="Questions asked.")] = None,
+    question_tokens: Annotated[int, typer.Option(
+        rich_help_panel=BUDGET, help="Tokens per question to embed.")] = 20,
+    chunks_per_answer: Annotated[int, typer.Option(
+        rich_help_panel=BUDGET, help="Chunks sent per answer.")] = 8,
+    prompt_tokens: Annotated[int, typer.Option(
+        rich_help_panel=BUDGET, help="Prompt plus question tokens.")] = 100,
+    answer_tokens: Annotated[int, typer.Option(
+        rich_help_panel=BUDGET, help="Tokens per answer.")] = 400,
     chunks: Annotated[int | None, typer.Option(
         help="Size a VPS for N chunks: disk, index RAM, build time and latency from the measured curve.")] = None,
-    ram: Annotated[str, typer.Option(help="--chunks: the machine's RAM, e.g. 4GB.")] = "4GB",
+    ram: Annotated[str, typer.Option(
+        rich_help_panel=SIZING, help="The machine's RAM, e.g. 4GB.")] = "4GB",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Chunk, overlap, vector-size and token-budget arithmetic, before anything is embedded."""
     with flag_names(FLAGS):
         if chunks is not None:
             return _plan_sizing(chunks, dims or _model_dims(model), ram, as_json)
-        _plan(ctx, tokens, chunk_size, overlap, dims, bytes_per_dim, model, compare, budget, path, corpus_chunks,
-              tokens_per_chunk, questions, question_tokens, chunks_per_answer, prompt_tokens, answer_tokens, as_json)
+        if dims is not None and dims < 1:
+            raise UsageError(f"--dims {dims} must be at least 1")
+        modes = [name for name, on in (("--compare", compare), ("--budget", budget), ("--path", path)) if on]
+        if len(modes) > 1:
+            raise UsageError(f"{' and '.join(modes)} are separate modes: give one at a time")
+        if budget:
+            return _plan_budget(_budget(corpus_chunks, tokens_per_chunk, questions, question_tokens,
+                                        chunks_per_answer, prompt_tokens, answer_tokens), as_json)
+        _plan(ctx, Windows(tokens, chunk_size, overlap, dims, bytes_per_dim, model, compare, path), as_json)
 
 
-def _plan(ctx: typer.Context, tokens: int | None, chunk_size: int | None, overlap: str | None, dims: int | None,
-          bytes_per_dim: int, model: str | None, compare: bool, budget: bool, path: str | None,
-          corpus_chunks: int | None, tokens_per_chunk: int | None, questions: int | None, question_tokens: int,
-          chunks_per_answer: int, prompt_tokens: int, answer_tokens: int, as_json: bool) -> None:
-    from ragvps.app import plan as p
+@dataclass(frozen=True)
+class Windows:
+    """The window modes' inputs: one plan, --compare, or --path."""
 
-    if dims is not None and dims < 1:
-        raise UsageError(f"--dims {dims} must be at least 1")
+    tokens: int | None
+    chunk_size: int | None
+    overlap: str | None
+    dims: int | None
+    bytes_per_dim: int
+    model: str | None
+    compare: bool
+    path: str | None
 
-    modes = [name for name, on in (("--compare", compare), ("--budget", budget), ("--path", path)) if on]
-    if len(modes) > 1:
-        raise UsageError(f"{' and '.join(modes)} are separate modes: give one at a time")
-    if budget:
-        needed = {"--corpus-chunks": corpus_chunks, "--tokens-per-chunk": tokens_per_chunk,
-                  "--questions": questions}
-        if None in needed.values():
-            raise UsageError(f"--budget needs {', '.join(k for k, v in needed.items() if v is None)}")
-        b = p.Budget(corpus_chunks or 0, tokens_per_chunk or 0, questions or 0, question_tokens,
-                     chunks_per_answer, prompt_tokens, answer_tokens)
-        return _plan_budget(b, as_json)
+
+def _budget(corpus_chunks: int | None, tokens_per_chunk: int | None, questions: int | None,
+            question_tokens: int, chunks_per_answer: int, prompt_tokens: int, answer_tokens: int) -> p.Budget:
+    from ragvps.app import planning as p
+
+    needed = {"--corpus-chunks": corpus_chunks, "--tokens-per-chunk": tokens_per_chunk, "--questions": questions}
+    if None in needed.values():
+        raise UsageError(f"--budget needs {', '.join(k for k, v in needed.items() if v is None)}")
+    return p.Budget(corpus_chunks or 0, tokens_per_chunk or 0, questions or 0, question_tokens,
+                    chunks_per_answer, prompt_tokens, answer_tokens)
+
+
+def _plan(ctx: typer.Context, w: Windows, as_json: bool) -> None:
+    from ragvps.app import planning as p
+
+    tokens, chunk_size, overlap, dims, bytes_per_dim, model, compare, path = (
+        w.tokens, w.chunk_size, w.overlap, w.dims, w.bytes_per_dim, w.model, w.compare, w.path)
 
     spec = p.known_model(model) if model else None
     if dims is not None and spec is not None and dims != spec.dims:
@@ -108,6 +137,12 @@ def _plan(ctx: typer.Context, tokens: int | None, chunk_size: int | None, overla
         warn(warning)
     if as_json:
         return echo_json(summary)
+    _show_one(one, summary, d, bytes_per_dim)
+
+
+def _show_one(one: p.WindowPlan, summary: dict[str, Any], d: int, bytes_per_dim: int) -> None:
+    from ragvps.app import planning as p
+
     lengths = summary["chunk_lengths"]
     shown = (", ".join(map(str, lengths)) if isinstance(lengths, list)
              else f"{one.size} each, the last {one.last_length}")
@@ -136,7 +171,7 @@ def _plan_table(title: str, headers: list[str], rows: list[list[str]]) -> None:
 
 
 def _plan_compare(plans: list[Any], chosen: list[Any], dims: int, bytes_per_dim: int, as_json: bool) -> None:
-    from ragvps.app import plan as p
+    from ragvps.app import planning as p
 
     models = p.common_models()
     for warning in dict.fromkeys(w for one in chosen for w in one.warnings()):
@@ -167,7 +202,7 @@ def _plan_compare(plans: list[Any], chosen: list[Any], dims: int, bytes_per_dim:
 
 
 def _plan_budget(b: Any, as_json: bool) -> None:
-    from ragvps.app.plan import millions
+    from ragvps.app.planning import millions
 
     if as_json:
         return echo_json(b.as_dict())
@@ -189,7 +224,7 @@ def _plan_budget(b: Any, as_json: bool) -> None:
 
 def _plan_measure(ctx: typer.Context, path: str, chunk_size: int | None, overlap: str | None, spec: Any,
                   dims: int | None, bytes_per_dim: int, as_json: bool) -> None:
-    from ragvps.app.plan import VECTOR_TYPES, pgvector_bytes, raw_vector_bytes
+    from ragvps.app.planning import VECTOR_TYPES, pgvector_bytes, raw_vector_bytes
 
     with open_app(ctx, chunk_size=chunk_size) as app:
         r = app.plan_measure(path, spec, overlap, dims, bytes_per_dim, warn)
@@ -214,13 +249,13 @@ def _plan_measure(ctx: typer.Context, path: str, chunk_size: int | None, overlap
 
 
 def _model_dims(model: str | None) -> int:
-    from ragvps.app import plan as p
+    from ragvps.app import planning as p
 
     return p.known_model(model).dims if model else p.default_dims()
 
 
 def _plan_sizing(chunks: int, dims: int, ram: str, as_json: bool) -> None:
-    from ragvps.app.plan import sizing
+    from ragvps.app.planning import sizing
 
     curve, ram_bytes = sizing.load_curve(), sizing.parse_ram(ram)
     preds = [sizing.predict(curve, chunks, dims, t) for t in sizing.TYPES]
@@ -250,7 +285,7 @@ def _plan_sizing(chunks: int, dims: int, ram: str, as_json: bool) -> None:
 
 
 def _depth_advice(p: sizing.Prediction) -> str:
-    from ragvps.app.plan import sizing
+    from ragvps.app.planning import sizing
 
     if p.depth is not None:
         return (f"{p.depth_setting} {p.depth} for top-10 overlap {p.depth_overlap:.2f} with exact search "

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from ragvps.app.names import choices
 from ragvps.cli.common import echo_json, err, metadata_pairs, open_app
 from ragvps.config import reranker_on
 
@@ -14,7 +15,7 @@ def query(
     ctx: typer.Context,
     text: Annotated[str, typer.Argument(help="The question.")],
     k: Annotated[int | None, typer.Option("--k", "-k", help="How many chunks (default: top_k; at most max_k).")] = None,
-    mode: Annotated[str, typer.Option(help="hybrid | vector | keyword")] = "hybrid",
+    mode: Annotated[str, typer.Option(help=choices("mode"))] = "hybrid",
     path_prefix: Annotated[str, typer.Option(help="Only chunks from source files whose path starts so.")] = "",
     meta: Annotated[list[str] | None, typer.Option(
         help="Only chunks whose document or chunk metadata has KEY=VALUE (VALUE as JSON, else text); repeatable.",

@@ -94,7 +94,8 @@ class PooledConnections:
     def __init__(self, settings: Settings):
         from psycopg_pool import ConnectionPool
 
-        from ragvps.db.database import connect, database_url
+        from ragvps.db.database import connect
+        from ragvps.db.embedded import database_url
 
         self.settings = settings
         self._lock, self._probe_lock = threading.Lock(), threading.Lock()

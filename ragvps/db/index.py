@@ -11,7 +11,7 @@ import psycopg
 from psycopg import sql
 
 from ragvps.config import Settings
-from ragvps.db.database import compose, q
+from ragvps.db.database import compose, q, scalar
 from ragvps.db.store import EmbeddingSet, bump_generation, chunk_count
 from ragvps.errors import ConfigError
 
@@ -148,4 +148,4 @@ def index_exists(conn: psycopg.Connection, eset: EmbeddingSet) -> bool:
 
 
 def _exists(conn: psycopg.Connection, name: str) -> bool:
-    return bool(conn.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()[0])  # type: ignore[index]
+    return bool(scalar(conn, "SELECT to_regclass(%s) IS NOT NULL", (name,)))

@@ -16,7 +16,7 @@ import psycopg
 from psycopg import sql
 
 from ragvps.db import store
-from ragvps.db.database import queries
+from ragvps.db.database import queries, scalar
 from ragvps.db.store import EmbeddingSet
 from ragvps.errors import DatabaseError
 from ragvps.records import Chunk
@@ -50,7 +50,7 @@ def enqueue_missing(conn: psycopg.Connection, eset: EmbeddingSet) -> int:
 
 def left(conn: psycopg.Connection, eset: EmbeddingSet) -> int:
     """Rows in the queue, claimed or not."""
-    n = conn.execute(_q("queue_left"), {"set_id": eset.id}).fetchone()[0]  # type: ignore[index]
+    n = scalar(conn, _q("queue_left"), {"set_id": eset.id})
     conn.commit()
     return int(n)
 

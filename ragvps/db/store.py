@@ -14,7 +14,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from ragvps.db.database import compose, q
+from ragvps.db.database import compose, q, scalar
 from ragvps.errors import DatabaseError, ModelMismatchError
 from ragvps.records import ModelSpec
 
@@ -115,11 +115,9 @@ def ensure_set(conn: psycopg.Connection, spec: ModelSpec, vector_type: str, *, a
     if row:
         return EmbeddingSet(*row)
     with conn.transaction():
-        set_id = conn.execute(
-            q("insert_set"),
-            {"model": spec.name, "identity": spec.identity, "dims": spec.dims, "vector_type": vector_type,
-             "table_name": "pending", "active": activate},
-        ).fetchone()[0]  # type: ignore[index]
+        set_id = scalar(conn, q("insert_set"),
+                        {"model": spec.name, "identity": spec.identity, "dims": spec.dims, "vector_type": vector_type,
+                         "table_name": "pending", "active": activate})
         table_name = f"embeddings_{set_id}"
         conn.execute("UPDATE embedding_sets SET table_name = %s WHERE id = %s", (table_name, set_id))
         conn.execute(compose("create_vector_table", table=sql.Identifier(table_name),
@@ -162,7 +160,7 @@ def replace_documents(
             return
         ids = [r[0] for r in conn.execute(q("reserve_chunk_ids"), {"n": len(rows)})]
         # regconfig's binary form is its oid, which psycopg can send.
-        lang_oid = conn.execute("SELECT %s::regconfig::oid", (language,)).fetchone()[0]  # type: ignore[index]
+        lang_oid = scalar(conn, "SELECT %s::regconfig::oid", (language,))
         with conn.cursor().copy(q("copy_chunks")) as copy:
             copy.set_types(["bigint", "bigint", "integer", "text", "text", "text", "integer", "integer",
                             "integer", "integer", "jsonb", "oid"])
@@ -209,7 +207,7 @@ def ingested_roots(conn: psycopg.Connection) -> list[str]:
 
 
 def chunk_count(conn: psycopg.Connection) -> int:
-    return int(conn.execute(q("count_chunks")).fetchone()[0])  # type: ignore[index]
+    return int(scalar(conn, q("count_chunks")))
 
 
 # Embedding-model switch (owned by the embed stage; see pipeline.reindex).

@@ -69,8 +69,8 @@ class Fit:
     window: int
     reserve: int
     encoding: str
+    settings: GenerateSettings  # the generator's settings with the request's temperature and answer length
     left_out: dict[str, int] = field(default_factory=dict)
-    temperature: float | None = None  # the request's, where it differs from the setting (None: the setting)
 
     @property
     def room(self) -> int:
@@ -119,5 +119,5 @@ def fit(question: str, candidates: Sequence[Source], settings: GenerateSettings,
         left["context_window"] += 1
         p = layout.build(question, chosen, history)
         n = count_prompt(p, encoding)
-    return Fit(p, n, tokens.count_llm(p.system, encoding), window, reserve, encoding, dict(left),
-               settings.temperature)
+    return Fit(prompt=p, prompt_tokens=n, system_tokens=tokens.count_llm(p.system, encoding), window=window,
+               reserve=reserve, encoding=encoding, settings=settings, left_out=dict(left))

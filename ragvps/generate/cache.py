@@ -16,6 +16,7 @@ import hashlib
 import json
 import unicodedata
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -24,6 +25,7 @@ from psycopg.types.json import Jsonb
 from ragvps.db.database import queries
 from ragvps.db.store import end_implicit_transaction
 from ragvps.generate.prompt import PROMPT_VERSION, Source
+from ragvps.generate.records import Json, Quote, Usage
 
 
 def _q(name: str) -> str:
@@ -51,13 +53,35 @@ def key(question: str, generator: str, model: str, generation: Mapping[str, Any]
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-def get(conn: psycopg.Connection, cache_key: str) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class Cached:
+    """A cached answer (or a rewritten question): its text, how it ended, what it cost, its quotes."""
+
+    text: str
+    finish: str = ""
+    usage: Usage = field(default_factory=Usage)
+    quotes: tuple[Quote, ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        return {"text": self.text, "finish": self.finish, "usage": self.usage.to_json(),
+                "quotes": [q.to_json() for q in self.quotes]}
+
+    @classmethod
+    def from_json(cls, data: Json) -> Cached:
+        usage, quotes = data.get("usage"), data.get("quotes") or []
+        assert isinstance(quotes, list)
+        return cls(text=str(data["text"]), finish=str(data.get("finish") or ""),
+                   usage=Usage.from_json(usage if isinstance(usage, dict) else None),
+                   quotes=tuple(Quote.from_json(q) for q in quotes))
+
+
+def get(conn: psycopg.Connection, cache_key: str) -> Cached | None:
     """The cached answer, counting the hit; None on a miss."""
     end_implicit_transaction(conn)
     with conn.transaction():
         _no_wait(conn)
         row = conn.execute(_q("cache_get"), {"key": cache_key}).fetchone()
-    return dict(row[0]) if row else None
+    return Cached.from_json(row[0]) if row else None
 
 
 def _no_wait(conn: psycopg.Connection) -> None:
@@ -68,14 +92,14 @@ def _no_wait(conn: psycopg.Connection) -> None:
 
 
 def put(conn: psycopg.Connection, cache_key: str, question: str, generator: str, model: str,
-        sources: Sequence[Source], answer: Mapping[str, Any], prompt_tokens: int, completion_tokens: int) -> None:
+        sources: Sequence[Source], answer: Cached) -> None:
     end_implicit_transaction(conn)
     with conn.transaction():
         conn.execute(_q("cache_put"), {
             "key": cache_key, "question": normalise(question), "generator": generator, "model": model,
             "prompt_version": PROMPT_VERSION, "chunk_ids": [s.chunk_id for s in sources],
-            "sent_hashes": [sent_hash(s.heading_path, s.text) for s in sources], "answer": Jsonb(dict(answer)),
-            "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens})
+            "sent_hashes": [sent_hash(s.heading_path, s.text) for s in sources], "answer": Jsonb(answer.to_json()),
+            "prompt_tokens": answer.usage.prompt_tokens, "completion_tokens": answer.usage.completion_tokens})
 
 
 def prune(conn: psycopg.Connection) -> int:
@@ -95,7 +119,7 @@ def memo_key(parts: Mapping[str, Any]) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-def memo_get(conn: psycopg.Connection, memo: str) -> tuple[int, dict[str, Any] | None, dict[str, Any] | None]:
+def memo_get(conn: psycopg.Connection, memo: str) -> tuple[int, Cached | None, Json | None]:
     """(the corpus generation now, the remembered answer, what it was answered from); the last two None on a
     miss. A hit counts on the answer's cache entry, as cache.get does."""
     end_implicit_transaction(conn)
@@ -105,7 +129,7 @@ def memo_get(conn: psycopg.Connection, memo: str) -> tuple[int, dict[str, Any] |
     if row is None:  # a database without corpus_stats' row: never remembered
         return -1, None, None
     generation, answer, retrieval = row
-    return int(generation), answer and dict(answer), retrieval and dict(retrieval)
+    return int(generation), Cached.from_json(answer) if answer else None, retrieval or None
 
 
 def memo_put(conn: psycopg.Connection, memo: str, generation: int, answer_key: str,

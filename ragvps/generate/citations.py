@@ -8,20 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ragvps.generate.prompt import REFUSAL, Source
+from ragvps.generate.records import Citation
 
 # [1], [1, 3], [1][2] (the last is two markers); numbers are 1-based, as the prompt numbers the sources.
 _MARKER = re.compile(r"\[(\s*\d{1,4}(?:\s*,\s*\d{1,4})*\s*)\]")
-
-
-@dataclass(frozen=True)
-class Citation:
-    number: int
-    chunk_id: str
-    path: str
-    heading_path: str
-    start: int
-    end: int
-    pages: tuple[int, ...] = ()  # the PDF pages the cited text is on
 
 
 @dataclass(frozen=True)
@@ -44,8 +34,7 @@ def parse(answer: str, sources: Sequence[Source]) -> Parsed:
         invalid += len(numbers) - len(good)
         for n in good:
             if n not in cited:
-                s = by_number[n]
-                cited[n] = Citation(n, s.chunk_id, s.path, s.heading_path, s.start, s.end, tuple(s.pages))
+                cited[n] = Citation(source=by_number[n])
         return f"[{', '.join(map(str, good))}]" if good else ""
 
     text = _MARKER.sub(keep, answer)

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ragvps.generate.llm.base import Generation, Usage
+from ragvps.generate.llm.base import Generation
 from ragvps.generate.prompt import REFUSAL
+from ragvps.generate.records import Quote, Usage
 
 if TYPE_CHECKING:
     from ragvps.embed import Embedder
@@ -78,14 +79,14 @@ class Extractive:
         chosen = choose(found, self.scores(question, found), self.quotes) if found else []
         if not chosen:
             on_token(REFUSAL)
-            return Generation(REFUSAL, Usage(), "stop")
+            return Generation(text=REFUSAL, usage=Usage(), finish="stop")
         lines = [LABEL] + [f'- "{c.text}" [{c.source.number}]' for c, _ in chosen]
         text = ""
         for i, line in enumerate(lines):
             piece = line if i == 0 else "\n" + line
             text += piece
             on_token(piece)
-        return Generation(text, Usage(), "stop", [quote(c, score) for c, score in chosen])
+        return Generation(text=text, usage=Usage(), finish="stop", quotes=tuple(quote(c, s) for c, s in chosen))
 
     def scores(self, question: str, found: list[Candidate]) -> np.ndarray:
         """Each candidate's score: how well the sentence answers the question, weighed with its chunk's evidence."""
@@ -177,8 +178,8 @@ def choose(found: list[Candidate], scores: np.ndarray, cap: int) -> list[tuple[C
     return chosen
 
 
-def quote(c: Candidate, score: float) -> dict[str, Any]:
+def quote(c: Candidate, score: float) -> Quote:
     """A quote as Answer.quotes reports it: its source, its span in the source document, its score."""
     s = c.source
-    return {"number": s.number, "chunk_id": s.chunk_id, "path": s.path, "start": s.start + c.a,
-            "end": s.start + c.b, "text": c.text, "score": round(score, 4), "command": c.command}
+    return Quote(number=s.number, chunk_id=s.chunk_id, path=s.path, start=s.start + c.a, end=s.start + c.b,
+                 text=c.text, score=round(score, 4), command=c.command)

@@ -7,6 +7,7 @@ last turn alone on bench/data/followups.jsonl.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 
@@ -83,7 +84,9 @@ def rewrite_fit(history: Sequence[Turn], question: str, settings: GenerateSettin
     encoding, window = budget.encoding_for(settings), budget.window_for(settings)
     prompt = Prompt(SYSTEM, transcript(history, question), (), question, REWRITE_VERSION)
     n = budget.count_prompt(prompt, encoding)
-    return budget.Fit(prompt, n, tokens.count_llm(SYSTEM, encoding), window, REWRITE_TOKENS, encoding, {}, 0.0)
+    short = dataclasses.replace(settings, answer_reserve=REWRITE_TOKENS, temperature=0.0)
+    return budget.Fit(prompt=prompt, prompt_tokens=n, system_tokens=tokens.count_llm(SYSTEM, encoding), window=window,
+                      reserve=REWRITE_TOKENS, encoding=encoding, settings=short)
 
 
 def clean(reply: str, question: str) -> str:

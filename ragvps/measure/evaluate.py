@@ -215,7 +215,7 @@ def retrieve(
     settings: Settings, modes: Sequence[str], depth: int, progress: Callable[[str, int, int], None],
 ) -> dict[str, list[list[str]]]:
     """Each question's ranked documents per mode, from the top `depth` chunks that search() returns."""
-    from ragvps.retrieve.rerankers import rerank
+    from ragvps.retrieve.reranking import rerank
     from ragvps.retrieve.search import search
 
     ranked: dict[str, list[list[str]]] = {mode: [] for mode in modes}

@@ -67,7 +67,7 @@ def chunk_summary(settings: Settings, spec: ModelSpec, path: Path, progress: Pro
 
 @dataclass
 class PlanMeasurement:
-    measurement: Any  # measure.plan.Measurement
+    measurement: Any  # measure.planner.Measurement
     config: ChunkerConfig
     spec: ModelSpec
     dims: int
@@ -79,7 +79,7 @@ def plan_measure(settings: Settings, spec: ModelSpec, path: Path, dims: int | No
                  warn: Warn) -> PlanMeasurement:
     """Every readable document of `path` through the real tokenizer and chunker; unreadable files are
     skipped with a warning, exactly as ingest skips them."""
-    from ragvps.measure.plan import measure
+    from ragvps.measure.planner import measure
     from ragvps.measure.windows import check_input_limit
 
     config = chunker_config(settings, spec)

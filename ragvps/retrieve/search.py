@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -20,9 +20,7 @@ from ragvps.records import cite_label
 from ragvps.retrieve.evidence import combine
 from ragvps.retrieve.filters import Filters
 from ragvps.retrieve.fusion import rrf
-
-Mode = Literal["hybrid", "vector", "keyword"]
-MODES: tuple[Mode, ...] = ("hybrid", "vector", "keyword")
+from ragvps.retrieve.modes import Mode
 
 
 @dataclass(frozen=True)

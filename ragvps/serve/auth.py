@@ -10,16 +10,16 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ragvps.config import Settings
 from ragvps.errors import ConfigError, RagvpsError, UnauthorizedError
 from ragvps.serve.docs import OPEN_PATHS as DOCS_PATHS
 
-Scope = MutableMapping[str, Any]
-ASGIApp = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Receive, Scope, Send
+
 
 # Paths anyone may fetch: the health check, the page (static; it holds no data and asks for the key), and the
 # API's description (the OpenAPI document, /docs and its assets).
@@ -99,8 +99,8 @@ class RequireKey:
     def __init__(self, app: ASGIApp, keys: tuple[str, ...]):
         self.app, self.keys = app, keys
 
-    async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Any]],
-                       send: Callable[[Any], Awaitable[None]]) -> None:
+    async def __call__(self, scope: Scope, receive: Receive,
+                       send: Send) -> None:
         if scope["type"] != "http" or not self.keys or scope["path"] in OPEN_PATHS \
                 or scope.get("method") == "OPTIONS":  # CORS preflight carries no credentials
             await self.app(scope, receive, send)
@@ -114,7 +114,7 @@ class RequireKey:
         await send_error(send, UnauthorizedError(message), [(b"www-authenticate", b'Bearer realm="ragvps"')])
 
 
-async def send_error(send: Callable[[Any], Awaitable[None]], error: RagvpsError,
+async def send_error(send: Send, error: RagvpsError,
                      headers: list[tuple[bytes, bytes]] | None = None) -> None:
     """One JSON error answer `{error, kind}`, with its kind's status, straight on the ASGI channel (middleware)."""
     body = json.dumps({"error": str(error), "kind": error.kind}).encode()

@@ -14,11 +14,13 @@ A refusal is 403 `{error, kind: "forbidden"}`, before any other work.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ragvps.errors import ForbiddenError
-from ragvps.serve.auth import ASGIApp, Scope, is_loopback, send_error
+from ragvps.serve.auth import is_loopback, send_error
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -88,8 +90,8 @@ class HostOriginGuard:
     def __init__(self, app: ASGIApp, bind_host: str, allowed_hosts: tuple[str, ...], cors_origins: tuple[str, ...]):
         self.app, self.hosts, self.cors_origins = app, HostRule(bind_host, allowed_hosts), cors_origins
 
-    async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Any]],
-                       send: Callable[[Any], Awaitable[None]]) -> None:
+    async def __call__(self, scope: Scope, receive: Receive,
+                       send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

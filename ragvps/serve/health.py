@@ -10,8 +10,9 @@ import threading
 import time
 from typing import Any
 
-from ragvps.app import jsonable
-from ragvps.serve.common import Ready, error_body
+from ragvps.app import json_object
+from ragvps.serve.failures import error_body
+from ragvps.serve.lifecycle import Ready
 
 TTL_S = 0.5  # an answer this fresh is given again
 TIMEOUT_S = 8.0  # a check that has not ended by then is reported as not answering (it cannot hang /health)
@@ -47,7 +48,7 @@ class HealthCheck:
     def _check(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[tuple[int, dict[str, Any]]]) -> None:
         app = self.ready.get()
         try:
-            body = jsonable(app.health())
+            body = json_object(app.health())
             healthy = bool(body.get("ready")) and bool(body.get("database")) and not body.get("error")
             body["status"] = "ok" if healthy else "unavailable"
             answer = (200 if healthy else 503, body)

@@ -18,10 +18,13 @@ from typing import TYPE_CHECKING, Any
 from ragvps.config import Settings
 from ragvps.errors import HTTP_STATUS, RagvpsError, kind_of_status
 from ragvps.serve.auth import check_bind, load_keys
-from ragvps.serve.common import Ready, error_body, for_serving
+from ragvps.serve.failures import error_body
+from ragvps.serve.lifecycle import Ready, for_serving
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.transport_security import TransportSecuritySettings
 
     from ragvps.app import App
 
@@ -158,7 +161,7 @@ def _errors(api: FastAPI) -> None:
         return JSONResponse(body, status_code=status)
 
 
-def _mcp(ready: Ready) -> Any:
+def _mcp(ready: Ready) -> MCPServer | None:
     """The MCP server for /mcp, or None when the mcp extra is not installed."""
     try:
         import mcp  # noqa: F401
@@ -169,7 +172,7 @@ def _mcp(ready: Ready) -> Any:
     return build_server(ready.get, ready.settings.serve.max_k)
 
 
-def _mcp_security() -> Any:
+def _mcp_security() -> TransportSecuritySettings:
     """The SDK's own Host and Origin checks are off: HostOriginGuard applies the same rules to /mcp as to every
     route, and answers its refusals as JSON."""
     from mcp.server.transport_security import TransportSecuritySettings

@@ -4,11 +4,13 @@ the app's, in ragvps/app/checks.py)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragvps.errors import InputTooLongError, UsageError
-from ragvps.serve.auth import ASGIApp, Scope, send_error
+from ragvps.serve.auth import send_error
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
 
 class LimitBody:
@@ -21,8 +23,8 @@ class LimitBody:
     def __init__(self, app: ASGIApp, max_bytes: int, timeout: float = 120.0):
         self.app, self.max_bytes, self.timeout = app, max_bytes, timeout
 
-    async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Any]],
-                       send: Callable[[Any], Awaitable[None]]) -> None:
+    async def __call__(self, scope: Scope, receive: Receive,
+                       send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -59,7 +61,7 @@ class LimitBody:
 
         await self.app(scope, replay, send)
 
-    async def _read(self, receive: Callable[[], Awaitable[Any]], chunks: list[bytes]) -> bool:
+    async def _read(self, receive: Receive, chunks: list[bytes]) -> bool:
         """Read the body into `chunks`, stopping past max_bytes; False if the client disconnected."""
         size = 0
         while True:

@@ -8,28 +8,35 @@ mounted at /mcp on `ragvps serve` behind the same API key.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ragvps.app import Mode
 from ragvps.config import Settings
 from ragvps.errors import RagvpsError, redact
 
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+
+    from ragvps.app import Answer, App, SearchResult
+
+T = TypeVar("T")
+
 INSTRUCTIONS = ("Search and ask the user's own knowledge base (their documents, ingested by ragvps). Use `search` "
                 "for passages to read and quote, `ask` for a short answer that cites its sources as [n].")
 
 
-def build_server(get_app: Callable[[], Any], max_k: int = 100) -> Any:
+def build_server(get_app: Callable[[], App], max_k: int = 100) -> MCPServer:
     """An MCPServer whose tools call the App that `get_app` returns (raising while it is not ready)."""
     import anyio
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
-    from ragvps.app import jsonable
+    from ragvps.app import json_object
     from ragvps.serve.convert import ask_request, search_request
 
     server = MCPServer(name="ragvps", instructions=INSTRUCTIONS, version=package_version())
 
-    async def call(fn: Callable[[], Any]) -> Any:
+    async def call(fn: Callable[[], T]) -> T:
         try:
             return await anyio.to_thread.run_sync(fn)
         except RagvpsError as exc:
@@ -39,8 +46,8 @@ def build_server(get_app: Callable[[], Any], max_k: int = 100) -> Any:
                              "BM25 keyword search). Returns each chunk's text, source path, heading path, chunk id "
                              "and score, best first.")
     async def search(query: str, k: int = 8, mode: Mode = "hybrid",
-                     path_prefix: str = "") -> list[dict[str, Any]]:
-        def run() -> Any:
+                     path_prefix: str = "") -> list[dict[str, object]]:
+        def run() -> SearchResult:
             return get_app().search(search_request(query, k, mode, path_prefix, {}, max_k))
 
         result = await call(run)
@@ -51,11 +58,11 @@ def build_server(get_app: Callable[[], Any], max_k: int = 100) -> Any:
                              "`citations` lists them (n, chunk id, path). Says so when the documents do not "
                              "answer it: `answered` is false and `evidence` (0..1) is below `min_evidence`.")
     async def ask(question: str, k: int | None = None, mode: Mode = "hybrid",
-                  path_prefix: str = "") -> dict[str, Any]:
-        def run() -> Any:
+                  path_prefix: str = "") -> dict[str, object]:
+        def run() -> Answer:
             return get_app().ask(ask_request(question, k, mode, path_prefix, {}, max_k))
 
-        answer = jsonable(await call(run))
+        answer = json_object(await call(run))
         return {key: answer.get(key) for key in ("answer", "answered", "evidence", "min_evidence", "citations",
                                                  "quotes", "invalid_citations", "sources", "generator", "model")
                 if key in answer}
@@ -120,7 +127,7 @@ def run_stdio(settings: Settings) -> None:
     import anyio
 
     from ragvps.app import App
-    from ragvps.serve.common import for_serving
+    from ragvps.serve.lifecycle import for_serving
 
     with App.open(for_serving(settings), pooled=True) as app:
         server = build_server(lambda: app, settings.serve.max_k)

@@ -9,10 +9,16 @@ OpenAI's shape (serve.openai_shapes.OpenAIErrors).
 
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragvps.config import Settings
 from ragvps.serve import openai_shapes as oa
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from ragvps.app import App, ChatAnswer, ChatRequest
+    from ragvps.serve.lifecycle import Ready
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": oa.OpenAIErrorOut, "description": "The request is not valid, or too long."},
@@ -24,11 +30,11 @@ ERRORS: dict[int | str, dict[str, Any]] = {
                                                   "request_timeout passed."},
 }
 
-def add_openai_routes(api: Any, ready: Any, settings: Settings) -> None:
+def add_openai_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> None:
     from fastapi.responses import JSONResponse
 
-    from ragvps.app import jsonable
-    from ragvps.serve.common import guarded, in_thread
+    from ragvps.serve.failures import guarded
+    from ragvps.serve.threads import in_thread
 
     timeout = float(settings.serve.request_timeout)
     started = int(time.time())
@@ -62,11 +68,11 @@ def add_openai_routes(api: Any, ready: Any, settings: Settings) -> None:
             from ragvps.serve.stream import SSE_HEADERS
 
             include = bool(body.stream_options and body.stream_options.include_usage)
-            return StreamingResponse(_chunks(app, request, timeout, include, jsonable),
+            return StreamingResponse(_chunks(app, request, timeout, include),
                                      media_type="text/event-stream", headers=SSE_HEADERS)
         answer = await in_thread(lambda: app.chat(request), timeout)
         cid, created = oa.new_id()
-        return JSONResponse(oa.completion(answer, cid, created, jsonable))
+        return JSONResponse(oa.completion(answer, cid, created))
 
 
 def _no_model(model: str) -> dict[str, Any]:
@@ -74,45 +80,45 @@ def _no_model(model: str) -> dict[str, Any]:
                          f"{oa.MODEL!r} (GET /v1/models)", "model_not_found", "model")
 
 
-def _request(body: oa.ChatIn, settings: Settings) -> Any:
-    from ragvps.app import ChatRequest, Filters
+def _request(body: oa.ChatIn, settings: Settings) -> "ChatRequest":
+    from ragvps.app import ChatRequest, Overrides
 
     max_tokens = body.max_completion_tokens or body.max_tokens
     messages = tuple((m.role, m.text()) for m in body.messages)
-    return ChatRequest(messages, filters=Filters(), temperature=body.temperature, max_tokens=max_tokens)
+    return ChatRequest(messages, Overrides(temperature=body.temperature, max_tokens=max_tokens))
 
 
-async def _chunks(app: Any, request: Any, timeout: float, include_usage: bool, jsonable: Any) -> AsyncIterator[bytes]:
+async def _chunks(app: "App", request: "ChatRequest", timeout: float,
+                  include_usage: bool) -> AsyncIterator[bytes]:
     """The answer as chat.completion.chunk events: the role, the text as it comes, the end with the
     `ragvps` field, the usage (on request), `[DONE]`; an error after the start is one `error` event."""
-    from ragvps.serve.common import TIMED_OUT, Emit, error_body, thread_events
+    from ragvps.serve.failures import error_body
     from ragvps.serve.openai_shapes import translate
+    from ragvps.serve.threads import Emit, Emitted, Failed, Finished, TimedOut, thread_events
 
     cid, created = oa.new_id()
 
-    def work(emit: Emit) -> Any:
-        return app.chat(request, on_token=lambda text: emit(("token", text)))
+    def work(emit: Emit[str]) -> "ChatAnswer":
+        return app.chat(request, on_token=emit)
 
     yield oa.chunk(cid, created, {"role": "assistant", "content": ""}, include_usage=include_usage)
-    async for item in thread_events(work, lambda exc: ("error", translate(*error_body(exc))), timeout, "ragvps-chat"):
-        if item is TIMED_OUT:
+    async for event in thread_events(work, timeout, "ragvps-chat"):
+        if isinstance(event, Emitted):
+            yield oa.chunk(cid, created, {"content": event.value}, include_usage=include_usage)
+        elif isinstance(event, Finished):
+            answer = event.value
+            yield oa.chunk(cid, created, {}, "stop", include_usage=include_usage, ragvps=oa.extra(answer))
+            if include_usage:
+                yield oa.chunk(cid, created, None, usage=oa.usage_of(answer.usage))
+            yield b"data: [DONE]\n\n"
+        elif isinstance(event, Failed):
+            yield _event(translate(*error_body(event.error))[1])
+        elif isinstance(event, TimedOut):
             yield _event(oa.error(503, f"the answer took longer than {timeout:g} s (setting request_timeout)",
                                   "timeout"))
-            return
-        what, value = item
-        if what == "token":
-            yield oa.chunk(cid, created, {"content": value}, include_usage=include_usage)
-        elif what == "error":
-            yield _event(value[1])
-            return
-        else:
-            yield oa.chunk(cid, created, {}, "stop", include_usage=include_usage, ragvps=oa.extra(value, jsonable))
-            if include_usage:
-                yield oa.chunk(cid, created, None, usage=oa.usage_of(value.usage))
-            yield b"data: [DONE]\n\n"
 
 
-def _event(body: dict[str, Any]) -> bytes:
+def _event(body: dict[str, object]) -> bytes:
     import json
 
     return b"data: " + json.dumps(body).encode() + b"\n\n"

@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ragvps.serve.auth import ASGIApp, Scope
 from ragvps.serve.schemas import MAX_QUERY_CHARS
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Receive, Scope, Send
+
+    from ragvps.app.requests import ChatAnswer, Usage
 
 MODEL = "ragvps"  # the one knowledge base a server serves, as /v1/models lists it
 PREFIX = "/v1/"
@@ -128,24 +131,25 @@ def new_id() -> tuple[str, int]:
     return "chatcmpl-" + uuid.uuid4().hex[:24], int(time.time())
 
 
-def usage_of(usage: dict[str, int]) -> dict[str, Any]:
-    p, c = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
+def usage_of(usage: Usage) -> dict[str, object]:
+    p, c = usage.prompt_tokens, usage.completion_tokens
     return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
-            "prompt_tokens_details": {"cached_tokens": int(usage.get("cached_tokens", 0))}}
+            "prompt_tokens_details": {"cached_tokens": usage.cached_tokens}}
 
 
-def extra(chat: Any, jsonable: Callable[[Any], Any]) -> dict[str, Any]:
+def extra(chat: ChatAnswer) -> dict[str, object]:
     """The one extra top-level field: the answer's citations and sources, and how the question was read."""
-    answer = {k: v for k, v in jsonable(chat.answer).items() if k != "answer"}
+    answer = {k: v for k, v in chat.answer.to_json().items() if k != "answer"}
     return {"question": chat.question, "standalone_question": chat.standalone, "rewrite": chat.rewrite,
-            "rewrite_cache": chat.rewrite_cache, "rewrite_usage": chat.rewrite_usage, **answer, "usage": chat.usage}
+            "rewrite_cache": chat.rewrite_cache, "rewrite_usage": chat.rewrite_usage.to_json(), **answer,
+            "usage": chat.usage.to_json()}
 
 
-def completion(chat: Any, cid: str, created: int, jsonable: Callable[[Any], Any]) -> dict[str, Any]:
+def completion(chat: ChatAnswer, cid: str, created: int) -> dict[str, object]:
     return {"id": cid, "object": "chat.completion", "created": created, "model": MODEL, "system_fingerprint": None,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": chat.content, "refusal": None},
                          "logprobs": None, "finish_reason": "stop"}],
-            "usage": usage_of(chat.usage), "ragvps": extra(chat, jsonable)}
+            "usage": usage_of(chat.usage), "ragvps": extra(chat)}
 
 
 def chunk(cid: str, created: int, delta: dict[str, Any] | None, finish: str | None = None,
@@ -168,8 +172,8 @@ class OpenAIErrors:
     def __init__(self, app: ASGIApp):
         self.app = app
 
-    async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Any]],
-                       send: Callable[[Any], Awaitable[None]]) -> None:
+    async def __call__(self, scope: Scope, receive: Receive,
+                       send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith(PREFIX):
             await self.app(scope, receive, send)
             return

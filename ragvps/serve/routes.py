@@ -4,10 +4,15 @@
 # their `k` bound is a setting) from the annotations at definition time.
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ragvps.config import Settings
-from ragvps.serve.schemas import AnswerOut, ErrorOut, HealthOut, SearchOut, request_models
+from ragvps.serve.schemas import AnswerOut, AskBody, ErrorOut, HealthOut, SearchBody, SearchOut, request_models
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from ragvps.serve.lifecycle import Ready
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorOut, "description": "The request is not valid (kind usage)."},
@@ -36,6 +41,12 @@ SSE_EVENT: dict[str, Any] = {"oneOf": [
 ]}
 
 
+def page() -> str:
+    from importlib import resources
+
+    return resources.files("ragvps.serve.web").joinpath("index.html").read_text(encoding="utf-8")
+
+
 def page_policy(html: str) -> str:
     """The page's Content-Security-Policy: only its own script runs (by hash, so an injected inline script or a
     `javascript:` link would not), nothing is loaded from elsewhere, and no other site may frame it."""
@@ -50,14 +61,15 @@ def page_policy(html: str) -> str:
             "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 
 
-def add_routes(api: Any, ready: Any, settings: Settings) -> None:
+def add_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> None:
     from fastapi.responses import HTMLResponse, JSONResponse
 
-    from ragvps.app import jsonable
-    from ragvps.serve.common import guarded, in_thread, page
+    from ragvps.app import json_object, jsonable
     from ragvps.serve.convert import ask_request, hits_out, search_request
+    from ragvps.serve.failures import guarded
     from ragvps.serve.health import HealthCheck
     from ragvps.serve.stream import streaming_response
+    from ragvps.serve.threads import in_thread
 
     SearchIn, AskIn = request_models(settings.serve.max_k)
     timeout = float(settings.serve.request_timeout)
@@ -82,8 +94,8 @@ def add_routes(api: Any, ready: Any, settings: Settings) -> None:
               summary="Hybrid, vector or keyword search: the same hits as `ragvps query --json`")
     @guarded
     async def search(body: SearchIn) -> Any:  # type: ignore[valid-type]
-        app = ready.get()
-        request = search_request(body.query, body.k, body.mode, body.path_prefix, body.meta, max_k)  # type: ignore[attr-defined]
+        app, b = ready.get(), cast(SearchBody, body)
+        request = search_request(b.query, b.k, b.mode, b.path_prefix, b.meta, max_k)
         start = time.perf_counter()
         result = await in_thread(lambda: app.search(request), timeout)
         return {"hits": hits_out(result.hits), "took_ms": round((time.perf_counter() - start) * 1000, 3)}
@@ -95,8 +107,7 @@ def add_routes(api: Any, ready: Any, settings: Settings) -> None:
               summary="An answer with citations, from the chunks search finds")
     @guarded
     async def ask(body: AskIn) -> Any:  # type: ignore[valid-type]
-        app = ready.get()
-        b: Any = body
+        app, b = ready.get(), cast(AskBody, body)
         request = ask_request(b.question, b.k, b.mode, b.path_prefix, b.meta, max_k, b.use_cache)
         if b.stream:
             return streaming_response(app, request, timeout)
@@ -105,8 +116,7 @@ def add_routes(api: Any, ready: Any, settings: Settings) -> None:
 
     @api.get("/stats", responses=ERRORS, summary="Table and index sizes beside RAM, as `ragvps stats --json`")
     @guarded
-    async def stats() -> dict[str, Any]:
+    async def stats() -> dict[str, object]:
         app = ready.get()
         report = await in_thread(app.stats, timeout)
-        out: dict[str, Any] = jsonable(report)
-        return out
+        return json_object(report)

@@ -73,27 +73,39 @@ class HealthOut(BaseModel):
     error: str | None = None
 
 
-def request_models(max_k: int) -> tuple[type[BaseModel], type[BaseModel]]:
+class SearchBody(BaseModel):
+    """The /search body; `request_models` gives the class whose `k` is bounded by the setting max_k."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, description="The question, in words.")
+    k: int | None = Field(None, ge=1, description="How many chunks (default: setting top_k).")
+    mode: Mode = "hybrid"
+    path_prefix: str = Field("", max_length=MAX_PATH_PREFIX,
+                             description="Only chunks from source files whose path starts so.")
+    meta: dict[str, object] = Field(default_factory=dict,
+                                    description="Only chunks whose document or chunk metadata has these pairs.")
+
+
+class AskBody(BaseModel):
+    """The /ask body; `request_models` gives the class whose `k` is bounded by the setting max_k."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    question: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    k: int | None = Field(None, ge=1, description="Chunks to retrieve (default: setting top_k).")
+    mode: Mode = "hybrid"
+    path_prefix: str = Field("", max_length=MAX_PATH_PREFIX)
+    meta: dict[str, object] = Field(default_factory=dict)
+    stream: bool = Field(False, description="Server-Sent Events: `sources`, then `token`s, then `done`.")
+    use_cache: bool = Field(True, description="Answer from the answer cache when the same chunks were sent.")
+
+
+def request_models(max_k: int) -> tuple[type[SearchBody], type[AskBody]]:
     """The /search and /ask bodies; `k` is bounded by the setting max_k, so the schema says the truth."""
 
-    class SearchIn(BaseModel):
-        model_config = ConfigDict(extra="forbid", strict=True)
-        query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, description="The question, in words.")
+    class SearchIn(SearchBody):
         k: int | None = Field(None, ge=1, le=max_k, description="How many chunks (default: setting top_k).")
-        mode: Mode = "hybrid"
-        path_prefix: str = Field("", max_length=MAX_PATH_PREFIX,
-                                 description="Only chunks from source files whose path starts so.")
-        meta: dict[str, Any] = Field(default_factory=dict,
-                                     description="Only chunks whose document or chunk metadata has these pairs.")
 
-    class AskIn(BaseModel):
-        model_config = ConfigDict(extra="forbid", strict=True)
-        question: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    class AskIn(AskBody):
         k: int | None = Field(None, ge=1, le=max_k, description="Chunks to retrieve (default: setting top_k).")
-        mode: Mode = "hybrid"
-        path_prefix: str = Field("", max_length=MAX_PATH_PREFIX)
-        meta: dict[str, Any] = Field(default_factory=dict)
-        stream: bool = Field(False, description="Server-Sent Events: `sources`, then `token`s, then `done`.")
-        use_cache: bool = Field(True, description="Answer from the answer cache when the same chunks were sent.")
 
     return SearchIn, AskIn

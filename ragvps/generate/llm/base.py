@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ragvps.config import GenerateSettings
 from ragvps.errors import GeneratorError
+from ragvps.generate.records import Quote, Usage
 
 if TYPE_CHECKING:
     import httpx
@@ -27,28 +28,34 @@ _CONTEXT = re.compile(r"context|too long|too many tokens|maximum.{0,40}tokens|ex
 
 
 @dataclass
-class Usage:
+class Tally:
+    """The token counts a provider's reader fills in as the stream tells them (then frozen as a Usage)."""
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    cached_tokens: int = 0  # prompt tokens the provider read from its prompt cache
-    cache_creation_tokens: int = 0  # prompt tokens written to it (Anthropic)
+    cached_tokens: int = 0
+    cache_creation_tokens: int = 0
+
+    def frozen(self) -> Usage:
+        return Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
+                     cached_tokens=self.cached_tokens, cache_creation_tokens=self.cache_creation_tokens)
 
 
 @dataclass
 class Stream:
     """What a provider's reader learns from the stream besides the text."""
 
-    usage: Usage = field(default_factory=Usage)
+    usage: Tally = field(default_factory=Tally)
     finish: str = ""  # the provider's stop reason
     done: bool = False  # the stream ended the way the protocol ends it
 
 
-@dataclass
+@dataclass(frozen=True)
 class Generation:
     text: str
     usage: Usage
     finish: str = ""
-    quotes: list[dict[str, Any]] = field(default_factory=list)  # extractive: each quote's source and span
+    quotes: tuple[Quote, ...] = ()  # extractive: each quote's source and span
 
 
 @dataclass(frozen=True)
@@ -79,10 +86,9 @@ class LLM:
     extractive = False
     version = "1"
 
-    def __init__(self, provider: Provider, settings: GenerateSettings, keep_alive: str = "30m"):
+    def __init__(self, provider: Provider, settings: GenerateSettings):
         self.provider = provider
         self.settings = settings
-        self.keep_alive = keep_alive
         self.name = provider.name
         self.model = settings.model
         self.url = (settings.url or provider.default_url).rstrip("/")
@@ -109,7 +115,7 @@ class LLM:
         if not self.model:
             raise GeneratorError(f"generator={self.name} needs a model: set generator_model "
                                  "(RAGVPS_GENERATOR_MODEL)", kind="config", settings=("generator_model",))
-        req = self.provider.request(fit, self.for_request(fit))
+        req = self.provider.request(fit, fit.settings)  # the settings with the request's overrides
         url = self.url + req.path
         attempts = self.settings.retries + 1
         for attempt in range(attempts):
@@ -136,15 +142,6 @@ class LLM:
             self.sleep(_backoff(attempt))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def for_request(self, fit: Fit) -> GenerateSettings:
-        """The settings with this request's answer reserve and temperature (a chat client may set both)."""
-        import dataclasses
-
-        temperature = self.settings.temperature if fit.temperature is None else fit.temperature
-        if (fit.reserve, temperature) == (self.settings.answer_reserve, self.settings.temperature):
-            return self.settings
-        return dataclasses.replace(self.settings, answer_reserve=fit.reserve, temperature=temperature)
-
     def _read(self, response: httpx.Response, on_token: Callable[[str], None]) -> Generation:
         import httpx
 
@@ -162,7 +159,7 @@ class LLM:
             raise GeneratorError(
                 f"the answer stream from {self.name} at {self.url} ended mid-answer after "
                 f"{sum(map(len, pieces)):,} characters; nothing was cached: ask again")
-        return Generation("".join(pieces), stream.usage, stream.finish)
+        return Generation(text="".join(pieces), usage=stream.usage.frozen(), finish=stream.finish)
 
     def _refused(self, response: httpx.Response, attempt: int, last: bool) -> float:
         """Raise the error for a refused request, or return how long to wait before the retry."""

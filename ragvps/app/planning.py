@@ -7,7 +7,7 @@ from ragvps.config import Settings
 from ragvps.embed.models import KNOWN_MODELS, model_spec
 from ragvps.errors import UsageError
 from ragvps.measure import sizing  # `plan --chunks`: predictions from the measured scale curve
-from ragvps.measure.plan import (
+from ragvps.measure.planner import (
     BYTES_PER_DIM,
     COMPARE_OVERLAPS,
     PER_100K,

@@ -1,4 +1,4 @@
-"""The reranker `api`: scores from a rerank API (no weights ship on PyPI); rerankers.py orders hits by them.
+"""The reranker `api`: scores from a rerank API (no weights ship on PyPI); reranking.py orders hits by them.
 
 Two shapes: the common one (Cohere, Jina, llama.cpp server) `POST /v1/rerank` or `/v2/rerank`
 `{model, query, documents, top_n}` -> `{"results": [{"index", "relevance_score"}]}`, and TEI's

@@ -1,6 +1,6 @@
 """The factory of each reranker that ragvps.backends.RERANKERS names (setting `reranker`), and rerank().
 
-Every search calls rerank(); the reranker `none` keeps the search's order, `api` (rerank.py) orders the top
+Every search calls rerank(); the reranker `none` keeps the search's order, `api` (rerank_api.py) orders the top
 `rerank_candidates` hits by a rerank API's scores.
 """
 
@@ -56,7 +56,7 @@ def none(settings: RerankSettings) -> Reranker:
 
 
 def api(settings: RerankSettings) -> Reranker:
-    from ragvps.retrieve.rerank import ApiReranker
+    from ragvps.retrieve.rerank_api import ApiReranker
 
     return ByScores(ApiReranker(settings), settings.candidates)
 

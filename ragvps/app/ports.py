@@ -1,0 +1,37 @@
+"""What the use cases need of the App (ragvps.app.core.App), so that they never import it, and the callbacks
+an interface passes to stream an answer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from ragvps.app.requests import Answer, AskRequest, SearchRequest, SearchResult
+    from ragvps.config import Settings
+    from ragvps.generate.prompt import Source
+    from ragvps.generate.registry import Generator
+
+OnSources = Callable[["Sequence[Source]"], None]  # the sources sent, before the first token
+OnToken = Callable[[str], None]  # each piece of the answer's text as it comes
+
+
+def ignore(_: object) -> None:
+    """The callback of a caller that does not listen."""
+
+
+class App(Protocol):
+    settings: Settings
+
+    @property
+    def generator(self) -> Generator: ...
+
+    def search(self, request: SearchRequest) -> SearchResult: ...
+
+    def connection(self) -> AbstractContextManager[psycopg.Connection]: ...
+
+    def ask(self, request: AskRequest, on_sources: OnSources | None = None,
+            on_token: OnToken | None = None) -> Answer: ...
