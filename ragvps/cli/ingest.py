@@ -9,7 +9,7 @@ import typer
 from ragvps.cli.common import Bars, echo_json, open_app, skipped_text, warn
 
 if TYPE_CHECKING:
-    from ragvps.ingest.pipeline import IngestReport
+    from ragvps.app import IngestReport
 
 
 def ingest(

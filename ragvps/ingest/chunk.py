@@ -10,9 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 import operator
-from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from bisect import bisect_right
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from ragvps import tokens
@@ -28,6 +28,7 @@ from ragvps.ingest.blocks import (
     _sheet_blocks,
 )
 from ragvps.ingest.formats import MARKDOWN_KINDS, SHEET_KINDS
+from ragvps.ingest.spans import Segment, refit, shorten, windows
 from ragvps.records import Chunk, Document, input_room
 from ragvps.text import sentences, strip_span
 
@@ -89,34 +90,10 @@ def chunk_documents(docs: Sequence[Document], config: ChunkerConfig) -> list[lis
 
 # --- blocks: (start, end, path index, kind), tiling the document in order --------------------------------
 
-@dataclass
-class _Segment:
-    """The tokens of doc.text[base:end], tokenized once; offsets relative to base."""
-
-    base: int
-    end: int
-    enc: Encoding
-    _words: list[int | None] | None = None
-    offs: list[tuple[int, int]] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.offs = self.enc.offsets  # a property that builds a new list on every access
-
-    def span(self, a: int, b: int) -> tuple[int, int]:
-        offs = self.offs
-        return bisect_left(offs, a - self.base, key=_START), bisect_left(offs, b - self.base, key=_START)
-
-    def inside_word(self, i: int) -> bool:
-        """Whether token i continues the word of token i - 1."""
-        if self._words is None:
-            self._words = self.enc.word_ids
-        return 0 < i < len(self._words) and self._words[i] == self._words[i - 1]
-
-
 class _Chunker:
     def __init__(self, doc: Document, config: ChunkerConfig, room: int, enc: Encoding | None, title: int | None):
         self.doc, self.config, self.text, self.room = doc, config, doc.text, room
-        self.first = _Segment(0, len(doc.text), enc) if enc is not None else None
+        self.first = Segment(0, len(doc.text), enc) if enc is not None else None
         self.paths = _Paths(doc.title)
         self.title_tokens = title
         self.info: dict[int, tuple[str, str, int, int]] = {}  # path -> display, embed, tokens, budget
@@ -137,7 +114,7 @@ class _Chunker:
             embed = display
             cap = max(1, self.room // PATH_SHARE)
             if n > cap:
-                embed, n = _shorten(parts, cap)
+                embed, n = shorten(parts, cap)
             budget = min(self.config.size, self.room - n)
             if budget < 1:
                 raise ValueError(f"the embedder's prefix {self.config.prefix!r} leaves no room for text")
@@ -150,7 +127,7 @@ class _Chunker:
     def overlap(self, budget: int) -> int:
         return min(self.config.overlap, budget // 2)
 
-    def segments(self, blocks: Iterator[Block] | list[Block]) -> Iterator[tuple[_Segment, list[Block]]]:
+    def segments(self, blocks: Iterator[Block] | list[Block]) -> Iterator[tuple[Segment, list[Block]]]:
         if self.first is not None:
             yield self.first, list(blocks)
             return
@@ -163,9 +140,9 @@ class _Chunker:
         if run:
             yield self._encode(run), run
 
-    def _encode(self, run: list[Block]) -> _Segment:
+    def _encode(self, run: list[Block]) -> Segment:
         a, b = run[0][0], run[-1][1]
-        return _Segment(a, b, tokens.encode(self.text[a:b]))
+        return Segment(a, b, tokens.encode(self.text[a:b]))
 
     def run(self) -> list[Chunk]:
         doc = self.doc
@@ -186,7 +163,7 @@ class _Chunker:
 
     # structure and sentences modes
 
-    def _block(self, seg: _Segment, a: int, b: int, p: int, kind: str) -> None:
+    def _block(self, seg: Segment, a: int, b: int, p: int, kind: str) -> None:
         if kind in ("table", "rows"):
             kind = self._table(seg, a, b, p, kind)
             if not kind:
@@ -208,9 +185,9 @@ class _Chunker:
                 self._add(pa, pb, pj - pi, p, kind == "heading")
             else:
                 self._flush()
-                self.pieces += _windows(seg, self.text, pa, pb, pi, pj, budget, self.overlap(budget), p)
+                self.pieces += windows(seg, self.text, pa, pb, pi, pj, budget, self.overlap(budget), p)
 
-    def _table(self, seg: _Segment, a: int, b: int, p: int, kind: str) -> str:
+    def _table(self, seg: Segment, a: int, b: int, p: int, kind: str) -> str:
         """A Markdown table too long for one chunk, cut into groups of whole rows, each chunk after the first
         headed by the table's header row, so that no row is apart from what its columns mean. Returns "" when
         done, or the kind to chunk the block as instead (a table too small to cut, or without a usable header)."""
@@ -256,7 +233,7 @@ class _Chunker:
             if is_section:
                 section = (ra, rb, rn) if rn <= room // 3 else None
             if rn > room - (section[2] if section and not is_section else 0):  # a row longer than a chunk
-                for piece in _windows(seg, text, ra, rb, ri, rj, room, self.overlap(room), p):
+                for piece in windows(seg, text, ra, rb, ri, rj, room, self.overlap(room), p):
                     self.pieces.append(piece)
                     self.headed[piece[0]] = (self.header,)
                 continue
@@ -294,7 +271,7 @@ class _Chunker:
 
     # fixed mode: the plain sliding window over the whole document's tokens
 
-    def _fixed(self, segs: Iterator[tuple[_Segment, list[Block]]]) -> None:
+    def _fixed(self, segs: Iterator[tuple[Segment, list[Block]]]) -> None:
         budget = self.budget(0)
         size, overlap = budget, min(self.config.overlap, budget - 1)
         step = size - overlap
@@ -363,7 +340,7 @@ class _Chunker:
         real = tokens.count(f"{embed}\n\n{self.text[a:b]}" if embed else self.text[a:b]) - path_n
         if real <= limit:
             return [(a, b, real)]
-        return _refit(self.text, a, b, limit, lambda s: tokens.count(f"{embed}\n\n{s}" if embed else s) - path_n)
+        return refit(self.text, a, b, limit, lambda s: tokens.count(f"{embed}\n\n{s}" if embed else s) - path_n)
 
 
 def _section_row(text: str, a: int, b: int, width: int) -> bool:
@@ -377,56 +354,3 @@ def _whole(blocks: Iterator[Block] | list[Block]) -> Iterator[Block]:
     """Blocks regrouped as bounded spans of the document, for the token stream of fixed mode."""
     for a, b, _, _ in blocks:
         yield a, b, 0, "prose"
-
-
-def _windows(seg: _Segment, text: str, a: int, b: int, i: int, j: int, size: int, overlap: int,
-             p: int) -> list[Piece]:
-    """Token windows over tokens [i, j) (text[a:b]) that end at word boundaries, with overlap."""
-    offs = seg.offs
-    out: list[Piece] = []
-    s, sa = i, a
-    while True:
-        e = min(s + size, j)
-        while e < j and e > s + 1 and seg.inside_word(e):
-            e -= 1
-        eb = b if e >= j else strip_span(text, sa, seg.base + offs[e][0])[1]
-        exact = not seg.inside_word(s) and (e >= j or not seg.inside_word(e))
-        out.append((sa, eb, e - s, p, exact))
-        if e >= j:
-            return out
-        ns = max(e - overlap, s + 1)
-        while s + 1 < ns < e and seg.inside_word(ns):
-            ns -= 1
-        s, sa = ns, seg.base + offs[ns][0]
-
-
-def _refit(text: str, a: int, b: int, limit: int, count: Callable[[str], int]) -> list[tuple[int, int, int]]:
-    """Cut text[a:b] into consecutive pieces whose exact count is within `limit` (a rare safety net)."""
-    out = []
-    while a < b:
-        hi = b
-        n = count(text[a:hi])
-        while n > limit and hi - a > 1:
-            offs = tokens.encode(text[a:hi]).offsets
-            k = min(limit, len(offs) - 1)
-            cut = a + offs[k][0] if k > 0 else hi - 1
-            hi = max(strip_span(text, a, min(cut, hi - 1))[1], a + 1)
-            n = count(text[a:hi])
-        out.append((a, hi, n))
-        a = strip_span(text, hi, b)[0]
-    return out
-
-
-def _shorten(parts: tuple[str, ...], cap: int) -> tuple[str, int]:
-    """A heading path that fits in `cap` tokens: title > … > last heading, then cut after a token."""
-    embed = f"{parts[0]} > … > {parts[-1]}" if len(parts) > 2 else " > ".join(parts)
-    n = tokens.count(embed)
-    offs = tokens.encode(embed).offsets
-    keep = cap - 1
-    while n > cap and keep > 0:
-        cut = embed[: offs[keep - 1][1]].rstrip() + " …"
-        n = tokens.count(cut)
-        keep -= 1
-        if n <= cap:
-            return cut, n
-    return (embed, n) if n <= cap else ("", 0)
