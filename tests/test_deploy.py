@@ -232,6 +232,7 @@ def test_services_start_in_order_behind_health_conditions():
         "ollama-pull": {"ollama": "service_healthy"},
         "ragvps": {"postgres": "service_healthy", "ollama-pull": "service_completed_successfully"},
         "serve": {"postgres": "service_healthy", "ollama-pull": "service_completed_successfully"},
+        "watch": {"postgres": "service_healthy", "ollama-pull": "service_completed_successfully"},
     }
     for deps in conditions.values():
         for dep, condition in deps.items():
@@ -693,7 +694,7 @@ def test_watch_unit_and_service_keep_a_folder_in_sync():
     assert unit["Service"]["Restart"] == ["on-failure"] and unit["Install"]["WantedBy"] == ["multi-user.target"]
     watch = compose()["services"]["watch"]
     assert watch["command"] == ["watch", "/docs"] and watch["profiles"] == ["watch"]
-    assert "${RAGVPS_DOCS_DIR:-./docs}:/docs:ro" in watch["volumes"]
+    assert watch["volumes"] == compose()["services"]["ragvps"]["volumes"]  # the same documents folder, read-only
     cli = compose()["services"]["ragvps"]
     assert service_env(watch)["RAGVPS_EMBED_MODEL"] == service_env(cli)["RAGVPS_EMBED_MODEL"]
 
