@@ -88,3 +88,11 @@ def kb_name_problem(name: str) -> str:
     """Why `name` is not a knowledge base's name."""
     return (f"{name!r} is not a knowledge base name: use 1 to 63 lower-case letters, digits and '-', "
             "starting with a letter or digit (like faq or hr-policies)")
+
+
+def cite_label(path: str, pages: tuple[int, ...] | list[int] = ()) -> str:
+    """Where a chunk is, as a person cites it: `report.pdf p. 12`, `report.pdf pp. 12-13`, or the path alone."""
+    if not pages:
+        return path
+    lo, hi = min(pages), max(pages)
+    return f"{path} p. {lo}" if lo == hi else f"{path} pp. {lo}-{hi}"

@@ -218,7 +218,8 @@ total AS (SELECT sum(idf) AS idf FROM terms)
 SELECT c.id, d.doc_id, d.source, d.root, c.seq, c.heading_path, c.text, c.start_offset, c.end_offset,
        {cosine} AS cosine,
        (SELECT coalesce(sum(t.idf), 0) FROM unnest(tsvector_to_array(c.tsv)) AS l (lexeme)
-        JOIN terms t ON t.lexeme = l.lexeme) / nullif(total.idf, 0) AS share
+        JOIN terms t ON t.lexeme = l.lexeme) / nullif(total.idf, 0) AS share,
+       c.metadata -> 'pages' AS pages
 FROM chunks c JOIN documents d ON d.id = c.document_id, total
 WHERE c.id = ANY(%(ids)s);
 

@@ -20,7 +20,7 @@ def markdown(draw: st.DrawFn) -> str:
     """Markdown-ish text: headings, paragraphs of sentences, code fences, lists, odd characters."""
     parts = []
     for _ in range(draw(st.integers(0, 12))):
-        kind = draw(st.sampled_from(["h", "p", "p", "p", "code", "list", "raw"]))
+        kind = draw(st.sampled_from(["h", "p", "p", "p", "code", "list", "raw", "table"]))
         if kind == "h":
             parts.append("#" * draw(st.integers(1, 4)) + " " + " ".join(draw(st.lists(st.sampled_from(WORDS),
                                                                                       min_size=1, max_size=30))))
@@ -30,6 +30,12 @@ def markdown(draw: st.DrawFn) -> str:
         elif kind == "code":
             parts.append("```\n# not a heading\n" + "\n".join(draw(st.lists(st.sampled_from(WORDS), max_size=60)))
                          + "\n```")
+        elif kind == "table":
+            width = draw(st.integers(1, 4))
+            cell = st.lists(st.sampled_from(WORDS), max_size=6).map(" ".join)
+            rows = draw(st.lists(st.lists(cell, min_size=width, max_size=width), min_size=1, max_size=80))
+            parts.append("\n".join(["| " + " | ".join(rows[0]) + " |", "|" + " --- |" * width]
+                                   + ["| " + " | ".join(r) + " |" for r in rows[1:]]))
         elif kind == "list":
             parts.append("\n".join("- " + w for w in draw(st.lists(st.sampled_from(WORDS), max_size=30))))
         else:
@@ -48,11 +54,17 @@ CONFIGS = st.sampled_from([
 ])
 
 
+def _lead(doc: Document, c) -> str:
+    """What a table's later chunk repeats before its own rows: the header row, and the section row it is under."""
+    spans = [c.metadata[k] for k in ("table_header", "table_section") if k in c.metadata]
+    return "".join(doc.text[a:b] + "\n" for a, b in spans)
+
+
 def _check(doc: Document, config: ChunkerConfig) -> None:
     chunks = chunk_document(doc, config)
     assert [c.seq for c in chunks] == list(range(len(chunks)))
     for c in chunks:
-        assert doc.text[c.start : c.end] == c.text
+        assert _lead(doc, c) + doc.text[c.start : c.end] == c.text
         # the guarantee, checked on the exact string the embedder receives
         assert tokens.count(config.prefix + c.embed_text) + 2 <= config.max_tokens, c
         assert c.tokens == tokens.count(c.embed_text)
@@ -70,7 +82,7 @@ def _check(doc: Document, config: ChunkerConfig) -> None:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(text=markdown(), config=CONFIGS, kind=st.sampled_from(["markdown", "text"]),
+@given(text=markdown(), config=CONFIGS, kind=st.sampled_from(["markdown", "text", "csv"]),
        title=st.sampled_from(["", "Guide", "A very long title " * 12]))
 def test_guarantees_hold_for_any_document(text, config, kind, title):
     _check(Document("d", "d", title, text, kind), config)

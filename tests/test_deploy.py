@@ -166,7 +166,7 @@ def test_the_schema_check_rejects_a_broken_compose_file():
 
 
 def test_the_stack_is_postgres_ollama_the_model_pull_ragvps_and_the_server():
-    assert set(compose()["services"]) == {"postgres", "ollama", "ollama-pull", "ragvps", "serve"}
+    assert set(compose()["services"]) == {"postgres", "ollama", "ollama-pull", "ragvps", "serve", "watch"}
 
 
 def test_images_are_pinned_to_exact_versions():
@@ -232,6 +232,7 @@ def test_services_start_in_order_behind_health_conditions():
         "ollama-pull": {"ollama": "service_healthy"},
         "ragvps": {"postgres": "service_healthy", "ollama-pull": "service_completed_successfully"},
         "serve": {"postgres": "service_healthy", "ollama-pull": "service_completed_successfully"},
+        "watch": {"postgres": "service_healthy", "ollama-pull": "service_completed_successfully"},
     }
     for deps in conditions.values():
         for dep, condition in deps.items():
@@ -740,6 +741,19 @@ def test_systemd_serve_unit_runs_the_server_on_loopback_with_keys_as_a_credentia
                    for line in SERVE_UNIT.read_text().splitlines() if not line.startswith("#"))
     assert {"NoNewPrivileges", "ProtectSystem", "PrivateTmp"} <= set(service)
     assert unit["Install"]["WantedBy"] == ["multi-user.target"]
+
+
+def test_watch_unit_and_service_keep_a_folder_in_sync():
+    unit = unit_file(DEPLOY / "systemd" / "ragvps-watch.service")
+    words = shlex.split(unit["Service"]["ExecStart"][0])
+    assert words[:2] == ["/opt/ragvps/venv/bin/ragvps", "watch"]
+    assert unit["Service"]["ReadOnlyPaths"] == [words[2]] and unit["Service"]["User"][0] != "root"
+    assert unit["Service"]["Restart"] == ["on-failure"] and unit["Install"]["WantedBy"] == ["multi-user.target"]
+    watch = compose()["services"]["watch"]
+    assert watch["command"] == ["watch", "/docs"] and watch["profiles"] == ["watch"]
+    assert watch["volumes"] == compose()["services"]["ragvps"]["volumes"]  # the same documents folder, read-only
+    cli = compose()["services"]["ragvps"]
+    assert service_env(watch)["RAGVPS_EMBED_MODEL"] == service_env(cli)["RAGVPS_EMBED_MODEL"]
 
 
 def test_systemd_analyze_verify_accepts_the_serve_unit(tmp_path):

@@ -31,17 +31,19 @@ if TYPE_CHECKING:
         json_object,
         jsonable,
     )
+    from ragvps.ingest.pipeline import IngestReport
     from ragvps.retrieve.filters import Filters
 
 _WHERE = {
     "MAX_QUERY_CHARS": "ragvps.app.checks", "MODES": "ragvps.app.checks", "Mode": "ragvps.app.checks",
     "App": "ragvps.app.core", "existing_path": "ragvps.app.core", "Filters": "ragvps.retrieve.filters",
+    "IngestReport": "ragvps.ingest.pipeline",
     **dict.fromkeys(("Answer", "AskRequest", "ChatAnswer", "ChatRequest", "Health", "Overrides", "PromptPreview",
                      "SearchRequest", "SearchResult", "json_object", "jsonable"), "ragvps.app.requests"),
 }
 __all__ = ["MAX_QUERY_CHARS", "MODES", "Answer", "App", "AskRequest", "ChatAnswer", "ChatRequest", "Filters", "Health",
-           "Mode", "Overrides", "PromptPreview", "SearchRequest", "SearchResult", "existing_path", "json_object",
-           "jsonable"]
+           "IngestReport", "Mode", "Overrides", "PromptPreview", "SearchRequest", "SearchResult", "existing_path",
+           "json_object", "jsonable"]
 
 
 def __getattr__(name: str) -> object:

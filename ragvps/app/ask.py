@@ -84,7 +84,7 @@ def prepare(app: App, request: AskRequest, clock: _Clock | None = None) -> Prepa
 
 def _source(h: Hit) -> Source:
     return Source(number=0, chunk_id=h.chunk_id, path=h.path, heading_path=h.heading_path, start=h.start,
-                  end=h.end, score=h.score, text=h.text, evidence=h.evidence)
+                  end=h.end, score=h.score, text=h.text, evidence=h.evidence, pages=h.pages)
 
 
 def _retrieved(h: Hit) -> Retrieved:

@@ -144,6 +144,16 @@ class App:
             report.answers_pruned = _prune_answers(conn, [report])
             return report
 
+    def watch(self, path: Path | str, on_report: Callable[[IngestReport, int], None], *,
+              stop: threading.Event | None = None, progress: Progress = _quiet, warn: Warn = _quiet,
+              debounce_ms: int | None = None) -> int:
+        """Ingest a folder, then again after each batch of changes in it, until `stop` is set (or Ctrl-C)."""
+        from ragvps.ingest.watch import DEBOUNCE_MS, watch
+
+        root = existing_path(path)
+        return watch(root, lambda: self.ingest(root, progress, warn), on_report, stop,
+                     DEBOUNCE_MS if debounce_ms is None else debounce_ms)
+
     def reindex(self, progress: Progress = _quiet, warn: Warn = _quiet) -> ReindexReport:
         """Switch models if the configured one differs, re-sync every ingested folder, rebuild the index."""
         from ragvps.ingest.reindex import reindex

@@ -58,7 +58,7 @@ def ask(
     if answer.citations:
         typer.echo("\nSources:")
         for c in answer.citations:
-            where = c.path + (f" | {c.heading_path}" if c.heading_path else "")
+            where = c.label + (f" | {c.heading_path}" if c.heading_path else "")
             typer.echo(f"[{c.number}] {where}  ({c.chunk_id})")
     u = answer.usage
     spent = (f"{u.prompt_tokens:,} prompt tokens ({u.cached_tokens:,} cached), {u.completion_tokens:,} "

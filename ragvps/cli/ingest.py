@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ragvps.cli.common import Bars, KbOption, echo_json, open_app, settings_from, skipped_text, warn
 from ragvps.errors import UsageError
+
+if TYPE_CHECKING:
+    from ragvps.app import IngestReport
 
 
 def ingest(
@@ -26,18 +29,49 @@ def ingest(
         report = app.ingest(path, bars, warn)
     if as_json:
         return echo_json(report)
-    typer.echo(
-        f"{report.files} files, {report.documents} documents, {report.chunks} chunks; "
-        f"embedded {report.embedded}, stored {report.stored} documents, unchanged {report.unchanged}, "
-        f"deleted {report.deleted}"
-        + (f"; skipped {skipped_text(report.skipped)}" if report.skipped else "")
-        + (f"; queued {report.queued} for `ragvps worker`" if report.queued else "")
-    )
+    typer.echo(_summary(report))
     if len(report.hosts) > 1:
         for url, h in report.hosts.items():
             rate = f"{h['chunks_per_s']:g} chunks/s" if h["chunks_per_s"] else "no rate"
             typer.echo(f"  {url}: {h['chunks']} chunks in {h['batches']} batches, {rate}, {h['state']}"
                        + (f" ({h['reason']})" if h["reason"] else ""))
+
+
+def _summary(report: IngestReport) -> str:
+    return (f"{report.files} files, {report.documents} documents, {report.chunks} chunks; "
+            f"embedded {report.embedded}, stored {report.stored} documents, unchanged {report.unchanged}, "
+            f"deleted {report.deleted}"
+            + (f"; skipped {skipped_text(report.skipped)}" if report.skipped else "")
+            + (f"; queued {report.queued} for `ragvps worker`" if report.queued else ""))
+
+
+def watch(
+    ctx: typer.Context,
+    path: Annotated[str, typer.Argument(help="Folder of documents to keep in sync.")],
+    debounce_ms: Annotated[int, typer.Option(help="Changes this close together are one batch.")] = 1600,
+    as_json: Annotated[bool, typer.Option("--json", help="Print each ingest's report as one JSON line.")] = False,
+) -> None:
+    """Keep the knowledge base in sync with a folder: ingest it, then again after each batch of changes.
+
+    Only changed files are re-read; a deleted file's document is removed; a file moved to another folder
+    embeds nothing (its chunks' vectors are cached). Stops on Ctrl-C or SIGTERM.
+    """
+    import json
+    import signal
+    import threading
+    from dataclasses import asdict
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    def show(report: IngestReport, changes: int) -> None:
+        if as_json:
+            typer.echo(json.dumps({"changes": changes, **asdict(report)}, default=list))
+        else:
+            typer.echo((f"{changes} changes: " if changes else "") + _summary(report))
+
+    with open_app(ctx) as app:
+        app.watch(path, show, stop=stop, warn=warn, debounce_ms=debounce_ms)
 
 
 def reindex(
@@ -102,5 +136,6 @@ def chunk(
 
 def register(app: typer.Typer) -> None:
     app.command()(ingest)
+    app.command()(watch)
     app.command()(reindex)
     app.command()(chunk)

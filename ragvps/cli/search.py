@@ -40,7 +40,7 @@ def query(
     for h in result.hits:
         snippet = " ".join(h.text.split())
         snippet = snippet[:200] + ("..." if len(snippet) > 200 else "")
-        typer.echo(f"{h.rank:>2}  {h.score:.4f}  {h.path}" + (f"  [{h.heading_path}]" if h.heading_path else ""))
+        typer.echo(f"{h.rank:>2}  {h.score:.4f}  {h.label}" + (f"  [{h.heading_path}]" if h.heading_path else ""))
         typer.echo(f"    {snippet}")
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ragvps.records import cite_label
+
 PROMPT_VERSION = "1"
 
 REFUSAL = "I cannot answer this from the provided sources."
@@ -44,9 +46,11 @@ class Source:
     score: float
     text: str
     evidence: float = 0.0  # rank-independent relevance to the question, 0..1 (retrieve/evidence.py)
+    pages: tuple[int, ...] = ()  # the PDF pages its text is on
 
     def block(self) -> str:
-        head = f"[{self.number}] {self.path}" + (f" | {self.heading_path}" if self.heading_path else "")
+        where = cite_label(self.path, self.pages)
+        head = f"[{self.number}] {where}" + (f" | {self.heading_path}" if self.heading_path else "")
         return f"{head}\n{self.text.strip()}"
 
 
@@ -95,4 +99,4 @@ def _numbered(source: Source, number: int) -> Source:
     if source.number == number:
         return source
     return Source(number, source.chunk_id, source.path, source.heading_path, source.start, source.end,
-                  source.score, source.text, source.evidence)
+                  source.score, source.text, source.evidence, source.pages)

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 from ragvps.generate.prompt import Source
+from ragvps.records import cite_label
 
 Json = Mapping[str, object]
 
@@ -87,17 +88,31 @@ class Citation:
     def end(self) -> int:
         return self.source.end
 
+    @property
+    def pages(self) -> tuple[int, ...]:
+        return tuple(self.source.pages)
+
+    @property
+    def label(self) -> str:
+        """Where the cited text is, as a person cites it: `report.pdf p. 12`."""
+        return cite_label(self.path, self.pages)
+
     def to_json(self) -> dict[str, object]:
+        pages = {"pages": list(self.pages)} if self.pages else {}  # only a PDF's chunks have pages
         return {"number": self.number, "chunk_id": self.chunk_id, "path": self.path,
-                "heading_path": self.heading_path, "start": self.start, "end": self.end}
+                "heading_path": self.heading_path, "start": self.start, "end": self.end, **pages}
 
 
 def source_json(source: Source) -> dict[str, object]:
-    return {f.name: getattr(source, f.name) for f in fields(source)}
+    data = {f.name: getattr(source, f.name) for f in fields(source)}
+    if not source.pages:  # only a PDF's chunks have pages: other sources' JSON is as it was
+        del data["pages"]
+    return data
 
 
 def source_from_json(data: Json) -> Source:
     return Source(number=_int(data["number"]), chunk_id=str(data["chunk_id"]), path=str(data["path"]),
                   heading_path=str(data["heading_path"]), start=_int(data["start"]), end=_int(data["end"]),
                   score=float(str(data["score"])), text=str(data["text"]),
-                  evidence=float(str(data.get("evidence", 0.0))))
+                  evidence=float(str(data.get("evidence", 0.0))),
+                  pages=tuple(_int(p) for p in data.get("pages") or ()))  # type: ignore[attr-defined]

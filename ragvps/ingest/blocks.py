@@ -15,11 +15,11 @@ from ragvps.text import strip_span
 SEGMENT_CHARS = 1 << 19  # a longer document is tokenized one segment at a time, so memory stays bounded
 PARSE_CHARS = 1 << 22  # a longer Markdown text is parsed one window of lines at a time
 
-Block = tuple[int, int, int, str]  # kind: heading | prose | lines | code
+Block = tuple[int, int, int, str]  # kind: heading | prose | lines | code | table | rows (a table's next part)
 _NEWLINE = re.compile(r"\r\n?|\n")
 _BLANK = re.compile(r"\n[ \t\r\f\v]*\n\s*")
 _MD_KINDS = {"heading_open": "heading", "paragraph_open": "prose", "blockquote_open": "prose", "fence": "code",
-             "code_block": "code"}
+             "code_block": "code", "table_open": "table"}
 
 
 class _Paths:
@@ -122,7 +122,8 @@ def _line_starts(text: str, wanted: set[int]) -> dict[int, int]:
 
 def _add_bounded(blocks: list[Block], text: str, a: int, b: int, p: int, kind: str) -> None:
     """Append text[a:b] as one block, or as several when it is longer than a segment (one huge paragraph,
-    table row or line), so that no block is tokenized whole."""
+    table or line), so that no block is tokenized whole. A table's later parts are "rows" blocks, which the
+    chunker heads with the table's header row."""
     a, b = strip_span(text, a, b)
     if b - a <= SEGMENT_CHARS:
         if a < b:
@@ -132,6 +133,37 @@ def _add_bounded(blocks: list[Block], text: str, a: int, b: int, p: int, kind: s
         pa, pb = strip_span(text, pa, pb)
         if pa < pb:
             blocks.append((pa, pb, p, kind))
+            kind = "rows" if kind == "table" else kind
+
+
+def _sheet_blocks(doc: Document, paths: _Paths) -> list[Block]:
+    """Blocks of a text the sheet readers wrote (formats.md.sheet_lines): `#` heading lines, runs of `|` table
+    lines, other lines as prose. Scanned line by line, without a Markdown parser, so a million-row sheet costs
+    no parse tree."""
+    text = doc.text
+    blocks: list[Block] = []
+    path, pos, table, last = 0, 0, -1, 0
+    for m in chain(_NEWLINE.finditer(text), [None]):
+        end = m.start() if m else len(text)
+        first = text[pos:pos + 1]
+        if first == "|":
+            table = pos if table < 0 else table
+        else:
+            if table >= 0:
+                _add_bounded(blocks, text, table, last, path, "table")
+                table = -1
+            if first == "#":
+                line = text[pos:end]
+                level = len(line) - len(line.lstrip("#"))
+                path = paths.enter(level, line[level:].strip())
+                blocks.append((pos, end, path, "heading"))
+            elif text[pos:end].strip():
+                _add_bounded(blocks, text, pos, end, path, "prose")
+        last = end
+        pos = m.end() if m else len(text)
+    if table >= 0:
+        _add_bounded(blocks, text, table, last, path, "table")
+    return blocks
 
 
 def _plain_blocks(doc: Document, paths: _Paths) -> Iterator[Block]:

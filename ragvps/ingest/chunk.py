@@ -10,9 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 import operator
-from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from bisect import bisect_right
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from ragvps import tokens
@@ -25,7 +25,10 @@ from ragvps.ingest.blocks import (
     _markdown_blocks,
     _Paths,
     _plain_blocks,
+    _sheet_blocks,
 )
+from ragvps.ingest.formats import MARKDOWN_KINDS, SHEET_KINDS
+from ragvps.ingest.spans import Segment, refit, shorten, windows
 from ragvps.records import Chunk, Document, input_room
 from ragvps.text import sentences, strip_span
 
@@ -50,7 +53,7 @@ class ChunkerConfig:
 
     def key(self) -> str:
         """Changes whenever a setting (or the algorithm) that shapes the chunks changes."""
-        raw = json.dumps(asdict(self) | {"version": 2}, sort_keys=True)
+        raw = json.dumps(asdict(self) | {"version": 3}, sort_keys=True)
         return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
@@ -87,34 +90,10 @@ def chunk_documents(docs: Sequence[Document], config: ChunkerConfig) -> list[lis
 
 # --- blocks: (start, end, path index, kind), tiling the document in order --------------------------------
 
-@dataclass
-class _Segment:
-    """The tokens of doc.text[base:end], tokenized once; offsets relative to base."""
-
-    base: int
-    end: int
-    enc: Encoding
-    _words: list[int | None] | None = None
-    offs: list[tuple[int, int]] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.offs = self.enc.offsets  # a property that builds a new list on every access
-
-    def span(self, a: int, b: int) -> tuple[int, int]:
-        offs = self.offs
-        return bisect_left(offs, a - self.base, key=_START), bisect_left(offs, b - self.base, key=_START)
-
-    def inside_word(self, i: int) -> bool:
-        """Whether token i continues the word of token i - 1."""
-        if self._words is None:
-            self._words = self.enc.word_ids
-        return 0 < i < len(self._words) and self._words[i] == self._words[i - 1]
-
-
 class _Chunker:
     def __init__(self, doc: Document, config: ChunkerConfig, room: int, enc: Encoding | None, title: int | None):
         self.doc, self.config, self.text, self.room = doc, config, doc.text, room
-        self.first = _Segment(0, len(doc.text), enc) if enc is not None else None
+        self.first = Segment(0, len(doc.text), enc) if enc is not None else None
         self.paths = _Paths(doc.title)
         self.title_tokens = title
         self.info: dict[int, tuple[str, str, int, int]] = {}  # path -> display, embed, tokens, budget
@@ -122,6 +101,10 @@ class _Chunker:
         self.group: list[tuple[int, int, int]] = []
         self.group_path = 0
         self.group_headings = True
+        self.header: tuple[int, int, int] | None = None  # the last table's header row and rule: start, end, tokens
+        self.section: tuple[int, int, int] | None = None  # its last section row (a sparse row such as a period)
+        # piece start -> what its chunk repeats first: the header, and the section row its rows are under
+        self.headed: dict[int, tuple[tuple[int, int, int], ...]] = {}
 
     def path_info(self, p: int) -> tuple[str, str, int, int]:
         if p not in self.info:
@@ -131,7 +114,7 @@ class _Chunker:
             embed = display
             cap = max(1, self.room // PATH_SHARE)
             if n > cap:
-                embed, n = _shorten(parts, cap)
+                embed, n = shorten(parts, cap)
             budget = min(self.config.size, self.room - n)
             if budget < 1:
                 raise ValueError(f"the embedder's prefix {self.config.prefix!r} leaves no room for text")
@@ -144,7 +127,7 @@ class _Chunker:
     def overlap(self, budget: int) -> int:
         return min(self.config.overlap, budget // 2)
 
-    def segments(self, blocks: Iterator[Block] | list[Block]) -> Iterator[tuple[_Segment, list[Block]]]:
+    def segments(self, blocks: Iterator[Block] | list[Block]) -> Iterator[tuple[Segment, list[Block]]]:
         if self.first is not None:
             yield self.first, list(blocks)
             return
@@ -157,13 +140,18 @@ class _Chunker:
         if run:
             yield self._encode(run), run
 
-    def _encode(self, run: list[Block]) -> _Segment:
+    def _encode(self, run: list[Block]) -> Segment:
         a, b = run[0][0], run[-1][1]
-        return _Segment(a, b, tokens.encode(self.text[a:b]))
+        return Segment(a, b, tokens.encode(self.text[a:b]))
 
     def run(self) -> list[Chunk]:
         doc = self.doc
-        blocks = _markdown_blocks(doc, self.paths) if doc.kind == "markdown" else _plain_blocks(doc, self.paths)
+        if doc.kind in MARKDOWN_KINDS:
+            blocks: Iterator[Block] | list[Block] = _markdown_blocks(doc, self.paths)
+        elif doc.kind in SHEET_KINDS:
+            blocks = _sheet_blocks(doc, self.paths)
+        else:
+            blocks = _plain_blocks(doc, self.paths)
         if self.config.mode == "fixed":
             self._fixed(self.segments(_whole(blocks)))
         else:
@@ -175,7 +163,11 @@ class _Chunker:
 
     # structure and sentences modes
 
-    def _block(self, seg: _Segment, a: int, b: int, p: int, kind: str) -> None:
+    def _block(self, seg: Segment, a: int, b: int, p: int, kind: str) -> None:
+        if kind in ("table", "rows"):
+            kind = self._table(seg, a, b, p, kind)
+            if not kind:
+                return
         i, j = seg.span(a, b)
         budget = self.budget(p)
         split = self.config.mode == "sentences" and kind in ("prose", "lines")
@@ -193,7 +185,70 @@ class _Chunker:
                 self._add(pa, pb, pj - pi, p, kind == "heading")
             else:
                 self._flush()
-                self.pieces += _windows(seg, self.text, pa, pb, pi, pj, budget, self.overlap(budget), p)
+                self.pieces += windows(seg, self.text, pa, pb, pi, pj, budget, self.overlap(budget), p)
+
+    def _table(self, seg: Segment, a: int, b: int, p: int, kind: str) -> str:
+        """A Markdown table too long for one chunk, cut into groups of whole rows, each chunk after the first
+        headed by the table's header row, so that no row is apart from what its columns mean. Returns "" when
+        done, or the kind to chunk the block as instead (a table too small to cut, or without a usable header)."""
+        text = self.text
+        rows = _lines(text, a, b)
+        if kind == "table":
+            if len(rows) < 3 or set(text[rows[1][0]:rows[1][1]]) - set("|:- \t"):
+                self.header = None
+                return "lines"
+            hi, hj = seg.span(rows[0][0], rows[1][1])
+            self.header = (rows[0][0], rows[1][1], hj - hi)
+            i, j = seg.span(a, b)
+            if j - i <= self.budget(p):
+                return "lines"
+            rows = rows[2:]
+        budget = self.budget(p)
+        if budget > 4 * MARGIN:
+            budget -= MARGIN  # row counts are exact: groups that stay clear of the limit need no recount
+        if self.header is None or self.header[2] > budget // 2:  # no header, or one too long to repeat
+            return "lines"
+        header_n = self.header[2]
+        room = budget - header_n
+        start, n = (a, header_n) if kind == "table" else (-1, 0)
+        lead = sum(x[2] for x in self.group)
+        if kind == "table" and self.group and self.group_path == p and lead <= budget // 4:
+            start, n = self.group[0][0], n + lead  # short lines just above (a unit, a period) stay with the table
+            self.group, self.group_headings = [], True
+        self._flush()
+        headed = kind == "rows"
+        end = a
+        width = text.count("|", rows[0][0], rows[0][1]) if rows else 0
+        section = self.section if headed else None
+        data = False  # the group holds a row that is not a section row
+        for ra, rb in rows:
+            ri, rj = seg.span(ra, rb)
+            rn = rj - ri
+            is_section = _section_row(text, ra, rb, width)
+            if start >= 0:
+                cap = room - (section[2] if headed and section and section[0] < start else 0) if headed else budget
+                if n + rn > cap or (is_section and data):
+                    self._piece(start, end, n, p, headed, section)
+                    start, headed, data = -1, True, False
+            if is_section:
+                section = (ra, rb, rn) if rn <= room // 3 else None
+            if rn > room - (section[2] if section and not is_section else 0):  # a row longer than a chunk
+                for piece in windows(seg, text, ra, rb, ri, rj, room, self.overlap(room), p):
+                    self.pieces.append(piece)
+                    self.headed[piece[0]] = (self.header,)
+                continue
+            if start < 0:
+                start, n = ra, 0
+            end, n, data = rb, n + rn, data or not is_section
+        if start >= 0:
+            self._piece(start, end, n, p, headed, section)
+        self.section = section
+        return ""
+
+    def _piece(self, a: int, b: int, n: int, p: int, headed: bool, section: tuple[int, int, int] | None) -> None:
+        self.pieces.append((a, b, n, p, True))
+        if headed and self.header is not None:
+            self.headed[a] = (self.header, section) if section is not None and section[0] < a else (self.header,)
 
     def _add(self, a: int, b: int, n: int, p: int, heading: bool) -> None:
         if self.group:
@@ -216,7 +271,7 @@ class _Chunker:
 
     # fixed mode: the plain sliding window over the whole document's tokens
 
-    def _fixed(self, segs: Iterator[tuple[_Segment, list[Block]]]) -> None:
+    def _fixed(self, segs: Iterator[tuple[Segment, list[Block]]]) -> None:
         budget = self.budget(0)
         size, overlap = budget, min(self.config.overlap, budget - 1)
         step = size - overlap
@@ -246,14 +301,23 @@ class _Chunker:
         chunks: list[Chunk] = []
         for a, b, n, p, exact in self._capped():
             display, embed, path_n, budget = self.path_info(p)
-            for ca, cb, cn in self._verified(a, b, n, embed, path_n, budget, exact):
+            lead, verify, lead_n = "", embed, path_n
+            if a in self.headed:  # a table's rows after the first chunk: the header row leads the chunk
+                spans = self.headed[a]
+                lead = "".join(text[x:y] + "\n" for x, y, _ in spans)
+                verify, lead_n = f"{embed}\n\n{lead}" if embed else lead, path_n + sum(k for _, _, k in spans)
+            for ca, cb, cn in self._verified(a, b, n, verify, lead_n, budget, exact):
                 meta: dict[str, Any] = {}
+                if lead:
+                    meta["table_header"] = [spans[0][0], spans[0][1]]
+                    if len(spans) > 1:
+                        meta["table_section"] = [spans[1][0], spans[1][1]]
                 if embed != display:
                     meta["embed_heading_path"] = embed
                 if pages:
                     lo, hi = bisect_right(page_starts, ca) - 1, bisect_right(page_starts, cb - 1) - 1
                     meta["pages"] = [pages[k][1] for k in range(max(lo, 0), hi + 1)]
-                chunks.append(Chunk(doc.doc_id, len(chunks), display, text[ca:cb], ca, cb, path_n + cn, 0, meta))
+                chunks.append(Chunk(doc.doc_id, len(chunks), display, lead + text[ca:cb], ca, cb, lead_n + cn, 0, meta))
         return chunks
 
     def _capped(self) -> Iterator[Piece]:
@@ -276,63 +340,17 @@ class _Chunker:
         real = tokens.count(f"{embed}\n\n{self.text[a:b]}" if embed else self.text[a:b]) - path_n
         if real <= limit:
             return [(a, b, real)]
-        return _refit(self.text, a, b, limit, lambda s: tokens.count(f"{embed}\n\n{s}" if embed else s) - path_n)
+        return refit(self.text, a, b, limit, lambda s: tokens.count(f"{embed}\n\n{s}" if embed else s) - path_n)
+
+
+def _section_row(text: str, a: int, b: int, width: int) -> bool:
+    """A table row with at most a third of its cells filled (a sub-heading such as a new period, or a note): a
+    group of rows ends before it, and later chunks of the rows under it repeat it after the header."""
+    cells = text[a:b].strip().strip("|").split("|")
+    return width > 3 and sum(1 for c in cells if c.strip()) <= max(1, (width - 1) // 3)
 
 
 def _whole(blocks: Iterator[Block] | list[Block]) -> Iterator[Block]:
     """Blocks regrouped as bounded spans of the document, for the token stream of fixed mode."""
     for a, b, _, _ in blocks:
         yield a, b, 0, "prose"
-
-
-def _windows(seg: _Segment, text: str, a: int, b: int, i: int, j: int, size: int, overlap: int,
-             p: int) -> list[Piece]:
-    """Token windows over tokens [i, j) (text[a:b]) that end at word boundaries, with overlap."""
-    offs = seg.offs
-    out: list[Piece] = []
-    s, sa = i, a
-    while True:
-        e = min(s + size, j)
-        while e < j and e > s + 1 and seg.inside_word(e):
-            e -= 1
-        eb = b if e >= j else strip_span(text, sa, seg.base + offs[e][0])[1]
-        exact = not seg.inside_word(s) and (e >= j or not seg.inside_word(e))
-        out.append((sa, eb, e - s, p, exact))
-        if e >= j:
-            return out
-        ns = max(e - overlap, s + 1)
-        while s + 1 < ns < e and seg.inside_word(ns):
-            ns -= 1
-        s, sa = ns, seg.base + offs[ns][0]
-
-
-def _refit(text: str, a: int, b: int, limit: int, count: Callable[[str], int]) -> list[tuple[int, int, int]]:
-    """Cut text[a:b] into consecutive pieces whose exact count is within `limit` (a rare safety net)."""
-    out = []
-    while a < b:
-        hi = b
-        n = count(text[a:hi])
-        while n > limit and hi - a > 1:
-            offs = tokens.encode(text[a:hi]).offsets
-            k = min(limit, len(offs) - 1)
-            cut = a + offs[k][0] if k > 0 else hi - 1
-            hi = max(strip_span(text, a, min(cut, hi - 1))[1], a + 1)
-            n = count(text[a:hi])
-        out.append((a, hi, n))
-        a = strip_span(text, hi, b)[0]
-    return out
-
-
-def _shorten(parts: tuple[str, ...], cap: int) -> tuple[str, int]:
-    """A heading path that fits in `cap` tokens: title > … > last heading, then cut after a token."""
-    embed = f"{parts[0]} > … > {parts[-1]}" if len(parts) > 2 else " > ".join(parts)
-    n = tokens.count(embed)
-    offs = tokens.encode(embed).offsets
-    keep = cap - 1
-    while n > cap and keep > 0:
-        cut = embed[: offs[keep - 1][1]].rstrip() + " …"
-        n = tokens.count(cut)
-        keep -= 1
-        if n <= cap:
-            return cut, n
-    return (embed, n) if n <= cap else ("", 0)

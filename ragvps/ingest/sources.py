@@ -9,11 +9,12 @@ import logging
 import os
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ragvps.errors import UsageError
+from ragvps.ingest.formats import READERS, Reader
 from ragvps.records import Document
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,7 @@ RECORDS = "JSON Lines records"  # the skipped reason counted for records a JSON 
 KINDS = {
     ".md": "markdown", ".markdown": "markdown", ".txt": "text", ".text": "text", ".jsonl": "jsonl",
     ".html": "html", ".htm": "html", ".pdf": "pdf",
+    **{ext: reader.kind for ext, reader in READERS.items()},
 }
 
 
@@ -206,6 +208,9 @@ def load(source: SourceFile, warn: Callable[[str], None], skipped: Counter[str] 
 
 
 def _load(source: SourceFile, warn: Callable[[str], None], skipped: Counter[str] | None) -> list[Document]:
+    reader = READERS.get(source.path.suffix.lower())
+    if reader is not None:
+        return _read_format(source, reader, warn)
     if source.kind == "jsonl":
         return load_jsonl(source, warn, skipped)
     if source.kind == "pdf":
@@ -224,6 +229,32 @@ def _load(source: SourceFile, warn: Callable[[str], None], skipped: Counter[str]
         raise SkipFile("no text", f"{source.rel}: only whitespace, no text; skipped")
     title = markdown_title(text) if source.kind == "markdown" else None
     return [Document(doc_id=source.rel, source=source.rel, title=title or stem, text=text, kind=source.kind)]
+
+
+def _read_format(source: SourceFile, reader: Reader, warn: Callable[[str], None]) -> list[Document]:
+    """A file of a format in ragvps.ingest.formats, read by its module. Any failure of the format's library
+    on a damaged file is this file's failure: it is skipped with one warning, and the ingest goes on."""
+    import importlib
+
+    extra = reader.extra
+    try:
+        if reader.library:
+            importlib.import_module(reader.library)
+        read = importlib.import_module(f"ragvps.ingest.formats.{reader.module}").read
+    except ImportError as exc:
+        need = f"`pip install 'ragvps[{extra}]'`" if extra else "ragvps's dependencies (`pip install ragvps`)"
+        raise SkipFile(f"needs ragvps[{extra or 'core'}]", f"{source.rel}: reading {source.path.suffix} files "
+                                                           f"needs {exc.name or 'a library'}: install {need}; "
+                                                           "skipped") from exc
+    try:
+        docs: list[Document] = read(source, warn)
+    except (SkipFile, OSError):
+        raise
+    except Exception as exc:  # a library's surprise on a damaged file never stops an ingest
+        raise SkipFile("unreadable", f"{source.rel}: could not be read as {source.path.suffix} "
+                                     f"({exc.__class__.__name__}: {str(without_nul(str(exc)))[:200]}); "
+                                     "skipped") from exc
+    return [d if "\x00" not in d.text else replace(d, text=d.text.replace("\x00", "")) for d in docs]
 
 
 def markdown_title(text: str) -> str | None:

@@ -16,6 +16,7 @@ from ragvps.config import Settings
 from ragvps.db.sql import compose
 from ragvps.db.store import EmbeddingSet, as_param
 from ragvps.errors import UsageError
+from ragvps.records import cite_label
 from ragvps.retrieve.evidence import combine
 from ragvps.retrieve.filters import Filters
 from ragvps.retrieve.fusion import rrf
@@ -38,7 +39,13 @@ class Hit:
     cosine: float | None = None  # query-chunk cosine (None without a query vector: keyword mode)
     terms: float | None = None  # share of the query's IDF mass the chunk contains (None: no query lexemes)
     evidence: float = 0.0  # both combined (retrieve/evidence.py): rank-independent, 0..1
+    pages: tuple[int, ...] = ()  # the PDF pages the chunk's text is on
     kb: str | None = None  # the knowledge base, in a search of several (None: the one searched)
+
+    @property
+    def label(self) -> str:
+        """The path as a citation shows it: `report.pdf p. 12`."""
+        return cite_label(self.path, self.pages)
 
     def to_json(self) -> dict[str, object]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -158,7 +165,8 @@ def _details(fused: list[tuple[int, float]], vec: list[int], kw: list[int], rows
     krank = {c: r for r, c in enumerate(kw, start=1)}
     hits = []
     for rank, (cid, score) in enumerate(fused, start=1):
-        _, doc_id, source, _root, seq, heading, body, start, end, cos, share = rows[cid]
+        _, doc_id, source, _root, seq, heading, body, start, end, cos, share, pages = rows[cid]
         hits.append(Hit(rank, score, f"{doc_id}#{seq}", source, doc_id, heading, body,
-                        vrank.get(cid), krank.get(cid), start, end, cos, share, combine(cos, share)))
+                        vrank.get(cid), krank.get(cid), start, end, cos, share, combine(cos, share),
+                        tuple(int(p) for p in pages or ())))
     return hits
