@@ -50,6 +50,7 @@ def watch(
     path: Annotated[str, typer.Argument(help="Folder of documents to keep in sync.")],
     debounce_ms: Annotated[int, typer.Option(help="Changes this close together are one batch.")] = 1600,
     as_json: Annotated[bool, typer.Option("--json", help="Print each ingest's report as one JSON line.")] = False,
+    kb: KbOption = None,
 ) -> None:
     """Keep the knowledge base in sync with a folder: ingest it, then again after each batch of changes.
 
@@ -70,7 +71,7 @@ def watch(
         else:
             typer.echo((f"{changes} changes: " if changes else "") + _summary(report))
 
-    with open_app(ctx) as app:
+    with open_app(ctx, kb=kb) as app:
         app.watch(path, show, stop=stop, warn=warn, debounce_ms=debounce_ms)
 
 
