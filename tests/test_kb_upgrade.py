@@ -49,17 +49,22 @@ def test_a_database_of_main_before_knowledge_bases_upgrades_into_default(pg_admi
     try:
         hits = json.loads(cli("query", "when is the lamp lit?", "--json").stdout)
         assert hits and hits[0]["path"] == "lighthouse.md"
+        with psycopg.connect(url) as conn:  # the upgrade itself: the very vectors main stored, in their schema
+            schema = conn.execute("SELECT schema_name FROM ragvps.knowledge_bases").fetchone()
+            assert schema is not None
+            moved = conn.execute(sql.SQL("SELECT count(*), md5(string_agg(embedding::text, ',' ORDER BY chunk_id)) "
+                                         "FROM {}.embeddings_1").format(sql.Identifier(schema[0]))).fetchone()
+        assert moved == before
         again = cli("ingest", str(tmp_path / "corpus")).stdout
-        assert re.search(r"embedded 0\b", again) and "unchanged 3" in again, again
+        # The chunker changed since main (tables keep their header): the documents are cut again, and only
+        # the chunks whose text changed are embedded, the rest come from main's vector cache, moved here.
+        embedded, chunks = (int(n) for n in re.search(r"(\d+) chunks; embedded (\d+)", again).groups()[::-1])
+        assert embedded < chunks / 2, again
         listed = {r["name"]: r for r in json.loads(cli("kb", "list", "--json").stdout)}
-        assert set(listed) == {"default"} and (listed["default"]["documents"], listed["default"]["chunks"]) == (3, 35)
+        assert set(listed) == {"default"} and listed["default"]["documents"] == 3
         with psycopg.connect(url) as conn:
             left_in_public = conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'").fetchone()
-            schema = conn.execute("SELECT schema_name FROM ragvps.knowledge_bases").fetchone()
-            assert left_in_public == (0,) and schema is not None
-            after = conn.execute(sql.SQL("SELECT count(*), md5(string_agg(embedding::text, ',' ORDER BY chunk_id)) "
-                                         "FROM {}.embeddings_1").format(sql.Identifier(schema[0]))).fetchone()
-        assert after == before  # the very vectors main stored
+            assert left_in_public == (0,)
         assert not (data / "chunks").exists() and (data / "kb" / "default" / "chunks").is_dir()
         assert (data / "kb" / "default" / "embeddings").is_dir()
         cli("kb", "create", "faq")  # and the upgraded database takes new knowledge bases beside it

@@ -18,7 +18,8 @@ from psycopg import sql
 
 from ragvps.config import Settings
 from ragvps.db import index, store
-from ragvps.db.database import compose, connect, q
+from ragvps.db.database import connect
+from ragvps.db.sql import compose, q
 from ragvps.measure import inspect
 from ragvps.records import Chunk, Document, ModelSpec
 

@@ -95,13 +95,6 @@ class App:
         if self._generator is not None and hasattr(self._generator, "close"):
             self._generator.close()
 
-    @staticmethod
-    def stop_embedded(settings: Settings) -> bool:
-        """`ragvps server stop`: stop the embedded PostgreSQL if it runs; True if one was stopped."""
-        from ragvps.db.embedded import stop_embedded
-
-        return stop_embedded(settings)
-
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
         """A connection; one that dies under the caller (a stopped server) becomes one clear DatabaseError."""

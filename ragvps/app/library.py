@@ -131,6 +131,13 @@ class Library:
         return Keys(self.connections)
 
 
+def stop_embedded(settings: Settings) -> bool:
+    """`ragvps server stop`: stop the embedded PostgreSQL if it runs; True if one was stopped."""
+    from ragvps.db.embedded import stop_embedded as stop
+
+    return stop(settings)
+
+
 def search_many(apps: Sequence[App], request: SearchRequest) -> SearchResult:
     """One search over several knowledge bases: each searched with its own model and index, the lists fused
     by rank (RRF: a hit's score is 1 / (rrf_k + its rank in its own list)), each hit naming its knowledge base.

@@ -12,10 +12,10 @@ server = typer.Typer(help="The embedded PostgreSQL server under the data directo
 @server.command("stop")
 def server_stop(ctx: typer.Context) -> None:
     """Stop the embedded server (the next command starts it again)."""
-    from ragvps.app import App
+    from ragvps.app.library import stop_embedded
 
     settings = settings_from(ctx)
-    typer.echo("stopped" if App.stop_embedded(settings) else f"no embedded server runs in {settings.database.pg_dir}")
+    typer.echo("stopped" if stop_embedded(settings) else f"no embedded server runs in {settings.database.pg_dir}")
 
 
 def register(app: typer.Typer) -> None:
