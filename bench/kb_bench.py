@@ -73,7 +73,8 @@ def database(admin: str, name: str) -> str:
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
-    return admin.rsplit("/", 1)[0] + "/" + name
+    address, _, query = admin.partition("?")
+    return address.rsplit("/", 1)[0] + "/" + name + ("?" + query if query else "")
 
 
 def schema_bytes(conn: psycopg.Connection, schema: str) -> int:
