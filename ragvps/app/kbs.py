@@ -31,16 +31,8 @@ def resolve(settings: Settings, connections: Connections) -> KnowledgeBase:
     `default` is made when missing. Another name that does not exist is a NotFoundError listing the others."""
     from ragvps.db import catalog
 
-    name = catalog.check_name(settings.database.kb)
     with connections.connection() as conn:
-        kb = catalog.get(conn, name)
-        if kb is None and name == catalog.DEFAULT_KB:
-            kb = catalog.create(conn, name, {})
-        elif kb is None:
-            raise catalog.not_found(name, catalog.names(conn))
-        elif kb.schema not in connections.migrated:
-            catalog.migrate_kb(conn, kb)
-        connections.migrated.add(kb.schema)
+        kb = catalog.open_kb(conn, settings.database.kb, connections.migrated)
         catalog.unbind(conn)
         conn.commit()
     _adopt_legacy_files(settings.replace(**kb.settings))

@@ -9,7 +9,6 @@ one is `DROP SCHEMA ... CASCADE`. The schema is named by the id, so a rename tou
 
 from __future__ import annotations
 
-import json
 import logging
 import weakref
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ def _q(name: str) -> str:
     return queries("catalog.sql")[name]
 
 
-q_ = _q  # the catalog's named queries, for the app layer's keys
+q_ = _q  # the catalog's named queries, for db/keys.py
 
 
 @dataclass(frozen=True)
@@ -99,15 +98,18 @@ def migrate_kb(conn: psycopg.Connection, kb: KnowledgeBase) -> list[str]:
     return migrate_stages(conn, lock=f"ragvps:migrate:{kb.schema}")
 
 
-def open_kb(conn: psycopg.Connection, name: str) -> KnowledgeBase:
+def open_kb(conn: psycopg.Connection, name: str, migrated: set[str] | None = None) -> KnowledgeBase:
     """The knowledge base `name`, its schema migrated and the connection bound to it; `default` is made
-    when missing, any other name must exist."""
+    when missing, any other name must exist. A schema in `migrated` is not migrated again (and is added)."""
     kb = get(conn, check_name(name))
     if kb is None and name == DEFAULT_KB:
-        return create(conn, name, {})
-    if kb is None:
+        kb = create(conn, name, {})
+    elif kb is None:
         raise not_found(name, names(conn))
-    migrate_kb(conn, kb)
+    elif migrated is None or kb.schema not in migrated:
+        migrate_kb(conn, kb)
+    if migrated is not None:
+        migrated.add(kb.schema)
     return kb
 
 
@@ -198,8 +200,6 @@ def update_settings(conn: psycopg.Connection, name: str, settings: dict[str, obj
             raise not_found(name, names(conn))
 
 
-def settings_json(settings: dict[str, object]) -> str:
-    return json.dumps(settings, sort_keys=True)
 
 
 def migrate_stages(conn: psycopg.Connection, lock: str) -> list[str]:

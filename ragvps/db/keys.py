@@ -8,6 +8,7 @@ from datetime import datetime
 import psycopg
 
 from ragvps.db.catalog import q_, require
+from ragvps.db.sql import scalar
 from ragvps.errors import ConflictError, NotFoundError, UsageError
 
 KeyRow = tuple[str, datetime, datetime | None, list[str]]  # name, created, last used, ["kb:role"]
@@ -35,8 +36,8 @@ def delete(conn: psycopg.Connection, name: str, force: bool) -> None:
         if conn.execute(q_("key_get_by_name"), {"name": name}).fetchone() is None:
             names = [row[0] for row in conn.execute(q_("key_list"))]
             raise NotFoundError(f"no key named {name!r}; the keys: {', '.join(names) or 'none'}")
-        is_admin = bool((conn.execute(q_("key_is_admin"), {"name": name}).fetchone() or [False])[0])
-        left = int((conn.execute(q_("admin_keys_left"), {"name": name}).fetchone() or [0])[0])
+        is_admin = bool(scalar(conn, q_("key_is_admin"), {"name": name}))
+        left = int(scalar(conn, q_("admin_keys_left"), {"name": name}))
         if is_admin and left == 0 and not force:
             raise UsageError(f"{name!r} is the last key with the admin role: make another admin key first "
                              "(ragvps key create --role admin ...), or revoke it with --yes")
@@ -44,7 +45,7 @@ def delete(conn: psycopg.Connection, name: str, force: bool) -> None:
 
 
 def count(conn: psycopg.Connection) -> int:
-    return int((conn.execute(q_("key_count")).fetchone() or [0])[0])
+    return int(scalar(conn, q_("key_count")))
 
 
 def grants(conn: psycopg.Connection, hashed: str) -> tuple[int, dict[str, str]] | None:
