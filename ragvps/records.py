@@ -84,6 +84,13 @@ def input_room(max_tokens: int, prefix: str) -> int:
     return max_tokens - SPECIAL_TOKENS - tokens.count(prefix)
 
 
+def fields_dict(record: object) -> dict[str, object]:
+    """A dataclass record's fields by name, shallow: what a record's `to_json()` starts from."""
+    from dataclasses import fields
+
+    return {f.name: getattr(record, f.name) for f in fields(record)}  # type: ignore[arg-type]
+
+
 def kb_name_problem(name: str) -> str:
     """Why `name` is not a knowledge base's name."""
     return (f"{name!r} is not a knowledge base name: use 1 to 63 lower-case letters, digits and '-', "

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from ragvps.generate.records import Citation, Json, Quote, Usage, source_from_json, source_json
+from ragvps.records import fields_dict
 
 if TYPE_CHECKING:
     from ragvps.config import GenerateSettings
@@ -110,7 +111,7 @@ class Retrieved:
     evidence: float
 
     def to_json(self) -> dict[str, object]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return fields_dict(self)
 
     @classmethod
     def from_json(cls, data: Json) -> Retrieved:

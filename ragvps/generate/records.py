@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 from ragvps.generate.prompt import Source
-from ragvps.records import cite_label
+from ragvps.records import cite_label, fields_dict
 
 Json = Mapping[str, object]
 
@@ -26,8 +26,8 @@ class Usage:
     def __add__(self, other: Usage) -> Usage:
         return Usage(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
 
-    def to_json(self) -> dict[str, int]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+    def to_json(self) -> dict[str, object]:
+        return fields_dict(self)
 
     @classmethod
     def from_json(cls, data: Json | None) -> Usage:
@@ -49,7 +49,7 @@ class Quote:
     command: bool = False  # a command line (answers "how do I run ...")
 
     def to_json(self) -> dict[str, object]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return fields_dict(self)
 
     @classmethod
     def from_json(cls, data: Json) -> Quote:
@@ -104,7 +104,7 @@ class Citation:
 
 
 def source_json(source: Source) -> dict[str, object]:
-    data = {f.name: getattr(source, f.name) for f in fields(source)}
+    data = fields_dict(source)
     if not source.pages:  # only a PDF's chunks have pages: other sources' JSON is as it was
         del data["pages"]
     return data

@@ -5,7 +5,7 @@ The legs run in the caller's transaction (the app's), so the active set and the 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -16,7 +16,7 @@ from ragvps.config import Settings
 from ragvps.db.sql import compose
 from ragvps.db.store import EmbeddingSet, as_param
 from ragvps.errors import UsageError
-from ragvps.records import cite_label
+from ragvps.records import cite_label, fields_dict
 from ragvps.retrieve.evidence import combine
 from ragvps.retrieve.filters import Filters
 from ragvps.retrieve.fusion import rrf
@@ -48,7 +48,7 @@ class Hit:
         return cite_label(self.path, self.pages)
 
     def to_json(self) -> dict[str, object]:
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out = fields_dict(self)
         if self.kb is None:
             del out["kb"]
         return out
