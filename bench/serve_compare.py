@@ -53,7 +53,7 @@ def build_in_baseline(baseline: Path, data_dir: Path, rows: int) -> None:
     """The baseline's serve_bench.build, run by the baseline's code (its layout, its migrations)."""
     code = ("import argparse, sys; sys.argv = ['serve_bench']; import serve_bench as s; "
             f"a = argparse.Namespace(data_dir=__import__('pathlib').Path({str(data_dir)!r}), "
-            f"database={SOURCE_DB!r}, rows={rows}); s.database(a)")
+            f"database={SOURCE_DB!r}, rows={rows}, build=False); s.database(a)")
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")} | {"PYTHONPATH": str(baseline)}
     subprocess.run([sys.executable, "-c", code], cwd=baseline / "bench", env=env, check=True)
 

@@ -96,6 +96,17 @@ class Library:
             self._apps[name] = (names[name], app)
         return app
 
+    def known(self, name: str) -> App | None:
+        """The App of `name` when finding it needs no database (the catalog read less than CATALOG_TTL_S ago
+        and the App made): a server then resolves a request's knowledge base on its event loop, without a
+        thread of its own. None: ask `app(name)`."""
+        with self._lock:
+            at, names = self._names
+            cached = self._apps.get(name)
+            if time.monotonic() - at > CATALOG_TTL_S or cached is None or names.get(name) != cached[0]:
+                return None
+            return cached[1]
+
     def made(self) -> list[App]:
         """The Apps made so far."""
         with self._lock:

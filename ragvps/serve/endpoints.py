@@ -33,8 +33,11 @@ class Endpoints:
     async def app_for(self, request: Request, name: str | None, role: Role = "read") -> App:
         """The App of knowledge base `name` (the server's own without one), if the caller holds `role` on it."""
         principal = principal_of(request)
-        return await in_thread(lambda: self.ready.kb(name or self.settings.database.kb, principal, role),
-                               self.timeout)
+        name = name or self.settings.database.kb
+        known = self.ready.kb_known(name, principal, role)  # most requests: no thread, no query
+        if known is not None:
+            return known
+        return await in_thread(lambda: self.ready.kb(name, principal, role), self.timeout)
 
     async def search(self, request: Request, body: SearchBody, name: str | None) -> dict[str, object]:
         query = search_request(body.query, body.k, body.mode, body.path_prefix, body.meta, self.max_k)

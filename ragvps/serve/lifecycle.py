@@ -67,6 +67,12 @@ class Ready:
                 pass
         raise not_found(name, principal.visible(sorted(library.catalog()), role))
 
+    def kb_known(self, name: str, principal: Principal, role: Role = "read") -> App | None:
+        """`kb(...)` when it needs no database (Library.known), else None: ask `kb` off the event loop."""
+        if self.library is None or not principal.can(name, role):
+            return None
+        return self.library.known(name)
+
     def visible(self, principal: Principal, role: Role = "read") -> list[str]:
         """The knowledge bases `principal` may use with `role`, by name."""
         self.get()
