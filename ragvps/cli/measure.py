@@ -38,6 +38,8 @@ def eval_(
     depth = max(depth, k)
     with open_app(ctx, kb=kb, reranker=reranker_on() if rerank else None) as app, Bars() as bars:
         result = app.evaluate(questions, source, chosen, k, depth, bars, warn)
+        if gold is not None and not rerank:  # kept for backups: restore-check measures a restored copy the same way
+            evaluation.record(app, questions, result)
     if report is not None:
         report.write_text(evaluation.eval_html(result, f"ragvps eval: {source}"), encoding="utf-8")
     if as_json:
