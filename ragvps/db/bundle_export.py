@@ -86,7 +86,8 @@ def export_kb(conn: psycopg.Connection, kb: KnowledgeBase, path: Path, *, with_c
     except BaseException:
         writer.abort()
         raise
-    return ExportReport(path, size, documents, chunks, len(sets), sum(int(s["count"]) for s in sets), manifest)
+    vectors = sum(int(str(s["count"])) for s in sets)
+    return ExportReport(path, size, documents, chunks, len(sets), vectors, manifest)
 
 
 def _write_rows(conn: psycopg.Connection, writer: BundleWriter, table: str, total: int, say: Progress) -> int:
@@ -114,7 +115,7 @@ def _write_set(conn: psycopg.Connection, writer: BundleWriter, row: tuple[object
     """One embedding set: its chunk ids (int64) and its vectors (float32, little-endian), both in chunk id order."""
     set_id, model, identity, dims, vector_type, table_name, active, chunker = row
     table = sql.Identifier(str(table_name))
-    count = int(scalar(conn, bq("count_vectors", table=table)))
+    count, size = int(scalar(conn, bq("count_vectors", table=table))), int(str(dims))
     name = f"vectors/{set_id}"
     with writer.member(f"{name}.ids") as sink, conn.cursor(name=f"bundle_ids_{set_id}") as cur:
         cur.itersize = ITERSIZE * 10
@@ -122,7 +123,7 @@ def _write_set(conn: psycopg.Connection, writer: BundleWriter, row: tuple[object
         while rows := cur.fetchmany(ITERSIZE * 10):
             sink.write(np.fromiter((r[0] for r in rows), dtype="<i8", count=len(rows)).tobytes())
     done = 0
-    binary = np.dtype([("head", ">i4"), ("v", ">f4", (int(str(dims)),))])
+    binary = np.dtype([("head", ">i4"), ("v", ">f4", (size,))])
     with writer.member(f"{name}.f32") as sink, conn.cursor(name=f"bundle_vectors_{set_id}", binary=True) as cur:
         cur.itersize = ITERSIZE
         cur.execute(bq("export_vectors", table=table))

@@ -109,6 +109,9 @@ class Bundle:
     def has(self, name: str) -> bool:
         return name in self._members
 
+    def size(self, name: str) -> int:
+        return self._members[name].size
+
     def close(self) -> None:
         self._tar.close()
 
@@ -166,13 +169,18 @@ def _checked(path: Path, tar: tarfile.TarFile, listed: list[tarfile.TarInfo],
     total, done = sum(int(m["size"]) for m in declared.values()), 0
     for name, want in declared.items():
         if members[name].size != want["size"]:
-            raise _bad(path, f"member {name} holds {members[name].size} bytes, the manifest says {want['size']}")
-        digest = _sha256(path, tar, members[name], lambda n: progress and progress("verify", done + n, total))
+            raise _bad(path, f"member {name} holds {members[name].size} bytes, the manifest says "
+                             f"{want['size']}")
+        digest = _sha256(path, tar, members[name], _reporter(progress, done, total))
         if digest != want["sha256"]:
             raise _bad(path, f"member {name} fails its checksum (sha256 {digest[:12]}..., the manifest says "
                              f"{str(want['sha256'])[:12]}...): the file is corrupt")
         done += int(want["size"])
     return Bundle(path, manifest, hashlib.sha256(raw).hexdigest(), tar, members)
+
+
+def _reporter(progress: Callable[[str, int, int], None] | None, done: int, total: int) -> Callable[[int], object]:
+    return (lambda n: progress("verify", done + n, total)) if progress else (lambda n: None)
 
 
 def _manifest(path: Path, raw: bytes) -> dict[str, Any]:

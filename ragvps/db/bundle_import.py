@@ -70,8 +70,9 @@ def check_bundle(bundle: Bundle) -> None:
               and 0 < s["dims"] <= 16000 and isinstance(s.get("count"), int) and isinstance(s.get("id"), int)
               and bundle.has(str(s.get("ids"))) and bundle.has(str(s.get("vectors"))))
         if not ok:
-            raise BadBundleError(f"{where}: a vector set in the manifest is incomplete ({s!r:.200}); nothing was written")
-        sizes = (bundle._members[s["ids"]].size, bundle._members[s["vectors"]].size)
+            raise BadBundleError(f"{where}: a vector set in the manifest is incomplete ({s!r:.200}); "
+                                 "nothing was written")
+        sizes = (bundle.size(s["ids"]), bundle.size(s["vectors"]))
         if sizes != (8 * s["count"], 4 * s["dims"] * s["count"]):
             raise BadBundleError(f"{where}: vector set {s['id']} should hold {s['count']} vectors of {s['dims']} "
                                  f"dimensions, its members hold {sizes[0]} and {sizes[1]} bytes; nothing was written")
@@ -177,7 +178,8 @@ def _load(conn: psycopg.Connection, bundle: Bundle, scratch: str, progress: Prog
                 continue
             done = 0
             for batch in lines(bundle.open(member)):
-                conn.execute(_q(f"import_{table}"), {"rows": "[" + ",".join(line.decode() for line in batch) + "]"}, prepare=False)
+                rows = "[" + ",".join(line.decode() for line in batch) + "]"
+                conn.execute(_q(f"import_{table}"), {"rows": rows}, prepare=False)
                 done += len(batch)
                 if table in totals:
                     progress(table, done, totals[table])
