@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 Progress = Callable[[str, int, int], None]
 Warn = Callable[[str], None]
 VECTOR_BATCH = 5000
+LOCK_WAIT_S = 5.0
 _COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + b"\x00" * 8
 _COPY_TRAILER = b"\xff\xff"
 VECTOR_TYPES = ("vector", "halfvec", "bit")
@@ -114,9 +116,13 @@ def import_bundle(conn: psycopg.Connection, bundle: Bundle, name: str, settings:
                   progress: Progress, warn: Warn) -> ImportReport:
     """Load a checked bundle as knowledge base `name` (settings: the target's, with the bundle's own over them)."""
     lock = {"key": f"ragvps:import:{bundle.id}"}
-    if not scalar(conn, _q("import_lock"), lock):
+    deadline = time.monotonic() + LOCK_WAIT_S  # a killed import's session lets go once its server notices
+    while not scalar(conn, _q("import_lock"), lock):
         conn.commit()
-        raise DatabaseError(f"another import of {bundle.path} into this database is running: wait for it to end")
+        if time.monotonic() > deadline:
+            raise DatabaseError(f"another import of {bundle.path} into this database is running: wait for it to "
+                                "end, then run this again")
+        time.sleep(0.2)
     conn.commit()
     try:
         return _import(conn, bundle, name, settings, replace, progress, warn)
