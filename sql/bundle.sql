@@ -166,3 +166,25 @@ SELECT id, question, relevant, answer FROM gold_questions ORDER BY id;
 
 -- name: scores_all
 SELECT mode, k, depth, recall, mrr, ndcg, questions FROM eval_scores ORDER BY mode;
+
+-- name: chunk_secondary_indexes
+-- Dropped before a bulk load into a scratch schema and made again after it: a GIN index built once is many
+-- times faster than one updated row by row.
+SELECT n.nspname, c.relname, pg_get_indexdef(i.indexrelid)
+FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE i.indrelid = 'chunks'::regclass AND NOT i.indisunique AND NOT i.indisprimary;
+
+-- name: drop_index
+DROP INDEX {index};
+
+-- name: pause_chunk_triggers
+ALTER TABLE chunks DISABLE TRIGGER USER;
+
+-- name: resume_chunk_triggers
+ALTER TABLE chunks ENABLE TRIGGER USER;
+
+-- name: rebuild_stats
+-- What the statistics triggers (migration 002) would have kept, computed once over the loaded chunks.
+INSERT INTO term_stats (lexeme, df) SELECT word, ndoc FROM ts_stat('SELECT tsv FROM chunks');
+UPDATE corpus_stats SET chunks = s.n, lengths = s.l, generation = generation + 1
+FROM (SELECT count(*) AS n, coalesce(sum(length(tsv)), 0) AS l FROM chunks) s;

@@ -178,6 +178,10 @@ def _load(conn: psycopg.Connection, bundle: Bundle, scratch: str, progress: Prog
               "chunks": manifest.get("counts", {}).get("chunks", 0)}
     store.end_implicit_transaction(conn)
     with conn.transaction():
+        indexes = conn.execute(_q("chunk_secondary_indexes")).fetchall()
+        for schema, name, _ in indexes:
+            conn.execute(bq("drop_index", index=sql.Identifier(schema, name)))
+        conn.execute(_q("pause_chunk_triggers"))
         for table in (*TABLES, CACHE_TABLE):
             member = manifest["tables"].get(table)
             if member is None:
@@ -191,6 +195,10 @@ def _load(conn: psycopg.Connection, bundle: Bundle, scratch: str, progress: Prog
                     progress(table, done, totals[table])
                 checkpoint(f"{table}:{done}")
             checkpoint(table)
+        conn.execute(_q("resume_chunk_triggers"))
+        for *_, definition in indexes:
+            conn.execute(definition)  # pg_get_indexdef's own statement, schema-qualified
+        conn.execute(_q("rebuild_stats"))
         for s in manifest.get("vector_sets", []):
             _load_set(conn, bundle, s, progress)
             checkpoint(f"vectors:{s['id']}")
