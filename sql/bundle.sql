@@ -188,3 +188,9 @@ ALTER TABLE chunks ENABLE TRIGGER USER;
 INSERT INTO term_stats (lexeme, df) SELECT word, ndoc FROM ts_stat('SELECT tsv FROM chunks');
 UPDATE corpus_stats SET chunks = s.n, lengths = s.l, generation = generation + 1
 FROM (SELECT count(*) AS n, coalesce(sum(length(tsv)), 0) AS l FROM chunks) s;
+
+-- name: queue_missing
+-- Chunks the source stored without a vector in the active set (an ingest with defer_embedding) wait for a worker
+-- again, as they did there.
+INSERT INTO embed_queue (set_id, chunk_id)
+SELECT %(set_id)s, c.id FROM chunks c WHERE NOT EXISTS (SELECT 1 FROM {table} e WHERE e.chunk_id = c.id);

@@ -134,7 +134,7 @@ def backup(settings: Settings, folder: Path, names: Sequence[str], keep: int | N
     """A dated bundle per knowledge base in `folder` (with a probe when it has no gold questions), then the oldest
     beyond the `keep` newest of each deleted."""
     from ragvps.app.core import App
-    from ragvps.db.bundle_export import _q
+    from ragvps.db.bundle_export import bundle_sql
 
     if keep is not None and keep < 1:
         raise UsageError("--keep must be at least 1")
@@ -146,7 +146,7 @@ def backup(settings: Settings, folder: Path, names: Sequence[str], keep: int | N
         with App.open(settings.replace(kb=name)) as app:
             made = export(app, path, probe=True, progress=progress, warn=warn)
             with app.connection() as conn:
-                conn.execute(_q("backup_insert"), {"kb": name, "file": str(path), "bytes": made.bytes,
+                conn.execute(bundle_sql("backup_insert"), {"kb": name, "file": str(path), "bytes": made.bytes,
                                                    "chunks": made.chunks})
         reports.append(BackupReport(name, path, made.bytes, made.chunks, tuple(prune(settings, folder, name, keep))))
     return reports
@@ -154,7 +154,7 @@ def backup(settings: Settings, folder: Path, names: Sequence[str], keep: int | N
 
 def prune(settings: Settings, folder: Path, name: str, keep: int | None) -> list[Path]:
     """Delete the oldest dated bundles of `name` in `folder` beyond the `keep` newest."""
-    from ragvps.db.bundle_export import _q
+    from ragvps.db.bundle_export import bundle_sql
 
     if keep is None:
         return []
@@ -164,7 +164,7 @@ def prune(settings: Settings, folder: Path, name: str, keep: int | None) -> list
     with _raw(settings) as conn:
         for path in gone:
             path.unlink(missing_ok=True)
-            conn.execute(_q("forget_backup"), {"file": str(path.resolve())})
+            conn.execute(bundle_sql("forget_backup"), {"file": str(path.resolve())})
     return gone
 
 
@@ -178,12 +178,12 @@ class LastBackup:
 
 def last_backups(app: App) -> tuple[LastBackup | None, LastBackup | None]:
     """The knowledge base's newest backup that restore-check proved, and its newest backup at all."""
-    from ragvps.db.bundle_export import _q
+    from ragvps.db.bundle_export import bundle_sql
 
     assert app.kb is not None
     found = []
     with app.connection() as conn:
         for query in ("last_good_backup", "last_backup"):
-            row = conn.execute(_q(query), {"kb": app.kb.name}).fetchone()
+            row = conn.execute(bundle_sql(query), {"kb": app.kb.name}).fetchone()
             found.append(None if row is None else LastBackup(str(row[0]), row[1], row[2], int(row[3])))
     return found[0], found[1]

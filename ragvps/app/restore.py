@@ -125,8 +125,8 @@ def _compare_probe(app: App, probe: dict[str, object], report: CheckReport) -> N
 def _record(settings: Settings, path: Path, report: CheckReport) -> None:
     """Say in the catalog's list of backups (if it is one of them) whether it restored."""
     from ragvps.app.bundles import _raw
-    from ragvps.db.bundle_export import _q
+    from ragvps.db.bundle_export import bundle_sql
 
     note = "; ".join(report.failures or report.figures)[:2000]
     with _raw(settings) as conn:
-        conn.execute(_q("backup_checked"), {"ok": report.passed, "note": note, "file": str(path.resolve())})
+        conn.execute(bundle_sql("backup_checked"), {"ok": report.passed, "note": note, "file": str(path.resolve())})

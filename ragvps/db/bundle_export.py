@@ -31,12 +31,12 @@ TABLES = ("chunker_settings", "documents", "chunks", "gold_questions", "eval_sco
 CACHE_TABLE = "answer_cache"
 
 
-def _q(name: str) -> str:
+def bundle_sql(name: str) -> str:
     return queries("bundle.sql")[name]
 
 
 def bq(name: str, **parts: sql.Composable) -> sql.Composed:
-    return sql.SQL(_q(name)).format(**parts)
+    return sql.SQL(bundle_sql(name)).format(**parts)
 
 
 @dataclass(frozen=True)
@@ -66,15 +66,15 @@ def export_kb(conn: psycopg.Connection, kb: KnowledgeBase, path: Path, *, with_c
     end_implicit_transaction(conn)
     try:
         with conn.transaction():
-            conn.execute(_q("snapshot"))
-            documents, chunks = conn.execute(_q("counts")).fetchone() or (0, 0)
+            conn.execute(bundle_sql("snapshot"))
+            documents, chunks = conn.execute(bundle_sql("counts")).fetchone() or (0, 0)
             tables: dict[str, str] = {}
             for table in TABLES + ((CACHE_TABLE,) if with_cache else ()):
                 total = {"documents": documents, "chunks": chunks}.get(table, 0)
                 if _write_rows(conn, writer, table, total, say):
                     tables[table] = f"{table}.jsonl"
-            sets = [_write_set(conn, writer, row, say) for row in conn.execute(_q("vector_sets")).fetchall()]
-            postgres = scalar(conn, _q("server_version"))
+            sets = [_write_set(conn, writer, row, say) for row in conn.execute(bundle_sql("vector_sets")).fetchall()]
+            postgres = scalar(conn, bundle_sql("server_version"))
         manifest: dict[str, object] = {
             "format": FORMAT, "version": VERSION, "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "ragvps": ragvps_version(), "postgres": postgres,
@@ -95,7 +95,7 @@ def _write_rows(conn: psycopg.Connection, writer: BundleWriter, table: str, tota
     n = 0
     with conn.cursor(name=f"bundle_{table}") as cur:
         cur.itersize = ITERSIZE
-        cur.execute(_q(f"export_{table}"))
+        cur.execute(bundle_sql(f"export_{table}"))
         first = cur.fetchmany(ITERSIZE)
         if not first:
             return 0
@@ -141,7 +141,7 @@ def _write_set(conn: psycopg.Connection, writer: BundleWriter, row: tuple[object
 
 def probe_chunks(conn: psycopg.Connection, sample: int) -> list[tuple[int, str]]:
     """About `sample` chunks spread evenly over the knowledge base, with their text."""
-    return [(int(r[0]), str(r[1])) for r in conn.execute(_q("probe_chunks"), {"sample": sample})]
+    return [(int(r[0]), str(r[1])) for r in conn.execute(bundle_sql("probe_chunks"), {"sample": sample})]
 
 
 def exact_top(conn: psycopg.Connection, eset: EmbeddingSet, vector: np.ndarray, k: int) -> list[tuple[int, float]]:

@@ -24,7 +24,7 @@ from psycopg.types.json import Jsonb
 
 from ragvps.config import Settings
 from ragvps.db import catalog, index, store
-from ragvps.db.bundle_export import CACHE_TABLE, TABLES, _q, bq
+from ragvps.db.bundle_export import CACHE_TABLE, TABLES, bq, bundle_sql
 from ragvps.db.bundle_file import Bundle, lines
 from ragvps.db.sql import compose, scalar
 from ragvps.errors import BadBundleError, ConflictError, DatabaseError
@@ -93,7 +93,7 @@ def _loaded_marker(bundle: Bundle) -> str:
 
 
 def _comment(conn: psycopg.Connection, schema: str) -> str | None:
-    value = scalar(conn, _q("schema_comment"), {"schema": schema})
+    value = scalar(conn, bundle_sql("schema_comment"), {"schema": schema})
     return None if value is None else str(value)
 
 
@@ -117,7 +117,7 @@ def import_bundle(conn: psycopg.Connection, bundle: Bundle, name: str, settings:
     """Load a checked bundle as knowledge base `name` (settings: the target's, with the bundle's own over them)."""
     lock = {"key": f"ragvps:import:{bundle.id}"}
     deadline = time.monotonic() + LOCK_WAIT_S  # a killed import's session lets go once its server notices
-    while not scalar(conn, _q("import_lock"), lock):
+    while not scalar(conn, bundle_sql("import_lock"), lock):
         conn.commit()
         if time.monotonic() > deadline:
             raise DatabaseError(f"another import of {bundle.path} into this database is running: wait for it to "
@@ -130,7 +130,7 @@ def import_bundle(conn: psycopg.Connection, bundle: Bundle, name: str, settings:
         if not conn.closed:
             conn.rollback()
             catalog.unbind(conn)
-            conn.execute(_q("import_unlock"), lock)
+            conn.execute(bundle_sql("import_unlock"), lock)
             conn.commit()
 
 
@@ -178,10 +178,10 @@ def _load(conn: psycopg.Connection, bundle: Bundle, scratch: str, progress: Prog
               "chunks": manifest.get("counts", {}).get("chunks", 0)}
     store.end_implicit_transaction(conn)
     with conn.transaction():
-        indexes = conn.execute(_q("chunk_secondary_indexes")).fetchall()
+        indexes = conn.execute(bundle_sql("chunk_secondary_indexes")).fetchall()
         for schema, name, _ in indexes:
             conn.execute(bq("drop_index", index=sql.Identifier(schema, name)))
-        conn.execute(_q("pause_chunk_triggers"))
+        conn.execute(bundle_sql("pause_chunk_triggers"))
         for table in (*TABLES, CACHE_TABLE):
             member = manifest["tables"].get(table)
             if member is None:
@@ -189,20 +189,22 @@ def _load(conn: psycopg.Connection, bundle: Bundle, scratch: str, progress: Prog
             done = 0
             for batch in lines(bundle.open(member)):
                 rows = "[" + ",".join(line.decode() for line in batch) + "]"
-                conn.execute(_q(f"import_{table}"), {"rows": rows}, prepare=False)
+                conn.execute(bundle_sql(f"import_{table}"), {"rows": rows}, prepare=False)
                 done += len(batch)
                 if table in totals:
                     progress(table, done, totals[table])
                 checkpoint(f"{table}:{done}")
             checkpoint(table)
-        conn.execute(_q("resume_chunk_triggers"))
+        conn.execute(bundle_sql("resume_chunk_triggers"))
         for *_, definition in indexes:
             conn.execute(definition)  # pg_get_indexdef's own statement, schema-qualified
-        conn.execute(_q("rebuild_stats"))
+        conn.execute(bundle_sql("rebuild_stats"))
         for s in manifest.get("vector_sets", []):
             _load_set(conn, bundle, s, progress)
             checkpoint(f"vectors:{s['id']}")
-        conn.execute(_q("restart_sequences"))
+            if s["active"]:
+                conn.execute(bq("queue_missing", table=sql.Identifier(f"embeddings_{s['id']}")), {"set_id": s["id"]})
+        conn.execute(bundle_sql("restart_sequences"))
         conn.execute(bq("comment_schema", schema=sql.Identifier(scratch),
                         comment=sql.Literal(_loaded_marker(bundle))))
     checkpoint("loaded")
@@ -210,9 +212,10 @@ def _load(conn: psycopg.Connection, bundle: Bundle, scratch: str, progress: Prog
 
 def _load_set(conn: psycopg.Connection, bundle: Bundle, s: dict[str, Any], progress: Progress) -> None:
     table_name = f"embeddings_{s['id']}"
-    conn.execute(_q("import_set"), {"id": s["id"], "model": s["model"], "identity": s["identity"], "dims": s["dims"],
-                                    "vector_type": s["vector_type"], "table_name": table_name,
-                                    "active": bool(s["active"]), "chunker": s.get("chunker")})
+    conn.execute(bundle_sql("import_set"), {
+        "id": s["id"], "model": s["model"], "identity": s["identity"], "dims": s["dims"],
+        "vector_type": s["vector_type"], "table_name": table_name, "active": bool(s["active"]),
+        "chunker": s.get("chunker")})
     column = store.column_type(s["vector_type"])
     table = sql.Identifier(table_name)
     conn.execute(compose("create_vector_table", table=table, vector_type=sql.SQL(column),
@@ -249,11 +252,11 @@ def _swap(conn: psycopg.Connection, bundle: Bundle, scratch: str, name: str) -> 
     store.end_implicit_transaction(conn)
     settings = Jsonb(bundle.manifest.get("kb", {}).get("settings", {}))
     with conn.transaction():
-        conn.execute(_q("catalog_lock"))
+        conn.execute(bundle_sql("catalog_lock"))
         existing = catalog.get(conn, name)
         if existing is not None:
             conn.execute(bq("drop_schema", schema=sql.Identifier(existing.schema)))
-            conn.execute(_q("kb_set_settings"), {"id": existing.id, "settings": settings})
+            conn.execute(bundle_sql("kb_set_settings"), {"id": existing.id, "settings": settings})
             target = existing.schema
         else:
             row = conn.execute(catalog.q_("kb_insert"), {"name": name, "settings": settings}).fetchone()
