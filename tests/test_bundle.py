@@ -313,3 +313,45 @@ def test_restore_check_passes_then_fails_on_a_corrupted_vector(source, tmp_path,
     # The scratch knowledge bases are gone; the good backup is the last good one in stats.
     assert _state(db_url)[0] == ["default"]
     assert f"last good backup: {backup}" in cli("stats").stdout
+
+
+def test_cached_answers_travel_only_with_cache(cli, db_url, tmp_path):
+    with psycopg.connect(db_url) as conn:
+        conn.execute("INSERT INTO answer_cache (key, question, generator, model, prompt_version, chunk_ids, "
+                     "sent_hashes, answer, prompt_tokens, completion_tokens, hits) VALUES ('k1', 'q', 'openai', 'm', "
+                     "'v1', ARRAY['a.md#0'], ARRAY['h'], '{\"text\": \"an answer\"}', 10, 5, 3)")
+    cli("export", str(tmp_path / "plain.ragvps"))
+    cli("export", "--with-cache", str(tmp_path / "cached.ragvps"))
+    assert "answer_cache.jsonl" not in _members(tmp_path / "plain.ragvps")
+    assert "answer_cache.jsonl" in _members(tmp_path / "cached.ragvps")
+    flat = " ".join(cli("export", str(tmp_path / "plain.ragvps"), expect=1).stderr.split())
+    assert "exists already" in flat
+    for name in ("plain", "cached"):
+        cli("import", str(tmp_path / f"{name}.ragvps"), "--kb", name)
+    with psycopg.connect(db_url) as conn:
+        rows = {}
+        for name in ("plain", "cached"):
+            schema = conn.execute("SELECT schema_name FROM ragvps.knowledge_bases WHERE name = %s",
+                                  (name,)).fetchone()[0]
+            rows[name] = conn.execute(f'SELECT key, answer, hits FROM "{schema}".answer_cache').fetchall()
+    assert rows == {"plain": [], "cached": [("k1", {"text": "an answer"}, 0)]}
+
+
+def test_a_bundle_of_a_model_the_target_lacks_imports_and_search_says_what_to_pull(source, cli, db_url, tmp_path,
+                                                                                   ollama):
+    _, bundle = source
+    members = _members(bundle)
+    manifest = json.loads(members["manifest.json"])
+    manifest["kb"]["settings"] = {}
+    manifest["vector_sets"][0] |= {"model": "missing-model", "identity": "missing-model|||384"}
+    moved = _write(tmp_path / "missing.ragvps", members, manifest=manifest)
+    cli.env.update({"RAGVPS_EMBEDDER": "ollama", "RAGVPS_OLLAMA_URL": ollama.url})
+    assert "nothing re-embedded" in cli("import", str(moved), "--kb", "elsewhere").stdout
+    listed = {k["name"]: k for k in json.loads(cli("kb", "list", "--json").stdout)}
+    assert listed["elsewhere"]["model"] == "missing-model" and listed["elsewhere"]["chunks"] == _chunks_in(bundle)
+    flat = " ".join(cli("query", "how do I stop the server", "--kb", "elsewhere", expect=1).stderr.split())
+    assert "ollama pull missing-model" in flat
+
+
+def _chunks_in(bundle: Path) -> int:
+    return json.loads(_members(bundle)["manifest.json"])["counts"]["chunks"]

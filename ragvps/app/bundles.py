@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 Progress = Callable[[str, int, int], None]
 Warn = Callable[[str], None]
 SUFFIX = ".ragvps"
+SCRATCH_PREFIX = "restore-check-"  # the scratch knowledge bases of restore-check
 _DATED = re.compile(r"^(?P<kb>[a-z0-9][a-z0-9-]*)-(?P<at>\d{8}T\d{6}Z)\.ragvps$")
 
 
@@ -83,13 +84,21 @@ def opened(path: Path, progress: Progress = _quiet) -> Iterator[Bundle]:
         bundle.close()
 
 
-def bundle_settings(settings: Settings, bundle: Bundle) -> Settings:
-    """The target's settings with the bundle's knowledge-base settings over them, checked before any write."""
-    from ragvps.app.kbs import pinned
+def bundle_settings(settings: Settings, bundle: Bundle) -> tuple[Settings, dict[str, object]]:
+    """What the imported knowledge base keeps: the bundle's own settings, and the model and vector type of its
+    active vector set when they are not among them (so it searches with the model its vectors came from,
+    whatever this machine's defaults); and the target's settings with them over. Checked before any write."""
+    from ragvps.app.kbs import kept_settings, pinned
 
-    kept = bundle.manifest.get("kb", {}).get("settings", {})
+    manifest = bundle.manifest
+    kept = dict(manifest.get("kb", {}).get("settings", {}))
+    active = next((s for s in manifest.get("vector_sets", []) if s.get("active")), None)
+    if active is not None and "embedder" not in kept and "embed_model" not in kept:
+        kept |= kept_settings(str(active["model"]), None if "vector_type" in kept else str(active["vector_type"]),
+                              None)
     try:
-        return settings.replace(**pinned(dict(kept)))
+        kept = pinned(kept)
+        return settings.replace(**kept), kept
     except RagvpsError as exc:
         raise BadBundleError(f"{bundle.path}: its knowledge-base settings are refused here ({exc}); nothing was "
                              "written") from None
@@ -102,9 +111,9 @@ def import_(settings: Settings, path: Path, name: str | None = None, *, replace:
 
     with opened(path, progress) as bundle:
         name = name or str(bundle.manifest.get("kb", {}).get("name", ""))
-        target = bundle_settings(settings, bundle)
+        target, kept = bundle_settings(settings, bundle)
         with _raw(settings) as conn:
-            return import_bundle(conn, bundle, name, target, replace=replace, progress=progress, warn=warn)
+            return import_bundle(conn, bundle, name, target, kept, replace=replace, progress=progress, warn=warn)
 
 
 # --- backups ------------------------------------------------------------------------------------------------
@@ -125,8 +134,8 @@ def backup_names(settings: Settings, kb: str | None, every: bool) -> list[str]:
         raise UsageError("give --kb NAME or --all, not both")
     if not every:
         return [kb or settings.database.kb]
-    with _raw(settings) as conn:
-        return catalog.names(conn)
+    with _raw(settings) as conn:  # not the scratch copies of restore-checks running meanwhile
+        return [name for name in catalog.names(conn) if not name.startswith(SCRATCH_PREFIX)]
 
 
 def backup(settings: Settings, folder: Path, names: Sequence[str], keep: int | None, progress: Progress = _quiet,

@@ -41,19 +41,19 @@ def _quiet(*_: object) -> None:
 
 def restore_check(settings: Settings, path: Path, progress: Progress = _quiet, warn: Warn = _quiet) -> CheckReport:
     """Import `path` into a scratch knowledge base, measure it, compare with the bundle's figures, drop it."""
-    from ragvps.app.bundles import _raw, bundle_settings, opened
+    from ragvps.app.bundles import SCRATCH_PREFIX, _raw, bundle_settings, opened
     from ragvps.app.core import App
     from ragvps.app.kbs import drop
     from ragvps.db.bundle_import import import_bundle
 
     with opened(path, progress) as bundle:
         manifest = bundle.manifest
-        scratch = f"restore-check-{bundle.id[:12]}"
+        scratch = f"{SCRATCH_PREFIX}{bundle.id[:12]}"
         report = CheckReport(path, str(manifest.get("kb", {}).get("name", "?")), "counts")
         try:
+            target, kept = bundle_settings(settings, bundle)
             with _raw(settings) as conn:
-                import_bundle(conn, bundle, scratch, bundle_settings(settings, bundle), replace=True,
-                              progress=progress, warn=warn)
+                import_bundle(conn, bundle, scratch, target, kept, replace=True, progress=progress, warn=warn)
             with App.open(settings.replace(kb=scratch)) as app:
                 _measure(app, manifest, report, progress)
         finally:

@@ -112,9 +112,10 @@ def check_target(conn: psycopg.Connection, bundle: Bundle, name: str, replace: b
     return False
 
 
-def import_bundle(conn: psycopg.Connection, bundle: Bundle, name: str, settings: Settings, *, replace: bool,
-                  progress: Progress, warn: Warn) -> ImportReport:
-    """Load a checked bundle as knowledge base `name` (settings: the target's, with the bundle's own over them)."""
+def import_bundle(conn: psycopg.Connection, bundle: Bundle, name: str, settings: Settings,
+                  kb_settings: dict[str, object], *, replace: bool, progress: Progress, warn: Warn) -> ImportReport:
+    """Load a checked bundle as knowledge base `name`, which keeps `kb_settings` (`settings`: the target's with
+    them over, for the index build)."""
     lock = {"key": f"ragvps:import:{bundle.id}"}
     deadline = time.monotonic() + LOCK_WAIT_S  # a killed import's session lets go once its server notices
     while not scalar(conn, bundle_sql("import_lock"), lock):
@@ -125,7 +126,7 @@ def import_bundle(conn: psycopg.Connection, bundle: Bundle, name: str, settings:
         time.sleep(0.2)
     conn.commit()
     try:
-        return _import(conn, bundle, name, settings, replace, progress, warn)
+        return _import(conn, bundle, name, settings, kb_settings, replace, progress, warn)
     finally:
         if not conn.closed:
             conn.rollback()
@@ -134,8 +135,8 @@ def import_bundle(conn: psycopg.Connection, bundle: Bundle, name: str, settings:
             conn.commit()
 
 
-def _import(conn: psycopg.Connection, bundle: Bundle, name: str, settings: Settings, replace: bool,
-            progress: Progress, warn: Warn) -> ImportReport:
+def _import(conn: psycopg.Connection, bundle: Bundle, name: str, settings: Settings,
+            kb_settings: dict[str, object], replace: bool, progress: Progress, warn: Warn) -> ImportReport:
     manifest = bundle.manifest
     counts, sets = manifest.get("counts", {}), manifest.get("vector_sets", [])
     if check_target(conn, bundle, name, replace):
@@ -165,7 +166,7 @@ def _import(conn: psycopg.Connection, bundle: Bundle, name: str, settings: Setti
     conn.commit()
     built = index.ensure_index(conn, eset, settings, progress, warn) if eset is not None else False
     checkpoint("indexed")
-    _swap(conn, bundle, scratch, name)
+    _swap(conn, bundle, scratch, name, kb_settings)
     checkpoint("swapped")
     return ImportReport(name, counts.get("documents", 0), counts.get("chunks", 0), sum(s["count"] for s in sets),
                         len(sets), built, resumed=resumed)
@@ -246,11 +247,11 @@ def _exactly(handle: IO[bytes], n: int) -> bytes:
     return data
 
 
-def _swap(conn: psycopg.Connection, bundle: Bundle, scratch: str, name: str) -> None:
+def _swap(conn: psycopg.Connection, bundle: Bundle, scratch: str, name: str, kb_settings: dict[str, object]) -> None:
     """The scratch schema becomes the knowledge base `name` (replacing one of that name), in one transaction."""
     catalog.unbind(conn)
     store.end_implicit_transaction(conn)
-    settings = Jsonb(bundle.manifest.get("kb", {}).get("settings", {}))
+    settings = Jsonb(kb_settings)
     with conn.transaction():
         conn.execute(bundle_sql("catalog_lock"))
         existing = catalog.get(conn, name)
