@@ -163,6 +163,8 @@ class ServeSettings:
     request_timeout: int = setting(120, "request_timeout", lo=1, hi=86_400)
     header_timeout: int = setting(5, "header_timeout", lo=1, hi=3600)  # seconds a request's headers may take
     max_k: int = setting(100, "max_k", lo=1, hi=10_000)  # the most chunks one search or question may ask for
+    log_format: str = setting("text", "log_format", choices=("text", "json"))  # the request log's lines
+    log_questions: bool = setting(False, "log_questions")  # the question's text in the request log (off: never)
 
 
 @dataclass(frozen=True)
