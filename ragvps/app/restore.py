@@ -75,7 +75,7 @@ def _measure(app: App, manifest: dict[str, object], report: CheckReport, progres
     with app.connection() as conn:
         facts = store.kb_facts(conn)
         gold, scores = eval_record.recorded(conn)
-    want = counts.get("chunks") if isinstance(counts, dict) else None
+    want = int(counts.get("chunks", -1)) if isinstance(counts, dict) else -1
     report.figures.append(f"chunks: {facts.chunks:,} restored, {want:,} in the bundle")
     if facts.chunks != want:
         report.fail(f"{facts.chunks} chunks restored, the bundle holds {want}")

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ragvps.cli.common import Bars, KbOption, echo_json, err, open_app, settings_from, warn
+
+if TYPE_CHECKING:
+    from ragvps.app.restore import CheckReport
 
 
 def _mib(n: int) -> str:
@@ -106,10 +109,7 @@ def restore_check(
         raise typer.Exit(1)
 
 
-def _print_check(report: object) -> None:
-    from ragvps.app.restore import CheckReport
-
-    assert isinstance(report, CheckReport)
+def _print_check(report: CheckReport) -> None:
     verdict = "PASS" if report.passed else "FAIL"
     typer.echo(f"restore-check {verdict}: {report.bundle} (knowledge base {report.kb}, checked by {report.method})")
     for line in report.figures:
