@@ -114,6 +114,7 @@ class SearchSettings:
     bit_rerank_depth: int = setting(200, "bit_rerank_depth", lo=1, hi=1000)  # vector_type bit: re-ranked candidates
     top_k: int = setting(8, "top_k", lo=1, hi="max_k")
     rrf_k: int = setting(60, "rrf_k", lo=0, hi=10_000)
+    rrf_vector_weight: float = setting(1.0, "rrf_vector_weight", lo=0, hi=100)  # the keyword leg's weight is 1
 
 
 @dataclass(frozen=True)

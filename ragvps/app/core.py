@@ -9,6 +9,7 @@ returns a report dataclass and prints nothing; progress and warnings go through 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     import psycopg
     from numpy.typing import NDArray
 
+    from ragvps.app.calibration import Calibration
     from ragvps.app.ports import OnSources, OnToken
     from ragvps.app.requests import ChatAnswer, ChatRequest
     from ragvps.db.catalog import KnowledgeBase
@@ -301,11 +303,20 @@ class App:
             return inspect.check_index(conn, eset, vectors, exclude, k, current, target, source)
 
     def stats(self) -> StatsReport:
-        """Rows and sizes of the index beside the machine's memory, with what to act on."""
+        """Rows and sizes of the index beside the machine's memory, the refusal line in force, what to act on."""
+        from ragvps.app.calibration import refusal_line
         from ragvps.measure import inspect
 
         with self.connection() as conn:
-            return inspect.stats(conn, self.active_set(conn, "show stats"), self.settings)
+            report = inspect.stats(conn, self.active_set(conn, "show stats"), self.settings)
+        return dataclasses.replace(report, refusal=refusal_line(self))
+
+    def calibrate(self, n: int = 200, target: float = 0.90, apply: bool = False,
+                  progress: Progress = _quiet) -> Calibration:
+        """The refusal line and the fusion fitted on this knowledge base's own questions; kept with `apply`."""
+        from ragvps.app.calibration import calibrate
+
+        return calibrate(self, n, target, apply, progress)
 
     def health(self) -> Health:
         """Is the database reachable, is anything in, which model is active, is the pool stuck: what a server's

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from ragvps.app.observe import Observer
     from ragvps.app.requests import Answer, AskRequest, SearchRequest, SearchResult
     from ragvps.config import Settings
+    from ragvps.db.catalog import KnowledgeBase
     from ragvps.db.store import EmbeddingSet
     from ragvps.generate.prompt import Source
     from ragvps.generate.registry import Generator
@@ -34,7 +35,12 @@ class App(Protocol):
     @property
     def kb_name(self) -> str: ...
 
+    @property
+    def kb(self) -> KnowledgeBase | None: ...
+
     def embed_query(self, text: str) -> NDArray[np.float32]: ...
+
+    def embed_queries(self, texts: Sequence[str]) -> NDArray[np.float32]: ...
 
     def active_set(self, conn: psycopg.Connection, action: str) -> EmbeddingSet: ...
 

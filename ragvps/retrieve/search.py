@@ -147,7 +147,8 @@ def search(
     lap("vector_ms")
     kw = keyword_leg(conn, text, settings, filters) if mode != "vector" else []
     lap("keyword_ms")
-    fused = rrf([leg for leg in (vec, kw) if leg], settings.search.rrf_k)[:k]
+    legs = [(leg, weight) for leg, weight in ((vec, settings.search.rrf_vector_weight), (kw, 1.0)) if leg]
+    fused = rrf([leg for leg, _ in legs], settings.search.rrf_k, [w for _, w in legs])[:k]
     rows = chunk_evidence(conn, eset, [i for i, _ in fused], text, embedding if mode != "keyword" else None, settings)
     hits = _details(fused, vec, kw, rows)
     lap("fusion_ms")
