@@ -13,6 +13,7 @@ they occur (db/, embed/, generate/llm/), so nothing above those packages sees th
     ├── ConfigError (config)           a setting is wrong
     ├── NotFoundError (not_found)
     ├── InputTooLongError (too_long)   an input is longer than the model takes
+    ├── BadBundleError (corrupt)       a bundle that is truncated, altered or of an unknown version
     ├── ConflictError (conflict)       the request contradicts what is stored
     │   ├── ModelMismatchError         the index holds another model's vectors
     │   ├── DimensionError             the embedder returns another dimension
@@ -32,15 +33,15 @@ import re
 from typing import Literal
 
 Kind = Literal["usage", "unauthorized", "forbidden", "config", "not_found", "conflict", "unavailable", "too_long",
-               "failed"]
+               "corrupt", "failed"]
 
 EXIT_CODES: dict[str, int] = {
     "usage": 2, "unauthorized": 2, "forbidden": 2, "config": 2, "not_found": 1, "conflict": 1, "unavailable": 1,
-    "too_long": 1, "failed": 1,
+    "too_long": 1, "corrupt": 1, "failed": 1,
 }
 HTTP_STATUS: dict[str, int] = {
     "usage": 400, "unauthorized": 401, "forbidden": 403, "config": 500, "not_found": 404, "conflict": 409,
-    "unavailable": 503, "too_long": 413, "failed": 500,
+    "unavailable": 503, "too_long": 413, "corrupt": 422, "failed": 500,
 }
 
 
@@ -147,6 +148,13 @@ class InputTooLongError(RagvpsError):
     """An input is longer than the model takes (Ollama: HTTP 400 with truncate=false)."""
 
     kind: Kind = "too_long"
+
+
+class BadBundleError(RagvpsError):
+    """A bundle (ragvps export) that is truncated, altered, incomplete or of a format version this ragvps
+    does not read: found before anything is written."""
+
+    kind: Kind = "corrupt"
 
 
 class GeneratorError(UnavailableError):

@@ -166,7 +166,7 @@ def test_the_schema_check_rejects_a_broken_compose_file():
 
 
 def test_the_stack_is_postgres_ollama_the_model_pull_ragvps_and_the_server():
-    assert set(compose()["services"]) == {"postgres", "ollama", "ollama-pull", "ragvps", "serve", "watch"}
+    assert set(compose()["services"]) == {"postgres", "ollama", "ollama-pull", "ragvps", "serve", "watch", "backup"}
 
 
 def test_images_are_pinned_to_exact_versions():
@@ -233,6 +233,7 @@ def test_services_start_in_order_behind_health_conditions():
         "ragvps": {"postgres": "service_healthy", "ollama-pull": "service_completed_successfully"},
         "serve": {"postgres": "service_healthy", "ollama-pull": "service_completed_successfully"},
         "watch": {"postgres": "service_healthy", "ollama-pull": "service_completed_successfully"},
+        "backup": {"postgres": "service_healthy", "ollama-pull": "service_completed_successfully"},
     }
     for deps in conditions.values():
         for dep, condition in deps.items():
@@ -765,4 +766,44 @@ def test_systemd_analyze_verify_accepts_the_serve_unit(tmp_path):
     copy_.write_text(SERVE_UNIT.read_text().replace("/opt/ragvps/venv/bin/ragvps", sys.executable))
     done = subprocess.run([analyze, "verify", str(copy_)], capture_output=True, text=True, timeout=60)
     ours = [line for line in (done.stdout + done.stderr).splitlines() if "ragvps-serve" in line]
+    assert done.returncode == 0 and ours == [], done.stdout + done.stderr
+
+
+# --- nightly backups (issue 32) --------------------------------------------------------------------------------
+
+BACKUP_UNIT = DEPLOY / "systemd" / "ragvps-backup.service"
+BACKUP_TIMER = DEPLOY / "systemd" / "ragvps-backup.timer"
+
+
+def test_nightly_backup_unit_timer_and_service_back_up_then_restore_check():
+    service = unit_file(BACKUP_UNIT)["Service"]
+    words = shlex.split(service["ExecStart"][0])
+    assert words[:3] == ["/usr/bin/flock", "-n", "/run/lock/ragvps-backup.lock"]
+    assert words[3:] == ["/usr/bin/docker", "compose", "run", "--rm", "--no-deps", "backup"]
+    assert service["Type"] == ["oneshot"] and service["User"][0] != "root"
+    alternative = re.search(r"^#ExecStart=(.*)$", BACKUP_UNIT.read_text(), re.MULTILINE)
+    assert alternative
+    host = shlex.split(alternative.group(1))
+    assert host[host.index("/opt/ragvps/venv/bin/ragvps") + 1:] == ["backup", "/var/backups/ragvps", "--all", "--keep",
+                                                                   "7", "--check"]
+    timer = unit_file(BACKUP_TIMER)["Timer"]
+    assert timer["Persistent"] == ["true"] and timer["OnCalendar"] == ["*-*-* 04:30:00"]
+    assert BACKUP_TIMER.stem == BACKUP_UNIT.stem
+    backup = compose()["services"]["backup"]
+    assert backup["profiles"] == ["backup"] and backup["restart"] == "no"
+    assert backup["entrypoint"][-1] == "ragvps" and backup["command"] == ["backup", "/backups", "--all", "--keep",
+                                                                          "7", "--check"]
+    assert any(v.endswith(":/backups") for v in backup["volumes"])
+    assert {"backup", "restore-check", "export", "import"} <= cli_commands()
+    cli = compose()["services"]["ragvps"]
+    assert service_env(backup)["RAGVPS_DATABASE_URL"] == service_env(cli)["RAGVPS_DATABASE_URL"]
+
+
+def test_systemd_analyze_verify_accepts_the_backup_units(tmp_path):
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed (Debian package systemd); the parse checks above ran")
+    done = subprocess.run([analyze, "verify", str(BACKUP_UNIT), str(BACKUP_TIMER)], capture_output=True, text=True,
+                          timeout=60)
+    ours = [line for line in (done.stdout + done.stderr).splitlines() if "ragvps-backup" in line]
     assert done.returncode == 0 and ours == [], done.stdout + done.stderr

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ragvps.cli.common import Bars, KbOption, echo_json, err, open_app, warn
 from ragvps.config import reranker_on
 from ragvps.errors import UsageError
+
+if TYPE_CHECKING:
+    from ragvps.app.bundles import LastBackup
 
 
 def eval_(
@@ -38,6 +41,8 @@ def eval_(
     depth = max(depth, k)
     with open_app(ctx, kb=kb, reranker=reranker_on() if rerank else None) as app, Bars() as bars:
         result = app.evaluate(questions, source, chosen, k, depth, bars, warn)
+        if gold is not None and not rerank:  # kept for backups: restore-check measures a restored copy the same way
+            evaluation.record(app, questions, result)
     if report is not None:
         report.write_text(evaluation.eval_html(result, f"ragvps eval: {source}"), encoding="utf-8")
     if as_json:
@@ -94,12 +99,14 @@ def stats(
     kb: KbOption = None,
 ) -> None:
     """Rows and sizes of the index beside the machine's memory; warns when the vector index outgrows RAM."""
+    from ragvps.app.bundles import last_backups
     from ragvps.app.evaluation import mib
 
     with open_app(ctx, kb=kb) as app:
         s = app.stats()
+        good, last = last_backups(app)
     if as_json:
-        return echo_json(s)
+        return echo_json(vars(s) | {"last_good_backup": good, "last_backup": last})
     rows, es = s.rows, s.embedding_set
     typer.echo(f"{rows['documents']:,} documents, {rows['chunks']:,} chunks, {rows['vectors']:,} vectors "
                f"({es['model']}, {es['vector_type']}({es['dims']})) from {rows['roots']} ingested folder(s)")
@@ -128,8 +135,20 @@ def stats(
         for name, w in qu["workers"].items():
             typer.echo(f"    {name}: {w['done']:,} done in {w['batches']:,} batches, {w['claimed']:,} claimed now, "
                        f"last seen {w['last_seen']}")
+    typer.echo(_backup_line(good, last))
     for w in s.warnings:
         warn(w)
+
+
+def _backup_line(good: LastBackup | None, last: LastBackup | None) -> str:
+    if good is None:
+        unproven = f" (newest, not proven by restore-check: {last.file}, {last.made_at:%Y-%m-%d %H:%M})" if last else ""
+        return "last good backup: none" + unproven
+    line = (f"last good backup: {good.file} ({good.bytes / 2**20:,.1f} MiB), made {good.made_at:%Y-%m-%d %H:%M}, "
+            f"restore-checked {good.checked_at:%Y-%m-%d %H:%M}")
+    if last is not None and last.file != good.file:
+        line += f"; a newer one is not proven: {last.file}"
+    return line
 
 
 def doctor(
