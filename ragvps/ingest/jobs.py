@@ -110,6 +110,11 @@ class Job:
         lease = float(self.settings.embed.worker_lease)
         with Heartbeat(self, max(0.2, min(1.0, lease / 3))):
             for batch in batches(jobs.pending(self.conn, self.job)):
+                cancel = jobs.renew(self.conn, self.job, self.token)
+                if cancel is None:
+                    self.lost.set()
+                elif cancel:
+                    self.cancelled.set()
                 if stop.is_set() or self.lost.is_set() or self.cancelled.is_set():
                     break
                 try:

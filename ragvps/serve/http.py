@@ -41,10 +41,12 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
     from ragvps.serve.docs import add_docs
     from ragvps.serve.guard import HostOriginGuard
     from ragvps.serve.limits import LimitBody
+    from ragvps.serve.runner import JobRunner
 
     keys = load_keys(settings)
     host = host or settings.serve.host
     ready = Ready(settings, app, on_fatal)
+    runner = JobRunner(ready)
     mcp_server = _mcp(ready)
 
     @contextlib.asynccontextmanager
@@ -53,10 +55,12 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
         if ready.app is None:
             opener = threading.Thread(target=ready.open_forever, name="ragvps-open", daemon=True)
             opener.start()
+        runner.start()
         async with contextlib.AsyncExitStack() as stack:
             if mcp_server is not None:
                 await stack.enter_async_context(mcp_server.session_manager.run())
             yield
+        await asyncio.to_thread(runner.close)
         if app is None:  # an App given by the caller is the caller's to close
             await asyncio.to_thread(ready.close)
 
@@ -71,6 +75,9 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
     from ragvps.serve.openai import add_openai_routes
 
     add_openai_routes(api, ready, settings)  # /v1: OpenAI-compatible chat
+    from ragvps.serve.documents import add_document_routes
+
+    add_document_routes(api, ready, settings, runner)  # uploads, their jobs, the documents stored
     if mcp_server is not None:
         sub = mcp_server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True,
                                              transport_security=_mcp_security(), host=host)
@@ -82,7 +89,8 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
     access = Access(keys, ready)
     asgi: Any = LimitBody(RequireKey(api, access), settings.serve.max_body_bytes, settings.serve.request_timeout)
     if settings.serve.cors_origins:
-        asgi = CORSMiddleware(asgi, allow_origins=list(settings.serve.cors_origins), allow_methods=["GET", "POST"],
+        asgi = CORSMiddleware(asgi, allow_origins=list(settings.serve.cors_origins),
+                              allow_methods=["GET", "POST", "DELETE"],
                               allow_headers=["Authorization", "X-API-Key", "Content-Type"])
     asgi = HostOriginGuard(asgi, host, settings.serve.allowed_hosts, settings.serve.cors_origins)
     from ragvps.serve.openai_shapes import OpenAIErrors
