@@ -104,7 +104,8 @@ def doc_chunks(db_url: str, source: str) -> list[int]:
 
 def test_an_upload_is_stored_searchable_and_listed(served, module_db_url):
     c = client(served, "write")
-    sent = upload(c, {"guide/alpaca.md": page("alpaca shearing"), "notes.txt": page("quokka feeding").replace(b"#", b"")})
+    sent = upload(c, {"guide/alpaca.md": page("alpaca shearing"),
+                      "notes.txt": page("quokka feeding").replace(b"#", b"")})
     assert sent["job"].startswith("j1-") and [f["name"] for f in sent["files"]] == ["guide/alpaca.md", "notes.txt"]
     done = wait(c, sent["job"])
     assert done["state"] == "done" and done["files_done"] == done["files_total"] == 2, done

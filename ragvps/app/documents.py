@@ -16,11 +16,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from ragvps.db.jobs import StagedFile
 from ragvps.errors import NotFoundError, UsageError
+from ragvps.ingest.uploads import discard, safe_name, staging_dir
+
+__all__ = ["StagedFile", "discard", "safe_name", "staging_dir"]  # what the HTTP layer stages uploads with
 
 if TYPE_CHECKING:
     from ragvps.app.core import App
-    from ragvps.db.jobs import FileRow, JobRow, StagedFile
+    from ragvps.db.jobs import FileRow, JobRow
     from ragvps.embed.hosts import Lanes
     from ragvps.ingest.jobs import JobsReport
 
@@ -139,18 +143,19 @@ def cancel_job(app: App, job: str) -> JobStatus:
     return job_status(app, job)
 
 
-def run_jobs(app: App, worker: str, stop: threading.Event, *, exit_when_empty: bool = False,
+def run_jobs(app: App, worker: str | None, stop: threading.Event, *, exit_when_empty: bool = False,
              wake: threading.Event | None = None, poll: float = 1.0) -> JobsReport:
     """Take this knowledge base's upload jobs until `stop` (or none is left, exit_when_empty). The lease is
     renewed on a second connection: the App's connections must be pooled."""
     from ragvps.embed.registry import make_lanes
     from ragvps.ingest.jobs import run_jobs as run
+    from ragvps.ingest.worker import default_name
 
     def lanes() -> Lanes:
         return make_lanes(app.settings, app.spec, lambda: app.embedder, lambda *_: None, lambda _: None)
 
-    return run(app.connection, app.settings, app.spec, lanes, worker, stop=stop, exit_when_empty=exit_when_empty,
-               poll=poll, wake=wake)
+    return run(app.connection, app.settings, app.spec, lanes, worker or default_name(), stop=stop,
+               exit_when_empty=exit_when_empty, poll=poll, wake=wake)
 
 
 def open_job_count(app: App) -> int:

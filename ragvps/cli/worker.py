@@ -60,10 +60,9 @@ def worker(
 def _jobs(ctx: typer.Context, kb: str | None, lease: int | None, name: str | None, exit_when_empty: bool,
           stop: threading.Event, as_json: bool) -> None:
     from ragvps.app.documents import run_jobs
-    from ragvps.ingest.worker import default_name
 
     with open_app(ctx, kb=kb, worker_lease=lease, pooled=True) as app:
-        report = run_jobs(app, name or default_name(), stop, exit_when_empty=exit_when_empty)
+        report = run_jobs(app, name, stop, exit_when_empty=exit_when_empty)
     if as_json:
         return echo_json(report)
     typer.echo(f"worker {report.worker}: ended {report.jobs} upload jobs, {report.files} files"

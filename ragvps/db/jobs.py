@@ -13,6 +13,7 @@ import psycopg
 
 from ragvps.db.sql import queries, scalar
 from ragvps.db.store import end_implicit_transaction
+from ragvps.errors import DatabaseError
 
 TERMINAL = ("done", "failed", "cancelled")
 
@@ -120,10 +121,13 @@ def end(conn: psycopg.Connection, job: str, token: str, state: str, error: str |
 def release(conn: psycopg.Connection, job: str, token: str) -> None:
     """Give the job back at once (a worker stopping): the next claim goes on where it stopped."""
     if conn.closed:
-        return
-    conn.rollback()
-    with conn.transaction():
-        conn.execute(_q("release_job"), {"job": job, "claim": token})
+        raise DatabaseError(f"the connection is closed: job {job}'s lease runs out instead")
+    try:
+        conn.rollback()
+        with conn.transaction():
+            conn.execute(_q("release_job"), {"job": job, "claim": token})
+    except psycopg.Error as exc:
+        raise DatabaseError(f"giving job {job} back failed: {exc}") from exc
 
 
 def cancel(conn: psycopg.Connection, job: str) -> str | None:

@@ -89,7 +89,7 @@ def _wait(stop: threading.Event, wake: threading.Event | None, poll: float) -> N
 def _give_back(conn: psycopg.Connection, job: str, token: str) -> None:
     try:
         jobs.release(conn, job, token)
-    except (psycopg.Error, DatabaseError) as exc:
+    except DatabaseError as exc:
         log.info("could not give job %s back (%s); its lease runs out instead", job, exc)
 
 

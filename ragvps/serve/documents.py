@@ -83,7 +83,7 @@ class Documents:
         try:
             await in_thread(lambda: submit(app, job, files), self.timeout)
         except BaseException:
-            from ragvps.ingest.uploads import discard
+            from ragvps.app.documents import discard
 
             discard(kb_dir, job)
             raise
@@ -170,11 +170,12 @@ class Documents:
         return json_object(await in_thread(lambda: delete_document(app, doc), self.timeout))
 
 
-def add_document_routes(api: FastAPI, ready: Ready, settings: Settings, runner: JobRunner) -> None:
+def add_document_routes(api: FastAPI, ready: Ready, settings: Settings, runner: JobRunner,
+                        errors: dict[int | str, dict[str, Any]]) -> None:
+    """The routes above; `errors` are the error answers they document (those of every knowledge base route)."""
     from fastapi import Query
 
     from ragvps.serve.failures import guarded
-    from ragvps.serve.routes import ERRORS, KB_ERRORS
 
     do = Documents(ready, settings, runner)
     tags: list[Any] = ["documents"]
@@ -186,40 +187,40 @@ def add_document_routes(api: FastAPI, ready: Ready, settings: Settings, runner: 
              "properties": {"path": {"type": "string"}, "text": {"type": "string"}}},
             {"type": "array", "items": {"type": "object", "required": ["path", "text"]}}]}}}}}
 
-    @api.post("/kb/{name}/documents", status_code=202, responses=ERRORS | KB_ERRORS, tags=tags,
+    @api.post("/kb/{name}/documents", status_code=202, responses=errors, tags=tags,
               openapi_extra=upload_doc,
               summary="Add documents (multipart files, or JSON path+text): 202 with the job that ingests them")
     @guarded
     async def upload(request: Request, name: str) -> Any:
         return await do.upload(request, name)
 
-    @api.get("/kb/{name}/documents", responses=ERRORS | KB_ERRORS, tags=tags,
+    @api.get("/kb/{name}/documents", responses=errors, tags=tags,
              summary="The documents stored: path, title, format, size, chunks, ingested_at, status; by pages")
     @guarded
     async def listing(request: Request, name: str, limit: int = Query(100, ge=1, le=1000),
                       cursor: str | None = None) -> Any:
         return await do.listing(request, name, limit, cursor)
 
-    @api.delete("/kb/{name}/documents/{doc}", responses=ERRORS | KB_ERRORS, tags=tags,
+    @api.delete("/kb/{name}/documents/{doc}", responses=errors, tags=tags,
                 summary="Remove a document: its chunks, vectors, cached answers and files")
     @guarded
     async def delete(request: Request, name: str, doc: int) -> Any:
         return await do.delete(request, name, doc)
 
-    @api.get("/jobs/{job}", responses=ERRORS, tags=tags,
+    @api.get("/jobs/{job}", responses=errors, tags=tags,
              summary="A job's progress (files done of total, chunks embedded, rate, ETA, errors per file); "
                      "with Accept: text/event-stream, the same as Server-Sent Events")
     @guarded
     async def job_status(request: Request, job: str) -> Any:
         return await do.status(request, job)
 
-    @api.get("/jobs/{job}/events", responses=ERRORS, tags=tags,
+    @api.get("/jobs/{job}/events", responses=errors, tags=tags,
              summary="A job's progress as Server-Sent Events: `progress`..., then `done`")
     @guarded
     async def job_events(request: Request, job: str) -> Any:
         return await do.events(request, job)
 
-    @api.delete("/jobs/{job}", responses=ERRORS, tags=tags,
+    @api.delete("/jobs/{job}", responses=errors, tags=tags,
                 summary="Cancel a job: files stored stay stored; the rest is not ingested")
     @guarded
     async def job_cancel(request: Request, job: str) -> Any:

@@ -51,16 +51,13 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        opener = None
         if ready.app is None:
-            opener = threading.Thread(target=ready.open_forever, name="ragvps-open", daemon=True)
-            opener.start()
-        runner.start()
+            threading.Thread(target=ready.open_forever, name="ragvps-open", daemon=True).start()
         async with contextlib.AsyncExitStack() as stack:
+            await stack.enter_async_context(runner.running())  # upload jobs, stopped first at shutdown
             if mcp_server is not None:
                 await stack.enter_async_context(mcp_server.session_manager.run())
             yield
-        await asyncio.to_thread(runner.close)
         if app is None:  # an App given by the caller is the caller's to close
             await asyncio.to_thread(ready.close)
 
@@ -71,13 +68,10 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
     _errors(api)
     from ragvps.serve.routes import add_routes
 
-    add_routes(api, ready, settings)
+    add_routes(api, ready, settings, runner)
     from ragvps.serve.openai import add_openai_routes
 
     add_openai_routes(api, ready, settings)  # /v1: OpenAI-compatible chat
-    from ragvps.serve.documents import add_document_routes
-
-    add_document_routes(api, ready, settings, runner)  # uploads, their jobs, the documents stored
     if mcp_server is not None:
         sub = mcp_server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True,
                                              transport_security=_mcp_security(), host=host)

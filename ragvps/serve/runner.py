@@ -9,6 +9,8 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 from ragvps.errors import RagvpsError
@@ -43,6 +45,17 @@ class JobRunner:
             thread = threading.Thread(target=self._run, args=(app, wake), name=f"jobs {name}", daemon=True)
             self._threads[name] = (thread, wake)
         thread.start()
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Take jobs while the server runs; at its end, give back the jobs in hand after their batch."""
+        import asyncio
+
+        self.start()
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(self.close)
 
     def start(self) -> None:
         """Once the library is open: a thread for each knowledge base with jobs left open."""

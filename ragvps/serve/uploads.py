@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 from urllib.parse import unquote
 
+from ragvps.app import documents as uploads
+from ragvps.app.documents import StagedFile
 from ragvps.config import ServeSettings
-from ragvps.db.jobs import StagedFile
 from ragvps.errors import InputTooLongError, UsageError
-from ragvps.ingest import uploads
 
 if TYPE_CHECKING:
     from starlette.requests import Request
