@@ -144,9 +144,9 @@ def cancel_job(app: App, job: str) -> JobStatus:
 
 
 def run_jobs(app: App, worker: str | None, stop: threading.Event, *, exit_when_empty: bool = False,
-             wake: threading.Event | None = None, poll: float = 1.0) -> JobsReport:
-    """Take this knowledge base's upload jobs until `stop` (or none is left, exit_when_empty). The lease is
-    renewed on a second connection: the App's connections must be pooled."""
+             wake: threading.Event | None = None, poll: float = 1.0, linger: float = 0.0) -> JobsReport:
+    """Take this knowledge base's upload jobs until `stop` (or none has been left for `linger` seconds,
+    exit_when_empty). The lease is renewed on a second connection: the App's connections must be pooled."""
     from ragvps.embed.registry import make_lanes
     from ragvps.ingest.jobs import run_jobs as run
     from ragvps.ingest.worker import default_name
@@ -155,7 +155,7 @@ def run_jobs(app: App, worker: str | None, stop: threading.Event, *, exit_when_e
         return make_lanes(app.settings, app.spec, lambda: app.embedder, lambda *_: None, lambda _: None)
 
     return run(app.connection, app.settings, app.spec, lanes, worker or default_name(), stop=stop,
-               exit_when_empty=exit_when_empty, poll=poll, wake=wake)
+               exit_when_empty=exit_when_empty, poll=poll, wake=wake, linger=linger)
 
 
 def open_job_count(app: App) -> int:

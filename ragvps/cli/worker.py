@@ -23,6 +23,8 @@ def worker(
     jobs: Annotated[bool, typer.Option("--jobs", help="Ingest upload jobs (POST /kb/NAME/documents) instead of "
                                                       "embedding queued chunks; needs the server's data_dir "
                                                       "(a shared volume) for the uploaded files.")] = False,
+    linger: Annotated[float, typer.Option(help="With --jobs --exit-when-empty: wait this many seconds for another "
+                                               "job before exiting.")] = 0.0,
 ) -> None:
     """Embed queued chunks until stopped: Ctrl-C or SIGTERM finishes the batch in hand; a second Ctrl-C gives
     it back to the queue at once. Point RAGVPS_DATABASE_URL at the shared database and configure the same
@@ -38,7 +40,7 @@ def worker(
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     if jobs:
         try:
-            return _jobs(ctx, kb, lease, name, exit_when_empty, stop, as_json)
+            return _jobs(ctx, kb, lease, name, exit_when_empty, linger, stop, as_json)
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
@@ -58,11 +60,11 @@ def worker(
 
 
 def _jobs(ctx: typer.Context, kb: str | None, lease: int | None, name: str | None, exit_when_empty: bool,
-          stop: threading.Event, as_json: bool) -> None:
+          linger: float, stop: threading.Event, as_json: bool) -> None:
     from ragvps.app.documents import run_jobs
 
     with open_app(ctx, kb=kb, worker_lease=lease, pooled=True) as app:
-        report = run_jobs(app, name, stop, exit_when_empty=exit_when_empty)
+        report = run_jobs(app, name, stop, exit_when_empty=exit_when_empty, linger=linger)
     if as_json:
         return echo_json(report)
     typer.echo(f"worker {report.worker}: ended {report.jobs} upload jobs, {report.files} files"

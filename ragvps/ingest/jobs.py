@@ -49,19 +49,26 @@ class JobsReport:
 
 def run_jobs(connect: Connect, settings: Settings, spec: ModelSpec, lanes: Callable[[], Lanes], worker: str, *,
              stop: threading.Event, exit_when_empty: bool = False, poll: float = 1.0,
-             wake: threading.Event | None = None) -> JobsReport:
-    """Take jobs until `stop` is set (or none is left, exit_when_empty); `wake` cuts a wait short."""
+             wake: threading.Event | None = None, linger: float = 0.0) -> JobsReport:
+    """Take jobs until `stop` is set (or none has been left for `linger` seconds, exit_when_empty); `wake` cuts
+    a wait short."""
     report = JobsReport(worker)
     lease = float(settings.embed.worker_lease)
+    empty_since: float | None = None
     with connect() as conn:
         while not stop.is_set():
             got = jobs.claim(conn, worker, lease)
             if got is None:
                 if exit_when_empty and jobs.open_jobs(conn) == 0:
-                    report.stopped = "empty"
-                    return report
+                    empty_since = empty_since or time.monotonic()
+                    if time.monotonic() - empty_since >= linger:
+                        report.stopped = "empty"
+                        return report
+                else:
+                    empty_since = None
                 _wait(stop, wake, poll)
                 continue
+            empty_since = None
             job, token = got
             try:
                 ended = Job(connect, conn, settings, spec, lanes, job, token).run(stop, report)
