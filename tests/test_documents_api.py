@@ -303,3 +303,20 @@ def test_a_job_is_seen_only_by_keys_that_read_its_knowledge_base(served):
         assert r.status_code == 404
     assert outsider.get("/kb/default/documents").status_code == 404
     assert upload(outsider, {"o.md": page("other base")}, kb="other")["job"].startswith("j2-")
+
+
+@pytest.mark.parametrize(("sent", "kept"), [
+    ("report.pdf", "report.pdf"), ("notes/2024/q1.md", "notes/2024/q1.md"), ("../../etc/passwd", "etc/passwd"),
+    ("/abs/olute.md", "abs/olute.md"), ("C:\\Users\\me\\..\\x.docx", "C_/Users/me/x.docx"), ("a/./b//c.md", "a/b/c.md"),
+    (".env", "_env"), ("dir/.git/config", "dir/_git/config"), ("tab\there.md", "tab_here.md"), ("..", None),
+    ("/", None), ("", None), ("a\x00b.md", None),
+])
+def test_safe_name_keeps_a_name_inside_its_folder(sent, kept):
+    from ragvps.errors import UsageError
+    from ragvps.ingest.uploads import safe_name
+
+    if kept is None:
+        with pytest.raises(UsageError):
+            safe_name(sent)
+    else:
+        assert safe_name(sent) == kept

@@ -195,7 +195,7 @@ def list_documents(app: App, limit: int = 100, cursor: str | None = None) -> Doc
 
     if not 1 <= limit <= MAX_PAGE:
         raise UsageError(f"limit {limit} is not between 1 and {MAX_PAGE}")
-    if cursor is not None and not cursor.isdigit():
+    if cursor is not None and not (cursor.isascii() and cursor.isdigit() and len(cursor) <= 18):
         raise UsageError(f"cursor {cursor!r} is not one this API gave: pass `next_cursor` of the page before")
     with app.connection() as conn:
         rows = jobs.documents(conn, int(cursor or 0), limit + 1)

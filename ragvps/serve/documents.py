@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ragvps.serve.lifecycle import Ready
     from ragvps.serve.runner import JobRunner
 
+MAX_ID = (1 << 63) - 1  # PostgreSQL's bigint
 EVENTS_EVERY_S = 0.5  # how often a progress stream reads the job
 KEEPALIVE_S = 15.0
 
@@ -173,7 +174,7 @@ class Documents:
 def add_document_routes(api: FastAPI, ready: Ready, settings: Settings, runner: JobRunner,
                         errors: dict[int | str, dict[str, Any]]) -> None:
     """The routes above; `errors` are the error answers they document (those of every knowledge base route)."""
-    from fastapi import Query
+    from fastapi import Path, Query
 
     from ragvps.serve.failures import guarded
 
@@ -204,7 +205,7 @@ def add_document_routes(api: FastAPI, ready: Ready, settings: Settings, runner: 
     @api.delete("/kb/{name}/documents/{doc}", responses=errors, tags=tags,
                 summary="Remove a document: its chunks, vectors, cached answers and files")
     @guarded
-    async def delete(request: Request, name: str, doc: int) -> Any:
+    async def delete(request: Request, name: str, doc: int = Path(ge=1, le=MAX_ID)) -> Any:
         return await do.delete(request, name, doc)
 
     @api.get("/jobs/{job}", responses=errors, tags=tags,
