@@ -114,6 +114,7 @@ class SearchSettings:
     bit_rerank_depth: int = setting(200, "bit_rerank_depth", lo=1, hi=1000)  # vector_type bit: re-ranked candidates
     top_k: int = setting(8, "top_k", lo=1, hi="max_k")
     rrf_k: int = setting(60, "rrf_k", lo=0, hi=10_000)
+    rrf_vector_weight: float = setting(1.0, "rrf_vector_weight", lo=0, hi=100)  # the keyword leg's weight is 1
 
 
 @dataclass(frozen=True)
@@ -167,6 +168,8 @@ class ServeSettings:
     upload_max_bytes: int = setting(1 << 30, "upload_max_bytes", lo=1024, hi=1 << 40)
     upload_max_file_bytes: int = setting(256 << 20, "upload_max_file_bytes", lo=1024, hi=1 << 40)
     upload_max_files: int = setting(1000, "upload_max_files", lo=1, hi=100_000)
+    log_format: str = setting("text", "log_format", choices=("text", "json"))  # the request log's lines
+    log_questions: bool = setting(False, "log_questions")  # the question's text in the request log (off: never)
 
 
 @dataclass(frozen=True)
