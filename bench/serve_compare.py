@@ -73,6 +73,7 @@ def databases(args: argparse.Namespace) -> tuple[str, str]:
 
 def server(tree: Path, url: str, data_dir: Path, log: Path) -> Server:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")}
+    data_dir.mkdir(parents=True, exist_ok=True)
     (data_dir / "no-config.toml").touch()
     env |= {"PYTHONPATH": str(tree), "RAGVPS_DATABASE_URL": url, "RAGVPS_DATA_DIR": str(data_dir),
             "RAGVPS_EMBEDDER": "local", "RAGVPS_CONFIG": str(data_dir / "no-config.toml"),
@@ -97,6 +98,8 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--max-seconds", type=float, default=90.0)
     parser.add_argument("--fresh-copy", action="store_true", help="Copy the baseline's database again.")
+    parser.add_argument("--section", default="serve_compare", help="Its section in bench/RESULTS.md.")
+    parser.add_argument("--note", default="", help="What the two checkouts differ in, for the section.")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
 
@@ -104,7 +107,8 @@ def main() -> None:
     bodies = [{"query": t, "mode": "hybrid"} for t in queries(DATASET)]
     load_before = os.getloadavg()
     sides = {"baseline": server(args.baseline, base_url, args.data_dir, args.data_dir / "compare-base.log"),
-             "this": server(ROOT, this_url, args.data_dir, args.data_dir / "compare-this.log")}
+             # its own data directory: the upgrade would adopt the baseline's stage files into kb/default
+             "this": server(ROOT, this_url, args.data_dir / "compare-this", args.data_dir / "compare-this.log")}
     runs: dict[str, list[Run]] = {"baseline": [], "this": []}
     try:
         chunks = {k: httpx.get(s.url + "/health", timeout=30).json().get("chunks") for k, s in sides.items()}
@@ -118,7 +122,7 @@ def main() -> None:
     section = render(args, chunks, runs, load_before, os.getloadavg())
     print(section)
     if not args.no_write:
-        write_section("serve_compare", section)
+        write_section(args.section, section)
 
 
 def render(args: argparse.Namespace, chunks: dict, runs: dict[str, list[Run]], before: tuple[float, ...],
@@ -132,22 +136,22 @@ def render(args: argparse.Namespace, chunks: dict, runs: dict[str, list[Run]], b
     commit = subprocess.run(["git", "-C", str(args.baseline), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     return "\n".join([
-        "<!-- serve_compare:start -->",
-        "## Served capacity beside the baseline (`python bench/serve_compare.py --baseline ...`)", "",
+        f"<!-- {args.section}:start -->",
+        f"## Served capacity beside a baseline (`python bench/serve_compare.py --baseline ...`){args.note}", "",
         f"{datetime.date.today().isoformat()}, {platform.machine()} with {os.cpu_count()} cores; load average "
         f"{before[0]:.2f} before, {after[0]:.2f} after (the machine is shared with other work). Baseline: "
-        f"{commit} (tables in public); this checkout serves a copy of the same database, upgraded in place into "
-        f"the knowledge base `default`. Chunks: baseline {chunks['baseline']:,}, this {chunks['this']:,}. /search "
-        f"hybrid (query embedded per request), {args.clients} clients closed loop, {args.rounds} rounds, the order "
-        "alternating; each round at most "
-        f"{args.requests:,} requests or {args.max_seconds:g} s per side.", "",
+        f"{commit}; this checkout serves a copy of the same database (upgraded in place into the knowledge base "
+        f"`default` when the baseline had its tables in public). Chunks: baseline {chunks['baseline']:,}, this "
+        f"{chunks['this']:,}. /search hybrid (query embedded per request), {args.clients} clients closed loop, "
+        f"{args.rounds} rounds, the order alternating; each round at most {args.requests:,} requests or "
+        f"{args.max_seconds:g} s per side.", "",
         "| run | requests | req/s | p50 ms | p95 ms | p99 ms | errors |", "|---|---|---|---|---|---|---|",
         *[run.row() for r in range(args.rounds) for side in ("baseline", "this") for run in [runs[side][r]]], "",
         f"Medians over the rounds: baseline {rate['baseline']:.1f} req/s, p50 {p50['baseline']:.1f} ms, p95 "
         f"{p95['baseline']:.1f} ms; this {rate['this']:.1f} req/s, p50 {p50['this']:.1f} ms, p95 {p95['this']:.1f} "
         f"ms. Ratio this/baseline: capacity {rate['this'] / rate['baseline']:.2f}x, p50 "
         f"{p50['this'] / p50['baseline']:.2f}x, p95 {p95['this'] / p95['baseline']:.2f}x.",
-        "<!-- serve_compare:end -->",
+        f"<!-- {args.section}:end -->",
     ])
 
 
