@@ -164,6 +164,10 @@ class ServeSettings:
     request_timeout: int = setting(120, "request_timeout", lo=1, hi=86_400)
     header_timeout: int = setting(5, "header_timeout", lo=1, hi=3600)  # seconds a request's headers may take
     max_k: int = setting(100, "max_k", lo=1, hi=10_000)  # the most chunks one search or question may ask for
+    # POST /kb/{name}/documents: one upload's bytes (all its files), one file's bytes, files in one upload
+    upload_max_bytes: int = setting(1 << 30, "upload_max_bytes", lo=1024, hi=1 << 40)
+    upload_max_file_bytes: int = setting(256 << 20, "upload_max_file_bytes", lo=1024, hi=1 << 40)
+    upload_max_files: int = setting(1000, "upload_max_files", lo=1, hi=100_000)
     log_format: str = setting("text", "log_format", choices=("text", "json"))  # the request log's lines
     log_questions: bool = setting(False, "log_questions")  # the question's text in the request log (off: never)
 

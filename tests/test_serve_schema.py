@@ -28,7 +28,9 @@ def test_schemathesis_finds_no_server_errors_and_no_schema_breaks(server: Server
         [*command, "--config-file", str(config), "run", server.url + "/openapi.json",
          "--header", f"Authorization: Bearer {server.key}",
          "--checks", ",".join(CHECKS), "--max-examples", "25", "--seed", "13", "--workers", "1",
-         "--phases", "examples,coverage,fuzzing", "--request-timeout", "60", "--output-sanitize", "true"],
+         "--phases", "examples,coverage,fuzzing", "--request-timeout", "60", "--output-sanitize", "true",
+         # Not the routes that add or remove documents: the shared server's corpus stays what the other tests read.
+         "--exclude-name-regex", r"^(POST|DELETE) /kb/\{name\}/documents"],
         capture_output=True, text=True, timeout=900, cwd=tmp_path)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-6000:]

@@ -33,12 +33,12 @@ def settings_from(ctx: typer.Context, **flags: Any) -> Settings:
 
 
 @contextmanager
-def open_app(ctx: typer.Context, *, database: bool = True, **flags: Any) -> Iterator[App]:
+def open_app(ctx: typer.Context, *, database: bool = True, pooled: bool = False, **flags: Any) -> Iterator[App]:
     """The App for this command, bound to its knowledge base, with the command's flags over the settings;
-    `database=False` for a command that needs none (chunk, plan)."""
+    `database=False` for a command that needs none (chunk, plan); `pooled` for one that needs two connections."""
     from ragvps.app import App
 
-    with App.open(settings_from(ctx, **flags), database=database) as app:
+    with App.open(settings_from(ctx, **flags), database=database, pooled=pooled) as app:
         yield app
 
 

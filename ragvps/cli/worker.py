@@ -20,6 +20,11 @@ def worker(
     = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     kb: KbOption = None,
+    jobs: Annotated[bool, typer.Option("--jobs", help="Ingest upload jobs (POST /kb/NAME/documents) instead of "
+                                                      "embedding queued chunks; needs the server's data_dir "
+                                                      "(a shared volume) for the uploaded files.")] = False,
+    linger: Annotated[float, typer.Option(help="With --jobs --exit-when-empty: wait this many seconds for another "
+                                               "job before exiting.")] = 0.0,
 ) -> None:
     """Embed queued chunks until stopped: Ctrl-C or SIGTERM finishes the batch in hand; a second Ctrl-C gives
     it back to the queue at once. Point RAGVPS_DATABASE_URL at the shared database and configure the same
@@ -33,6 +38,12 @@ def worker(
         stop.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    if jobs:
+        try:
+            return _jobs(ctx, kb, lease, name, exit_when_empty, linger, stop, as_json)
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
     try:
         with open_app(ctx, kb=kb, worker_lease=lease) as app, Bars() as bars:
             report = app.work(name=name, exit_when_empty=exit_when_empty, stop=stop, progress=bars, warn=warn)
@@ -46,6 +57,18 @@ def worker(
                + (f"; {report.lost} finished first by another worker (lease ran out)" if report.lost else "")
                + ("; built the vector index" if report.index_built else "")
                + ("; the queue is empty" if report.stopped == "empty" else ""))
+
+
+def _jobs(ctx: typer.Context, kb: str | None, lease: int | None, name: str | None, exit_when_empty: bool,
+          linger: float, stop: threading.Event, as_json: bool) -> None:
+    from ragvps.app.documents import run_jobs
+
+    with open_app(ctx, kb=kb, worker_lease=lease, pooled=True) as app:
+        report = run_jobs(app, name, stop, exit_when_empty=exit_when_empty, linger=linger)
+    if as_json:
+        return echo_json(report)
+    typer.echo(f"worker {report.worker}: ended {report.jobs} upload jobs, {report.files} files"
+               + ("; no job is left" if report.stopped == "empty" else ""))
 
 
 def register(app: typer.Typer) -> None:

@@ -107,10 +107,11 @@ def chunk_stage(
 def store_stage(
     conn: psycopg.Connection, eset: store.EmbeddingSet, root: str, files: Sequence[ChunkFile],
     unreadable: set[str], cache: VectorCache, config: ChunkerConfig, settings: Settings,
-    report: IngestReport, progress: Progress,
+    report: IngestReport, progress: Progress, only: set[str] | None = None,
 ) -> None:
-    """Write new and changed documents; delete those whose source file is gone."""
-    stored = store.stored_documents(conn, root)
+    """Write new and changed documents; delete those whose source file is gone (of the sources in `only`,
+    when given: a few files of a folder were ingested, not the folder)."""
+    stored = {d: s for d, s in store.stored_documents(conn, root).items() if only is None or s.source in only}
     key = config.key()
     changed: list[tuple[Document, list[Chunk]]] = []
     seen: set[str] = set()
@@ -201,28 +202,99 @@ def ingest(
         if not report.documents and not stored_before:
             raise nothing_readable(path, report)
         report.chunks = len(chunks)
-        cache = VectorCache(settings.database.kb_dir, spec.identity, spec.dims)
-        if not settings.embed.defer_embedding:
-            outcome = EmbedOutcome()
-            try:
-                embed_stage(cache, chunks, spec, lanes, settings.embed.batch_size, progress, outcome)
-            finally:
-                report.embedded, report.hosts = outcome.embedded, outcome.hosts
-        eset = store.ensure_set(conn, spec, settings.index.vector_type, activate=True)
         unreadable = {f.rel for f in scan.files} - {f.source for f in files}
-        store_stage(conn, eset, str(root), files, unreadable, cache, config, settings, report, progress)
-        if settings.embed.defer_embedding:
-            queue.enqueue_missing(conn, eset)
-        report.queued = queue.left(conn, eset)
-        if report.queued and not settings.embed.defer_embedding:
-            warn(f"{report.queued} chunks stored by an earlier ingest with defer_embedding still wait for "
-                 "`ragvps worker`; vector search does not find them until a worker has embedded them")
-        if report.queued:  # the worker that empties the queue builds the index
-            report.index_built = index.index_exists(conn, eset)
-            conn.commit()
-        else:
-            report.index_built = index.ensure_index(conn, eset, settings, progress, warn)
+        embed_and_store(conn, settings, spec, lanes, str(root), files, unreadable, config, report, progress, warn)
     return report
+
+
+def embed_and_store(
+    conn: psycopg.Connection, settings: Settings, spec: ModelSpec, lanes: Callable[[], Lanes], root: str,
+    files: Sequence[ChunkFile], unreadable: set[str], config: ChunkerConfig, report: IngestReport,
+    progress: Progress, warn: Warn, only: set[str] | None = None,
+) -> None:
+    """Embed what the vector cache lacks (or queue it, defer_embedding), store, keep the index current."""
+    cache = VectorCache(settings.database.kb_dir, spec.identity, spec.dims)
+    if not settings.embed.defer_embedding:
+        outcome = EmbedOutcome()
+        try:
+            embed_stage(cache, [c for f in files for c in f.chunks], spec, lanes, settings.embed.batch_size,
+                        progress, outcome)
+        finally:
+            report.embedded, report.hosts = outcome.embedded, outcome.hosts
+    eset = store.ensure_set(conn, spec, settings.index.vector_type, activate=True)
+    store_stage(conn, eset, root, files, unreadable, cache, config, settings, report, progress, only)
+    if settings.embed.defer_embedding:
+        queue.enqueue_missing(conn, eset)
+    report.queued = queue.left(conn, eset)
+    if report.queued and not settings.embed.defer_embedding:
+        warn(f"{report.queued} chunks stored by an earlier ingest with defer_embedding still wait for "
+             "`ragvps worker`; vector search does not find them until a worker has embedded them")
+    if report.queued:  # the worker that empties the queue builds the index
+        report.index_built = index.index_exists(conn, eset)
+        conn.commit()
+    else:
+        report.index_built = index.ensure_index(conn, eset, settings, progress, warn)
+
+
+@dataclass(frozen=True)
+class FileOutcome:
+    """One file of `ingest_files`: stored (done), found as stored already (unchanged), or failed (why)."""
+
+    rel: str
+    state: str
+    error: str | None = None
+    documents: int = 0
+    chunks: int = 0
+
+
+def ingest_files(
+    conn: psycopg.Connection, settings: Settings, root: Path, rels: Sequence[str], spec: ModelSpec,
+    lanes: Callable[[], Lanes], progress: Progress, warn: Warn, lock_wait: float | None = None,
+) -> tuple[IngestReport, list[FileOutcome]]:
+    """Ingest these files of the folder `root` (relative names) and nothing else of it: the documents of its
+    other files stay as they are. Each file's outcome says why it failed, naming it."""
+    report = IngestReport()
+    said: dict[str, list[str]] = {}
+    wanted = set(rels)
+
+    def record(message: str) -> None:
+        report.warnings.append(message)
+        rel = message.split(": ", 1)[0]
+        said.setdefault(rel if rel in wanted else "", []).append(message)
+        warn(message)
+
+    root = root.resolve()
+    scan, refused = sources.ScanReport(), {}
+    for rel in rels:
+        source, problem = sources.source_file(root, rel)
+        if source is None:
+            refused[rel] = problem
+        else:
+            scan.files.append(source)
+    report.files = len(rels)
+    store.check_model(store.active_set(conn), spec, settings.index.vector_type, "ingest")
+    with store.write_lock(conn, lock_wait):
+        config = _ingest_chunker(conn, settings, spec)
+        files = chunk_stage(settings, root, scan, config, report, progress, record)
+        report.documents = sum(len(f.documents) for f in files)
+        report.chunks = sum(len(f.chunks) for f in files)
+        before = store.stored_documents(conn, str(root))
+        conn.commit()
+        unreadable = {f.rel for f in scan.files} - {f.source for f in files}
+        embed_and_store(conn, settings, spec, lanes, str(root), files, unreadable, config, report, progress,
+                        record, only=wanted)
+    loaded = {f.source: f for f in files}
+    outcomes = []
+    for rel in rels:
+        f = loaded.get(rel)
+        if f is None:
+            why = refused.get(rel) or "; ".join(said.get(rel, [])) or f"{rel}: could not be read, skipped"
+            outcomes.append(FileOutcome(rel, "failed", why))
+            continue
+        same = all((old := before.get(d.doc_id)) is not None and old.content_hash == d.content_hash
+                   and old.chunker == config.key() for d in f.documents)
+        outcomes.append(FileOutcome(rel, "unchanged" if same else "done", None, len(f.documents), len(f.chunks)))
+    return report, outcomes
 
 
 def _ingest_chunker(conn: psycopg.Connection, settings: Settings, spec: ModelSpec) -> ChunkerConfig:

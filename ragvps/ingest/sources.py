@@ -74,6 +74,22 @@ def scan(root: Path) -> ScanReport:
     return report
 
 
+def source_file(root: Path, rel: str) -> tuple[SourceFile | None, str]:
+    """One named file of the folder `root` as a source, or None and why it is not one (naming it)."""
+    path = root / rel
+    kind = KINDS.get(path.suffix.lower())
+    if kind is None:
+        return None, (f"{rel}: unsupported type {path.suffix.lower() or '(no extension)'}; supported: "
+                      f"{', '.join(sorted(KINDS))}")
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        return None, f"{rel}: {exc.strerror or exc}"
+    if size == 0:
+        return None, f"{rel}: empty file, nothing to read"
+    return SourceFile(path, rel, kind), ""
+
+
 def escaped(name: str) -> str:
     """A file name as text: bytes that are not UTF-8 (surrogate escapes) written as \\xNN."""
     try:

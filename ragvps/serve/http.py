@@ -41,21 +41,22 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
     from ragvps.serve.docs import add_docs
     from ragvps.serve.metrics import Metrics
     from ragvps.serve.routes import add_metrics_route
+    from ragvps.serve.runner import JobRunner
 
     keys = load_keys(settings)
     host = host or settings.serve.host
     ready = Ready(settings, app, on_fatal)
+    runner = JobRunner(ready)
     metrics = Metrics(ready)
     ready.observe(metrics)
     mcp_server = _mcp(ready)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        opener = None
         if ready.app is None:
-            opener = threading.Thread(target=ready.open_forever, name="ragvps-open", daemon=True)
-            opener.start()
+            threading.Thread(target=ready.open_forever, name="ragvps-open", daemon=True).start()
         async with contextlib.AsyncExitStack() as stack:
+            await stack.enter_async_context(runner.running())  # upload jobs, stopped first at shutdown
             if mcp_server is not None:
                 await stack.enter_async_context(mcp_server.session_manager.run())
             yield
@@ -69,7 +70,7 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
     _errors(api)
     from ragvps.serve.routes import add_routes
 
-    add_routes(api, ready, settings)
+    add_routes(api, ready, settings, runner)
     add_metrics_route(api, metrics, ready)
     from ragvps.serve.openai import add_openai_routes
 
@@ -98,7 +99,8 @@ def _middleware(api: FastAPI, settings: Settings, ready: Ready, keys: tuple[str,
     asgi: Any = LimitBody(RequireKey(api, Access(keys, ready)), settings.serve.max_body_bytes,
                           settings.serve.request_timeout)
     if settings.serve.cors_origins:
-        asgi = CORSMiddleware(asgi, allow_origins=list(settings.serve.cors_origins), allow_methods=["GET", "POST"],
+        asgi = CORSMiddleware(asgi, allow_origins=list(settings.serve.cors_origins),
+                              allow_methods=["GET", "POST", "DELETE"],
                               allow_headers=["Authorization", "X-API-Key", "Content-Type"])
     asgi = HostOriginGuard(asgi, host, settings.serve.allowed_hosts, settings.serve.cors_origins)
     asgi = OpenAIErrors(asgi)  # every error on /v1/* in OpenAI's shape, whichever layer answered it

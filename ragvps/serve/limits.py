@@ -4,6 +4,7 @@ the app's, in ragvps/app/checks.py)."""
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import TYPE_CHECKING, Any
 
 from ragvps.errors import InputTooLongError, UsageError
@@ -12,12 +13,16 @@ from ragvps.serve.auth import send_error
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
+UPLOAD_PATH = re.compile(r"/kb/[^/]+/documents/?")
+
 
 class LimitBody:
     """ASGI middleware: a body over `max_bytes` gets 413 `{error, kind: too_long}`, by Content-Length or as read;
     a body still arriving after `timeout` seconds (a slow-loris client) gets 408 `{error, kind: usage}`.
 
-    The body (at most `max_bytes`) is read before the app sees the request, then replayed to it.
+    The body (at most `max_bytes`) is read before the app sees the request, then replayed to it. An upload
+    (`POST /kb/{name}/documents`) is passed on as it arrives: its route streams it to disk under limits of
+    its own (upload_max_bytes, upload_max_file_bytes, upload_max_files).
     """
 
     def __init__(self, app: ASGIApp, max_bytes: int, timeout: float = 120.0):
@@ -25,7 +30,7 @@ class LimitBody:
 
     async def __call__(self, scope: Scope, receive: Receive,
                        send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or (scope.get("method") == "POST" and UPLOAD_PATH.fullmatch(scope["path"])):
             await self.app(scope, receive, send)
             return
         too_long = (f"the request body is larger than {self.max_bytes:,} bytes (setting max_body_bytes): "

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from ragvps.serve.endpoints import Endpoints
     from ragvps.serve.lifecycle import Ready
     from ragvps.serve.metrics import Metrics
+    from ragvps.serve.runner import JobRunner
 
 KB_ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorOut, "description": "No such knowledge base, or none this key may use (the same answer)."},
@@ -67,7 +68,7 @@ def page_policy(html: str) -> str:
             "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 
 
-def add_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> None:
+def add_routes(api: "FastAPI", ready: "Ready", settings: Settings, runner: "JobRunner") -> None:
     from fastapi.responses import HTMLResponse, JSONResponse
     from starlette.requests import Request
 
@@ -114,6 +115,9 @@ def add_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> None:
         return await do.stats(request, None)
 
     add_kb_routes(api, do, SearchIn, AskIn)
+    from ragvps.serve.documents import add_document_routes
+
+    add_document_routes(api, ready, settings, runner, ERRORS | KB_ERRORS)  # uploads, their jobs, the documents stored
 
 
 def add_kb_routes(api: "FastAPI", do: "Endpoints", SearchIn: type, AskIn: type) -> None:

@@ -1,0 +1,232 @@
+"""Uploading 1,000 small files through the documents API while /search runs paced (issue 30). One command, from
+the repository root (under the exclusive quiet lock, on an otherwise idle machine):
+
+    flock -x /work/quiet.lock python bench/upload_bench.py     # rewrites its section of bench/RESULTS.md
+
+The files are the sections of docs/*.md, each made unique by a line of its own, at most --max-chars each.
+A real `ragvps serve` (embedded PostgreSQL under bench/out/upload, the local model) serves the knowledge base
+`default` (docs/ ingested) to a paced /search load (--rate req/s over 8 clients, bounded by --searches and
+--max-seconds), and takes the uploads into two other knowledge bases, each with a vector cache of its own so
+that every chunk is embedded: one upload alone, one while the search load runs. Beside them, `ragvps ingest` of
+the same files (a fresh data directory and database, so it embeds everything too). Reported: failed searches,
+search p50/p95 idle and during the upload, each upload's files/s from the POST to the job's end, the CLI's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+from common import OUT, ROOT
+from common.load import KEY, Run, load
+from common.results import write_section
+from serve_server import Server
+
+from ragvps.config import load_settings
+from ragvps.db.embedded import embedded_url
+
+WORK = OUT / "upload"
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def make_files(folder: Path, n: int, max_chars: int) -> list[Path]:
+    """`n` Markdown files cut from the sections of docs/*.md, each unique."""
+    sections = []
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        for part in re.split(r"\n(?=## )", page.read_text(encoding="utf-8")):
+            if len(part.strip()) > 200:
+                sections.append(part.strip()[:max_chars])
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    files = []
+    for i in range(n):
+        path = folder / f"note-{i:04d}.md"
+        text = f"# Note {i}\n\nThis is note number {i} of the upload benchmark.\n\n{sections[i % len(sections)]}\n"
+        path.write_text(text, encoding="utf-8")
+        files.append(path)
+    return files
+
+
+def database(admin: str, name: str) -> str:
+    import psycopg
+
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    address, _, query = admin.partition("?")
+    return address.rsplit("/", 1)[0] + "/" + name + ("?" + query if query else "")
+
+
+def env_for(url: str, data_dir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")}
+    (WORK / "no-config.toml").touch()
+    return env | {"PYTHONPATH": str(ROOT), "RAGVPS_DATABASE_URL": url, "RAGVPS_DATA_DIR": str(data_dir),
+                  "RAGVPS_EMBEDDER": "local", "RAGVPS_CONFIG": str(WORK / "no-config.toml")}
+
+
+def ragvps(env: dict[str, str], *args: str) -> float:
+    """Run the CLI; its wall time in seconds."""
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "ragvps", *args], env=env, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"ragvps {' '.join(args)} failed: {done.stderr}")
+    return time.perf_counter() - start
+
+
+def upload(server: Server, kb: str, files: list[Path], max_seconds: float) -> dict[str, float]:
+    """POST every file in one multipart request, then follow the job to its end."""
+    start = time.perf_counter()
+    with httpx.Client(base_url=server.url, headers=server.headers, timeout=600) as c:
+        handles = [p.open("rb") for p in files]
+        try:
+            r = c.post(f"/kb/{kb}/documents", files=[("files", (p.name, h, "text/markdown"))
+                                                     for p, h in zip(files, handles, strict=True)])
+        finally:
+            for h in handles:
+                h.close()
+        if r.status_code != 202:
+            raise SystemExit(f"upload refused: {r.status_code} {r.text}")
+        accepted = time.perf_counter() - start
+        job = r.json()["job"]
+        deadline = time.monotonic() + max_seconds
+        while True:
+            status = c.get(f"/jobs/{job}").json()
+            if status["state"] in ("done", "failed", "cancelled") or time.monotonic() > deadline:
+                break
+            time.sleep(0.25)
+    total = time.perf_counter() - start
+    return {"seconds": total, "accepted_s": accepted, "files": status["files_done"], "failed": status["files_failed"],
+            "chunks": status["chunks_embedded"], "state": status["state"], "files_per_s": status["files_done"] / total,
+            "job_s": status["seconds"]}
+
+
+def searches(server: Server, bodies: list[dict], rate: float, total: int, max_seconds: float, name: str,
+             stop: asyncio.Event | None = None) -> Run:
+    return asyncio.run(load(server.url, "/search", bodies, 8, total, max_seconds, rate, name, stop))
+
+
+def during(server: Server, bodies: list[dict], args: argparse.Namespace, files: list[Path]) -> tuple[Run, dict]:
+    """The paced searches while the upload runs; they stop when its job ends (or at their bounds)."""
+    result: dict[str, object] = {}
+
+    def run_upload() -> None:
+        result.update(upload(server, "during", files, args.max_seconds))
+
+    async def both() -> Run:
+        stop = asyncio.Event()
+        thread = threading.Thread(target=run_upload)
+        thread.start()
+        task = asyncio.create_task(load(server.url, "/search", bodies, 8, args.searches * 10, args.max_seconds,
+                                        args.rate, "during the upload", stop))
+        await asyncio.to_thread(thread.join)
+        stop.set()
+        return await task
+
+    return asyncio.run(both()), result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--files", type=int, default=1000)
+    parser.add_argument("--max-chars", type=int, default=1200, help="Characters of a docs section per file.")
+    parser.add_argument("--rate", type=float, default=20.0, help="Paced /search requests a second.")
+    parser.add_argument("--searches", type=int, default=600, help="Searches in the idle phase.")
+    parser.add_argument("--max-seconds", type=float, default=900.0, help="Time bound of each phase.")
+    parser.add_argument("--no-write", action="store_true", help="Print the section, leave RESULTS.md alone.")
+    args = parser.parse_args()
+    uptime = [subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()]
+    for old in ("api-data", "cli-data"):
+        shutil.rmtree(WORK / old, ignore_errors=True)
+    WORK.mkdir(parents=True, exist_ok=True)
+    files = make_files(WORK / "files", args.files, args.max_chars)
+    size = sum(p.stat().st_size for p in files)
+    admin = embedded_url(load_settings(env={"RAGVPS_DATA_DIR": str(WORK / "pg-home")}))
+    api_env = env_for(database(admin, "upload_api"), WORK / "api-data")
+    cli_env = env_for(database(admin, "upload_cli"), WORK / "cli-data")
+    log(f"{len(files)} files, {size / 1024:.0f} KiB; ingesting docs/ for the searches")
+    ragvps(api_env, "ingest", str(ROOT / "docs"))
+    for kb in ("alone", "during"):
+        ragvps(api_env, "kb", "create", kb)
+    queries = [m.group(1) for p in sorted((ROOT / "docs").glob("*.md"))
+               for m in re.finditer(r"^#+ (.+)$", p.read_text(encoding="utf-8"), re.M)]
+    bodies = [{"query": q, "mode": "hybrid", "k": 8} for q in queries]
+    r: dict[str, object] = {"files": len(files), "bytes": size, "rate": args.rate}
+    server = Server(api_env | {"RAGVPS_API_KEYS": KEY}, WORK / "serve.log", key=KEY).start(timeout=300)
+    try:
+        searches(server, bodies, args.rate, 100, 30, "warm-up")
+        idle = searches(server, bodies, args.rate, args.searches, args.max_seconds, "idle")
+        log(idle.row())
+        r["alone"] = upload(server, "alone", files, args.max_seconds)
+        log(f"upload alone: {r['alone']}")
+        busy, r["during"] = during(server, bodies, args, files)
+        log(busy.row())
+        log(f"upload during searches: {r['during']}")
+    finally:
+        server.stop()
+    cli_s = ragvps(cli_env, "ingest", str(WORK / "files"))
+    r["cli"] = {"seconds": cli_s, "files_per_s": len(files) / cli_s}
+    log(f"ragvps ingest: {cli_s:.1f} s")
+    uptime.append(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    r |= {"idle": idle, "busy": busy, "uptime": uptime}
+    section = report(r)
+    print(section)
+    if not args.no_write:
+        write_section("upload_bench", section)
+
+
+def report(r: dict) -> str:
+    idle, busy, alone, dur, cli = r["idle"], r["busy"], r["alone"], r["during"], r["cli"]
+    failed = sum(busy.errors.values()) + sum(idle.errors.values())
+    return "\n".join([
+        "<!-- upload_bench:start -->",
+        "## Uploading 1,000 files through the API while /search runs (`python bench/upload_bench.py`)",
+        "",
+        f"{r['files']:,} Markdown files ({r['bytes'] / 1024:.0f} KiB: sections of docs/, each unique) sent in one "
+        f"multipart POST /kb/NAME/documents to a real `ragvps serve` (embedded PostgreSQL 18, local MiniLM int8, "
+        f"the server's onnxruntime at 1 thread per call), followed to the job's end; /search hybrid k=8 on the "
+        f"knowledge base `default` (docs/) paced at {r['rate']:g} req/s over 8 clients. "
+        f"`uptime` before: {r['uptime'][0]}; after: {r['uptime'][1]}.",
+        "",
+        "| /search | requests | req/s | p50 ms | p95 ms | p99 ms | failed |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        idle.row(), busy.row(),
+        "",
+        f"Failed searches: {failed}. Search p95 during the upload / idle: {busy.pct(95) / idle.pct(95):.2f}x "
+        "(goal < 2x).",
+        "",
+        "| ingest of the same files | seconds | files/s | chunks embedded | files failed | vs `ragvps ingest` |",
+        "|---|---:|---:|---:|---:|---:|",
+        f"| `ragvps ingest` (CLI, all cores, nothing else running) | {cli['seconds']:.1f} | {cli['files_per_s']:.1f} "
+        "| all | 0 | 1.00 |",
+        f"| API upload, no search load (POST to job end) | {alone['seconds']:.1f} | {alone['files_per_s']:.1f} | "
+        f"{alone['chunks']:,} | {alone['failed']} | {alone['files_per_s'] / cli['files_per_s']:.2f} |",
+        f"| API upload during the searches | {dur['seconds']:.1f} | {dur['files_per_s']:.1f} | {dur['chunks']:,} | "
+        f"{dur['failed']} | {dur['files_per_s'] / cli['files_per_s']:.2f} |",
+        "",
+        f"The POST itself (the files streamed to disk, the job queued) took {alone['accepted_s']:.2f} s alone and "
+        f"{dur['accepted_s']:.2f} s during the searches; the rest is the job (read, chunk, embed, store).",
+        "",
+        "How to read it: the job runs in a `ragvps worker --jobs` child of the server at nice 10 with all cores for "
+        "onnxruntime, so it takes what the server and anything else on the machine leave. The CLI row has the "
+        "machine to itself at normal priority; on 2 cores, 20 searches a second take part of what the upload "
+        "would use, and another process at normal priority (the load average above) takes a nice-10 worker's "
+        "share first. Upload batches are 64 files (each batch embedded, then stored in one transaction, then its "
+        "files marked), where the CLI embeds the whole folder sorted by length at once.",
+        "<!-- upload_bench:end -->",
+    ])
+
+
+if __name__ == "__main__":
+    main()

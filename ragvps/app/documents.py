@@ -1,0 +1,252 @@
+"""Documents in through the API: an upload becomes a job on the knowledge base's work queue (migration 009),
+which the server's runner, or `ragvps worker --jobs`, takes under a lease; its progress and the documents
+stored are read back here as typed records. The HTTP layer streams the files to disk; nothing here reads a
+request.
+
+    job = submit(app, staged)          # the files already under KB_DIR/incoming/JOB
+    status = job_status(app, job)      # JobStatus: files done of total, chunks embedded, rate, ETA, errors
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from ragvps.db.jobs import StagedFile
+from ragvps.errors import NotFoundError, UsageError
+from ragvps.ingest.uploads import discard, safe_name, staging_dir
+
+__all__ = ["StagedFile", "discard", "safe_name", "staging_dir"]  # what the HTTP layer stages uploads with
+
+if TYPE_CHECKING:
+    from ragvps.app.core import App
+    from ragvps.db.jobs import FileRow, JobRow
+    from ragvps.embed.hosts import Lanes
+    from ragvps.ingest.jobs import JobsReport
+
+JOB_ID = re.compile(r"j([0-9]+)-([0-9a-f]{16})")
+MAX_PAGE = 1000
+
+
+def new_job_id(app: App) -> str:
+    """A job's id names its knowledge base by catalog id, so `GET /jobs/{id}` finds the schema without a name."""
+    assert app.kb is not None
+    return f"j{app.kb.id}-{secrets.token_hex(8)}"
+
+
+def job_kb(job: str) -> int | None:
+    """The catalog id of the knowledge base a job id names, or None for an id that is not a job's."""
+    match = JOB_ID.fullmatch(job)
+    return int(match.group(1)) if match else None
+
+
+def submit(app: App, job: str, files: list[StagedFile]) -> str:
+    """Queue the job of files already staged (under KB_DIR/incoming/JOB); its id."""
+    from ragvps.db import jobs
+
+    with app.connection() as conn:
+        jobs.create(conn, job, files)
+    return job
+
+
+@dataclass(frozen=True)
+class FileStatus:
+    name: str
+    size: int
+    state: str  # pending, done, unchanged (stored already), failed, cancelled
+    documents: int
+    chunks: int
+    error: str | None
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    id: str
+    state: str  # queued, running, done, failed, cancelled
+    cancel_requested: bool
+    files_total: int
+    files_done: int  # files with an outcome (done, unchanged, failed, cancelled)
+    files_failed: int
+    bytes_total: int
+    bytes_done: int
+    chunks_stored: int
+    chunks_embedded: int
+    seconds: float
+    files_per_s: float
+    chunks_per_s: float  # chunks embedded a second
+    eta_s: float | None  # by the bytes left at the rate so far; None until something is done
+    worker: str | None
+    attempts: int  # claims: more than 1 when a worker's lease ran out and another took the job over
+    created_at: str
+    finished_at: str | None
+    error: str | None
+    errors: tuple[dict[str, str], ...]  # {file, error} for each file that failed
+    files: tuple[FileStatus, ...]
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ("done", "failed", "cancelled")
+
+
+def status_of(job: str, row: JobRow, files: list[FileRow]) -> JobStatus:
+    done = [f for f in files if f.state != "pending"]
+    total_bytes = sum(f.size for f in files)
+    done_bytes = sum(f.size for f in done)
+    seconds = max(row.seconds, 0.0)
+    rate = done_bytes / seconds if seconds > 0 else 0.0
+    running = row.state in ("queued", "running")
+    eta = (total_bytes - done_bytes) / rate if running and rate > 0 else (0.0 if not running else None)
+    failed = [f for f in files if f.state == "failed"]
+    return JobStatus(
+        id=job, state=row.state, cancel_requested=row.cancel, files_total=len(files), files_done=len(done),
+        files_failed=len(failed), bytes_total=total_bytes, bytes_done=done_bytes,
+        chunks_stored=sum(f.chunks for f in files if f.state == "done"), chunks_embedded=row.embedded,
+        seconds=round(seconds, 3), files_per_s=round(len(done) / seconds, 3) if seconds > 0 else 0.0,
+        chunks_per_s=round(row.embedded / seconds, 3) if seconds > 0 else 0.0,
+        eta_s=None if eta is None else round(eta, 1), worker=row.worker, attempts=row.attempts,
+        created_at=row.created_at.isoformat(), finished_at=_iso(row.finished_at), error=row.error,
+        errors=tuple({"file": f.name, "error": f.error or "failed"} for f in failed),
+        files=tuple(FileStatus(f.name, f.size, f.state, f.documents, f.chunks, f.error) for f in files))
+
+
+def _iso(when: datetime | None) -> str | None:
+    return None if when is None else when.isoformat()
+
+
+def job_status(app: App, job: str) -> JobStatus:
+    """The job's progress; NotFoundError when this knowledge base has no such job."""
+    from ragvps.db import jobs
+
+    with app.connection() as conn:
+        found = jobs.read(conn, job)
+    if found is None:
+        raise NotFoundError(f"no job {job!r}: jobs are listed by the upload that made them (POST "
+                            "/kb/{name}/documents answers with the id)")
+    return status_of(job, *found)
+
+
+def cancel_job(app: App, job: str) -> JobStatus:
+    """Stop the job: one nobody runs yet ends at once; a running one after the batch in hand (whose documents
+    are stored whole, or not at all). Files stored stay stored; uploading the rest again resumes."""
+    from ragvps.db import jobs
+    from ragvps.ingest import uploads
+
+    job_status(app, job)  # NotFoundError first
+    with app.connection() as conn:
+        state = jobs.cancel(conn, job)
+    if state == "cancelled":
+        uploads.discard(app.settings.database.kb_dir, job)
+    return job_status(app, job)
+
+
+def run_jobs(app: App, worker: str | None, stop: threading.Event, *, exit_when_empty: bool = False,
+             wake: threading.Event | None = None, poll: float = 1.0, linger: float = 0.0) -> JobsReport:
+    """Take this knowledge base's upload jobs until `stop` (or none has been left for `linger` seconds,
+    exit_when_empty). The lease is renewed on a second connection: the App's connections must be pooled."""
+    from ragvps.embed.registry import make_lanes
+    from ragvps.ingest.jobs import run_jobs as run
+    from ragvps.ingest.worker import default_name
+
+    def lanes() -> Lanes:
+        return make_lanes(app.settings, app.spec, lambda: app.embedder, lambda *_: None, lambda _: None)
+
+    return run(app.connection, app.settings, app.spec, lanes, worker or default_name(), stop=stop,
+               exit_when_empty=exit_when_empty, poll=poll, wake=wake, linger=linger)
+
+
+def open_job_count(app: App) -> int:
+    from ragvps.db import jobs
+
+    with app.connection() as conn:
+        return jobs.open_jobs(conn)
+
+
+# --- the documents stored -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DocumentInfo:
+    id: int
+    path: str  # the file, relative to the folder it was ingested from (the uploads folder for uploads)
+    doc_id: str
+    title: str
+    format: str
+    size: int | None  # bytes of its file now (None when the file is not on this machine)
+    chunks: int
+    ingested_at: str
+    status: str  # "embedded", or "queued" while chunks wait for `ragvps worker`
+    uploaded: bool  # sent through the API (its file is in the uploads folder); else from an ingested folder
+
+
+@dataclass(frozen=True)
+class DocumentPage:
+    documents: tuple[DocumentInfo, ...]
+    next_cursor: str | None  # pass as `cursor` for the next page; None on the last
+
+
+def list_documents(app: App, limit: int = 100, cursor: str | None = None) -> DocumentPage:
+    from pathlib import Path
+
+    from ragvps.db import jobs
+    from ragvps.ingest.uploads import uploads_dir
+
+    if not 1 <= limit <= MAX_PAGE:
+        raise UsageError(f"limit {limit} is not between 1 and {MAX_PAGE}")
+    if cursor is not None and not (cursor.isascii() and cursor.isdigit() and len(cursor) <= 18):
+        raise UsageError(f"cursor {cursor!r} is not one this API gave: pass `next_cursor` of the page before")
+    with app.connection() as conn:
+        rows = jobs.documents(conn, int(cursor or 0), limit + 1)
+    uploads = str(uploads_dir(app.settings.database.kb_dir).resolve())
+    out = []
+    for r in rows[:limit]:
+        file = Path(r.root) / r.source if Path(r.root).is_dir() else Path(r.root)
+        size = file.stat().st_size if file.is_file() else None
+        out.append(DocumentInfo(r.id, r.source, r.doc_id, r.title, r.kind, size, r.chunks, r.ingested_at.isoformat(),
+                                "queued" if r.queued else "embedded", r.root == uploads))
+    return DocumentPage(tuple(out), str(rows[limit - 1].id) if len(rows) > limit else None)
+
+
+@dataclass(frozen=True)
+class DeletedDocument:
+    id: int
+    path: str
+    chunks: int
+    answers_pruned: int
+    file_removed: bool  # the uploaded file (a document of a folder keeps its file: ingest would add it again)
+
+
+def delete_document(app: App, doc: int) -> DeletedDocument:
+    """Remove one document: its chunks and their vectors and queue rows (cascade), the cached answers that
+    cited them, its chunk file, and its uploaded file (when no other document comes from it)."""
+    from ragvps.db import jobs, store
+    from ragvps.generate import cache as answer_cache
+    from ragvps.ingest.artifacts import ChunkArtifacts
+    from ragvps.ingest.uploads import uploads_dir
+
+    kb_dir = app.settings.database.kb_dir
+    uploads = uploads_dir(kb_dir).resolve()
+    with app.connection() as conn, store.write_lock(conn):
+        found = jobs.document(conn, doc)
+        if found is None:
+            raise NotFoundError(f"no document {doc} in knowledge base {app.settings.database.kb}: "
+                                "GET /kb/{name}/documents lists them with their ids")
+        root, source, doc_id, chunks = found
+        store.delete_documents(conn, root, [doc_id])
+        pruned = answer_cache.prune(conn)
+        store.bump_generation(conn)
+        rest = jobs.documents_of_source(conn, root, source)
+        conn.commit()
+    removed = False
+    if rest == 0:
+        from pathlib import Path
+
+        ChunkArtifacts(kb_dir, Path(root)).path(source).unlink(missing_ok=True)
+        if Path(root) == uploads:
+            target = (uploads / source).resolve()
+            if target.is_relative_to(uploads) and target.is_file():
+                target.unlink()
+                removed = True
+    return DeletedDocument(doc, source, chunks, pruned, removed)

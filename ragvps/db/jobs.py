@@ -1,0 +1,181 @@
+"""Upload jobs in PostgreSQL (migration 009): made by the server, claimed by a worker under a lease, their
+files marked one by one. Each call is one short transaction; nothing holds a row lock while files are read
+or embedded, and a worker whose lease ran out (another took the job over) can no longer write to it."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg
+
+from ragvps.db.sql import queries, scalar
+from ragvps.db.store import end_implicit_transaction
+from ragvps.errors import DatabaseError
+
+TERMINAL = ("done", "failed", "cancelled")
+
+
+def _q(name: str) -> str:
+    return queries("jobs.sql")[name]
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    seq: int
+    name: str  # its path under the uploads folder
+    staged: str  # where it waits, relative to the knowledge base's folder
+    size: int
+
+
+@dataclass(frozen=True)
+class JobRow:
+    state: str
+    cancel: bool
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    worker: str | None
+    attempts: int
+    embedded: int
+    error: str | None
+    seconds: float  # since it started (until it ended)
+
+
+@dataclass(frozen=True)
+class FileRow:
+    seq: int
+    name: str
+    size: int
+    state: str
+    error: str | None
+    documents: int
+    chunks: int
+
+
+def create(conn: psycopg.Connection, job: str, files: Sequence[StagedFile]) -> None:
+    """The job and its files, in one transaction."""
+    end_implicit_transaction(conn)
+    with conn.transaction():
+        conn.execute(_q("insert_job"), {"job": job, "id": job})
+        conn.cursor().executemany(_q("insert_file"), [{"job": job, "seq": f.seq, "name": f.name, "staged": f.staged,
+                                                      "size": f.size} for f in files])
+
+
+def claim(conn: psycopg.Connection, worker: str, lease: float) -> tuple[str, str] | None:
+    """(job id, claim token) of the oldest job free to take, or None."""
+    token = str(uuid.uuid4())
+    end_implicit_transaction(conn)
+    with conn.transaction():
+        job = scalar(conn, _q("claim_job"), {"worker": worker, "claim": token, "lease": lease})
+    return None if job is None else (str(job), token)
+
+
+def open_jobs(conn: psycopg.Connection) -> int:
+    n = int(scalar(conn, _q("open_jobs")))
+    conn.commit()
+    return n
+
+
+def renew(conn: psycopg.Connection, job: str, token: str) -> bool | None:
+    """Start the lease again; whether the job was asked to stop (None: the claim is no longer ours)."""
+    return _one(conn, "renew_job", {"job": job, "claim": token})
+
+
+def add_embedded(conn: psycopg.Connection, job: str, token: str, n: int) -> bool | None:
+    """Count chunks embedded (and renew the lease); whether the job was asked to stop, None if not ours."""
+    return _one(conn, "add_embedded", {"job": job, "claim": token, "n": n})
+
+
+def _one(conn: psycopg.Connection, name: str, params: dict[str, object]) -> bool | None:
+    end_implicit_transaction(conn)
+    with conn.transaction():
+        row = conn.execute(_q(name), params).fetchone()
+    return None if row is None else bool(row[0])
+
+
+def pending(conn: psycopg.Connection, job: str) -> list[StagedFile]:
+    rows = conn.execute(_q("pending_files"), {"job": job}).fetchall()
+    conn.commit()
+    return [StagedFile(*r) for r in rows]
+
+
+def finish_file(conn: psycopg.Connection, job: str, token: str, seq: int, state: str, error: str | None = None,
+                documents: int = 0, chunks: int = 0) -> bool:
+    """Mark one file; False when the claim is no longer ours (nothing written)."""
+    end_implicit_transaction(conn)
+    with conn.transaction():
+        row = conn.execute(_q("finish_file"), {"job": job, "claim": token, "seq": seq, "state": state,
+                                               "error": error, "documents": documents, "chunks": chunks}).fetchone()
+    return row is not None
+
+
+def end(conn: psycopg.Connection, job: str, token: str, state: str, error: str | None = None) -> None:
+    end_implicit_transaction(conn)
+    with conn.transaction():
+        conn.execute(_q("end_job"), {"job": job, "claim": token, "state": state, "error": error})
+
+
+def release(conn: psycopg.Connection, job: str, token: str) -> None:
+    """Give the job back at once (a worker stopping): the next claim goes on where it stopped."""
+    if conn.closed:
+        raise DatabaseError(f"the connection is closed: job {job}'s lease runs out instead")
+    try:
+        conn.rollback()
+        with conn.transaction():
+            conn.execute(_q("release_job"), {"job": job, "claim": token})
+    except psycopg.Error as exc:
+        raise DatabaseError(f"giving job {job} back failed: {exc}") from exc
+
+
+def cancel(conn: psycopg.Connection, job: str) -> str | None:
+    """Ask the job to stop; its state afterwards ('cancelled' at once when nobody held it), None if it had
+    ended already (or does not exist)."""
+    end_implicit_transaction(conn)
+    with conn.transaction():
+        state = scalar(conn, _q("cancel_job"), {"job": job})
+        conn.execute(_q("cancel_files"), {"job": job})
+    return None if state is None else str(state)
+
+
+def read(conn: psycopg.Connection, job: str) -> tuple[JobRow, list[FileRow]] | None:
+    row = conn.execute(_q("job_row"), {"job": job}).fetchone()
+    if row is None:
+        conn.commit()
+        return None
+    files = [FileRow(*r) for r in conn.execute(_q("job_files"), {"job": job})]
+    conn.commit()
+    return JobRow(*row), files
+
+
+# --- documents, as the API lists and deletes them ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class DocumentRow:
+    id: int
+    root: str
+    source: str
+    doc_id: str
+    title: str
+    kind: str
+    ingested_at: datetime
+    chunks: int
+    queued: int  # chunks still waiting for a worker's vector
+
+
+def documents(conn: psycopg.Connection, after: int, limit: int) -> list[DocumentRow]:
+    rows = conn.execute(_q("list_documents"), {"after": after, "limit": limit}).fetchall()
+    conn.commit()
+    return [DocumentRow(*r) for r in rows]
+
+
+def document(conn: psycopg.Connection, doc: int) -> tuple[str, str, str, int] | None:
+    """(root, source, doc_id, chunks) of one stored document."""
+    row = conn.execute(_q("document_by_id"), {"id": doc}).fetchone()
+    return None if row is None else (row[0], row[1], row[2], int(row[3]))
+
+
+def documents_of_source(conn: psycopg.Connection, root: str, source: str) -> int:
+    return int(scalar(conn, _q("documents_of_source"), {"root": root, "source": source}))

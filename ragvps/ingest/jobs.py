@@ -1,0 +1,241 @@
+"""Run upload jobs: claim one under a lease, move each staged file into the uploads folder, ingest the files a
+batch at a time (each batch's documents stored in one transaction), mark each file with its outcome, and stop
+after the batch in hand when the job is cancelled. A second connection keeps the lease alive, counts the
+chunks embedded as they come and reads the cancel flag; a worker that dies stops renewing, and after its lease
+another worker takes the job over from its first file not marked (a file stored but not marked is found
+stored again: nothing is embedded or stored twice).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+from ragvps.config import Settings
+from ragvps.db import jobs
+from ragvps.embed.hosts import Lanes
+from ragvps.errors import DatabaseError, RagvpsError, UnavailableError
+from ragvps.ingest import uploads
+from ragvps.ingest.pipeline import FileOutcome, ingest_files
+from ragvps.records import ModelSpec
+
+log = logging.getLogger(__name__)
+
+Connect = Callable[[], AbstractContextManager[psycopg.Connection]]
+Warn = Callable[[str], None]
+BATCH_FILES = 64  # files ingested (and stored) together
+BATCH_BYTES = 16 << 20
+RETRY_S = 5.0  # after the embedder or the database failed: the job is given back and tried again
+
+
+class Cancelled(Exception):
+    """The job was cancelled while its batch was being embedded: the batch is not stored."""
+
+
+@dataclass
+class JobsReport:
+    worker: str
+    jobs: int = 0  # jobs ended by this worker
+    files: int = 0  # files it marked
+    stopped: str = ""
+
+
+def run_jobs(connect: Connect, settings: Settings, spec: ModelSpec, lanes: Callable[[], Lanes], worker: str, *,
+             stop: threading.Event, exit_when_empty: bool = False, poll: float = 1.0,
+             wake: threading.Event | None = None, linger: float = 0.0) -> JobsReport:
+    """Take jobs until `stop` is set (or none has been left for `linger` seconds, exit_when_empty); `wake` cuts
+    a wait short."""
+    report = JobsReport(worker)
+    lease = float(settings.embed.worker_lease)
+    empty_since: float | None = None
+    with connect() as conn:
+        while not stop.is_set():
+            got = jobs.claim(conn, worker, lease)
+            if got is None:
+                if exit_when_empty and jobs.open_jobs(conn) == 0:
+                    empty_since = empty_since or time.monotonic()
+                    if time.monotonic() - empty_since >= linger:
+                        report.stopped = "empty"
+                        return report
+                else:
+                    empty_since = None
+                _wait(stop, wake, poll)
+                continue
+            empty_since = None
+            job, token = got
+            try:
+                ended = Job(connect, conn, settings, spec, lanes, job, token).run(stop, report)
+            except UnavailableError as exc:  # the embedder or the database: give the job back, try later
+                log.warning("job %s: %s; retrying in %.0f s", job, exc, RETRY_S)
+                _give_back(conn, job, token)
+                stop.wait(RETRY_S)
+                continue
+            except BaseException:
+                _give_back(conn, job, token)
+                raise
+            report.jobs += ended
+        report.stopped = "stop"
+    return report
+
+
+def _wait(stop: threading.Event, wake: threading.Event | None, poll: float) -> None:
+    if wake is None:
+        stop.wait(poll)
+        return
+    wake.wait(poll)
+    wake.clear()
+
+
+def _give_back(conn: psycopg.Connection, job: str, token: str) -> None:
+    try:
+        jobs.release(conn, job, token)
+    except DatabaseError as exc:
+        log.info("could not give job %s back (%s); its lease runs out instead", job, exc)
+
+
+class Job:
+    """One claimed job, run to its end (or to a stop: then given back)."""
+
+    def __init__(self, connect: Connect, conn: psycopg.Connection, settings: Settings, spec: ModelSpec,
+                 lanes: Callable[[], Lanes], job: str, token: str):
+        self.connect, self.conn, self.settings, self.spec, self.lanes = connect, conn, settings, spec, lanes
+        self.job, self.token = job, token
+        self.kb_dir = settings.database.kb_dir
+        self.cancelled = threading.Event()
+        self.lost = threading.Event()  # the claim is no longer ours (the lease ran out, another took it)
+        self.embedded = 0  # chunks embedded and not yet counted in the job's row
+
+    def run(self, stop: threading.Event, report: JobsReport) -> int:
+        """Ingest the job's pending files; 1 if the job ended here, 0 if it was given back or taken over."""
+        lease = float(self.settings.embed.worker_lease)
+        with Heartbeat(self, max(0.2, min(1.0, lease / 3))):
+            for batch in batches(jobs.pending(self.conn, self.job)):
+                cancel = jobs.renew(self.conn, self.job, self.token)
+                if cancel is None:
+                    self.lost.set()
+                elif cancel:
+                    self.cancelled.set()
+                if stop.is_set() or self.lost.is_set() or self.cancelled.is_set():
+                    break
+                try:
+                    outcomes = self.ingest(batch)
+                except Cancelled:
+                    break
+                for f, outcome in zip(batch, outcomes, strict=True):
+                    if jobs.finish_file(self.conn, self.job, self.token, f.seq, outcome.state, outcome.error,
+                                        outcome.documents, outcome.chunks):
+                        report.files += 1
+        if self.lost.is_set():
+            return 0
+        if self.cancelled.is_set():
+            jobs.end(self.conn, self.job, self.token, "cancelled")
+        elif stop.is_set() and jobs.pending(self.conn, self.job):
+            jobs.release(self.conn, self.job, self.token)
+            return 0
+        else:
+            jobs.end(self.conn, self.job, self.token, "done")
+        uploads.discard(self.kb_dir, self.job)
+        return 1
+
+    def ingest(self, batch: Sequence[jobs.StagedFile]) -> list[FileOutcome]:
+        """Place the batch's files and ingest them together; when the batch fails as a whole (one file's
+        chunk too long for the model), each file alone, so that the error names its file."""
+        folder = uploads.uploads_dir(self.kb_dir)
+        for f in batch:
+            staged = self.kb_dir / f.staged
+            if staged.exists():  # else placed by a worker that died before marking it
+                uploads.place(staged, folder, f.name)
+        try:
+            outcomes = self._ingest(folder, [f.name for f in batch])
+        except (UnavailableError, Cancelled):
+            raise
+        except RagvpsError as exc:
+            if len(batch) > 1:
+                return [self.ingest([f])[0] for f in batch]
+            outcomes = [FileOutcome(batch[0].name, "failed", f"{batch[0].name}: {exc}")]
+        for outcome in outcomes:  # a file nothing was stored from does not stay in the folder
+            if outcome.state == "failed" and not jobs.documents_of_source(self.conn, str(folder.resolve()),
+                                                                          outcome.rel):
+                uploads.inside(folder, outcome.rel).unlink(missing_ok=True)
+        self.conn.commit()
+        return outcomes
+
+    def _ingest(self, folder: Path, names: list[str]) -> list[FileOutcome]:
+        start = self.embedded
+
+        def progress(stage: str, done: int, total: int) -> None:
+            if self.cancelled.is_set():
+                raise Cancelled
+            if stage == "embed":
+                self.embedded = start + done
+
+        def warn(message: str) -> None:
+            log.info("job %s: %s", self.job, message)
+
+        while True:
+            try:
+                _, outcomes = ingest_files(self.conn, self.settings, folder, names, self.spec, self.lanes, progress,
+                                           warn, lock_wait=5.0)
+                return outcomes
+            except DatabaseError as exc:
+                if "is writing to this database" not in str(exc) or self.lost.is_set():
+                    raise
+                time.sleep(1.0)  # an ingest from the command line holds the write lock: wait for it
+
+
+def batches(files: Sequence[jobs.StagedFile]) -> list[list[jobs.StagedFile]]:
+    """Files in upload order, grouped by BATCH_FILES and BATCH_BYTES (a large file alone)."""
+    out: list[list[jobs.StagedFile]] = []
+    size = 0
+    for f in files:
+        if not out or len(out[-1]) >= BATCH_FILES or (out[-1] and size + f.size > BATCH_BYTES):
+            out.append([])
+            size = 0
+        out[-1].append(f)
+        size += f.size
+    return out
+
+
+class Heartbeat:
+    """On a connection of its own: renews the job's lease, adds the chunks embedded since last time, and reads
+    whether the job was cancelled, every `every` seconds while the job runs."""
+
+    def __init__(self, job: Job, every: float):
+        self.job, self.every = job, every
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"lease {job.job}", daemon=True)
+        self.counted = 0
+
+    def __enter__(self) -> Heartbeat:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join()
+
+    def _run(self) -> None:
+        job = self.job
+        try:
+            with job.connect() as conn:
+                while True:
+                    last = self.done.wait(self.every)
+                    seen = job.embedded
+                    cancel = jobs.add_embedded(conn, job.job, job.token, seen - self.counted)
+                    self.counted = seen
+                    if cancel is None:
+                        job.lost.set()
+                        return
+                    if cancel:
+                        job.cancelled.set()
+                    if last:
+                        return
+        except RagvpsError as exc:  # the lease then runs out, and another worker may take the job
+            log.warning("job %s: could not renew its lease: %s", job.job, exc)

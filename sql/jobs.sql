@@ -1,0 +1,99 @@
+-- Upload jobs (migration 008), used by ragvps.db.jobs. Claims are short transactions; a job's files are
+-- ingested with no claim transaction open; progress is written only under the caller's own claim.
+
+-- name: insert_job
+INSERT INTO ingest_jobs (id) VALUES (%(id)s);
+
+-- name: insert_file
+INSERT INTO ingest_job_files (job_id, seq, name, staged, size) VALUES (%(job)s, %(seq)s, %(name)s, %(staged)s, %(size)s);
+
+-- name: claim_job
+-- The oldest job nobody holds (or whose holder's lease ran out); SKIP LOCKED: two workers take two jobs.
+WITH picked AS (
+    SELECT id FROM ingest_jobs
+    WHERE state IN ('queued', 'running')
+      AND (claimed_at IS NULL OR claimed_at < now() - make_interval(secs => %(lease)s::float8))
+    ORDER BY created_at, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE ingest_jobs j
+SET claimed_by = %(worker)s, claimed_at = now(), claim = %(claim)s, attempts = j.attempts + 1,
+    state = 'running', started_at = coalesce(j.started_at, now())
+FROM picked
+WHERE j.id = picked.id
+RETURNING j.id;
+
+-- name: open_jobs
+SELECT count(*) FROM ingest_jobs WHERE state IN ('queued', 'running');
+
+-- name: renew_job
+UPDATE ingest_jobs SET claimed_at = now() WHERE id = %(job)s AND claim = %(claim)s RETURNING cancel;
+
+-- name: pending_files
+SELECT seq, name, staged, size FROM ingest_job_files WHERE job_id = %(job)s AND state = 'pending' ORDER BY seq;
+
+-- name: finish_file
+-- Only under the caller's claim: a worker whose lease ran out writes nothing.
+UPDATE ingest_job_files f
+SET state = %(state)s, error = %(error)s, documents = %(documents)s, chunks = %(chunks)s, finished_at = now()
+FROM ingest_jobs j
+WHERE f.job_id = j.id AND j.id = %(job)s AND j.claim = %(claim)s AND f.seq = %(seq)s AND f.state = 'pending'
+RETURNING f.seq;
+
+-- name: add_embedded
+UPDATE ingest_jobs SET embedded = embedded + %(n)s, claimed_at = now()
+WHERE id = %(job)s AND claim = %(claim)s RETURNING cancel;
+
+-- name: end_job
+-- The holder ends its job: done, failed or cancelled; files left pending are cancelled with it.
+WITH job AS (
+    UPDATE ingest_jobs
+    SET state = %(state)s, error = %(error)s, finished_at = now(), claim = NULL, claimed_at = NULL
+    WHERE id = %(job)s AND claim = %(claim)s
+    RETURNING id
+)
+UPDATE ingest_job_files f SET state = 'cancelled', finished_at = now()
+FROM job WHERE f.job_id = job.id AND f.state = 'pending';
+
+-- name: release_job
+UPDATE ingest_jobs SET claim = NULL, claimed_at = NULL, claimed_by = NULL WHERE id = %(job)s AND claim = %(claim)s;
+
+-- name: cancel_job
+-- A queued job nobody holds is cancelled at once; a running one is asked to stop (its holder ends it).
+UPDATE ingest_jobs
+SET cancel = true,
+    state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
+    finished_at = CASE WHEN state = 'queued' THEN now() ELSE finished_at END
+WHERE id = %(job)s AND state IN ('queued', 'running')
+RETURNING state;
+
+-- name: cancel_files
+UPDATE ingest_job_files f SET state = 'cancelled', finished_at = now()
+FROM ingest_jobs j
+WHERE f.job_id = j.id AND j.id = %(job)s AND j.state = 'cancelled' AND f.state = 'pending';
+
+-- name: job_row
+SELECT state, cancel, created_at, started_at, finished_at, claimed_by, attempts, embedded, error,
+       extract(epoch FROM (coalesce(finished_at, now()) - coalesce(started_at, now())))::float8
+FROM ingest_jobs WHERE id = %(job)s;
+
+-- name: job_files
+SELECT seq, name, size, state, error, documents, chunks FROM ingest_job_files WHERE job_id = %(job)s ORDER BY seq;
+
+-- name: list_documents
+-- One page of documents, by id (the cursor is the last id of the page before).
+SELECT d.id, d.root, d.source, d.doc_id, d.title, d.kind, d.updated_at,
+       (SELECT count(*) FROM chunks c WHERE c.document_id = d.id),
+       (SELECT count(*) FROM chunks c JOIN embed_queue q ON q.chunk_id = c.id WHERE c.document_id = d.id)
+FROM documents d
+WHERE d.id > %(after)s
+ORDER BY d.id
+LIMIT %(limit)s;
+
+-- name: document_by_id
+SELECT root, source, doc_id, (SELECT count(*) FROM chunks c WHERE c.document_id = d.id)
+FROM documents d WHERE id = %(id)s;
+
+-- name: documents_of_source
+SELECT count(*) FROM documents WHERE root = %(root)s AND source = %(source)s;

@@ -1,0 +1,97 @@
+"""An upload job whose worker is killed (SIGKILL, a real `ragvps worker --jobs` process) mid-job: after its lease
+another worker takes the job over from the first file not marked; every file ends stored once, with as many
+chunks and vectors as a plain `ragvps ingest` of the same files gives."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+from serve_server import REPO, ragvps_env
+from typer.testing import CliRunner
+
+from ragvps.cli import app as cli_app
+
+FILES = 150
+
+
+def staged_job(env: dict[str, str], folder: Path) -> str:
+    """A job of every file in `folder`, staged and queued as the upload route does."""
+    from ragvps.app import App
+    from ragvps.app import documents as d
+    from ragvps.config import load_settings
+
+    with App.open(load_settings(env=env)) as app:
+        job = d.new_job_id(app)
+        kb_dir = app.settings.database.kb_dir
+        staging = d.staging_dir(kb_dir, job)
+        staging.mkdir(parents=True)
+        files = []
+        for seq, path in enumerate(sorted(folder.iterdir())):
+            shutil.copy(path, staging / str(seq))
+            files.append(d.StagedFile(seq, path.name, f"incoming/{job}/{seq}", path.stat().st_size))
+        return d.submit(app, job, files)
+
+
+def marked(db_url: str, job: str) -> int:
+    with psycopg.connect(db_url) as conn:
+        return conn.execute("SELECT count(*) FROM kb_1.ingest_job_files WHERE job_id = %s AND state <> 'pending'",
+                            (job,)).fetchone()[0]
+
+
+def test_a_killed_workers_job_is_taken_over_and_nothing_is_lost_or_stored_twice(db_url, new_database, tmp_path):
+    folder = tmp_path / "files"
+    folder.mkdir()
+    for i in range(FILES):
+        (folder / f"note{i:03}.md").write_text(f"# Note {i}\n\nItem {i} of the inventory is a crate of {i * 7} "
+                                               f"widgets kept on shelf {i % 13} of aisle {i % 5}.\n")
+    env = ragvps_env(db_url, tmp_path / "data", worker_lease="2")
+    job = staged_job(env, folder)
+    worker = subprocess.Popen([sys.executable, "-m", "ragvps", "worker", "--jobs", "--name", "doomed"], env=env,
+                              cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while marked(db_url, job) == 0:
+            assert worker.poll() is None, worker.stderr.read().decode() if worker.stderr else ""
+            assert time.monotonic() < deadline, "the worker marked no file within 120 s"
+            time.sleep(0.05)
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(10)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    left = FILES - marked(db_url, job)
+    assert left > 0, "the worker finished before it was killed: nothing to take over"
+
+    from ragvps.app import App
+    from ragvps.app import documents as d
+    from ragvps.config import load_settings
+
+    with App.open(load_settings(env=env), pooled=True) as app:
+        report = d.run_jobs(app, "taker", threading.Event(), exit_when_empty=True, poll=0.2)
+        status = d.job_status(app, job)
+    assert report.jobs == 1 and status.state == "done" and status.attempts == 2, status
+    assert status.files_done == FILES and status.files_failed == 0
+    assert {f.state for f in status.files} <= {"done", "unchanged"}
+
+    plain_url = new_database("plain")  # the same data directory: its vector cache, so nothing is embedded again
+    done = CliRunner().invoke(cli_app, ["ingest", str(folder)], env=env | {"RAGVPS_DATABASE_URL": plain_url},
+                              catch_exceptions=False)
+    assert done.exit_code == 0, done.output
+    uploaded, plain = facts(db_url), facts(plain_url)
+    assert uploaded == plain and uploaded[0] == FILES and uploaded[1] == uploaded[2]
+
+
+def facts(url: str) -> tuple[int, int, int]:
+    """Documents, chunks, vectors of the knowledge base `default`."""
+    with psycopg.connect(url) as conn:
+        table = conn.execute("SELECT table_name FROM kb_1.embedding_sets WHERE active").fetchone()[0]
+        row = conn.execute(f"SELECT (SELECT count(*) FROM kb_1.documents), (SELECT count(*) FROM kb_1.chunks), "
+                           f"(SELECT count(*) FROM kb_1.{table})").fetchone()
+    return row[0], row[1], row[2]

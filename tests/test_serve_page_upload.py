@@ -1,0 +1,71 @@
+"""The page's documents panel in a real headless browser (Debian's chromium through Playwright) against a real
+`ragvps serve`: files dropped on it are uploaded into the selected knowledge base, the bar follows the job's
+Server-Sent Events to its end, a broken file says why by name while the good one is stored, and a document
+listed can be deleted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from serve_server import KEY, Server, ragvps_env
+from test_serve_page import browser  # noqa: F401  (the fixture)
+from typer.testing import CliRunner
+
+from ragvps.cli import app as cli_app
+
+
+@pytest.fixture
+def own_server(new_database, tmp_path: Path) -> Iterator[Server]:
+    env = ragvps_env(new_database("page_upload"), tmp_path / "data")
+    (tmp_path / "seed").mkdir()
+    (tmp_path / "seed" / "seed.md").write_text("# Seed\n\nThe seed page keeps the server ready.\n")
+    done = CliRunner().invoke(cli_app, ["ingest", str(tmp_path / "seed")],
+                              env={k: v for k, v in env.items() if k.startswith("RAGVPS_")}, catch_exceptions=False)
+    assert done.exit_code == 0, done.output
+    srv = Server(env | {"RAGVPS_API_KEYS": KEY}, tmp_path / "serve.log").start()
+    yield srv
+    srv.stop()
+
+
+DROP = """() => {
+  const dt = new DataTransfer();
+  dt.items.add(new File(["# Wombats\\n\\nWombats dig long burrows with their strong claws.\\n"], "wombats.md",
+                        {type: "text/markdown"}));
+  dt.items.add(new File(["PK this is not really a Word file"], "broken.docx"));
+  return dt;
+}"""
+
+
+def test_dropped_files_upload_with_progress_errors_by_name_and_a_listed_document_deletes(browser: Any,  # noqa: F811
+                                                                                          own_server: Server):
+    page = browser.new_page()
+    page.goto(own_server.url + "/")
+    page.fill("#key", own_server.key)
+    page.dispatch_event("#key", "change")
+    page.wait_for_function("() => document.getElementById('drop-kb').textContent === 'default'")
+    page.dispatch_event("#drop", "drop", {"dataTransfer": page.evaluate_handle(DROP)})
+    page.wait_for_selector("#upload[data-state=done], #upload[data-state=error]", timeout=60_000)
+    assert page.get_attribute("#upload", "data-state") == "done", page.text_content("#upload-text")
+    value, maximum = page.eval_on_selector("#upload-bar", "b => [b.value, b.max]")
+    assert value == maximum > 1  # every byte accounted for
+    assert "2 of 2 files" in page.text_content("#upload-text") and "1 failed" in page.text_content("#upload-text")
+    broken = page.text_content("#upload-files li[data-name='broken.docx']")
+    assert "failed" in broken and "broken.docx:" in broken  # why, naming the file
+    assert "done" in page.text_content("#upload-files li[data-name='wombats.md']")
+    with own_server.client() as c:
+        hits = c.post("/search", json={"query": "wombat burrows claws", "k": 1}).json()["hits"]
+    assert hits[0]["path"] == "wombats.md"
+
+    page.click("#doclist summary")
+    row = page.locator("#documents li[data-path='wombats.md']")
+    row.wait_for()
+    assert "markdown" in row.text_content() and "embedded" in row.text_content()
+    row.locator("button").click()
+    row.wait_for(state="detached")
+    with own_server.client() as c:
+        paths = [d["path"] for d in c.get("/kb/default/documents").json()["documents"]]
+    assert "wombats.md" not in paths and "seed.md" in paths
+    page.close()
