@@ -122,3 +122,23 @@ def test_a_failing_llm_is_an_openai_error_with_its_status(llm_srv: InProcess, ll
     with pytest.raises(openai.APIError):  # after the stream started: one error event, which the SDK raises
         list(client(llm_srv).chat.completions.create(
             model="ragvps", messages=[{"role": "user", "content": FIRST}], temperature=1.2, stream=True))
+
+
+def test_a_client_task_goes_to_the_llm_unchanged_and_is_counted(llm_srv: InProcess, llm: FakeLLM):
+    import client_bodies as cb
+
+    llm.reply = '{"title": "Ingest Twice"}'
+    body = cb.owui_task_body(cb.owui_title(cb.history(("user", FIRST))))
+    done = client(llm_srv).chat.completions.create(**body)
+    calls = llm.llm_requests()
+    assert len(calls) == 1 and calls[0]["body"]["messages"] == body["messages"]  # no rules, no sources, no search
+    assert done.choices[0].message.content == '{"title": "Ingest Twice"}'
+    assert done.usage.prompt_tokens == calls[0]["prompt_tokens"] > 0
+    assert extra(done)["task"] == "title" and extra(done)["citations"] == [] and extra(done)["sources"] == []
+    llm.requests.clear()
+    llm.reply = "Ingest Twice"
+    title = cb.librechat_title(FIRST, "It skips unchanged files [1].")  # one system message only
+    done = client(llm_srv).chat.completions.create(**title)
+    sent = llm.llm_requests()[0]["body"]
+    assert sent["messages"] == title["messages"] and sent["max_tokens"] == 16 and sent["temperature"] == 0.2
+    assert done.choices[0].message.content == "Ingest Twice"

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ragvps.app.ports import App, OnSources, OnToken
+from ragvps.app.ports import App, OnSources, OnToken, ignore
 from ragvps.app.requests import AskRequest, CacheStatus, ChatAnswer, ChatRequest, RewriteHow
 from ragvps.errors import UsageError
 from ragvps.generate.records import Citation, Usage
@@ -50,6 +50,14 @@ def conversation(messages: Sequence[tuple[str, str]]) -> tuple[list[Turn], str]:
     if turns and turns[0][0] == "assistant":  # a conversation starts with the user (some providers insist)
         turns.insert(0, ("user", "(earlier conversation)"))
     return turns, talk[-1][1].strip()
+
+
+def check_conversation(messages: Sequence[tuple[str, str]]) -> None:
+    """Raise what `chat` would raise for these messages before anything is answered (or streamed)."""
+    from ragvps.generate.tasks import detect
+
+    if detect(messages) is None:
+        conversation(messages)
 
 
 def clean_turn(text: str) -> str:
@@ -111,7 +119,15 @@ def standalone(app: App, turns: Sequence[Turn], question: str, use_cache: bool,
 
 def chat(app: App, request: ChatRequest, on_sources: OnSources | None = None,
          on_token: OnToken | None = None) -> ChatAnswer:
-    """Answer the conversation's last question; `on_token` also receives the source list at the end."""
+    """Answer the conversation's last question; `on_token` also receives the source list at the end. A chat
+    client's background task (a title, tags) is answered as it asks instead (app/tasks.py)."""
+    from ragvps.generate.tasks import detect
+
+    task = detect(request.messages)
+    if task is not None:
+        from ragvps.app.tasks import answer_task
+
+        return answer_task(app, task, request, on_token or ignore)
     turns, question = conversation(request.messages)
     made = standalone(app, turns, question, request.use_cache, request.history)
     with_turns = tuple(turns) if request.history and not app.generator.extractive else ()

@@ -212,6 +212,7 @@ class ChatAnswer:
     rewrite_cache: CacheStatus
     rewrite_usage: Usage
     usage: Usage  # the answer's and the rewriting call's together
+    task: str | None = None  # a chat client's background task (title, tags, follow_ups, ...), not a question
 
 
 @dataclass(frozen=True)

@@ -222,6 +222,16 @@ def kb_facts(conn: psycopg.Connection) -> KbFacts:
     return KbFacts(int(documents), int(chunks), model, vector_type, int(index_bytes), last)
 
 
+def section_headings(conn: psycopg.Connection, path: str) -> list[str]:
+    """The heading paths of a document's sections (its source path), in document order."""
+    return [r[0] for r in conn.execute(q("section_headings"), {"path": path})]
+
+
+def top_headings(conn: psycopg.Connection, n: int) -> list[str]:
+    """The n most common top-level headings of the knowledge base."""
+    return [r[0] for r in conn.execute(q("top_headings"), {"n": n})]
+
+
 def chunk_count(conn: psycopg.Connection) -> int:
     return int(scalar(conn, q("count_chunks")))
 

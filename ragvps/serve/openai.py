@@ -99,11 +99,11 @@ def _no_model(model: str, served: list[str]) -> dict[str, Any]:
 def _request(body: oa.ChatIn, settings: Settings) -> "ChatRequest":
     """The chat request, its conversation checked before anything is answered (or streamed)."""
     from ragvps.app import ChatRequest, Overrides
-    from ragvps.app.chat import conversation
+    from ragvps.app.chat import check_conversation
 
     max_tokens = body.max_completion_tokens or body.max_tokens
     messages = tuple((m.role, m.text()) for m in body.messages)
-    conversation(messages)
+    check_conversation(messages)
     return ChatRequest(messages, Overrides(temperature=body.temperature, max_tokens=max_tokens))
 
 

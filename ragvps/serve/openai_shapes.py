@@ -150,9 +150,9 @@ def usage_of(usage: Usage) -> dict[str, object]:
 def extra(chat: ChatAnswer) -> dict[str, object]:
     """The one extra top-level field: the answer's citations and sources, and how the question was read."""
     answer = {k: v for k, v in chat.answer.to_json().items() if k != "answer"}
-    return {"question": chat.question, "standalone_question": chat.standalone, "rewrite": chat.rewrite,
-            "rewrite_cache": chat.rewrite_cache, "rewrite_usage": chat.rewrite_usage.to_json(), **answer,
-            "usage": chat.usage.to_json()}
+    return {"task": chat.task, "question": chat.question, "standalone_question": chat.standalone,
+            "rewrite": chat.rewrite, "rewrite_cache": chat.rewrite_cache,
+            "rewrite_usage": chat.rewrite_usage.to_json(), **answer, "usage": chat.usage.to_json()}
 
 
 def completion(chat: ChatAnswer, cid: str, created: int, model: str = MODEL) -> dict[str, object]:

@@ -24,7 +24,8 @@ class AnthropicMessages:
             "model": settings.model,
             "max_tokens": settings.answer_reserve,
             "temperature": settings.temperature,
-            "system": [{"type": "text", "text": fit.prompt.system, "cache_control": {"type": "ephemeral"}}],
+            "system": [{"type": "text", "text": fit.prompt.system, "cache_control": {"type": "ephemeral"}}]
+            if fit.prompt.system else [],
             "messages": _messages(fit),
             "stream": True,
         }
@@ -64,6 +65,8 @@ def _messages(fit: Fit) -> list[dict[str, Any]]:
     """The earlier turns, then the sources and the question; a second cache breakpoint ends the turns, so a
     conversation's growing prefix is read from the cache on the next turn."""
     messages: list[dict[str, Any]] = list(fit.prompt.messages())
+    if fit.prompt.raw:  # a client's own messages: the system text went to `system`; a lone one is the question
+        return messages
     if len(messages) > 1:
         last = messages[-2]
         messages[-2] = {"role": last["role"], "content": [{"type": "text", "text": last["content"],

@@ -26,7 +26,7 @@ class OllamaChat:
     def request(self, fit: Fit, settings: GenerateSettings) -> Request:
         body = {
             "model": settings.model,
-            "messages": [{"role": "system", "content": fit.prompt.system}, *fit.prompt.messages()],
+            "messages": fit.prompt.chat(),
             "stream": True,
             "keep_alive": self.keep_alive,
             # num_ctx is the budget's window, the same for every question: a changed num_ctx reloads the model

@@ -24,7 +24,7 @@ class OpenAIChat:
         reasoning = settings.model.lower().rsplit("/", 1)[-1].startswith(_REASONING)
         body: dict[str, Any] = {
             "model": settings.model,
-            "messages": [{"role": "system", "content": fit.prompt.system}, *fit.prompt.messages()],
+            "messages": fit.prompt.chat(),
             "stream": True,
             "stream_options": {"include_usage": True},
         }
