@@ -84,3 +84,37 @@ def test_open_webui_tasks_stream_too(api: InProcess, first_answer: str):
 def test_librechat_title_is_a_plain_title(api: InProcess, first_answer: str, body: Any):
     title = content(post(api, body(FIRST, first_answer)))
     assert title == "Stop Embedded Database"
+
+
+NOTES = ("Meeting notes, 3 March. The blue widget ships in boxes of twelve. Marketing wants a new colour for the "
+         "spring catalogue, and the warehouse asked for labels in two languages. ")
+
+
+@pytest.mark.parametrize(("size", "user_query"), [(3_000, False), (28_000, False), (3_000, True)])
+def test_an_attached_file_is_one_more_source_and_the_question_is_asked_alone(api: InProcess, size: int,
+                                                                             user_query: bool):
+    alone = post(api, {"model": "ragvps", "messages": [{"role": "user", "content": FIRST}]})
+    context = (NOTES * (size // len(NOTES) + 1))[:size]
+    body = cb.owui_chat_body([{"role": "user", "content": cb.owui_rag(context, FIRST, "notes.txt", user_query)}])
+    with api.client().stream("POST", "/v1/chat/completions", json=body, headers=cb.OWUI_HEADERS) as r:
+        assert r.status_code == 200
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    info = next(e["ragvps"] for e in events if "ragvps" in e)
+    assert info["question"] == FIRST and info["standalone_question"] == FIRST
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"])
+    assert text == content_of(alone)  # answered as if asked alone: the notes do not answer it
+    assert [s["path"] for s in info["sources"]][-1] == "notes.txt"
+    attached = info["sources"][-1]
+    assert attached["text"].startswith("Meeting notes") and len(attached["text"]) <= size
+    assert [c["path"] for c in info["citations"]] == [c["path"] for c in alone["ragvps"]["citations"]]
+    assert events[-1]["usage"] is not None  # stream_options.include_usage
+
+
+def test_the_attached_file_can_answer_and_is_cited(api: InProcess):
+    question = "how many blue widgets does a box hold?"
+    body = {"model": "ragvps", "messages": [{"role": "user", "content": cb.owui_rag(NOTES, question)}]}
+    done = post(api, body)
+    info = done["ragvps"]
+    assert info["standalone_question"] == question
+    assert [c["path"] for c in info["citations"]] == ["notes.txt"]
+    assert '"The blue widget ships in boxes of twelve." [1]' in content_of(done)

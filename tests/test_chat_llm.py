@@ -142,3 +142,15 @@ def test_a_client_task_goes_to_the_llm_unchanged_and_is_counted(llm_srv: InProce
     sent = llm.llm_requests()[0]["body"]
     assert sent["messages"] == title["messages"] and sent["max_tokens"] == 16 and sent["temperature"] == 0.2
     assert done.choices[0].message.content == "Ingest Twice"
+
+
+def test_an_attached_file_is_a_numbered_source_of_the_prompt(llm_srv: InProcess, llm: FakeLLM):
+    import client_bodies as cb
+
+    notes = "The blue widget ships in boxes of twelve."
+    done = client(llm_srv).chat.completions.create(model="ragvps", messages=[
+        {"role": "user", "content": cb.owui_rag(notes, FIRST, "notes.txt", user_query=True)}])
+    sent = llm.llm_requests()[-1]
+    assert sent["user"].endswith("Question: " + FIRST) and "<context>" not in sent["user"]
+    number = len(extra(done)["sources"])
+    assert f"[{number}] notes.txt\n{notes}" in sent["user"]

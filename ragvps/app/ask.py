@@ -32,6 +32,7 @@ from ragvps.generate.prompt import PROMPT_VERSION, REFUSAL, Source
 from ragvps.generate.records import Quote, Usage
 
 if TYPE_CHECKING:
+    from ragvps.config import GenerateSettings
     from ragvps.generate.budget import Fit
     from ragvps.retrieve.search import Hit
 
@@ -73,7 +74,11 @@ def prepare(app: App, request: AskRequest, clock: _Clock | None = None) -> Prepa
     kept = [h for h in hits if h.evidence >= s.generate.min_evidence]
     if len(kept) < len(hits):
         left["answer_min_evidence"] = len(hits) - len(kept)
-    fit = budget.fit(result.query, [_source(h) for h in kept], o.generation(s.generate), request.history)
+    candidates = [_source(h) for h in kept]
+    if request.attached:  # the client's own context: one more source, within answer_chunks and the window
+        candidates.insert(min(len(candidates), max(0, s.generate.answer_chunks - 1)),
+                          _attached(request.attached, o.generation(s.generate), s.generate.min_evidence))
+    fit = budget.fit(result.query, candidates, o.generation(s.generate), request.history)
     left.update(fit.left_out)
     clock.lap("budget_ms")
     retrieval = Retrieval(shown=fit.prompt.sources, left_out=dict(left),
@@ -85,6 +90,17 @@ def prepare(app: App, request: AskRequest, clock: _Clock | None = None) -> Prepa
 def _source(h: Hit) -> Source:
     return Source(number=0, chunk_id=h.chunk_id, path=h.path, heading_path=h.heading_path, start=h.start,
                   end=h.end, score=h.score, text=h.text, evidence=h.evidence, pages=h.pages)
+
+
+def _attached(attached: tuple[tuple[str, str], ...], settings: GenerateSettings, evidence: float) -> Source:
+    """The client's context (an attached file, its own retrieval) as a source, cut to fit the window."""
+    from ragvps.generate.client_context import Attached, joined
+
+    one = joined(tuple(Attached(name, text) for name, text in attached))
+    assert one is not None
+    text = budget.clip(one.text, settings)
+    return Source(number=0, chunk_id="client#1", path=one.name, heading_path="", start=0, end=len(text), score=0.0,
+                  text=text, evidence=evidence)
 
 
 def _retrieved(h: Hit) -> Retrieved:
@@ -202,7 +218,7 @@ def memo_parts(app: App, request: AskRequest) -> dict[str, object]:
                      if not f.metadata.get("secret")}
               for name, group in (("embed", s.embed), ("index", s.index), ("search", s.search),
                                   ("rerank", s.rerank), ("generate", s.generate))}
-    return {"question": request.question, "k": o.k, "mode": o.mode,
+    return {"question": request.question, "attached": request.attached, "k": o.k, "mode": o.mode,
             "filters": jsonable(o.filters), "history": request.history, "temperature": o.temperature,
             "max_tokens": o.max_tokens, "max_k": s.serve.max_k, "generator": [gen.name, gen.model, gen.version],
             "settings": groups}

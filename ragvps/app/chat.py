@@ -57,7 +57,26 @@ def check_conversation(messages: Sequence[tuple[str, str]]) -> None:
     from ragvps.generate.tasks import detect
 
     if detect(messages) is None:
-        conversation(messages)
+        conversation(take_context(messages)[0])
+
+
+def take_context(messages: Sequence[tuple[str, str]]) -> tuple[list[tuple[str, str]], tuple[tuple[str, str], ...]]:
+    """The messages without the client's own context (Open WebUI's RAG template around an attached file), and
+    that context (name, text) from the last user message and the system messages; earlier turns' is dropped."""
+    from ragvps.generate.client_context import split
+
+    last_user = max((i for i, (role, _) in enumerate(messages) if role == "user"), default=-1)
+    out: list[tuple[str, str]] = []
+    attached: list[tuple[str, str]] = []
+    for i, (role, text) in enumerate(messages):
+        found = split(text) if role in ("user", "system", "developer") else None
+        if found is None:
+            out.append((role, text))
+            continue
+        out.append((role, found.question))
+        if i == last_user or role != "user":
+            attached.extend((a.name, a.text) for a in found.attached)
+    return out, tuple(attached)
 
 
 def clean_turn(text: str) -> str:
@@ -128,10 +147,12 @@ def chat(app: App, request: ChatRequest, on_sources: OnSources | None = None,
         from ragvps.app.tasks import answer_task
 
         return answer_task(app, task, request, on_token or ignore)
-    turns, question = conversation(request.messages)
+    messages, attached = take_context(request.messages)
+    turns, question = conversation(messages)
     made = standalone(app, turns, question, request.use_cache, request.history)
     with_turns = tuple(turns) if request.history and not app.generator.extractive else ()
-    ask = AskRequest(made.question, request.overrides, use_cache=request.use_cache, history=with_turns)
+    ask = AskRequest(made.question, request.overrides, use_cache=request.use_cache, history=with_turns,
+                     attached=attached)
     answer = app.ask(ask, on_sources, on_token)
     footer = source_list(answer.citations)
     if footer and on_token is not None:

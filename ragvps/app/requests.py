@@ -93,6 +93,7 @@ class AskRequest:
     overrides: Overrides = field(default_factory=Overrides)
     use_cache: bool = True
     history: tuple[Turn, ...] = ()  # earlier turns (role, text), sent before the sources
+    attached: tuple[tuple[str, str], ...] = ()  # the client's own context (name, text): one more source
 
 
 CacheStatus = Literal["hit", "miss", "off"]

@@ -123,6 +123,12 @@ def fit(question: str, candidates: Sequence[Source], settings: GenerateSettings,
                reserve=reserve, encoding=encoding, settings=settings, left_out=dict(left))
 
 
+def clip(text: str, settings: GenerateSettings, share: int = 2) -> str:
+    """A client's own context cut to at most 1/share of the prompt's room, so it never crowds the rest out."""
+    room = window_for(settings) - settings.answer_reserve
+    return tokens.clip_llm(text, max(0, room // share), encoding_for(settings))
+
+
 def as_is(p: Prompt, settings: GenerateSettings) -> Fit:
     """A prompt sent as it is (a chat client's own task, passed through): counted, refused when it cannot fit."""
     encoding, window, reserve = encoding_for(settings), window_for(settings), settings.answer_reserve

@@ -10,8 +10,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ragvps.serve.schemas import MAX_QUERY_CHARS
-
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -35,7 +33,7 @@ KIND_CODES = {"too_long": "context_length_exceeded", "config": "server_misconfig
 class TextPart(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
     type: str
-    text: str | None = Field(None, max_length=MAX_QUERY_CHARS)
+    text: str | None = None  # an attached file's text may be long: the question is checked once taken out
 
 
 class MessageIn(BaseModel):
