@@ -119,9 +119,14 @@ def test_a_failing_llm_is_an_openai_error_with_its_status(llm_srv: InProcess, ll
                                                 temperature=1.1)  # a new cache key: the LLM is asked
     assert caught.value.status_code == 503 and caught.value.body["type"] == "server_error"  # type: ignore[index]
     llm.fail(500, "upstream broke")
+    with pytest.raises(openai.InternalServerError) as caught:  # before the stream's first byte: the same error
+        client(llm_srv).chat.completions.create(
+            model="ragvps", messages=[{"role": "user", "content": FIRST}], temperature=1.2, stream=True)
+    assert caught.value.status_code == 503 and "upstream broke" in caught.value.message
+    llm.cut_after = 2
     with pytest.raises(openai.APIError):  # after the stream started: one error event, which the SDK raises
         list(client(llm_srv).chat.completions.create(
-            model="ragvps", messages=[{"role": "user", "content": FIRST}], temperature=1.2, stream=True))
+            model="ragvps", messages=[{"role": "user", "content": FIRST}], temperature=1.3, stream=True))
 
 
 def test_a_client_task_goes_to_the_llm_unchanged_and_is_counted(llm_srv: InProcess, llm: FakeLLM):

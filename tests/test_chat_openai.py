@@ -114,6 +114,16 @@ def test_an_over_long_request_raises_bad_request_error(api: InProcess):
     assert "max_body_bytes" in caught.value.message
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_over_long_question_is_refused_before_the_stream_starts(api: InProcess, stream: bool):
+    question = "why is the index slow " * 1000  # 22,000 characters: under max_body_bytes, over the question's limit
+    with pytest.raises(openai.BadRequestError) as caught:
+        client(api).chat.completions.create(model="ragvps", messages=[{"role": "user", "content": question}],
+                                            stream=stream)
+    assert caught.value.status_code == 400 and caught.value.code == "context_length_exceeded"
+    assert "20,000" in caught.value.message
+
+
 @pytest.mark.parametrize(("messages", "says"), [
     ([{"role": "assistant", "content": "hello"}], "last message must be the user's question"),
     ([{"role": "user", "content": FIRST}, {"role": "assistant", "content": "an answer"}], "last message"),
@@ -121,9 +131,11 @@ def test_an_over_long_request_raises_bad_request_error(api: InProcess):
     ([], "messages"),
     ([{"role": "tool", "content": "x"}], "role"),
 ])
-def test_bad_conversations_raise_bad_request_error(api: InProcess, messages: list[dict[str, Any]], says: str):
+@pytest.mark.parametrize("stream", [False, True])
+def test_bad_conversations_raise_bad_request_error(api: InProcess, messages: list[dict[str, Any]], says: str,
+                                                   stream: bool):
     with pytest.raises(openai.BadRequestError) as caught:
-        client(api).chat.completions.create(model="ragvps", messages=messages)  # type: ignore[arg-type]
+        client(api).chat.completions.create(model="ragvps", messages=messages, stream=stream)  # type: ignore
     assert says in caught.value.message
     assert caught.value.body["type"] == "invalid_request_error"  # type: ignore[index]
 

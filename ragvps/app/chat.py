@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 
 from ragvps.app.ports import App, OnSources, OnToken, ignore
 from ragvps.app.requests import AskRequest, CacheStatus, ChatAnswer, ChatRequest, RewriteHow
-from ragvps.errors import UsageError
+from ragvps.errors import InputTooLongError, UsageError
 from ragvps.generate.records import Citation, Usage
+from ragvps.retrieve.search import MAX_QUERY_CHARS
 
 if TYPE_CHECKING:
     from ragvps.generate.prompt import Turn
@@ -57,7 +58,11 @@ def check_conversation(messages: Sequence[tuple[str, str]]) -> None:
     from ragvps.generate.tasks import detect
 
     if detect(messages) is None:
-        conversation(take_context(messages)[0])
+        _, question = conversation(take_context(messages)[0])
+        if len(question) > MAX_QUERY_CHARS:
+            raise InputTooLongError(f"the question is {len(question):,} characters long; ask in at most "
+                                    f"{MAX_QUERY_CHARS:,} (context sent with it, such as an attached file, may be "
+                                    "longer)")
 
 
 def take_context(messages: Sequence[tuple[str, str]]) -> tuple[list[tuple[str, str]], tuple[tuple[str, str], ...]]:

@@ -79,13 +79,8 @@ def add_openai_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
         app = await in_thread(lambda: ready.kb(name, principal), timeout)
         asked = _request(body, settings)  # checked: a conversation that cannot be answered is a 400 at once
         if body.stream:
-            from starlette.responses import StreamingResponse
-
-            from ragvps.serve.stream import SSE_HEADERS
-
             include = bool(body.stream_options and body.stream_options.include_usage)
-            return StreamingResponse(_chunks(app, asked, timeout, include, body.model),
-                                     media_type="text/event-stream", headers=SSE_HEADERS)
+            return await _stream(app, asked, timeout, include, body.model)
         answer = await in_thread(lambda: app.chat(asked), timeout)
         cid, created = oa.new_id()
         return JSONResponse(oa.completion(answer, cid, created, body.model))
@@ -107,21 +102,47 @@ def _request(body: oa.ChatIn, settings: Settings) -> "ChatRequest":
     return ChatRequest(messages, Overrides(temperature=body.temperature, max_tokens=max_tokens))
 
 
-async def _chunks(app: "App", request: "ChatRequest", timeout: float, include_usage: bool,
-                  model: str) -> AsyncIterator[bytes]:
-    """The answer as chat.completion.chunk events: the role, the text as it comes, the end with the
-    `ragvps` field, the usage (on request), `[DONE]`; an error after the start is one `error` event."""
-    from ragvps.serve.failures import error_body
-    from ragvps.serve.openai_shapes import translate
-    from ragvps.serve.threads import Emit, Emitted, Failed, Finished, TimedOut, thread_events
+async def _stream(app: "App", request: "ChatRequest", timeout: float, include_usage: bool, model: str) -> Any:
+    """The streamed answer, once its first piece is there: whatever fails before it (the database, the LLM
+    refusing the request, request_timeout) is answered as the same request not streamed would be, with its
+    status and OpenAI's error `code`, before the first byte of a stream."""
+    from fastapi.responses import JSONResponse
+    from starlette.responses import StreamingResponse
 
-    cid, created = oa.new_id()
+    from ragvps.serve.failures import error_body
+    from ragvps.serve.stream import SSE_HEADERS
+    from ragvps.serve.threads import Emit, Failed, TimedOut, thread_events
 
     def work(emit: Emit[str]) -> "ChatAnswer":
         return app.chat(request, on_token=emit)
 
+    events = thread_events(work, timeout, "ragvps-chat")
+    first = await anext(events)
+    if isinstance(first, Failed | TimedOut):
+        await events.aclose()
+        if isinstance(first, TimedOut):
+            return JSONResponse(_too_slow(timeout), status_code=503)
+        status, body = oa.translate(*error_body(first.error))
+        return JSONResponse(body, status_code=status)
+    return StreamingResponse(_chunks(first, events, timeout, include_usage, model), media_type="text/event-stream",
+                             headers=SSE_HEADERS)
+
+
+def _too_slow(timeout: float) -> dict[str, Any]:
+    return oa.error(503, f"the answer took longer than {timeout:g} s (setting request_timeout)", "timeout")
+
+
+async def _chunks(first: Any, events: AsyncIterator[Any], timeout: float, include_usage: bool,
+                  model: str) -> AsyncIterator[bytes]:
+    """The answer as chat.completion.chunk events: the role, the text as it comes, the end with the
+    `ragvps` field, the usage (on request), `[DONE]`; an error after the start is one `error` event."""
+    from ragvps.serve.failures import error_body
+    from ragvps.serve.threads import Emitted, Failed, Finished, TimedOut
+
+    cid, created = oa.new_id()
     yield oa.chunk(cid, created, model, {"role": "assistant", "content": ""}, include_usage=include_usage)
-    async for event in thread_events(work, timeout, "ragvps-chat"):
+    event = first
+    while True:
         if isinstance(event, Emitted):
             yield oa.chunk(cid, created, model, {"content": event.value}, include_usage=include_usage)
         elif isinstance(event, Finished):
@@ -131,10 +152,13 @@ async def _chunks(app: "App", request: "ChatRequest", timeout: float, include_us
                 yield oa.chunk(cid, created, model, None, usage=oa.usage_of(answer.usage))
             yield b"data: [DONE]\n\n"
         elif isinstance(event, Failed):
-            yield _event(translate(*error_body(event.error))[1])
+            yield _event(oa.translate(*error_body(event.error))[1])
         elif isinstance(event, TimedOut):
-            yield _event(oa.error(503, f"the answer took longer than {timeout:g} s (setting request_timeout)",
-                                  "timeout"))
+            yield _event(_too_slow(timeout))
+        try:
+            event = await anext(events)
+        except StopAsyncIteration:
+            return
 
 
 def _event(body: dict[str, object]) -> bytes:
