@@ -29,7 +29,7 @@ from ragvps.app.requests import (
 from ragvps.generate import budget, cache, citations
 from ragvps.generate.cache import Cached
 from ragvps.generate.prompt import PROMPT_VERSION, REFUSAL, Source
-from ragvps.generate.records import Quote, Usage
+from ragvps.generate.records import Quote, ToolCall, Usage
 
 if TYPE_CHECKING:
     from ragvps.config import GenerateSettings
@@ -79,6 +79,8 @@ def prepare(app: App, request: AskRequest, clock: _Clock | None = None) -> Prepa
         candidates.insert(min(len(candidates), max(0, s.generate.answer_chunks - 1)),
                           _attached(request.attached, o.generation(s.generate), s.generate.min_evidence))
     fit = budget.fit(result.query, candidates, o.generation(s.generate), request.history)
+    if request.tools:
+        fit.prompt = dataclasses.replace(fit.prompt, tools=request.tools)
     left.update(fit.left_out)
     clock.lap("budget_ms")
     retrieval = Retrieval(shown=fit.prompt.sources, left_out=dict(left),
@@ -132,7 +134,8 @@ class _Asking:
     def __init__(self, app: App, request: AskRequest, on_sources: OnSources, on_token: OnToken):
         self.app, self.request, self.on_sources, self.on_token = app, request, on_sources, on_token
         self.clock = _Clock()
-        self.use_cache = request.use_cache and app.settings.generate.cache
+        # a client's tools: the LLM may call one, which the cache does not keep
+        self.use_cache = request.use_cache and app.settings.generate.cache and not request.tools
         self.memo, self.seen_at = "", -1
 
     def remembered(self) -> Answer | None:
@@ -184,10 +187,10 @@ class _Asking:
             self.remember(prepared.retrieval, key)
             self.clock.lap("cache_ms")
         return self.answer(generation.text, prepared.retrieval, generation.usage,
-                           "miss" if self.use_cache else "off", generation.quotes)
+                           "miss" if self.use_cache else "off", generation.quotes, generation.tool_calls)
 
     def answer(self, text: str, retrieval: Retrieval, usage: Usage, status: CacheStatus,
-               quotes: tuple[Quote, ...] = ()) -> Answer:
+               quotes: tuple[Quote, ...] = (), tool_calls: tuple[ToolCall, ...] = ()) -> Answer:
         """The Answer of a text and what it was retrieved from (the memo keeps the same retrieval)."""
         gen = self.app.generator
         parsed = citations.parse(text, retrieval.shown)
@@ -195,7 +198,7 @@ class _Asking:
                       citations=tuple(parsed.citations), invalid_citations=parsed.invalid, retrieval=retrieval,
                       usage=usage, cache=status, generator=gen.name, model=gen.model, prompt_version=PROMPT_VERSION,
                       timings=self.clock.total(), min_evidence=self.app.settings.generate.min_evidence,
-                      quotes=quotes)
+                      quotes=quotes, tool_calls=tool_calls)
 
 
 def ask(app: App, request: AskRequest, on_sources: OnSources | None = None,

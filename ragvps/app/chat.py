@@ -23,7 +23,8 @@ from ragvps.retrieve.search import MAX_QUERY_CHARS
 if TYPE_CHECKING:
     from ragvps.generate.prompt import Turn
 
-ROLES = ("user", "assistant", "system", "developer")  # system/developer: the client's own instructions, unused
+# system/developer: the client's own instructions, unused; tool: a tool's result, read as the assistant's words
+ROLES = ("user", "assistant", "system", "developer", "tool")
 SOURCES_HEADING = "**Sources**"
 _FOOTER = re.compile(r"\n*\*\*Sources\*\*\n(?:- \[\d+\][^\n]*(?:\n|$))+\s*$")
 _MARKERS = re.compile(r"\s?\[\d{1,4}(?:\s*,\s*\d{1,4})*\]")
@@ -36,7 +37,8 @@ def conversation(messages: Sequence[tuple[str, str]]) -> tuple[list[Turn], str]:
     for role, _ in messages:
         if role not in ROLES:
             raise UsageError(f"message role {role!r} is not one of: {', '.join(ROLES)}")
-    talk = [(role, text) for role, text in messages if role in ("user", "assistant")]
+    talk = [("assistant" if role == "tool" else role, text) for role, text in messages
+            if role in ("user", "assistant", "tool")]
     if not talk or talk[-1][0] != "user" or not talk[-1][1].strip():
         raise UsageError("the last message must be the user's question (role user, with text)")
     turns: list[Turn] = []
@@ -53,10 +55,13 @@ def conversation(messages: Sequence[tuple[str, str]]) -> tuple[list[Turn], str]:
     return turns, talk[-1][1].strip()
 
 
-def check_conversation(messages: Sequence[tuple[str, str]]) -> None:
-    """Raise what `chat` would raise for these messages before anything is answered (or streamed)."""
+def check_conversation(messages: Sequence[tuple[str, str]], llm: bool = False) -> None:
+    """Raise what `chat` would raise for these messages before anything is answered (or streamed). With an
+    `llm`, a tool's result may come last (the LLM goes on from it)."""
     from ragvps.generate.tasks import detect
 
+    if llm and messages and messages[-1][0] == "tool":
+        return
     if detect(messages) is None:
         _, question = conversation(take_context(messages)[0])
         if len(question) > MAX_QUERY_CHARS:
@@ -148,7 +153,8 @@ def chat(app: App, request: ChatRequest, on_sources: OnSources | None = None,
     from ragvps.generate.tasks import detect
 
     task = detect(request.messages)
-    if task is not None:
+    after_tool = bool(request.messages) and request.messages[-1][0] == "tool" and not app.generator.extractive
+    if task is not None or after_tool:  # a background task, or a tool's result for the LLM to go on from
         from ragvps.app.tasks import answer_task
 
         return answer_task(app, task, request, on_token or ignore)
@@ -157,9 +163,9 @@ def chat(app: App, request: ChatRequest, on_sources: OnSources | None = None,
     made = standalone(app, turns, question, request.use_cache, request.history)
     with_turns = tuple(turns) if request.history and not app.generator.extractive else ()
     ask = AskRequest(made.question, request.overrides, use_cache=request.use_cache, history=with_turns,
-                     attached=attached)
+                     attached=attached, tools=request.tools)
     answer = app.ask(ask, on_sources, on_token)
-    footer = source_list(answer.citations)
+    footer = "" if request.tools else source_list(answer.citations)  # JSON or tool calls asked for: no list
     if footer and on_token is not None:
         on_token(footer)
     return ChatAnswer(content=answer.answer + footer, answer=answer, question=question, standalone=made.question,

@@ -9,12 +9,14 @@ follow-ups from the sibling sections of those the last answer cited. Never the r
 
 from __future__ import annotations
 
+import dataclasses
+
 from ragvps.app.ports import App, OnToken
 from ragvps.app.requests import Answer, ChatAnswer, ChatRequest, Retrieval, SearchRequest
 from ragvps.errors import RagvpsError
 from ragvps.generate import tasks
 from ragvps.generate.prompt import PROMPT_VERSION
-from ragvps.generate.records import Usage
+from ragvps.generate.records import ToolCall, Usage
 
 MOST_TAGS = 3
 MOST_FOLLOW_UPS = 3
@@ -22,26 +24,30 @@ EMOJI = "\U0001f642"
 SEP = " > "
 
 
-def answer_task(app: App, task: tasks.Task, request: ChatRequest, on_token: OnToken) -> ChatAnswer:
-    """The task's answer: the LLM's, from the client's messages as sent, or one made here without it."""
+def answer_task(app: App, task: tasks.Task | None, request: ChatRequest, on_token: OnToken) -> ChatAnswer:
+    """The task's answer: the LLM's, from the client's messages as sent, or one made here without it. No task
+    (a tool's result last): the LLM goes on from the messages as sent."""
     gen = app.generator
-    if gen.extractive:
+    calls: tuple[ToolCall, ...] = ()
+    if task is not None and gen.extractive:
         text, usage = tasks.render(task, values(app, task)), Usage()
         on_token(text)
     else:
         from ragvps.generate import budget
         from ragvps.generate.prompt import passed_through
 
-        fit = budget.as_is(passed_through(request.messages), request.overrides.generation(app.settings.generate))
+        prompt = dataclasses.replace(passed_through(request.messages), tools=request.tools, sent=request.sent)
+        fit = budget.as_is(prompt, request.overrides.generation(app.settings.generate))
         generation = gen.generate(fit, on_token)
-        text, usage = generation.text, generation.usage
+        text, usage, calls = generation.text, generation.usage, generation.tool_calls
     answer = Answer(answer=text, answered=True, extractive=gen.extractive, citations=(), invalid_citations=0,
                     retrieval=Retrieval(shown=(), left_out={}, evidence=0.0, retrieved=()), usage=usage,
                     cache="off", generator=gen.name, model=gen.model, prompt_version=PROMPT_VERSION, timings={},
-                    min_evidence=app.settings.generate.min_evidence)
-    question = tasks.last_question(task)
+                    min_evidence=app.settings.generate.min_evidence, tool_calls=calls)
+    question = tasks.last_question(task) if task else ""
     return ChatAnswer(content=text, answer=answer, question=question, standalone=question, rewrite="none",
-                      rewrite_cache="off", rewrite_usage=Usage(), usage=usage, task=task.kind)
+                      rewrite_cache="off", rewrite_usage=Usage(), usage=usage,
+                      task=task.kind if task else "tool_result")
 
 
 def values(app: App, task: tasks.Task) -> list[str]:

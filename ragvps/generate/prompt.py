@@ -70,18 +70,26 @@ class Prompt:
     # A client's own messages (role, text), sent as they are: a chat client's background task passed through,
     # with no system block of ours and no sources.
     raw: tuple[Turn, ...] = ()
+    # A chat client's tools, tool_choice and response_format (a JSON object's text), passed to the LLM as sent.
+    tools: str = ""
+    # The client's messages as it sent them (JSON text: content parts, tool calls and ids kept), for a
+    # passed-through prompt to an OpenAI-compatible API.
+    sent: str = ""
 
     def as_text(self) -> str:
         """The whole prompt as one text, for --show-prompt."""
         turns = "".join(f"--- {role} ---\n{text}\n" for role, text in self.history)
         return f"--- system ---\n{self.system}\n{turns}--- user ---\n{self.user}"
 
-    def chat(self) -> list[dict[str, str]]:
+    def chat(self) -> list[dict[str, object]]:
         """Every message to send: the system block, the earlier turns, the sources and the question (or the
         client's own messages, as they came)."""
-        if self.raw:
-            return [{"role": role, "content": text} for role, text in self.raw]
-        return [{"role": "system", "content": self.system}, *self.messages()]
+        if self.sent:
+            import json
+
+            return list(json.loads(self.sent))
+        turns = self.raw or (("system", self.system), *((m["role"], m["content"]) for m in self.messages()))
+        return [{"role": role, "content": text} for role, text in turns]
 
     def messages(self) -> list[dict[str, str]]:
         """The chat messages after the system block: the earlier turns, then the sources and the question."""

@@ -7,6 +7,7 @@ OpenAI's shape (serve.openai_shapes.OpenAIErrors).
 
 # No `from __future__ import annotations` here: FastAPI reads the request model from the annotations.
 
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -77,7 +78,15 @@ def add_openai_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
         principal = principal_of(request)
         name = oa.kb_of(body.model, settings.database.kb)
         app = await in_thread(lambda: ready.kb(name, principal), timeout)
-        asked = _request(body, settings)  # checked: a conversation that cannot be answered is a 400 at once
+        # checked: a conversation that cannot be answered is a 400 at once
+        asked = _request(body, not app.generator.extractive)
+        needs = body.required()
+        if needs and app.generator.extractive:
+            return JSONResponse(oa.error(400, f"{needs} asks for what only a language model gives (a tool call or "
+                                              "JSON), and this server has none (setting generator): its answers "
+                                              f"quote the documents. Leave {needs} out, or configure an LLM "
+                                              "(generator=openai passes tools and response_format through)",
+                                         "unsupported_parameter", needs), status_code=400)
         if body.stream:
             include = bool(body.stream_options and body.stream_options.include_usage)
             return await _stream(app, asked, timeout, include, body.model)
@@ -91,15 +100,17 @@ def _no_model(model: str, served: list[str]) -> dict[str, Any]:
                          f"{', '.join(served) or 'none'} (GET /v1/models)", "model_not_found", "model")
 
 
-def _request(body: oa.ChatIn, settings: Settings) -> "ChatRequest":
+def _request(body: oa.ChatIn, llm: bool) -> "ChatRequest":
     """The chat request, its conversation checked before anything is answered (or streamed)."""
     from ragvps.app import ChatRequest, Overrides
     from ragvps.app.chat import check_conversation
 
     max_tokens = body.max_completion_tokens or body.max_tokens
     messages = tuple((m.role, m.text()) for m in body.messages)
-    check_conversation(messages)
-    return ChatRequest(messages, Overrides(temperature=body.temperature, max_tokens=max_tokens))
+    check_conversation(messages, llm)
+    sent = json.dumps([m.model_dump(exclude_unset=True) for m in body.messages])
+    return ChatRequest(messages, Overrides(temperature=body.temperature, max_tokens=max_tokens), tools=body.passed(),
+                       sent=sent)
 
 
 async def _stream(app: "App", request: "ChatRequest", timeout: float, include_usage: bool, model: str) -> Any:
@@ -147,7 +158,11 @@ async def _chunks(first: Any, events: AsyncIterator[Any], timeout: float, includ
             yield oa.chunk(cid, created, model, {"content": event.value}, include_usage=include_usage)
         elif isinstance(event, Finished):
             answer = event.value
-            yield oa.chunk(cid, created, model, {}, "stop", include_usage=include_usage, ragvps=oa.extra(answer))
+            _, finish = oa.message(answer)
+            if answer.answer.tool_calls:
+                calls = [{"index": i, **call.to_json()} for i, call in enumerate(answer.answer.tool_calls)]
+                yield oa.chunk(cid, created, model, {"tool_calls": calls}, include_usage=include_usage)
+            yield oa.chunk(cid, created, model, {}, finish, include_usage=include_usage, ragvps=oa.extra(answer))
             if include_usage:
                 yield oa.chunk(cid, created, model, None, usage=oa.usage_of(answer.usage))
             yield b"data: [DONE]\n\n"
@@ -162,6 +177,4 @@ async def _chunks(first: Any, events: AsyncIterator[Any], timeout: float, includ
 
 
 def _event(body: dict[str, object]) -> bytes:
-    import json
-
     return b"data: " + json.dumps(body).encode() + b"\n\n"

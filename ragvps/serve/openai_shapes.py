@@ -38,8 +38,9 @@ class TextPart(BaseModel):
 
 class MessageIn(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart] | None = Field(None, description="Text, or content parts (only text is read).")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = Field(None, description="Text, or content parts (only text is read); "
+                                                                  "a tool's result reads as conversation.")
 
     def text(self) -> str:
         if isinstance(self.content, list):
@@ -67,6 +68,29 @@ class ChatIn(BaseModel):
     max_tokens: int | None = Field(None, ge=1, le=1_000_000, description="The answer's length at most.")
     max_completion_tokens: int | None = Field(None, ge=1, le=1_000_000, description="The same as max_tokens.")
     n: int | None = Field(None, ge=1, le=1, description="One answer per request.")
+    tools: list[dict[str, Any]] | None = Field(None, description="Passed to the LLM; without one, offered tools "
+                                                                 "are ignored unless tool_choice requires one.")
+    tool_choice: str | dict[str, Any] | None = Field(None, description="`required` or a named function needs an "
+                                                                       "LLM (400 unsupported_parameter without).")
+    response_format: dict[str, Any] | None = Field(None, description="json_object and json_schema need an LLM.")
+    parallel_tool_calls: bool | None = None
+
+    def required(self) -> str | None:
+        """The field that asks for what only an LLM can give (a tool call, JSON), or None."""
+        if self.tools and (self.tool_choice == "required" or isinstance(self.tool_choice, dict)):
+            return "tool_choice"
+        if self.response_format and self.response_format.get("type") in ("json_object", "json_schema"):
+            return "response_format"
+        return None
+
+    def passed(self) -> str:
+        """tools, tool_choice, response_format, parallel_tool_calls as sent (JSON text), for the LLM."""
+        fields = {k: getattr(self, k) for k in ("tools", "tool_choice", "response_format", "parallel_tool_calls")}
+        chosen = {k: v for k, v in fields.items() if v is not None}
+        if not self.tools:
+            chosen.pop("tool_choice", None)
+            chosen.pop("parallel_tool_calls", None)
+        return json.dumps(chosen) if chosen else ""
 
 
 class ErrorDetail(BaseModel):
@@ -153,10 +177,18 @@ def extra(chat: ChatAnswer) -> dict[str, object]:
             "rewrite_usage": chat.rewrite_usage.to_json(), **answer, "usage": chat.usage.to_json()}
 
 
+def message(chat: ChatAnswer) -> tuple[dict[str, object], str]:
+    """The assistant's message (with its tool calls, if the LLM called any) and the finish reason."""
+    calls = [t.to_json() for t in chat.answer.tool_calls]
+    if not calls:
+        return {"role": "assistant", "content": chat.content, "refusal": None}, "stop"
+    return {"role": "assistant", "content": chat.content or None, "refusal": None, "tool_calls": calls}, "tool_calls"
+
+
 def completion(chat: ChatAnswer, cid: str, created: int, model: str = MODEL) -> dict[str, object]:
+    said, finish = message(chat)
     return {"id": cid, "object": "chat.completion", "created": created, "model": model, "system_fingerprint": None,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": chat.content, "refusal": None},
-                         "logprobs": None, "finish_reason": "stop"}],
+            "choices": [{"index": 0, "message": said, "logprobs": None, "finish_reason": finish}],
             "usage": usage_of(chat.usage), "ragvps": extra(chat)}
 
 

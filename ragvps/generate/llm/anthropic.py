@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ragvps.config import GenerateSettings
+from ragvps.errors import GeneratorError
 from ragvps.generate.llm.base import Request, Stream, StreamError, sse_data
 
 if TYPE_CHECKING:
@@ -20,6 +21,10 @@ class AnthropicMessages:
     default_url = "https://api.anthropic.com"
 
     def request(self, fit: Fit, settings: GenerateSettings) -> Request:
+        if fit.prompt.tools:
+            raise GeneratorError(f"generator={self.name} does not take a chat client's tools or response_format "
+                                 "(generator=openai passes them through): leave them out", kind="usage",
+                                 settings=("generator",))
         body = {
             "model": settings.model,
             "max_tokens": settings.answer_reserve,
