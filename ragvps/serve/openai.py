@@ -82,17 +82,20 @@ def add_openai_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
         asked = _request(body, not app.generator.extractive)
         needs = body.required()
         if needs and app.generator.extractive:
-            return JSONResponse(oa.error(400, f"{needs} asks for what only a language model gives (a tool call or "
-                                              "JSON), and this server has none (setting generator): its answers "
-                                              f"quote the documents. Leave {needs} out, or configure an LLM "
-                                              "(generator=openai passes tools and response_format through)",
-                                         "unsupported_parameter", needs), status_code=400)
+            return JSONResponse(_unsupported(needs), status_code=400)
         if body.stream:
             include = bool(body.stream_options and body.stream_options.include_usage)
             return await _stream(app, asked, timeout, include, body.model)
         answer = await in_thread(lambda: app.chat(asked), timeout)
         cid, created = oa.new_id()
         return JSONResponse(oa.completion(answer, cid, created, body.model))
+
+
+def _unsupported(field: str) -> dict[str, Any]:
+    return oa.error(400, f"{field} asks for what only a language model gives (a tool call or JSON), and this server "
+                         "has none (setting generator): its answers quote the documents. Leave it out, or configure "
+                         "an LLM (generator=openai passes tools and response_format through)",
+                    "unsupported_parameter", field)
 
 
 def _no_model(model: str, served: list[str]) -> dict[str, Any]:
