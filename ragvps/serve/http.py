@@ -78,6 +78,9 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
     from ragvps.serve.openai import add_openai_routes
 
     add_openai_routes(api, ready, settings)  # /v1: OpenAI-compatible chat
+    from ragvps.serve.ollama_api import add_ollama_routes
+
+    add_ollama_routes(api, ready, settings)  # /api: Ollama-compatible chat
     if mcp_server is not None:
         sub = mcp_server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True,
                                              transport_security=_mcp_security(), host=host)
