@@ -147,7 +147,7 @@ def add_ollama_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
         kb = oa.kb_of(name.removesuffix(TAG), own)
         return await in_thread(lambda: ready.kb(kb, principal_of(request)), timeout)
 
-    @api.get("/api/version", response_model=VersionOut, tags=["ollama"],
+    @api.get("/api/version", response_model=VersionOut, responses=ERRORS, tags=["ollama"],
              summary="The Ollama API version these routes follow")
     async def version() -> Any:
         return {"version": VERSION}
