@@ -75,6 +75,7 @@ def prepare(app: App, request: AskRequest, clock: _Clock | None = None) -> Prepa
     if len(kept) < len(hits):
         left["answer_min_evidence"] = len(hits) - len(kept)
     candidates = [_source(h) for h in kept]
+    candidates = [_completed(app, c) for c in candidates]
     if request.attached:  # the client's own context: one more source, within answer_chunks and the window
         candidates.insert(min(len(candidates), max(0, s.generate.answer_chunks - 1)),
                           _attached(request.attached, o.generation(s.generate), s.generate.min_evidence))
@@ -92,6 +93,28 @@ def prepare(app: App, request: AskRequest, clock: _Clock | None = None) -> Prepa
 def _source(h: Hit) -> Source:
     return Source(number=0, chunk_id=h.chunk_id, path=h.path, heading_path=h.heading_path, start=h.start,
                   end=h.end, score=h.score, text=h.text, evidence=h.evidence, pages=h.pages)
+
+
+def _completed(app: App, source: Source) -> Source:
+    """A chunk ending in a sentence with a colon, with what that sentence introduces (a command, a list, a table)
+    from the next chunk of its document, when the chunker cut between them."""
+    from ragvps.db import store
+    from ragvps.text import introduced
+
+    if not source.text.rstrip().endswith(":") or "#" not in source.chunk_id:
+        return source
+    doc_id, _, seq = source.chunk_id.rpartition("#")
+    if not seq.isdigit():
+        return source
+    with app.connection() as conn:
+        found = store.following_chunk(conn, doc_id, int(seq) + 1)
+    if found is None or found[1] < source.end:
+        return source
+    text = source.text + "\n" * max(1, min(found[1] - source.end, 2)) + found[0]
+    span = introduced(text, len(source.text.rstrip()))
+    if span is None:
+        return source
+    return dataclasses.replace(source, text=text[:span[1]], end=source.end + span[1] - len(source.text))
 
 
 def _attached(attached: tuple[tuple[str, str], ...], settings: GenerateSettings, evidence: float) -> Source:
