@@ -119,3 +119,25 @@ def test_a_pgvector_before_0_8_2_builds_hnsw_without_parallel_workers(conn: psyc
     index.build_index(conn, eset, eset.index_name, Settings.of(index_workers=1), warn=warnings.append)
     assert any("CVE-2026-3172" in w and "ALTER EXTENSION vector UPDATE" in w for w in warnings), warnings
     assert index.index_exists(conn, eset)
+
+
+def test_sessions_run_without_jit_on_a_server_that_has_it_on(db_url: str) -> None:
+    """A server built with LLVM (PostgreSQL 17 in the compose image, most packages) compiled the BM25 query on
+    every search of a young knowledge base (its tables never analyzed): 0.5-1 s a search. ragvps's sessions
+    turn JIT off, a command's connection and the server's pooled ones alike, whatever the server's default."""
+    from ragvps.db.connections import PooledConnections
+
+    with psycopg.connect(db_url, autocommit=True) as admin:
+        name = admin.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
+        admin.execute(sql.SQL("ALTER DATABASE {} SET jit = on").format(sql.Identifier(name)))
+    settings = Settings.of(database_url=db_url)
+    with connect(settings) as conn:
+        assert conn.execute("SHOW jit").fetchone() == ("off",)
+    pooled = PooledConnections(settings)
+    try:
+        with pooled.connection() as conn:
+            assert conn.execute("SHOW jit").fetchone() == ("off",)
+    finally:
+        pooled.close()
+    with psycopg.connect(db_url) as plain:  # the test's own premise: the database turns it on
+        assert plain.execute("SHOW jit").fetchone() == ("on",)

@@ -191,6 +191,9 @@ class PooledConnections:
 def _configure(conn: psycopg.Connection) -> None:
     from pgvector.psycopg import register_vector
 
+    from ragvps.db.database import JIT_OFF
+
     register_vector(conn)
+    conn.execute(f"SELECT {JIT_OFF}")
     conn.commit()
 

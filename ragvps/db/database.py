@@ -59,12 +59,20 @@ def driver_errors(settings: Settings) -> Iterator[None]:
                             "): retry, and check PostgreSQL") from exc
 
 
+# Every query ragvps sends is short, but the planner's estimates over a young knowledge base's tables (never
+# analyzed: 1,540 rows assumed for one) pass jit_above_cost, and a PostgreSQL built with LLVM (the compose
+# image, most packaged servers; not the embedded one) then compiles the BM25 query on every search: 30 ms on
+# a one-chunk knowledge base, 0.5-1 s on a small one, measured on PostgreSQL 17. deploy/postgres/ragvps.conf
+# turns it off for the server; this turns it off for ragvps's sessions on any server a DSN names.
+JIT_OFF = "set_config('jit', 'off', false)"
+
+
 def prepare_session(conn: psycopg.Connection, language: str | None) -> None:
-    """One round trip for the session's checks: the text search configuration exists, and the server ends
-    this session's statement soon after its client is killed (PostgreSQL 14+ on Linux), so a killed ingest's
-    index build does not run on, holding the write lock, for minutes."""
+    """One round trip for the session's checks: the text search configuration exists, JIT is off (see
+    JIT_OFF), and the server ends this session's statement soon after its client is killed (PostgreSQL 14+ on
+    Linux), so a killed ingest's index build does not run on, holding the write lock, for minutes."""
     try:
-        conn.execute("SELECT %s::regconfig, set_config('client_connection_check_interval', '1000', false)",
+        conn.execute(f"SELECT %s::regconfig, set_config('client_connection_check_interval', '1000', false), {JIT_OFF}",
                      (language or "simple",))
         conn.commit()
         return
@@ -72,6 +80,8 @@ def prepare_session(conn: psycopg.Connection, language: str | None) -> None:
         conn.rollback()
     if language is not None:
         check_language(conn, language)
+    with conn.transaction():
+        conn.execute(f"SELECT {JIT_OFF}")
     try:  # the language is fine: an older server without the setting; the lock is freed when the build ends
         with conn.transaction():
             conn.execute("SELECT set_config('client_connection_check_interval', '1000', false)")
