@@ -76,8 +76,9 @@ def test_ask_streams_the_answer_and_a_citation_opens_its_chunk(browser: Any, ser
     page.click("#ask")
     page.wait_for_selector("#status.done, #status.error", timeout=60_000)  # (the page's CSP forbids eval)
     assert page.get_attribute("#status", "class") != "error", page.text_content("#status")
-    shown = page.text_content("#answer")
-    assert shown.split() == expected["answer"].split()
+    shown = page.inner_text("#answer")
+    assert words(shown) == words(expected["answer"])  # its Markdown rendered: no raw marks, no backticks
+    assert "`" not in shown and "**" not in shown
     links = page.locator("#answer a.cite")
     assert expected["citations"], "the question is answered from the docs: the answer cites them"
     assert links.count() >= 1
@@ -91,6 +92,11 @@ def test_ask_streams_the_answer_and_a_citation_opens_its_chunk(browser: Any, ser
     assert hit["path"] in page.text_content("#chunk-path")
     # Each quoted sentence is highlighted inside its source, at its exact span.
     assert expected["quotes"], "the extractive answer quotes its sentences with their spans"
+    first = expected["citations"][0]["number"]
+    assert page.locator("#results > li").first.get_attribute("data-n") == str(first)  # the cited card first
+    assert page.locator("#results > li .score").first.text_content().startswith("score ")
+    assert page.text_content("#status").startswith("answered")
+    assert page.request.get(server.url + "/favicon.ico").status == 200
     marked = [m.text_content() for m in page.locator("#results li mark.quote").all()]
     for q in expected["quotes"]:
         s = next(s for s in expected["sources"] if s["chunk_id"] == q["chunk_id"])

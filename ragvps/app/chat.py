@@ -101,7 +101,7 @@ def source_list(citations: Sequence[Citation]) -> str:
         return ""
     lines = [f"\n\n{SOURCES_HEADING}"]
     for c in citations:
-        heading = f" \u203a {c.heading_path}" if c.heading_path else ""
+        heading = " \u203a " + c.heading_path.replace(" > ", " \u203a ") if c.heading_path else ""
         lines.append(f"- [{c.number}] `{c.path}`{heading}")
     return "\n".join(lines)
 

@@ -178,18 +178,25 @@ def add_ollama_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
     @guarded
     async def chat(request: Request, body: OllamaChatIn) -> Any:
         found = await resolve(request, body.model)
-        if isinstance(found, JSONResponse):
-            return found
-        if body.format and found.generator.extractive:
-            return JSONResponse({"error": "format asks for JSON, which only a language model gives, and this "
-                                          "server has none (setting generator): leave format out, or configure "
-                                          "an LLM", "kind": "usage"}, status_code=400)
-        asked = _request(body, not found.generator.extractive)
-        if body.stream:
-            return await _stream(found, asked, timeout, body.model)
-        start = time.perf_counter_ns()
-        answer = await in_thread(lambda: found.chat(asked), timeout)
-        return _final(answer, answer.content, body.model, start)
+        return found if isinstance(found, JSONResponse) else await _chat(found, body, timeout)
+
+
+async def _chat(app: "App", body: OllamaChatIn, timeout: float) -> Any:
+    """The answer, whole or as NDJSON lines; `format` (JSON) needs an LLM."""
+    from fastapi.responses import JSONResponse
+
+    from ragvps.serve.threads import in_thread
+
+    if body.format and app.generator.extractive:
+        return JSONResponse({"error": "format asks for JSON, which only a language model gives, and this server "
+                                      "has none (setting generator): leave format out, or configure an LLM",
+                             "kind": "usage"}, status_code=400)
+    asked = _request(body, not app.generator.extractive)
+    if body.stream:
+        return await _stream(app, asked, timeout, body.model)
+    start = time.perf_counter_ns()
+    answer = await in_thread(lambda: app.chat(asked), timeout)
+    return _final(answer, answer.content, body.model, start)
 
 
 def _entry(name: str, started: str) -> dict[str, Any]:
