@@ -114,6 +114,7 @@ class SearchSettings:
     bit_rerank_depth: int = setting(200, "bit_rerank_depth", lo=1, hi=1000)  # vector_type bit: re-ranked candidates
     top_k: int = setting(8, "top_k", lo=1, hi="max_k")
     rrf_k: int = setting(60, "rrf_k", lo=0, hi=10_000)
+    rrf_vector_weight: float = setting(1.0, "rrf_vector_weight", lo=0, hi=100)  # the keyword leg's weight is 1
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,8 @@ class ServeSettings:
     request_timeout: int = setting(120, "request_timeout", lo=1, hi=86_400)
     header_timeout: int = setting(5, "header_timeout", lo=1, hi=3600)  # seconds a request's headers may take
     max_k: int = setting(100, "max_k", lo=1, hi=10_000)  # the most chunks one search or question may ask for
+    log_format: str = setting("text", "log_format", choices=("text", "json"))  # the request log's lines
+    log_questions: bool = setting(False, "log_questions")  # the question's text in the request log (off: never)
 
 
 @dataclass(frozen=True)

@@ -93,3 +93,20 @@ WHERE k.key_hash = %(hash)s;
 -- name: key_used
 UPDATE ragvps.api_keys SET last_used_at = now()
 WHERE id = %(id)s AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute');
+
+-- name: kb_gauges
+-- What /metrics shows of every knowledge base at a scrape: the bytes of its vector indexes (HNSW), whether its
+-- embedding queue exists (a schema not migrated yet has none), and the server's shared_buffers. With
+-- queue_depths, the one read that crosses schemas (sizes and counts only).
+SELECT k.name, k.schema_name,
+       coalesce((SELECT sum(pg_relation_size(c.oid))
+                 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_am am ON am.oid = c.relam
+                 WHERE n.nspname = k.schema_name AND c.relkind = 'i' AND am.amname = 'hnsw'), 0)::bigint,
+       to_regclass(format('%I.embed_queue', k.schema_name)) IS NOT NULL,
+       pg_size_bytes(current_setting('shared_buffers'))
+FROM ragvps.knowledge_bases k
+ORDER BY k.name;
+
+-- name: queue_depth
+-- One knowledge base's queued chunks, a branch of a UNION ALL over them.
+SELECT {name}::text, count(*) FROM {queue}

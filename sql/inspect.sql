@@ -36,3 +36,19 @@ ORDER BY ic.relname;
 -- name: memory_settings
 SELECT current_setting('shared_buffers'), pg_size_bytes(current_setting('shared_buffers')),
        current_setting('maintenance_work_mem'), pg_size_bytes(current_setting('maintenance_work_mem'));
+
+-- name: calibration_chunks
+-- `ragvps calibrate`: a stable pseudo-random sample of chunks (the same on every run over the same data), with
+-- the document each belongs to, for questions made from their sentences.
+SELECT c.id, d.doc_id, c.text
+FROM chunks c JOIN documents d ON d.id = c.document_id
+ORDER BY md5(c.id::text || %(seed)s)
+LIMIT %(n)s;
+
+-- name: word_rarity
+-- Each word of a sentence with its lexeme's chunk count (BM25's df): the rarest make its question.
+SELECT w.word, coalesce(s.df, 0)
+FROM unnest(%(words)s::text[]) WITH ORDINALITY AS w (word, i)
+LEFT JOIN LATERAL unnest(tsvector_to_array(to_tsvector(%(language)s::regconfig, w.word))) AS l (lexeme) ON true
+LEFT JOIN term_stats s ON s.lexeme = l.lexeme
+ORDER BY w.i;

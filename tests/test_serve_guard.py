@@ -187,4 +187,4 @@ def test_in_chromium_a_rebound_page_reads_nothing_and_a_foreign_page_posts_nothi
     finally:
         attacker.shutdown()
     log = open_server.log.read_text()
-    assert '"POST /search HTTP/1.1" 403' in log
+    assert "POST /search 403 " in log  # the request log's line

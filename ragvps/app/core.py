@@ -11,21 +11,22 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ragvps.app.observe import QUIET, Observer
 from ragvps.app.requests import Answer, AskRequest, Health, PromptPreview, SearchRequest, SearchResult
 from ragvps.config import Settings
-from ragvps.errors import ActiveSetChangedError, UsageError
+from ragvps.errors import UsageError
 
 if TYPE_CHECKING:
     import numpy as np
     import psycopg
     from numpy.typing import NDArray
 
+    from ragvps.app.calibration import Calibration
     from ragvps.app.ports import OnSources, OnToken
     from ragvps.app.requests import ChatAnswer, ChatRequest
     from ragvps.db.catalog import KnowledgeBase
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
     from ragvps.measure.inspect import IndexCheck, StatsReport
     from ragvps.measure.summary import ChunkSummary, PlanMeasurement
     from ragvps.records import ModelSpec
-    from ragvps.retrieve.search import Hit
 
 Progress = Callable[[str, int, int], None]
 Warn = Callable[[str], None]
@@ -58,6 +58,7 @@ class App:
     def __init__(self, settings: Settings, connections: Connections, kb: KnowledgeBase | None = None):
         self.settings = settings
         self.kb = kb  # None: no knowledge base bound (commands that need no database: chunk, plan)
+        self.observer: Observer = QUIET  # told of each search and answer (a server's metrics and request log)
         self._connections = connections
         self._embedder: Embedder | None = None
         self._generator: Generator | None = None
@@ -86,6 +87,10 @@ class App:
 
         kb = resolve(settings, connections)
         return cls(settings.replace(**kb.settings), connections, kb)
+
+    @property
+    def kb_name(self) -> str:
+        return self.kb.name if self.kb is not None else self.settings.database.kb
 
     @property
     def connections(self) -> Connections:
@@ -192,46 +197,9 @@ class App:
 
     def search(self, request: SearchRequest) -> SearchResult:
         """The top chunks for a query: the active embedding set is read and searched in one transaction."""
-        from ragvps.app.checks import check_search
-        from ragvps.retrieve.reranking import make_reranker
+        from ragvps.app.search import search
 
-        request = check_search(request, self.settings.serve.max_k)
-        text = request.query
-        reranker = make_reranker(self.settings.rerank)
-        k = request.k or self.settings.search.top_k
-        fetch = dataclasses.replace(request, k=max(k, reranker.candidates))  # a reranker orders its candidates
-        start = time.perf_counter()
-        with self.connection() as conn:  # one connection for the whole search, checked out once
-            self.active_set(conn, "query")  # refuse a model mismatch before paying for the query embedding
-            conn.commit()
-            embedding = self.embed_query(text) if request.mode != "keyword" else None
-            embedded = time.perf_counter()
-            hits, eset = self._search(conn, text, embedding, fetch)
-        done = time.perf_counter()
-        timings = {"embed_ms": round((embedded - start) * 1000, 2), "search_ms": round((done - embedded) * 1000, 2)}
-        hits = reranker.order(text, hits)[:k] if hits else []  # the first k of the reranker's order are kept
-        if reranker.candidates:
-            timings["rerank_ms"] = round((time.perf_counter() - done) * 1000, 2)
-        return SearchResult(text, request.mode, hits, eset.model, timings)
-
-    def _search(self, conn: psycopg.Connection, text: str, embedding: NDArray[np.float32] | None,
-                request: SearchRequest) -> tuple[list[Hit], EmbeddingSet]:
-        from ragvps.db.database import driver_errors
-        from ragvps.retrieve.search import search
-
-        for attempt in range(3):
-            try:
-                with driver_errors(self.settings), conn.transaction():
-                    eset = self.active_set(conn, "query")
-                    hits = search(conn, eset, text, embedding, self.settings, request.mode, request.k,
-                                  request.filters)
-                return hits, eset
-            except ActiveSetChangedError:
-                # A model switch committed between reading the active set and searching its table: the
-                # old table is gone, the new set is active and holds the same chunks. Read it again.
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+        return search(self, request)
 
     # --- answer --------------------------------------------------------------------------------------
 
@@ -251,7 +219,9 @@ class App:
         Either callback may raise to cancel: the upstream request is closed and nothing is cached."""
         from ragvps.app.ask import ask
 
-        return ask(self, request, on_sources, on_token)
+        answer = ask(self, request, on_sources, on_token)
+        self.observer.answered(self.kb_name, answer)
+        return answer
 
     def chat(self, request: ChatRequest, on_sources: OnSources | None = None,
              on_token: OnToken | None = None) -> ChatAnswer:
@@ -333,11 +303,20 @@ class App:
             return inspect.check_index(conn, eset, vectors, exclude, k, current, target, source)
 
     def stats(self) -> StatsReport:
-        """Rows and sizes of the index beside the machine's memory, with what to act on."""
+        """Rows and sizes of the index beside the machine's memory, the refusal line in force, what to act on."""
+        from ragvps.app.calibration import refusal_line
         from ragvps.measure import inspect
 
         with self.connection() as conn:
-            return inspect.stats(conn, self.active_set(conn, "show stats"), self.settings)
+            report = inspect.stats(conn, self.active_set(conn, "show stats"), self.settings)
+        return dataclasses.replace(report, refusal=refusal_line(self))
+
+    def calibrate(self, n: int = 200, target: float = 0.90, apply: bool = False,
+                  progress: Progress = _quiet) -> Calibration:
+        """The refusal line and the fusion fitted on this knowledge base's own questions; kept with `apply`."""
+        from ragvps.app.calibration import calibrate
+
+        return calibrate(self, n, target, apply, progress)
 
     def health(self) -> Health:
         """Is the database reachable, is anything in, which model is active, is the pool stuck: what a server's

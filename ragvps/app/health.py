@@ -5,8 +5,11 @@ while it is wrong (a pool held by slow requests, a database that is down or rest
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ragvps.app.requests import Health
 from ragvps.config import Settings
+from ragvps.db.catalog import KbGauges
 from ragvps.db.connections import Connections, PoolStats
 from ragvps.errors import RagvpsError
 
@@ -48,3 +51,27 @@ def health(settings: Settings, connections: Connections, schema: str | None) -> 
     if eset is None:
         return Health(True, True, empty=True, chunks=chunks, pool=pool)
     return Health(True, True, False, eset.model, eset.dims, eset.vector_type, chunks, pool=pool)
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """What /metrics reads of the database at a scrape: reachable or not, the pool's counters, and each
+    knowledge base's index and queue beside shared_buffers."""
+
+    database: bool
+    pool: PoolStats | None
+    kbs: tuple[KbGauges, ...] = ()
+    shared_buffers: int = 0
+
+
+def scrape(settings: Settings, connections: Connections) -> Scrape:
+    """One round trip on the health check's side connection (short timeouts, never the pool's)."""
+    from ragvps.db import catalog
+    from ragvps.db.database import driver_errors
+
+    try:
+        with driver_errors(settings), connections.probe() as conn:
+            kbs, shared_buffers = catalog.gauges(conn)
+    except RagvpsError:
+        return Scrape(False, connections.stats())
+    return Scrape(True, connections.stats(), tuple(kbs), shared_buffers)

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from ragvps.app.observe import QUIET, Observer
 from ragvps.app.requests import SearchRequest, SearchResult
 from ragvps.config import Settings
 
@@ -29,20 +30,21 @@ CATALOG_TTL_S = 2.0  # a knowledge base dropped or renamed elsewhere is seen wit
 
 
 class Library:
-    def __init__(self, settings: Settings, connections: Connections):
+    def __init__(self, settings: Settings, connections: Connections, observer: Observer = QUIET):
         self.settings = settings
         self.connections = connections
+        self.observer = observer  # given to every App made here
         self._apps: dict[str, tuple[int, App]] = {}  # name -> (catalog id, App)
         self._names: tuple[float, dict[str, int]] = (0.0, {})
         self._lock = threading.Lock()
 
     @classmethod
     @contextmanager
-    def open(cls, settings: Settings, *, pooled: bool = False) -> Iterator[Library]:
+    def open(cls, settings: Settings, *, pooled: bool = False, observer: Observer = QUIET) -> Iterator[Library]:
         from ragvps.db.connections import PooledConnections, SingleConnection
 
         connections: Connections = PooledConnections(settings) if pooled else SingleConnection(settings)
-        library = cls(settings, connections)
+        library = cls(settings, connections, observer)
         try:
             yield library
         finally:
@@ -53,7 +55,7 @@ class Library:
     @classmethod
     def around(cls, app: App) -> Library:
         """The library of an App opened by the caller (its connections; the App kept as its knowledge base's)."""
-        library = cls(app.settings, app.connections)
+        library = cls(app.settings, app.connections, app.observer)
         if app.kb is not None:
             library._apps[app.kb.name] = (app.kb.id, app)
         return library
@@ -89,9 +91,15 @@ class Library:
 
         with driver_errors(self.settings):
             app = App.bound(self.settings.replace(kb=name), self.connections)
+        app.observer = self.observer
         with self._lock:
             self._apps[name] = (names[name], app)
         return app
+
+    def made(self) -> list[App]:
+        """The Apps made so far."""
+        with self._lock:
+            return [app for _, app in self._apps.values()]
 
     def forget(self, name: str) -> None:
         with self._lock:
@@ -149,7 +157,7 @@ def search_many(apps: Sequence[App], request: SearchRequest) -> SearchResult:
     scored: list[tuple[float, int, Hit, str]] = []
     timings: dict[str, float] = {}
     for order, app in enumerate(apps):
-        name = app.kb.name if app.kb is not None else app.settings.database.kb
+        name = app.kb_name
         result = app.search(dataclasses.replace(request, k=k))
         timings |= {f"{name}.{stage}": ms for stage, ms in result.timings.items()}
         rrf_k = app.settings.search.rrf_k

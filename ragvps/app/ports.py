@@ -8,10 +8,15 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    import numpy as np
     import psycopg
+    from numpy.typing import NDArray
 
+    from ragvps.app.observe import Observer
     from ragvps.app.requests import Answer, AskRequest, SearchRequest, SearchResult
     from ragvps.config import Settings
+    from ragvps.db.catalog import KnowledgeBase
+    from ragvps.db.store import EmbeddingSet
     from ragvps.generate.prompt import Source
     from ragvps.generate.registry import Generator
 
@@ -25,6 +30,19 @@ def ignore(_: object) -> None:
 
 class App(Protocol):
     settings: Settings
+    observer: Observer
+
+    @property
+    def kb_name(self) -> str: ...
+
+    @property
+    def kb(self) -> KnowledgeBase | None: ...
+
+    def embed_query(self, text: str) -> NDArray[np.float32]: ...
+
+    def embed_queries(self, texts: Sequence[str]) -> NDArray[np.float32]: ...
+
+    def active_set(self, conn: psycopg.Connection, action: str) -> EmbeddingSet: ...
 
     @property
     def generator(self) -> Generator: ...

@@ -78,9 +78,9 @@ def _root(
 
 
 def _register() -> None:
-    from ragvps.cli import ask, chat, database, ingest, kb, measure, plan, search, serve, worker
+    from ragvps.cli import ask, calibrate, chat, database, ingest, kb, measure, plan, search, serve, worker
 
-    for module in (ingest, worker, search, ask, chat, plan, measure, kb, database, serve):
+    for module in (ingest, worker, search, ask, chat, plan, measure, calibrate, kb, database, serve):
         module.register(app)
 
 

@@ -115,6 +115,7 @@ def stats(
            if m["ram_total_bytes"] is not None else "unknown")
     typer.echo(f"RAM: {ram}; shared_buffers {p['shared_buffers']}, maintenance_work_mem {p['maintenance_work_mem']}")
     typer.echo(f"RAM verdict: {s.ram['verdict']}")
+    typer.echo(f"refusal line: answer_min_evidence {s.refusal['line']:g}, from {s.refusal['from']}")
     free = f", {mib(d['free_bytes'])} free" if d["free_bytes"] is not None else ""
     typer.echo(f"disk for a rebuild: about {mib(d['rebuild_bytes'])}{free}")
     memory = mib(e["memory_bytes"]) if e["memory_bytes"] is not None else "unknown"

@@ -29,11 +29,13 @@ def serve(
     host: Annotated[str | None, typer.Option(help="Address to listen on (default 127.0.0.1; setting host). "
                                                   "Anything but loopback needs an API key.")] = None,
     port: Annotated[int | None, typer.Option(help="Port (default 8765; setting port).")] = None,
+    log_format: Annotated[str | None, typer.Option(
+        "--log-format", help="The request log's lines on stderr: text or json (setting log_format).")] = None,
 ) -> None:
     """Serve the knowledge base: POST /search and /ask, the page at /, MCP at /mcp; the model loads once."""
     from ragvps.serve.http import serve as run
 
-    settings = settings_from(ctx, host=host, port=port)
+    settings = settings_from(ctx, host=host, port=port, log_format=log_format)
     logging.getLogger("ragvps").setLevel(logging.INFO)
     exit_on_sigterm()
     run(settings)

@@ -217,3 +217,25 @@ def migrate_stages(conn: psycopg.Connection, lock: str) -> list[str]:
             conn.execute(q("record_migration"), {"version": version, "name": name})
             applied_now.append(name)
     return applied_now
+
+
+@dataclass(frozen=True)
+class KbGauges:
+    """One knowledge base's size in a scrape: its vector indexes' bytes and the chunks its queue holds."""
+
+    name: str
+    index_bytes: int
+    queued: int
+
+
+def gauges(conn: psycopg.Connection) -> tuple[list[KbGauges], int]:
+    """Every knowledge base's KbGauges, and the server's shared_buffers in bytes (0 with no knowledge base):
+    two round trips whatever their number."""
+    from psycopg import sql
+
+    rows = conn.execute(_q("kb_gauges")).fetchall()
+    branches = [sql.SQL(_q("queue_depth")).format(name=sql.Literal(r[0]), queue=sql.Identifier(r[1], "embed_queue"))
+                for r in rows if r[3]]
+    queued: dict[str, int] = dict(conn.execute(sql.SQL(" UNION ALL ").join(branches)).fetchall()) if branches else {}
+    return ([KbGauges(str(r[0]), int(r[2]), int(queued.get(r[0], 0))) for r in rows],
+            int(rows[0][4]) if rows else 0)

@@ -5,6 +5,7 @@ The legs run in the caller's transaction (the app's), so the active set and the 
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,16 +135,36 @@ def search(
     mode: Mode = "hybrid",
     k: int | None = None,
     filters: Filters | None = None,
+    timings: dict[str, float] | None = None,
 ) -> list[Hit]:
-    """The top k chunks for `text` (its query embedding given for the vector and hybrid modes)."""
+    """The top k chunks for `text` (its query embedding given for the vector and hybrid modes); `timings`, when
+    given, gets each stage's milliseconds: vector_ms, keyword_ms, fusion_ms (RRF and the chunks' details)."""
     k = k or settings.search.top_k
     if filters is None:
         filters = Filters()
+    lap = _Laps(timings if timings is not None else {})
     vec = vector_leg(conn, eset, embedding, settings, filters) if mode != "keyword" and embedding is not None else []
+    lap("vector_ms")
     kw = keyword_leg(conn, text, settings, filters) if mode != "vector" else []
-    fused = rrf([leg for leg in (vec, kw) if leg], settings.search.rrf_k)[:k]
+    lap("keyword_ms")
+    legs = [(leg, weight) for leg, weight in ((vec, settings.search.rrf_vector_weight), (kw, 1.0)) if leg]
+    fused = rrf([leg for leg, _ in legs], settings.search.rrf_k, [w for _, w in legs])[:k]
     rows = chunk_evidence(conn, eset, [i for i, _ in fused], text, embedding if mode != "keyword" else None, settings)
-    return _details(fused, vec, kw, rows)
+    hits = _details(fused, vec, kw, rows)
+    lap("fusion_ms")
+    return hits
+
+
+class _Laps:
+    """Milliseconds since the last lap, into `timings` under each name."""
+
+    def __init__(self, timings: dict[str, float]):
+        self.timings, self.last = timings, time.perf_counter()
+
+    def __call__(self, name: str) -> None:
+        now = time.perf_counter()
+        self.timings[name] = round((now - self.last) * 1000, 2)
+        self.last = now
 
 
 def chunk_evidence(conn: psycopg.Connection, eset: EmbeddingSet, ids: list[int], text: str,

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from mcp.server.transport_security import TransportSecuritySettings
 
     from ragvps.app import App
+    from ragvps.serve.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -43,15 +44,16 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
     """The ASGI application: routes, the page, /docs, /mcp when the mcp extra is installed; the Host and Origin
     checks, keys, limits, CORS."""
     from fastapi import FastAPI
-    from starlette.middleware.cors import CORSMiddleware
 
     from ragvps.serve.docs import add_docs
-    from ragvps.serve.guard import HostOriginGuard
-    from ragvps.serve.limits import LimitBody
+    from ragvps.serve.metrics import Metrics
+    from ragvps.serve.routes import add_metrics_route
 
     keys = load_keys(settings)
     host = host or settings.serve.host
     ready = Ready(settings, app, on_fatal)
+    metrics = Metrics(ready)
+    ready.observe(metrics)
     mcp_server = _mcp(ready)
 
     @contextlib.asynccontextmanager
@@ -75,6 +77,7 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
     from ragvps.serve.routes import add_routes
 
     add_routes(api, ready, settings)
+    add_metrics_route(api, metrics, ready)
     from ragvps.serve.openai import add_openai_routes
 
     add_openai_routes(api, ready, settings)  # /v1: OpenAI-compatible chat
@@ -87,17 +90,29 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
         api.router.routes.extend(sub.routes)
     add_docs(api, bool(keys))
 
-    from ragvps.serve.access import Access, RequireKey
+    return _middleware(api, settings, ready, keys, host, metrics)
 
-    access = Access(keys, ready)
-    asgi: Any = LimitBody(RequireKey(api, access), settings.serve.max_body_bytes, settings.serve.request_timeout)
+
+def _middleware(api: FastAPI, settings: Settings, ready: Ready, keys: tuple[str, ...], host: str,
+                metrics: Metrics) -> Any:
+    """The layers around the routes, innermost first: keys, body limits, CORS, the Host and Origin checks,
+    OpenAI's error shape on /v1, and outermost the request log (its id, line and counts)."""
+    from starlette.middleware.cors import CORSMiddleware
+
+    from ragvps.serve.access import Access, RequireKey
+    from ragvps.serve.guard import HostOriginGuard
+    from ragvps.serve.limits import LimitBody
+    from ragvps.serve.openai_shapes import OpenAIErrors
+    from ragvps.serve.request_log import RequestLog
+
+    asgi: Any = LimitBody(RequireKey(api, Access(keys, ready)), settings.serve.max_body_bytes,
+                          settings.serve.request_timeout)
     if settings.serve.cors_origins:
         asgi = CORSMiddleware(asgi, allow_origins=list(settings.serve.cors_origins), allow_methods=["GET", "POST"],
                               allow_headers=["Authorization", "X-API-Key", "Content-Type", "Accept", *SDK_HEADERS])
     asgi = HostOriginGuard(asgi, host, settings.serve.allowed_hosts, settings.serve.cors_origins)
-    from ragvps.serve.openai_shapes import OpenAIErrors
-
-    return OpenAIErrors(asgi)  # every error on /v1/* in OpenAI's shape, whichever layer answered it
+    asgi = OpenAIErrors(asgi)  # every error on /v1/* in OpenAI's shape, whichever layer answered it
+    return RequestLog(asgi, api.router.routes, metrics.request, settings.serve.log_questions)
 
 
 def serve(settings: Settings, host: str | None = None, port: int | None = None) -> None:
@@ -119,13 +134,27 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
 
     raise_open_files_limit()
     asgi = create_app(for_serving(settings), host=host, on_fatal=stop)
-    config = uvicorn.Config(asgi, host=host, port=port, log_level="info", proxy_headers=False,
+    log_requests(settings.serve.log_format)
+    config = uvicorn.Config(asgi, host=host, port=port, log_level="info", proxy_headers=False, access_log=False,
                             server_header=False, timeout_graceful_shutdown=10, lifespan="on",
                             http=bounded_protocol(settings.serve.header_timeout))
     server = uvicorn.Server(config)
     server.run()
     if fatal:
         raise fatal[0]
+
+
+def log_requests(log_format: str) -> None:
+    """The request log (serve/request_log.py) on stderr, one line a request, in its format; it replaces
+    uvicorn's access line."""
+    from ragvps.serve.request_log import JsonLines
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonLines() if log_format == "json" else logging.Formatter("%(asctime)s %(message)s"))
+    requests_log = logging.getLogger("ragvps.requests")
+    requests_log.handlers[:] = [handler]
+    requests_log.setLevel(logging.INFO)
+    requests_log.propagate = False
 
 
 def raise_open_files_limit(most: int = 1 << 16) -> None:

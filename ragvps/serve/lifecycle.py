@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ragvps.app.observe import QUIET, Observer
 from ragvps.config import Settings
 from ragvps.errors import ConfigError, NotFoundError, RagvpsError, UnavailableError, UsageError, redact
 
@@ -31,11 +32,20 @@ class Ready:
 
         self.settings = settings
         self.app = app
+        self.observer: Observer = QUIET if app is None else app.observer  # told of every search and answer
         self.library = None if app is None else Library.around(app)
         self.on_fatal = on_fatal
         self.error = "starting: loading the model and connecting to the database"
         self._stack = contextlib.ExitStack()
         self._stop = threading.Event()
+
+    def observe(self, observer: Observer) -> None:
+        """Every App of this server, made already or later, reports its searches and answers to `observer`."""
+        self.observer = observer
+        if self.library is not None:
+            self.library.observer = observer
+            for app in self.library.made():
+                app.observer = observer
 
     def get(self) -> App:
         if self.app is None:
@@ -70,7 +80,7 @@ class Ready:
         while not self._stop.is_set():
             stack = contextlib.ExitStack()
             try:
-                library = stack.enter_context(Library.open(self.settings, pooled=True))
+                library = stack.enter_context(Library.open(self.settings, pooled=True, observer=self.observer))
                 app = library.app(self.settings.database.kb)
                 app.embed_query("warm up the model")
             except (ConfigError, UsageError) as exc:  # a wrong setting does not heal by waiting: stop

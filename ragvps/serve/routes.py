@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
     from ragvps.serve.endpoints import Endpoints
     from ragvps.serve.lifecycle import Ready
+    from ragvps.serve.metrics import Metrics
 
 KB_ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorOut, "description": "No such knowledge base, or none this key may use (the same answer)."},
@@ -154,3 +155,30 @@ def add_kb_routes(api: "FastAPI", do: "Endpoints", SearchIn: type, AskIn: type) 
     @guarded
     async def kb_list(request: Request) -> dict[str, object]:
         return await do.kb_list(request)
+
+
+def add_metrics_route(api: "FastAPI", metrics: "Metrics", ready: "Ready") -> None:
+    """GET /metrics: for a key that is admin on every knowledge base (a key from api_keys or api_key_file, or a
+    made key granted admin on each), or anyone on a server without keys (which listens on loopback only). The
+    metrics name every knowledge base and how much each is used, so a key scoped to some must not read them."""
+    from fastapi.responses import Response
+    from prometheus_client import CONTENT_TYPE_LATEST
+    from starlette.requests import Request
+
+    from ragvps.app.keys import ANYONE
+    from ragvps.errors import ForbiddenError
+    from ragvps.serve.principal import principal_of
+    from ragvps.serve.threads import in_thread
+
+    timeout = ready.settings.serve.request_timeout
+
+    @api.get("/metrics", include_in_schema=False)
+    async def prometheus(request: Request) -> Response:
+        principal = principal_of(request)
+        if not principal.everything:
+            names = await in_thread(lambda: ready.visible(ANYONE), timeout)  # every knowledge base
+            if not names or not all(principal.can(n, "admin") for n in names):
+                raise ForbiddenError("/metrics needs a key that is admin on every knowledge base (one from "
+                                     "api_keys or api_key_file): the metrics name them all")
+        body = await in_thread(metrics.exposition, timeout)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)

@@ -4,13 +4,15 @@ until it ends). `in_thread` returns the work's result; `thread_events` yields wh
 
 The threads are daemons of their own rather than anyio's workers: work abandoned at request_timeout (an LLM
 that stalls) neither holds the answer nor keeps the process alive once the server has stopped (a SIGTERM
-took as long as the stalled call). It still holds its slot until it ends.
+took as long as the stalled call). It still holds its slot until it ends. Each runs in a copy of the
+request's context (its request record, serve/request_log.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import threading
 import time
 import weakref
@@ -64,7 +66,8 @@ async def in_thread(fn: Callable[[], T], timeout: float) -> T:
     try:
         async with asyncio.timeout(timeout):
             await free.acquire()
-            threading.Thread(target=run, name="ragvps-request", daemon=True).start()
+            threading.Thread(target=contextvars.copy_context().run, args=(run,), name="ragvps-request",
+                             daemon=True).start()
             return await done
     except TimeoutError:
         raise _too_slow(timeout) from None
@@ -156,7 +159,7 @@ async def thread_events(work: Callable[[Emit[E]], T], timeout: float,
         yield TimedOut(timeout)
         return
     try:
-        threading.Thread(target=run, name=name, daemon=True).start()
+        threading.Thread(target=contextvars.copy_context().run, args=(run,), name=name, daemon=True).start()
     except BaseException:
         free.release()
         raise

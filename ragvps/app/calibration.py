@@ -1,0 +1,108 @@
+"""The calibrate use case: the knowledge base's own calibration set asked, the refusal line and the fusion
+fitted (measure/calibrate.py says how), and with `apply` both kept in the knowledge base's settings, with a
+record of what they were fitted on in its folder (`calibration.json`), which `ragvps stats` reports."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ragvps.errors import UsageError
+
+if TYPE_CHECKING:
+    from ragvps.app.ports import App
+    from ragvps.measure.calibrate import Fusion, Point
+
+Progress = Callable[[str, int, int], None]
+RECORD = "calibration.json"
+
+
+@dataclass(frozen=True)
+class Calibration:
+    kb: str
+    questions: dict[str, int]  # by kind
+    curve: tuple[Point, ...]
+    chosen: Point
+    current: Point  # the curve at the line in force before
+    target: float
+    fusion: Fusion
+    applied: bool
+    at: str
+
+    def settings(self) -> dict[str, object]:
+        """What --apply keeps in the knowledge base's settings."""
+        return {"answer_min_evidence": self.chosen.line, "rrf_k": self.fusion.rrf_k,
+                "rrf_vector_weight": self.fusion.vector_weight}
+
+    def to_json(self) -> dict[str, object]:
+        return {"kb": self.kb, "questions": self.questions, "target": self.target, "applied": self.applied,
+                "at": self.at, "chosen": dataclasses.asdict(self.chosen), "current": dataclasses.asdict(self.current),
+                "fusion": dataclasses.asdict(self.fusion), "curve": [dataclasses.asdict(p) for p in self.curve]}
+
+
+def calibrate(app: App, n: int, target: float, apply: bool, progress: Progress) -> Calibration:
+    from ragvps.measure import calibrate as measure
+
+    if not 0 < target <= 1:
+        raise UsageError(f"--target {target}: give the share of answerable questions to keep answered, in (0, 1]")
+    with app.connection() as conn:
+        eset = app.active_set(conn, "calibrate")
+        found = measure.probes(conn, app.settings.search.language, n)
+        conn.commit()
+        if sum(p.kind == "answerable" for p in found) < 10:
+            raise UsageError(f"knowledge base {app.kb_name!r} gives fewer than 10 questions to calibrate on: "
+                             "ingest more documents first")
+        observed = []
+        for i, seen in enumerate(measure.observe_all(conn, eset, app.settings, found, app.embed_queries), 1):
+            observed.append(seen)
+            progress("ask", i, len(found))
+        conn.commit()
+    curve = tuple(measure.curve(observed))
+    now = min(curve, key=lambda p: abs(p.line - app.settings.generate.min_evidence))
+    done = Calibration(kb=app.kb_name, questions={k: sum(p.kind == k for p in found)
+                                                  for k in ("answerable", "unanswerable", "off_topic")},
+                       curve=curve, chosen=measure.choose(curve, target), current=now, target=target,
+                       fusion=measure.fit_fusion(observed, app.settings.search.rrf_k), applied=apply,
+                       at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    if apply:
+        keep(app, done)
+    return done
+
+
+def keep(app: App, done: Calibration) -> None:
+    from ragvps.db import catalog
+
+    with app.connection() as conn:
+        catalog.update_settings(conn, done.kb, done.settings())
+        conn.commit()
+    folder = app.settings.database.kb_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / RECORD).write_text(json.dumps(done.to_json(), indent=1), encoding="utf-8")
+
+
+def refusal_line(app: App) -> dict[str, object]:
+    """The line in force and where it came from: a calibration kept with --apply, the knowledge base's own
+    setting, the settings (file, environment), or the default."""
+    from ragvps.config import Settings
+
+    line = app.settings.generate.min_evidence
+    kept = app.kb.settings if app.kb is not None else {}
+    record = app.settings.database.kb_dir / RECORD
+    if "answer_min_evidence" in kept and record.is_file():
+        data = json.loads(record.read_text(encoding="utf-8"))
+        chosen = data.get("chosen", {})
+        if abs(float(chosen.get("line", -1)) - line) < 1e-9:
+            q = data.get("questions", {})
+            return {"line": line, "from": f"ragvps calibrate --apply on {data.get('at')}: {sum(q.values())} "
+                    f"questions; answers {chosen.get('answered')} of the answerable, refuses "
+                    f"{chosen.get('refused_unanswerable')} of the held-out and {chosen.get('refused_off_topic')} "
+                    "of the off-topic ones"}
+    if "answer_min_evidence" in kept:
+        return {"line": line, "from": "the knowledge base's setting"}
+    if line != Settings().generate.min_evidence:
+        return {"line": line, "from": "the setting answer_min_evidence"}
+    return {"line": line, "from": "the default"}

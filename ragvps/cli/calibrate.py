@@ -1,0 +1,49 @@
+"""`ragvps calibrate`: the refusal line and the fusion fitted on the knowledge base's own questions."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ragvps.cli.common import Bars, KbOption, echo_json, open_app
+
+
+def calibrate(
+    ctx: typer.Context,
+    questions: Annotated[int, typer.Option(help="Answerable questions to make from the chunks (half as many "
+                                                "unanswerable ones, and the built-in off-topic set).")] = 200,
+    target: Annotated[float, typer.Option(help="The share of answerable questions the line keeps answered.")]
+    = 0.90,
+    apply: Annotated[bool, typer.Option("--apply", help="Keep the line and the fusion in the knowledge base's "
+                                                        "settings.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the curve and the choice as JSON.")] = False,
+    kb: KbOption = None,
+) -> None:
+    """Fit the refusal line (answer_min_evidence) and the legs' weights in the fusion on questions made from
+    the knowledge base itself, without an LLM; --apply keeps them."""
+    with open_app(ctx, kb=kb) as app, Bars() as bars:
+        done = app.calibrate(questions, target, apply, bars)
+    if as_json:
+        return echo_json(done.to_json())
+    q = done.questions
+    typer.echo(f"knowledge base {done.kb}: {q['answerable']} answerable questions made from its chunks, "
+               f"{q['unanswerable']} on topic but held out of retrieval, {q['off_topic']} off topic")
+    typer.echo(f"{'line':>5}  {'answered':>8}  {'refused held-out':>16}  {'refused off-topic':>17}")
+    shown = {round(x / 100, 2) for x in range(10, 91, 5)} | {done.chosen.line, done.current.line}
+    for p in done.curve:
+        if p.line in shown:
+            mark = "  <- chosen" if p is done.chosen else "  <- in force" if p is done.current else ""
+            typer.echo(f"{p.line:>5.2f}  {p.answered:>8.2f}  {p.refused_unanswerable:>16.2f}  "
+                       f"{p.refused_off_topic:>17.2f}{mark}")
+    f = done.fusion
+    fused = (f"vector leg weight {f.vector_weight:g} (keyword 1), rrf_k {f.rrf_k}: MRR@10 {f.mrr:.3f} against "
+             f"{f.equal_mrr:.3f} at equal weights" if f.vector_weight != 1.0 or f.mrr != f.equal_mrr else
+             f"equal weights kept (MRR@10 {f.mrr:.3f}; no fitted weight gains more than 0.005)")
+    typer.echo(f"line chosen: {done.chosen.line:.2f} (the highest that answers {done.target:.0%} of the answerable)")
+    typer.echo(f"fusion: {fused}")
+    typer.echo("kept in the knowledge base's settings" if done.applied else "nothing changed: --apply keeps them")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(calibrate)

@@ -1,0 +1,187 @@
+"""`ragvps calibrate`: the refusal line and the fusion, fitted on questions the knowledge base itself gives,
+without an LLM (issue 33).
+
+The calibration set:
+- answerable: a sentence of a sampled chunk, cut to its rarest words (their BM25 document frequency), asked as a
+  question; the chunk it came from is its gold;
+- on topic but unanswerable: the same, from the chunks of one document in HELD_OUT, which is held out of
+  retrieval for every question (its chunks dropped from the results), so the rest of the corpus must answer;
+- off topic: general questions shipped with the package (ragvps/data/off_topic.txt).
+
+Each question is searched once: both legs' full candidate lists, and each candidate's rank-independent evidence
+(retrieve/evidence.py), as the answer's gate sees it. The gate's curve then says, at each candidate line, the
+share of answerable questions still answered and of the others refused; the line chosen is the highest that
+keeps `target` of the answerable ones answered. The fusion is fitted on the answerable questions' gold chunks:
+the vector leg's weight against the keyword leg's (1) and rrf_k, by MRR@10 over a small grid, kept at equal
+weights unless a fitted one is better by more than FUSION_MARGIN.
+
+Questions made of a chunk's own words favour the keyword leg more than a person's would; the fit's margin and
+its report (the MRR at equal weights beside the fitted one) say how much it leaned.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Literal
+
+import numpy as np
+import psycopg
+
+from ragvps.config import Settings
+from ragvps.db.sql import queries
+from ragvps.db.store import EmbeddingSet
+from ragvps.retrieve.evidence import combine
+from ragvps.retrieve.fusion import rrf
+from ragvps.retrieve.search import chunk_evidence, keyword_leg, vector_leg
+from ragvps.text import sentences
+
+Kind = Literal["answerable", "unanswerable", "off_topic"]
+HELD_OUT = 10  # one document in ten is held out of retrieval
+WORDS_PER_QUESTION = 5
+LINES = tuple(round(0.05 + 0.01 * i, 2) for i in range(86))  # 0.05 .. 0.90
+GRID_K = (10, 20, 40, 60, 100)
+GRID_WEIGHT = (0.5, 0.67, 0.8, 1.0, 1.25, 1.5, 2.0)  # bounded: the questions lean lexical
+FUSION_MARGIN = 0.005  # MRR@10 a fitted fusion must gain over equal weights to be chosen
+_WORD = re.compile(r"[^\W\d_][\w'-]{2,}")
+
+
+@dataclass(frozen=True)
+class Probe:
+    question: str
+    kind: Kind
+    gold: int | None = None  # answerable: the chunk the question was made from
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What one question found: each leg's candidates (held-out chunks dropped) and its evidence for the gate."""
+
+    probe: Probe
+    vector: tuple[int, ...]
+    keyword: tuple[int, ...]
+    evidence: float  # the best evidence among the fused first `answer_k`, as the answer's gate sees it
+
+
+@dataclass(frozen=True)
+class Point:
+    line: float
+    answered: float  # of the answerable questions
+    refused_unanswerable: float
+    refused_off_topic: float
+
+
+@dataclass(frozen=True)
+class Fusion:
+    rrf_k: int
+    vector_weight: float
+    mrr: float  # MRR@10 of the gold chunks with this fusion
+    equal_mrr: float  # ... with both legs weighted 1 at the current rrf_k
+
+
+def held_out(doc_id: str) -> bool:
+    return zlib.crc32(doc_id.encode()) % HELD_OUT == 0
+
+
+def off_topic_questions() -> list[str]:
+    text = resources.files("ragvps.data").joinpath("off_topic.txt").read_text(encoding="utf-8")
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def probes(conn: psycopg.Connection, language: str, n: int, seed: str = "") -> list[Probe]:
+    """Up to `n` answerable questions, up to n/2 unanswerable ones, and every off-topic one."""
+    rows = conn.execute(queries("inspect.sql")["calibration_chunks"], {"n": n * 3, "seed": seed}).fetchall()
+    found: dict[Kind, list[Probe]] = {"answerable": [], "unanswerable": []}
+    for chunk_id, doc_id, text in rows:
+        kind: Kind = "unanswerable" if held_out(str(doc_id)) else "answerable"
+        if len(found[kind]) >= (n if kind == "answerable" else n // 2):
+            continue
+        question = question_of(conn, str(text), language)
+        if question is not None:
+            found[kind].append(Probe(question, kind, int(chunk_id)))
+    return [*found["answerable"], *found["unanswerable"],
+            *(Probe(q, "off_topic") for q in off_topic_questions())]
+
+
+def question_of(conn: psycopg.Connection, text: str, language: str) -> str | None:
+    """The first sentence of six words or more, cut to its WORDS_PER_QUESTION rarest known words (in their
+    order); None when a chunk has no such sentence."""
+    for a, b in sentences(text, 0, len(text)):
+        words = _WORD.findall(text[a:b])
+        if len(words) < 6:
+            continue
+        rarity = conn.execute(queries("inspect.sql")["word_rarity"], {"words": words, "language": language})
+        known = [(i, w, df) for i, (w, df) in enumerate(rarity) if df and df > 0]
+        if len(known) < 3:
+            continue
+        rarest = sorted(known, key=lambda t: (t[2], t[0]))[:WORDS_PER_QUESTION]
+        return " ".join(w for _, w, _ in sorted(rarest)) + "?"
+    return None
+
+
+def observe(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings, probe: Probe,
+            embedding: np.ndarray) -> Observed:
+    """Both legs for one question and the gate's evidence, the held-out documents' chunks dropped."""
+    vec = vector_leg(conn, eset, embedding, settings)
+    kw = keyword_leg(conn, probe.question, settings)
+    rows = chunk_evidence(conn, eset, sorted(set(vec) | set(kw)), probe.question, embedding, settings)
+    keep = {cid for cid, row in rows.items() if not held_out(str(row[1]))}
+    vec, kw = [c for c in vec if c in keep], [c for c in kw if c in keep]
+    s = settings.search
+    k = max(settings.generate.answer_chunks, s.top_k)
+    fused = rrf([leg for leg in (vec, kw) if leg], s.rrf_k,
+                [w for leg, w in ((vec, s.rrf_vector_weight), (kw, 1.0)) if leg])[:k]
+    evidence = max((combine(rows[c][9], rows[c][10]) for c, _ in fused), default=0.0)
+    return Observed(probe, tuple(vec), tuple(kw), evidence)
+
+
+def observe_all(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings, found: Sequence[Probe],
+                embed: Callable[[list[str]], np.ndarray]) -> Iterator[Observed]:
+    vectors = embed([p.question for p in found])
+    for probe, vector in zip(found, vectors, strict=True):
+        with conn.transaction():
+            yield observe(conn, eset, settings, probe, vector)
+
+
+def curve(observed: Sequence[Observed]) -> list[Point]:
+    by_kind = {kind: [o.evidence for o in observed if o.probe.kind == kind]
+               for kind in ("answerable", "unanswerable", "off_topic")}
+
+    def share(kind: str, line: float, above: bool) -> float:
+        values = by_kind[kind]
+        if not values:
+            return float("nan")
+        return round(sum((e >= line) == above for e in values) / len(values), 4)
+
+    return [Point(line, share("answerable", line, True), share("unanswerable", line, False),
+                  share("off_topic", line, False)) for line in LINES]
+
+
+def choose(points: Sequence[Point], target: float) -> Point:
+    """The highest line that still answers `target` of the answerable questions (the lowest line if none does)."""
+    meeting = [p for p in points if p.answered >= target]
+    return meeting[-1] if meeting else points[0]
+
+
+def mrr(observed: Sequence[Observed], rrf_k: int, weight: float) -> float:
+    scores = []
+    for o in observed:
+        ranked = [c for c, _ in rrf([o.vector, o.keyword], rrf_k, [weight, 1.0])[:10]]
+        scores.append(1.0 / (ranked.index(o.probe.gold) + 1) if o.probe.gold in ranked else 0.0)
+    return round(sum(scores) / len(scores), 4) if scores else 0.0
+
+
+def fit_fusion(observed: Sequence[Observed], rrf_k: int) -> Fusion:
+    """The vector leg's weight and rrf_k with the best MRR@10 of the gold chunks; equal weights at the current
+    rrf_k unless a fitted pair gains more than FUSION_MARGIN (ties go to the weight nearest 1, then rrf_k 60)."""
+    gold = [o for o in observed if o.probe.kind == "answerable"]
+    equal = mrr(gold, rrf_k, 1.0)
+    best = max(((mrr(gold, k, w), k, w) for k in GRID_K for w in GRID_WEIGHT),
+               key=lambda t: (t[0], -abs(math.log(t[2])), -abs(t[1] - 60)))
+    if best[0] > equal + FUSION_MARGIN:
+        return Fusion(best[1], best[2], best[0], equal)
+    return Fusion(rrf_k, 1.0, equal, equal)
