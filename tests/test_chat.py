@@ -17,7 +17,8 @@ CITATIONS = [Citation(source=Source(1, "docs/serve.md#0", "docs/serve.md", "Serv
 
 
 def test_the_source_list_is_markdown_with_path_and_heading():
-    assert source_list(CITATIONS) == ("\n\n**Sources**\n- [1] `docs/serve.md` \u203a Serving > Keys\n"
+    # one separator throughout: the path's heading path is joined with › too
+    assert source_list(CITATIONS) == ("\n\n**Sources**\n- [1] `docs/serve.md` \u203a Serving \u203a Keys\n"
                                       "- [3] `docs/answers.md`")
     assert source_list([]) == ""
 
