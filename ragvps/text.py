@@ -103,3 +103,39 @@ def quotable(text: str) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     if fence is not None and fence[1] in _SHELL and text[fence[2]:].strip():  # a fence the chunk cuts off
         commands.append(strip_span(text, fence[2], len(text)))
     return [s for s in prose if s[0] < s[1]], commands
+
+
+MAX_INTRODUCED = 1200  # characters of a block a sentence ending in a colon brings with it, at most
+
+
+def introduced(text: str, end: int) -> tuple[int, int] | None:
+    """The block a sentence ending at `end` with a colon introduces: the code fence (markers included), the
+    list or the table that follows it after blank lines; None when none follows or it is too long."""
+    pos = end
+    while pos < len(text) and text[pos] in " \t\r\n":
+        pos += 1
+    if pos >= len(text) or "\n" not in text[end:pos]:
+        return None  # the sentence goes on on its own line: nothing is introduced below it
+    lines = text[pos:].splitlines(keepends=True)
+    first = lines[0].rstrip("\r\n")
+    fence = _FENCE.match(first)
+    taken = 0
+    if fence:
+        taken = len(lines[0])
+        for line in lines[1:]:
+            taken += len(line)
+            if line.strip().startswith(fence.group(1)):
+                break
+        else:
+            return None  # the fence goes on past the chunk: not whole
+    elif _ITEM.match(first) or _TABLE.match(first):
+        rule = _ITEM if _ITEM.match(first) else _TABLE
+        for line in lines:
+            body = line.rstrip("\r\n")
+            if not body.strip() or not (rule.match(body) or (rule is _ITEM and body[:1] in " \t")):
+                break
+            taken += len(line)
+    else:
+        return None
+    a, b = strip_span(text, pos, pos + taken)
+    return (a, b) if b - a <= MAX_INTRODUCED else None

@@ -78,6 +78,13 @@ def count_llm(text: str, encoding: str = "cl100k_base") -> int:
     return len(_llm_encoding(encoding).encode(text, disallowed_special=()))
 
 
+def clip_llm(text: str, most: int, encoding: str = "cl100k_base") -> str:
+    """`text` cut to at most `most` LLM tokens (whole tokens, from the start)."""
+    enc = _llm_encoding(encoding)
+    ids = enc.encode(text, disallowed_special=())
+    return text if len(ids) <= most else str(enc.decode(ids[:most]))
+
+
 def count_llm_many(texts: list[str], encoding: str = "cl100k_base") -> list[int]:
     # encode_batch pays a thread-pool task per text, which costs more than encoding a short chunk
     encode = _llm_encoding(encoding).encode_ordinary

@@ -282,3 +282,20 @@ FROM (SELECT 1) AS one LEFT JOIN embedding_sets s ON s.active;
 
 -- name: vector_version
 SELECT extversion FROM pg_extension WHERE extname = 'vector';
+
+-- name: section_headings
+-- The heading paths of one document's sections, in document order (follow-up suggestions for a chat client).
+SELECT c.heading_path FROM chunks c JOIN documents d ON d.id = c.document_id
+WHERE d.source = %(path)s AND c.heading_path <> ''
+GROUP BY c.heading_path ORDER BY min(c.seq);
+
+-- name: top_headings
+-- The most common top-level headings (tag suggestions for a chat client).
+SELECT split_part(heading_path, ' > ', 1) FROM chunks WHERE heading_path <> ''
+GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT %(n)s;
+
+-- name: following_chunk
+-- The chunk right after one (its document's next seq): what a chunk ending in a colon introduces.
+SELECT c.text, c.start_offset FROM chunks c JOIN documents d ON d.id = c.document_id
+WHERE d.doc_id = %(doc_id)s AND c.seq = %(seq)s
+ORDER BY d.id LIMIT 1;

@@ -81,6 +81,11 @@ class InProcess:
         assert self._client is not None, "start() the server first"
         return httpx.Client(transport=Bridge(self._client._transport), base_url=self.url, timeout=60, **kwargs)
 
+    def transport(self) -> httpx.BaseTransport:
+        """The transport of `keyless()`, for a client that builds its own httpx client (the ollama client)."""
+        assert self._client is not None, "start() the server first"
+        return Bridge(self._client._transport)
+
     def call(self, fn: Callable[[], Awaitable[T]]) -> T:
         """Run `fn()` on the application's event loop (where its lifespan runs), and wait for its result."""
         assert self._client is not None and self._client.portal is not None, "start() the server first"

@@ -92,6 +92,7 @@ class FakeLLM:
     stall_after: int | None = None  # stream this many pieces, then stall (stall_s) with the connection open
     stall_s: float = 60.0
     context_limit: int | None = None  # prompt tokens above this: the provider's context-length 400
+    tool_call: tuple[str, str] | None = None  # (name, JSON arguments): called when an OpenAI request offers tools
     requests: list[dict[str, Any]] = field(default_factory=list)  # path, headers, body, prompt_tokens
     pieces_sent: int = 0
     disconnected: bool = False
@@ -110,7 +111,7 @@ class FakeLLM:
     def reset(self) -> None:
         with self._lock:
             self.reply, self.faults, self.slow, self.piece_delay = default_reply, [], 0.0, 0.0
-            self.cut_after, self.context_limit, self.stall_after = None, None, None
+            self.cut_after, self.context_limit, self.stall_after, self.tool_call = None, None, None, None
             self.requests.clear()
             self._seen_systems.clear()
             self.pieces_sent, self.disconnected = 0, False
@@ -171,7 +172,10 @@ class FakeLLM:
             return
         text = self.reply if isinstance(self.reply, str) else self.reply(system, user)
         pieces = re.findall(r"\S+\s*|\s+", text) or [""]
-        out = {"openai": _openai, "anthropic": _anthropic, "ollama": _ollama}[kind](pieces, n, cached)
+        if kind == "openai" and self.tool_call is not None and body.get("tools"):
+            out = _openai_tool_call(*self.tool_call, n)
+        else:
+            out = {"openai": _openai, "anthropic": _anthropic, "ollama": _ollama}[kind](pieces, n, cached)
         self._stream(h, kind, out, len(pieces))
 
     def _stream(self, h: BaseHTTPRequestHandler, kind: str, out: Iterator[tuple[bool, str]], total: int) -> None:
@@ -220,8 +224,15 @@ def _messages(kind: str, body: dict[str, Any]) -> tuple[str, str]:
     if kind == "anthropic":
         system = "".join(b["text"] for b in body.get("system", []))
         return system, body["messages"][-1]["content"]
-    by_role = {m["role"]: m["content"] for m in body.get("messages", [])}
+    by_role = {m["role"]: _text(m.get("content")) for m in body.get("messages", [])}
     return by_role.get("system", ""), by_role.get("user", "")
+
+
+def _text(content: Any) -> str:
+    """A message's text: a string, content parts (their text), or none (an assistant's tool calls)."""
+    if isinstance(content, list):
+        return "\n".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
+    return str(content or "")
 
 
 def _sse(data: Any, event: str | None = None) -> str:
@@ -235,6 +246,20 @@ def _openai(pieces: list[str], n: int, cached: int) -> Iterator[tuple[bool, str]
     yield False, _sse({"choices": [], "usage": {"prompt_tokens": n, "completion_tokens": len(pieces),
                                                 "total_tokens": n + len(pieces),
                                                 "prompt_tokens_details": {"cached_tokens": cached}}})
+    yield False, "data: [DONE]\n\n"
+
+
+def _openai_tool_call(name: str, arguments: str, n: int) -> Iterator[tuple[bool, str]]:
+    """A streamed tool call as OpenAI sends it: id and name first, then the arguments in two pieces."""
+    half = len(arguments) // 2
+    first = {"index": 0, "id": "call_1", "type": "function", "function": {"name": name, "arguments": ""}}
+    yield False, _sse({"choices": [{"index": 0, "delta": {"role": "assistant", "content": None,
+                                                          "tool_calls": [first]}, "finish_reason": None}]})
+    for part in (arguments[:half], arguments[half:]):
+        yield True, _sse({"choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": 0, "function": {"arguments": part}}]}, "finish_reason": None}]})
+    yield False, _sse({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    yield False, _sse({"choices": [], "usage": {"prompt_tokens": n, "completion_tokens": 9, "total_tokens": n + 9}})
     yield False, "data: [DONE]\n\n"
 
 

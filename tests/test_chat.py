@@ -17,7 +17,8 @@ CITATIONS = [Citation(source=Source(1, "docs/serve.md#0", "docs/serve.md", "Serv
 
 
 def test_the_source_list_is_markdown_with_path_and_heading():
-    assert source_list(CITATIONS) == ("\n\n**Sources**\n- [1] `docs/serve.md` \u203a Serving > Keys\n"
+    # one separator throughout: the path's heading path is joined with › too
+    assert source_list(CITATIONS) == ("\n\n**Sources**\n- [1] `docs/serve.md` \u203a Serving \u203a Keys\n"
                                       "- [3] `docs/answers.md`")
     assert source_list([]) == ""
 
@@ -35,10 +36,13 @@ def test_a_conversation_is_alternating_turns_and_the_last_question():
     assert question == "last"
     turns, _ = conversation([("assistant", "Hello! Ask me."), ("user", "q")])
     assert turns[0][0] == "user" and turns[1] == ("assistant", "Hello! Ask me.")
+    turns, _ = conversation([("user", "q1"), ("assistant", ""), ("tool", "the file's text"), ("user", "q2")])
+    assert turns == [("user", "q1"), ("assistant", "the file's text")]  # a tool's result reads as conversation
 
 
 @pytest.mark.parametrize("messages", [[], [("assistant", "a")], [("user", "q"), ("assistant", "a")],
-                                      [("user", "  ")], [("tool", "x"), ("user", "q")]])
+                                      [("user", "  ")], [("critic", "x"), ("user", "q")],
+                                      [("user", "q"), ("tool", "r")]])
 def test_a_conversation_without_a_last_question_is_a_usage_error(messages):
     with pytest.raises(UsageError):
         conversation(messages)

@@ -57,3 +57,11 @@ def test_with_an_llm_the_follow_up_is_rewritten(cli, tmp_path, llm):
     assert "searched for: and how long does the old one stay valid? (following: How are API keys rotated?)" \
         in r.stderr
     assert "prompt tokens" in r.stderr
+
+
+def test_a_terminal_shows_the_source_list_without_markdown_marks():
+    from ragvps.cli.chat import on_terminal
+
+    footer = "\n\n**Sources**\n- [1] `serve.md` \u203a Serving \u203a API keys\n- [2] `chat.md`"
+    assert on_terminal(footer) == "\n\nSources:\n- [1] serve.md \u203a Serving \u203a API keys\n- [2] chat.md"
+    assert on_terminal("a `code` piece [1]") == "a `code` piece [1]"  # the answer itself is left as it is

@@ -119,6 +119,87 @@ def test_a_failing_llm_is_an_openai_error_with_its_status(llm_srv: InProcess, ll
                                                 temperature=1.1)  # a new cache key: the LLM is asked
     assert caught.value.status_code == 503 and caught.value.body["type"] == "server_error"  # type: ignore[index]
     llm.fail(500, "upstream broke")
+    with pytest.raises(openai.InternalServerError) as caught:  # before the stream's first byte: the same error
+        client(llm_srv).chat.completions.create(
+            model="ragvps", messages=[{"role": "user", "content": FIRST}], temperature=1.2, stream=True)
+    assert caught.value.status_code == 503 and "upstream broke" in caught.value.message
+    llm.cut_after = 2
     with pytest.raises(openai.APIError):  # after the stream started: one error event, which the SDK raises
         list(client(llm_srv).chat.completions.create(
-            model="ragvps", messages=[{"role": "user", "content": FIRST}], temperature=1.2, stream=True))
+            model="ragvps", messages=[{"role": "user", "content": FIRST}], temperature=1.3, stream=True))
+
+
+def test_a_client_task_goes_to_the_llm_unchanged_and_is_counted(llm_srv: InProcess, llm: FakeLLM):
+    import client_bodies as cb
+
+    llm.reply = '{"title": "Ingest Twice"}'
+    body = cb.owui_task_body(cb.owui_title(cb.history(("user", FIRST))))
+    done = client(llm_srv).chat.completions.create(**body)
+    calls = llm.llm_requests()
+    assert len(calls) == 1 and calls[0]["body"]["messages"] == body["messages"]  # no rules, no sources, no search
+    assert done.choices[0].message.content == '{"title": "Ingest Twice"}'
+    assert done.usage.prompt_tokens == calls[0]["prompt_tokens"] > 0
+    assert extra(done)["task"] == "title" and extra(done)["citations"] == [] and extra(done)["sources"] == []
+    llm.requests.clear()
+    llm.reply = "Ingest Twice"
+    title = cb.librechat_title(FIRST, "It skips unchanged files [1].")  # one system message only
+    done = client(llm_srv).chat.completions.create(**title)
+    sent = llm.llm_requests()[0]["body"]
+    assert sent["messages"] == title["messages"] and sent["max_tokens"] == 16 and sent["temperature"] == 0.2
+    assert done.choices[0].message.content == "Ingest Twice"
+
+
+def test_an_attached_file_is_a_numbered_source_of_the_prompt(llm_srv: InProcess, llm: FakeLLM):
+    import client_bodies as cb
+
+    notes = "The blue widget ships in boxes of twelve."
+    done = client(llm_srv).chat.completions.create(model="ragvps", messages=[
+        {"role": "user", "content": cb.owui_rag(notes, FIRST, "notes.txt", user_query=True)}])
+    sent = llm.llm_requests()[-1]
+    assert sent["user"].endswith("Question: " + FIRST) and "<context>" not in sent["user"]
+    number = len(extra(done)["sources"])
+    assert f"[{number}] notes.txt\n{notes}" in sent["user"]
+
+
+def test_tools_pass_through_and_the_tool_call_comes_back_in_openais_shape(llm_srv: InProcess, llm: FakeLLM):
+    import client_bodies as cb
+
+    llm.tool_call = ("builtin_read_file", '{"filepath": "docs/serve.md"}')
+    done = client(llm_srv).chat.completions.create(model="ragvps", messages=[{"role": "user", "content": FIRST}],
+                                                   tools=cb.CONTINUE_TOOLS, tool_choice="required")
+    sent = llm.llm_requests()[-1]["body"]
+    assert sent["tools"] == cb.CONTINUE_TOOLS and sent["tool_choice"] == "required"
+    choice = done.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    call = choice.message.tool_calls[0]
+    assert call.id == "call_1" and call.function.name == "builtin_read_file"
+    assert call.function.arguments == '{"filepath": "docs/serve.md"}'
+    # streamed (Continue's agent request: tools offered, an assistant turn of " ")
+    chunks = list(client(llm_srv).chat.completions.create(**cb.continue_agent(FIRST)))
+    deltas = [c.choices[0] for c in chunks if c.choices]
+    assert deltas[-1].finish_reason == "tool_calls"
+    called = [d.delta.tool_calls[0] for d in deltas if d.delta.tool_calls]
+    assert called and called[0].function.name == "builtin_read_file"
+    # the tool's result last: the LLM goes on from the messages as the client sent them
+    llm.requests.clear()
+    llm.tool_call, llm.reply = None, "The file says to run ragvps serve."
+    history = [{"role": "user", "content": FIRST},
+               {"role": "assistant", "content": None, "tool_calls": [call.model_dump(exclude_none=True)]},
+               {"role": "tool", "tool_call_id": "call_1", "content": "# Serving\nrun `ragvps serve`"}]
+    done = client(llm_srv).chat.completions.create(model="ragvps", messages=history, tools=cb.CONTINUE_TOOLS)
+    sent = llm.llm_requests()[-1]["body"]
+    assert sent["messages"] == history and sent["tools"] == cb.CONTINUE_TOOLS
+    assert done.choices[0].message.content == "The file says to run ragvps serve."
+
+
+def test_structured_output_passes_through_and_parses(llm_srv: InProcess, llm: FakeLLM):
+    from pydantic import BaseModel
+
+    class Reply(BaseModel):
+        answer: str
+
+    llm.reply = '{"answer": "it skips unchanged files"}'
+    done = client(llm_srv).chat.completions.parse(model="ragvps", messages=[{"role": "user", "content": FIRST}],
+                                                  response_format=Reply)
+    assert done.choices[0].message.parsed == Reply(answer="it skips unchanged files")
+    assert llm.llm_requests()[-1]["body"]["response_format"]["type"] == "json_schema"

@@ -114,16 +114,29 @@ def test_an_over_long_request_raises_bad_request_error(api: InProcess):
     assert "max_body_bytes" in caught.value.message
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_over_long_question_is_refused_before_the_stream_starts(api: InProcess, stream: bool):
+    question = "why is the index slow " * 1000  # 22,000 characters: under max_body_bytes, over the question's limit
+    with pytest.raises(openai.BadRequestError) as caught:
+        client(api).chat.completions.create(model="ragvps", messages=[{"role": "user", "content": question}],
+                                            stream=stream)
+    assert caught.value.status_code == 400 and caught.value.code == "context_length_exceeded"
+    assert "20,000" in caught.value.message
+
+
 @pytest.mark.parametrize(("messages", "says"), [
     ([{"role": "assistant", "content": "hello"}], "last message must be the user's question"),
     ([{"role": "user", "content": FIRST}, {"role": "assistant", "content": "an answer"}], "last message"),
     ([{"role": "user", "content": "   "}], "last message"),
     ([], "messages"),
-    ([{"role": "tool", "content": "x"}], "role"),
+    ([{"role": "tool", "content": "x"}], "last message must be the user's question"),
+    ([{"role": "critic", "content": "x"}], "role"),
 ])
-def test_bad_conversations_raise_bad_request_error(api: InProcess, messages: list[dict[str, Any]], says: str):
+@pytest.mark.parametrize("stream", [False, True])
+def test_bad_conversations_raise_bad_request_error(api: InProcess, messages: list[dict[str, Any]], says: str,
+                                                   stream: bool):
     with pytest.raises(openai.BadRequestError) as caught:
-        client(api).chat.completions.create(model="ragvps", messages=messages)  # type: ignore[arg-type]
+        client(api).chat.completions.create(model="ragvps", messages=messages, stream=stream)  # type: ignore
     assert says in caught.value.message
     assert caught.value.body["type"] == "invalid_request_error"  # type: ignore[index]
 
@@ -137,3 +150,41 @@ def test_an_unknown_model_raises_not_found_error(api: InProcess):
 def test_the_ragvps_routes_keep_their_own_error_shape(api: InProcess):
     r = api.keyless().post("/search", json={"query": FIRST})
     assert r.status_code == 401 and r.json()["kind"] == "unauthorized"
+
+
+def test_what_only_an_llm_gives_is_a_clear_400_naming_the_field(api: InProcess):
+    import client_bodies as cb
+    from pydantic import BaseModel
+
+    class Reply(BaseModel):
+        answer: str
+
+    asked = [{"role": "user", "content": FIRST}]
+    with pytest.raises(openai.BadRequestError) as caught:
+        client(api).chat.completions.parse(model="ragvps", messages=asked, response_format=Reply)
+    assert caught.value.code == "unsupported_parameter" and caught.value.param == "response_format"
+    assert "language model" in caught.value.message
+    for choice in ("required", {"type": "function", "function": {"name": "builtin_read_file"}}):
+        with pytest.raises(openai.BadRequestError) as caught:
+            client(api).chat.completions.create(model="ragvps", messages=asked, tools=cb.CONTINUE_TOOLS,
+                                                tool_choice=choice, stream=True)
+        assert caught.value.code == "unsupported_parameter" and caught.value.param == "tool_choice"
+    # hints are accepted and ignored: tools offered, a text response_format, logprobs
+    done = client(api).chat.completions.create(model="ragvps", messages=asked, tools=cb.CONTINUE_TOOLS,
+                                               tool_choice="auto", response_format={"type": "text"}, logprobs=True)
+    assert done.choices[0].finish_reason == "stop" and "[1]" in done.choices[0].message.content
+
+
+def test_continues_agent_request_and_tool_history_read_as_conversation(api: InProcess):
+    import client_bodies as cb
+
+    chunks = list(client(api).chat.completions.create(**cb.continue_agent(FIRST)))
+    assert "[1]" in "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    history = [{"role": "user", "content": FIRST},
+               {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+                   "name": "builtin_read_file", "arguments": '{"filepath": "docs/incremental-ingest.md"}'}}]},
+               {"role": "tool", "tool_call_id": "call_1", "content": "Re-running ingest skips unchanged files."},
+               {"role": "user", "content": FOLLOW_UP}]
+    done = client(api).chat.completions.create(model="ragvps", messages=history)
+    info = extra(done)
+    assert info["question"] == FOLLOW_UP and info["rewrite"] == "rule" and "ingest" in info["standalone_question"]

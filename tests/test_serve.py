@@ -251,6 +251,12 @@ def test_key_file_and_cors_origins_when_set(tmp_path: Path, env: dict[str, str])
             "Origin": "https://app.example", "Access-Control-Request-Method": "POST",
             "Access-Control-Request-Headers": "authorization,content-type"})
         assert pre.status_code == 200 and pre.headers["access-control-allow-origin"] == "https://app.example"
+        sdk = anon.options("/v1/chat/completions", headers={  # what the openai npm package sends from a page
+            "Origin": "https://app.example", "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization,content-type,x-stainless-arch,x-stainless-lang,"
+                                              "x-stainless-os,x-stainless-package-version,x-stainless-retry-count,"
+                                              "x-stainless-runtime,x-stainless-runtime-version,x-stainless-timeout"})
+        assert sdk.status_code == 200, sdk.text
         other = anon.options("/search", headers={"Origin": "https://evil.example",
                                                  "Access-Control-Request-Method": "POST"})
         assert other.headers.get("access-control-allow-origin") != "https://evil.example"

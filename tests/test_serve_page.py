@@ -76,8 +76,9 @@ def test_ask_streams_the_answer_and_a_citation_opens_its_chunk(browser: Any, ser
     page.click("#ask")
     page.wait_for_selector("#status.done, #status.error", timeout=60_000)  # (the page's CSP forbids eval)
     assert page.get_attribute("#status", "class") != "error", page.text_content("#status")
-    shown = page.text_content("#answer")
-    assert shown.split() == expected["answer"].split()
+    shown = page.inner_text("#answer")
+    assert words(shown) == words(expected["answer"])  # its Markdown rendered: no raw marks, no backticks
+    assert "`" not in shown and "**" not in shown
     links = page.locator("#answer a.cite")
     assert expected["citations"], "the question is answered from the docs: the answer cites them"
     assert links.count() >= 1
@@ -91,8 +92,31 @@ def test_ask_streams_the_answer_and_a_citation_opens_its_chunk(browser: Any, ser
     assert hit["path"] in page.text_content("#chunk-path")
     # Each quoted sentence is highlighted inside its source, at its exact span.
     assert expected["quotes"], "the extractive answer quotes its sentences with their spans"
-    marked = [m.text_content() for m in page.locator("#results li mark.quote").all()]
+    first = expected["citations"][0]["number"]
+    assert page.locator("#results > li").first.get_attribute("data-n") == str(first)  # the cited card first
+    assert page.locator("#results > li .score").first.text_content().startswith("score ")
+    assert page.text_content("#status").startswith("answered")
+    assert page.request.get(server.url + "/favicon.ico").status == 200
+    marked = " ".join(words(" ".join(m.text_content() for m in page.locator("#results li mark.quote").all())))
     for q in expected["quotes"]:
         s = next(s for s in expected["sources"] if s["chunk_id"] == q["chunk_id"])
-        assert s["text"][q["start"] - s["start"]:q["end"] - s["start"]] in marked
+        assert " ".join(words(s["text"][q["start"] - s["start"]:q["end"] - s["start"]])) in marked
+    card = page.locator("#results > li").first.inner_text()  # the cited card's Markdown rendered, quote and all
+    assert "```" not in card and "## " not in card
+    page.close()
+
+
+def test_a_quote_with_the_command_it_introduces_is_marked_in_the_rendered_card(browser: Any, server: Server):
+    page = browser.new_page()
+    page.goto(server.url + "/")
+    page.fill("#key", server.key)
+    page.dispatch_event("#key", "change")
+    page.fill("#query", "how do I stop the embedded database?")
+    page.click("#ask")
+    page.wait_for_selector("#status.done, #status.error", timeout=60_000)
+    assert "ragvps server stop" in page.locator("#answer pre").first.inner_text()  # the block rendered as code
+    card = page.locator("#results > li").first
+    assert card.get_attribute("data-n") == "1" and "```" not in card.inner_text() and "## " not in card.inner_text()
+    marked = " ".join(m.text_content() for m in card.locator("mark.quote").all())
+    assert "To stop it" in marked and "ragvps server stop" in marked
     page.close()

@@ -29,9 +29,10 @@ from ragvps.app.requests import (
 from ragvps.generate import budget, cache, citations
 from ragvps.generate.cache import Cached
 from ragvps.generate.prompt import PROMPT_VERSION, REFUSAL, Source
-from ragvps.generate.records import Quote, Usage
+from ragvps.generate.records import Quote, ToolCall, Usage
 
 if TYPE_CHECKING:
+    from ragvps.config import GenerateSettings
     from ragvps.generate.budget import Fit
     from ragvps.retrieve.search import Hit
 
@@ -73,7 +74,14 @@ def prepare(app: App, request: AskRequest, clock: _Clock | None = None) -> Prepa
     kept = [h for h in hits if h.evidence >= s.generate.min_evidence]
     if len(kept) < len(hits):
         left["answer_min_evidence"] = len(hits) - len(kept)
-    fit = budget.fit(result.query, [_source(h) for h in kept], o.generation(s.generate), request.history)
+    candidates = [_source(h) for h in kept]
+    candidates = [_completed(app, c) for c in candidates]
+    if request.attached:  # the client's own context: one more source, within answer_chunks and the window
+        candidates.insert(min(len(candidates), max(0, s.generate.answer_chunks - 1)),
+                          _attached(request.attached, o.generation(s.generate), s.generate.min_evidence))
+    fit = budget.fit(result.query, candidates, o.generation(s.generate), request.history)
+    if request.tools:
+        fit.prompt = dataclasses.replace(fit.prompt, tools=request.tools)
     left.update(fit.left_out)
     clock.lap("budget_ms")
     retrieval = Retrieval(shown=fit.prompt.sources, left_out=dict(left),
@@ -85,6 +93,39 @@ def prepare(app: App, request: AskRequest, clock: _Clock | None = None) -> Prepa
 def _source(h: Hit) -> Source:
     return Source(number=0, chunk_id=h.chunk_id, path=h.path, heading_path=h.heading_path, start=h.start,
                   end=h.end, score=h.score, text=h.text, evidence=h.evidence, pages=h.pages)
+
+
+def _completed(app: App, source: Source) -> Source:
+    """A chunk ending in a sentence with a colon, with what that sentence introduces (a command, a list, a table)
+    from the next chunk of its document, when the chunker cut between them."""
+    from ragvps.db import store
+    from ragvps.text import introduced
+
+    if not source.text.rstrip().endswith(":") or "#" not in source.chunk_id:
+        return source
+    doc_id, _, seq = source.chunk_id.rpartition("#")
+    if not seq.isdigit():
+        return source
+    with app.connection() as conn:
+        found = store.following_chunk(conn, doc_id, int(seq) + 1)
+    if found is None or found[1] < source.end:
+        return source
+    text = source.text + "\n" * max(1, min(found[1] - source.end, 2)) + found[0]
+    span = introduced(text, len(source.text.rstrip()))
+    if span is None:
+        return source
+    return dataclasses.replace(source, text=text[:span[1]], end=source.end + span[1] - len(source.text))
+
+
+def _attached(attached: tuple[tuple[str, str], ...], settings: GenerateSettings, evidence: float) -> Source:
+    """The client's context (an attached file, its own retrieval) as a source, cut to fit the window."""
+    from ragvps.generate.client_context import Attached, joined
+
+    one = joined(tuple(Attached(name, text) for name, text in attached))
+    assert one is not None
+    text = budget.clip(one.text, settings)
+    return Source(number=0, chunk_id="client#1", path=one.name, heading_path="", start=0, end=len(text), score=0.0,
+                  text=text, evidence=evidence)
 
 
 def _retrieved(h: Hit) -> Retrieved:
@@ -116,7 +157,8 @@ class _Asking:
     def __init__(self, app: App, request: AskRequest, on_sources: OnSources, on_token: OnToken):
         self.app, self.request, self.on_sources, self.on_token = app, request, on_sources, on_token
         self.clock = _Clock()
-        self.use_cache = request.use_cache and app.settings.generate.cache
+        # a client's tools: the LLM may call one, which the cache does not keep
+        self.use_cache = request.use_cache and app.settings.generate.cache and not request.tools
         self.memo, self.seen_at = "", -1
 
     def remembered(self) -> Answer | None:
@@ -168,10 +210,10 @@ class _Asking:
             self.remember(prepared.retrieval, key)
             self.clock.lap("cache_ms")
         return self.answer(generation.text, prepared.retrieval, generation.usage,
-                           "miss" if self.use_cache else "off", generation.quotes)
+                           "miss" if self.use_cache else "off", generation.quotes, generation.tool_calls)
 
     def answer(self, text: str, retrieval: Retrieval, usage: Usage, status: CacheStatus,
-               quotes: tuple[Quote, ...] = ()) -> Answer:
+               quotes: tuple[Quote, ...] = (), tool_calls: tuple[ToolCall, ...] = ()) -> Answer:
         """The Answer of a text and what it was retrieved from (the memo keeps the same retrieval)."""
         gen = self.app.generator
         parsed = citations.parse(text, retrieval.shown)
@@ -179,7 +221,7 @@ class _Asking:
                       citations=tuple(parsed.citations), invalid_citations=parsed.invalid, retrieval=retrieval,
                       usage=usage, cache=status, generator=gen.name, model=gen.model, prompt_version=PROMPT_VERSION,
                       timings=self.clock.total(), min_evidence=self.app.settings.generate.min_evidence,
-                      quotes=quotes)
+                      quotes=quotes, tool_calls=tool_calls)
 
 
 def ask(app: App, request: AskRequest, on_sources: OnSources | None = None,
@@ -202,7 +244,7 @@ def memo_parts(app: App, request: AskRequest) -> dict[str, object]:
                      if not f.metadata.get("secret")}
               for name, group in (("embed", s.embed), ("index", s.index), ("search", s.search),
                                   ("rerank", s.rerank), ("generate", s.generate))}
-    return {"question": request.question, "k": o.k, "mode": o.mode,
+    return {"question": request.question, "attached": request.attached, "k": o.k, "mode": o.mode,
             "filters": jsonable(o.filters), "history": request.history, "temperature": o.temperature,
             "max_tokens": o.max_tokens, "max_k": s.serve.max_k, "generator": [gen.name, gen.model, gen.version],
             "settings": groups}

@@ -14,15 +14,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ragvps.app.ports import App, OnSources, OnToken
+from ragvps.app.ports import App, OnSources, OnToken, ignore
 from ragvps.app.requests import AskRequest, CacheStatus, ChatAnswer, ChatRequest, RewriteHow
-from ragvps.errors import UsageError
+from ragvps.errors import InputTooLongError, UsageError
 from ragvps.generate.records import Citation, Usage
+from ragvps.retrieve.search import MAX_QUERY_CHARS
 
 if TYPE_CHECKING:
     from ragvps.generate.prompt import Turn
 
-ROLES = ("user", "assistant", "system", "developer")  # system/developer: the client's own instructions, unused
+# system/developer: the client's own instructions, unused; tool: a tool's result, read as the assistant's words
+ROLES = ("user", "assistant", "system", "developer", "tool")
 SOURCES_HEADING = "**Sources**"
 _FOOTER = re.compile(r"\n*\*\*Sources\*\*\n(?:- \[\d+\][^\n]*(?:\n|$))+\s*$")
 _MARKERS = re.compile(r"\s?\[\d{1,4}(?:\s*,\s*\d{1,4})*\]")
@@ -35,7 +37,8 @@ def conversation(messages: Sequence[tuple[str, str]]) -> tuple[list[Turn], str]:
     for role, _ in messages:
         if role not in ROLES:
             raise UsageError(f"message role {role!r} is not one of: {', '.join(ROLES)}")
-    talk = [(role, text) for role, text in messages if role in ("user", "assistant")]
+    talk = [("assistant" if role == "tool" else role, text) for role, text in messages
+            if role in ("user", "assistant", "tool")]
     if not talk or talk[-1][0] != "user" or not talk[-1][1].strip():
         raise UsageError("the last message must be the user's question (role user, with text)")
     turns: list[Turn] = []
@@ -52,6 +55,40 @@ def conversation(messages: Sequence[tuple[str, str]]) -> tuple[list[Turn], str]:
     return turns, talk[-1][1].strip()
 
 
+def check_conversation(messages: Sequence[tuple[str, str]], llm: bool = False) -> None:
+    """Raise what `chat` would raise for these messages before anything is answered (or streamed). With an
+    `llm`, a tool's result may come last (the LLM goes on from it)."""
+    from ragvps.generate.tasks import detect
+
+    if llm and messages and messages[-1][0] == "tool":
+        return
+    if detect(messages) is None:
+        _, question = conversation(take_context(messages)[0])
+        if len(question) > MAX_QUERY_CHARS:
+            raise InputTooLongError(f"the question is {len(question):,} characters long; ask in at most "
+                                    f"{MAX_QUERY_CHARS:,} (context sent with it, such as an attached file, may be "
+                                    "longer)")
+
+
+def take_context(messages: Sequence[tuple[str, str]]) -> tuple[list[tuple[str, str]], tuple[tuple[str, str], ...]]:
+    """The messages without the client's own context (Open WebUI's RAG template around an attached file), and
+    that context (name, text) from the last user message and the system messages; earlier turns' is dropped."""
+    from ragvps.generate.client_context import split
+
+    last_user = max((i for i, (role, _) in enumerate(messages) if role == "user"), default=-1)
+    out: list[tuple[str, str]] = []
+    attached: list[tuple[str, str]] = []
+    for i, (role, text) in enumerate(messages):
+        found = split(text) if role in ("user", "system", "developer") else None
+        if found is None:
+            out.append((role, text))
+            continue
+        out.append((role, found.question))
+        if i == last_user or role != "user":
+            attached.extend((a.name, a.text) for a in found.attached)
+    return out, tuple(attached)
+
+
 def clean_turn(text: str) -> str:
     """An earlier answer as the model should see it: without its source list and its [n] markers, whose
     numbers named that turn's sources, not this one's."""
@@ -64,7 +101,7 @@ def source_list(citations: Sequence[Citation]) -> str:
         return ""
     lines = [f"\n\n{SOURCES_HEADING}"]
     for c in citations:
-        heading = f" \u203a {c.heading_path}" if c.heading_path else ""
+        heading = " \u203a " + c.heading_path.replace(" > ", " \u203a ") if c.heading_path else ""
         lines.append(f"- [{c.number}] `{c.path}`{heading}")
     return "\n".join(lines)
 
@@ -111,13 +148,24 @@ def standalone(app: App, turns: Sequence[Turn], question: str, use_cache: bool,
 
 def chat(app: App, request: ChatRequest, on_sources: OnSources | None = None,
          on_token: OnToken | None = None) -> ChatAnswer:
-    """Answer the conversation's last question; `on_token` also receives the source list at the end."""
-    turns, question = conversation(request.messages)
+    """Answer the conversation's last question; `on_token` also receives the source list at the end. A chat
+    client's background task (a title, tags) is answered as it asks instead (app/tasks.py)."""
+    from ragvps.generate.tasks import detect
+
+    task = detect(request.messages)
+    after_tool = bool(request.messages) and request.messages[-1][0] == "tool" and not app.generator.extractive
+    if task is not None or after_tool:  # a background task, or a tool's result for the LLM to go on from
+        from ragvps.app.tasks import answer_task
+
+        return answer_task(app, task, request, on_token or ignore)
+    messages, attached = take_context(request.messages)
+    turns, question = conversation(messages)
     made = standalone(app, turns, question, request.use_cache, request.history)
     with_turns = tuple(turns) if request.history and not app.generator.extractive else ()
-    ask = AskRequest(made.question, request.overrides, use_cache=request.use_cache, history=with_turns)
+    ask = AskRequest(made.question, request.overrides, use_cache=request.use_cache, history=with_turns,
+                     attached=attached, tools=request.tools)
     answer = app.ask(ask, on_sources, on_token)
-    footer = source_list(answer.citations)
+    footer = "" if request.tools else source_list(answer.citations)  # JSON or tool calls asked for: no list
     if footer and on_token is not None:
         on_token(footer)
     return ChatAnswer(content=answer.answer + footer, answer=answer, question=question, standalone=made.question,

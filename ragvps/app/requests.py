@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
-from ragvps.generate.records import Citation, Json, Quote, Usage, source_from_json, source_json
+from ragvps.generate.records import Citation, Json, Quote, ToolCall, Usage, source_from_json, source_json
 from ragvps.records import fields_dict
 
 if TYPE_CHECKING:
@@ -93,6 +93,8 @@ class AskRequest:
     overrides: Overrides = field(default_factory=Overrides)
     use_cache: bool = True
     history: tuple[Turn, ...] = ()  # earlier turns (role, text), sent before the sources
+    attached: tuple[tuple[str, str], ...] = ()  # the client's own context (name, text): one more source
+    tools: str = ""  # a chat client's tools, tool_choice, response_format (JSON text), passed to the LLM
 
 
 CacheStatus = Literal["hit", "miss", "off"]
@@ -160,6 +162,7 @@ class Answer:
     timings: Mapping[str, float]  # milliseconds
     min_evidence: float  # the setting answer_min_evidence this answer was gated with
     quotes: tuple[Quote, ...] = ()  # extractive: the sentences quoted (offsets in the source document)
+    tool_calls: tuple[ToolCall, ...] = ()  # the functions the LLM called instead of (or besides) answering
 
     @property
     def sources(self) -> tuple[Source, ...]:
@@ -186,6 +189,7 @@ class Answer:
                 "usage": self.usage.to_json(), "cache": self.cache, "generator": self.generator, "model": self.model,
                 "prompt_version": self.prompt_version, "timings": dict(self.timings), "evidence": self.evidence,
                 "min_evidence": self.min_evidence, "quotes": [q.to_json() for q in self.quotes],
+                "tool_calls": [t.to_json() for t in self.tool_calls],
                 "retrieved": [r.to_json() for r in self.retrieved]}
 
 
@@ -197,6 +201,8 @@ class ChatRequest:
     overrides: Overrides = field(default_factory=Overrides)
     use_cache: bool = True
     history: bool = True  # False: retrieve for the last question alone (the bench's baseline)
+    tools: str = ""  # the client's tools, tool_choice, response_format (JSON text), for the LLM as sent
+    sent: str = ""  # the messages as the client sent them (JSON text), for a prompt passed through unchanged
 
 
 RewriteHow = Literal["none", "rule", "llm"]
@@ -212,6 +218,7 @@ class ChatAnswer:
     rewrite_cache: CacheStatus
     rewrite_usage: Usage
     usage: Usage  # the answer's and the rewriting call's together
+    task: str | None = None  # a chat client's background task (title, tags, follow_ups, ...), not a question
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ The same use case as /v1/chat/completions: each follow-up is made standalone bef
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import TYPE_CHECKING, Annotated
 
@@ -42,7 +43,7 @@ def chat(
     messages: list[tuple[str, str]] = []
 
     def show(piece: str) -> None:
-        sys.stdout.write(piece)
+        sys.stdout.write(on_terminal(piece))
         sys.stdout.flush()
 
     with flag_names({"mode": "--mode", "k": "--k"}), open_app(ctx, kb=kb) as app:
@@ -76,6 +77,15 @@ def chat(
             messages += [("user", question), ("assistant", answer.content)]
     if interactive:
         err.print("")
+
+
+def on_terminal(text: str) -> str:
+    """The answer's Markdown source list as a terminal shows it: a plain heading, paths without backticks."""
+    from ragvps.app.chat import SOURCES_HEADING
+
+    if SOURCES_HEADING not in text:
+        return text
+    return re.sub(r"(?m)^(- \[\d+\] )`([^`]*)`", r"\1\2", text.replace(SOURCES_HEADING, "Sources:"))
 
 
 def _notes(answer: ChatAnswer) -> str:

@@ -222,6 +222,22 @@ def kb_facts(conn: psycopg.Connection) -> KbFacts:
     return KbFacts(int(documents), int(chunks), model, vector_type, int(index_bytes), last)
 
 
+def section_headings(conn: psycopg.Connection, path: str) -> list[str]:
+    """The heading paths of a document's sections (its source path), in document order."""
+    return [r[0] for r in conn.execute(q("section_headings"), {"path": path})]
+
+
+def following_chunk(conn: psycopg.Connection, doc_id: str, seq: int) -> tuple[str, int] | None:
+    """The text and start offset of a document's chunk `seq`, if it has one."""
+    row = conn.execute(q("following_chunk"), {"doc_id": doc_id, "seq": seq}).fetchone()
+    return None if row is None else (row[0], int(row[1]))
+
+
+def top_headings(conn: psycopg.Connection, n: int) -> list[str]:
+    """The n most common top-level headings of the knowledge base."""
+    return [r[0] for r in conn.execute(q("top_headings"), {"n": n})]
+
+
 def chunk_count(conn: psycopg.Connection) -> int:
     return int(scalar(conn, q("count_chunks")))
 

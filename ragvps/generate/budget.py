@@ -121,3 +121,21 @@ def fit(question: str, candidates: Sequence[Source], settings: GenerateSettings,
         n = count_prompt(p, encoding)
     return Fit(prompt=p, prompt_tokens=n, system_tokens=tokens.count_llm(p.system, encoding), window=window,
                reserve=reserve, encoding=encoding, settings=settings, left_out=dict(left))
+
+
+def clip(text: str, settings: GenerateSettings, share: int = 2) -> str:
+    """A client's own context cut to at most 1/share of the prompt's room, so it never crowds the rest out."""
+    room = window_for(settings) - settings.answer_reserve
+    return tokens.clip_llm(text, max(0, room // share), encoding_for(settings))
+
+
+def as_is(p: Prompt, settings: GenerateSettings) -> Fit:
+    """A prompt sent as it is (a chat client's own task, passed through): counted, refused when it cannot fit."""
+    encoding, window, reserve = encoding_for(settings), window_for(settings), settings.answer_reserve
+    n = count_prompt(p, encoding)
+    if n > window - reserve:
+        raise RagvpsError(f"the request takes {n:,} tokens, more than the {window - reserve:,} the prompt may use "
+                          f"(context_window {window:,} minus answer_reserve {reserve:,}): send a shorter one",
+                          kind="too_long", settings=("context_window", "answer_reserve"))
+    return Fit(prompt=p, prompt_tokens=n, system_tokens=tokens.count_llm(p.system, encoding), window=window,
+               reserve=reserve, encoding=encoding, settings=settings)

@@ -66,7 +66,7 @@ class Candidate:
 class Extractive:
     name = "extractive"
     extractive = True
-    version = "4"  # part of the answer cache key: bump when the choice of sentences changes
+    version = "5"  # part of the answer cache key: bump when the choice of sentences or their shape changes
 
     def __init__(self, embedder: Callable[[], Embedder], model: str, quotes: int = MAX_QUOTES):
         self.embedder = embedder
@@ -80,7 +80,8 @@ class Extractive:
         if not chosen:
             on_token(REFUSAL)
             return Generation(text=REFUSAL, usage=Usage(), finish="stop")
-        lines = [LABEL] + [f'- "{c.text}" [{c.source.number}]' for c, _ in chosen]
+        chosen = [(completed(c), s) for c, s in chosen]
+        lines = [LABEL] + [line_of(c) for c, _ in chosen]
         text = ""
         for i, line in enumerate(lines):
             piece = line if i == 0 else "\n" + line
@@ -176,6 +177,28 @@ def choose(found: list[Candidate], scores: np.ndarray, cap: int) -> list[tuple[C
         kept_words.append(words)
         chosen.append((found[i], score))
     return chosen
+
+
+def completed(c: Candidate) -> Candidate:
+    """A sentence ending in a colon with what it introduces (the command, list or table right after it), whole."""
+    from ragvps.text import introduced
+
+    if c.command or not c.text.endswith(":"):
+        return c
+    span = introduced(c.source.text, c.b)
+    if span is None:
+        return c
+    return Candidate(c.source, c.a, span[1], c.text + "\n\n" + c.source.text[span[0]:span[1]], c.command)
+
+
+def line_of(c: Candidate) -> str:
+    """A quote's line of the answer: the sentence in quotes, its citation, and what it introduces indented
+    under it (a code block or list inside the list item)."""
+    sentence, _, block = c.text.partition("\n\n")
+    line = f'- "{sentence}" [{c.source.number}]'
+    if c.command or not block:
+        return f'- "{c.text}" [{c.source.number}]'
+    return line + "\n\n" + "\n".join("  " + row if row.strip() else "" for row in block.splitlines())
 
 
 def quote(c: Candidate, score: float) -> Quote:

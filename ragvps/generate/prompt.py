@@ -67,11 +67,29 @@ class Prompt:
     # Earlier turns of a conversation, sent between the system block and the sources: the prefix a
     # conversation shares from one turn to the next grows with it, which is what provider caches reuse.
     history: tuple[Turn, ...] = ()
+    # A client's own messages (role, text), sent as they are: a chat client's background task passed through,
+    # with no system block of ours and no sources.
+    raw: tuple[Turn, ...] = ()
+    # A chat client's tools, tool_choice and response_format (a JSON object's text), passed to the LLM as sent.
+    tools: str = ""
+    # The client's messages as it sent them (JSON text: content parts, tool calls and ids kept), for a
+    # passed-through prompt to an OpenAI-compatible API.
+    sent: str = ""
 
     def as_text(self) -> str:
         """The whole prompt as one text, for --show-prompt."""
         turns = "".join(f"--- {role} ---\n{text}\n" for role, text in self.history)
         return f"--- system ---\n{self.system}\n{turns}--- user ---\n{self.user}"
+
+    def chat(self) -> list[dict[str, object]]:
+        """Every message to send: the system block, the earlier turns, the sources and the question (or the
+        client's own messages, as they came)."""
+        if self.sent:
+            import json
+
+            return list(json.loads(self.sent))
+        turns = self.raw or (("system", self.system), *((m["role"], m["content"]) for m in self.messages()))
+        return [{"role": role, "content": text} for role, text in turns]
 
     def messages(self) -> list[dict[str, str]]:
         """The chat messages after the system block: the earlier turns, then the sources and the question."""
@@ -93,6 +111,15 @@ def build(question: str, sources: Sequence[Source], history: Sequence[Turn] = ()
     """The prompt for `question` with these sources, numbered 1..n in the order given."""
     numbered = tuple(_numbered(s, i) for i, s in enumerate(sources, start=1))
     return Prompt(system_block(), user_message(question, numbered), numbered, question, history=tuple(history))
+
+
+def passed_through(messages: Sequence[Turn]) -> Prompt:
+    """A client's messages sent unchanged (its background task: a title, tags): no rules, no sources."""
+    system = "\n\n".join(text for role, text in messages if role in ("system", "developer"))
+    talk = [(role, text) for role, text in messages if role not in ("system", "developer")]
+    if not talk:  # one instruction as a system message (LibreChat's title request): for Anthropic, the question
+        return Prompt("", system, (), system, raw=tuple(messages))
+    return Prompt(system, talk[-1][1], (), talk[-1][1], history=tuple(talk[:-1]), raw=tuple(messages))
 
 
 def _numbered(source: Source, number: int) -> Source:

@@ -36,6 +36,18 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    """A function call the LLM asked for (a chat client offered it tools): its id, name and JSON arguments."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+@dataclass(frozen=True)
 class Quote:
     """An extractive answer's sentence: its source's number, its span in the source document, its score."""
 

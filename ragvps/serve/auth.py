@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 # Paths anyone may fetch: the health check, the page (static; it holds no data and asks for the key), and the
 # API's description (the OpenAPI document, /docs and its assets).
-OPEN_PATHS = frozenset({"/health", "/"}) | DOCS_PATHS
+OPEN_PATHS = frozenset({"/health", "/", "/favicon.ico"}) | DOCS_PATHS
 MIN_KEY_CHARS = 16
 
 

@@ -7,6 +7,7 @@ OpenAI's shape (serve.openai_shapes.OpenAIErrors).
 
 # No `from __future__ import annotations` here: FastAPI reads the request model from the annotations.
 
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -77,18 +78,24 @@ def add_openai_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
         principal = principal_of(request)
         name = oa.kb_of(body.model, settings.database.kb)
         app = await in_thread(lambda: ready.kb(name, principal), timeout)
-        asked = _request(body, settings)  # checked: a conversation that cannot be answered is a 400 at once
+        # checked: a conversation that cannot be answered is a 400 at once
+        asked = _request(body, not app.generator.extractive)
+        needs = body.required()
+        if needs and app.generator.extractive:
+            return JSONResponse(_unsupported(needs), status_code=400)
         if body.stream:
-            from starlette.responses import StreamingResponse
-
-            from ragvps.serve.stream import SSE_HEADERS
-
             include = bool(body.stream_options and body.stream_options.include_usage)
-            return StreamingResponse(_chunks(app, asked, timeout, include, body.model),
-                                     media_type="text/event-stream", headers=SSE_HEADERS)
+            return await _stream(app, asked, timeout, include, body.model)
         answer = await in_thread(lambda: app.chat(asked), timeout)
         cid, created = oa.new_id()
         return JSONResponse(oa.completion(answer, cid, created, body.model))
+
+
+def _unsupported(field: str) -> dict[str, Any]:
+    return oa.error(400, f"{field} asks for what only a language model gives (a tool call or JSON), and this server "
+                         "has none (setting generator): its answers quote the documents. Leave it out, or configure "
+                         "an LLM (generator=openai passes tools and response_format through)",
+                    "unsupported_parameter", field)
 
 
 def _no_model(model: str, served: list[str]) -> dict[str, Any]:
@@ -96,48 +103,81 @@ def _no_model(model: str, served: list[str]) -> dict[str, Any]:
                          f"{', '.join(served) or 'none'} (GET /v1/models)", "model_not_found", "model")
 
 
-def _request(body: oa.ChatIn, settings: Settings) -> "ChatRequest":
+def _request(body: oa.ChatIn, llm: bool) -> "ChatRequest":
     """The chat request, its conversation checked before anything is answered (or streamed)."""
     from ragvps.app import ChatRequest, Overrides
-    from ragvps.app.chat import conversation
+    from ragvps.app.chat import check_conversation
 
     max_tokens = body.max_completion_tokens or body.max_tokens
     messages = tuple((m.role, m.text()) for m in body.messages)
-    conversation(messages)
-    return ChatRequest(messages, Overrides(temperature=body.temperature, max_tokens=max_tokens))
+    check_conversation(messages, llm)
+    sent = json.dumps([m.model_dump(exclude_unset=True) for m in body.messages])
+    return ChatRequest(messages, Overrides(temperature=body.temperature, max_tokens=max_tokens), tools=body.passed(),
+                       sent=sent)
 
 
-async def _chunks(app: "App", request: "ChatRequest", timeout: float, include_usage: bool,
-                  model: str) -> AsyncIterator[bytes]:
-    """The answer as chat.completion.chunk events: the role, the text as it comes, the end with the
-    `ragvps` field, the usage (on request), `[DONE]`; an error after the start is one `error` event."""
+async def _stream(app: "App", request: "ChatRequest", timeout: float, include_usage: bool, model: str) -> Any:
+    """The streamed answer, once its first piece is there: whatever fails before it (the database, the LLM
+    refusing the request, request_timeout) is answered as the same request not streamed would be, with its
+    status and OpenAI's error `code`, before the first byte of a stream."""
+    from fastapi.responses import JSONResponse
+    from starlette.responses import StreamingResponse
+
     from ragvps.serve.failures import error_body
-    from ragvps.serve.openai_shapes import translate
-    from ragvps.serve.threads import Emit, Emitted, Failed, Finished, TimedOut, thread_events
-
-    cid, created = oa.new_id()
+    from ragvps.serve.stream import SSE_HEADERS
+    from ragvps.serve.threads import Emit, Failed, TimedOut, thread_events
 
     def work(emit: Emit[str]) -> "ChatAnswer":
         return app.chat(request, on_token=emit)
 
+    events = thread_events(work, timeout, "ragvps-chat")
+    first = await anext(events)
+    if isinstance(first, Failed | TimedOut):
+        await events.aclose()
+        if isinstance(first, TimedOut):
+            return JSONResponse(_too_slow(timeout), status_code=503)
+        status, body = oa.translate(*error_body(first.error))
+        return JSONResponse(body, status_code=status)
+    return StreamingResponse(_chunks(first, events, timeout, include_usage, model), media_type="text/event-stream",
+                             headers=SSE_HEADERS)
+
+
+def _too_slow(timeout: float) -> dict[str, Any]:
+    return oa.error(503, f"the answer took longer than {timeout:g} s (setting request_timeout)", "timeout")
+
+
+async def _chunks(first: Any, events: AsyncIterator[Any], timeout: float, include_usage: bool,
+                  model: str) -> AsyncIterator[bytes]:
+    """The answer as chat.completion.chunk events: the role, the text as it comes, the end with the
+    `ragvps` field, the usage (on request), `[DONE]`; an error after the start is one `error` event."""
+    from ragvps.serve.failures import error_body
+    from ragvps.serve.threads import Emitted, Failed, Finished, TimedOut
+
+    cid, created = oa.new_id()
     yield oa.chunk(cid, created, model, {"role": "assistant", "content": ""}, include_usage=include_usage)
-    async for event in thread_events(work, timeout, "ragvps-chat"):
+    event = first
+    while True:
         if isinstance(event, Emitted):
             yield oa.chunk(cid, created, model, {"content": event.value}, include_usage=include_usage)
         elif isinstance(event, Finished):
             answer = event.value
-            yield oa.chunk(cid, created, model, {}, "stop", include_usage=include_usage, ragvps=oa.extra(answer))
+            _, finish = oa.message(answer)
+            if answer.answer.tool_calls:
+                calls = [{"index": i, **call.to_json()} for i, call in enumerate(answer.answer.tool_calls)]
+                yield oa.chunk(cid, created, model, {"tool_calls": calls}, include_usage=include_usage)
+            yield oa.chunk(cid, created, model, {}, finish, include_usage=include_usage, ragvps=oa.extra(answer))
             if include_usage:
                 yield oa.chunk(cid, created, model, None, usage=oa.usage_of(answer.usage))
             yield b"data: [DONE]\n\n"
         elif isinstance(event, Failed):
-            yield _event(translate(*error_body(event.error))[1])
+            yield _event(oa.translate(*error_body(event.error))[1])
         elif isinstance(event, TimedOut):
-            yield _event(oa.error(503, f"the answer took longer than {timeout:g} s (setting request_timeout)",
-                                  "timeout"))
+            yield _event(_too_slow(timeout))
+        try:
+            event = await anext(events)
+        except StopAsyncIteration:
+            return
 
 
 def _event(body: dict[str, object]) -> bytes:
-    import json
-
     return b"data: " + json.dumps(body).encode() + b"\n\n"

@@ -10,8 +10,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ragvps.serve.schemas import MAX_QUERY_CHARS
-
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -35,13 +33,14 @@ KIND_CODES = {"too_long": "context_length_exceeded", "config": "server_misconfig
 class TextPart(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
     type: str
-    text: str | None = Field(None, max_length=MAX_QUERY_CHARS)
+    text: str | None = None  # an attached file's text may be long: the question is checked once taken out
 
 
 class MessageIn(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart] | None = Field(None, description="Text, or content parts (only text is read).")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = Field(None, description="Text, or content parts (only text is read); "
+                                                                  "a tool's result reads as conversation.")
 
     def text(self) -> str:
         if isinstance(self.content, list):
@@ -69,6 +68,29 @@ class ChatIn(BaseModel):
     max_tokens: int | None = Field(None, ge=1, le=1_000_000, description="The answer's length at most.")
     max_completion_tokens: int | None = Field(None, ge=1, le=1_000_000, description="The same as max_tokens.")
     n: int | None = Field(None, ge=1, le=1, description="One answer per request.")
+    tools: list[dict[str, Any]] | None = Field(None, description="Passed to the LLM; without one, offered tools "
+                                                                 "are ignored unless tool_choice requires one.")
+    tool_choice: str | dict[str, Any] | None = Field(None, description="`required` or a named function needs an "
+                                                                       "LLM (400 unsupported_parameter without).")
+    response_format: dict[str, Any] | None = Field(None, description="json_object and json_schema need an LLM.")
+    parallel_tool_calls: bool | None = None
+
+    def required(self) -> str | None:
+        """The field that asks for what only an LLM can give (a tool call, JSON), or None."""
+        if self.tools and (self.tool_choice == "required" or isinstance(self.tool_choice, dict)):
+            return "tool_choice"
+        if self.response_format and self.response_format.get("type") in ("json_object", "json_schema"):
+            return "response_format"
+        return None
+
+    def passed(self) -> str:
+        """tools, tool_choice, response_format, parallel_tool_calls as sent (JSON text), for the LLM."""
+        fields = {k: getattr(self, k) for k in ("tools", "tool_choice", "response_format", "parallel_tool_calls")}
+        chosen = {k: v for k, v in fields.items() if v is not None}
+        if not self.tools:
+            chosen.pop("tool_choice", None)
+            chosen.pop("parallel_tool_calls", None)
+        return json.dumps(chosen) if chosen else ""
 
 
 class ErrorDetail(BaseModel):
@@ -150,15 +172,23 @@ def usage_of(usage: Usage) -> dict[str, object]:
 def extra(chat: ChatAnswer) -> dict[str, object]:
     """The one extra top-level field: the answer's citations and sources, and how the question was read."""
     answer = {k: v for k, v in chat.answer.to_json().items() if k != "answer"}
-    return {"question": chat.question, "standalone_question": chat.standalone, "rewrite": chat.rewrite,
-            "rewrite_cache": chat.rewrite_cache, "rewrite_usage": chat.rewrite_usage.to_json(), **answer,
-            "usage": chat.usage.to_json()}
+    return {"task": chat.task, "question": chat.question, "standalone_question": chat.standalone,
+            "rewrite": chat.rewrite, "rewrite_cache": chat.rewrite_cache,
+            "rewrite_usage": chat.rewrite_usage.to_json(), **answer, "usage": chat.usage.to_json()}
+
+
+def message(chat: ChatAnswer) -> tuple[dict[str, object], str]:
+    """The assistant's message (with its tool calls, if the LLM called any) and the finish reason."""
+    calls = [t.to_json() for t in chat.answer.tool_calls]
+    if not calls:
+        return {"role": "assistant", "content": chat.content, "refusal": None}, "stop"
+    return {"role": "assistant", "content": chat.content or None, "refusal": None, "tool_calls": calls}, "tool_calls"
 
 
 def completion(chat: ChatAnswer, cid: str, created: int, model: str = MODEL) -> dict[str, object]:
+    said, finish = message(chat)
     return {"id": cid, "object": "chat.completion", "created": created, "model": model, "system_fingerprint": None,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": chat.content, "refusal": None},
-                         "logprobs": None, "finish_reason": "stop"}],
+            "choices": [{"index": 0, "message": said, "logprobs": None, "finish_reason": finish}],
             "usage": usage_of(chat.usage), "ragvps": extra(chat)}
 
 

@@ -48,6 +48,12 @@ SSE_EVENT: dict[str, Any] = {"oneOf": [
 ]}
 
 
+# The page's icon (browsers ask for /favicon.ico on every load): a small magnifier, as SVG.
+ICON = (b'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><circle cx="6.5" cy="6.5" r="4.5" '
+        b'fill="none" stroke="#1a5fb4" stroke-width="2"/><path d="M10 10l4.5 4.5" stroke="#1a5fb4" '
+        b'stroke-width="2.5" stroke-linecap="round"/></svg>')
+
+
 def page() -> str:
     from importlib import resources
 
@@ -69,7 +75,7 @@ def page_policy(html: str) -> str:
 
 
 def add_routes(api: "FastAPI", ready: "Ready", settings: Settings, runner: "JobRunner") -> None:
-    from fastapi.responses import HTMLResponse, JSONResponse
+    from fastapi.responses import HTMLResponse, JSONResponse, Response
     from starlette.requests import Request
 
     from ragvps.serve.endpoints import Endpoints
@@ -86,6 +92,10 @@ def add_routes(api: "FastAPI", ready: "Ready", settings: Settings, runner: "JobR
     async def index() -> HTMLResponse:
         return HTMLResponse(html, headers={"Cache-Control": "no-cache", "Content-Security-Policy": csp,
                                            "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"})
+
+    @api.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> Response:
+        return Response(ICON, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
 
     @api.get("/health", response_model=HealthOut, responses={503: {"model": HealthOut}},
              summary="Database reachable, active model and dimension, number of chunks")

@@ -16,7 +16,7 @@ import contextvars
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -125,7 +125,8 @@ class Emit(Generic[E]):
             raise ClientGone
 
 
-async def thread_events(work: Callable[[Emit[E]], T], timeout: float, name: str) -> AsyncIterator[Event[E, T]]:
+async def thread_events(work: Callable[[Emit[E]], T], timeout: float,
+                        name: str) -> AsyncGenerator[Event[E, T], None]:
     """Run `work(emit)` on a thread of its own, once a slot is free, and yield what it emits as it comes, then
     Finished (what it returned), or Failed when it raised, or TimedOut when `timeout` passed first."""
     loop = asyncio.get_running_loop()

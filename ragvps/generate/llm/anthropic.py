@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ragvps.config import GenerateSettings
+from ragvps.errors import GeneratorError
 from ragvps.generate.llm.base import Request, Stream, StreamError, sse_data
 
 if TYPE_CHECKING:
@@ -20,11 +21,16 @@ class AnthropicMessages:
     default_url = "https://api.anthropic.com"
 
     def request(self, fit: Fit, settings: GenerateSettings) -> Request:
+        if fit.prompt.tools:
+            raise GeneratorError(f"generator={self.name} does not take a chat client's tools or response_format "
+                                 "(generator=openai passes them through): leave them out", kind="usage",
+                                 settings=("generator",))
         body = {
             "model": settings.model,
             "max_tokens": settings.answer_reserve,
             "temperature": settings.temperature,
-            "system": [{"type": "text", "text": fit.prompt.system, "cache_control": {"type": "ephemeral"}}],
+            "system": [{"type": "text", "text": fit.prompt.system, "cache_control": {"type": "ephemeral"}}]
+            if fit.prompt.system else [],
             "messages": _messages(fit),
             "stream": True,
         }
@@ -64,6 +70,8 @@ def _messages(fit: Fit) -> list[dict[str, Any]]:
     """The earlier turns, then the sources and the question; a second cache breakpoint ends the turns, so a
     conversation's growing prefix is read from the cache on the next turn."""
     messages: list[dict[str, Any]] = list(fit.prompt.messages())
+    if fit.prompt.raw:  # a client's own messages: the system text went to `system`; a lone one is the question
+        return messages
     if len(messages) > 1:
         last = messages[-2]
         messages[-2] = {"role": last["role"], "content": [{"type": "text", "text": last["content"],

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ragvps.config import GenerateSettings
 from ragvps.errors import GeneratorError
-from ragvps.generate.records import Quote, Usage
+from ragvps.generate.records import Quote, ToolCall, Usage
 
 if TYPE_CHECKING:
     import httpx
@@ -48,6 +48,11 @@ class Stream:
     usage: Tally = field(default_factory=Tally)
     finish: str = ""  # the provider's stop reason
     done: bool = False  # the stream ended the way the protocol ends it
+    calls: dict[int, dict[str, str]] = field(default_factory=dict)  # tool calls by index: id, name, arguments
+
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        return tuple(ToolCall(c.get("id", ""), c.get("name", ""), c.get("arguments", ""))
+                     for _, c in sorted(self.calls.items()))
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,7 @@ class Generation:
     usage: Usage
     finish: str = ""
     quotes: tuple[Quote, ...] = ()  # extractive: each quote's source and span
+    tool_calls: tuple[ToolCall, ...] = ()  # the functions the LLM called (a chat client's tools)
 
 
 @dataclass(frozen=True)
@@ -155,11 +161,12 @@ class LLM:
             raise GeneratorError(
                 f"the answer stream from {self.name} at {self.url} broke after {sum(map(len, pieces)):,} characters "
                 f"({_reason(exc)}); nothing was cached: ask again") from None
-        if not stream.done:
+        if not stream.done and not stream.calls:
             raise GeneratorError(
                 f"the answer stream from {self.name} at {self.url} ended mid-answer after "
                 f"{sum(map(len, pieces)):,} characters; nothing was cached: ask again")
-        return Generation(text="".join(pieces), usage=stream.usage.frozen(), finish=stream.finish)
+        return Generation(text="".join(pieces), usage=stream.usage.frozen(), finish=stream.finish,
+                          tool_calls=stream.tool_calls())
 
     def _refused(self, response: httpx.Response, attempt: int, last: bool) -> float:
         """Raise the error for a refused request, or return how long to wait before the retry."""

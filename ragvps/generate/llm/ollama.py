@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ragvps.config import GenerateSettings
+from ragvps.errors import GeneratorError
 from ragvps.generate.llm.base import Request, Stream, StreamError
 
 if TYPE_CHECKING:
@@ -24,9 +25,13 @@ class OllamaChat:
         self.keep_alive = keep_alive
 
     def request(self, fit: Fit, settings: GenerateSettings) -> Request:
+        if fit.prompt.tools:
+            raise GeneratorError(f"generator={self.name} does not take a chat client's tools or response_format "
+                                 "(generator=openai passes them through): leave them out", kind="usage",
+                                 settings=("generator",))
         body = {
             "model": settings.model,
-            "messages": [{"role": "system", "content": fit.prompt.system}, *fit.prompt.messages()],
+            "messages": fit.prompt.chat(),
             "stream": True,
             "keep_alive": self.keep_alive,
             # num_ctx is the budget's window, the same for every question: a changed num_ctx reloads the model

@@ -3,6 +3,7 @@ streaming SSE with `stream_options.include_usage`, cached tokens from `usage.pro
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,7 @@ class OpenAIChat:
         reasoning = settings.model.lower().rsplit("/", 1)[-1].startswith(_REASONING)
         body: dict[str, Any] = {
             "model": settings.model,
-            "messages": [{"role": "system", "content": fit.prompt.system}, *fit.prompt.messages()],
+            "messages": fit.prompt.chat(),
             "stream": True,
             "stream_options": {"include_usage": True},
         }
@@ -33,6 +34,8 @@ class OpenAIChat:
         else:
             body["max_tokens"] = settings.answer_reserve
             body["temperature"] = settings.temperature
+        if fit.prompt.tools:
+            body.update(json.loads(fit.prompt.tools))
         headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
         return Request("/chat/completions", body, headers)
 
@@ -51,10 +54,22 @@ class OpenAIChat:
                 u.completion_tokens = int(usage.get("completion_tokens") or 0)
                 u.cached_tokens = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
             for choice in event.get("choices") or []:
-                piece = (choice.get("delta") or {}).get("content")
+                delta = choice.get("delta") or {}
+                piece = delta.get("content")
                 if piece:
                     yield piece
+                for call in delta.get("tool_calls") or []:
+                    _add_call(stream, call)
                 if choice.get("finish_reason"):
                     stream.finish = str(choice["finish_reason"])
         # Some compatible servers end without [DONE]; a stop reason is as good an ending.
         stream.done = bool(stream.finish)
+
+
+def _add_call(stream: Stream, call: dict[str, Any]) -> None:
+    """One streamed piece of a tool call: its id and name come first, its arguments in pieces."""
+    held = stream.calls.setdefault(int(call.get("index") or 0), {"id": "", "name": "", "arguments": ""})
+    function = call.get("function") or {}
+    held["id"] = call.get("id") or held["id"]
+    held["name"] = function.get("name") or held["name"]
+    held["arguments"] += function.get("arguments") or ""

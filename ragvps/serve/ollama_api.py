@@ -1,0 +1,292 @@
+"""Ollama's API, emulated: GET /api/version, GET /api/tags, POST /api/show and POST /api/chat (NDJSON lines,
+streamed unless `stream: false`), which is what Open WebUI's Ollama connection and the `ollama` clients speak.
+Each knowledge base the key may read is a model (`ragvps:latest` for the server's own, the others by name);
+the chat use case is the one /v1/chat/completions uses. Errors are Ollama's `{"error": "..."}` (the server's
+`{error, kind}` reads the same), and whatever fails before an answer's first piece gets its status before the
+stream starts.
+"""
+
+# No `from __future__ import annotations` here: FastAPI reads the request models from the annotations.
+
+import datetime
+import hashlib
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ragvps.config import Settings
+from ragvps.serve import openai_shapes as oa
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from ragvps.app import App, ChatAnswer, ChatRequest
+    from ragvps.serve.lifecycle import Ready
+
+VERSION = "0.9.0"  # the Ollama API these routes follow
+TAG = ":latest"
+
+
+class OllamaMessage(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    images: list[str] | None = Field(None, description="Accepted and ignored: the knowledge base is text.")
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class OllamaOptions(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+    temperature: float | None = Field(None, ge=0, le=2)
+    num_predict: int | None = Field(None, ge=1, le=1_000_000)
+
+
+class OllamaChatIn(BaseModel):
+    """Ollama's /api/chat request; what ragvps does not use (keep_alive, think, options it has no use for) is
+    accepted and ignored."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    model: str = Field(description="A knowledge base: `ragvps` (or `ragvps:latest`) for the server's own, others "
+                                   "by name (GET /api/tags lists them).", examples=["ragvps"])
+    messages: list[OllamaMessage] = Field(min_length=1, max_length=1000)
+    stream: bool = True
+    options: OllamaOptions | None = None
+    format: str | dict[str, Any] | None = Field(None, description="`json` or a JSON schema: needs an LLM.")
+    tools: list[dict[str, Any]] | None = Field(None, description="Passed to an LLM; ignored without one.")
+
+
+class OllamaShowIn(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+    model: str | None = Field(None, examples=["ragvps"])
+    name: str | None = Field(None, description="The older field for model.")
+
+
+class ModelDetails(BaseModel):
+    format: str
+    family: str
+    families: list[str]
+    parameter_size: str
+    quantization_level: str
+
+
+class ModelEntry(BaseModel):
+    name: str
+    model: str
+    modified_at: str
+    size: int
+    digest: str
+    details: ModelDetails
+
+
+class TagsOut(BaseModel):
+    models: list[ModelEntry]
+
+
+class VersionOut(BaseModel):
+    version: str
+
+
+class ShowOut(BaseModel):
+    modified_at: str
+    modelfile: str
+    parameters: str
+    template: str
+    details: ModelDetails
+    model_info: dict[str, Any]
+    capabilities: list[str]
+
+
+class OllamaErrorOut(BaseModel):
+    error: str
+    kind: str | None = None
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": OllamaErrorOut, "description": text} for code, text in (
+        (400, "The request is not valid, or too long."), (401, "An API key is needed, or the one sent is not valid."),
+        (404, "No such model: /api/tags lists the knowledge bases."), (413, "The body is over max_body_bytes."),
+        (503, "Not ready, the database or the LLM is unreachable, or request_timeout passed."))}
+DETAILS = {"format": "ragvps", "family": "ragvps", "families": ["ragvps"], "parameter_size": "",
+           "quantization_level": ""}
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat().replace("+00:00", "Z")
+
+
+def _line(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, ensure_ascii=False).encode() + b"\n"
+
+
+def add_ollama_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> None:
+    from fastapi.responses import JSONResponse
+    from starlette.requests import Request
+
+    from ragvps.serve.failures import guarded
+    from ragvps.serve.principal import principal_of
+    from ragvps.serve.threads import in_thread
+
+    timeout = float(settings.serve.request_timeout)
+    started = _now()
+    own = settings.database.kb
+
+    async def readable(request: Request) -> list[str]:
+        names = await in_thread(lambda: ready.visible(principal_of(request)), timeout)
+        return [oa.model_of(n, own) + TAG for n in names]
+
+    async def resolve(request: Request, model: str) -> "App | JSONResponse":
+        served = await readable(request)
+        name = model if model.endswith(TAG) or ":" in model else model + TAG
+        if name not in served:
+            return JSONResponse({"error": f"model {model!r} not found: the knowledge bases this key may read are "
+                                          f"{', '.join(served) or 'none'} (GET /api/tags)", "kind": "not_found"},
+                                status_code=404)
+        kb = oa.kb_of(name.removesuffix(TAG), own)
+        return await in_thread(lambda: ready.kb(kb, principal_of(request)), timeout)
+
+    @api.get("/api/version", response_model=VersionOut, responses=ERRORS, tags=["ollama"],
+             summary="The Ollama API version these routes follow")
+    async def version() -> Any:
+        return {"version": VERSION}
+
+    @api.get("/api/tags", response_model=TagsOut, responses=ERRORS, tags=["ollama"],
+             summary="The knowledge bases this key may read, as Ollama's model list")
+    @guarded
+    async def tags(request: Request) -> Any:
+        return {"models": [_entry(name, started) for name in await readable(request)]}
+
+    @api.post("/api/show", response_model=ShowOut, responses=ERRORS, tags=["ollama"],
+              summary="One knowledge base, as Ollama's model description")
+    @guarded
+    async def show(request: Request, body: OllamaShowIn) -> Any:
+        found = await resolve(request, body.model or body.name or "")
+        if isinstance(found, JSONResponse):
+            return found
+        return {"modified_at": started, "modelfile": "", "parameters": "", "template": "", "details": DETAILS,
+                "model_info": {"general.architecture": "ragvps", "ragvps.generator": found.generator.name},
+                "capabilities": ["completion", "tools"] if not found.generator.extractive else ["completion"]}
+
+    answers: dict[int | str, dict[str, Any]] = {200: {
+        "description": "NDJSON lines (stream, the default), or one JSON object, as Ollama's.",
+                     "content": {"application/x-ndjson": {"schema": {"type": "string"}}}}}
+
+    @api.post("/api/chat", responses=ERRORS | answers, tags=["ollama"],
+              summary="Ollama-compatible chat: an answer to the last message, retrieved with the conversation")
+    @guarded
+    async def chat(request: Request, body: OllamaChatIn) -> Any:
+        found = await resolve(request, body.model)
+        return found if isinstance(found, JSONResponse) else await _chat(found, body, timeout)
+
+
+async def _chat(app: "App", body: OllamaChatIn, timeout: float) -> Any:
+    """The answer, whole or as NDJSON lines; `format` (JSON) needs an LLM."""
+    from fastapi.responses import JSONResponse
+
+    from ragvps.serve.threads import in_thread
+
+    if body.format and app.generator.extractive:
+        return JSONResponse({"error": "format asks for JSON, which only a language model gives, and this server "
+                                      "has none (setting generator): leave format out, or configure an LLM",
+                             "kind": "usage"}, status_code=400)
+    asked = _request(body, not app.generator.extractive)
+    if body.stream:
+        return await _stream(app, asked, timeout, body.model)
+    start = time.perf_counter_ns()
+    answer = await in_thread(lambda: app.chat(asked), timeout)
+    return _final(answer, answer.content, body.model, start)
+
+
+def _entry(name: str, started: str) -> dict[str, Any]:
+    digest = hashlib.sha256(name.encode()).hexdigest()
+    return {"name": name, "model": name, "modified_at": started, "size": 0, "digest": digest, "details": DETAILS}
+
+
+def _request(body: OllamaChatIn, llm: bool) -> "ChatRequest":
+    from ragvps.app import ChatRequest, Overrides
+    from ragvps.app.chat import check_conversation
+
+    messages = tuple((m.role, m.content) for m in body.messages)
+    check_conversation(messages, llm)
+    options = body.options or OllamaOptions(temperature=None, num_predict=None)
+    passed: dict[str, Any] = {}
+    if body.tools:
+        passed["tools"] = body.tools
+    if body.format == "json":
+        passed["response_format"] = {"type": "json_object"}
+    elif isinstance(body.format, dict):
+        passed["response_format"] = {"type": "json_schema", "json_schema": {"name": "format", "schema": body.format}}
+    return ChatRequest(messages, Overrides(temperature=options.temperature, max_tokens=options.num_predict),
+                       tools=json.dumps(passed) if passed else "")
+
+
+def _message(answer: "ChatAnswer", content: str) -> dict[str, Any]:
+    said: dict[str, Any] = {"role": "assistant", "content": content}
+    if answer.answer.tool_calls:
+        said["tool_calls"] = [{"function": {"name": t.name, "arguments": _arguments(t.arguments)}}
+                              for t in answer.answer.tool_calls]
+    return said
+
+
+def _arguments(text: str) -> Any:
+    try:
+        return json.loads(text or "{}")
+    except ValueError:
+        return {}
+
+
+def _final(answer: "ChatAnswer", content: str, model: str, start: int) -> dict[str, Any]:
+    u = answer.usage
+    return {"model": model, "created_at": _now(), "message": _message(answer, content), "done": True,
+            "done_reason": "stop", "total_duration": time.perf_counter_ns() - start,
+            "prompt_eval_count": u.prompt_tokens, "eval_count": u.completion_tokens, "ragvps": oa.extra(answer)}
+
+
+async def _stream(app: "App", request: "ChatRequest", timeout: float, model: str) -> Any:
+    """NDJSON lines once the answer's first piece is there (what fails before it is an error status)."""
+    from fastapi.responses import JSONResponse
+    from starlette.responses import StreamingResponse
+
+    from ragvps.serve.failures import error_body
+    from ragvps.serve.threads import Emit, Failed, TimedOut, thread_events
+
+    def work(emit: Emit[str]) -> "ChatAnswer":
+        return app.chat(request, on_token=emit)
+
+    events = thread_events(work, timeout, "ragvps-ollama-chat")
+    first = await anext(events)
+    if isinstance(first, Failed | TimedOut):
+        await events.aclose()
+        if isinstance(first, TimedOut):
+            return JSONResponse({"error": _too_slow(timeout), "kind": "unavailable"}, status_code=503)
+        status, body = error_body(first.error)
+        return JSONResponse(body, status_code=status)
+    return StreamingResponse(_lines(first, events, timeout, model), media_type="application/x-ndjson")
+
+
+def _too_slow(timeout: float) -> str:
+    return f"the answer took longer than {timeout:g} s (setting request_timeout)"
+
+
+async def _lines(first: Any, events: AsyncIterator[Any], timeout: float, model: str) -> AsyncIterator[bytes]:
+    """One line per piece of the answer, then the `done: true` line; an error after the start is one line."""
+    from ragvps.serve.failures import error_body
+    from ragvps.serve.threads import Emitted, Failed, Finished, TimedOut
+
+    start, event = time.perf_counter_ns(), first
+    while True:
+        if isinstance(event, Emitted):
+            yield _line({"model": model, "created_at": _now(), "message": {"role": "assistant",
+                                                                            "content": event.value}, "done": False})
+        elif isinstance(event, Finished):
+            yield _line(_final(event.value, "", model, start))
+        elif isinstance(event, Failed):
+            yield _line(error_body(event.error)[1])
+        elif isinstance(event, TimedOut):
+            yield _line({"error": _too_slow(timeout)})
+        try:
+            event = await anext(events)
+        except StopAsyncIteration:
+            return
