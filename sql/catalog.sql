@@ -102,11 +102,16 @@ SELECT k.name, k.schema_name,
        coalesce((SELECT sum(pg_relation_size(c.oid))
                  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_am am ON am.oid = c.relam
                  WHERE n.nspname = k.schema_name AND c.relkind = 'i' AND am.amname = 'hnsw'), 0)::bigint,
-       to_regclass(format('%I.embed_queue', k.schema_name)) IS NOT NULL,
+       to_regclass(format('%I.embed_queue', k.schema_name)) IS NOT NULL
+           AND to_regclass(format('%I.ingest_jobs', k.schema_name)) IS NOT NULL,
        pg_size_bytes(current_setting('shared_buffers'))
 FROM ragvps.knowledge_bases k
 ORDER BY k.name;
 
 -- name: queue_depth
--- One knowledge base's queued chunks, a branch of a UNION ALL over them.
-SELECT {name}::text, count(*) FROM {queue}
+-- One knowledge base's work, a branch of a UNION ALL over them: chunks waiting in the embedding queue, upload
+-- jobs open, chunks its jobs have embedded, files its jobs failed.
+SELECT {name}::text, (SELECT count(*) FROM {queue}),
+       (SELECT count(*) FROM {jobs} WHERE state IN ('queued', 'running')),
+       (SELECT coalesce(sum(embedded), 0) FROM {jobs})::bigint,
+       (SELECT count(*) FROM {files} WHERE state = 'failed')

@@ -196,6 +196,17 @@ def test_a_zip_bomb_fails_by_name_while_the_other_files_store(served, tmp_path):
     assert error["file"] == "bomb.docx" and "bomb.docx" in error["error"]
     assert {f["name"]: f["state"] for f in done["files"]} == {"bomb.docx": "failed", "wombat.md": "done"}
     assert not (served.data / "kb/default/uploads/bomb.docx").exists()  # nothing stored from it: not kept
+    scraped = metrics(served)  # /metrics reads the jobs' work from the database
+    assert scraped[("ragvps_ingest_job_files_failed_total", "default")] >= 1
+    assert scraped[("ragvps_ingest_job_chunks_embedded_total", "default")] >= done["chunks_embedded"] > 0
+    assert scraped[("ragvps_ingest_jobs_open", "other")] == 0
+
+
+def metrics(srv: InProcess) -> dict[tuple[str, str], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = client(srv).get("/metrics").text
+    return {(s.name, s.labels.get("kb", "")): s.value for f in text_string_to_metric_families(text) for s in f.samples}
 
 
 def test_the_same_upload_embeds_nothing_and_a_changed_file_replaces_its_chunks(served, module_db_url):

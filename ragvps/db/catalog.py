@@ -221,11 +221,15 @@ def migrate_stages(conn: psycopg.Connection, lock: str) -> list[str]:
 
 @dataclass(frozen=True)
 class KbGauges:
-    """One knowledge base's size in a scrape: its vector indexes' bytes and the chunks its queue holds."""
+    """One knowledge base's size and work in a scrape: its vector indexes' bytes, the chunks its embedding queue
+    holds, its upload jobs open, the chunks they embedded, the files they failed."""
 
     name: str
     index_bytes: int
-    queued: int
+    queued: int = 0
+    open_jobs: int = 0
+    job_chunks: int = 0
+    failed_files: int = 0
 
 
 def gauges(conn: psycopg.Connection) -> tuple[list[KbGauges], int]:
@@ -234,8 +238,11 @@ def gauges(conn: psycopg.Connection) -> tuple[list[KbGauges], int]:
     from psycopg import sql
 
     rows = conn.execute(_q("kb_gauges")).fetchall()
-    branches = [sql.SQL(_q("queue_depth")).format(name=sql.Literal(r[0]), queue=sql.Identifier(r[1], "embed_queue"))
+    branches = [sql.SQL(_q("queue_depth")).format(name=sql.Literal(r[0]), queue=sql.Identifier(r[1], "embed_queue"),
+                                                   jobs=sql.Identifier(r[1], "ingest_jobs"),
+                                                   files=sql.Identifier(r[1], "ingest_job_files"))
                 for r in rows if r[3]]
-    queued: dict[str, int] = dict(conn.execute(sql.SQL(" UNION ALL ").join(branches)).fetchall()) if branches else {}
-    return ([KbGauges(str(r[0]), int(r[2]), int(queued.get(r[0], 0))) for r in rows],
+    work = {str(w[0]): [int(x) for x in w[1:]]
+            for w in (conn.execute(sql.SQL(" UNION ALL ").join(branches)).fetchall() if branches else [])}
+    return ([KbGauges(str(r[0]), int(r[2]), *work.get(str(r[0]), [0, 0, 0, 0])) for r in rows],
             int(rows[0][4]) if rows else 0)

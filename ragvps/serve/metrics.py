@@ -110,7 +110,7 @@ class _DatabaseCollector:
         return []  # the families depend on the database: not checked at registration
 
     def collect(self) -> Iterator[Metric]:
-        from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         from ragvps.app.health import scrape
 
@@ -136,11 +136,19 @@ class _DatabaseCollector:
                                   labels=["kb"])
         queued = GaugeMetricFamily("ragvps_embed_queue_chunks", "Chunks waiting in the embedding queue.",
                                    labels=["kb"])
+        jobs = GaugeMetricFamily("ragvps_ingest_jobs_open", "Upload jobs queued or running.", labels=["kb"])
+        embedded = CounterMetricFamily("ragvps_ingest_job_chunks_embedded", "Chunks the upload jobs have embedded "
+                                       "(kept with their jobs).", labels=["kb"])
+        failed = CounterMetricFamily("ragvps_ingest_job_files_failed", "Uploaded files a job could not store.",
+                                     labels=["kb"])
         for kb in found.kbs:
             index.add_metric([kb.name], kb.index_bytes)
             queued.add_metric([kb.name], kb.queued)
+            jobs.add_metric([kb.name], kb.open_jobs)
+            embedded.add_metric([kb.name], kb.job_chunks)
+            failed.add_metric([kb.name], kb.failed_files)
         buffers = GaugeMetricFamily("ragvps_shared_buffers_bytes", "PostgreSQL's shared_buffers: an index larger "
                                     "than this is read from disk on cold searches.")
         buffers.add_metric([], found.shared_buffers)
-        yield from (index, queued, buffers)
+        yield from (index, queued, jobs, embedded, failed, buffers)
 
