@@ -329,6 +329,21 @@ r = json.load(sys.stdin)
 assert r["embedded"] == 0 and r["stored"] == 0, r
 '
 
+step "a bundle: export from the embedded database on the host, import into the compose postgres, query it"
+HOST_DATA=$CACHE/host-data
+rm -rf "$HOST_DATA" "$CACHE/host-docs.ragvps"
+host() { (cd "$WORK" && env RAGVPS_DATA_DIR="$HOST_DATA" RAGVPS_DATABASE_URL= RAGVPS_EMBEDDER=local python3 -m ragvps "$@"); }
+quiet host ingest docs
+quiet host export "$CACHE/host-docs.ragvps"
+chmod 644 "$CACHE/host-docs.ragvps"
+quiet docker compose run --rm -v "$CACHE/host-docs.ragvps:/tmp/host-docs.ragvps:ro" ragvps import /tmp/host-docs.ragvps --kb host-docs
+first() { py 'import json,sys; print(json.load(sys.stdin)[0]["chunk_id"])'; }
+want=$(host query "$QUESTION" --mode vector --json | first)
+got=$(docker compose run --rm -T ragvps query "$QUESTION" --mode vector --kb host-docs --json | first)
+[ "$want" = "$got" ] || die "the imported knowledge base answers $got, the host's $want"
+quiet host server stop
+say "  the host's knowledge base, imported into the compose postgres, answers with the same top chunk: $got"
+
 step "systemd: deploy/systemd's units run by a real systemd in a container (timer, reindex, lock, serve)"
 if [ "${RAGVPS_SMOKE_SYSTEMD:-1}" = 1 ]; then
     . "$WORK/deploy/smoke/systemd/check.sh"
