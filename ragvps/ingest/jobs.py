@@ -23,6 +23,7 @@ from ragvps.db import jobs
 from ragvps.embed.hosts import Lanes
 from ragvps.errors import DatabaseError, RagvpsError, UnavailableError
 from ragvps.ingest import uploads
+from ragvps.ingest.periodic import Periodic
 from ragvps.ingest.pipeline import FileOutcome, ingest_files
 from ragvps.records import ModelSpec
 
@@ -203,23 +204,14 @@ def batches(files: Sequence[jobs.StagedFile]) -> list[list[jobs.StagedFile]]:
     return out
 
 
-class Heartbeat:
+class Heartbeat(Periodic):
     """On a connection of its own: renews the job's lease, adds the chunks embedded since last time, and reads
     whether the job was cancelled, every `every` seconds while the job runs."""
 
     def __init__(self, job: Job, every: float):
-        self.job, self.every = job, every
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._run, name=f"lease {job.job}", daemon=True)
+        super().__init__(every, f"lease {job.job}")
+        self.job = job
         self.counted = 0
-
-    def __enter__(self) -> Heartbeat:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.done.set()
-        self.thread.join()
 
     def _run(self) -> None:
         job = self.job

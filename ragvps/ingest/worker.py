@@ -25,6 +25,7 @@ from ragvps.db import index, queue, store
 from ragvps.embed import Embedder
 from ragvps.errors import DatabaseError, ModelMismatchError
 from ragvps.ingest.embedding import embed_batch
+from ragvps.ingest.periodic import Periodic
 from ragvps.records import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -107,22 +108,13 @@ def work(
     return report
 
 
-class _Heartbeat:
+class _Heartbeat(Periodic):
     """Renews a claim's lease every `every` seconds while its batch is embedded (the connection is idle then:
     no transaction is open across the embedding call, only these one-statement ones)."""
 
     def __init__(self, conn: psycopg.Connection, claimed: queue.Claim, every: float):
-        self.conn, self.claimed, self.every = conn, claimed, every
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="lease", daemon=True)
-
-    def __enter__(self) -> _Heartbeat:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.done.set()
-        self.thread.join()
+        super().__init__(every, "lease")
+        self.conn, self.claimed = conn, claimed
 
     def _run(self) -> None:
         while not self.done.wait(self.every):
