@@ -25,6 +25,7 @@ import numpy as np
 import psycopg
 from common import DATA
 from common import OUT as BENCH_OUT
+from common.databases import fresh
 from common.results import write_section
 from common.scale_data import Generator, base_set
 
@@ -69,14 +70,6 @@ def fill(conn: psycopg.Connection, settings: Settings, gen: Generator, lo: int, 
     conn.commit()
 
 
-def database(admin: str, name: str) -> str:
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    address, _, query = admin.partition("?")
-    return address.rsplit("/", 1)[0] + "/" + name + ("?" + query if query else "")
-
-
 def schema_bytes(conn: psycopg.Connection, schema: str) -> int:
     return int(conn.execute("SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
                             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind IN "
@@ -115,14 +108,14 @@ def main() -> None:
     questions = questions[:args.queries]
     r: dict[str, object] = {"kbs": args.kbs, "chunks": args.chunks, "queries": len(questions)}
 
-    single = base.replace(database_url=database(admin, "kb_single"))
+    single = base.replace(database_url=fresh(admin, "kb_single"))
     with App.open(single) as app:
         with app.connection() as conn:
             fill(conn, single, gen, 0, args.chunks)
         single_ms = timed_searches([app], questions)
     log(f"single: p50 {pct(single_ms, 50):.2f} ms, p95 {pct(single_ms, 95):.2f} ms")
 
-    many = base.replace(database_url=database(admin, "kb_many"))
+    many = base.replace(database_url=fresh(admin, "kb_many"))
     names = [f"kb-{i:02d}" for i in range(args.kbs)]
     creates: list[float] = []
     with Library.open(many) as library:

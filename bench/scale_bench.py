@@ -34,6 +34,7 @@ import numpy as np
 import psycopg
 from common import OUT as BENCH_OUT
 from common import ROOT
+from common.databases import named
 from common.scale_data import Generator, base_set
 from common.scifact import DATASET
 
@@ -366,7 +367,7 @@ def warm(conn: psycopg.Connection, pg_dir: Path, relations: list[str]) -> int:
 def size_database(admin: str, n: int) -> tuple[str, str]:
     """The name and URL of the database a size's run keeps its corpus in, on the bench's server."""
     name = f"ragvps_scale_{n}"
-    return name, re.sub(r"(postgres(?:ql)?://[^/]*/)([^?]*)", lambda m: m.group(1) + name, admin, count=1)
+    return name, named(admin, name)
 
 
 def run_size(args: argparse.Namespace, admin: str, base: Settings, gen: Generator, n: int, texts: list[str],

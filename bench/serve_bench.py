@@ -32,6 +32,7 @@ from pathlib import Path
 
 import httpx
 from common import ROOT
+from common.databases import named
 from common.load import KEY, Run, load, under_reindex
 from common.results import RESULTS, markers, write_section
 from common.scifact import DATASET, queries
@@ -64,10 +65,6 @@ def baseline(env: dict[str, str], texts: list[str]) -> Run:
 
 
 
-def bench_url(admin: str, name: str) -> str:
-    return re.sub(r"(postgres(?:ql)?://[^/]*/)([^?]*)", lambda m: m.group(1) + name, admin, count=1)
-
-
 def database(args: argparse.Namespace) -> str:
     """The 100k-chunk database's URL; built (as bench/store_bench.py builds it) when missing or with --build."""
     import psycopg
@@ -78,7 +75,7 @@ def database(args: argparse.Namespace) -> str:
     admin = embedded_url(load_settings(env={}, data_dir=args.data_dir))
     with psycopg.connect(admin, autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (args.database,)).fetchone()
-    url = bench_url(admin, args.database)
+    url = named(admin, args.database)
     if args.build or not exists:
         build(args, admin, url)
     return url

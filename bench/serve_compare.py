@@ -20,7 +20,6 @@ import asyncio
 import datetime
 import os
 import platform
-import re
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from pathlib import Path
 import httpx
 import psycopg
 from common import ROOT
+from common.databases import named
 from common.load import KEY, Run, load
 from common.results import write_section
 from common.scifact import DATASET, queries
@@ -42,11 +42,6 @@ def admin_url(data_dir: Path) -> str:
     from ragvps.db.embedded import embedded_url
 
     return embedded_url(load_settings(env={}, data_dir=data_dir))
-
-
-def with_db(url: str, name: str) -> str:
-    """`url` naming database `name` (the embedded server's socket query kept)."""
-    return re.sub(r"(postgres(?:ql)?://[^/]*/)([^?]*)", lambda m: m.group(1) + name, url, count=1)
 
 
 def build_in_baseline(baseline: Path, data_dir: Path, rows: int) -> None:
@@ -68,7 +63,7 @@ def databases(args: argparse.Namespace) -> tuple[str, str]:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{COPY_DB}" WITH (FORCE)')
             conn.execute(f'CREATE DATABASE "{COPY_DB}" TEMPLATE "{SOURCE_DB}"')
-    return with_db(admin, SOURCE_DB), with_db(admin, COPY_DB)
+    return named(admin, SOURCE_DB), named(admin, COPY_DB)
 
 
 def server(tree: Path, url: str, data_dir: Path, log: Path) -> Server:

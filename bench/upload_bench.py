@@ -27,6 +27,7 @@ from pathlib import Path
 
 import httpx
 from common import OUT, ROOT
+from common.databases import fresh
 from common.load import KEY, Run, load
 from common.results import write_section
 from serve_server import Server
@@ -57,16 +58,6 @@ def make_files(folder: Path, n: int, max_chars: int) -> list[Path]:
         path.write_text(text, encoding="utf-8")
         files.append(path)
     return files
-
-
-def database(admin: str, name: str) -> str:
-    import psycopg
-
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    address, _, query = admin.partition("?")
-    return address.rsplit("/", 1)[0] + "/" + name + ("?" + query if query else "")
 
 
 def env_for(url: str, data_dir: Path) -> dict[str, str]:
@@ -153,8 +144,8 @@ def main() -> None:
     files = make_files(WORK / "files", args.files, args.max_chars)
     size = sum(p.stat().st_size for p in files)
     admin = embedded_url(load_settings(env={"RAGVPS_DATA_DIR": str(WORK / "pg-home")}))
-    api_env = env_for(database(admin, "upload_api"), WORK / "api-data")
-    cli_env = env_for(database(admin, "upload_cli"), WORK / "cli-data")
+    api_env = env_for(fresh(admin, "upload_api"), WORK / "api-data")
+    cli_env = env_for(fresh(admin, "upload_cli"), WORK / "cli-data")
     log(f"{len(files)} files, {size / 1024:.0f} KiB; ingesting docs/ for the searches")
     ragvps(api_env, "ingest", str(ROOT / "docs"))
     for kb in ("alone", "during"):

@@ -3,6 +3,7 @@
 - results: bench/RESULTS.md's sections (each bench owns the text between its markers);
 - scifact: the SciFact data set (queries, judgements, the cached chunks and vectors, enlarged copies);
 - scale_data: the scale bench's synthetic corpus from real passages and real embeddings;
+- databases: a bench's own database on the server (a URL naming it, made empty);
 - load: the bounded HTTP load generator against `ragvps serve`, also while a reindex runs;
 - fault_cases: the faults that bench/serve_faults.py puts a server through;
 - answers, answer_signals, answer_report: bench/answer_quality.py's question sets and scores, relevance
