@@ -37,7 +37,7 @@ from ragvps.db.sql import queries
 from ragvps.db.store import EmbeddingSet
 from ragvps.retrieve.evidence import combine
 from ragvps.retrieve.fusion import rrf
-from ragvps.retrieve.search import chunk_evidence, keyword_leg, vector_leg
+from ragvps.retrieve.search import chunk_evidence, fuse, keyword_leg, vector_leg
 from ragvps.text import sentences
 
 Kind = Literal["answerable", "unanswerable", "off_topic"]
@@ -131,10 +131,7 @@ def observe(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings, pr
     rows = chunk_evidence(conn, eset, sorted(set(vec) | set(kw)), probe.question, embedding, settings)
     keep = {cid for cid, row in rows.items() if not held_out(str(row[1]))}
     vec, kw = [c for c in vec if c in keep], [c for c in kw if c in keep]
-    s = settings.search
-    k = max(settings.generate.answer_chunks, s.top_k)
-    fused = rrf([leg for leg in (vec, kw) if leg], s.rrf_k,
-                [w for leg, w in ((vec, s.rrf_vector_weight), (kw, 1.0)) if leg])[:k]
+    fused = fuse(vec, kw, settings)[:max(settings.generate.answer_chunks, settings.search.top_k)]
     evidence = max((combine(rows[c][9], rows[c][10]) for c, _ in fused), default=0.0)
     return Observed(probe, tuple(vec), tuple(kw), evidence)
 

@@ -147,12 +147,18 @@ def search(
     lap("vector_ms")
     kw = keyword_leg(conn, text, settings, filters) if mode != "vector" else []
     lap("keyword_ms")
-    legs = [(leg, weight) for leg, weight in ((vec, settings.search.rrf_vector_weight), (kw, 1.0)) if leg]
-    fused = rrf([leg for leg, _ in legs], settings.search.rrf_k, [w for _, w in legs])[:k]
+    fused = fuse(vec, kw, settings)[:k]
     rows = chunk_evidence(conn, eset, [i for i, _ in fused], text, embedding if mode != "keyword" else None, settings)
     hits = _details(fused, vec, kw, rows)
     lap("fusion_ms")
     return hits
+
+
+def fuse(vec: list[int], kw: list[int], settings: Settings) -> list[tuple[int, float]]:
+    """The legs' ids fused by RRF with the settings' rrf_k and the vector leg's weight (the keyword leg's is 1);
+    an empty leg counts for nothing."""
+    legs = [(leg, weight) for leg, weight in ((vec, settings.search.rrf_vector_weight), (kw, 1.0)) if leg]
+    return rrf([leg for leg, _ in legs], settings.search.rrf_k, [w for _, w in legs])
 
 
 class _Laps:
