@@ -155,7 +155,8 @@ def render(fusion: list[dict[str, Any]], lines: list[dict[str, Any]], before: tu
         cells = [r["corpus"], f"{r['line']:.2f}"]
         predicted_keys = ("answered", "refused_unanswerable", "refused_off_topic")
         for predicted, key in zip(predicted_keys, MEASURED[r["corpus"]], strict=True):
-            cells += [f"{p[predicted]:.2f}", f"{m[key]:.2f}" if key else "-", f"{d[key]:.2f}" if key else "-"]
+            cells += [f"{p[predicted]:.2f}" if p[predicted] is not None else "-",
+                      f"{m[key]:.2f}" if key else "-", f"{d[key]:.2f}" if key else "-"]
         out.append("| " + " | ".join(cells) + " |")
     out.append(f"<!-- {SECTION}:end -->")
     return "\n".join(out)
