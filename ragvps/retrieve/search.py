@@ -117,12 +117,13 @@ def keyword_leg(conn: psycopg.Connection, text: str, settings: Settings, filters
                 bm25: Bm25 = BM25) -> list[int]:
     """Chunk ids ranked by BM25 over the full-text lexemes of `text`; never an error for any words."""
     where = compose("keyword_filter", filter=filters.condition()) if filters else sql.SQL("true")
+    source = compose("keyword_source_filtered" if filters else "keyword_source")
     params = {"language": settings.search.language, "text": text, "candidates": settings.search.candidates,
               "budget": bm25.budget or settings.search.keyword_budget, "k1": bm25.k1, "b": bm25.b}
     if filters:
         params |= filters.params()
     with conn.transaction():
-        rows = conn.execute(compose("keyword_search", filter=where), params)
+        rows = conn.execute(compose("keyword_search", source=source, filter=where), params)
         return [r[0] for r in rows]
 
 
