@@ -1,11 +1,18 @@
 """The search use case: the question embedded, both legs and their fusion in one transaction (retried when a
 model switch committed under it), then the reranker's order when one is configured. Each search is reported to
-the App's observer with its stage timings."""
+the App's observer with its stage timings.
+
+A hybrid search in a server runs its keyword leg on a second pool connection, started before the question is
+embedded (it needs no vector), so the search takes about the slower of the two paths plus the fusion; when the
+pool has no idle connection at once the legs run one after the other on the request's own (`legs` says which)."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from ragvps.app.requests import SearchRequest, SearchResult
@@ -37,24 +44,93 @@ def search(app: App, request: SearchRequest) -> SearchResult:
     fetch = dataclasses.replace(request, k=max(k, reranker.candidates))  # a reranker orders its candidates
     start = time.perf_counter()
     timings: dict[str, float] = {}
-    with app.connection() as conn:  # one connection for the whole search, checked out once
+    with app.connection() as conn, _keyword_leg(app, fetch) as (keyword, legs):  # one connection, checked out once
         app.active_set(conn, "query")  # refuse a model mismatch before paying for the query embedding
         conn.commit()
+        if keyword is not None:
+            keyword.start()  # on its own connection, while the question is embedded
         embedding = app.embed_query(text) if request.mode != "keyword" else None
         embedded = time.perf_counter()
-        hits, eset = _search(app, conn, text, embedding, fetch, timings)
+        hits, eset = _search(app, conn, text, embedding, fetch, timings, keyword)
     done = time.perf_counter()
     timings = {"embed_ms": ms(embedded - start), "search_ms": ms(done - embedded)} | timings
     hits = reranker.order(text, hits)[:k] if hits else []  # the first k of the reranker's order are kept
     if reranker.candidates:
         timings["rerank_ms"] = ms(time.perf_counter() - done)
-    result = SearchResult(text, request.mode, hits, eset.model, timings)
+    result = SearchResult(text, request.mode, hits, eset.model, timings, legs)
     app.observer.searched(app.kb_name, result)
     return result
 
 
+class KeywordLeg:
+    """A hybrid search's keyword leg on a spare connection, run by the legs' threads; its ids when asked."""
+
+    def __init__(self, app: App, conn: psycopg.Connection, request: SearchRequest):
+        self.app, self.conn, self.request = app, conn, request
+        self.future: Future[list[int]] | None = None
+        self.ms = 0.0
+
+    def start(self) -> None:
+        self.future = _executor().submit(self._run)
+
+    def _run(self) -> list[int]:
+        from ragvps.db.database import driver_errors
+        from ragvps.retrieve.search import keyword_leg
+
+        began = time.perf_counter()
+        with driver_errors(self.app.settings):
+            ids = keyword_leg(self.conn, self.request.query, self.app.settings, self.request.filters)
+        self.ms = ms(time.perf_counter() - began)
+        return ids
+
+    def __call__(self) -> list[int]:
+        assert self.future is not None, "start() first"
+        return self.future.result()
+
+    def wait(self) -> None:
+        """Until the leg has finished with its connection (a search that failed before asking for its ids)."""
+        if self.future is not None:
+            self.future.exception()
+
+
+@contextmanager
+def _keyword_leg(app: App, request: SearchRequest) -> Iterator[tuple[KeywordLeg | None, str]]:
+    """A KeywordLeg on a spare pool connection for a hybrid search, or None: not hybrid ("" legs), a single
+    connection ("sequential"), or no idle pool connection at once ("fallback")."""
+    if request.mode != "hybrid":
+        yield None, ""
+        return
+    from ragvps.db.catalog import bind
+    from ragvps.db.database import driver_errors
+
+    with app.connections.spare() as spare:
+        if spare is None:
+            yield None, "fallback" if app.connections.stats() is not None else "sequential"
+            return
+        with driver_errors(app.settings):
+            if app.kb is not None:
+                bind(spare, app.kb.schema)
+        leg = KeywordLeg(app, spare, request)
+        try:
+            yield leg, "parallel"
+        finally:
+            leg.wait()  # the connection goes back to the pool only once the leg is done with it
+
+
+_legs: ThreadPoolExecutor | None = None
+
+
+def _executor() -> ThreadPoolExecutor:
+    """The threads that run keyword legs beside their requests (made on first use, shared by the process)."""
+    global _legs
+    if _legs is None:
+        _legs = ThreadPoolExecutor(max_workers=16, thread_name_prefix="ragvps-keyword-leg")
+    return _legs
+
+
 def _search(app: App, conn: psycopg.Connection, text: str, embedding: NDArray[np.float32] | None,
-            request: SearchRequest, timings: dict[str, float]) -> tuple[list[Hit], EmbeddingSet]:
+            request: SearchRequest, timings: dict[str, float],
+            keyword: KeywordLeg | None) -> tuple[list[Hit], EmbeddingSet]:
     from ragvps.db.database import driver_errors
     from ragvps.retrieve.search import search as search_legs
 
@@ -63,7 +139,9 @@ def _search(app: App, conn: psycopg.Connection, text: str, embedding: NDArray[np
             with driver_errors(app.settings), conn.transaction():
                 eset = app.active_set(conn, "query")
                 hits = search_legs(conn, eset, text, embedding, app.settings, request.mode, request.k,
-                                   request.filters, timings)
+                                   request.filters, timings, keyword)
+            if keyword is not None:
+                timings["keyword_ms"] = keyword.ms  # its own time, on its connection, beside the embedding
             return hits, eset
         except ActiveSetChangedError:
             # A model switch committed between reading the active set and searching its table: the
