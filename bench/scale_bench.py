@@ -309,41 +309,54 @@ def overlaps(conn: psycopg.Connection, sets: dict[str, store.EmbeddingSet], sett
     return out
 
 
-def serve(url: str, esets: list[store.EmbeddingSet], args: argparse.Namespace, texts: list[str],
-          deadline: float) -> dict[str, object]:
+def serve(url: str, esets: list[store.EmbeddingSet], args: argparse.Namespace, deadline: float) -> dict[str, object]:
     """`ragvps serve` on this database: /search closed loop and paced with 8 clients with each set active in
-    turn, then the paced load during `nice -n 19 ragvps reindex` (which rebuilds the last set's index)."""
+    turn, then the paced load during `nice -n 19 ragvps reindex` (which rebuilds the last set's index). Each phase
+    has a server of its own (an empty question memo) and sends questions it has not seen, none twice
+    (common.scifact.unseen_questions), after 50 others that warm it."""
     import httpx
     from common.load import KEY, load, under_reindex
+    from common.scifact import unseen_questions
     from serve_server import Server, ragvps_env
 
     env = ragvps_env(url, args.out / f"serve-data-{args.pg.name}", vector_type=esets[-1].vector_type,
-                     index_memory=args.index_memory)
-    server = Server(env | {"RAGVPS_API_KEYS": KEY}, args.out / f"serve-{args.pg.name}.log", key=KEY).start(timeout=300)
-    bodies = [{"query": t, "mode": "hybrid"} for t in texts]
-    out: dict[str, object] = {"reindex_type": esets[-1].vector_type}
-    try:
-        for eset in esets:
-            with connect(Settings.of(database_url=url, data_dir=OUT / "bulk-data")) as conn, conn.transaction():
-                store.activate_set(conn, eset)  # in the knowledge base's schema
-            with httpx.Client(base_url=server.url, headers=server.headers, timeout=60) as c:
-                for body in bodies[:50]:
-                    c.post("/search", json=body).raise_for_status()
-            for name, rate in (("closed", None), ("paced", args.rate)):
-                run = asyncio.run(load(server.url, "/search", bodies, 8, args.requests, 90, rate, name))
-                out[f"{name} {eset.vector_type}"] = {"requests": run.n, "rps": run.n / run.seconds,
-                                                     "p50": run.pct(50), "p95": run.pct(95),
-                                                     "errors": sum(run.errors.values())}
-                log(f"serve {name} {eset.vector_type}: {out[f'{name} {eset.vector_type}']}")
-        if not args.no_reindex and time.monotonic() < deadline:
+                     index_memory=args.index_memory) | {"RAGVPS_API_KEYS": KEY}
+    unseen, warmup = unseen_questions()
+    bodies = [{"query": t, "mode": "hybrid"} for t in unseen]
+    out: dict[str, object] = {"reindex_type": esets[-1].vector_type, "questions": "unseen", "requests_cap": len(bodies)}
+
+    def started() -> Server:
+        server = Server(env, args.out / f"serve-{args.pg.name}.log", key=KEY).start(timeout=300)
+        with httpx.Client(base_url=server.url, headers=server.headers, timeout=60) as c:
+            for text in warmup:
+                c.post("/search", json={"query": text, "mode": "hybrid"}).raise_for_status()
+        return server
+
+    for eset in esets:
+        with connect(Settings.of(database_url=url, data_dir=OUT / "bulk-data")) as conn, conn.transaction():
+            store.activate_set(conn, eset)  # in the knowledge base's schema
+        for name, rate in (("closed", None), ("paced", args.rate)):
+            server = started()
+            try:
+                run = asyncio.run(load(server.url, "/search", bodies, 8, min(args.requests, len(bodies)), 90, rate,
+                                       name))
+            finally:
+                server.stop()
+            out[f"{name} {eset.vector_type}"] = {"requests": run.n, "rps": run.n / run.seconds,
+                                                 "p50": run.pct(50), "p95": run.pct(95),
+                                                 "errors": sum(run.errors.values())}
+            log(f"serve {name} {eset.vector_type}: {out[f'{name} {eset.vector_type}']}")
+    if not args.no_reindex and time.monotonic() < deadline:
+        server = started()
+        try:
             ns = argparse.Namespace(clients=8, requests=args.requests, max_seconds=args.max_reindex_seconds / 4,
                                     rate=args.rate)
             run, seconds, code = asyncio.run(under_reindex(server.url, bodies, ns, env, "reindex"))
-            out["reindex"] = {"seconds": seconds, "exit": code, "requests": run.n, "p50": run.pct(50),
-                              "p95": run.pct(95), "errors": sum(run.errors.values())}
-            log(f"serve during reindex: {out['reindex']}")
-    finally:
-        server.stop()
+        finally:
+            server.stop()
+        out["reindex"] = {"seconds": seconds, "exit": code, "requests": run.n, "p50": run.pct(50),
+                          "p95": run.pct(95), "errors": sum(run.errors.values())}
+        log(f"serve during reindex: {out['reindex']}")
     return out
 
 
@@ -485,7 +498,7 @@ def measure_size(args: argparse.Namespace, settings: Settings, gen: Generator, n
         r["uptime"].append(os.getloadavg())  # type: ignore[attr-defined]
         served = [built[t] for t in args.serve_types.split(",") if t in built]
     if served and not args.no_serve and time.monotonic() < deadline:
-        r["serve"] = serve(settings.database.url or "", served, args, texts, deadline)
+        r["serve"] = serve(settings.database.url or "", served, args, deadline)
         r["uptime"].append(os.getloadavg())  # type: ignore[attr-defined]
 
 

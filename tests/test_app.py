@@ -84,7 +84,7 @@ def test_a_pooled_app_serves_threads_with_one_embedder(settings: Settings, tmp_p
         assert {"embed_ms", "keyword_ms", "keyword_wait_ms", "vector_ms", "fusion_ms"} <= set(parallel[-1].timings)
         with app.connection(), app.connection():  # two of three held: none to spare, and nobody waits for one
             busy = app.search(SearchRequest("how do I rotate the keys?", k=5))
-        assert busy.legs == "fallback" and busy.hits == alone.hits and "keyword_wait_ms" not in busy.timings
+        assert busy.legs == "fallback" and busy.hits == alone.hits  # on its own connection, beside the embedding
         assert app.search(SearchRequest("embedded database", mode="keyword")).legs == ""  # one leg
 
 

@@ -2,9 +2,10 @@
 model switch committed under it), then the reranker's order when one is configured. Each search is reported to
 the App's observer with its stage timings.
 
-A hybrid search in a server runs its keyword leg on a second pool connection, started before the question is
-embedded (it needs no vector), so the search takes about the slower of the two paths plus the fusion; when the
-pool has no idle connection at once the legs run one after the other on the request's own (`legs` says which)."""
+A hybrid search starts its keyword leg before the question is embedded (it needs no vector). In a server it runs
+on a second pool connection, so the search takes about the slower of the two paths (embedding + vector leg, keyword
+leg) plus the fusion; when the pool has no connection idle at once, it runs on the request's own, beside the
+embedding, and the vector leg follows it (`SearchResult.legs` says which, ragvps_search_legs_total counts it)."""
 
 from __future__ import annotations
 
@@ -44,12 +45,14 @@ def search(app: App, request: SearchRequest) -> SearchResult:
     fetch = dataclasses.replace(request, k=max(k, reranker.candidates))  # a reranker orders its candidates
     start = time.perf_counter()
     timings: dict[str, float] = {}
-    with app.connection() as conn, _keyword_leg(app, fetch) as (keyword, legs):  # one connection, checked out once
+    with app.connection() as conn, _keyword_leg(app, conn, fetch) as (keyword, legs):  # checked out once
         app.active_set(conn, "query")  # refuse a model mismatch before paying for the query embedding
         conn.commit()
         if keyword is not None:
-            keyword.start()  # on its own connection, while the question is embedded
+            keyword.start()  # while the question is embedded
         embedding = app.embed_query(text) if request.mode != "keyword" else None
+        if keyword is not None and keyword.conn is conn:
+            keyword.wait()  # on this request's own connection: done with it before the vector leg takes it
         embedded = time.perf_counter()
         hits, eset = _search(app, conn, text, embedding, fetch, timings, keyword)
     done = time.perf_counter()
@@ -63,7 +66,8 @@ def search(app: App, request: SearchRequest) -> SearchResult:
 
 
 class KeywordLeg:
-    """A hybrid search's keyword leg on a spare connection, run by the legs' threads; its ids when asked."""
+    """A hybrid search's keyword leg, run by the legs' threads on a spare connection (beside the embedding and the
+    vector leg) or on the request's own (beside the embedding only); its ids when asked."""
 
     def __init__(self, app: App, conn: psycopg.Connection, request: SearchRequest):
         self.app, self.conn, self.request = app, conn, request
@@ -88,15 +92,16 @@ class KeywordLeg:
         return self.future.result()
 
     def wait(self) -> None:
-        """Until the leg has finished with its connection (a search that failed before asking for its ids)."""
+        """Until the leg has finished with its connection (whether it succeeded is for __call__ to say)."""
         if self.future is not None:
             self.future.exception()
 
 
 @contextmanager
-def _keyword_leg(app: App, request: SearchRequest) -> Iterator[tuple[KeywordLeg | None, str]]:
-    """A KeywordLeg on a spare pool connection for a hybrid search, or None: not hybrid ("" legs), a single
-    connection ("sequential"), or no idle pool connection at once ("fallback")."""
+def _keyword_leg(app: App, conn: psycopg.Connection, request: SearchRequest) -> Iterator[tuple[KeywordLeg | None, str]]:
+    """A hybrid search's KeywordLeg: on a spare pool connection ("parallel"), else on the request's own `conn`,
+    beside the embedding but before the vector leg ("fallback" when the pool had none idle at once, "sequential"
+    with a single connection). Not hybrid: None."""
     if request.mode != "hybrid":
         yield None, ""
         return
@@ -105,16 +110,17 @@ def _keyword_leg(app: App, request: SearchRequest) -> Iterator[tuple[KeywordLeg 
 
     with app.connections.spare() as spare:
         if spare is None:
-            yield None, "fallback" if app.connections.stats() is not None else "sequential"
-            return
-        with driver_errors(app.settings):
-            if app.kb is not None:
-                bind(spare, app.kb.schema)
-        leg = KeywordLeg(app, spare, request)
+            leg = KeywordLeg(app, conn, request)
+            how = "fallback" if app.connections.stats() is not None else "sequential"
+        else:
+            with driver_errors(app.settings):
+                if app.kb is not None:
+                    bind(spare, app.kb.schema)
+            leg, how = KeywordLeg(app, spare, request), "parallel"
         try:
-            yield leg, "parallel"
+            yield leg, how
         finally:
-            leg.wait()  # the connection goes back to the pool only once the leg is done with it
+            leg.wait()  # its connection is given back (or used again) only once the leg is done with it
 
 
 _legs: ThreadPoolExecutor | None = None
