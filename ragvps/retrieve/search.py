@@ -68,6 +68,7 @@ class Bm25:
     k1: float = 1.2
     b: float = 0.75
     budget: int | None = None
+    cap: int = 4  # candidates scored at most: cap x budget (the first in table order past it)
 
 
 BM25 = Bm25()  # chosen by bench/quality_bench.py
@@ -119,8 +120,9 @@ def keyword_leg(conn: psycopg.Connection, text: str, settings: Settings, filters
     """Chunk ids ranked by BM25 over the full-text lexemes of `text`; never an error for any words."""
     where = compose("keyword_filter", filter=filters.condition()) if filters else sql.SQL("true")
     source = compose("keyword_source_filtered" if filters else "keyword_source")
+    budget = bm25.budget or settings.search.keyword_budget
     params = {"language": settings.search.language, "text": text, "candidates": settings.search.candidates,
-              "budget": bm25.budget or settings.search.keyword_budget, "k1": bm25.k1, "b": bm25.b}
+              "budget": budget, "cap": max(bm25.cap * budget, settings.search.candidates), "k1": bm25.k1, "b": bm25.b}
     if filters:
         params |= filters.params()
     with conn.transaction():
