@@ -164,12 +164,12 @@ class PooledConnections:
 
     @contextmanager
     def spare(self) -> Iterator[psycopg.Connection | None]:
-        """A pool connection only if one can be had at once: no request waits for it, and it never makes another
-        request wait (none is taken while any waits or while every connection is busy)."""
+        """A pool connection only while the pool is mostly idle (no request waits, at most half of it busy) and one
+        can be had at once: under load a second connection a request would make the next request wait for one."""
         from psycopg_pool import PoolTimeout
 
         with self._lock:
-            free = self._busy + self._waiting < self.settings.database.pool_size
+            free = not self._waiting and self._busy <= max(self.settings.database.pool_size // 2, 1)  # its own too
         conn = None
         if free:
             try:
