@@ -64,6 +64,5 @@ def test_schemathesis_on_the_upload_delete_and_job_routes(db_url: str, tmp_path)
         srv.stop()
     tested = re.search(r"(\d+) generated", out)
     assert tested and int(tested.group(1)) >= 30, out[-2000:]
-    for route in ("POST /kb/{name}/documents", "DELETE /kb/{name}/documents/{doc}", "GET /jobs/{job}",
-                  "DELETE /jobs/{job}"):
-        assert route in out, out[-3000:]
+    assert re.search(r"Selected: 6/\d+\s+Tested: 6\b", out), out[-2000:]  # POST, GET, DELETE documents; the jobs'
+    assert re.search(r"Scenarios: +[1-9]", out), out[-2000:]  # uploads followed to their jobs
