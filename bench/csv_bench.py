@@ -166,9 +166,10 @@ def report(sizes: list[dict], embed: dict, uptime: list[str]) -> str:
         *rows,
         "",
         f"Memory grows with the file: {grow:.0f} MB of peak RSS for each further MB of CSV (the whole table's "
-        "Markdown and its chunks are held until they are stored). Progress: the chunk stage reports once per file, "
-        "so a single large file shows no progress while it is read and chunked (the longest gap above); storing "
-        "reports every 2,000 chunks.",
+        "Markdown and its chunks are held until they are stored). Progress: the chunk stage reports once per file "
+        "and the store stage once per group of documents (2,000 chunks, or one larger document), so a single large "
+        "file shows no progress from its start until it is stored (the longest gaps above); an upload job's "
+        "`chunks_embedded` then moves with each embedding batch.",
         "",
         f"Embedding, `ragvps worker` for {embed['wall_s']:.0f} s (SIGINT, its batch finished first): "
         f"{embed['embedded']:,} chunks, {rate:.1f} chunks/s including its start, peak RSS {embed['peak_mb']:,.0f} MB; "
