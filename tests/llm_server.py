@@ -92,7 +92,8 @@ class FakeLLM:
     stall_after: int | None = None  # stream this many pieces, then stall (stall_s) with the connection open
     stall_s: float = 60.0
     context_limit: int | None = None  # prompt tokens above this: the provider's context-length 400
-    tool_call: tuple[str, str] | None = None  # (name, JSON arguments): called when an OpenAI request offers tools
+    tool_call: tuple[str, str] | None = None  # (name, JSON arguments): called when a request offers tools
+    no_usage: bool = False  # as llama.cpp's server: no usage in the stream, whatever stream_options asks
     requests: list[dict[str, Any]] = field(default_factory=list)  # path, headers, body, prompt_tokens
     pieces_sent: int = 0
     disconnected: bool = False
@@ -112,6 +113,7 @@ class FakeLLM:
         with self._lock:
             self.reply, self.faults, self.slow, self.piece_delay = default_reply, [], 0.0, 0.0
             self.cut_after, self.context_limit, self.stall_after, self.tool_call = None, None, None, None
+            self.no_usage = False
             self.requests.clear()
             self._seen_systems.clear()
             self.pieces_sent, self.disconnected = 0, False
@@ -176,6 +178,8 @@ class FakeLLM:
             out = _openai_tool_call(*self.tool_call, n)
         else:
             out = {"openai": _openai, "anthropic": _anthropic, "ollama": _ollama}[kind](pieces, n, cached)
+        if self.no_usage and kind == "openai":
+            out = (sent for sent in out if '"usage"' not in sent[1])
         self._stream(h, kind, out, len(pieces))
 
     def _stream(self, h: BaseHTTPRequestHandler, kind: str, out: Iterator[tuple[bool, str]], total: int) -> None:

@@ -50,7 +50,8 @@ class AnswerOut(BaseModel):
     sources: list[dict[str, Any]] = Field(description="The chunks sent: number, chunk_id, path, heading_path, "
                                                       "start, end, score, text, evidence.")
     left_out: dict[str, int]
-    usage: dict[str, int]
+    usage: dict[str, int | bool] = Field(description="Tokens: prompt, completion, cached; `counted` when the "
+                                                      "LLM server reported none and ragvps counted them.")
     cache: Literal["hit", "miss", "off"]
     generator: str
     model: str

@@ -35,10 +35,23 @@ class Tally:
     completion_tokens: int = 0
     cached_tokens: int = 0
     cache_creation_tokens: int = 0
+    counted: bool = False  # the provider reported none: counted here (see `count_missing`)
 
     def frozen(self) -> Usage:
         return Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
-                     cached_tokens=self.cached_tokens, cache_creation_tokens=self.cache_creation_tokens)
+                     cached_tokens=self.cached_tokens, cache_creation_tokens=self.cache_creation_tokens,
+                     counted=self.counted)
+
+    def count_missing(self, fit: Fit, text: str) -> None:
+        """What the provider did not report (llama.cpp's server sends no usage in a stream, whatever
+        stream_options asks), counted with tiktoken from the prompt sent and the text received, and marked."""
+        from ragvps import tokens
+
+        if self.prompt_tokens and (self.completion_tokens or not text):
+            return
+        self.counted = True
+        self.prompt_tokens = self.prompt_tokens or fit.prompt_tokens
+        self.completion_tokens = self.completion_tokens or tokens.count_llm(text, fit.encoding)
 
 
 @dataclass
@@ -133,7 +146,7 @@ class LLM:
                         log.info("%s answered HTTP %s; retrying in %.1f s", self.name, response.status_code, wait)
                         self.sleep(wait)
                         continue
-                    return self._read(response, on_token)
+                    return self._read(response, on_token, fit)
             except httpx.TimeoutException as exc:
                 if last:
                     raise GeneratorError(
@@ -148,7 +161,7 @@ class LLM:
             self.sleep(_backoff(attempt))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _read(self, response: httpx.Response, on_token: Callable[[str], None]) -> Generation:
+    def _read(self, response: httpx.Response, on_token: Callable[[str], None], fit: Fit) -> Generation:
         import httpx
 
         stream = Stream()
@@ -165,8 +178,10 @@ class LLM:
             raise GeneratorError(
                 f"the answer stream from {self.name} at {self.url} ended mid-answer after "
                 f"{sum(map(len, pieces)):,} characters; nothing was cached: ask again")
-        return Generation(text="".join(pieces), usage=stream.usage.frozen(), finish=stream.finish,
-                          tool_calls=stream.tool_calls())
+        text = "".join(pieces)
+        calls = stream.tool_calls()
+        stream.usage.count_missing(fit, text + "".join(c.name + c.arguments for c in calls))
+        return Generation(text=text, usage=stream.usage.frozen(), finish=stream.finish, tool_calls=calls)
 
     def _refused(self, response: httpx.Response, attempt: int, last: bool) -> float:
         """Raise the error for a refused request, or return how long to wait before the retry."""
