@@ -48,7 +48,9 @@ class OllamaChatIn(BaseModel):
     """Ollama's /api/chat request; what ragvps does not use (keep_alive, think, options it has no use for) is
     accepted and ignored."""
 
-    model_config = ConfigDict(extra="allow", strict=True)
+    model_config = ConfigDict(extra="allow", strict=True, json_schema_extra={"examples": [{
+        "model": "ragvps", "messages": [{"role": "user", "content": "how do I stop the embedded database?"}],
+        "stream": False}]})
     model: str = Field(description="A knowledge base: `ragvps` (or `ragvps:latest`) for the server's own, others "
                                    "by name (GET /api/tags lists them).", examples=["ragvps"])
     messages: list[OllamaMessage] = Field(min_length=1, max_length=1000)
@@ -59,7 +61,7 @@ class OllamaChatIn(BaseModel):
 
 
 class OllamaShowIn(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
+    model_config = ConfigDict(extra="allow", strict=True, json_schema_extra={"examples": [{"model": "ragvps"}]})
     model: str | None = Field(None, examples=["ragvps"])
     name: str | None = Field(None, description="The older field for model.")
 

@@ -2,7 +2,7 @@
 `stream: true`), so Open WebUI, LibreChat, Continue or the OpenAI SDK can use the knowledge base with a base
 URL and a key. The request's `messages` are the whole conversation; the chat use case answers its last turn.
 Keys, body limits and Host/Origin rules are the server's middleware, as for every route; errors come back in
-OpenAI's shape (serve.openai_shapes.OpenAIErrors).
+OpenAI's shape (serve.error_shapes).
 """
 
 # No `from __future__ import annotations` here: FastAPI reads the request model from the annotations.
