@@ -77,14 +77,6 @@ class ChatIn(BaseModel):
     response_format: dict[str, Any] | None = Field(None, description="json_object and json_schema need an LLM.")
     parallel_tool_calls: bool | None = None
 
-    def required(self) -> str | None:
-        """The field that asks for what only an LLM can give (a tool call, JSON), or None."""
-        if self.tools and (self.tool_choice == "required" or isinstance(self.tool_choice, dict)):
-            return "tool_choice"
-        if self.response_format and self.response_format.get("type") in ("json_object", "json_schema"):
-            return "response_format"
-        return None
-
     def passed(self) -> str:
         """tools, tool_choice, response_format, parallel_tool_calls as sent (JSON text), for the LLM."""
         fields = {k: getattr(self, k) for k in ("tools", "tool_choice", "response_format", "parallel_tool_calls")}

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import httpx
 
     from ragvps.generate.budget import Fit
+    from ragvps.generate.llm.tools import Unsupported
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,10 @@ class Provider(Protocol):
 
     def request(self, fit: Fit, settings: GenerateSettings) -> Request: ...
 
+    def unsupported(self, tools: str) -> Unsupported | None:
+        """The passed field (a chat client's tools, tool_choice, response_format) this API cannot take."""
+        ...
+
     def read(self, lines: Iterator[str], stream: Stream) -> Iterator[str]:
         """The answer's text pieces from the response lines; fills `stream`."""
         ...
@@ -121,6 +126,9 @@ class LLM:
             timeout = httpx.Timeout(float(self.settings.timeout), connect=min(10.0, float(self.settings.timeout)))
             self._client = httpx.Client(timeout=timeout)
         return self._client
+
+    def unsupported(self, tools: str) -> Unsupported | None:
+        return self.provider.unsupported(tools)
 
     def close(self) -> None:
         if self._client is not None:
