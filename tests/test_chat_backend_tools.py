@@ -131,3 +131,12 @@ def test_ollama_takes_tools_and_formats_in_its_own_shapes(ollama_srv: InProcess,
     requests = len(llm.llm_requests())
     said = refused(ollama_srv, "tool_choice", tools=cb.CONTINUE_TOOLS, tool_choice="required")
     assert "generator=ollama" in said and "tool_choice auto" in said and len(llm.llm_requests()) == requests
+
+
+def test_a_lone_instruction_reaches_anthropic_as_the_question(anthropic_srv: InProcess, llm: FakeLLM):
+    llm.reply = "Stopping the database"
+    done = client(anthropic_srv).chat.completions.create(**cb.librechat_title(QUESTION, "Run `ragvps server stop`."))
+    sent = llm.llm_requests()[-1]["body"]
+    assert sent["system"] == [] and sent["messages"][0]["role"] == "user"
+    assert QUESTION in sent["messages"][0]["content"][0]["text"]
+    assert done.choices[0].message.content == "Stopping the database"

@@ -101,6 +101,8 @@ def anthropic_messages(sent: list[Json]) -> tuple[str, list[Json]]:
                                "input": arguments(function.get("arguments", ""))})
             if blocks:
                 messages.append({"role": role, "content": blocks})
+    if not messages and system:  # one instruction as a system message (LibreChat's title request): the question
+        return "", [{"role": "user", "content": [{"type": "text", "text": system}]}]
     return system, messages
 
 
