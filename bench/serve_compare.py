@@ -2,6 +2,7 @@
 chunks, in one run (issue 29: knowledge bases must not lower it).
 
     python bench/serve_compare.py --baseline /work/baseline [--data-dir bench/out/scifact-base] [--rounds 3]
+    python bench/serve_compare.py --baseline /work/baseline --off     # this checkout, metrics and logs on and off
 
 The data directory is one the baseline's `bench/eval_bench.py` ingested SciFact into (its embedded PostgreSQL
 and cached vectors). The baseline's own `bench/serve_bench.py` builds its 100k-chunk database there
@@ -11,6 +12,10 @@ the knowledge base `default` when its server first opens it: the same rows, vect
 re-embedded. Both servers run at once against the same embedded PostgreSQL; each round measures /search hybrid
 with 8 clients closed loop on one, then the other (the order alternating by round), bounded in requests and
 seconds, after 50 warming requests each. Figures go to bench/RESULTS.md, section "serve_compare".
+
+With --off both sides are this checkout on the same upgraded copy: one with metrics and the request log on (the
+defaults), one with them off (`metrics = false`, `log_format = off`), in section "serve_metrics" (issue 33: they
+may add at most 3% to /search p50).
 """
 
 from __future__ import annotations
@@ -66,13 +71,16 @@ def databases(args: argparse.Namespace) -> tuple[str, str]:
     return named(admin, SOURCE_DB), named(admin, COPY_DB)
 
 
-def server(tree: Path, url: str, data_dir: Path, log: Path) -> Server:
+OFF = {"RAGVPS_METRICS": "false", "RAGVPS_LOG_FORMAT": "off"}
+
+
+def server(tree: Path, url: str, data_dir: Path, log: Path, extra: dict[str, str] | None = None) -> Server:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")}
     data_dir.mkdir(parents=True, exist_ok=True)
     (data_dir / "no-config.toml").touch()
     env |= {"PYTHONPATH": str(tree), "RAGVPS_DATABASE_URL": url, "RAGVPS_DATA_DIR": str(data_dir),
             "RAGVPS_EMBEDDER": "local", "RAGVPS_CONFIG": str(data_dir / "no-config.toml"),
-            "RAGVPS_API_KEYS": KEY}
+            "RAGVPS_API_KEYS": KEY} | (extra or {})
     return Server(env, log, key=KEY, cwd=tree).start(timeout=600)
 
 
@@ -96,20 +104,26 @@ def main() -> None:
     parser.add_argument("--section", default="serve_compare", help="Its section in bench/RESULTS.md.")
     parser.add_argument("--note", default="", help="What the two checkouts differ in, for the section.")
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--off", action="store_true", help="Compare this checkout with metrics and the request log "
+                                                           "off (first side) and on, instead of the baseline.")
     args = parser.parse_args()
+    if args.off and args.section == "serve_compare":
+        args.section = "serve_metrics"
 
     base_url, this_url = databases(args)
     bodies = [{"query": t, "mode": "hybrid"} for t in queries(DATASET)]
     load_before = os.getloadavg()
-    sides = {"baseline": server(args.baseline, base_url, args.data_dir, args.data_dir / "compare-base.log"),
-             # its own data directory: the upgrade would adopt the baseline's stage files into kb/default
-             "this": server(ROOT, this_url, args.data_dir / "compare-this", args.data_dir / "compare-this.log")}
+    # this checkout in its own data directory: the upgrade would adopt the baseline's stage files into kb/default
+    this = server(ROOT, this_url, args.data_dir / "compare-this", args.data_dir / "compare-this.log")
+    first = (server(ROOT, this_url, args.data_dir / "compare-off", args.data_dir / "compare-off.log", OFF)
+             if args.off else server(args.baseline, base_url, args.data_dir, args.data_dir / "compare-base.log"))
+    sides = {"baseline": first, "this": this}
     runs: dict[str, list[Run]] = {"baseline": [], "this": []}
     try:
         chunks = {k: httpx.get(s.url + "/health", timeout=30).json().get("chunks") for k, s in sides.items()}
         for r in range(args.rounds):
             for side in (("baseline", "this") if r % 2 == 0 else ("this", "baseline")):
-                runs[side].append(measure(sides[side], bodies, args, f"{side}, round {r + 1}"))
+                runs[side].append(measure(sides[side], bodies, args, f"{label(args, side)}, round {r + 1}"))
                 print(runs[side][-1].row(), file=sys.stderr, flush=True)
     finally:
         for s in sides.values():
@@ -120,8 +134,14 @@ def main() -> None:
         write_section(args.section, section)
 
 
+def label(args: argparse.Namespace, side: str) -> str:
+    return {"baseline": "metrics and log off", "this": "on"}[side] if args.off else side
+
+
 def render(args: argparse.Namespace, chunks: dict, runs: dict[str, list[Run]], before: tuple[float, ...],
            after: tuple[float, ...]) -> str:
+    if args.off:
+        return render_off(args, runs, before, after)
     def med(side: str, f) -> float:
         return statistics.median(f(run) for run in runs[side])
 
@@ -149,6 +169,29 @@ def render(args: argparse.Namespace, chunks: dict, runs: dict[str, list[Run]], b
         f"{p95['baseline']:.1f} ms; this {rate['this']:.1f} req/s, p50 {p50['this']:.1f} ms, p95 {p95['this']:.1f} "
         f"ms. Ratio this/baseline: capacity {rate['this'] / rate['baseline']:.2f}x, p50 "
         f"{p50['this'] / p50['baseline']:.2f}x, p95 {p95['this'] / p95['baseline']:.2f}x.",
+        f"<!-- {args.section}:end -->",
+    ])
+
+
+def render_off(args: argparse.Namespace, runs: dict[str, list[Run]], before: tuple[float, ...],
+               after: tuple[float, ...]) -> str:
+    p50 = {s: statistics.median(run.pct(50) for run in runs[s]) for s in runs}
+    rate = {s: statistics.median(run.n / run.seconds for run in runs[s]) for s in runs}
+    added = p50["this"] / p50["baseline"] - 1
+    return "\n".join([
+        f"<!-- {args.section}:start -->",
+        "## Metrics and logs, on and off (`python bench/serve_compare.py --baseline ... --off`)", "",
+        f"{datetime.date.today().isoformat()}, {platform.machine()} with {os.cpu_count()} cores; load average "
+        f"{before[0]:.2f} before, {after[0]:.2f} after. This checkout twice on the same 100k-chunk knowledge base: "
+        "with `metrics = false` and `log_format = off`, and with both on (the defaults: every search observed, "
+        "/metrics served, one request line a request to stderr, here a file). /search hybrid, "
+        f"{args.clients} clients closed loop, {args.rounds} rounds, the order alternating; the questions repeat, so "
+        "the question memo is warm on both sides.", "",
+        "| run | requests | req/s | p50 ms | p95 ms | p99 ms | errors |", "|---|---|---|---|---|---|---|",
+        *[run.row() for r in range(args.rounds) for side in ("baseline", "this") for run in [runs[side][r]]], "",
+        f"Medians over the rounds: off {rate['baseline']:.1f} req/s, p50 {p50['baseline']:.1f} ms; on "
+        f"{rate['this']:.1f} req/s, p50 {p50['this']:.1f} ms. Metrics and logs add {added:+.1%} to the p50 "
+        f"(goal <= +3%): {'met' if added <= 0.03 else 'missed'}.",
         f"<!-- {args.section}:end -->",
     ])
 

@@ -168,7 +168,8 @@ class ServeSettings:
     upload_max_bytes: int = setting(1 << 30, "upload_max_bytes", lo=1024, hi=1 << 40)
     upload_max_file_bytes: int = setting(256 << 20, "upload_max_file_bytes", lo=1024, hi=1 << 40)
     upload_max_files: int = setting(1000, "upload_max_files", lo=1, hi=100_000)
-    log_format: str = setting("text", "log_format", choices=("text", "json"))  # the request log's lines
+    log_format: str = setting("text", "log_format", choices=("text", "json", "off"))  # the request log's lines
+    metrics: bool = setting(True, "metrics")  # GET /metrics, and the use cases observed for it
     log_questions: bool = setting(False, "log_questions")  # the question's text in the request log (off: never)
 
 

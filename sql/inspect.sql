@@ -52,3 +52,9 @@ FROM unnest(%(words)s::text[]) WITH ORDINALITY AS w (word, i)
 LEFT JOIN LATERAL unnest(tsvector_to_array(to_tsvector(%(language)s::regconfig, w.word))) AS l (lexeme) ON true
 LEFT JOIN term_stats s ON s.lexeme = l.lexeme
 ORDER BY w.i;
+
+-- name: gold_chunks
+-- `ragvps calibrate` with gold questions: the chunks of the documents they name, by document id or source path.
+SELECT d.doc_id, d.source, c.id
+FROM documents d JOIN chunks c ON c.document_id = d.id
+WHERE d.doc_id = ANY(%(docs)s) OR d.source = ANY(%(docs)s);

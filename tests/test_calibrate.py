@@ -92,7 +92,7 @@ def test_too_small_a_knowledge_base_is_told_to_grow(db_url: str, tmp_path: Path)
     (tmp_path / "one" / "a.md").write_text("# One\n\nA single short page about the harbour crane and its hook.\n")
     cli(env, "ingest", str(tmp_path / "one"))
     done = CliRunner().invoke(cli_app, ["calibrate"], env={k: v for k, v in env.items() if k.startswith("RAGVPS_")})
-    assert done.exit_code != 0 and "fewer than 10 questions" in done.output and "ingest more" in done.output
+    assert done.exit_code != 0 and "fewer than 10 answerable questions" in done.output and "ingest more" in done.output
 
 
 def test_weighted_rrf_leans_on_the_heavier_leg():
@@ -101,3 +101,33 @@ def test_weighted_rrf_leans_on_the_heavier_leg():
     assert equal[1] == equal[3] > equal[2]  # equal weights: the two ends tie
     assert rrf([vector, keyword], 60, [2.0, 1.0])[0][0] == 1
     assert rrf([vector, keyword], 60, [1.0, 2.0])[0][0] == 3
+
+
+def test_gold_questions_are_the_answerable_ones_and_their_documents_are_never_held_out(env: dict[str, str],
+                                                                                        tmp_path: Path):
+    from ragvps.measure.calibrate import HeldOut
+
+    def gold(name: str, topics: list[str]) -> Path:
+        path = tmp_path / name
+        path.write_text("\n".join(json.dumps({"question": f"how often does the {t} crew work?",
+                                               "doc": f"{t.replace(' ', '-')}.md"}) for t in topics) + "\n")
+        return path
+
+    held = [t for t in TOPICS if HeldOut()(f"{t.replace(' ', '-')}.md")]
+    assert held  # the corpus has a document the rule holds out
+    kept = gold("kept.jsonl", [t for t in TOPICS if t not in held])
+    shown = json.loads(cli(env, "calibrate", "--gold", str(kept), "--json"))
+    assert shown["gold"] == str(kept)
+    assert shown["questions"]["answerable"] == len(TOPICS) - len(held)  # the gold ones, none made from chunks
+    assert shown["questions"]["unanswerable"] >= 1  # still made from the held-out document
+    assert shown["fusion"]["mrr"] > 0.5
+    assert "gold questions from" in cli(env, "calibrate", "--gold", str(kept))
+
+    every = json.loads(cli(env, "calibrate", "--gold", str(gold("every.jsonl", TOPICS)), "--json"))
+    assert every["questions"]["unanswerable"] == 0  # a gold document is never held out of retrieval
+    assert every["questions"]["answerable"] == len(TOPICS)
+
+    stray = gold("stray.jsonl", ["nowhere"])
+    done = CliRunner().invoke(cli_app, ["calibrate", "--gold", str(stray)],
+                              env={k: v for k, v in env.items() if k.startswith("RAGVPS_")})
+    assert done.exit_code != 0 and "'nowhere.md'" in done.output and "relative to the ingested folder" in done.output

@@ -135,6 +135,21 @@ def test_a_server_without_keys_on_loopback_serves_metrics_to_anyone(corpus_env: 
         srv.stop()
 
 
+def test_metrics_and_the_request_log_turn_off(corpus_env: dict[str, str], caplog: pytest.LogCaptureFixture):
+    srv = InProcess(corpus_env | {"RAGVPS_API_KEYS": KEY, "RAGVPS_METRICS": "false", "RAGVPS_LOG_FORMAT": "off"})
+    srv.start()
+    try:
+        with caplog.at_level(logging.INFO, logger="ragvps.requests"), srv.client() as c:
+            searched = c.post("/search", json={"query": "lamp"}, headers={"X-Request-Id": "off-1"})
+            scraped = c.get("/metrics")
+    finally:
+        srv.stop()
+    assert searched.status_code == 200 and searched.json()["hits"]
+    assert scraped.status_code == 404  # no route: nothing observed, nothing to read
+    assert "x-request-id" not in searched.headers  # neither a log nor a count: no request middleware at all
+    assert not [rec for rec in caplog.records if rec.name == "ragvps.requests"]
+
+
 def test_the_request_id_comes_back_and_a_proxys_is_kept_when_well_formed(server: InProcess):
     with server.client() as c:
         mine = c.post("/search", json={"query": "lamp"}, headers={"X-Request-Id": "proxy-7f3a.1"})

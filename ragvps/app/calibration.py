@@ -16,9 +16,18 @@ from ragvps.errors import UsageError
 if TYPE_CHECKING:
     from ragvps.app.ports import App
     from ragvps.measure.calibrate import Fusion, Point
+    from ragvps.measure.evaluate import Question
 
 Progress = Callable[[str, int, int], None]
 RECORD = "calibration.json"
+
+
+@dataclass(frozen=True)
+class Gold:
+    """Gold questions for the answerable side (`ragvps eval`'s formats), and where they came from."""
+
+    questions: tuple[Question, ...]
+    source: str
 
 
 @dataclass(frozen=True)
@@ -32,6 +41,7 @@ class Calibration:
     fusion: Fusion
     applied: bool
     at: str
+    gold: str | None = None  # the gold questions' source, when they were the answerable ones
 
     def settings(self) -> dict[str, object]:
         """What --apply keeps in the knowledge base's settings."""
@@ -39,25 +49,29 @@ class Calibration:
                 "rrf_vector_weight": self.fusion.vector_weight}
 
     def to_json(self) -> dict[str, object]:
-        return {"kb": self.kb, "questions": self.questions, "target": self.target, "applied": self.applied,
-                "at": self.at, "chosen": dataclasses.asdict(self.chosen), "current": dataclasses.asdict(self.current),
-                "fusion": dataclasses.asdict(self.fusion), "curve": [dataclasses.asdict(p) for p in self.curve]}
+        return {"kb": self.kb, "questions": self.questions, "gold": self.gold, "target": self.target,
+                "applied": self.applied, "at": self.at, "chosen": dataclasses.asdict(self.chosen),
+                "current": dataclasses.asdict(self.current), "fusion": dataclasses.asdict(self.fusion),
+                "curve": [dataclasses.asdict(p) for p in self.curve]}
 
 
-def calibrate(app: App, n: int, target: float, apply: bool, progress: Progress) -> Calibration:
+def calibrate(app: App, n: int, target: float, apply: bool, progress: Progress, gold: Gold | None) -> Calibration:
     from ragvps.measure import calibrate as measure
 
     if not 0 < target <= 1:
         raise UsageError(f"--target {target}: give the share of answerable questions to keep answered, in (0, 1]")
     with app.connection() as conn:
         eset = app.active_set(conn, "calibrate")
-        found = measure.probes(conn, app.settings.search.language, n)
+        answerable, held_out = measure.gold_probes(conn, gold.questions) if gold else ([], measure.HeldOut())
+        found = measure.probes(conn, app.settings.search.language, n, held_out, answerable)
         conn.commit()
         if sum(p.kind == "answerable" for p in found) < 10:
-            raise UsageError(f"knowledge base {app.kb_name!r} gives fewer than 10 questions to calibrate on: "
-                             "ingest more documents first")
+            raise UsageError(f"knowledge base {app.kb_name!r} gives fewer than 10 answerable questions to calibrate "
+                             "on: " + ("give more gold questions whose documents are in it" if gold else
+                                       "ingest more documents first"))
         observed = []
-        for i, seen in enumerate(measure.observe_all(conn, eset, app.settings, found, app.embed_queries), 1):
+        asked = measure.observe_all(conn, eset, app.settings, found, app.embed_queries, held_out)
+        for i, seen in enumerate(asked, 1):
             observed.append(seen)
             progress("ask", i, len(found))
         conn.commit()
@@ -67,7 +81,7 @@ def calibrate(app: App, n: int, target: float, apply: bool, progress: Progress) 
                                                   for k in ("answerable", "unanswerable", "off_topic")},
                        curve=curve, chosen=measure.choose(curve, target), current=now, target=target,
                        fusion=measure.fit_fusion(observed, app.settings.search.rrf_k), applied=apply,
-                       at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+                       at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), gold=gold.source if gold else None)
     if apply:
         keep(app, done)
     return done

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import psycopg
     from numpy.typing import NDArray
 
-    from ragvps.app.calibration import Calibration
+    from ragvps.app.calibration import Calibration, Gold
     from ragvps.app.ports import OnSources, OnToken
     from ragvps.app.requests import ChatAnswer, ChatRequest
     from ragvps.db.catalog import KnowledgeBase
@@ -311,12 +311,13 @@ class App:
             report = inspect.stats(conn, self.active_set(conn, "show stats"), self.settings)
         return dataclasses.replace(report, refusal=refusal_line(self))
 
-    def calibrate(self, n: int = 200, target: float = 0.90, apply: bool = False,
-                  progress: Progress = _quiet) -> Calibration:
-        """The refusal line and the fusion fitted on this knowledge base's own questions; kept with `apply`."""
+    def calibrate(self, n: int = 200, target: float = 0.90, apply: bool = False, progress: Progress = _quiet,
+                  gold: Gold | None = None) -> Calibration:
+        """The refusal line and the fusion fitted on this knowledge base's own questions (or on `gold`'s as the
+        answerable ones); kept with `apply`."""
         from ragvps.app.calibration import calibrate
 
-        return calibrate(self, n, target, apply, progress)
+        return calibrate(self, n, target, apply, progress, gold)
 
     def health(self) -> Health:
         """Is the database reachable, is anything in, which model is active, is the pool stuck: what a server's

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -18,16 +19,30 @@ def calibrate(
     apply: Annotated[bool, typer.Option("--apply", help="Keep the line and the fusion in the knowledge base's "
                                                         "settings.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the curve and the choice as JSON.")] = False,
+    gold: Annotated[Path | None, typer.Option(help="Gold questions (`ragvps eval`'s JSON Lines: question, doc) "
+                                                   "as the answerable ones, instead of questions made from chunks.")]
+    = None,
+    queries: Annotated[Path | None, typer.Option(help="BEIR queries.jsonl as the answerable ones (with --qrels).")]
+    = None,
+    qrels: Annotated[Path | None, typer.Option(help="BEIR qrels.tsv: query-id, corpus-id, score.")] = None,
     kb: KbOption = None,
 ) -> None:
     """Fit the refusal line (answer_min_evidence) and the legs' weights in the fusion on questions made from
-    the knowledge base itself, without an LLM; --apply keeps them."""
+    the knowledge base itself (or on gold questions), without an LLM; --apply keeps them."""
+    from ragvps.app.calibration import Gold
+    from ragvps.app.evaluation import questions_from
+
+    given = None
+    if gold is not None or queries is not None or qrels is not None:
+        found, source = questions_from(gold, queries, qrels, lambda msg: typer.echo(msg, err=True))
+        given = Gold(tuple(found), source)
     with open_app(ctx, kb=kb) as app, Bars() as bars:
-        done = app.calibrate(questions, target, apply, bars)
+        done = app.calibrate(questions, target, apply, bars, given)
     if as_json:
         return echo_json(done.to_json())
     q = done.questions
-    typer.echo(f"knowledge base {done.kb}: {q['answerable']} answerable questions made from its chunks, "
+    made = f"gold questions from {done.gold}" if done.gold else "answerable questions made from its chunks"
+    typer.echo(f"knowledge base {done.kb}: {q['answerable']} {made}, "
                f"{q['unanswerable']} on topic but held out of retrieval, {q['off_topic']} off topic")
     typer.echo(f"{'line':>5}  {'answered':>8}  {'refused held-out':>16}  {'refused off-topic':>17}")
     shown = {round(x / 100, 2) for x in range(10, 91, 5)} | {done.chosen.line, done.current.line}

@@ -30,7 +30,7 @@ def serve(
                                                   "Anything but loopback needs an API key.")] = None,
     port: Annotated[int | None, typer.Option(help="Port (default 8765; setting port).")] = None,
     log_format: Annotated[str | None, typer.Option(
-        "--log-format", help="The request log's lines on stderr: text or json (setting log_format).")] = None,
+        "--log-format", help="The request log's lines on stderr: text, json or off (setting log_format).")] = None,
 ) -> None:
     """Serve the knowledge base: POST /search and /ask, the page at /, MCP at /mcp; the model loads once."""
     from ragvps.serve.http import serve as run

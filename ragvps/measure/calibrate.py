@@ -8,6 +8,9 @@ The calibration set:
   retrieval for every question (its chunks dropped from the results), so the rest of the corpus must answer;
 - off topic: general questions shipped with the package (ragvps/data/off_topic.txt).
 
+With gold questions (`ragvps eval`'s formats: a gold file, or BEIR queries and qrels) the answerable questions are
+those instead, each with its relevant documents' chunks as gold; those documents are never held out.
+
 Each question is searched once: both legs' full candidate lists, and each candidate's rank-independent evidence
 (retrieve/evidence.py), as the answer's gate sees it. The gate's curve then says, at each candidate line, the
 share of answerable questions still answered and of the others refused; the line chosen is the highest that
@@ -35,6 +38,8 @@ import psycopg
 from ragvps.config import Settings
 from ragvps.db.sql import queries
 from ragvps.db.store import EmbeddingSet
+from ragvps.errors import UsageError
+from ragvps.measure.evaluate import Question
 from ragvps.retrieve.evidence import combine
 from ragvps.retrieve.fusion import rrf
 from ragvps.retrieve.search import chunk_evidence, fuse, keyword_leg, vector_leg
@@ -54,7 +59,17 @@ _WORD = re.compile(r"[^\W\d_][\w'-]{2,}")
 class Probe:
     question: str
     kind: Kind
-    gold: int | None = None  # answerable: the chunk the question was made from
+    gold: frozenset[int] = frozenset()  # answerable: the chunk it was made from, or its gold documents' chunks
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """One document in HELD_OUT is held out of retrieval, by its id's crc32, except the gold documents."""
+
+    spared: frozenset[str] = frozenset()
+
+    def __call__(self, doc_id: str) -> bool:
+        return zlib.crc32(doc_id.encode()) % HELD_OUT == 0 and doc_id not in self.spared
 
 
 @dataclass(frozen=True)
@@ -83,28 +98,46 @@ class Fusion:
     equal_mrr: float  # ... with both legs weighted 1 at the current rrf_k
 
 
-def held_out(doc_id: str) -> bool:
-    return zlib.crc32(doc_id.encode()) % HELD_OUT == 0
-
-
 def off_topic_questions() -> list[str]:
     text = resources.files("ragvps.data").joinpath("off_topic.txt").read_text(encoding="utf-8")
     return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
 
 
-def probes(conn: psycopg.Connection, language: str, n: int, seed: str = "") -> list[Probe]:
-    """Up to `n` answerable questions, up to n/2 unanswerable ones, and every off-topic one."""
+def probes(conn: psycopg.Connection, language: str, n: int, held_out: HeldOut,
+           gold: Sequence[Probe] = (), seed: str = "") -> list[Probe]:
+    """Up to `n` answerable questions (or the gold ones), up to n/2 unanswerable ones, and every off-topic one."""
     rows = conn.execute(queries("inspect.sql")["calibration_chunks"], {"n": n * 3, "seed": seed}).fetchall()
-    found: dict[Kind, list[Probe]] = {"answerable": [], "unanswerable": []}
+    found: dict[Kind, list[Probe]] = {"answerable": list(gold), "unanswerable": []}
+    wanted: dict[Kind, int] = {"answerable": 0 if gold else n, "unanswerable": n // 2}
     for chunk_id, doc_id, text in rows:
         kind: Kind = "unanswerable" if held_out(str(doc_id)) else "answerable"
-        if len(found[kind]) >= (n if kind == "answerable" else n // 2):
+        if wanted[kind] <= 0:
             continue
         question = question_of(conn, str(text), language)
         if question is not None:
-            found[kind].append(Probe(question, kind, int(chunk_id)))
+            found[kind].append(Probe(question, kind, frozenset({int(chunk_id)})))
+            wanted[kind] -= 1
     return [*found["answerable"], *found["unanswerable"],
             *(Probe(q, "off_topic") for q in off_topic_questions())]
+
+
+def gold_probes(conn: psycopg.Connection, questions: Sequence[Question]) -> tuple[list[Probe], HeldOut]:
+    """Gold questions as answerable probes, each with the chunks of its relevant documents (matched by document id
+    or source path, as `ragvps eval` matches them), and the held-out rule that spares those documents."""
+    docs = sorted({d for q in questions for d in q.relevant})
+    chunks: dict[str, set[int]] = {}
+    doc_ids: dict[str, str] = {}
+    for doc_id, source, chunk_id in conn.execute(queries("inspect.sql")["gold_chunks"], {"docs": docs}):
+        for key in {str(doc_id), str(source)} & set(docs):
+            chunks.setdefault(key, set()).add(int(chunk_id))
+            doc_ids[key] = str(doc_id)
+    missing = [d for d in docs if d not in chunks]
+    if len(missing) == len(docs):
+        raise UsageError(f"no gold document is in this knowledge base (e.g. {docs[0]!r}): give `doc` as the path "
+                         "relative to the ingested folder, or ingest the documents first")
+    found = [Probe(q.text, "answerable", frozenset(c for d in q.relevant for c in chunks.get(d, ())))
+             for q in questions]
+    return [p for p in found if p.gold], HeldOut(frozenset(doc_ids.values()))
 
 
 def question_of(conn: psycopg.Connection, text: str, language: str) -> str | None:
@@ -124,7 +157,7 @@ def question_of(conn: psycopg.Connection, text: str, language: str) -> str | Non
 
 
 def observe(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings, probe: Probe,
-            embedding: np.ndarray) -> Observed:
+            embedding: np.ndarray, held_out: HeldOut) -> Observed:
     """Both legs for one question and the gate's evidence, the held-out documents' chunks dropped."""
     vec = vector_leg(conn, eset, embedding, settings)
     kw = keyword_leg(conn, probe.question, settings)
@@ -137,11 +170,11 @@ def observe(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings, pr
 
 
 def observe_all(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings, found: Sequence[Probe],
-                embed: Callable[[list[str]], np.ndarray]) -> Iterator[Observed]:
+                embed: Callable[[list[str]], np.ndarray], held_out: HeldOut) -> Iterator[Observed]:
     vectors = embed([p.question for p in found])
     for probe, vector in zip(found, vectors, strict=True):
         with conn.transaction():
-            yield observe(conn, eset, settings, probe, vector)
+            yield observe(conn, eset, settings, probe, vector, held_out)
 
 
 def curve(observed: Sequence[Observed]) -> list[Point]:
@@ -168,7 +201,8 @@ def mrr(observed: Sequence[Observed], rrf_k: int, weight: float) -> float:
     scores = []
     for o in observed:
         ranked = [c for c, _ in rrf([o.vector, o.keyword], rrf_k, [weight, 1.0])[:10]]
-        scores.append(1.0 / (ranked.index(o.probe.gold) + 1) if o.probe.gold in ranked else 0.0)
+        first = next((i for i, c in enumerate(ranked) if c in o.probe.gold), None)
+        scores.append(0.0 if first is None else 1.0 / (first + 1))
     return round(sum(scores) / len(scores), 4) if scores else 0.0
 
 

@@ -54,8 +54,9 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
     host = host or settings.serve.host
     ready = Ready(settings, app, on_fatal)
     runner = JobRunner(ready)
-    metrics = Metrics(ready)
-    ready.observe(metrics)
+    metrics = Metrics(ready) if settings.serve.metrics else None
+    if metrics is not None:
+        ready.observe(metrics)
     mcp_server = _mcp(ready)
 
     @contextlib.asynccontextmanager
@@ -78,7 +79,8 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
     from ragvps.serve.routes import add_routes
 
     add_routes(api, ready, settings, runner)
-    add_metrics_route(api, metrics, ready)
+    if metrics is not None:
+        add_metrics_route(api, metrics, ready)
     from ragvps.serve.openai import add_openai_routes
 
     add_openai_routes(api, ready, settings)  # /v1: OpenAI-compatible chat
@@ -95,9 +97,10 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
 
 
 def _middleware(api: FastAPI, settings: Settings, ready: Ready, keys: tuple[str, ...], host: str,
-                metrics: Metrics) -> Any:
+                metrics: Metrics | None) -> Any:
     """The layers around the routes, innermost first: keys, body limits, CORS, the Host and Origin checks,
-    the error shapes of /v1 and /mcp, and outermost the request log (its id, line and counts)."""
+    the error shapes of /v1 and /mcp, and outermost the request log (its id, line and counts), unless both the
+    log (log_format off) and the metrics (metrics false) are off."""
     from starlette.middleware.cors import CORSMiddleware
 
     from ragvps.serve.access import Access, RequireKey
@@ -116,7 +119,10 @@ def _middleware(api: FastAPI, settings: Settings, ready: Ready, keys: tuple[str,
     asgi = HostOriginGuard(asgi, host, settings.serve.allowed_hosts, settings.serve.cors_origins)
     # every error on /v1/* in OpenAI's shape, on /mcp as JSON-RPC, whichever layer answered it
     asgi = ShapedErrors(asgi, ((openai_path, translate), (mcp_path, mcp_error)))
-    return RequestLog(asgi, api.router.routes, metrics.request, settings.serve.log_questions)
+    if metrics is None and settings.serve.log_format == "off":
+        return asgi
+    return RequestLog(asgi, api.router.routes, metrics.request if metrics is not None else None,
+                      settings.serve.log_format != "off", settings.serve.log_questions)
 
 
 def serve(settings: Settings, host: str | None = None, port: int | None = None) -> None:
@@ -149,10 +155,12 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
 
 
 def log_requests(log_format: str) -> None:
-    """The request log (serve/request_log.py) on stderr, one line a request, in its format; it replaces
-    uvicorn's access line."""
+    """The request log (serve/request_log.py) on stderr, one line a request, in its format (none when off); it
+    replaces uvicorn's access line."""
     from ragvps.serve.request_log import JsonLines
 
+    if log_format == "off":
+        return
     handler = logging.StreamHandler()
     handler.setFormatter(JsonLines() if log_format == "json" else logging.Formatter("%(asctime)s %(message)s"))
     requests_log = logging.getLogger("ragvps.requests")

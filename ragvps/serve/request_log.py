@@ -116,9 +116,10 @@ class JsonLines(logging.Formatter):
 class RequestLog:
     """ASGI middleware, outermost: the request id, the log line and the request's count and duration."""
 
-    def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute], count: Callable[[str, str, int, float], None],
-                 log_questions: bool) -> None:
-        self.app, self.routes, self.count, self.log_questions = app, routes, count, log_questions
+    def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute],
+                 count: Callable[[str, str, int, float], None] | None, logs: bool, log_questions: bool) -> None:
+        self.app, self.routes, self.count = app, routes, count
+        self.logs, self.log_questions = logs, log_questions
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -144,9 +145,11 @@ class RequestLog:
             record.route = self._route(scope)
             if not record.kbs and isinstance(name := scope.get("path_params", {}).get("name"), str):
                 record.kbs.append(name)
-            self.count(record.route, record.method, record.status or 500, record.ms / 1000)
-            fields = record.fields(self.log_questions)
-            log.info(text_line(fields), extra={"request": fields})
+            if self.count is not None:
+                self.count(record.route, record.method, record.status or 500, record.ms / 1000)
+            if self.logs:
+                fields = record.fields(self.log_questions)
+                log.info(text_line(fields), extra={"request": fields})
 
     def _route(self, scope: Scope) -> str:
         """The route template (`/kb/{name}/search`): bounded, whatever the path; "unmatched" for none."""

@@ -1,11 +1,14 @@
-"""Blocking work off the event loop. The App is synchronous: each request's work runs on a daemon thread of
-its own, and at most SLOTS of them run at once, streamed answers included (a stream's thread holds its slot
-until it ends). `in_thread` returns the work's result; `thread_events` yields what a streamed answer emits.
+"""Blocking work off the event loop. The App is synchronous: each request's work runs on a thread of the
+server's own set, and at most SLOTS of them run at once, streamed answers included (a stream's thread holds
+its slot until it ends). `in_thread` returns the work's result; `thread_events` yields what a streamed answer
+emits.
 
-The threads are daemons of their own rather than anyio's workers: work abandoned at request_timeout (an LLM
-that stalls) neither holds the answer nor keeps the process alive once the server has stopped (a SIGTERM
-took as long as the stalled call). It still holds its slot until it ends. Each runs in a copy of the
-request's context (its request record, serve/request_log.py).
+The threads are daemons rather than anyio's workers: work abandoned at request_timeout (an LLM that stalls)
+neither holds the answer nor keeps the process alive once the server has stopped (a SIGTERM took as long as
+the stalled call). It still holds its slot until it ends. A thread waits for the next request's work when
+done: starting one per request cost the event loop a thread handshake each time (about 1 ms of a busy
+2-core server's loop, measured with py-spy). Each piece of work runs in a copy of the request's context (its
+request record, serve/request_log.py).
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import logging
+import queue
 import threading
 import time
 import weakref
@@ -22,11 +27,52 @@ from typing import Generic, TypeVar
 
 from ragvps.errors import UnavailableError
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 E = TypeVar("E")
 
 SLOTS = 40  # blocking calls running at once (anyio's default thread limit, which this replaces)
 _slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+
+class _Workers:
+    """Daemon threads that take work from one queue, started only when none is idle: with work handed over
+    only under a slot, there are never more than the slots taken, over every loop of the process."""
+
+    def __init__(self) -> None:
+        self._work: queue.SimpleQueue[tuple[Callable[[], None], str]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+
+    def start(self, fn: Callable[[], None], name: str) -> None:
+        """Run `fn` on a waiting thread (named `name` while it runs), or on a new one when none waits."""
+        self._work.put((fn, name))
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+                return
+        threading.Thread(target=self._serve, name=name, daemon=True).start()
+
+    def _serve(self) -> None:
+        me = threading.current_thread()
+        while True:
+            fn, me.name = self._work.get()
+            try:
+                fn()
+            except BaseException:  # the work reports its own failures: this is a defect, and the thread lives on
+                log.exception("unexpected failure in %s", me.name)
+            me.name = "ragvps-idle"
+            with self._lock:
+                self._idle += 1
+
+
+_workers = _Workers()
+
+
+def _start(run: Callable[[], None], name: str) -> None:
+    """`run` on one of the server's threads, in a copy of the caller's context."""
+    context = contextvars.copy_context()
+    _workers.start(lambda: context.run(run), name)
 
 
 def slots() -> asyncio.Semaphore:
@@ -66,8 +112,7 @@ async def in_thread(fn: Callable[[], T], timeout: float) -> T:
     try:
         async with asyncio.timeout(timeout):
             await free.acquire()
-            threading.Thread(target=contextvars.copy_context().run, args=(run,), name="ragvps-request",
-                             daemon=True).start()
+            _start(run, "ragvps-request")
             return await done
     except TimeoutError:
         raise _too_slow(timeout) from None
@@ -159,7 +204,7 @@ async def thread_events(work: Callable[[Emit[E]], T], timeout: float,
         yield TimedOut(timeout)
         return
     try:
-        threading.Thread(target=contextvars.copy_context().run, args=(run,), name=name, daemon=True).start()
+        _start(run, name)
     except BaseException:
         free.release()
         raise
