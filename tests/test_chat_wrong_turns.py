@@ -87,3 +87,15 @@ def test_an_mcp_client_without_the_key_is_told_what_to_send(api: InProcess):
     wrong = api.call(lambda: asyncio.wait_for(connect({"Authorization": "Bearer not-a-key"}), 60))
     assert "the API key is not valid" in wrong and "ragvps key create" in wrong
     assert api.call(lambda: asyncio.wait_for(connect(api.headers), 60)) == "connected"
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/api/chat"])
+def test_an_answer_longer_than_the_window_is_the_askers_400(api: InProcess, path: str):
+    """What schemathesis sent once the docs' example reached the answer: max_tokens past the context window."""
+    body: dict[str, Any] = {"model": "ragvps", "messages": [{"role": "user", "content": "how do I stop it?"}]}
+    body |= {"max_tokens": 999_999} if path.startswith("/v1") else {"options": {"num_predict": 999_999}}
+    with api.client() as c:
+        for stream in (False, True):
+            r = c.post(path, json=body | {"stream": stream})
+            assert r.status_code == 400, r.text
+            assert "max_tokens=999,999 leaves no room" in r.text and "context_window" in r.text
