@@ -100,7 +100,8 @@ def render(data: Path, ingest: dict, ingest_s: float, result: dict, eval_s: floa
     mb = 1024**2
     index_mb = (stats["vector_index"]["bytes"] or 0) / mb
     chunks_table = stats["tables"]["chunks"]
-    gin = chunks_table["indexes"].get("chunks_tsv_idx", {}).get("bytes", 0)
+    terms = stats["tables"].get("chunk_terms", {"indexes": {}})  # the keyword leg's table (migration 010)
+    gin = terms["indexes"].get("chunk_terms_tsv_idx", {}).get("bytes", 0)
     return "\n".join([
         START,
         f"## eval_bench: {data.name}, three search modes",

@@ -7,9 +7,10 @@ Per size, in a database of its own (dropped at the end) in an embedded PostgreSQ
 (bench/out/scale/pg) with the 4 GB settings of deploy/postgres/ragvps.conf (effective_cache_size 3GB), its
 processes in a memory cgroup of --memory-limit when the machine allows it (so the page cache is a VPS's,
 not this machine's 24 GB):
-  store rate (the store stage's own replace_documents: chunks COPY with the generated tsvector, GIN and
-  BM25 statistics trigger, vectors COPY); HNSW build time and the build processes' peak memory for
-  vector, halfvec and bit; table and index sizes; vector-, BM25- and hybrid-query DB time p50/p95;
+  store rate (the store stage's own replace_documents: chunks COPY, the statement trigger filling the keyword
+  leg's chunk_terms (tsvector, GIN) and the BM25 statistics, vectors COPY); HNSW build time and the build
+  processes' peak memory for vector, halfvec and bit; table and index sizes; vector-, BM25- and hybrid-query
+  DB time p50/p95;
   top-10 overlap with exact search (numpy over every vector); served /search under 8 clients; and
   `nice -n 19 ragvps reindex` wall time with the served p95 during it.
 Results go to bench/out/scale/scale-N.json; bench/scale_report.py turns them into RESULTS.md, the plot
@@ -42,6 +43,7 @@ from ragvps.config import Settings, load_settings
 from ragvps.db import index, store
 from ragvps.db.database import connect
 from ragvps.db.embedded import embedded_url
+from ragvps.db.sql import queries
 from ragvps.embed.models import spec_for
 from ragvps.ingest.pipeline import STORE_BATCH_CHUNKS
 from ragvps.records import Chunk, Document
@@ -207,7 +209,7 @@ def _bulk_worker(job: tuple[str, list[int], int, int]) -> None:
     url, starts, hi, base = job
     texts, vecs = base_set(OUT / "base.npz", base)  # the parent has written it
     gen = Generator(texts, vecs)
-    with connect(Settings.of(database_url=url, data_dir=OUT / "bulk-data"), migrate_schema=False) as conn:
+    with connect(Settings.of(database_url=url, data_dir=OUT / "bulk-data")) as conn:  # bound to the kb schema
         eset = store.active_set(conn)
         assert eset is not None
         for start in starts:
@@ -218,11 +220,11 @@ def _bulk_worker(job: tuple[str, list[int], int, int]) -> None:
 
 def bulk_load(conn: psycopg.Connection, url: str, hi: int, args: argparse.Namespace) -> dict[str, float]:
     """Rows [0, hi) the fast way, to reach 1M in a session: --workers processes writing through
-    replace_documents with the BM25 statistics trigger off and no GIN index, then the GIN index built
-    and the statistics computed once (ts_stat), as the migration that introduced them does."""
+    replace_documents with the BM25 statistics trigger off and no GIN index, then the keyword leg's rows
+    and the statistics computed once (as a bundle import does), then the GIN index built."""
     import multiprocessing
 
-    conn.execute("ALTER TABLE chunks DISABLE TRIGGER chunks_stats_insert; DROP INDEX chunks_tsv_idx")
+    conn.execute("ALTER TABLE chunks DISABLE TRIGGER chunks_stats_insert; DROP INDEX chunk_terms_tsv_idx")
     conn.commit()
     starts = list(range(0, hi, STORE_BATCH_CHUNKS))
     jobs = [(url, starts[i :: args.workers], hi, args.base) for i in range(args.workers)]
@@ -232,19 +234,18 @@ def bulk_load(conn: psycopg.Connection, url: str, hi: int, args: argparse.Namesp
         pool.map(_bulk_worker, jobs)
     out["bulk_rows_per_s"] = hi / (time.perf_counter() - t)
     log(f"bulk: {hi:,} rows at {out['bulk_rows_per_s']:,.0f} rows/s ({args.workers} processes)")
-    conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (args.index_memory,))
-    t = time.perf_counter()
-    conn.execute("CREATE INDEX chunks_tsv_idx ON chunks USING gin (tsv)")
-    conn.commit()
-    out["gin_build_s"] = time.perf_counter() - t
-    t = time.perf_counter()
+    t = time.perf_counter()  # the keyword leg's rows and the statistics, as a bundle import computes them
     conn.execute("DELETE FROM term_stats")
-    conn.execute("INSERT INTO term_stats (lexeme, df) SELECT word, ndoc FROM ts_stat('SELECT tsv FROM chunks')")
-    conn.execute("UPDATE corpus_stats SET chunks = s.n, lengths = s.l "
-                 "FROM (SELECT count(*) AS n, coalesce(sum(length(tsv)), 0) AS l FROM chunks) s")
-    conn.execute("ALTER TABLE chunks ENABLE TRIGGER chunks_stats_insert; RESET maintenance_work_mem")
+    conn.execute(queries("bundle.sql")["rebuild_stats"])
+    conn.execute("ALTER TABLE chunks ENABLE TRIGGER chunks_stats_insert")
     conn.commit()
     out["stats_build_s"] = time.perf_counter() - t
+    conn.execute("SELECT set_config('maintenance_work_mem', %s, false)", (args.index_memory,))
+    t = time.perf_counter()
+    conn.execute("CREATE INDEX chunk_terms_tsv_idx ON chunk_terms USING gin (tsv)")
+    conn.execute("RESET maintenance_work_mem")
+    conn.commit()
+    out["gin_build_s"] = time.perf_counter() - t
     log(f"bulk: GIN {out['gin_build_s']:.0f} s, statistics {out['stats_build_s']:.0f} s")
     return out
 
@@ -252,7 +253,7 @@ def bulk_load(conn: psycopg.Connection, url: str, hi: int, args: argparse.Namesp
 def sizes(conn: psycopg.Connection) -> dict[str, int]:
     rows = conn.execute("""
         SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE n.nspname = 'public' AND c.relkind IN ('r', 'i')""").fetchall()
+        WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'i')""").fetchall()
     return {name: int(size) for name, size in rows}
 
 
@@ -308,41 +309,54 @@ def overlaps(conn: psycopg.Connection, sets: dict[str, store.EmbeddingSet], sett
     return out
 
 
-def serve(url: str, esets: list[store.EmbeddingSet], args: argparse.Namespace, texts: list[str],
-          deadline: float) -> dict[str, object]:
+def serve(url: str, esets: list[store.EmbeddingSet], args: argparse.Namespace, deadline: float) -> dict[str, object]:
     """`ragvps serve` on this database: /search closed loop and paced with 8 clients with each set active in
-    turn, then the paced load during `nice -n 19 ragvps reindex` (which rebuilds the last set's index)."""
+    turn, then the paced load during `nice -n 19 ragvps reindex` (which rebuilds the last set's index). Each phase
+    has a server of its own (an empty question memo) and sends questions it has not seen, none twice
+    (common.scifact.unseen_questions), after 50 others that warm it."""
     import httpx
     from common.load import KEY, load, under_reindex
+    from common.scifact import unseen_questions
     from serve_server import Server, ragvps_env
 
     env = ragvps_env(url, args.out / f"serve-data-{args.pg.name}", vector_type=esets[-1].vector_type,
-                     index_memory=args.index_memory)
-    server = Server(env | {"RAGVPS_API_KEYS": KEY}, args.out / f"serve-{args.pg.name}.log", key=KEY).start(timeout=300)
-    bodies = [{"query": t, "mode": "hybrid"} for t in texts]
-    out: dict[str, object] = {"reindex_type": esets[-1].vector_type}
-    try:
-        for eset in esets:
-            with psycopg.connect(url) as conn, conn.transaction():
-                store.activate_set(conn, eset)
-            with httpx.Client(base_url=server.url, headers=server.headers, timeout=60) as c:
-                for body in bodies[:50]:
-                    c.post("/search", json=body).raise_for_status()
-            for name, rate in (("closed", None), ("paced", args.rate)):
-                run = asyncio.run(load(server.url, "/search", bodies, 8, args.requests, 90, rate, name))
-                out[f"{name} {eset.vector_type}"] = {"requests": run.n, "rps": run.n / run.seconds,
-                                                     "p50": run.pct(50), "p95": run.pct(95),
-                                                     "errors": sum(run.errors.values())}
-                log(f"serve {name} {eset.vector_type}: {out[f'{name} {eset.vector_type}']}")
-        if not args.no_reindex and time.monotonic() < deadline:
+                     index_memory=args.index_memory) | {"RAGVPS_API_KEYS": KEY}
+    unseen, warmup = unseen_questions()
+    bodies = [{"query": t, "mode": "hybrid"} for t in unseen]
+    out: dict[str, object] = {"reindex_type": esets[-1].vector_type, "questions": "unseen", "requests_cap": len(bodies)}
+
+    def started() -> Server:
+        server = Server(env, args.out / f"serve-{args.pg.name}.log", key=KEY).start(timeout=300)
+        with httpx.Client(base_url=server.url, headers=server.headers, timeout=60) as c:
+            for text in warmup:
+                c.post("/search", json={"query": text, "mode": "hybrid"}).raise_for_status()
+        return server
+
+    for eset in esets:
+        with connect(Settings.of(database_url=url, data_dir=OUT / "bulk-data")) as conn, conn.transaction():
+            store.activate_set(conn, eset)  # in the knowledge base's schema
+        for name, rate in (("closed", None), ("paced", args.rate)):
+            server = started()
+            try:
+                run = asyncio.run(load(server.url, "/search", bodies, 8, min(args.requests, len(bodies)), 90, rate,
+                                       name))
+            finally:
+                server.stop()
+            out[f"{name} {eset.vector_type}"] = {"requests": run.n, "rps": run.n / run.seconds,
+                                                 "p50": run.pct(50), "p95": run.pct(95),
+                                                 "errors": sum(run.errors.values())}
+            log(f"serve {name} {eset.vector_type}: {out[f'{name} {eset.vector_type}']}")
+    if not args.no_reindex and time.monotonic() < deadline:
+        server = started()
+        try:
             ns = argparse.Namespace(clients=8, requests=args.requests, max_seconds=args.max_reindex_seconds / 4,
                                     rate=args.rate)
             run, seconds, code = asyncio.run(under_reindex(server.url, bodies, ns, env, "reindex"))
-            out["reindex"] = {"seconds": seconds, "exit": code, "requests": run.n, "p50": run.pct(50),
-                              "p95": run.pct(95), "errors": sum(run.errors.values())}
-            log(f"serve during reindex: {out['reindex']}")
-    finally:
-        server.stop()
+        finally:
+            server.stop()
+        out["reindex"] = {"seconds": seconds, "exit": code, "requests": run.n, "p50": run.pct(50),
+                          "p95": run.pct(95), "errors": sum(run.errors.values())}
+        log(f"serve during reindex: {out['reindex']}")
     return out
 
 
@@ -372,96 +386,120 @@ def size_database(admin: str, n: int) -> tuple[str, str]:
 
 def run_size(args: argparse.Namespace, admin: str, base: Settings, gen: Generator, n: int, texts: list[str],
              qvecs: np.ndarray) -> dict[str, object]:
-    deadline = time.monotonic() + args.max_minutes * 60
+    """--phase all: build, then measure; build: the database loaded and indexed, kept, its figures in
+    scale-N-build.json (no bench lock needed); measure: the queries, overlap and serve on that database."""
+    name, url = size_database(admin, n)
+    settings = base.replace(database_url=url, index_memory=args.index_memory)
+    built_file = OUT / f"scale-{n}-build.json"
+    try:
+        if args.phase in ("all", "build"):
+            r = build_size(args, admin, settings, gen, n)
+            built_file.write_text(json.dumps(r, indent=1))
+        else:
+            r = json.loads(built_file.read_text())
+            r["uptime"] = [os.getloadavg()]
+        if args.phase in ("all", "measure"):
+            measure_size(args, settings, gen, n, texts, qvecs, r)
+    finally:
+        if not args.keep and args.phase != "build":
+            with psycopg.connect(admin, autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    return r
+
+
+def build_size(args: argparse.Namespace, admin: str, settings: Settings, gen: Generator, n: int) -> dict[str, object]:
     build_deadline = time.monotonic() + args.build_minutes * 60
     name, url = size_database(admin, n)
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
-    settings = base.replace(database_url=url, index_memory=args.index_memory)
     spec = spec_for(settings)
     r: dict[str, object] = {"rows": n, "uptime": [os.getloadavg()], "index_memory": args.index_memory,
                             "index_workers": settings.index.workers}
-    try:
-        with connect(settings) as conn:
-            sets = {"vector": store.ensure_set(conn, spec, "vector", activate=True)}
+    with connect(settings) as conn:
+        sets = {"vector": store.ensure_set(conn, spec, "vector", activate=True)}
+        conn.commit()
+        bulk = n - args.tail if n > args.bulk_above else 0
+        bulk -= bulk % STORE_BATCH_CHUNKS
+        if bulk:
+            r["bulk"] = bulk_load(conn, url, bulk, args) | {"rows": bulk}
+        spent = load_corpus(conn, sets["vector"], gen, bulk, n)
+        r["store_rows_per_s"] = (n - bulk) / spent
+        r["store_measured_rows"] = [bulk, n]
+        log(f"rows {bulk:,}-{n:,} stored at {r['store_rows_per_s']:,.0f} rows/s")
+        for t in ("halfvec", "bit"):
+            sets[t] = store.ensure_set(conn, spec, t, activate=False)
+            conn.execute(f"INSERT INTO {sets[t].table_name} SELECT chunk_id, embedding::halfvec "
+                         f"FROM {sets['vector'].table_name}")
             conn.commit()
-            bulk = n - args.tail if n > args.bulk_above else 0
-            bulk -= bulk % STORE_BATCH_CHUNKS
-            if bulk:
-                r["bulk"] = bulk_load(conn, url, bulk, args) | {"rows": bulk}
-            spent = load_corpus(conn, sets["vector"], gen, bulk, n)
-            r["store_rows_per_s"] = (n - bulk) / spent
-            r["store_measured_rows"] = [bulk, n]
-            log(f"rows {bulk:,}-{n:,} stored at {r['store_rows_per_s']:,.0f} rows/s")
-            vectors = np.concatenate([gen.vectors_at(lo, min(STORE_BATCH_CHUNKS, n - lo))
-                                      for lo in range(0, n, STORE_BATCH_CHUNKS)])
-            for t in ("halfvec", "bit"):
-                sets[t] = store.ensure_set(conn, spec, t, activate=False)
-                conn.execute(f"INSERT INTO {sets[t].table_name} SELECT chunk_id, embedding::halfvec "
-                             f"FROM {sets['vector'].table_name}")
-                conn.commit()
-            conn.autocommit = True
-            t0 = time.perf_counter()
-            conn.execute("VACUUM ANALYZE" if n <= args.bulk_above else "ANALYZE")  # 1M: autovacuum's job
-            r["vacuum_analyze_s"] = time.perf_counter() - t0
-            conn.autocommit = False
-            ids = np.zeros(n, dtype=np.int64)  # row -> chunk id (parallel writers interleave the ids)
-            for cid, doc_id, seq in conn.execute("SELECT c.id, d.doc_id, c.seq FROM chunks c "
-                                                 "JOIN documents d ON d.id = c.document_id"):
-                ids[int(doc_id[1:]) * CHUNKS_PER_DOC + seq] = cid
+        conn.autocommit = True
+        t0 = time.perf_counter()
+        conn.execute("VACUUM ANALYZE" if n <= args.bulk_above else "ANALYZE")  # 1M: autovacuum's job
+        r["vacuum_analyze_s"] = time.perf_counter() - t0
+        conn.autocommit = False
+        builds: dict[str, dict[str, object]] = {}
+        for t in args.types:
+            if time.monotonic() > build_deadline - 60:
+                log(f"time bound reached: no {t} index")
+                continue
+            warnings: list[str] = []
+            bound = int(build_deadline - time.monotonic())  # a build cut off here is a lower bound
+            conn.execute("SELECT set_config('statement_timeout', %s, false)", (f"{bound}s",))
             conn.commit()
-            builds: dict[str, dict[str, object]] = {}
-            for t in args.types:
-                if time.monotonic() > build_deadline - 60:
-                    log(f"time bound reached: no {t} index")
+            with Peak(admin, conn.info.backend_pid) as peak:
+                t0 = time.perf_counter()
+                try:
+                    index.build_index(conn, sets[t], sets[t].index_name, settings, warn=warnings.append)
+                except psycopg.errors.QueryCanceled:
+                    conn.rollback()
+                    r.setdefault("builds_cut", {})[t] = time.perf_counter() - t0  # type: ignore[index]
+                    log(f"{t} index build cut off after {time.perf_counter() - t0:.0f} s (the time bound)")
                     continue
-                warnings: list[str] = []
-                bound = int(build_deadline - time.monotonic())  # a build cut off here is a lower bound
-                conn.execute("SELECT set_config('statement_timeout', %s, false)", (f"{bound}s",))
-                conn.commit()
-                with Peak(admin, conn.info.backend_pid) as peak:
-                    t0 = time.perf_counter()
-                    try:
-                        index.build_index(conn, sets[t], sets[t].index_name, settings, warn=warnings.append)
-                    except psycopg.errors.QueryCanceled:
-                        conn.rollback()
-                        r.setdefault("builds_cut", {})[t] = time.perf_counter() - t0  # type: ignore[index]
-                        log(f"{t} index build cut off after {time.perf_counter() - t0:.0f} s (the time bound)")
-                        continue
-                    finally:
-                        conn.execute("RESET statement_timeout")
-                        conn.commit()
-                    seconds = time.perf_counter() - t0
-                builds[t] = {"seconds": seconds, "peak_bytes": peak.peak, "spilled": bool(warnings)}
-                log(f"{t} index built in {seconds:.0f} s, peak {peak.peak / 2**20:,.0f} MiB, spilled {bool(warnings)}")
-                r["uptime"].append(os.getloadavg())  # type: ignore[attr-defined]
-            r["builds"] = builds
-            built = {t: dataclasses.replace(sets[t], indexed=True) for t in builds}
-            conn.autocommit = True
-            conn.execute("ANALYZE")
-            conn.autocommit = False
-            r["sizes"] = sizes(conn)
-            r["tables"] = {t: es.table_name for t, es in sets.items()}
-            r["query_ms"] = db_queries(conn, built, settings, texts[: args.queries], qvecs[: args.queries])
-            for t in (t for t in args.warm.split(",") if t in built):
-                read = warm(conn, settings.database.pg_dir, [built[t].index_name, built[t].table_name])
-                conn.commit()
-                q = db_queries(conn, {t: built[t]}, settings, texts[: args.queries], qvecs[: args.queries])
-                r.setdefault("warm_query_ms", {})[t] = q | {"read_bytes": read, "load": os.getloadavg()[0]}
-                log(f"{n:,} {t} warm ({read / 2**20:,.0f} MiB read): {q}")
-            r["overlap"] = overlaps(conn, built, settings, qvecs[: args.queries], vectors, ids)
-            log(f"overlap {r['overlap']}")
+                finally:
+                    conn.execute("RESET statement_timeout")
+                    conn.commit()
+                seconds = time.perf_counter() - t0
+            builds[t] = {"seconds": seconds, "peak_bytes": peak.peak, "spilled": bool(warnings)}
+            log(f"{t} index built in {seconds:.0f} s, peak {peak.peak / 2**20:,.0f} MiB, spilled {bool(warnings)}")
             r["uptime"].append(os.getloadavg())  # type: ignore[attr-defined]
-            served = [built[t] for t in args.serve_types.split(",") if t in built]
-        if served and not args.no_serve and time.monotonic() < deadline:
-            r["serve"] = serve(url, served, args, texts, deadline)
-            r["uptime"].append(os.getloadavg())  # type: ignore[attr-defined]
-    finally:
-        if not args.keep:
-            with psycopg.connect(admin, autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        r["builds"] = builds
+        conn.autocommit = True
+        conn.execute("ANALYZE")
+        conn.autocommit = False
+        r["sizes"] = sizes(conn)
+        r["tables"] = {t: es.table_name for t, es in sets.items()}
     return r
+
+
+def measure_size(args: argparse.Namespace, settings: Settings, gen: Generator, n: int, texts: list[str],
+                 qvecs: np.ndarray, r: dict[str, object]) -> None:
+    """Query times (cold, then --warm), overlap with exact search and the served figures, into `r`."""
+    deadline = time.monotonic() + args.max_minutes * 60
+    spec = spec_for(settings)
+    with connect(settings) as conn:
+        sets = {t: store.ensure_set(conn, spec, t, activate=t == "vector") for t in TYPES}
+        built = {t: dataclasses.replace(sets[t], indexed=True) for t in r["builds"]}  # type: ignore[attr-defined]
+        vectors = np.concatenate([gen.vectors_at(lo, min(STORE_BATCH_CHUNKS, n - lo))
+                                  for lo in range(0, n, STORE_BATCH_CHUNKS)])
+        ids = np.zeros(n, dtype=np.int64)  # row -> chunk id (parallel writers interleave the ids)
+        for cid, doc_id, seq in conn.execute("SELECT c.id, d.doc_id, c.seq FROM chunks c "
+                                             "JOIN documents d ON d.id = c.document_id"):
+            ids[int(doc_id[1:]) * CHUNKS_PER_DOC + seq] = cid
+        conn.commit()
+        r["query_ms"] = db_queries(conn, built, settings, texts[: args.queries], qvecs[: args.queries])
+        for t in (t for t in args.warm.split(",") if t in built):
+            read = warm(conn, settings.database.pg_dir, [built[t].index_name, built[t].table_name])
+            conn.commit()
+            q = db_queries(conn, {t: built[t]}, settings, texts[: args.queries], qvecs[: args.queries])
+            r.setdefault("warm_query_ms", {})[t] = q | {"read_bytes": read, "load": os.getloadavg()[0]}  # type: ignore[attr-defined]
+            log(f"{n:,} {t} warm ({read / 2**20:,.0f} MiB read): {q}")
+        r["overlap"] = overlaps(conn, built, settings, qvecs[: args.queries], vectors, ids)
+        log(f"overlap {r['overlap']}")
+        r["uptime"].append(os.getloadavg())  # type: ignore[attr-defined]
+        served = [built[t] for t in args.serve_types.split(",") if t in built]
+    if served and not args.no_serve and time.monotonic() < deadline:
+        r["serve"] = serve(settings.database.url or "", served, args, deadline)
+        r["uptime"].append(os.getloadavg())  # type: ignore[attr-defined]
 
 
 def query_set(settings: Settings, n: int) -> tuple[list[str], np.ndarray]:
@@ -497,6 +535,9 @@ def main() -> None:
     parser.add_argument("--warm", default="", metavar="TYPES",
                         help="e.g. halfvec,bit: each type's index and vector table read into PostgreSQL's page "
                              "cache first, then its queries timed again (\"with the index in memory\")")
+    parser.add_argument("--phase", choices=("all", "build", "measure"), default="all",
+                        help="build: load and index each size's database and keep it (run it without the bench "
+                             "lock); measure: time queries and serve on the database a build phase kept")
     parser.add_argument("--no-serve", action="store_true")
     parser.add_argument("--no-reindex", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep each size's database")

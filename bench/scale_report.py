@@ -29,7 +29,7 @@ def point(r: dict) -> dict:
     """One size's figures, as the curve keeps them."""
     sizes, tables = r["sizes"], r["tables"]
     index = {t: sizes.get(f"{tables[t]}_hnsw") for t in TYPES if f"{tables[t]}_hnsw" in sizes}
-    text = sum(sizes.get(n, 0) for n in ("chunks", "documents", "term_stats", "corpus_stats"))
+    text = sum(sizes.get(n, 0) for n in ("chunks", "chunk_terms", "documents", "term_stats", "corpus_stats"))
     q = r["query_ms"]
     return {
         "rows": r["rows"],
@@ -39,7 +39,8 @@ def point(r: dict) -> dict:
         "index_bytes": index,
         "table_bytes": {t: sizes[tables[t]] - index.get(t, 0) for t in TYPES},
         "text_bytes": text,
-        "gin_bytes": sizes.get("chunks_tsv_idx"),
+        "gin_bytes": sizes.get("chunk_terms_tsv_idx", sizes.get("chunks_tsv_idx")),
+        "keyword_table_bytes": sizes.get("chunk_terms"),  # migration 010's narrow table, its indexes included
         "keyword_ms": {"p50": round(q["keyword"][0], 1), "p95": round(q["keyword"][1], 1)},
         "keyword_after_ms": ({"p50": r["keyword_after_ms"][0], "p95": r["keyword_after_ms"][1]}
                              if "keyword_after_ms" in r else None),

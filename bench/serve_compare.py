@@ -36,7 +36,7 @@ from common import ROOT
 from common.databases import named
 from common.load import KEY, Run, load
 from common.results import write_section
-from common.scifact import DATASET, queries
+from common.scifact import DATASET, queries, unseen_questions
 from serve_server import Server
 
 SOURCE_DB, COPY_DB = "ragvps_serve_bench", "ragvps_serve_compare"
@@ -62,13 +62,13 @@ def databases(args: argparse.Namespace) -> tuple[str, str]:
     admin = admin_url(args.data_dir)
     with psycopg.connect(admin, autocommit=True) as conn:
         have = {r[0] for r in conn.execute("SELECT datname FROM pg_database")}
-    if SOURCE_DB not in have:
+    if args.source_db not in have:
         build_in_baseline(args.baseline, args.data_dir, args.rows)
     if COPY_DB not in have or args.fresh_copy:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{COPY_DB}" WITH (FORCE)')
-            conn.execute(f'CREATE DATABASE "{COPY_DB}" TEMPLATE "{SOURCE_DB}"')
-    return named(admin, SOURCE_DB), named(admin, COPY_DB)
+            conn.execute(f'CREATE DATABASE "{COPY_DB}" TEMPLATE "{args.source_db}"')
+    return named(admin, args.source_db), named(admin, COPY_DB)
 
 
 OFF = {"RAGVPS_METRICS": "false", "RAGVPS_LOG_FORMAT": "off"}
@@ -84,11 +84,32 @@ def server(tree: Path, url: str, data_dir: Path, log: Path, extra: dict[str, str
     return Server(env, log, key=KEY, cwd=tree).start(timeout=600)
 
 
-def measure(srv: Server, bodies: list[dict], args: argparse.Namespace, name: str) -> Run:
+def measure(srv: Server, bodies: list[dict], args: argparse.Namespace, name: str, warm: list[dict]) -> Run:
     with httpx.Client(base_url=srv.url, headers=srv.headers, timeout=60) as c:
-        for body in bodies[:50]:
+        for body in warm:
             c.post("/search", json=body).raise_for_status()
     return asyncio.run(load(srv.url, "/search", bodies, args.clients, args.requests, args.max_seconds, None, name))
+
+
+def unseen_round(args: argparse.Namespace, urls: dict[str, str], order: tuple[str, ...], r: int,
+                 runs: dict[str, list[Run]]) -> None:
+    """One round of --questions unseen: each side's server started afresh (an empty question memo), warmed with
+    50 questions of its own, then sent the others, none twice."""
+    unseen, warmup = unseen_questions()
+    bodies, warm = ([{"query": t, "mode": "hybrid"} for t in texts] for texts in (unseen, warmup))
+    for side in order:
+        srv = server(args.baseline if side == "baseline" else ROOT, urls[side], dirs(args)[side],
+                     dirs(args)[side] / f"compare-{side}.log")
+        try:
+            runs[side].append(measure(srv, bodies, args, f"{side}, round {r + 1}", warm))
+        finally:
+            srv.stop()
+        print(runs[side][-1].row(), file=sys.stderr, flush=True)
+
+
+def dirs(args: argparse.Namespace) -> dict[str, Path]:
+    # this side's own data directory: the upgrade would adopt the baseline's stage files into kb/default
+    return {"baseline": args.data_dir, "this": args.data_dir / "compare-this"}
 
 
 def main() -> None:
@@ -101,6 +122,11 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--max-seconds", type=float, default=90.0)
     parser.add_argument("--fresh-copy", action="store_true", help="Copy the baseline's database again.")
+    parser.add_argument("--source-db", default=SOURCE_DB, help="The baseline's database in --data-dir's PostgreSQL "
+                        "(e.g. ragvps_scale_100000, which the baseline's scale_bench.py --keep left)")
+    parser.add_argument("--questions", choices=("repeated", "unseen"), default="repeated",
+                        help="unseen: each side's server restarted each round and sent questions it has not seen "
+                             "(SciFact's claims and Chroma's questions, none twice); repeated: SciFact's in turn")
     parser.add_argument("--section", default="serve_compare", help="Its section in bench/RESULTS.md.")
     parser.add_argument("--note", default="", help="What the two checkouts differ in, for the section.")
     parser.add_argument("--no-write", action="store_true")
@@ -113,25 +139,43 @@ def main() -> None:
     base_url, this_url = databases(args)
     bodies = [{"query": t, "mode": "hybrid"} for t in queries(DATASET)]
     load_before = os.getloadavg()
-    # this checkout in its own data directory: the upgrade would adopt the baseline's stage files into kb/default
-    this = server(ROOT, this_url, args.data_dir / "compare-this", args.data_dir / "compare-this.log")
-    first = (server(ROOT, this_url, args.data_dir / "compare-off", args.data_dir / "compare-off.log", OFF)
-             if args.off else server(args.baseline, base_url, args.data_dir, args.data_dir / "compare-base.log"))
-    sides = {"baseline": first, "this": this}
     runs: dict[str, list[Run]] = {"baseline": [], "this": []}
-    try:
-        chunks = {k: httpx.get(s.url + "/health", timeout=30).json().get("chunks") for k, s in sides.items()}
+    if args.questions == "unseen":
+        urls = {"baseline": base_url, "this": this_url}
         for r in range(args.rounds):
-            for side in (("baseline", "this") if r % 2 == 0 else ("this", "baseline")):
-                runs[side].append(measure(sides[side], bodies, args, f"{label(args, side)}, round {r + 1}"))
-                print(runs[side][-1].row(), file=sys.stderr, flush=True)
-    finally:
-        for s in sides.values():
-            s.stop()
+            unseen_round(args, urls, ("baseline", "this") if r % 2 == 0 else ("this", "baseline"), r, runs)
+        chunks = {"baseline": args.rows, "this": args.rows}
+    else:
+        # this checkout in its own data directory: the upgrade would adopt the baseline's stage files into kb/default
+        this = server(ROOT, this_url, dirs(args)["this"], args.data_dir / "compare-this.log")
+        first = (server(ROOT, this_url, args.data_dir / "compare-off", args.data_dir / "compare-off.log", OFF)
+                 if args.off else server(args.baseline, base_url, args.data_dir, args.data_dir / "compare-base.log"))
+        sides = {"baseline": first, "this": this}
+        try:
+            chunks = {k: httpx.get(s.url + "/health", timeout=30).json().get("chunks") for k, s in sides.items()}
+            for r in range(args.rounds):
+                for side in (("baseline", "this") if r % 2 == 0 else ("this", "baseline")):
+                    runs[side].append(measure(sides[side], bodies, args, f"{label(args, side)}, round {r + 1}",
+                                              bodies[:50]))
+                    print(runs[side][-1].row(), file=sys.stderr, flush=True)
+        finally:
+            for s in sides.values():
+                s.stop()
     section = render(args, chunks, runs, load_before, os.getloadavg())
     print(section)
     if not args.no_write:
         write_section(args.section, section)
+
+
+def questions_note(args: argparse.Namespace) -> str:
+    if args.questions == "unseen":
+        return ("Questions the servers had not seen: each side's server started afresh each round (an empty "
+                "question memo), warmed with 50 questions, then sent SciFact's claims and Chroma's questions, "
+                "none twice: every request embeds its question.")
+    return (f"The {len(queries(DATASET))} SciFact questions are sent in turn, so after each server's first pass a "
+            "question's embedding comes from the model's memory of its last 8,192 texts: these are figures of "
+            "search with a warm question memo on both sides (the ratio compares like with like; the absolute req/s "
+            "flatter a server that sees new questions).")
 
 
 def label(args: argparse.Namespace, side: str) -> str:
@@ -159,10 +203,7 @@ def render(args: argparse.Namespace, chunks: dict, runs: dict[str, list[Run]], b
         f"`default` when the baseline had its tables in public). Chunks: baseline {chunks['baseline']:,}, this "
         f"{chunks['this']:,}. /search hybrid (query embedded per request), {args.clients} clients closed loop, "
         f"{args.rounds} rounds, the order alternating; each round at most {args.requests:,} requests or "
-        f"{args.max_seconds:g} s per side. The {len(queries(DATASET))} SciFact questions are sent in turn, so after "
-        "each server's first pass a question's embedding comes from the model's memory of its last 8,192 texts: "
-        "these are figures of search with a warm question memo on both sides (the ratio compares like with like; "
-        "the absolute req/s flatter a server that sees new questions).", "",
+        f"{args.max_seconds:g} s per side. " + questions_note(args), "",
         "| run | requests | req/s | p50 ms | p95 ms | p99 ms | errors |", "|---|---|---|---|---|---|---|",
         *[run.row() for r in range(args.rounds) for side in ("baseline", "this") for run in [runs[side][r]]], "",
         f"Medians over the rounds: baseline {rate['baseline']:.1f} req/s, p50 {p50['baseline']:.1f} ms, p95 "

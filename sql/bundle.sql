@@ -172,7 +172,7 @@ SELECT mode, k, depth, recall, mrr, ndcg, questions FROM eval_scores ORDER BY mo
 -- times faster than one updated row by row.
 SELECT n.nspname, c.relname, pg_get_indexdef(i.indexrelid)
 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE i.indrelid = 'chunks'::regclass AND NOT i.indisunique AND NOT i.indisprimary;
+WHERE i.indrelid IN ('chunks'::regclass, 'chunk_terms'::regclass) AND NOT i.indisunique AND NOT i.indisprimary;
 
 -- name: drop_index
 DROP INDEX {index};
@@ -184,10 +184,12 @@ ALTER TABLE chunks DISABLE TRIGGER USER;
 ALTER TABLE chunks ENABLE TRIGGER USER;
 
 -- name: rebuild_stats
--- What the statistics triggers (migration 002) would have kept, computed once over the loaded chunks.
-INSERT INTO term_stats (lexeme, df) SELECT word, ndoc FROM ts_stat('SELECT tsv FROM chunks');
+-- What the statistics triggers (migrations 002 and 010) would have kept, computed once over the loaded chunks.
+INSERT INTO chunk_terms (id, len, tsv)
+SELECT id, length(v), v FROM chunks, to_tsvector(chunks.language, chunks.heading_path || ' ' || chunks.text) AS v;
+INSERT INTO term_stats (lexeme, df) SELECT word, ndoc FROM ts_stat('SELECT tsv FROM chunk_terms');
 UPDATE corpus_stats SET chunks = s.n, lengths = s.l, generation = generation + 1
-FROM (SELECT count(*) AS n, coalesce(sum(length(tsv)), 0) AS l FROM chunks) s;
+FROM (SELECT count(*) AS n, coalesce(sum(len), 0) AS l FROM chunk_terms) s;
 
 -- name: queue_missing
 -- Chunks the source stored without a vector in the active set (an ingest with defer_embedding) wait for a worker

@@ -46,15 +46,23 @@ UPDATE ingest_jobs SET embedded = embedded + %(n)s, claimed_at = now()
 WHERE id = %(job)s AND claim = %(claim)s RETURNING cancel;
 
 -- name: end_job
--- The holder ends its job: done, failed or cancelled; files left pending are cancelled with it.
+-- The holder ends its job: done, failed or cancelled. Files left pending end with it: failed with the job's
+-- error when the job could not run, else cancelled.
 WITH job AS (
     UPDATE ingest_jobs
     SET state = %(state)s, error = %(error)s, finished_at = now(), claim = NULL, claimed_at = NULL
     WHERE id = %(job)s AND claim = %(claim)s
-    RETURNING id
+    RETURNING id, state, error
 )
-UPDATE ingest_job_files f SET state = 'cancelled', finished_at = now()
+UPDATE ingest_job_files f
+SET state = CASE WHEN job.state = 'failed' THEN 'failed' ELSE 'cancelled' END,
+    error = CASE WHEN job.state = 'failed' THEN job.error END, finished_at = now()
 FROM job WHERE f.job_id = job.id AND f.state = 'pending';
+
+-- name: file_outcomes
+-- How the job's files ended so far: (state, how many, the first error of that state).
+SELECT state, count(*), (array_agg(error ORDER BY seq) FILTER (WHERE error IS NOT NULL))[1]
+FROM ingest_job_files WHERE job_id = %(job)s GROUP BY state;
 
 -- name: release_job
 UPDATE ingest_jobs SET claim = NULL, claimed_at = NULL, claimed_by = NULL WHERE id = %(job)s AND claim = %(claim)s;

@@ -131,7 +131,8 @@ SELECT chunk_id FROM near ORDER BY embedding <=> %(embedding)s, chunk_id LIMIT %
 
 -- name: keyword_search
 -- BM25 over the tsvector's lexemes: idf from term_stats (df, kept by triggers), tf from the lexeme's
--- positions, document length = length(tsv). Candidates come from the GIN index through the query's
+-- positions, document length = chunk_terms.len. It reads only the narrow chunk_terms table (migration 010),
+-- and chunks only when a filter needs a chunk's document or metadata ({source}). Candidates come from the GIN index through the query's
 -- rarest lexemes (the rarest always, more while their chunk counts stay within a budget), so common
 -- words do not make every chunk a candidate; when even the rarest is in more chunks than the budget
 -- (a query of common words, a large corpus), the chunks holding the rarest few of them together are the
@@ -169,18 +170,31 @@ query AS (
     SELECT (CASE WHEN bool_or(conj) THEN string_agg(quoted, ' & ') ELSE string_agg(quoted, ' | ') END)::tsquery AS q,
            (SELECT array_agg(lexeme) FROM terms) AS lexemes
     FROM picked
+),
+-- At most `cap` candidates: a query whose only known words are common (one word in 41,000 of a million chunks)
+-- would otherwise score every chunk holding them (300 ms of CPU at 1M, for a leg that can tell them
+-- apart only by length and word counts). Past the cap the first ones in table order are scored.
+candidates AS MATERIALIZED (
+    SELECT k.id, k.len, k.tsv FROM query, {source}
+    WHERE k.tsv @@ query.q AND {filter}
+    LIMIT %(cap)s
 )
-SELECT c.id,
+SELECT k.id,
        sum(t.idf * cardinality(u.positions) * (%(k1)s::float8 + 1)
-           / (cardinality(u.positions) + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * length(c.tsv) / stats.avgdl)))
+           / (cardinality(u.positions) + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * k.len / stats.avgdl)))
        AS score
-FROM query, stats, chunks c
-CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', query.lexemes), ARRAY['a']::"char"[])) AS u
+FROM query, stats, candidates k
+CROSS JOIN LATERAL unnest(ts_filter(setweight(k.tsv, 'A', query.lexemes), ARRAY['a']::"char"[])) AS u
 JOIN terms t ON t.lexeme = u.lexeme
-WHERE c.tsv @@ query.q AND {filter}
-GROUP BY c.id
-ORDER BY score DESC, c.id
+GROUP BY k.id
+ORDER BY score DESC, k.id
 LIMIT %(candidates)s;
+
+-- name: keyword_source
+chunk_terms k
+
+-- name: keyword_source_filtered
+chunk_terms k JOIN chunks c ON c.id = k.id
 
 -- name: keyword_filter
 EXISTS (SELECT FROM documents d WHERE d.id = c.document_id AND {filter})
@@ -217,8 +231,8 @@ terms AS (
 total AS (SELECT sum(idf) AS idf FROM terms)
 SELECT c.id, d.doc_id, d.source, d.root, c.seq, c.heading_path, c.text, c.start_offset, c.end_offset,
        {cosine} AS cosine,
-       (SELECT coalesce(sum(t.idf), 0) FROM unnest(tsvector_to_array(c.tsv)) AS l (lexeme)
-        JOIN terms t ON t.lexeme = l.lexeme) / nullif(total.idf, 0) AS share,
+       (SELECT coalesce(sum(t.idf), 0) FROM chunk_terms k, unnest(tsvector_to_array(k.tsv)) AS l (lexeme)
+        JOIN terms t ON t.lexeme = l.lexeme WHERE k.id = c.id) / nullif(total.idf, 0) AS share,
        c.metadata -> 'pages' AS pages
 FROM chunks c JOIN documents d ON d.id = c.document_id, total
 WHERE c.id = ANY(%(ids)s);

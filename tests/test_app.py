@@ -69,12 +69,23 @@ def test_a_pooled_app_serves_threads_with_one_embedder(settings: Settings, tmp_p
     shutil.copytree(DOCS, tmp_path / "docs")
     with App.open(settings) as app:
         app.ingest(tmp_path / "docs")
+        alone = app.search(SearchRequest("how do I rotate the keys?", k=5))
+    assert alone.legs == "sequential"  # one connection: the legs one after the other
     with App.open(settings.replace(pool_size=3), pooled=True) as app:
         questions = ["how do I rotate the keys?", "what does reindex do?", "embedded database"] * 4
         with ThreadPoolExecutor(4) as pool:
             results = list(pool.map(lambda q: app.search(SearchRequest(q, k=2)), questions))
         assert all(len(r.hits) == 2 for r in results)
         assert results[0].hits == results[3].hits  # same question, same answer, whichever connection
+        # Alone, a hybrid search's keyword leg runs on a spare connection (once the pool has grown to one).
+        again = [app.search(SearchRequest("how do I rotate the keys?", k=5)) for _ in range(10)]
+        parallel = [r for r in again if r.legs == "parallel"]
+        assert parallel and parallel[-1].hits == alone.hits
+        assert {"embed_ms", "keyword_ms", "keyword_wait_ms", "vector_ms", "fusion_ms"} <= set(parallel[-1].timings)
+        with app.connection():  # one of three held: with the search's own, more than half the pool is busy
+            busy = app.search(SearchRequest("how do I rotate the keys?", k=5))
+        assert busy.legs == "fallback" and busy.hits == alone.hits  # on its own connection, beside the embedding
+        assert app.search(SearchRequest("embedded database", mode="keyword")).legs == ""  # one leg
 
 
 def test_help_and_plan_import_neither_the_database_driver_nor_the_model():

@@ -74,8 +74,8 @@ def test_the_line_is_fitted_on_the_corpus_and_kept_with_apply(env: dict[str, str
     with connect(Settings.of(database_url=env["RAGVPS_DATABASE_URL"])) as conn:
         kept_settings = catalog.require(conn, "default").settings
     assert kept_settings["answer_min_evidence"] == chosen["line"]
-    assert kept_settings["rrf_k"] == kept["fusion"]["rrf_k"]
-    assert kept_settings["rrf_vector_weight"] == kept["fusion"]["vector_weight"]
+    assert not kept["fusion"]["applies"]  # fitted on questions made from chunks: reported, never kept
+    assert "rrf_k" not in kept_settings and "rrf_vector_weight" not in kept_settings
 
 
 def test_a_calibration_stays_in_its_knowledge_base(env: dict[str, str], tmp_path: Path):
@@ -123,9 +123,18 @@ def test_gold_questions_are_the_answerable_ones_and_their_documents_are_never_he
     assert shown["fusion"]["mrr"] > 0.5
     assert "gold questions from" in cli(env, "calibrate", "--gold", str(kept))
 
-    every = json.loads(cli(env, "calibrate", "--gold", str(gold("every.jsonl", TOPICS)), "--json"))
+    every = json.loads(cli(env, "calibrate", "--gold", str(gold("every.jsonl", TOPICS)), "--apply", "--json"))
     assert every["questions"]["unanswerable"] == 0  # a gold document is never held out of retrieval
     assert every["questions"]["answerable"] == len(TOPICS)
+    assert every["fusion"]["applies"]  # fitted on gold questions: --apply keeps the fusion too
+    from ragvps.config import Settings
+    from ragvps.db import catalog
+    from ragvps.db.database import connect
+
+    with connect(Settings.of(database_url=env["RAGVPS_DATABASE_URL"])) as conn:
+        kept = catalog.require(conn, "default").settings
+    assert kept["rrf_k"] == every["fusion"]["rrf_k"]
+    assert kept["rrf_vector_weight"] == every["fusion"]["vector_weight"]
 
     stray = gold("stray.jsonl", ["nowhere"])
     done = CliRunner().invoke(cli_app, ["calibrate", "--gold", str(stray)],

@@ -202,6 +202,14 @@ def test_a_zip_bomb_fails_by_name_while_the_other_files_store(served, tmp_path):
     assert scraped[("ragvps_ingest_jobs_open", "other")] == 0
 
 
+def test_an_upload_whose_every_file_fails_ends_failed_naming_them(served):
+    c = client(served, "write")
+    done = wait(c, upload(c, {"broken.docx": b"not a zip at all", "torn.pptx": b"PK\x03\x04 torn"})["job"])
+    assert done["state"] == "failed" and done["files_failed"] == 2, done
+    assert "every file failed (2 of 2)" in done["error"] and "broken.docx" in done["error"]
+    assert [e["file"] for e in done["errors"]] == ["broken.docx", "torn.pptx"]
+
+
 def metrics(srv: InProcess) -> dict[tuple[str, str], float]:
     from prometheus_client.parser import text_string_to_metric_families
 

@@ -95,3 +95,25 @@ def facts(url: str) -> tuple[int, int, int]:
         row = conn.execute(f"SELECT (SELECT count(*) FROM kb_1.documents), (SELECT count(*) FROM kb_1.chunks), "
                            f"(SELECT count(*) FROM kb_1.{table})").fetchone()
     return row[0], row[1], row[2]
+
+
+def test_a_job_that_cannot_run_ends_failed_and_its_files_fail_with_why(db_url, tmp_path):
+    folder = tmp_path / "files"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"memo{i}.md").write_text(f"# Memo {i}\n\nThe memo {i} is about crates.\n")
+    env = ragvps_env(db_url, tmp_path / "data")
+    job = staged_job(env, folder)
+    (tmp_path / "data/kb/default/uploads").write_text("a file where the uploads folder should be")
+
+    from ragvps.app import App
+    from ragvps.app import documents as d
+    from ragvps.config import load_settings
+
+    with App.open(load_settings(env=env), pooled=True) as app:
+        report = d.run_jobs(app, "worker", threading.Event(), exit_when_empty=True, poll=0.2)
+        status = d.job_status(app, job)
+    assert report.jobs == 1 and status.state == "failed", status
+    assert status.error is not None and status.error.startswith("the job could not run") and "uploads" in status.error
+    assert status.files_failed == 3 and all(f.error == status.error for f in status.files)
+    assert not (tmp_path / "data/kb/default/incoming" / job).exists()  # nothing left staged

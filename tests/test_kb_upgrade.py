@@ -43,6 +43,8 @@ def test_a_database_of_main_before_knowledge_bases_upgrades_into_default(pg_admi
     with psycopg.connect(url) as conn:
         before = conn.execute("SELECT count(*), md5(string_agg(embedding::text, ',' ORDER BY chunk_id)) "
                               "FROM public.embeddings_1").fetchone()
+        lexemes = conn.execute("SELECT count(*), md5(string_agg(tsv::text, ',' ORDER BY id)) "
+                               "FROM public.chunks").fetchone()
     (tmp_path / "empty.toml").write_text("")
     cli = Cli({"RAGVPS_DATABASE_URL": url, "RAGVPS_DATA_DIR": str(data), "RAGVPS_EMBEDDER": "local",
                "RAGVPS_CONFIG": str(tmp_path / "empty.toml")})
@@ -54,7 +56,10 @@ def test_a_database_of_main_before_knowledge_bases_upgrades_into_default(pg_admi
             assert schema is not None
             moved = conn.execute(sql.SQL("SELECT count(*), md5(string_agg(embedding::text, ',' ORDER BY chunk_id)) "
                                          "FROM {}.embeddings_1").format(sql.Identifier(schema[0]))).fetchone()
+            terms = conn.execute(sql.SQL("SELECT count(*), md5(string_agg(tsv::text, ',' ORDER BY id)) "
+                                         "FROM {}.chunk_terms").format(sql.Identifier(schema[0]))).fetchone()
         assert moved == before
+        assert terms == lexemes  # migration 010 moved the keyword leg's tsvectors into their own table
         again = cli("ingest", str(tmp_path / "corpus")).stdout
         # The chunker changed since main (tables keep their header): the documents are cut again, and only
         # the chunks whose text changed are embedded, the rest come from main's vector cache, moved here.

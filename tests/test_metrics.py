@@ -78,6 +78,8 @@ def test_counters_move_with_a_search_an_answer_a_refusal_and_a_cache_hit(server:
     assert delta("ragvps_searches_total", kb="default", mode="hybrid") == 3  # the search and two asks' searches
     assert delta("ragvps_searches_total", kb="default", mode="keyword") == 1
     assert delta("ragvps_search_zero_hits_total", kb="default") == 1
+    # each hybrid search's legs: at once on a spare pool connection, or one after the other when none was idle
+    assert sum(delta("ragvps_search_legs_total", kb="default", how=how) for how in ("parallel", "fallback")) == 3
     assert delta("ragvps_answers_total", kb="default", outcome="extractive") == 1
     assert delta("ragvps_answers_total", kb="default", outcome="refused_gate") == 1
     assert delta("ragvps_answers_total", kb="default", outcome="cached") == 1

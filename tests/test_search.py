@@ -48,7 +48,8 @@ def conn(db_url: str) -> psycopg.Connection:
 def _reference_bm25(conn: psycopg.Connection, query: str, k1: float = 1.2, b: float = 0.75) -> list[tuple[int, float]]:
     """BM25 computed in Python from each chunk's lexemes, as the SQL is meant to compute it."""
     tsv = {}
-    rows = conn.execute("SELECT c.id, u.lexeme, cardinality(u.positions) FROM chunks c, unnest(c.tsv) u")
+    rows = conn.execute("SELECT c.id, u.lexeme, cardinality(u.positions) FROM chunks c, "
+                        "unnest(to_tsvector(c.language, c.heading_path || ' ' || c.text)) u")
     for cid, lexeme, n in rows:
         tsv.setdefault(cid, {})[lexeme] = n
     terms = [r[0] for r in conn.execute("SELECT unnest(tsvector_to_array(to_tsvector('english', %s)))", (query,))]
@@ -67,6 +68,7 @@ def _reference_bm25(conn: psycopg.Connection, query: str, k1: float = 1.2, b: fl
     return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
+TSV = "to_tsvector(language, heading_path || ' ' || text)"  # a chunk's lexemes, from its text
 CORPUS = [
     "Protein folding in cells depends on chaperone proteins.",
     "Protein intake and muscle growth in adults.",
@@ -119,10 +121,16 @@ def test_term_statistics_follow_every_write(conn):
                  "(SELECT id FROM documents WHERE doc_id = 'd0')")
     conn.commit()
     stats = dict(conn.execute("SELECT lexeme, df FROM term_stats"))
-    truth = dict(conn.execute("SELECT word, ndoc FROM ts_stat('SELECT tsv FROM chunks')"))
+    truth = dict(conn.execute("SELECT word, ndoc FROM ts_stat(%s)", (f"SELECT {TSV} FROM chunks",)))
     assert stats == truth and stats["zebrafish"] == 2
     totals = conn.execute("SELECT chunks, lengths FROM corpus_stats").fetchone()
-    assert totals == conn.execute("SELECT count(*), sum(length(tsv)) FROM chunks").fetchone() == (5, totals[1])
+    assert totals == conn.execute(f"SELECT count(*), sum(length({TSV})) FROM chunks").fetchone() == (5, totals[1])
+    terms = conn.execute(f"SELECT c.id, {TSV} FROM chunks c ORDER BY c.id").fetchall()
+    assert terms == conn.execute("SELECT id, tsv FROM chunk_terms ORDER BY id").fetchall()  # the keyword leg's rows
+    assert conn.execute("SELECT count(*) FROM chunk_terms WHERE len <> length(tsv)").fetchone()[0] == 0
+    conn.execute("TRUNCATE chunks CASCADE")
+    assert conn.execute("SELECT (SELECT count(*) FROM chunk_terms), (SELECT count(*) FROM term_stats), "
+                        "chunks, lengths FROM corpus_stats").fetchone() == (0, 0, 0, 0)
 
 
 def test_filtered_vector_query_still_returns_k_rows_through_hnsw(conn):

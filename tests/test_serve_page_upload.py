@@ -1,7 +1,7 @@
 """The page's documents panel in a real headless browser (Debian's chromium through Playwright) against a real
 `ragvps serve`: files dropped on it are uploaded into the selected knowledge base, the bar follows the job's
 Server-Sent Events to its end, a broken file says why by name while the good one is stored, and a document
-listed can be deleted."""
+listed can be deleted; cancel stops an upload, and the files stored before stay."""
 
 from __future__ import annotations
 
@@ -68,4 +68,39 @@ def test_dropped_files_upload_with_progress_errors_by_name_and_a_listed_document
     with own_server.client() as c:
         paths = [d["path"] for d in c.get("/kb/default/documents").json()["documents"]]
     assert "wombats.md" not in paths and "seed.md" in paths
+    page.close()
+
+
+MANY = """() => {
+  const dt = new DataTransfer();
+  for (let i = 0; i < 150; i++) {
+    let text = "# Crate " + i + "\\n\\n";
+    for (let j = 0; j < 4; j++) text += "## Shelf " + j + "\\n\\nCrate " + i + " holds " + (i * 7 + j) +
+      " widgets on shelf " + j + ", checked by the night shift in aisle " + (i % 9) + ".\\n\\n";
+    dt.items.add(new File([text], "crate-" + String(i).padStart(3, "0") + ".md", {type: "text/markdown"}));
+  }
+  return dt;
+}"""
+
+
+def test_cancel_stops_the_upload_and_the_files_stored_stay(browser: Any, own_server: Server):  # noqa: F811
+    page = browser.new_page()
+    page.goto(own_server.url + "/")
+    page.fill("#key", own_server.key)
+    page.dispatch_event("#key", "change")
+    page.wait_for_function("() => document.getElementById('drop-kb').textContent === 'default'")
+    page.dispatch_event("#drop", "drop", {"dataTransfer": page.evaluate_handle(MANY)})
+    page.wait_for_selector("#upload-files li.done", timeout=120_000)  # a first batch is stored
+    page.click("#upload-cancel")
+    page.wait_for_selector("#upload[data-state=cancelled], #upload[data-state=done], #upload[data-state=error]",
+                           timeout=120_000)
+    text = page.text_content("#upload-text")
+    assert page.get_attribute("#upload", "data-state") == "cancelled", text
+    done = page.locator("#upload-files li.done").count()
+    assert 0 < done < 150 and page.locator("#upload-files li.cancelled").count() == 150 - done, text
+    assert text.startswith(f"cancelled: {done} of 150 files stored"), text
+    with own_server.client() as c:
+        listed = [d["path"] for d in c.get("/kb/default/documents", params={"limit": 1000}).json()["documents"]]
+    assert sorted(p for p in listed if p.startswith("crate-")) == sorted(
+        page.eval_on_selector_all("#upload-files li.done", "ls => ls.map((l) => l.dataset.name)"))
     page.close()

@@ -28,10 +28,12 @@ def test_stats_json(cli, tmp_path, db_url):
     assert s["answer_cache"] == {"entries": 0, "hits": 0, "tokens_saved": 0}
     assert s["embedding_set"] == {"model": "all-MiniLM-L6-v2-int8", "dims": 384, "vector_type": "vector",
                                   "table": "embeddings_1"}
-    assert set(s["tables"]) == {"documents", "chunks", "embeddings_1"}
+    assert set(s["tables"]) == {"documents", "chunks", "chunk_terms", "embeddings_1"}
     chunks = s["tables"]["chunks"]
-    assert set(chunks["indexes"]) == {"chunks_pkey", "chunks_document_id_seq_key", "chunks_tsv_idx"}
-    assert chunks["indexes"]["chunks_tsv_idx"]["method"] == "gin"
+    assert set(chunks["indexes"]) == {"chunks_pkey", "chunks_document_id_seq_key"}
+    terms = s["tables"]["chunk_terms"]  # the keyword leg's narrow table (migration 010)
+    assert set(terms["indexes"]) == {"chunk_terms_pkey", "chunk_terms_tsv_idx"}
+    assert terms["indexes"]["chunk_terms_tsv_idx"]["method"] == "gin"
     assert chunks["indexes_bytes"] == sum(i["bytes"] for i in chunks["indexes"].values())
     for t in s["tables"].values():
         assert t["total_bytes"] >= t["heap_bytes"] + t["toast_bytes"] + t["indexes_bytes"] > 0

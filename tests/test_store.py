@@ -149,6 +149,6 @@ def test_reindex_command_rebuilds_and_resyncs(cli, folder, db_url):
         assert name == "embeddings_1_hnsw" and valid
         assert conn.execute("SELECT 'embeddings_1_hnsw'::regclass::oid").fetchone()[0] != old_oid
         stats = dict(conn.execute("SELECT lexeme, df FROM term_stats"))
-        assert stats == dict(conn.execute("SELECT word, ndoc FROM ts_stat('SELECT tsv FROM chunks')"))
+        assert stats == dict(conn.execute("SELECT word, ndoc FROM ts_stat('SELECT tsv FROM chunk_terms')"))
     hits = json.loads(cli("query", "reciprocal rank fusion", "--json").stdout)
     assert hits and all(h["path"] != "search.md" for h in hits)

@@ -59,6 +59,17 @@ def queries(dataset: Path = DATASET) -> list[str]:
     return texts
 
 
+def unseen_questions(warm: int = 50) -> tuple[list[str], list[str]]:
+    """Questions a server has not seen (issue 34: its embedding memo would answer a repeated one): SciFact's claims
+    and the Chroma chunking study's questions, each once, in a fixed shuffled order; the last `warm` apart, to warm
+    a server with before a phase that sends the others, none twice."""
+    import random
+
+    texts = list(dict.fromkeys(t.strip() for t in queries(DATASET) + queries(DATA / "chroma_chunking") if t.strip()))
+    random.Random(34).shuffle(texts)
+    return texts[:-warm], texts[-warm:]
+
+
 CHUNK_FIELDS = frozenset(f.name for f in dataclasses.fields(Chunk))
 
 

@@ -45,8 +45,10 @@ class Calibration:
 
     def settings(self) -> dict[str, object]:
         """What --apply keeps in the knowledge base's settings."""
-        return {"answer_min_evidence": self.chosen.line, "rrf_k": self.fusion.rrf_k,
-                "rrf_vector_weight": self.fusion.vector_weight}
+        kept: dict[str, object] = {"answer_min_evidence": self.chosen.line}
+        if self.fusion.applies:
+            kept |= {"rrf_k": self.fusion.rrf_k, "rrf_vector_weight": self.fusion.vector_weight}
+        return kept
 
     def to_json(self) -> dict[str, object]:
         return {"kb": self.kb, "questions": self.questions, "gold": self.gold, "target": self.target,
@@ -80,7 +82,8 @@ def calibrate(app: App, n: int, target: float, apply: bool, progress: Progress, 
     done = Calibration(kb=app.kb_name, questions={k: sum(p.kind == k for p in found)
                                                   for k in ("answerable", "unanswerable", "off_topic")},
                        curve=curve, chosen=measure.choose(curve, target), current=now, target=target,
-                       fusion=measure.fit_fusion(observed, app.settings.search.rrf_k), applied=apply,
+                       fusion=measure.fit_fusion(observed, app.settings.search.rrf_k, gold is not None),
+                       applied=apply,
                        at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), gold=gold.source if gold else None)
     if apply:
         keep(app, done)

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from ragvps.app.requests import Answer, AskRequest, SearchRequest, SearchResult
     from ragvps.config import Settings
     from ragvps.db.catalog import KnowledgeBase
+    from ragvps.db.connections import Connections
     from ragvps.db.store import EmbeddingSet
     from ragvps.generate.prompt import Source
     from ragvps.generate.registry import Generator
@@ -37,6 +38,9 @@ class App(Protocol):
 
     @property
     def kb(self) -> KnowledgeBase | None: ...
+
+    @property
+    def connections(self) -> Connections: ...
 
     def embed_query(self, text: str) -> NDArray[np.float32]: ...
 

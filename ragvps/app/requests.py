@@ -44,6 +44,7 @@ class SearchResult:
     hits: list[Hit]
     model: str
     timings: dict[str, float] = field(default_factory=dict)  # milliseconds
+    legs: str = ""  # hybrid: "parallel" (two connections), "fallback" (pool busy: one after the other), "sequential"
 
 
 @dataclass

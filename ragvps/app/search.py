@@ -1,11 +1,19 @@
 """The search use case: the question embedded, both legs and their fusion in one transaction (retried when a
 model switch committed under it), then the reranker's order when one is configured. Each search is reported to
-the App's observer with its stage timings."""
+the App's observer with its stage timings.
+
+A hybrid search starts its keyword leg before the question is embedded (it needs no vector). In a server it runs
+on a second pool connection, so the search takes about the slower of the two paths (embedding + vector leg, keyword
+leg) plus the fusion; when the pool has no connection idle at once, it runs on the request's own, beside the
+embedding, and the vector leg follows it (`SearchResult.legs` says which, ragvps_search_legs_total counts it)."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from ragvps.app.requests import SearchRequest, SearchResult
@@ -37,24 +45,98 @@ def search(app: App, request: SearchRequest) -> SearchResult:
     fetch = dataclasses.replace(request, k=max(k, reranker.candidates))  # a reranker orders its candidates
     start = time.perf_counter()
     timings: dict[str, float] = {}
-    with app.connection() as conn:  # one connection for the whole search, checked out once
+    with app.connection() as conn, _keyword_leg(app, conn, fetch) as (keyword, legs):  # checked out once
         app.active_set(conn, "query")  # refuse a model mismatch before paying for the query embedding
         conn.commit()
+        if keyword is not None:
+            keyword.start()  # while the question is embedded
         embedding = app.embed_query(text) if request.mode != "keyword" else None
+        if keyword is not None and keyword.conn is conn:
+            keyword.wait()  # on this request's own connection: done with it before the vector leg takes it
         embedded = time.perf_counter()
-        hits, eset = _search(app, conn, text, embedding, fetch, timings)
+        hits, eset = _search(app, conn, text, embedding, fetch, timings, keyword)
     done = time.perf_counter()
     timings = {"embed_ms": ms(embedded - start), "search_ms": ms(done - embedded)} | timings
     hits = reranker.order(text, hits)[:k] if hits else []  # the first k of the reranker's order are kept
     if reranker.candidates:
         timings["rerank_ms"] = ms(time.perf_counter() - done)
-    result = SearchResult(text, request.mode, hits, eset.model, timings)
+    result = SearchResult(text, request.mode, hits, eset.model, timings, legs)
     app.observer.searched(app.kb_name, result)
     return result
 
 
+class KeywordLeg:
+    """A hybrid search's keyword leg, run by the legs' threads on a spare connection (beside the embedding and the
+    vector leg) or on the request's own (beside the embedding only); its ids when asked."""
+
+    def __init__(self, app: App, conn: psycopg.Connection, request: SearchRequest):
+        self.app, self.conn, self.request = app, conn, request
+        self.future: Future[list[int]] | None = None
+        self.ms = 0.0
+
+    def start(self) -> None:
+        self.future = _executor().submit(self._run)
+
+    def _run(self) -> list[int]:
+        from ragvps.db.database import driver_errors
+        from ragvps.retrieve.search import keyword_leg
+
+        began = time.perf_counter()
+        with driver_errors(self.app.settings):
+            ids = keyword_leg(self.conn, self.request.query, self.app.settings, self.request.filters)
+        self.ms = ms(time.perf_counter() - began)
+        return ids
+
+    def __call__(self) -> list[int]:
+        assert self.future is not None, "start() first"
+        return self.future.result()
+
+    def wait(self) -> None:
+        """Until the leg has finished with its connection (whether it succeeded is for __call__ to say)."""
+        if self.future is not None:
+            self.future.exception()
+
+
+@contextmanager
+def _keyword_leg(app: App, conn: psycopg.Connection, request: SearchRequest) -> Iterator[tuple[KeywordLeg | None, str]]:
+    """A hybrid search's KeywordLeg: on a spare pool connection ("parallel"), else on the request's own `conn`,
+    beside the embedding but before the vector leg ("fallback" when the pool had none idle at once, "sequential"
+    with a single connection). Not hybrid: None."""
+    if request.mode != "hybrid":
+        yield None, ""
+        return
+    from ragvps.db.catalog import bind
+    from ragvps.db.database import driver_errors
+
+    with app.connections.spare() as spare:
+        if spare is None:
+            leg = KeywordLeg(app, conn, request)
+            how = "fallback" if app.connections.stats() is not None else "sequential"
+        else:
+            with driver_errors(app.settings):
+                if app.kb is not None:
+                    bind(spare, app.kb.schema)
+            leg, how = KeywordLeg(app, spare, request), "parallel"
+        try:
+            yield leg, how
+        finally:
+            leg.wait()  # its connection is given back (or used again) only once the leg is done with it
+
+
+_legs: ThreadPoolExecutor | None = None
+
+
+def _executor() -> ThreadPoolExecutor:
+    """The threads that run keyword legs beside their requests (made on first use, shared by the process)."""
+    global _legs
+    if _legs is None:
+        _legs = ThreadPoolExecutor(max_workers=16, thread_name_prefix="ragvps-keyword-leg")
+    return _legs
+
+
 def _search(app: App, conn: psycopg.Connection, text: str, embedding: NDArray[np.float32] | None,
-            request: SearchRequest, timings: dict[str, float]) -> tuple[list[Hit], EmbeddingSet]:
+            request: SearchRequest, timings: dict[str, float],
+            keyword: KeywordLeg | None) -> tuple[list[Hit], EmbeddingSet]:
     from ragvps.db.database import driver_errors
     from ragvps.retrieve.search import search as search_legs
 
@@ -63,7 +145,9 @@ def _search(app: App, conn: psycopg.Connection, text: str, embedding: NDArray[np
             with driver_errors(app.settings), conn.transaction():
                 eset = app.active_set(conn, "query")
                 hits = search_legs(conn, eset, text, embedding, app.settings, request.mode, request.k,
-                                   request.filters, timings)
+                                   request.filters, timings, keyword)
+            if keyword is not None:
+                timings["keyword_ms"] = keyword.ms  # its own time, on its connection, beside the embedding
             return hits, eset
         except ActiveSetChangedError:
             # A model switch committed between reading the active set and searching its table: the

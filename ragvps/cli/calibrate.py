@@ -16,8 +16,8 @@ def calibrate(
                                                 "unanswerable ones, and the built-in off-topic set).")] = 200,
     target: Annotated[float, typer.Option(help="The share of answerable questions the line keeps answered.")]
     = 0.90,
-    apply: Annotated[bool, typer.Option("--apply", help="Keep the line and the fusion in the knowledge base's "
-                                                        "settings.")] = False,
+    apply: Annotated[bool, typer.Option("--apply", help="Keep the line (and, with gold questions, the "
+                                                        "fusion) in the knowledge base's settings.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the curve and the choice as JSON.")] = False,
     gold: Annotated[Path | None, typer.Option(help="Gold questions (`ragvps eval`'s JSON Lines: question, doc) "
                                                    "as the answerable ones, instead of questions made from chunks.")]
@@ -55,6 +55,9 @@ def calibrate(
     fused = (f"vector leg weight {f.vector_weight:g} (keyword 1), rrf_k {f.rrf_k}: MRR@10 {f.mrr:.3f} against "
              f"{f.equal_mrr:.3f} at equal weights" if f.vector_weight != 1.0 or f.mrr != f.equal_mrr else
              f"equal weights kept (MRR@10 {f.mrr:.3f}; no fitted weight gains more than 0.005)")
+    if not f.applies:
+        fused += (" - reported, not kept: questions made from chunks favour the keyword leg; --gold fits the "
+                  "fusion on your own questions")
     typer.echo(f"line chosen: {done.chosen.line:.2f} (the highest that answers {done.target:.0%} of the answerable)")
     typer.echo(f"fusion: {fused}")
     typer.echo("kept in the knowledge base's settings" if done.applied else "nothing changed: --apply keeps them")

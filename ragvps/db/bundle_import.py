@@ -197,9 +197,9 @@ def _load(conn: psycopg.Connection, bundle: Bundle, scratch: str, progress: Prog
                 checkpoint(f"{table}:{done}")
             checkpoint(table)
         conn.execute(bundle_sql("resume_chunk_triggers"))
+        conn.execute(bundle_sql("rebuild_stats"))
         for *_, definition in indexes:
             conn.execute(definition)  # pg_get_indexdef's own statement, schema-qualified
-        conn.execute(bundle_sql("rebuild_stats"))
         for s in manifest.get("vector_sets", []):
             _load_set(conn, bundle, s, progress)
             checkpoint(f"vectors:{s['id']}")

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 
 PROBE_CONNECT_S = 3  # a health probe's connect timeout
+SPARE_WAIT_S = 0.002  # a spare connection (a search's second leg) is taken only if the pool has one at once
 PROBE_STATEMENT_MS = 2000  # ... and its statements' (a lock waited on for longer is reported, not waited out)
 
 
@@ -47,6 +48,11 @@ class Connections(Protocol):
         ...
 
     def stats(self) -> PoolStats | None: ...
+
+    def spare(self) -> Any:
+        """A context manager giving a second connection for a request that holds one, or None when none is idle
+        now (a search's legs then run one after the other on the request's own)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -84,6 +90,10 @@ class SingleConnection:
 
     def stats(self) -> PoolStats | None:
         return None
+
+    @contextmanager
+    def spare(self) -> Iterator[None]:
+        yield None  # one connection: nothing to spare
 
     def close(self) -> None:
         if self._conn is not None:
@@ -151,6 +161,32 @@ class PooledConnections:
             waiting, busy, since = self._waiting, self._busy, self._progress
         return PoolStats(self.settings.database.pool_size, busy, waiting,
                          round(time.monotonic() - since, 1) if waiting else 0.0)
+
+    @contextmanager
+    def spare(self) -> Iterator[psycopg.Connection | None]:
+        """A pool connection only while the pool is mostly idle (no request waits, at most half of it busy) and one
+        can be had at once: under load a second connection a request would make the next request wait for one."""
+        from psycopg_pool import PoolTimeout
+
+        with self._lock:
+            free = not self._waiting and self._busy <= max(self.settings.database.pool_size // 2, 1)  # its own too
+        conn = None
+        if free:
+            try:
+                conn = self.pool.getconn(timeout=SPARE_WAIT_S)
+            except PoolTimeout:
+                conn = None
+        if conn is None:
+            yield None
+            return
+        self._count(busy=1)
+        try:
+            yield conn
+        finally:
+            self._count(busy=-1)
+            if not conn.closed:
+                conn.rollback()  # read-only work: nothing to keep; the pool takes it back idle
+            self.pool.putconn(conn)
 
     @contextmanager
     def probe(self) -> Iterator[psycopg.Connection]:

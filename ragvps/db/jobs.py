@@ -112,7 +112,15 @@ def finish_file(conn: psycopg.Connection, job: str, token: str, seq: int, state:
     return row is not None
 
 
+def file_outcomes(conn: psycopg.Connection, job: str) -> dict[str, tuple[int, str | None]]:
+    """{file state: (how many, the first error among them)} of the job's files."""
+    rows = conn.execute(_q("file_outcomes"), {"job": job}).fetchall()
+    conn.commit()
+    return {state: (int(n), error) for state, n, error in rows}
+
+
 def end(conn: psycopg.Connection, job: str, token: str, state: str, error: str | None = None) -> None:
+    """End the job under our claim; its pending files end failed (with `error`) when it failed, else cancelled."""
     end_implicit_transaction(conn)
     with conn.transaction():
         conn.execute(_q("end_job"), {"job": job, "claim": token, "state": state, "error": error})

@@ -78,6 +78,8 @@ def run_jobs(connect: Connect, settings: Settings, spec: ModelSpec, lanes: Calla
                 _give_back(conn, job, token)
                 stop.wait(RETRY_S)
                 continue
+            except (RagvpsError, OSError) as exc:  # it cannot run here (a setting, the file system): it fails whole
+                ended = _fail(conn, settings, job, token, exc)
             except BaseException:
                 _give_back(conn, job, token)
                 raise
@@ -92,6 +94,15 @@ def _wait(stop: threading.Event, wake: threading.Event | None, poll: float) -> N
         return
     wake.wait(poll)
     wake.clear()
+
+
+def _fail(conn: psycopg.Connection, settings: Settings, job: str, token: str, exc: Exception) -> int:
+    """End a job that cannot run: failed, with why; its files not stored fail with it."""
+    log.warning("job %s could not run: %s", job, exc)
+    conn.rollback()
+    jobs.end(conn, job, token, "failed", f"the job could not run: {exc}")
+    uploads.discard(settings.database.kb_dir, job)
+    return 1
 
 
 def _give_back(conn: psycopg.Connection, job: str, token: str) -> None:
@@ -141,7 +152,7 @@ class Job:
             jobs.release(self.conn, self.job, self.token)
             return 0
         else:
-            jobs.end(self.conn, self.job, self.token, "done")
+            jobs.end(self.conn, self.job, self.token, *ending(jobs.file_outcomes(self.conn, self.job)))
         uploads.discard(self.kb_dir, self.job)
         return 1
 
@@ -189,6 +200,16 @@ class Job:
                 if "is writing to this database" not in str(exc) or self.lost.is_set():
                     raise
                 time.sleep(1.0)  # an ingest from the command line holds the write lock: wait for it
+
+
+def ending(outcomes: dict[str, tuple[int, str | None]]) -> tuple[str, str | None]:
+    """How a job that ran to its end ends: `failed` when every file failed (nothing of it was stored), else
+    `done`, failures being the files'."""
+    failed, first = outcomes.get("failed", (0, None))
+    if failed and failed == sum(n for n, _ in outcomes.values()):
+        return "failed", (f"every file failed ({failed} of {failed}), nothing was stored; the first: {first}; "
+                          "each file's error says what to do")
+    return "done", None
 
 
 def batches(files: Sequence[jobs.StagedFile]) -> list[list[jobs.StagedFile]]:

@@ -183,7 +183,7 @@ class StatsReport:
 def stats(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings) -> StatsReport:
     """Everything `ragvps stats` shows, read in one go."""
     documents, chunks, roots, vectors = conn.execute(_q("counts", table=eset.table)).fetchone()  # type: ignore[misc]
-    tables = {name: _relation(conn, name) for name in ("documents", "chunks", eset.table_name)}
+    tables = {name: _relation(conn, name) for name in ("documents", "chunks", "chunk_terms", eset.table_name)}
     shared, shared_b, maint, maint_b = conn.execute(queries("inspect.sql")["memory_settings"]).fetchone()  # type: ignore[misc]
     vec = tables[eset.table_name]
     index = vec["indexes"].get(eset.index_name)

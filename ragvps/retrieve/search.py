@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +68,7 @@ class Bm25:
     k1: float = 1.2
     b: float = 0.75
     budget: int | None = None
+    cap: int = 4  # candidates scored at most: cap x budget (the first in table order past it)
 
 
 BM25 = Bm25()  # chosen by bench/quality_bench.py
@@ -117,12 +119,14 @@ def keyword_leg(conn: psycopg.Connection, text: str, settings: Settings, filters
                 bm25: Bm25 = BM25) -> list[int]:
     """Chunk ids ranked by BM25 over the full-text lexemes of `text`; never an error for any words."""
     where = compose("keyword_filter", filter=filters.condition()) if filters else sql.SQL("true")
+    source = compose("keyword_source_filtered" if filters else "keyword_source")
+    budget = bm25.budget or settings.search.keyword_budget
     params = {"language": settings.search.language, "text": text, "candidates": settings.search.candidates,
-              "budget": bm25.budget or settings.search.keyword_budget, "k1": bm25.k1, "b": bm25.b}
+              "budget": budget, "cap": max(bm25.cap * budget, settings.search.candidates), "k1": bm25.k1, "b": bm25.b}
     if filters:
         params |= filters.params()
     with conn.transaction():
-        rows = conn.execute(compose("keyword_search", filter=where), params)
+        rows = conn.execute(compose("keyword_search", source=source, filter=where), params)
         return [r[0] for r in rows]
 
 
@@ -136,17 +140,23 @@ def search(
     k: int | None = None,
     filters: Filters | None = None,
     timings: dict[str, float] | None = None,
+    keyword: Callable[[], list[int]] | None = None,
 ) -> list[Hit]:
     """The top k chunks for `text` (its query embedding given for the vector and hybrid modes); `timings`, when
-    given, gets each stage's milliseconds: vector_ms, keyword_ms, fusion_ms (RRF and the chunks' details)."""
+    given, gets each stage's milliseconds: vector_ms, keyword_ms, fusion_ms (RRF and the chunks' details).
+    `keyword`: the keyword leg's ids, run elsewhere (another connection); keyword_wait_ms is then the wait."""
     k = k or settings.search.top_k
     if filters is None:
         filters = Filters()
     lap = _Laps(timings if timings is not None else {})
     vec = vector_leg(conn, eset, embedding, settings, filters) if mode != "keyword" and embedding is not None else []
     lap("vector_ms")
-    kw = keyword_leg(conn, text, settings, filters) if mode != "vector" else []
-    lap("keyword_ms")
+    if keyword is not None and mode != "vector":
+        kw = keyword()
+        lap("keyword_wait_ms")
+    else:
+        kw = keyword_leg(conn, text, settings, filters) if mode != "vector" else []
+        lap("keyword_ms")
     fused = fuse(vec, kw, settings)[:k]
     rows = chunk_evidence(conn, eset, [i for i, _ in fused], text, embedding if mode != "keyword" else None, settings)
     hits = _details(fused, vec, kw, rows)
@@ -191,7 +201,8 @@ def _details(fused: list[tuple[int, float]], vec: list[int], kw: list[int], rows
     vrank = {c: r for r, c in enumerate(vec, start=1)}
     krank = {c: r for r, c in enumerate(kw, start=1)}
     hits = []
-    for rank, (cid, score) in enumerate(fused, start=1):
+    # A keyword leg run on another connection saw its own snapshot: a chunk deleted in between has no row here.
+    for rank, (cid, score) in enumerate((f for f in fused if f[0] in rows), start=1):
         _, doc_id, source, _root, seq, heading, body, start, end, cos, share, pages = rows[cid]
         hits.append(Hit(rank, score, f"{doc_id}#{seq}", source, doc_id, heading, body,
                         vrank.get(cid), krank.get(cid), start, end, cos, share, combine(cos, share),

@@ -31,6 +31,19 @@ EVENTS_EVERY_S = 0.5  # how often a progress stream reads the job
 KEEPALIVE_S = 15.0
 
 
+# One Server-Sent Event of a job's progress: its name and its JSON (the job, or an error).
+_EVENT = {"type": "object", "required": ["event", "data"],
+          "properties": {"event": {"enum": ["progress", "done", "error"]},
+                         "data": {"type": "string", "contentMediaType": "application/json",
+                                  "contentSchema": {"type": "object"}}}}
+EVENTS = {"description": "Server-Sent Events: `progress` with the job (as GET /jobs/{job} answers it) each time it "
+                         "changes, then `done` with its last state (or `error`)",
+          "content": {"text/event-stream": {"schema": _EVENT}}}
+STATUS = {"description": "The job; with Accept: text/event-stream, its progress as Server-Sent Events",
+          "content": {"application/json": {"schema": {"type": "object", "required": ["id", "state"]}},
+                      "text/event-stream": {"schema": _EVENT}}}
+
+
 def no_job(job: str) -> NotFoundError:
     return NotFoundError(f"no job {job!r} that this key may see: POST /kb/{{name}}/documents answers with the "
                          "id of the job it made")
@@ -208,14 +221,15 @@ def add_document_routes(api: FastAPI, ready: Ready, settings: Settings, runner: 
     async def delete(request: Request, name: str, doc: int = Path(ge=1, le=MAX_ID)) -> Any:
         return await do.delete(request, name, doc)
 
-    @api.get("/jobs/{job}", responses=errors, tags=tags,
+
+    @api.get("/jobs/{job}", responses=errors | {200: STATUS}, tags=tags,
              summary="A job's progress (files done of total, chunks embedded, rate, ETA, errors per file); "
                      "with Accept: text/event-stream, the same as Server-Sent Events")
     @guarded
     async def job_status(request: Request, job: str) -> Any:
         return await do.status(request, job)
 
-    @api.get("/jobs/{job}/events", responses=errors, tags=tags,
+    @api.get("/jobs/{job}/events", responses=errors | {200: EVENTS}, tags=tags,
              summary="A job's progress as Server-Sent Events: `progress`..., then `done`")
     @guarded
     async def job_events(request: Request, job: str) -> Any:

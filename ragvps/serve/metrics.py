@@ -47,6 +47,9 @@ class Metrics:
                                 ["kb", "stage"], buckets=STAGE_BUCKETS, registry=registry)
         self.searches = Counter("ragvps_searches", "Searches, by knowledge base and mode.", ["kb", "mode"],
                                 registry=registry)
+        self.legs = Counter("ragvps_search_legs", "Hybrid searches by how their legs ran: parallel (two pool "
+                            "connections), fallback (no idle connection: one after the other).", ["kb", "how"],
+                            registry=registry)
         self.zero_hits = Counter("ragvps_search_zero_hits", "Searches that found nothing.", ["kb"], registry=registry)
         self.answers = Counter("ragvps_answers", "Answers, by outcome: answered (a model), extractive, refused_gate "
                                "(no source passed answer_min_evidence), refused_model, cached.", ["kb", "outcome"],
@@ -61,6 +64,8 @@ class Metrics:
 
     def searched(self, kb: str, result: SearchResult) -> None:
         self.searches.labels(kb, result.mode).inc()
+        if result.legs:
+            self.legs.labels(kb, result.legs).inc()
         if not result.hits:
             self.zero_hits.labels(kb).inc()
         self._stages(kb, result.timings)

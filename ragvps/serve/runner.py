@@ -1,9 +1,9 @@
 """The server's workers for upload jobs: a `ragvps worker --jobs` child process per knowledge base with open
-jobs, started when an upload queues one (or at start-up, for jobs left open), at a lower CPU priority, ending
-once its queue has been empty for LINGER_S. A child process rather than a thread: parsing and embedding do not
-hold the server's GIL while it answers searches, a hostile file that crashed a parser would take down the
-worker and not the server, and the worker takes its jobs under a lease, as a `ragvps worker --jobs` on another
-machine would (a child that dies is replaced, and its job taken over once its lease ran out)."""
+jobs, started when an upload queues one (or at start-up, for jobs left open), below the server on the CPU
+(SCHED_IDLE), ending once its queue has been empty for LINGER_S. A child process rather than a thread: parsing
+and embedding do not hold the server's GIL while it answers searches, a hostile file that crashed a parser would
+take down the worker and not the server, and the worker takes its jobs under a lease, as a `ragvps worker --jobs`
+on another machine would (a child that dies is replaced, and its job taken over once its lease ran out)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 WATCH_S = 1.0  # how often the runner looks for a knowledge base whose worker ended with jobs left
 LINGER_S = 30.0  # a worker waits this long for another upload before it ends
-NICE = 10  # the workers' CPU priority below the server's: searches come first
+NICE = 10  # the workers' CPU priority below the server's where SCHED_IDLE is not to be had
 _SERVER_ONLY = ("serve", "generate", "rerank")  # setting groups a worker has no use for
 
 
@@ -49,6 +49,22 @@ def worker_env(settings: Settings) -> dict[str, str]:
     package = str(Path(__file__).resolve().parents[2])  # this ragvps, whatever the child's sys.path
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package, env.get("PYTHONPATH", "")) if p)
     return env
+
+
+def lower(pid: int) -> str:
+    """Put a worker below the server: SCHED_IDLE (Linux), where it runs only on CPU time nothing else wants, and
+    a search waking up takes a core from it at once; else nice NICE, where it has a small share and a search
+    may wait for the end of its time slice. What it got, for the log."""
+    try:
+        os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
+        return "SCHED_IDLE"
+    except (AttributeError, OSError):  # not Linux, or not allowed
+        pass
+    try:
+        os.setpriority(os.PRIO_PROCESS, pid, NICE)
+        return f"nice {NICE}"
+    except OSError as exc:
+        return f"the server's priority ({exc})"
 
 
 class JobRunner:
@@ -77,11 +93,7 @@ class JobRunner:
                 str(self.linger), "--kb", name, "--name", f"{self.name}/{name}"]
         child = subprocess.Popen(args, env=worker_env(self.ready.settings), stdin=subprocess.DEVNULL,
                                  stdout=subprocess.DEVNULL)
-        try:
-            os.setpriority(os.PRIO_PROCESS, child.pid, NICE)
-        except OSError as exc:  # it runs at the server's priority then
-            log.info("could not lower the priority of upload worker %d: %s", child.pid, exc)
-        log.info("started upload worker %d for knowledge base %s", child.pid, name)
+        log.info("started upload worker %d for knowledge base %s (CPU: %s)", child.pid, name, lower(child.pid))
         return child
 
     @asynccontextmanager

@@ -114,6 +114,9 @@ class Multipart:
                 if total > self.limits.upload_max_bytes:
                     raise too_large("the upload", self.limits.upload_max_bytes, "upload_max_bytes")
                 parser.write(piece)
+        except ValueError as exc:  # python_multipart's parse errors are ValueErrors
+            raise UsageError(f"the multipart body is malformed after {total:,} bytes ({exc}): nothing of it was "
+                             "kept; send files as multipart/form-data parts with a filename") from None
         finally:
             if self.out is not None:
                 self.out.close()
