@@ -92,7 +92,8 @@ class FakeLLM:
     stall_after: int | None = None  # stream this many pieces, then stall (stall_s) with the connection open
     stall_s: float = 60.0
     context_limit: int | None = None  # prompt tokens above this: the provider's context-length 400
-    tool_call: tuple[str, str] | None = None  # (name, JSON arguments): called when an OpenAI request offers tools
+    tool_call: tuple[str, str] | None = None  # (name, JSON arguments): called when a request offers tools
+    no_usage: bool = False  # as llama.cpp's server: no usage in the stream, whatever stream_options asks
     requests: list[dict[str, Any]] = field(default_factory=list)  # path, headers, body, prompt_tokens
     pieces_sent: int = 0
     disconnected: bool = False
@@ -112,6 +113,7 @@ class FakeLLM:
         with self._lock:
             self.reply, self.faults, self.slow, self.piece_delay = default_reply, [], 0.0, 0.0
             self.cut_after, self.context_limit, self.stall_after, self.tool_call = None, None, None, None
+            self.no_usage = False
             self.requests.clear()
             self._seen_systems.clear()
             self.pieces_sent, self.disconnected = 0, False
@@ -172,10 +174,13 @@ class FakeLLM:
             return
         text = self.reply if isinstance(self.reply, str) else self.reply(system, user)
         pieces = re.findall(r"\S+\s*|\s+", text) or [""]
-        if kind == "openai" and self.tool_call is not None and body.get("tools"):
-            out = _openai_tool_call(*self.tool_call, n)
+        if self.tool_call is not None and body.get("tools"):
+            out = {"openai": _openai_tool_call, "anthropic": _anthropic_tool_call,
+                   "ollama": _ollama_tool_call}[kind](*self.tool_call, n)
         else:
             out = {"openai": _openai, "anthropic": _anthropic, "ollama": _ollama}[kind](pieces, n, cached)
+        if self.no_usage and kind == "openai":
+            out = (sent for sent in out if '"usage"' not in sent[1])
         self._stream(h, kind, out, len(pieces))
 
     def _stream(self, h: BaseHTTPRequestHandler, kind: str, out: Iterator[tuple[bool, str]], total: int) -> None:
@@ -223,7 +228,7 @@ class FakeLLM:
 def _messages(kind: str, body: dict[str, Any]) -> tuple[str, str]:
     if kind == "anthropic":
         system = "".join(b["text"] for b in body.get("system", []))
-        return system, body["messages"][-1]["content"]
+        return system, _text(body["messages"][-1]["content"])
     by_role = {m["role"]: _text(m.get("content")) for m in body.get("messages", [])}
     return by_role.get("system", ""), by_role.get("user", "")
 
@@ -231,7 +236,7 @@ def _messages(kind: str, body: dict[str, Any]) -> tuple[str, str]:
 def _text(content: Any) -> str:
     """A message's text: a string, content parts (their text), or none (an assistant's tool calls)."""
     if isinstance(content, list):
-        return "\n".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
+        return "\n".join(str(p.get("text") or p.get("content") or "") for p in content if isinstance(p, dict))
     return str(content or "")
 
 
@@ -261,6 +266,33 @@ def _openai_tool_call(name: str, arguments: str, n: int) -> Iterator[tuple[bool,
     yield False, _sse({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
     yield False, _sse({"choices": [], "usage": {"prompt_tokens": n, "completion_tokens": 9, "total_tokens": n + 9}})
     yield False, "data: [DONE]\n\n"
+
+
+def _anthropic_tool_call(name: str, arguments: str, n: int) -> Iterator[tuple[bool, str]]:
+    """A streamed tool_use block as Anthropic sends it: id and name at the block's start, the input as
+    input_json_delta pieces, stop_reason tool_use."""
+    half = len(arguments) // 2
+    yield False, _sse({"type": "message_start", "message": {"id": "msg_1", "usage": {"input_tokens": n,
+                                                                                     "output_tokens": 1}}},
+                      "message_start")
+    yield False, _sse({"type": "content_block_start", "index": 0, "content_block": {
+        "type": "tool_use", "id": "toolu_1", "name": name, "input": {}}}, "content_block_start")
+    for part in (arguments[:half], arguments[half:]):
+        yield True, _sse({"type": "content_block_delta", "index": 0,
+                          "delta": {"type": "input_json_delta", "partial_json": part}}, "content_block_delta")
+    yield False, _sse({"type": "content_block_stop", "index": 0}, "content_block_stop")
+    yield False, _sse({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}},
+                      "message_delta")
+    yield False, _sse({"type": "message_stop"}, "message_stop")
+
+
+def _ollama_tool_call(name: str, arguments: str, n: int) -> Iterator[tuple[bool, str]]:
+    """A tool call as Ollama streams it: whole, in one message, its arguments an object; then the done line."""
+    call = {"function": {"name": name, "arguments": json.loads(arguments)}}
+    yield True, json.dumps({"model": "m", "message": {"role": "assistant", "content": "", "tool_calls": [call]},
+                            "done": False}) + "\n"
+    yield False, json.dumps({"model": "m", "message": {"role": "assistant", "content": ""}, "done": True,
+                             "done_reason": "stop", "prompt_eval_count": n, "eval_count": 9}) + "\n"
 
 
 def _anthropic(pieces: list[str], n: int, cached: int) -> Iterator[tuple[bool, str]]:

@@ -227,3 +227,22 @@ def test_on_sources_comes_first_and_may_cancel_before_any_request(corpus, clean_
                 on_token=lambda _: seen.append("token"))
     assert seen[1] == "sources" and seen[2:] and set(seen[2:]) == {"token"}
     assert a.generator == "anthropic" and a.cache == "miss" and a.usage.cache_creation_tokens > 0
+
+
+def test_a_reply_holding_the_refusal_is_the_refusal_alone(corpus, clean_cache, llm):
+    # a small model says it cannot answer, then copies a source anyway, with a marker
+    llm.reply = f"{REFUSAL} But source [1] says: Backups run every night at 02:00 on the second disk. [1]"
+    a = open_app(corpus[1], llm).ask(AskRequest(Q_BACKUP))
+    assert not a.answered and a.answer == REFUSAL and a.citations == () and a.sources
+
+
+def test_usage_a_server_does_not_report_is_counted_and_marked(corpus, clean_cache, llm):
+    llm.no_usage = True  # llama.cpp's server: no usage chunk, although ragvps asks for one
+    a = open_app(corpus[1], llm).ask(AskRequest(Q_BACKUP))
+    sent = llm.llm_requests()[0]
+    assert sent["body"]["stream_options"] == {"include_usage": True}
+    assert a.usage.counted and a.usage.completion_tokens > 0
+    assert abs(a.usage.prompt_tokens - sent["prompt_tokens"]) <= 24  # the budget's count, message overhead aside
+    llm.no_usage = False
+    reported = open_app(corpus[1], llm).ask(AskRequest(Q_BACKUP, use_cache=False)).usage
+    assert not reported.counted and reported.prompt_tokens == llm.llm_requests()[-1]["prompt_tokens"]

@@ -30,7 +30,8 @@ def test_ask_extractive_json_and_text(cli, tmp_path):
     out = json.loads(cli("ask", "When do backups run?", "--json").stdout)
     assert out["extractive"] and out["answered"] and out["cache"] == "miss" and out["generator"] == "extractive"
     assert out["citations"][0]["path"] == "backups.md" and out["prompt_version"]
-    assert set(out["usage"]) == {"prompt_tokens", "completion_tokens", "cached_tokens", "cache_creation_tokens"}
+    assert set(out["usage"]) == {"prompt_tokens", "completion_tokens", "cached_tokens", "cache_creation_tokens",
+                                 "counted"}
     text = cli("ask", "When do backups run?")
     assert "Extractive answer" in text.stdout and "Sources:" in text.stdout
     assert "backups.md | Backups" in text.stdout and "(backups.md#" in text.stdout
@@ -66,6 +67,17 @@ def test_show_prompt_prints_the_prompt_and_its_count_and_sends_nothing(cli, tmp_
     assert "--- system ---" in r.stdout and "[1] backups.md" in r.stdout
     assert "prompt tokens (o200k_base" in r.stderr and "nothing was sent" in r.stderr
     assert llm.llm_requests() == []
+
+
+def test_usage_the_llm_server_does_not_send_is_counted_on_the_cli(cli, tmp_path, llm):
+    _ingest(cli, tmp_path)
+    cli.env |= {"RAGVPS_GENERATOR": "openai", "RAGVPS_GENERATOR_URL": llm.url + "/v1",
+                "RAGVPS_GENERATOR_MODEL": "gemma-3-270m", "RAGVPS_GENERATOR_RETRIES": "0"}
+    llm.no_usage = True  # as llama.cpp's server streams
+    usage = json.loads(cli("ask", "When do backups run?", "--json").stdout)["usage"]
+    assert usage["counted"] is True and usage["prompt_tokens"] > 100 and usage["completion_tokens"] > 0
+    text = cli("ask", "When do backups run?", "--no-cache")
+    assert " 0 prompt tokens" not in text.stderr and "answer tokens (counted by ragvps" in text.stderr
 
 
 def test_errors_are_one_line_and_the_key_never_shows(cli, tmp_path, llm):

@@ -106,7 +106,9 @@ def test_mcp_tools_over_http_behind_the_key(api: InProcess):
 
     _check(api.call(lambda: asyncio.wait_for(run(api.headers), 120)), api)
 
-    # Without the key the endpoint answers 401 before any MCP message is read.
+    # Without the key the endpoint answers 401 before any MCP message is read, as a JSON-RPC error (which the
+    # SDK's client shows: tests/test_chat_wrong_turns.py).
     r = api.keyless().post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
                            headers={"Accept": "application/json, text/event-stream"})
-    assert r.status_code == 401 and r.json()["kind"] == "unauthorized"
+    assert r.status_code == 401 and r.json()["error"]["data"]["kind"] == "unauthorized"
+    assert r.headers["www-authenticate"] == 'Bearer realm="ragvps"'

@@ -78,7 +78,7 @@ def test_server_sent_events_are_one_json_line_each():
     done = done_payload(refused)  # the sources went first, the text as tokens: the rest, citations always a list
     assert "sources" not in done and done["citations"] == [] and done["answer"] == "x"
     assert done["usage"] == {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0,
-                             "cache_creation_tokens": 0}
+                             "cache_creation_tokens": 0, "counted": False}
 
 
 def test_every_status_the_server_sends_names_its_kind():

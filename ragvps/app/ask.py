@@ -216,7 +216,7 @@ class _Asking:
                quotes: tuple[Quote, ...] = (), tool_calls: tuple[ToolCall, ...] = ()) -> Answer:
         """The Answer of a text and what it was retrieved from (the memo keeps the same retrieval)."""
         gen = self.app.generator
-        parsed = citations.parse(text, retrieval.shown)
+        parsed = citations.parse(text, retrieval.shown, gen.extractive)
         return Answer(answer=parsed.text, answered=parsed.answered, extractive=gen.extractive,
                       citations=tuple(parsed.citations), invalid_citations=parsed.invalid, retrieval=retrieval,
                       usage=usage, cache=status, generator=gen.name, model=gen.model, prompt_version=PROMPT_VERSION,

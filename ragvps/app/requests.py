@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol, cast
 
+from ragvps.errors import UsageError
 from ragvps.generate.records import Citation, Json, Quote, ToolCall, Usage, source_from_json, source_json
 from ragvps.records import fields_dict
 
@@ -83,6 +84,13 @@ class Overrides:
         if self.temperature is not None:
             changed["temperature"] = self.temperature
         if self.max_tokens is not None:
+            from ragvps.generate.budget import window_for
+
+            window = window_for(settings)
+            if self.max_tokens >= window:  # the request's, not a setting: the asker's to change
+                raise UsageError(f"max_tokens={self.max_tokens:,} leaves no room for a prompt in the model's context "
+                                 f"window of {window:,} tokens (setting context_window): ask for fewer, e.g. "
+                                 f"{settings.answer_reserve:,}")
             changed["answer_reserve"] = self.max_tokens
         return dataclasses.replace(settings, **changed) if changed else settings  # type: ignore[arg-type]
 

@@ -60,9 +60,7 @@ def ask(
         for c in answer.citations:
             where = c.label + (f" | {c.heading_path}" if c.heading_path else "")
             typer.echo(f"[{c.number}] {where}  ({c.chunk_id})")
-    u = answer.usage
-    spent = (f"{u.prompt_tokens:,} prompt tokens ({u.cached_tokens:,} cached), {u.completion_tokens:,} "
-             "answer tokens" if not answer.extractive else "no LLM")
+    spent = answer.usage.described() if not answer.extractive else "no LLM"
     notes = [f"{answer.generator}" + (f" {answer.model}" if answer.model else ""), f"cache {answer.cache}", spent]
     if not answer.answered and not answer.sources:
         notes.append(f"evidence {answer.evidence:.2f} below answer_min_evidence {answer.min_evidence:.2f}: "

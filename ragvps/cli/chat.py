@@ -96,9 +96,7 @@ def _notes(answer: ChatAnswer) -> str:
     a = answer.answer
     notes.append(f"{a.generator}" + (f" {a.model}" if a.model and not a.extractive else "") + f"; cache {a.cache}")
     if not a.extractive:
-        u = answer.usage
-        notes.append(f"{u.prompt_tokens:,} prompt tokens ({u.cached_tokens:,} cached), "
-                     f"{u.completion_tokens:,} answer tokens")
+        notes.append(answer.usage.described())
     return "; ".join(notes)
 
 

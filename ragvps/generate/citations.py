@@ -22,7 +22,12 @@ class Parsed:
     answered: bool  # False when the answer is the refusal sentence
 
 
-def parse(answer: str, sources: Sequence[Source]) -> Parsed:
+def parse(answer: str, sources: Sequence[Source], quoted: bool = False) -> Parsed:
+    """The answer's valid citations. A model's reply holding the refusal sentence is the refusal alone: no
+    citations, none of what it copied around it (a small model often adds the sources' text). A `quoted`
+    (extractive) answer is the refusal only when it is nothing else: a quoted document may hold the sentence."""
+    if is_refusal(answer) and (not quoted or _normal(answer) == _normal(REFUSAL)):
+        return Parsed(REFUSAL, [], 0, False)
     by_number = {s.number: s for s in sources}
     cited: dict[int, Citation] = {}
     invalid = 0
@@ -40,7 +45,7 @@ def parse(answer: str, sources: Sequence[Source]) -> Parsed:
     text = _MARKER.sub(keep, answer)
     if invalid:
         text = re.sub(r"[ \t]+([.,;:!?])", r"\1", re.sub(r"[ \t]{2,}", " ", text))
-    return Parsed(text.strip(), list(cited.values()), invalid, bool(text.strip()) and not is_refusal(answer))
+    return Parsed(text.strip(), list(cited.values()), invalid, bool(text.strip()))
 
 
 def _normal(text: str) -> str:

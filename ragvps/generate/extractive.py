@@ -24,6 +24,7 @@ from ragvps.generate.records import Quote, Usage
 if TYPE_CHECKING:
     from ragvps.embed import Embedder
     from ragvps.generate.budget import Fit
+    from ragvps.generate.llm.tools import Unsupported
     from ragvps.generate.prompt import Source
 
 LABEL = "Extractive answer (sentences quoted from the sources; no language model was used):"
@@ -72,6 +73,18 @@ class Extractive:
         self.embedder = embedder
         self.model = model
         self.quotes = quotes
+
+    def unsupported(self, tools: str) -> Unsupported | None:
+        """A request that requires a tool call or JSON, which only a language model gives; offered tools are a
+        hint, ignored."""
+        from ragvps.generate.llm.tools import Unsupported, needs_llm, passed
+
+        field = needs_llm(passed(tools))
+        if field is None:
+            return None
+        return Unsupported(field, f"{field} asks for what only a language model gives (a tool call or JSON), and "
+                                  "this server has none (setting generator): its answers quote the documents. Leave "
+                                  "it out, or configure an LLM (generator=openai, anthropic or ollama)")
 
     def generate(self, fit: Fit, on_token: Callable[[str], None]) -> Generation:
         question = fit.prompt.question

@@ -22,9 +22,13 @@ class Usage:
     completion_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens the provider read from its prompt cache
     cache_creation_tokens: int = 0  # prompt tokens written to it (Anthropic)
+    # The provider reported no usage (llama.cpp's server in a stream): the tokens were counted here, with
+    # tiktoken, from the prompt sent and the text received: an estimate, not the provider's own figure.
+    counted: bool = False
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+        summed = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self) if f.name != "counted"}
+        return Usage(**summed, counted=self.counted or other.counted)
 
     def to_json(self) -> dict[str, object]:
         return fields_dict(self)
@@ -32,7 +36,14 @@ class Usage:
     @classmethod
     def from_json(cls, data: Json | None) -> Usage:
         data = data or {}
-        return cls(**{f.name: _int(data.get(f.name, 0)) for f in fields(cls)})
+        counts = {f.name: _int(data.get(f.name, 0)) for f in fields(cls) if f.name != "counted"}
+        return cls(**counts, counted=bool(data.get("counted", False)))
+
+    def described(self) -> str:
+        """In words, for a person: `1,234 prompt tokens (0 cached), 56 answer tokens`; counted ones say so."""
+        how = " (counted by ragvps: the LLM server reported none)" if self.counted else ""
+        return (f"{self.prompt_tokens:,} prompt tokens ({self.cached_tokens:,} cached), {self.completion_tokens:,} "
+                f"answer tokens{how}")
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from ragvps.embed import Embedder
     from ragvps.generate.budget import Fit
     from ragvps.generate.llm.base import Generation
+    from ragvps.generate.llm.tools import Unsupported
 
 
 class Generator(Protocol):
@@ -22,6 +23,11 @@ class Generator(Protocol):
 
     def generate(self, fit: Fit, on_token: Callable[[str], None]) -> Generation:
         """The answer to the fitted prompt, each piece passed to `on_token` as it arrives."""
+        ...
+
+    def unsupported(self, tools: str) -> Unsupported | None:
+        """The field of a chat client's tools, tool_choice and response_format (JSON text) this generator
+        cannot honour, or None: checked before any work, answered as 400 unsupported_parameter."""
         ...
 
 

@@ -50,5 +50,8 @@ def http_message(status: int, detail: str, method: str, path: str, allow: str | 
     if status == 400 and detail == "There was an error parsing the body":
         return "the body could not be read as JSON: send JSON text encoded as UTF-8" + SHAPE
     if status == 404 and detail == "Not Found":
-        return f"there is no {path} here: the API is /search, /ask, /stats and /health (see /docs)"
+        from ragvps.serve.openai_shapes import wrong_turn
+
+        return wrong_turn(path) or (f"there is no {path} here: the API is /search, /ask, /stats and /health, "
+                                    "OpenAI's chat under /v1, Ollama's under /api (see /docs)")
     return detail

@@ -57,6 +57,7 @@ def _openapi(api: FastAPI, keys: bool) -> None:
             for path, item in doc.get("paths", {}).items():
                 for op in item.values():
                     op.get("responses", {}).pop("422", None)  # validation failures are sent as 400
+                    _example(op, doc)
                     if keys:
                         op["security"] = [] if path in OPEN_OPERATIONS else [{"bearer": []}, {"apiKey": []}]
             components = doc.setdefault("components", {})
@@ -68,3 +69,14 @@ def _openapi(api: FastAPI, keys: bool) -> None:
         return api.openapi_schema
 
     api.openapi = schema  # type: ignore[method-assign]
+
+
+def _example(op: dict[str, Any], doc: dict[str, Any]) -> None:
+    """A JSON body's first model-level example as the media type's named example, which is what Swagger UI's
+    "Try it out" sends as it is (without one it makes a body up from the schema: `model: "string"`, `meta:
+    {"additionalProp1": {}}`)."""
+    media = op.get("requestBody", {}).get("content", {}).get("application/json")
+    ref = (media or {}).get("schema", {}).get("$ref", "")
+    found = doc.get("components", {}).get("schemas", {}).get(ref.rsplit("/", 1)[-1], {})
+    if media is not None and found.get("examples"):
+        media["examples"] = {"question": {"summary": "A question", "value": found["examples"][0]}}

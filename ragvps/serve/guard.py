@@ -2,7 +2,11 @@
 to it from another site's page. One ASGI middleware, in front of every route (the API, /v1, /mcp, the page).
 
 - Host: bound to loopback, the server answers only to the loopback names (`localhost`, `127.0.0.1`,
-  `[::1]`, any port) and to the names in the setting `allowed_hosts` (a reverse proxy's public name).
+  `[::1]`, any port), to the names a container calls its host by (`host.docker.internal`,
+  `host.containers.internal`: Docker Desktop and Podman forward those to the host's loopback, so a chat front end
+  in a container reaches a loopback-bound server under that name; docs/chat.md) and to the names in the setting
+  `allowed_hosts` (a reverse proxy's public name). Those container names are no rebinding risk: `.internal`
+  is reserved for private use, no public DNS answers it, so no foreign page can point it at its own address.
   Bound beyond loopback (where keys are required), any name unless `allowed_hosts` is set.
 - Origin: a POST (any method but GET, HEAD, OPTIONS) that carries an `Origin` header, as every browser's
   does, must come from the server's own origin (the Host it was sent to) or one of `cors_origins`.
@@ -23,6 +27,7 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+CONTAINER_HOST_NAMES = frozenset({"host.docker.internal", "host.containers.internal"})
 
 
 def split_host(value: str) -> tuple[str, str]:
@@ -37,8 +42,8 @@ def split_host(value: str) -> tuple[str, str]:
     return name.rstrip("."), port
 
 
-def _loopback_name(name: str) -> bool:
-    if name == "localhost":
+def _local_name(name: str) -> bool:
+    if name == "localhost" or name in CONTAINER_HOST_NAMES:
         return True
     try:
         return ipaddress.ip_address(name).is_loopback
@@ -60,7 +65,7 @@ class HostRule:
         name, port = split_host(host)
         if not name:
             return False
-        if _loopback_name(name):
+        if _local_name(name):
             return True
         for entry, entry_port in self.entries:
             matches = name == entry or (entry.startswith("*.") and name.endswith(entry[1:]))
@@ -104,8 +109,8 @@ class HostOriginGuard:
         if host is not None and not self.hosts.allows(host):
             await send_error(send, ForbiddenError(
                 f"refused: this server does not answer to the name {host[:100]!r} (a web page may be trying DNS "
-                "rebinding). Call it as localhost or 127.0.0.1, or add a reverse proxy's public name to the "
-                "setting allowed_hosts", settings=("allowed_hosts",)))
+                "rebinding). Call it as localhost or 127.0.0.1 (host.docker.internal from a container), or add "
+                "a reverse proxy's public name to the setting allowed_hosts", settings=("allowed_hosts",)))
             return
         if origin is not None and scope.get("method", "GET") not in SAFE_METHODS \
                 and not origin_allowed(origin, host or "", self.cors_origins):

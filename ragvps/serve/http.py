@@ -99,14 +99,15 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
 def _middleware(api: FastAPI, settings: Settings, ready: Ready, keys: tuple[str, ...], host: str,
                 metrics: Metrics | None) -> Any:
     """The layers around the routes, innermost first: keys, body limits, CORS, the Host and Origin checks,
-    OpenAI's error shape on /v1, and outermost the request log (its id, line and counts), unless both the log
-    (log_format off) and the metrics (metrics false) are off."""
+    the error shapes of /v1 and /mcp, and outermost the request log (its id, line and counts), unless both the
+    log (log_format off) and the metrics (metrics false) are off."""
     from starlette.middleware.cors import CORSMiddleware
 
     from ragvps.serve.access import Access, RequireKey
+    from ragvps.serve.error_shapes import ShapedErrors, mcp_error, mcp_path
     from ragvps.serve.guard import HostOriginGuard
     from ragvps.serve.limits import LimitBody
-    from ragvps.serve.openai_shapes import OpenAIErrors
+    from ragvps.serve.openai_shapes import openai_path, translate
     from ragvps.serve.request_log import RequestLog
 
     asgi: Any = LimitBody(RequireKey(api, Access(keys, ready)), settings.serve.max_body_bytes,
@@ -116,7 +117,8 @@ def _middleware(api: FastAPI, settings: Settings, ready: Ready, keys: tuple[str,
                               allow_methods=["GET", "POST", "DELETE"],
                               allow_headers=["Authorization", "X-API-Key", "Content-Type", "Accept", *SDK_HEADERS])
     asgi = HostOriginGuard(asgi, host, settings.serve.allowed_hosts, settings.serve.cors_origins)
-    asgi = OpenAIErrors(asgi)  # every error on /v1/* in OpenAI's shape, whichever layer answered it
+    # every error on /v1/* in OpenAI's shape, on /mcp as JSON-RPC, whichever layer answered it
+    asgi = ShapedErrors(asgi, ((openai_path, translate), (mcp_path, mcp_error)))
     if metrics is None and settings.serve.log_format == "off":
         return asgi
     return RequestLog(asgi, api.router.routes, metrics.request if metrics is not None else None,

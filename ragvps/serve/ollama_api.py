@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from ragvps.app import App, ChatAnswer, ChatRequest
+    from ragvps.serve.chat_stream import Opened
     from ragvps.serve.lifecycle import Ready
 
 VERSION = "0.9.0"  # the Ollama API these routes follow
@@ -48,7 +49,9 @@ class OllamaChatIn(BaseModel):
     """Ollama's /api/chat request; what ragvps does not use (keep_alive, think, options it has no use for) is
     accepted and ignored."""
 
-    model_config = ConfigDict(extra="allow", strict=True)
+    model_config = ConfigDict(extra="allow", strict=True, json_schema_extra={"examples": [{
+        "model": "ragvps", "messages": [{"role": "user", "content": "how do I stop the embedded database?"}],
+        "stream": False}]})
     model: str = Field(description="A knowledge base: `ragvps` (or `ragvps:latest`) for the server's own, others "
                                    "by name (GET /api/tags lists them).", examples=["ragvps"])
     messages: list[OllamaMessage] = Field(min_length=1, max_length=1000)
@@ -59,7 +62,7 @@ class OllamaChatIn(BaseModel):
 
 
 class OllamaShowIn(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
+    model_config = ConfigDict(extra="allow", strict=True, json_schema_extra={"examples": [{"model": "ragvps"}]})
     model: str | None = Field(None, examples=["ragvps"])
     name: str | None = Field(None, description="The older field for model.")
 
@@ -182,16 +185,16 @@ def add_ollama_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
 
 
 async def _chat(app: "App", body: OllamaChatIn, timeout: float) -> Any:
-    """The answer, whole or as NDJSON lines; `format` (JSON) needs an LLM."""
+    """The answer, whole or as NDJSON lines; `format` (JSON) needs an LLM, and `tools` one that takes them."""
     from fastapi.responses import JSONResponse
 
     from ragvps.serve.threads import in_thread
 
-    if body.format and app.generator.extractive:
-        return JSONResponse({"error": "format asks for JSON, which only a language model gives, and this server "
-                                      "has none (setting generator): leave format out, or configure an LLM",
-                             "kind": "usage"}, status_code=400)
     asked = _request(body, not app.generator.extractive)
+    problem = app.generator.unsupported(asked.tools)
+    if problem is not None:  # Ollama's `format` is response_format here
+        said = problem.message.replace("response_format", "format") if body.format else problem.message
+        return JSONResponse({"error": said, "kind": "usage"}, status_code=400)
     if body.stream:
         return await _stream(app, asked, timeout, body.model)
     start = time.perf_counter_ns()
@@ -245,48 +248,32 @@ def _final(answer: "ChatAnswer", content: str, model: str, start: int) -> dict[s
 
 
 async def _stream(app: "App", request: "ChatRequest", timeout: float, model: str) -> Any:
-    """NDJSON lines once the answer's first piece is there (what fails before it is an error status)."""
+    """NDJSON lines once the answer's first piece is there (serve.chat_stream: what fails before it is an error
+    status)."""
     from fastapi.responses import JSONResponse
     from starlette.responses import StreamingResponse
 
+    from ragvps.serve.chat_stream import open_chat
     from ragvps.serve.failures import error_body
-    from ragvps.serve.threads import Emit, Failed, TimedOut, thread_events
 
-    def work(emit: Emit[str]) -> "ChatAnswer":
-        return app.chat(request, on_token=emit)
-
-    events = thread_events(work, timeout, "ragvps-ollama-chat")
-    first = await anext(events)
-    if isinstance(first, Failed | TimedOut):
-        await events.aclose()
-        if isinstance(first, TimedOut):
-            return JSONResponse({"error": _too_slow(timeout), "kind": "unavailable"}, status_code=503)
-        status, body = error_body(first.error)
+    opened = await open_chat(app, request, timeout, "ragvps-ollama-chat")
+    if isinstance(opened, BaseException):
+        status, body = error_body(opened)
         return JSONResponse(body, status_code=status)
-    return StreamingResponse(_lines(first, events, timeout, model), media_type="application/x-ndjson")
+    return StreamingResponse(_lines(opened, model), media_type="application/x-ndjson")
 
 
-def _too_slow(timeout: float) -> str:
-    return f"the answer took longer than {timeout:g} s (setting request_timeout)"
-
-
-async def _lines(first: Any, events: AsyncIterator[Any], timeout: float, model: str) -> AsyncIterator[bytes]:
+async def _lines(opened: "Opened[ChatAnswer]", model: str) -> AsyncIterator[bytes]:
     """One line per piece of the answer, then the `done: true` line; an error after the start is one line."""
     from ragvps.serve.failures import error_body
-    from ragvps.serve.threads import Emitted, Failed, Finished, TimedOut
+    from ragvps.serve.threads import Emitted
 
-    start, event = time.perf_counter_ns(), first
-    while True:
+    start = time.perf_counter_ns()
+    async for event in opened.events():
         if isinstance(event, Emitted):
             yield _line({"model": model, "created_at": _now(), "message": {"role": "assistant",
                                                                             "content": event.value}, "done": False})
-        elif isinstance(event, Finished):
+        elif isinstance(event, BaseException):
+            yield _line(error_body(event)[1])
+        else:
             yield _line(_final(event.value, "", model, start))
-        elif isinstance(event, Failed):
-            yield _line(error_body(event.error)[1])
-        elif isinstance(event, TimedOut):
-            yield _line({"error": _too_slow(timeout)})
-        try:
-            event = await anext(events)
-        except StopAsyncIteration:
-            return

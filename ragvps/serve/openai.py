@@ -2,7 +2,7 @@
 `stream: true`), so Open WebUI, LibreChat, Continue or the OpenAI SDK can use the knowledge base with a base
 URL and a key. The request's `messages` are the whole conversation; the chat use case answers its last turn.
 Keys, body limits and Host/Origin rules are the server's middleware, as for every route; errors come back in
-OpenAI's shape (serve.openai_shapes.OpenAIErrors).
+OpenAI's shape (serve.error_shapes).
 """
 
 # No `from __future__ import annotations` here: FastAPI reads the request model from the annotations.
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from ragvps.app import App, ChatAnswer, ChatRequest
+    from ragvps.serve.chat_stream import Opened
     from ragvps.serve.lifecycle import Ready
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -78,24 +79,18 @@ def add_openai_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
         principal = principal_of(request)
         name = oa.kb_of(body.model, settings.database.kb)
         app = await in_thread(lambda: ready.kb(name, principal), timeout)
-        # checked: a conversation that cannot be answered is a 400 at once
+        # checked: a conversation that cannot be answered, or a field the generator cannot honour, is a 400 at once
         asked = _request(body, not app.generator.extractive)
-        needs = body.required()
-        if needs and app.generator.extractive:
-            return JSONResponse(_unsupported(needs), status_code=400)
+        problem = app.generator.unsupported(asked.tools)
+        if problem is not None:
+            return JSONResponse(oa.error(400, problem.message, "unsupported_parameter", problem.field),
+                                status_code=400)
         if body.stream:
             include = bool(body.stream_options and body.stream_options.include_usage)
             return await _stream(app, asked, timeout, include, body.model)
         answer = await in_thread(lambda: app.chat(asked), timeout)
         cid, created = oa.new_id()
         return JSONResponse(oa.completion(answer, cid, created, body.model))
-
-
-def _unsupported(field: str) -> dict[str, Any]:
-    return oa.error(400, f"{field} asks for what only a language model gives (a tool call or JSON), and this server "
-                         "has none (setting generator): its answers quote the documents. Leave it out, or configure "
-                         "an LLM (generator=openai passes tools and response_format through)",
-                    "unsupported_parameter", field)
 
 
 def _no_model(model: str, served: list[str]) -> dict[str, Any]:
@@ -117,49 +112,37 @@ def _request(body: oa.ChatIn, llm: bool) -> "ChatRequest":
 
 
 async def _stream(app: "App", request: "ChatRequest", timeout: float, include_usage: bool, model: str) -> Any:
-    """The streamed answer, once its first piece is there: whatever fails before it (the database, the LLM
-    refusing the request, request_timeout) is answered as the same request not streamed would be, with its
-    status and OpenAI's error `code`, before the first byte of a stream."""
+    """The streamed answer, once its first piece is there (serve.chat_stream): what fails before it is answered
+    with its status and OpenAI's error `code`, as the same request not streamed."""
     from fastapi.responses import JSONResponse
     from starlette.responses import StreamingResponse
 
+    from ragvps.serve.chat_stream import open_chat
     from ragvps.serve.failures import error_body
     from ragvps.serve.stream import SSE_HEADERS
-    from ragvps.serve.threads import Emit, Failed, TimedOut, thread_events
 
-    def work(emit: Emit[str]) -> "ChatAnswer":
-        return app.chat(request, on_token=emit)
-
-    events = thread_events(work, timeout, "ragvps-chat")
-    first = await anext(events)
-    if isinstance(first, Failed | TimedOut):
-        await events.aclose()
-        if isinstance(first, TimedOut):
-            return JSONResponse(_too_slow(timeout), status_code=503)
-        status, body = oa.translate(*error_body(first.error))
+    opened = await open_chat(app, request, timeout, "ragvps-chat")
+    if isinstance(opened, BaseException):
+        status, body = oa.translate(*error_body(opened))
         return JSONResponse(body, status_code=status)
-    return StreamingResponse(_chunks(first, events, timeout, include_usage, model), media_type="text/event-stream",
+    return StreamingResponse(_chunks(opened, include_usage, model), media_type="text/event-stream",
                              headers=SSE_HEADERS)
 
 
-def _too_slow(timeout: float) -> dict[str, Any]:
-    return oa.error(503, f"the answer took longer than {timeout:g} s (setting request_timeout)", "timeout")
-
-
-async def _chunks(first: Any, events: AsyncIterator[Any], timeout: float, include_usage: bool,
-                  model: str) -> AsyncIterator[bytes]:
+async def _chunks(opened: "Opened[ChatAnswer]", include_usage: bool, model: str) -> AsyncIterator[bytes]:
     """The answer as chat.completion.chunk events: the role, the text as it comes, the end with the
     `ragvps` field, the usage (on request), `[DONE]`; an error after the start is one `error` event."""
     from ragvps.serve.failures import error_body
-    from ragvps.serve.threads import Emitted, Failed, Finished, TimedOut
+    from ragvps.serve.threads import Emitted
 
     cid, created = oa.new_id()
     yield oa.chunk(cid, created, model, {"role": "assistant", "content": ""}, include_usage=include_usage)
-    event = first
-    while True:
+    async for event in opened.events():
         if isinstance(event, Emitted):
             yield oa.chunk(cid, created, model, {"content": event.value}, include_usage=include_usage)
-        elif isinstance(event, Finished):
+        elif isinstance(event, BaseException):
+            yield _event(oa.translate(*error_body(event))[1])
+        else:
             answer = event.value
             _, finish = oa.message(answer)
             if answer.answer.tool_calls:
@@ -169,14 +152,6 @@ async def _chunks(first: Any, events: AsyncIterator[Any], timeout: float, includ
             if include_usage:
                 yield oa.chunk(cid, created, model, None, usage=oa.usage_of(answer.usage))
             yield b"data: [DONE]\n\n"
-        elif isinstance(event, Failed):
-            yield _event(oa.translate(*error_body(event.error))[1])
-        elif isinstance(event, TimedOut):
-            yield _event(_too_slow(timeout))
-        try:
-            event = await anext(events)
-        except StopAsyncIteration:
-            return
 
 
 def _event(body: dict[str, object]) -> bytes:

@@ -1,5 +1,5 @@
 """OpenAI's chat API shapes for /v1: the request body, the completion and its chunks, the error object, and
-the ASGI wrapper that answers every /v1 error in OpenAI's shape (so its SDKs raise their typed errors)."""
+`translate`, which serve.error_shapes applies to every error on /v1 (so OpenAI's SDKs raise their typed errors)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
-    from starlette.types import ASGIApp, Receive, Scope, Send
-
     from ragvps.app.requests import ChatAnswer, Usage
 
 MODEL = "ragvps"  # the server's own knowledge base (setting kb, `default`), as /v1/models lists it
 PREFIX = "/v1/"
+# OpenAI's paths as a client sends them when its base URL lacks /v1 (POST /chat/completions, GET /models)
+BARE_PATHS = ("/chat/completions", "/completions", "/models", "/embeddings", "/responses")
+BASE_URL = "set the client's base URL to this server's address followed by /v1 (e.g. http://127.0.0.1:8765/v1)"
 
 # (type, code) by status, as OpenAI answers them. A too-long request is a 400 there (context_length_exceeded),
 # which the SDK raises as BadRequestError; the ragvps routes answer 413 for a body over max_body_bytes.
@@ -57,7 +58,8 @@ class ChatIn(BaseModel):
     """OpenAI's chat completion request; fields it has and ragvps does not use (top_p, stop, user, ...) are
     accepted and ignored."""
 
-    model_config = ConfigDict(extra="allow", strict=True)
+    model_config = ConfigDict(extra="allow", strict=True, json_schema_extra={"examples": [{
+        "model": MODEL, "messages": [{"role": "user", "content": "how do I stop the embedded database?"}]}]})
     model: str = Field(description=f"The knowledge base: {MODEL!r} for the server's own, or another's name "
                                    "(GET /v1/models lists those the key may read).", examples=[MODEL])
     messages: list[MessageIn] = Field(min_length=1, max_length=1000,
@@ -74,14 +76,6 @@ class ChatIn(BaseModel):
                                                                        "LLM (400 unsupported_parameter without).")
     response_format: dict[str, Any] | None = Field(None, description="json_object and json_schema need an LLM.")
     parallel_tool_calls: bool | None = None
-
-    def required(self) -> str | None:
-        """The field that asks for what only an LLM can give (a tool call, JSON), or None."""
-        if self.tools and (self.tool_choice == "required" or isinstance(self.tool_choice, dict)):
-            return "tool_choice"
-        if self.response_format and self.response_format.get("type") in ("json_object", "json_schema"):
-            return "response_format"
-        return None
 
     def passed(self) -> str:
         """tools, tool_choice, response_format, parallel_tool_calls as sent (JSON text), for the LLM."""
@@ -127,6 +121,23 @@ class CompletionOut(BaseModel):
     choices: list[dict[str, Any]]
     usage: dict[str, Any]
     ragvps: dict[str, Any]
+
+
+def openai_path(path: str) -> bool:
+    """A path an OpenAI client sends, with /v1 or (a base URL without it) without: its errors take OpenAI's shape."""
+    return path.startswith(PREFIX) or path.rstrip("/") in BARE_PATHS or path.startswith("/models/")
+
+
+def wrong_turn(path: str) -> str | None:
+    """What to do when an OpenAI client's base URL lacks /v1, or has it twice; None for any other path."""
+    if path.startswith("/v1/v1/"):
+        return f"there is no {path} here: the client added /v1 to a base URL that ends in /v1 already: {BASE_URL}"
+    if openai_path(path) and not path.startswith(PREFIX):
+        return (f"there is no {path} here: the OpenAI-compatible API is under /v1 (/v1/chat/completions, "
+                f"/v1/models): {BASE_URL}")
+    if path.startswith(PREFIX):
+        return f"there is no {path} here: the OpenAI-compatible API is /v1/chat/completions and /v1/models"
+    return None
 
 
 def error(status: int, message: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
@@ -203,44 +214,3 @@ def chunk(cid: str, created: int, model: str, delta: dict[str, Any] | None, fini
         body["usage"] = None
     body.update(more)
     return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
-
-
-class OpenAIErrors:
-    """ASGI wrapper: an error answer on /v1/* (from a route or any middleware: keys, body limit, Host checks)
-    is rewritten into OpenAI's `{"error": {message, type, param, code}}`, with 413 answered as 400."""
-
-    def __init__(self, app: ASGIApp):
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive,
-                       send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith(PREFIX):
-            await self.app(scope, receive, send)
-            return
-        held: dict[str, Any] = {}
-        parts: list[bytes] = []
-
-        async def rewrite(message: Any) -> None:
-            if message["type"] == "http.response.start" and message["status"] >= 400:
-                held.update(message)
-                return
-            if not held or message["type"] != "http.response.body":
-                await send(message)
-                return
-            parts.append(message.get("body", b""))
-            if message.get("more_body", False):
-                return
-            try:
-                body: Any = json.loads(b"".join(parts) or b"{}")
-            except ValueError:
-                body = {"error": b"".join(parts).decode("utf-8", "replace")[:500] or "request failed"}
-            status, out = translate(held["status"], body)
-            data = json.dumps(out).encode()
-            headers = [(k, v) for k, v in held.get("headers", []) if k.lower() not in (b"content-length",
-                                                                                      b"content-type")]
-            await send({"type": "http.response.start", "status": status,
-                        "headers": [*headers, (b"content-type", b"application/json"),
-                                    (b"content-length", str(len(data)).encode())]})
-            await send({"type": "http.response.body", "body": data})
-
-        await self.app(scope, receive, rewrite)

@@ -50,7 +50,8 @@ class AnswerOut(BaseModel):
     sources: list[dict[str, Any]] = Field(description="The chunks sent: number, chunk_id, path, heading_path, "
                                                       "start, end, score, text, evidence.")
     left_out: dict[str, int]
-    usage: dict[str, int]
+    usage: dict[str, int | bool] = Field(description="Tokens: prompt, completion, cached; `counted` when the "
+                                                      "LLM server reported none and ragvps counted them.")
     cache: Literal["hit", "miss", "off"]
     generator: str
     model: str
@@ -73,10 +74,16 @@ class HealthOut(BaseModel):
     error: str | None = None
 
 
+QUESTION = "how do I stop the embedded database?"
+
+
 class SearchBody(BaseModel):
     """The /search body; `request_models` gives the class whose `k` is bounded by the setting max_k."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    # /docs's "Try it out" sends the first example as it is (serve/docs.py): no `meta` pairs that filter out
+    # every hit, as a body Swagger UI made up from the schema would carry.
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [{"query": QUESTION,
+                                                                                            "k": 5}]})
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, description="The question, in words.")
     k: int | None = Field(None, ge=1, description="How many chunks (default: setting top_k).")
     mode: Mode = "hybrid"
@@ -92,7 +99,7 @@ class SearchBody(BaseModel):
 class AskBody(BaseModel):
     """The /ask body; `request_models` gives the class whose `k` is bounded by the setting max_k."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [{"question": QUESTION}]})
     question: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
     k: int | None = Field(None, ge=1, description="Chunks to retrieve (default: setting top_k).")
     mode: Mode = "hybrid"

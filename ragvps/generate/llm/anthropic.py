@@ -3,12 +3,14 @@ layer ignores it); usage `cache_read_input_tokens` / `cache_creation_input_token
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ragvps.config import GenerateSettings
 from ragvps.errors import GeneratorError
 from ragvps.generate.llm.base import Request, Stream, StreamError, sse_data
+from ragvps.generate.llm.tools import Unsupported, anthropic_fields, anthropic_messages, anthropic_unsupported, passed
 
 if TYPE_CHECKING:
     from ragvps.generate.budget import Fit
@@ -20,19 +22,25 @@ class AnthropicMessages:
     name = "anthropic"
     default_url = "https://api.anthropic.com"
 
+    def unsupported(self, tools: str) -> Unsupported | None:
+        return anthropic_unsupported(passed(tools))
+
     def request(self, fit: Fit, settings: GenerateSettings) -> Request:
-        if fit.prompt.tools:
-            raise GeneratorError(f"generator={self.name} does not take a chat client's tools or response_format "
-                                 "(generator=openai passes them through): leave them out", kind="usage",
-                                 settings=("generator",))
+        fields = passed(fit.prompt.tools)
+        if (problem := anthropic_unsupported(fields)) is not None:
+            raise GeneratorError(problem.message, kind="usage", settings=("generator",))
+        if fit.prompt.sent:  # a client's messages as sent: its tool calls and results in Anthropic's blocks
+            system, messages = anthropic_messages(json.loads(fit.prompt.sent))
+        else:
+            system, messages = fit.prompt.system, _messages(fit)
         body = {
             "model": settings.model,
             "max_tokens": settings.answer_reserve,
             "temperature": settings.temperature,
-            "system": [{"type": "text", "text": fit.prompt.system, "cache_control": {"type": "ephemeral"}}]
-            if fit.prompt.system else [],
-            "messages": _messages(fit),
+            "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}] if system else [],
+            "messages": messages,
             "stream": True,
+            **anthropic_fields(fields),
         }
         headers = {"anthropic-version": API_VERSION}
         if settings.api_key:
@@ -50,15 +58,25 @@ class AnthropicMessages:
                 # input_tokens counts only what was neither read from nor written to the cache
                 u.prompt_tokens = int(usage.get("input_tokens") or 0) + u.cached_tokens + u.cache_creation_tokens
                 u.completion_tokens = int(usage.get("output_tokens") or 0)
+            elif kind == "content_block_start":
+                block = event.get("content_block") or {}
+                if block.get("type") == "tool_use":  # a tool call: its id and name now, its input in pieces
+                    stream.calls[int(event.get("index") or 0)] = {"id": str(block.get("id") or ""),
+                                                                  "name": str(block.get("name") or ""),
+                                                                  "arguments": ""}
             elif kind == "content_block_delta":
                 delta = event.get("delta") or {}
                 if delta.get("type") == "text_delta" and delta.get("text"):
                     yield str(delta["text"])
+                elif delta.get("type") == "input_json_delta" and int(event.get("index") or 0) in stream.calls:
+                    stream.calls[int(event.get("index") or 0)]["arguments"] += str(delta.get("partial_json") or "")
             elif kind == "message_delta":
                 if (event.get("usage") or {}).get("output_tokens") is not None:
                     u.completion_tokens = int(event["usage"]["output_tokens"])
                 stream.finish = str((event.get("delta") or {}).get("stop_reason") or stream.finish)
             elif kind == "message_stop":
+                for call in stream.calls.values():
+                    call["arguments"] = call["arguments"] or "{}"  # a tool without arguments streams no input
                 stream.done = True
                 return
             elif kind == "error":

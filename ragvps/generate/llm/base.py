@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import httpx
 
     from ragvps.generate.budget import Fit
+    from ragvps.generate.llm.tools import Unsupported
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +36,23 @@ class Tally:
     completion_tokens: int = 0
     cached_tokens: int = 0
     cache_creation_tokens: int = 0
+    counted: bool = False  # the provider reported none: counted here (see `count_missing`)
 
     def frozen(self) -> Usage:
         return Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
-                     cached_tokens=self.cached_tokens, cache_creation_tokens=self.cache_creation_tokens)
+                     cached_tokens=self.cached_tokens, cache_creation_tokens=self.cache_creation_tokens,
+                     counted=self.counted)
+
+    def count_missing(self, fit: Fit, text: str) -> None:
+        """What the provider did not report (llama.cpp's server sends no usage in a stream, whatever
+        stream_options asks), counted with tiktoken from the prompt sent and the text received, and marked."""
+        from ragvps import tokens
+
+        if self.prompt_tokens and (self.completion_tokens or not text):
+            return
+        self.counted = True
+        self.prompt_tokens = self.prompt_tokens or fit.prompt_tokens
+        self.completion_tokens = self.completion_tokens or tokens.count_llm(text, fit.encoding)
 
 
 @dataclass
@@ -81,6 +95,10 @@ class Provider(Protocol):
 
     def request(self, fit: Fit, settings: GenerateSettings) -> Request: ...
 
+    def unsupported(self, tools: str) -> Unsupported | None:
+        """The passed field (a chat client's tools, tool_choice, response_format) this API cannot take."""
+        ...
+
     def read(self, lines: Iterator[str], stream: Stream) -> Iterator[str]:
         """The answer's text pieces from the response lines; fills `stream`."""
         ...
@@ -109,6 +127,9 @@ class LLM:
             self._client = httpx.Client(timeout=timeout)
         return self._client
 
+    def unsupported(self, tools: str) -> Unsupported | None:
+        return self.provider.unsupported(tools)
+
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
@@ -133,7 +154,7 @@ class LLM:
                         log.info("%s answered HTTP %s; retrying in %.1f s", self.name, response.status_code, wait)
                         self.sleep(wait)
                         continue
-                    return self._read(response, on_token)
+                    return self._read(response, on_token, fit)
             except httpx.TimeoutException as exc:
                 if last:
                     raise GeneratorError(
@@ -148,7 +169,7 @@ class LLM:
             self.sleep(_backoff(attempt))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _read(self, response: httpx.Response, on_token: Callable[[str], None]) -> Generation:
+    def _read(self, response: httpx.Response, on_token: Callable[[str], None], fit: Fit) -> Generation:
         import httpx
 
         stream = Stream()
@@ -165,8 +186,10 @@ class LLM:
             raise GeneratorError(
                 f"the answer stream from {self.name} at {self.url} ended mid-answer after "
                 f"{sum(map(len, pieces)):,} characters; nothing was cached: ask again")
-        return Generation(text="".join(pieces), usage=stream.usage.frozen(), finish=stream.finish,
-                          tool_calls=stream.tool_calls())
+        text = "".join(pieces)
+        calls = stream.tool_calls()
+        stream.usage.count_missing(fit, text + "".join(c.name + c.arguments for c in calls))
+        return Generation(text=text, usage=stream.usage.frozen(), finish=stream.finish, tool_calls=calls)
 
     def _refused(self, response: httpx.Response, attempt: int, last: bool) -> float:
         """Raise the error for a refused request, or return how long to wait before the retry."""

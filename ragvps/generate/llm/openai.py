@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ragvps.config import GenerateSettings
 from ragvps.generate.llm.base import Request, Stream, StreamError, sse_data
+from ragvps.generate.llm.tools import Unsupported
 
 if TYPE_CHECKING:
     from ragvps.generate.budget import Fit
@@ -20,6 +21,9 @@ _REASONING = ("o1", "o3", "o4", "gpt-5")
 class OpenAIChat:
     name = "openai"
     default_url = "https://api.openai.com/v1"
+
+    def unsupported(self, tools: str) -> Unsupported | None:
+        return None  # tools, tool_choice and response_format are this API's own: passed through as sent
 
     def request(self, fit: Fit, settings: GenerateSettings) -> Request:
         reasoning = settings.model.lower().rsplit("/", 1)[-1].startswith(_REASONING)
