@@ -192,3 +192,11 @@ def test_pdf_chunks_know_their_pages():
     chunks = chunk_document(doc, ChunkerConfig("structure", 60, 10, 256))
     assert chunks[0].metadata["pages"] == [3] and chunks[-1].metadata["pages"] == [4]
     assert {p for c in chunks for p in c.metadata["pages"]} == {3, 4}
+
+
+def test_a_table_whose_first_row_is_longer_than_a_chunk_keeps_its_header_in_a_chunk():
+    # found by hypothesis: the header's piece was left empty (start = end) with the header's tokens counted
+    doc = Document("d", "d", "", "| the |\n| --- |\n| the the the the 3.5 |\n\n# the", "markdown")
+    chunks = chunk_document(doc, ChunkerConfig("structure", 16, 4, 24))
+    assert chunks[0].text == "| the |\n| --- |" and all(c.text for c in chunks)
+    _check(doc, ChunkerConfig("structure", 16, 4, 24))

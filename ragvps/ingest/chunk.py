@@ -217,7 +217,7 @@ class _Chunker:
             self.group, self.group_headings = [], True
         self._flush()
         headed = kind == "rows"
-        end = a
+        end = self.header[1] if kind == "table" else a  # the first piece holds the header, even with no row after it
         width = text.count("|", rows[0][0], rows[0][1]) if rows else 0
         section = self.section if headed else None
         data = False  # the group holds a row that is not a section row
