@@ -27,7 +27,6 @@ import json
 import os
 import re
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -45,6 +44,7 @@ from ragvps.db.database import connect
 from ragvps.db.embedded import embedded_url
 from ragvps.db.sql import queries
 from ragvps.embed.models import spec_for
+from ragvps.ingest.periodic import Periodic
 from ragvps.ingest.pipeline import STORE_BATCH_CHUNKS
 from ragvps.records import Chunk, Document
 from ragvps.retrieve import search
@@ -144,26 +144,18 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-class Peak:
+class Peak(Periodic):
     """The build's peak memory, polled: the private memory (RssAnon) of its backend and parallel workers, and
     the shared memory they map (the graph a parallel build keeps in shared memory, the shared buffers they
     touched) once: the largest RssShmem of them, since they map the same segments."""
 
     def __init__(self, admin: str, pid: int):
-        self.admin, self.pid, self.peak, self.done = admin, pid, 0, threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Peak:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.done.set()
-        self.thread.join()
+        super().__init__(0.5, "scale-bench-peak")
+        self.admin, self.pid, self.peak = admin, pid, 0
 
     def _run(self) -> None:
         with psycopg.connect(self.admin, autocommit=True) as conn:
-            while not self.done.wait(0.5):
+            while not self.done.wait(self.every):
                 pids = [self.pid] + [r[0] for r in conn.execute(
                     "SELECT pid FROM pg_stat_activity WHERE leader_pid = %s AND pid <> %s", (self.pid, self.pid))]
                 anon, shmem = 0, 0
