@@ -23,6 +23,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg import sql
+from serve_server import embed_threads
 from typer.testing import CliRunner
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -253,7 +254,8 @@ def cli(db_url: str, tmp_path: Path) -> Cli:
     """The CLI with its own data directory and the test's database: a clean slate per test."""
     (tmp_path / "empty.toml").write_text("")  # an empty config file: no ./ragvps.toml is picked up
     return Cli({"RAGVPS_DATABASE_URL": db_url, "RAGVPS_DATA_DIR": str(tmp_path / "data"),
-                "RAGVPS_EMBEDDER": "local", "RAGVPS_CONFIG": str(tmp_path / "empty.toml")})
+                "RAGVPS_EMBEDDER": "local", "RAGVPS_CONFIG": str(tmp_path / "empty.toml"),
+                "RAGVPS_THREADS": embed_threads()})
 
 
 @pytest.fixture
