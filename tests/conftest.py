@@ -23,7 +23,6 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg import sql
-from serve_server import embed_threads
 from typer.testing import CliRunner
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -252,6 +251,8 @@ class Cli:
 @pytest.fixture
 def cli(db_url: str, tmp_path: Path) -> Cli:
     """The CLI with its own data directory and the test's database: a clean slate per test."""
+    from serve_server import embed_threads  # not at import: pytest_plugins registers serve_server first
+
     (tmp_path / "empty.toml").write_text("")  # an empty config file: no ./ragvps.toml is picked up
     return Cli({"RAGVPS_DATABASE_URL": db_url, "RAGVPS_DATA_DIR": str(tmp_path / "data"),
                 "RAGVPS_EMBEDDER": "local", "RAGVPS_CONFIG": str(tmp_path / "empty.toml"),
