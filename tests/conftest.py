@@ -251,9 +251,12 @@ class Cli:
 @pytest.fixture
 def cli(db_url: str, tmp_path: Path) -> Cli:
     """The CLI with its own data directory and the test's database: a clean slate per test."""
+    from serve_server import embed_threads  # not at import: pytest_plugins registers serve_server first
+
     (tmp_path / "empty.toml").write_text("")  # an empty config file: no ./ragvps.toml is picked up
     return Cli({"RAGVPS_DATABASE_URL": db_url, "RAGVPS_DATA_DIR": str(tmp_path / "data"),
-                "RAGVPS_EMBEDDER": "local", "RAGVPS_CONFIG": str(tmp_path / "empty.toml")})
+                "RAGVPS_EMBEDDER": "local", "RAGVPS_CONFIG": str(tmp_path / "empty.toml"),
+                "RAGVPS_THREADS": embed_threads()})
 
 
 @pytest.fixture

@@ -29,6 +29,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def embed_threads() -> str:
+    """The setting threads (onnxruntime's intra-op threads) for a test's ragvps: one in an xdist worker, where `-n 2`
+    runs two workers on two cores and a second thread each would spin against the other worker (as `ragvps serve`
+    takes one per request, serve/lifecycle.py for_serving); else 0, the default (one per core)."""
+    return "1" if os.environ.get("PYTEST_XDIST_WORKER") else "0"
+
+
 def ragvps_env(db_url: str, data_dir: Path, **settings: str) -> dict[str, str]:
     """The environment of a ragvps process: this checkout, the given database, no stray RAGVPS_* settings."""
     config = data_dir.parent / "empty.toml"
@@ -36,7 +43,7 @@ def ragvps_env(db_url: str, data_dir: Path, **settings: str) -> dict[str, str]:
     config.write_text("")
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")}
     env |= {"PYTHONPATH": str(REPO), "RAGVPS_DATABASE_URL": db_url, "RAGVPS_DATA_DIR": str(data_dir),
-            "RAGVPS_EMBEDDER": "local", "RAGVPS_CONFIG": str(config)}
+            "RAGVPS_EMBEDDER": "local", "RAGVPS_CONFIG": str(config), "RAGVPS_THREADS": embed_threads()}
     env |= {"RAGVPS_" + name.upper(): value for name, value in settings.items()}
     return env
 

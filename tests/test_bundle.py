@@ -21,6 +21,7 @@ import numpy as np
 import psycopg
 import pytest
 from conftest import DOCS, Cli, NewDatabase
+from serve_server import embed_threads
 from test_eval import GOLD
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,7 +32,7 @@ QUESTIONS = [g["question"] for g in GOLD]
 def _cli(tmp: Path, url: str = "") -> Cli:
     (tmp / "empty.toml").write_text("")
     return Cli({"RAGVPS_DATABASE_URL": url, "RAGVPS_DATA_DIR": str(tmp / "data"), "RAGVPS_EMBEDDER": "local",
-                "RAGVPS_CONFIG": str(tmp / "empty.toml"), "RAGVPS_KB": "default"})
+                "RAGVPS_CONFIG": str(tmp / "empty.toml"), "RAGVPS_KB": "default", "RAGVPS_THREADS": embed_threads()})
 
 
 @pytest.fixture(scope="module")

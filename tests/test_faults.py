@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from serve_server import embed_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.integration  # each test runs ragvps, and its embedded PostgreSQL, as a subprocess
@@ -95,7 +96,8 @@ def _env(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "empty.toml").write_text("")
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")}
     return env | {"PYTHONPATH": str(ROOT), "RAGVPS_DATA_DIR": str(tmp_path / "data"),
-                  "RAGVPS_CONFIG": str(tmp_path / "empty.toml"), "RAGVPS_EMBEDDER": "local"}
+                  "RAGVPS_CONFIG": str(tmp_path / "empty.toml"), "RAGVPS_EMBEDDER": "local",
+                  "RAGVPS_THREADS": embed_threads()}
 
 
 def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psycopg
 from psycopg import sql
+from serve_server import embed_threads
 
 from tests.conftest import Cli, drop_databases, with_dbname
 
@@ -47,7 +48,7 @@ def test_a_database_of_main_before_knowledge_bases_upgrades_into_default(pg_admi
                                "FROM public.chunks").fetchone()
     (tmp_path / "empty.toml").write_text("")
     cli = Cli({"RAGVPS_DATABASE_URL": url, "RAGVPS_DATA_DIR": str(data), "RAGVPS_EMBEDDER": "local",
-               "RAGVPS_CONFIG": str(tmp_path / "empty.toml")})
+               "RAGVPS_CONFIG": str(tmp_path / "empty.toml"), "RAGVPS_THREADS": embed_threads()})
     try:
         hits = json.loads(cli("query", "when is the lamp lit?", "--json").stdout)
         assert hits and hits[0]["path"] == "lighthouse.md"

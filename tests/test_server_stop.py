@@ -14,14 +14,15 @@ from pathlib import Path
 
 import httpx
 import psutil
-from serve_server import REPO, free_port
+from serve_server import REPO, embed_threads, free_port
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "empty.toml").write_text("")
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")}
     return env | {"PYTHONPATH": str(REPO), "RAGVPS_DATA_DIR": str(tmp_path / "data"),
-                  "RAGVPS_CONFIG": str(tmp_path / "empty.toml"), "RAGVPS_EMBEDDER": "local"}
+                  "RAGVPS_CONFIG": str(tmp_path / "empty.toml"), "RAGVPS_EMBEDDER": "local",
+                  "RAGVPS_THREADS": embed_threads()}
 
 
 def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from psycopg import sql
 from psycopg.types.json import Jsonb
@@ -16,7 +15,7 @@ class Filters:
     """Keep only chunks whose source path starts with a prefix and whose metadata contains these pairs."""
 
     path_prefix: str = ""
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, object] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.path_prefix or self.metadata)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
 from urllib.parse import urlsplit
 
 from ragvps.config import RerankSettings
@@ -33,7 +32,7 @@ class ApiReranker:
         """One relevance score per text, in the order given."""
         import httpx
 
-        body: dict[str, Any] = ({"query": query, "texts": list(texts)} if self.tei else
+        body: dict[str, object] = ({"query": query, "texts": list(texts)} if self.tei else
                                 {"model": self.settings.model, "query": query, "documents": list(texts),
                                  "top_n": len(texts)})
         headers = {"Authorization": f"Bearer {self.settings.api_key}"} if self.settings.api_key else {}
@@ -58,7 +57,7 @@ class ApiReranker:
             return self._parse(response.json(), len(texts))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _parse(self, data: Any, n: int) -> list[float]:
+    def _parse(self, data: object, n: int) -> list[float]:
         rows = data.get("results") if isinstance(data, dict) else data
         if not isinstance(rows, list):
             raise RerankerError(f"the reranker at {self.url} answered without results: {str(data)[:200]}")

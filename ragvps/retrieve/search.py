@@ -9,11 +9,11 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import psycopg
 from psycopg import sql
+from psycopg.rows import TupleRow
 
 from ragvps.config import Settings
 from ragvps.db.sql import compose
@@ -25,6 +25,8 @@ from ragvps.retrieve.evidence import combine
 from ragvps.retrieve.filters import Filters
 from ragvps.retrieve.fusion import Scored
 from ragvps.retrieve.modes import Mode
+
+Vector = np.ndarray[tuple[int], np.dtype[np.float32]]  # one embedding
 
 
 @dataclass(frozen=True)
@@ -86,13 +88,13 @@ def check_query(text: str) -> str:
     return text
 
 
-def vector_leg(conn: psycopg.Connection, eset: EmbeddingSet, embedding: np.ndarray, settings: Settings,
+def vector_leg(conn: psycopg.Connection, eset: EmbeddingSet, embedding: Vector, settings: Settings,
                filters: Filters | None = None) -> list[int]:
     """Chunk ids nearest to the embedding (vector_scored's, without their cosines)."""
     return [c for c, _ in vector_scored(conn, eset, embedding, settings, filters)]
 
 
-def vector_scored(conn: psycopg.Connection, eset: EmbeddingSet, embedding: np.ndarray, settings: Settings,
+def vector_scored(conn: psycopg.Connection, eset: EmbeddingSet, embedding: Vector, settings: Settings,
                   filters: Filters | None = None) -> list[tuple[int, float]]:
     """Chunks nearest to the embedding, with their cosine; HNSW when indexed, with ef_search set for this query only.
 
@@ -149,7 +151,7 @@ def search(
     conn: psycopg.Connection,
     eset: EmbeddingSet,
     text: str,
-    embedding: np.ndarray | None,
+    embedding: Vector | None,
     settings: Settings,
     mode: Mode = "hybrid",
     k: int | None = None,
@@ -201,7 +203,7 @@ class _Laps:
 
 
 def chunk_evidence(conn: psycopg.Connection, eset: EmbeddingSet, ids: list[int], text: str,
-                   embedding: np.ndarray | None, settings: Settings) -> dict[int, tuple[Any, ...]]:
+                   embedding: Vector | None, settings: Settings) -> dict[int, TupleRow]:
     """Each chunk's details with its cosine and IDF share for this query, whatever its rank: one query."""
     if not ids:
         return {}
@@ -213,7 +215,7 @@ def chunk_evidence(conn: psycopg.Connection, eset: EmbeddingSet, ids: list[int],
     return {r[0]: r for r in conn.execute(compose("chunk_evidence", cosine=cosine), params, prepare=False)}
 
 
-def _details(fused: list[tuple[int, float]], vec: Scored, kw: Scored, rows: dict[int, tuple[Any, ...]],
+def _details(fused: list[tuple[int, float]], vec: Scored, kw: Scored, rows: dict[int, TupleRow],
              ) -> list[Hit]:
     vrank = {c: r for r, (c, _) in enumerate(vec, start=1)}
     krank = {c: r for r, (c, _) in enumerate(kw, start=1)}

@@ -4,7 +4,11 @@ ones it does), and values that do not fit the request's shape (400, field by fie
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
 
 SHAPE = " (see /docs for the request's shape)"
 
@@ -14,7 +18,7 @@ def is_json(content_type: str | None) -> bool:
     return kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json"))
 
 
-def invalid_request(errors: Any, body: Any, content_type: str | None) -> tuple[int, str]:
+def invalid_request(errors: Sequence[ErrorDetails], body: object, content_type: str | None) -> tuple[int, str]:
     """The status and message for FastAPI's RequestValidationError."""
     errors = list(errors)
     if isinstance(body, bytes | bytearray) and body and not is_json(content_type):
@@ -30,7 +34,7 @@ def invalid_request(errors: Any, body: Any, content_type: str | None) -> tuple[i
     return 400, "the request is not valid: " + "; ".join(parts) + SHAPE
 
 
-def json_position(error: dict[str, Any], doc: Any) -> str:
+def json_position(error: ErrorDetails, doc: object) -> str:
     """`Expecting value at line 2, column 7` from a json_invalid error and the text it was raised on."""
     reason = str((error.get("ctx") or {}).get("error") or "it does not parse")
     loc = error.get("loc", ())

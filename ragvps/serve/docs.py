@@ -9,7 +9,7 @@ API and hold no data: they need no key (like / and /health).
 from __future__ import annotations
 
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -51,7 +51,7 @@ def add_docs(api: FastAPI, keys: bool) -> None:
 def _openapi(api: FastAPI, keys: bool) -> None:
     from fastapi.openapi.utils import get_openapi
 
-    def schema() -> dict[str, Any]:
+    def schema() -> dict[str, object]:
         if api.openapi_schema is None:
             doc = get_openapi(title=api.title, version=api.version, description=api.description, routes=api.routes)
             for path, item in doc.get("paths", {}).items():
@@ -71,12 +71,22 @@ def _openapi(api: FastAPI, keys: bool) -> None:
     api.openapi = schema  # type: ignore[method-assign]
 
 
-def _example(op: dict[str, Any], doc: dict[str, Any]) -> None:
+def _example(op: dict[str, object], doc: dict[str, object]) -> None:
     """A JSON body's first model-level example as the media type's named example, which is what Swagger UI's
     "Try it out" sends as it is (without one it makes a body up from the schema: `model: "string"`, `meta:
     {"additionalProp1": {}}`)."""
-    media = op.get("requestBody", {}).get("content", {}).get("application/json")
-    ref = (media or {}).get("schema", {}).get("$ref", "")
-    found = doc.get("components", {}).get("schemas", {}).get(ref.rsplit("/", 1)[-1], {})
-    if media is not None and found.get("examples"):
-        media["examples"] = {"question": {"summary": "A question", "value": found["examples"][0]}}
+    media = _at(op, "requestBody", "content", "application/json")
+    ref = _at(media, "schema", "$ref")
+    found = _at(doc, "components", "schemas", ref.rsplit("/", 1)[-1] if isinstance(ref, str) else "")
+    examples = _at(found, "examples")
+    if isinstance(media, dict) and isinstance(examples, list) and examples:
+        media["examples"] = {"question": {"summary": "A question", "value": examples[0]}}
+
+
+def _at(value: object, *keys: str) -> object:
+    """`value[k1][k2]...` through JSON objects; None where one is missing."""
+    for key in keys:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value

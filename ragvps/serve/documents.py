@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request  # at run time: FastAPI reads the routes' annotations
 
@@ -19,7 +19,11 @@ from ragvps.serve.principal import principal_of
 from ragvps.serve.threads import in_thread
 
 if TYPE_CHECKING:
+    from enum import Enum
+
     from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
+    from starlette.responses import StreamingResponse
 
     from ragvps.app import App
     from ragvps.app.keys import Role
@@ -81,7 +85,7 @@ class Documents:
         self.ready.get()
         return await in_thread(find, self.timeout)
 
-    async def upload(self, request: Request, name: str) -> Any:
+    async def upload(self, request: Request, name: str) -> JSONResponse:
         from fastapi.responses import JSONResponse
 
         from ragvps.app.documents import new_job_id, submit
@@ -106,7 +110,7 @@ class Documents:
                              "files": [{"name": f.name, "size": f.size} for f in files]}, status_code=202,
                             headers={"Location": f"/jobs/{job}"})
 
-    async def status(self, request: Request, job: str) -> Any:
+    async def status(self, request: Request, job: str) -> StreamingResponse | dict[str, object]:
         from ragvps.app.documents import job_status
 
         app = await self.job_app(request, job, "read")
@@ -117,7 +121,7 @@ class Documents:
         except NotFoundError:
             raise no_job(job) from None
 
-    async def events(self, request: Request, job: str) -> Any:
+    async def events(self, request: Request, job: str) -> StreamingResponse:
         from ragvps.app.documents import job_status
 
         app = await self.job_app(request, job, "read")
@@ -127,7 +131,7 @@ class Documents:
             raise no_job(job) from None
         return self.events_response(app, job)
 
-    def events_response(self, app: App, job: str) -> Any:
+    def events_response(self, app: App, job: str) -> StreamingResponse:
         from starlette.responses import StreamingResponse
 
         from ragvps.serve.stream import SSE_HEADERS
@@ -162,7 +166,7 @@ class Documents:
             await asyncio.sleep(EVENTS_EVERY_S)
             quiet += EVENTS_EVERY_S
 
-    async def cancel(self, request: Request, job: str) -> Any:
+    async def cancel(self, request: Request, job: str) -> dict[str, object]:
         from ragvps.app.documents import cancel_job
 
         app = await self.job_app(request, job, "write")
@@ -171,13 +175,13 @@ class Documents:
         except NotFoundError:
             raise no_job(job) from None
 
-    async def listing(self, request: Request, name: str, limit: int, cursor: str | None) -> Any:
+    async def listing(self, request: Request, name: str, limit: int, cursor: str | None) -> dict[str, object]:
         from ragvps.app.documents import list_documents
 
         app = await self.app_for(request, name, "read")
         return json_object(await in_thread(lambda: list_documents(app, limit, cursor), self.timeout))
 
-    async def delete(self, request: Request, name: str, doc: int) -> Any:
+    async def delete(self, request: Request, name: str, doc: int) -> dict[str, object]:
         from ragvps.app.documents import delete_document
 
         app = await self.app_for(request, name, "write")
@@ -185,14 +189,14 @@ class Documents:
 
 
 def add_document_routes(api: FastAPI, ready: Ready, settings: Settings, runner: JobRunner,
-                        errors: dict[int | str, dict[str, Any]]) -> None:
+                        errors: dict[int | str, dict[str, object]]) -> None:
     """The routes above; `errors` are the error answers they document (those of every knowledge base route)."""
     from fastapi import Path, Query
 
     from ragvps.serve.failures import guarded
 
     do = Documents(ready, settings, runner)
-    tags: list[Any] = ["documents"]
+    tags: list[str | Enum] = ["documents"]  # the routes answer `object`: no response model, any JSON
     upload_doc = {"requestBody": {"content": {
         "multipart/form-data": {"schema": {"type": "object", "properties": {
             "files": {"type": "array", "items": {"type": "string", "format": "binary"}}}}},
@@ -205,20 +209,20 @@ def add_document_routes(api: FastAPI, ready: Ready, settings: Settings, runner: 
               openapi_extra=upload_doc,
               summary="Add documents (multipart files, or JSON path+text): 202 with the job that ingests them")
     @guarded
-    async def upload(request: Request, name: str) -> Any:
+    async def upload(request: Request, name: str) -> object:
         return await do.upload(request, name)
 
     @api.get("/kb/{name}/documents", responses=errors, tags=tags,
              summary="The documents stored: path, title, format, size, chunks, ingested_at, status; by pages")
     @guarded
     async def listing(request: Request, name: str, limit: int = Query(100, ge=1, le=1000),
-                      cursor: str | None = None) -> Any:
+                      cursor: str | None = None) -> object:
         return await do.listing(request, name, limit, cursor)
 
     @api.delete("/kb/{name}/documents/{doc}", responses=errors, tags=tags,
                 summary="Remove a document: its chunks, vectors, cached answers and files")
     @guarded
-    async def delete(request: Request, name: str, doc: int = Path(ge=1, le=MAX_ID)) -> Any:
+    async def delete(request: Request, name: str, doc: int = Path(ge=1, le=MAX_ID)) -> object:
         return await do.delete(request, name, doc)
 
 
@@ -226,17 +230,17 @@ def add_document_routes(api: FastAPI, ready: Ready, settings: Settings, runner: 
              summary="A job's progress (files done of total, chunks embedded, rate, ETA, errors per file); "
                      "with Accept: text/event-stream, the same as Server-Sent Events")
     @guarded
-    async def job_status(request: Request, job: str) -> Any:
+    async def job_status(request: Request, job: str) -> object:
         return await do.status(request, job)
 
     @api.get("/jobs/{job}/events", responses=errors | {200: EVENTS}, tags=tags,
              summary="A job's progress as Server-Sent Events: `progress`..., then `done`")
     @guarded
-    async def job_events(request: Request, job: str) -> Any:
+    async def job_events(request: Request, job: str) -> object:
         return await do.events(request, job)
 
     @api.delete("/jobs/{job}", responses=errors, tags=tags,
                 summary="Cancel a job: files stored stay stored; the rest is not ingested")
     @guarded
-    async def job_cancel(request: Request, job: str) -> Any:
+    async def job_cancel(request: Request, job: str) -> object:
         return await do.cancel(request, job)

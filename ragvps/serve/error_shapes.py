@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from starlette.types import ASGIApp, Receive, Scope, Send
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-Translate = Callable[[int, Any], tuple[int, dict[str, Any]]]
+Translate = Callable[[int, object], tuple[int, dict[str, object]]]
 MCP_PATH = "/mcp"
 # JSON-RPC's "invalid request" for a request the server refuses as sent (a key, a Host), its "internal error"
 # for a failure of the server's own; the status and kind go in `data`.
@@ -25,7 +25,7 @@ def mcp_path(path: str) -> bool:
     return path == MCP_PATH or path.startswith(MCP_PATH + "/")
 
 
-def mcp_error(status: int, body: Any) -> tuple[int, dict[str, Any]]:
+def mcp_error(status: int, body: object) -> tuple[int, dict[str, object]]:
     """A `{error, kind}` answer as a JSON-RPC error (`id: null`: the request was refused before it was read);
     one that is JSON-RPC already is kept. The status stays (401 keeps its WWW-Authenticate)."""
     if isinstance(body, dict) and body.get("jsonrpc"):
@@ -52,10 +52,10 @@ class ShapedErrors:
         if translate is None:
             await self.app(scope, receive, send)
             return
-        held: dict[str, Any] = {}
+        held: Message = {}
         parts: list[bytes] = []
 
-        async def rewrite(message: Any) -> None:
+        async def rewrite(message: Message) -> None:
             if message["type"] == "http.response.start" and message["status"] >= 400:
                 held.update(message)
                 return
@@ -66,7 +66,7 @@ class ShapedErrors:
             if message.get("more_body", False):
                 return
             try:
-                body: Any = json.loads(b"".join(parts) or b"{}")
+                body: object = json.loads(b"".join(parts) or b"{}")
             except ValueError:
                 body = {"error": b"".join(parts).decode("utf-8", "replace")[:500] or "request failed"}
             status, out = translate(held["status"], body)

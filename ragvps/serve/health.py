@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import threading
 import time
-from typing import Any
 
 from ragvps.app import json_object
 from ragvps.serve.failures import error_body
@@ -21,11 +20,11 @@ TIMEOUT_S = 8.0  # a check that has not ended by then is reported as not answeri
 class HealthCheck:
     def __init__(self, ready: Ready):
         self.ready = ready
-        self._answer: tuple[float, int, dict[str, Any]] | None = None
-        self._running: asyncio.Future[tuple[int, dict[str, Any]]] | None = None
+        self._answer: tuple[float, int, dict[str, object]] | None = None
+        self._running: asyncio.Future[tuple[int, dict[str, object]]] | None = None
         self._started = 0.0
 
-    async def __call__(self) -> tuple[int, dict[str, Any]]:
+    async def __call__(self) -> tuple[int, dict[str, object]]:
         """The status and body of /health."""
         if self.ready.app is None:
             return 503, {"status": "starting", "error": self.ready.error}
@@ -45,7 +44,7 @@ class HealthCheck:
                          "error": f"the database did not answer the health check within {TIMEOUT_S:g} s: check "
                                   "that PostgreSQL is running and not overloaded"}
 
-    def _check(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[tuple[int, dict[str, Any]]]) -> None:
+    def _check(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[tuple[int, dict[str, object]]]) -> None:
         app = self.ready.get()
         try:
             body = json_object(app.health())

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ragvps.config import Settings
 from ragvps.errors import HTTP_STATUS, RagvpsError, kind_of_status
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
     from mcp.server.mcpserver import MCPServer
     from mcp.server.transport_security import TransportSecuritySettings
+    from starlette.types import ASGIApp
 
     from ragvps.app import App
     from ragvps.serve.metrics import Metrics
@@ -40,7 +41,7 @@ SDK_HEADERS = ("X-Stainless-Arch", "X-Stainless-Custom-Poll-Interval", "X-Stainl
 
 
 def create_app(settings: Settings, app: App | None = None, *, host: str | None = None,
-               on_fatal: Callable[[RagvpsError], None] | None = None) -> Any:
+               on_fatal: Callable[[RagvpsError], None] | None = None) -> ASGIApp:
     """The ASGI application: routes, the page, /docs, /mcp when the mcp extra is installed; the Host and Origin
     checks, keys, limits, CORS."""
     from fastapi import FastAPI
@@ -97,7 +98,7 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
 
 
 def _middleware(api: FastAPI, settings: Settings, ready: Ready, keys: tuple[str, ...], host: str,
-                metrics: Metrics | None) -> Any:
+                metrics: Metrics | None) -> ASGIApp:
     """The layers around the routes, innermost first: keys, body limits, CORS, the Host and Origin checks,
     the error shapes of /v1 and /mcp, and outermost the request log (its id, line and counts), unless both the
     log (log_format off) and the metrics (metrics false) are off."""
@@ -110,8 +111,8 @@ def _middleware(api: FastAPI, settings: Settings, ready: Ready, keys: tuple[str,
     from ragvps.serve.openai_shapes import openai_path, translate
     from ragvps.serve.request_log import RequestLog
 
-    asgi: Any = LimitBody(RequireKey(api, Access(keys, ready)), settings.serve.max_body_bytes,
-                          settings.serve.request_timeout)
+    asgi: ASGIApp = LimitBody(RequireKey(api, Access(keys, ready)), settings.serve.max_body_bytes,
+                              settings.serve.request_timeout)
     if settings.serve.cors_origins:
         asgi = CORSMiddleware(asgi, allow_origins=list(settings.serve.cors_origins),
                               allow_methods=["GET", "POST", "DELETE"],
@@ -214,7 +215,7 @@ def _errors(api: FastAPI) -> None:
         return JSONResponse(body, status_code=status)
 
 
-def _mcp(ready: Ready) -> MCPServer | None:
+def _mcp(ready: Ready) -> MCPServer[object] | None:
     """The MCP server for /mcp, or None when the mcp extra is not installed."""
     try:
         import mcp  # noqa: F401

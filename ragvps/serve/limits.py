@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ragvps.errors import InputTooLongError, UsageError
 from ragvps.serve.auth import send_error
 
 if TYPE_CHECKING:
-    from starlette.types import ASGIApp, Receive, Scope, Send
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 UPLOAD_PATH = re.compile(r"/kb/[^/]+/documents/?")
 
@@ -57,7 +57,7 @@ class LimitBody:
             return
         replayed = False
 
-        async def replay() -> Any:
+        async def replay() -> Message:
             nonlocal replayed
             if not replayed:
                 replayed = True

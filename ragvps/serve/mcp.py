@@ -7,8 +7,8 @@ mounted at /mcp on `ragvps serve` behind the same API key.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from mcp.server.mcpserver import Context  # the tools' annotation, resolved at run time (the mcp extra)
 
@@ -17,19 +17,31 @@ from ragvps.config import Settings
 from ragvps.errors import RagvpsError, redact
 
 if TYPE_CHECKING:
+    from mcp.server.context import ServerRequestContext
     from mcp.server.mcpserver import MCPServer
+    from pydantic import BaseModel, ValidationError
 
     from ragvps.app import Answer, App, SearchResult
     from ragvps.app.keys import Principal
     from ragvps.serve.lifecycle import Ready
 
 T = TypeVar("T")
+P = ParamSpec("P")
+
+if TYPE_CHECKING:
+    ToolContext = Context[object, object]  # the lifespan value and the request, which tools read as they need
+    RequestContext = ServerRequestContext[object, object]
+    # what a middleware's `call_next` gives: a result model, a result as a dict, or None (a notification)
+    Result = BaseModel | dict[str, object] | None
+    CallNext = Callable[[RequestContext], Awaitable[Result]]
+else:
+    ToolContext = Context  # the SDK finds a tool's context argument by its class, so no type argument at run time
 
 INSTRUCTIONS = ("Search and ask the user's own knowledge base (their documents, ingested by ragvps). Use `search` "
                 "for passages to read and quote, `ask` for a short answer that cites its sources as [n].")
 
 
-def build_server(ready: Ready, max_k: int = 100) -> MCPServer:
+def build_server(ready: Ready, max_k: int = 100) -> MCPServer[object]:
     """An MCPServer whose tools call the App of the knowledge base asked for (`kb`, default the server's own),
     if the caller's key may read it; tools/list names the knowledge bases the caller may read."""
     import anyio
@@ -47,13 +59,13 @@ def build_server(ready: Ready, max_k: int = 100) -> MCPServer:
         except RagvpsError as exc:
             raise ToolError(redact(str(exc))) from None
 
-    def app_for(ctx: Context, kb: str | None) -> App:
+    def app_for(ctx: ToolContext, kb: str | None) -> App:
         return ready.kb(kb or ready.settings.database.kb, principal_in(ctx))
 
     @server.tool(description="Find the chunks of the knowledge base that best match a query (hybrid: vector + "
                              "BM25 keyword search). Returns each chunk's text, source path, heading path, chunk id "
                              "and score, best first.")
-    async def search(query: str, ctx: Context, k: int = 8, mode: Mode = "hybrid", path_prefix: str = "",
+    async def search(query: str, ctx: ToolContext, k: int = 8, mode: Mode = "hybrid", path_prefix: str = "",
                      kb: str | None = None) -> list[dict[str, object]]:
         def run() -> SearchResult:
             return app_for(ctx, kb).search(search_request(query, k, mode, path_prefix, {}, max_k))
@@ -65,7 +77,7 @@ def build_server(ready: Ready, max_k: int = 100) -> MCPServer:
     @server.tool(description="Answer a question from the knowledge base, citing the chunks it used as [n]; "
                              "`citations` lists them (n, chunk id, path). Says so when the documents do not "
                              "answer it: `answered` is false and `evidence` (0..1) is below `min_evidence`.")
-    async def ask(question: str, ctx: Context, k: int | None = None, mode: Mode = "hybrid", path_prefix: str = "",
+    async def ask(question: str, ctx: ToolContext, k: int | None = None, mode: Mode = "hybrid", path_prefix: str = "",
                   kb: str | None = None) -> dict[str, object]:
         def run() -> Answer:
             return app_for(ctx, kb).ask(ask_request(question, k, mode, path_prefix, {}, max_k))
@@ -75,12 +87,13 @@ def build_server(ready: Ready, max_k: int = 100) -> MCPServer:
                                                  "quotes", "invalid_citations", "sources", "generator", "model")
                 if key in answer}
 
-    server.middleware.append(ReadableArguments({"search": search, "ask": ask}))
+    server.middleware.append(ReadableArguments({"search": _arguments_model("search", search),
+                                                "ask": _arguments_model("ask", ask)}))
     server.middleware.append(ListsKnowledgeBases(ready))
     return server
 
 
-def principal_in(ctx: Context) -> Principal:
+def principal_in(ctx: ToolContext) -> Principal:
     """The caller's principal: what the HTTP request's key grants; over stdio, the local user: everything."""
     from ragvps.app.keys import ANYONE
 
@@ -96,7 +109,7 @@ class ListsKnowledgeBases:
     def __init__(self, ready: Ready):
         self.ready = ready
 
-    async def __call__(self, ctx: Any, call_next: Callable[[Any], Any]) -> Any:
+    async def __call__(self, ctx: RequestContext, call_next: CallNext) -> Result:
         result = await call_next(ctx)
         if ctx.method != "tools/list":
             return result
@@ -115,11 +128,11 @@ class ListsKnowledgeBases:
         own = self.ready.settings.database.kb
         note = f" Knowledge bases you may read (argument `kb`, default {own!r}): {', '.join(names) or 'none'}."
         tools = result.get("tools", []) if isinstance(result, dict) else getattr(result, "tools", [])
-        for tool in tools:
+        for tool in tools if isinstance(tools, list) else []:
             if isinstance(tool, dict):
                 tool["description"] = (tool.get("description") or "") + note
             else:
-                tool.description = (tool.description or "") + note
+                setattr(tool, "description", (getattr(tool, "description", None) or "") + note)  # noqa: B010
         return result
 
 
@@ -127,10 +140,10 @@ class ReadableArguments:
     """MCP middleware: a tool call whose arguments do not fit the tool is answered with one line per field
     (`k: Input should be a valid integer (got 'x')`), not pydantic's report with its documentation URL."""
 
-    def __init__(self, tools: dict[str, Callable[..., Any]]):
-        self.models = {name: _arguments_model(name, fn) for name, fn in tools.items()}
+    def __init__(self, models: dict[str, type[BaseModel]]):
+        self.models = models  # each tool's arguments as a model (_arguments_model)
 
-    async def __call__(self, ctx: Any, call_next: Callable[[Any], Any]) -> Any:
+    async def __call__(self, ctx: RequestContext, call_next: CallNext) -> Result:
         params = ctx.params if isinstance(ctx.params, dict) else {}
         model = self.models.get(params.get("name", "")) if ctx.method == "tools/call" else None
         if model is not None:
@@ -145,7 +158,7 @@ class ReadableArguments:
         return await call_next(ctx)
 
 
-def arguments_message(tool: str, exc: Any) -> str:
+def arguments_message(tool: str, exc: ValidationError) -> str:
     parts = []
     for e in exc.errors(include_url=False)[:3]:
         where = ".".join(str(p) for p in e.get("loc", ())) or "arguments"
@@ -154,15 +167,15 @@ def arguments_message(tool: str, exc: Any) -> str:
     return f"the arguments of {tool} are not valid: " + "; ".join(parts) + " (its input schema lists them)"
 
 
-def _arguments_model(name: str, fn: Callable[..., Any]) -> Any:
+def _arguments_model(name: str, fn: Callable[P, object]) -> type[BaseModel]:
     import inspect
 
     from pydantic import create_model
 
-    fields: dict[str, Any] = {
+    fields: dict[str, tuple[object, object]] = {
         p.name: (p.annotation, ... if p.default is inspect.Parameter.empty else p.default)
         for p in inspect.signature(fn, eval_str=True).parameters.values() if p.name != "ctx"}
-    return create_model(f"{name}_arguments", **fields)
+    return create_model(f"{name}_arguments", **fields)  # type: ignore[call-overload]  # fields typed object, not Any
 
 
 def package_version() -> str:

@@ -12,16 +12,25 @@ import datetime
 import hashlib
 import json
 import time
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING
 
 from ragvps.config import Settings
 from ragvps.serve import openai_shapes as oa
+from ragvps.serve.ollama_shapes import (
+    OllamaChatIn,
+    OllamaErrorOut,
+    OllamaOptions,
+    OllamaShowIn,
+    ShowOut,
+    TagsOut,
+    VersionOut,
+)
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
+    from starlette.responses import StreamingResponse
 
     from ragvps.app import App, ChatAnswer, ChatRequest
     from ragvps.serve.chat_stream import Opened
@@ -31,83 +40,7 @@ VERSION = "0.9.0"  # the Ollama API these routes follow
 TAG = ":latest"
 
 
-class OllamaMessage(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
-    role: Literal["system", "user", "assistant", "tool"]
-    content: str = ""
-    images: list[str] | None = Field(None, description="Accepted and ignored: the knowledge base is text.")
-    tool_calls: list[dict[str, Any]] | None = None
-
-
-class OllamaOptions(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
-    temperature: float | None = Field(None, ge=0, le=2)
-    num_predict: int | None = Field(None, ge=1, le=1_000_000)
-
-
-class OllamaChatIn(BaseModel):
-    """Ollama's /api/chat request; what ragvps does not use (keep_alive, think, options it has no use for) is
-    accepted and ignored."""
-
-    model_config = ConfigDict(extra="allow", strict=True, json_schema_extra={"examples": [{
-        "model": "ragvps", "messages": [{"role": "user", "content": "how do I stop the embedded database?"}],
-        "stream": False}]})
-    model: str = Field(description="A knowledge base: `ragvps` (or `ragvps:latest`) for the server's own, others "
-                                   "by name (GET /api/tags lists them).", examples=["ragvps"])
-    messages: list[OllamaMessage] = Field(min_length=1, max_length=1000)
-    stream: bool = True
-    options: OllamaOptions | None = None
-    format: str | dict[str, Any] | None = Field(None, description="`json` or a JSON schema: needs an LLM.")
-    tools: list[dict[str, Any]] | None = Field(None, description="Passed to an LLM; ignored without one.")
-
-
-class OllamaShowIn(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True, json_schema_extra={"examples": [{"model": "ragvps"}]})
-    model: str | None = Field(None, examples=["ragvps"])
-    name: str | None = Field(None, description="The older field for model.")
-
-
-class ModelDetails(BaseModel):
-    format: str
-    family: str
-    families: list[str]
-    parameter_size: str
-    quantization_level: str
-
-
-class ModelEntry(BaseModel):
-    name: str
-    model: str
-    modified_at: str
-    size: int
-    digest: str
-    details: ModelDetails
-
-
-class TagsOut(BaseModel):
-    models: list[ModelEntry]
-
-
-class VersionOut(BaseModel):
-    version: str
-
-
-class ShowOut(BaseModel):
-    modified_at: str
-    modelfile: str
-    parameters: str
-    template: str
-    details: ModelDetails
-    model_info: dict[str, Any]
-    capabilities: list[str]
-
-
-class OllamaErrorOut(BaseModel):
-    error: str
-    kind: str | None = None
-
-
-ERRORS: dict[int | str, dict[str, Any]] = {
+ERRORS: dict[int | str, dict[str, object]] = {
     code: {"model": OllamaErrorOut, "description": text} for code, text in (
         (400, "The request is not valid, or too long."), (401, "An API key is needed, or the one sent is not valid."),
         (404, "No such model: /api/tags lists the knowledge bases."), (413, "The body is over max_body_bytes."),
@@ -120,7 +53,7 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat().replace("+00:00", "Z")
 
 
-def _line(body: dict[str, Any]) -> bytes:
+def _line(body: Mapping[str, object]) -> bytes:
     return json.dumps(body, ensure_ascii=False).encode() + b"\n"
 
 
@@ -152,19 +85,19 @@ def add_ollama_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
 
     @api.get("/api/version", response_model=VersionOut, responses=ERRORS, tags=["ollama"],
              summary="The Ollama API version these routes follow")
-    async def version() -> Any:
+    async def version() -> dict[str, str]:
         return {"version": VERSION}
 
     @api.get("/api/tags", response_model=TagsOut, responses=ERRORS, tags=["ollama"],
              summary="The knowledge bases this key may read, as Ollama's model list")
     @guarded
-    async def tags(request: Request) -> Any:
+    async def tags(request: Request) -> dict[str, object]:
         return {"models": [_entry(name, started) for name in await readable(request)]}
 
     @api.post("/api/show", response_model=ShowOut, responses=ERRORS, tags=["ollama"],
               summary="One knowledge base, as Ollama's model description")
     @guarded
-    async def show(request: Request, body: OllamaShowIn) -> Any:
+    async def show(request: Request, body: OllamaShowIn) -> JSONResponse | dict[str, object]:
         found = await resolve(request, body.model or body.name or "")
         if isinstance(found, JSONResponse):
             return found
@@ -172,19 +105,20 @@ def add_ollama_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
                 "model_info": {"general.architecture": "ragvps", "ragvps.generator": found.generator.name},
                 "capabilities": ["completion", "tools"] if not found.generator.extractive else ["completion"]}
 
-    answers: dict[int | str, dict[str, Any]] = {200: {
+    answers: dict[int | str, dict[str, object]] = {200: {
         "description": "NDJSON lines (stream, the default), or one JSON object, as Ollama's.",
                      "content": {"application/x-ndjson": {"schema": {"type": "string"}}}}}
 
     @api.post("/api/chat", responses=ERRORS | answers, tags=["ollama"],
               summary="Ollama-compatible chat: an answer to the last message, retrieved with the conversation")
     @guarded
-    async def chat(request: Request, body: OllamaChatIn) -> Any:
+    async def chat(request: Request, body: OllamaChatIn) -> object:  # no response model: FastAPI documents any JSON
         found = await resolve(request, body.model)
         return found if isinstance(found, JSONResponse) else await _chat(found, body, timeout)
 
 
-async def _chat(app: "App", body: OllamaChatIn, timeout: float) -> Any:
+async def _chat(app: "App", body: OllamaChatIn,
+                timeout: float) -> "JSONResponse | StreamingResponse | dict[str, object]":
     """The answer, whole or as NDJSON lines; `format` (JSON) needs an LLM, and `tools` one that takes them."""
     from fastapi.responses import JSONResponse
 
@@ -202,7 +136,7 @@ async def _chat(app: "App", body: OllamaChatIn, timeout: float) -> Any:
     return _final(answer, answer.content, body.model, start)
 
 
-def _entry(name: str, started: str) -> dict[str, Any]:
+def _entry(name: str, started: str) -> dict[str, object]:
     digest = hashlib.sha256(name.encode()).hexdigest()
     return {"name": name, "model": name, "modified_at": started, "size": 0, "digest": digest, "details": DETAILS}
 
@@ -214,7 +148,7 @@ def _request(body: OllamaChatIn, llm: bool) -> "ChatRequest":
     messages = tuple((m.role, m.content) for m in body.messages)
     check_conversation(messages, llm)
     options = body.options or OllamaOptions(temperature=None, num_predict=None)
-    passed: dict[str, Any] = {}
+    passed: dict[str, object] = {}
     if body.tools:
         passed["tools"] = body.tools
     if body.format == "json":
@@ -225,29 +159,29 @@ def _request(body: OllamaChatIn, llm: bool) -> "ChatRequest":
                        tools=json.dumps(passed) if passed else "")
 
 
-def _message(answer: "ChatAnswer", content: str) -> dict[str, Any]:
-    said: dict[str, Any] = {"role": "assistant", "content": content}
+def _message(answer: "ChatAnswer", content: str) -> dict[str, object]:
+    said: dict[str, object] = {"role": "assistant", "content": content}
     if answer.answer.tool_calls:
         said["tool_calls"] = [{"function": {"name": t.name, "arguments": _arguments(t.arguments)}}
                               for t in answer.answer.tool_calls]
     return said
 
 
-def _arguments(text: str) -> Any:
+def _arguments(text: str) -> object:
     try:
         return json.loads(text or "{}")
     except ValueError:
         return {}
 
 
-def _final(answer: "ChatAnswer", content: str, model: str, start: int) -> dict[str, Any]:
+def _final(answer: "ChatAnswer", content: str, model: str, start: int) -> dict[str, object]:
     u = answer.usage
     return {"model": model, "created_at": _now(), "message": _message(answer, content), "done": True,
             "done_reason": "stop", "total_duration": time.perf_counter_ns() - start,
             "prompt_eval_count": u.prompt_tokens, "eval_count": u.completion_tokens, "ragvps": oa.extra(answer)}
 
 
-async def _stream(app: "App", request: "ChatRequest", timeout: float, model: str) -> Any:
+async def _stream(app: "App", request: "ChatRequest", timeout: float, model: str) -> "JSONResponse | StreamingResponse":
     """NDJSON lines once the answer's first piece is there (serve.chat_stream: what fails before it is an error
     status)."""
     from fastapi.responses import JSONResponse

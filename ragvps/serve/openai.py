@@ -10,19 +10,20 @@ OpenAI's shape (serve.error_shapes).
 import json
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ragvps.config import Settings
 from ragvps.serve import openai_shapes as oa
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
+    from starlette.responses import Response
 
     from ragvps.app import App, ChatAnswer, ChatRequest
     from ragvps.serve.chat_stream import Opened
     from ragvps.serve.lifecycle import Ready
 
-ERRORS: dict[int | str, dict[str, Any]] = {
+ERRORS: dict[int | str, dict[str, object]] = {
     400: {"model": oa.OpenAIErrorOut, "description": "The request is not valid, or too long."},
     401: {"model": oa.OpenAIErrorOut, "description": "An API key is needed, or the one sent is not valid."},
     404: {"model": oa.OpenAIErrorOut, "description": "No such model: /v1/models lists the knowledge base."},
@@ -33,7 +34,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 def add_openai_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> None:
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse, Response
     from starlette.requests import Request
 
     from ragvps.serve.failures import guarded
@@ -52,13 +53,13 @@ def add_openai_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
     @api.get("/v1/models", response_model=oa.ModelListOut, responses=ERRORS, tags=["openai"],
              summary="The knowledge bases this key may read, as OpenAI's model list")
     @guarded
-    async def models(request: Request) -> Any:
+    async def models(request: Request) -> dict[str, object]:
         return {"object": "list", "data": [oa.model_card(m, started) for m in await readable(request)]}
 
     @api.get("/v1/models/{model}", response_model=oa.ModelOut, responses=ERRORS, tags=["openai"],
              summary="One knowledge base, as OpenAI's model object")
     @guarded
-    async def one_model(request: Request, model: str) -> Any:
+    async def one_model(request: Request, model: str) -> JSONResponse | dict[str, object]:
         served = await readable(request)
         if model not in served:
             return JSONResponse(_no_model(model, served), status_code=404)
@@ -72,7 +73,7 @@ def add_openai_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
                                             "properties": {"data": {"type": "string"}}}}}}},
               summary="OpenAI-compatible chat: an answer to the last message, retrieved with the conversation")
     @guarded
-    async def chat_completions(request: Request, body: oa.ChatIn) -> Any:
+    async def chat_completions(request: Request, body: oa.ChatIn) -> Response:
         served = await readable(request)
         if body.model not in served:
             return JSONResponse(_no_model(body.model, served), status_code=404)
@@ -93,7 +94,7 @@ def add_openai_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
         return JSONResponse(oa.completion(answer, cid, created, body.model))
 
 
-def _no_model(model: str, served: list[str]) -> dict[str, Any]:
+def _no_model(model: str, served: list[str]) -> dict[str, object]:
     return oa.error(404, f"The model {model!r} does not exist: each knowledge base this key may read is a model: "
                          f"{', '.join(served) or 'none'} (GET /v1/models)", "model_not_found", "model")
 
@@ -111,7 +112,7 @@ def _request(body: oa.ChatIn, llm: bool) -> "ChatRequest":
                        sent=sent)
 
 
-async def _stream(app: "App", request: "ChatRequest", timeout: float, include_usage: bool, model: str) -> Any:
+async def _stream(app: "App", request: "ChatRequest", timeout: float, include_usage: bool, model: str) -> "Response":
     """The streamed answer, once its first piece is there (serve.chat_stream): what fails before it is answered
     with its status and OpenAI's error `code`, as the same request not streamed."""
     from fastapi.responses import JSONResponse

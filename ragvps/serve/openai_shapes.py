@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -29,6 +29,9 @@ ERROR_TYPES: dict[int, tuple[str, str | None]] = {
 }
 KIND_CODES = {"too_long": "context_length_exceeded", "config": "server_misconfigured",
               "unavailable": "service_unavailable"}
+
+
+JsonObject = dict[str, object]  # a JSON object (CompletionOut's field `object` hides the builtin inside it)
 
 
 class TextPart(BaseModel):
@@ -70,11 +73,11 @@ class ChatIn(BaseModel):
     max_tokens: int | None = Field(None, ge=1, le=1_000_000, description="The answer's length at most.")
     max_completion_tokens: int | None = Field(None, ge=1, le=1_000_000, description="The same as max_tokens.")
     n: int | None = Field(None, ge=1, le=1, description="One answer per request.")
-    tools: list[dict[str, Any]] | None = Field(None, description="Passed to the LLM; without one, offered tools "
+    tools: list[dict[str, object]] | None = Field(None, description="Passed to the LLM; without one, offered tools "
                                                                  "are ignored unless tool_choice requires one.")
-    tool_choice: str | dict[str, Any] | None = Field(None, description="`required` or a named function needs an "
+    tool_choice: str | dict[str, object] | None = Field(None, description="`required` or a named function needs an "
                                                                        "LLM (400 unsupported_parameter without).")
-    response_format: dict[str, Any] | None = Field(None, description="json_object and json_schema need an LLM.")
+    response_format: dict[str, object] | None = Field(None, description="json_object and json_schema need an LLM.")
     parallel_tool_calls: bool | None = None
 
     def passed(self) -> str:
@@ -118,9 +121,9 @@ class CompletionOut(BaseModel):
     object: Literal["chat.completion"]
     created: int
     model: str
-    choices: list[dict[str, Any]]
-    usage: dict[str, Any]
-    ragvps: dict[str, Any]
+    choices: list[JsonObject]
+    usage: JsonObject
+    ragvps: JsonObject
 
 
 def openai_path(path: str) -> bool:
@@ -140,12 +143,12 @@ def wrong_turn(path: str) -> str | None:
     return None
 
 
-def error(status: int, message: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
+def error(status: int, message: str, code: str | None = None, param: str | None = None) -> dict[str, object]:
     kind, default = ERROR_TYPES.get(status, ("server_error" if status >= 500 else "invalid_request_error", None))
     return {"error": {"message": message, "type": kind, "param": param, "code": code or default}}
 
 
-def translate(status: int, body: Any) -> tuple[int, dict[str, Any]]:
+def translate(status: int, body: object) -> tuple[int, dict[str, object]]:
     """A ragvps `{error, kind}` answer as OpenAI's (status, body); one already in OpenAI's shape is kept."""
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         return status, body
@@ -157,7 +160,7 @@ def translate(status: int, body: Any) -> tuple[int, dict[str, Any]]:
     return status, error(status, str(message or "request failed"), code)
 
 
-def model_card(model: str, created: int) -> dict[str, Any]:
+def model_card(model: str, created: int) -> dict[str, object]:
     return {"id": model, "object": "model", "created": created, "owned_by": "ragvps"}
 
 
@@ -203,10 +206,10 @@ def completion(chat: ChatAnswer, cid: str, created: int, model: str = MODEL) -> 
             "usage": usage_of(chat.usage), "ragvps": extra(chat)}
 
 
-def chunk(cid: str, created: int, model: str, delta: dict[str, Any] | None, finish: str | None = None,
-          include_usage: bool = False, **more: Any) -> bytes:
+def chunk(cid: str, created: int, model: str, delta: dict[str, object] | None, finish: str | None = None,
+          include_usage: bool = False, **more: object) -> bytes:
     """One `data:` line of a streamed completion; `delta=None` is the usage chunk (no choices)."""
-    body: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+    body: dict[str, object] = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
                             "system_fingerprint": None,
                             "choices": [] if delta is None else [{"index": 0, "delta": delta, "logprobs": None,
                                                                   "finish_reason": finish}]}

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -73,7 +72,7 @@ class BoundedHeadProtocol(H11Protocol):
         self.transport.close()
 
 
-def _peer(client: Any) -> str:
+def _peer(client: tuple[str, int] | None) -> str:
     return f"{client[0]}:{client[1]}" if client else "?"
 
 

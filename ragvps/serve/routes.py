@@ -4,7 +4,7 @@
 # their `k` bound is a setting) from the annotations at definition time.
 
 from enum import Enum
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from ragvps.config import Settings
 from ragvps.serve.schemas import AnswerOut, AskBody, ErrorOut, HealthOut, SearchBody, SearchOut, request_models
@@ -17,10 +17,10 @@ if TYPE_CHECKING:
     from ragvps.serve.metrics import Metrics
     from ragvps.serve.runner import JobRunner
 
-KB_ERRORS: dict[int | str, dict[str, Any]] = {
+KB_ERRORS: dict[int | str, dict[str, object]] = {
     404: {"model": ErrorOut, "description": "No such knowledge base, or none this key may use (the same answer)."},
 }
-ERRORS: dict[int | str, dict[str, Any]] = {
+ERRORS: dict[int | str, dict[str, object]] = {
     400: {"model": ErrorOut, "description": "The request is not valid (kind usage)."},
     401: {"model": ErrorOut, "description": "An API key is needed, or the one sent is not valid."},
     404: {"model": ErrorOut, "description": "No such knowledge base, or none this key may use (the same answer)."},
@@ -31,7 +31,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _event(name: str, payload: dict[str, Any]) -> dict[str, Any]:
+def _event(name: str, payload: dict[str, object]) -> dict[str, object]:
     return {"type": "object", "required": ["event", "data"],
             "properties": {"event": {"const": name},
                            "data": {"type": "string", "contentMediaType": "application/json",
@@ -39,7 +39,7 @@ def _event(name: str, payload: dict[str, Any]) -> dict[str, Any]:
 
 
 # One Server-Sent Event of a streamed /ask: its name and its JSON data.
-SSE_EVENT: dict[str, Any] = {"oneOf": [
+SSE_EVENT: dict[str, object] = {"oneOf": [
     _event("sources", {"required": ["sources"], "properties": {"sources": {"type": "array"}}}),
     _event("token", {"required": ["text"], "properties": {"text": {"type": "string"}}}),
     _event("done", {"required": ["citations", "usage"], "properties": {"citations": {"type": "array"}}}),
@@ -100,14 +100,14 @@ def add_routes(api: "FastAPI", ready: "Ready", settings: Settings, runner: "JobR
     @api.get("/health", response_model=HealthOut, responses={503: {"model": HealthOut}},
              summary="Database reachable, active model and dimension, number of chunks")
     @guarded
-    async def health() -> Any:
+    async def health() -> JSONResponse:
         status, body = await check()
         return JSONResponse(body, status_code=status)
 
     @api.post("/search", response_model=SearchOut, responses=ERRORS,
               summary="Hybrid, vector or keyword search: the same hits as `ragvps query --json`")
     @guarded
-    async def search(request: Request, body: SearchIn) -> Any:  # type: ignore[valid-type]
+    async def search(request: Request, body: SearchIn) -> dict[str, object]:  # type: ignore[valid-type]
         return await do.search(request, cast(SearchBody, body), None)
 
     @api.post("/ask", response_model=AnswerOut,
@@ -116,7 +116,7 @@ def add_routes(api: "FastAPI", ready: "Ready", settings: Settings, runner: "JobR
                                         "content": {"text/event-stream": {"schema": SSE_EVENT}}}},
               summary="An answer with citations, from the chunks search finds")
     @guarded
-    async def ask(request: Request, body: AskIn) -> Any:  # type: ignore[valid-type]
+    async def ask(request: Request, body: AskIn) -> object:  # type: ignore[valid-type]
         return await do.ask(request, cast(AskBody, body), None)
 
     @api.get("/stats", responses=ERRORS, summary="Table and index sizes beside RAM, as `ragvps stats --json`")
@@ -141,13 +141,13 @@ def add_kb_routes(api: "FastAPI", do: "Endpoints", SearchIn: type, AskIn: type) 
     @api.post("/kb/{name}/search", response_model=SearchOut, responses=ERRORS | KB_ERRORS, tags=tags,
               summary="Search one knowledge base")
     @guarded
-    async def kb_search(request: Request, name: str, body: SearchIn) -> Any:  # type: ignore[valid-type]
+    async def kb_search(request: Request, name: str, body: SearchIn) -> dict[str, object]:  # type: ignore[valid-type]
         return await do.search(request, cast(SearchBody, body), name)
 
     @api.post("/kb/{name}/ask", response_model=AnswerOut, responses=ERRORS | KB_ERRORS, tags=tags,
               summary="Ask one knowledge base")
     @guarded
-    async def kb_ask(request: Request, name: str, body: AskIn) -> Any:  # type: ignore[valid-type]
+    async def kb_ask(request: Request, name: str, body: AskIn) -> object:  # type: ignore[valid-type]
         return await do.ask(request, cast(AskBody, body), name)
 
     @api.get("/kb/{name}/stats", responses=ERRORS | KB_ERRORS, tags=tags, summary="One knowledge base's sizes")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -44,10 +44,10 @@ class AnswerOut(BaseModel):
     answer: str
     answered: bool
     extractive: bool
-    citations: list[dict[str, Any]] = Field(description="Each [n] the answer cites: number, chunk_id, path, "
+    citations: list[dict[str, object]] = Field(description="Each [n] the answer cites: number, chunk_id, path, "
                                                         "heading_path, start, end.")
     invalid_citations: int = Field(description="Numbers the answer used that no source has (dropped).")
-    sources: list[dict[str, Any]] = Field(description="The chunks sent: number, chunk_id, path, heading_path, "
+    sources: list[dict[str, object]] = Field(description="The chunks sent: number, chunk_id, path, heading_path, "
                                                       "start, end, score, text, evidence.")
     left_out: dict[str, int]
     usage: dict[str, int | bool] = Field(description="Tokens: prompt, completion, cached; `counted` when the "
@@ -60,9 +60,9 @@ class AnswerOut(BaseModel):
     evidence: float = Field(description="The best retrieved chunk's evidence (0..1, rank-independent); below "
                                         "min_evidence the answer is the refusal and no LLM request is made.")
     min_evidence: float = Field(description="The setting answer_min_evidence the answer was gated with.")
-    quotes: list[dict[str, Any]] = Field(description="Extractive answers: each quoted sentence with number, "
+    quotes: list[dict[str, object]] = Field(description="Extractive answers: each quoted sentence with number, "
                                                      "chunk_id, path, start, end (offsets in the document), text.")
-    retrieved: list[dict[str, Any]] = Field(description="Every chunk retrieved, sent or not: chunk_id, path, "
+    retrieved: list[dict[str, object]] = Field(description="Every chunk retrieved, sent or not: chunk_id, path, "
                                                         "heading_path, score, cosine, terms, evidence.")
 
 
