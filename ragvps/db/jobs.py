@@ -28,6 +28,7 @@ class StagedFile:
     name: str  # its path under the uploads folder
     staged: str  # where it waits, relative to the knowledge base's folder
     size: int
+    tries: int = 0  # workers that died (their lease ran out) while reading it
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,20 @@ def pending(conn: psycopg.Connection, job: str) -> list[StagedFile]:
     return [StagedFile(*r) for r in rows]
 
 
+def hold(conn: psycopg.Connection, job: str, token: str, seqs: Sequence[int]) -> None:
+    """Mark the files about to be read as in our hand: if this worker dies now, the next holder counts a try."""
+    end_implicit_transaction(conn)
+    with conn.transaction():
+        conn.execute(_q("hold_files"), {"job": job, "claim": token, "seqs": list(seqs)})
+
+
+def count_deaths(conn: psycopg.Connection, job: str, token: str) -> None:
+    """One more try for each pending file an earlier holder had in hand when it died (or lost its lease)."""
+    end_implicit_transaction(conn)
+    with conn.transaction():
+        conn.execute(_q("count_deaths"), {"job": job, "claim": token})
+
+
 def finish_file(conn: psycopg.Connection, job: str, token: str, seq: int, state: str, error: str | None = None,
                 documents: int = 0, chunks: int = 0) -> bool:
     """Mark one file; False when the claim is no longer ours (nothing written)."""
@@ -126,13 +141,16 @@ def end(conn: psycopg.Connection, job: str, token: str, state: str, error: str |
         conn.execute(_q("end_job"), {"job": job, "claim": token, "state": state, "error": error})
 
 
-def release(conn: psycopg.Connection, job: str, token: str) -> None:
-    """Give the job back at once (a worker stopping): the next claim goes on where it stopped."""
+def release(conn: psycopg.Connection, job: str, token: str, *, strike: bool = False) -> None:
+    """Give the job back at once (a worker stopping): the next claim goes on where it stopped. With `strike`
+    (what failed was reading the files in hand) the next holder counts them a try, as if this worker had died."""
     if conn.closed:
         raise DatabaseError(f"the connection is closed: job {job}'s lease runs out instead")
     try:
         conn.rollback()
         with conn.transaction():
+            if not strike:
+                conn.execute(_q("unhold_files"), {"job": job, "claim": token})
             conn.execute(_q("release_job"), {"job": job, "claim": token})
     except psycopg.Error as exc:
         raise DatabaseError(f"giving job {job} back failed: {exc}") from exc
