@@ -59,6 +59,13 @@ FROM ingest_jobs j
 WHERE f.job_id = j.id AND j.id = %(job)s AND j.claim = %(claim)s AND f.seq = %(seq)s AND f.state = 'pending'
 RETURNING f.seq;
 
+-- name: file_rows
+-- How far the reader of a file read in parts is (under the caller's claim; the last count also after the file
+-- was marked, so that a file done shows all its rows read).
+UPDATE ingest_job_files f SET rows_done = %(done)s, rows_total = %(total)s
+FROM ingest_jobs j
+WHERE f.job_id = j.id AND j.id = %(job)s AND j.claim = %(claim)s AND f.name = %(name)s;
+
 -- name: add_embedded
 UPDATE ingest_jobs SET embedded = embedded + %(n)s, claimed_at = now()
 WHERE id = %(job)s AND claim = %(claim)s RETURNING cancel;
@@ -105,7 +112,8 @@ SELECT state, cancel, created_at, started_at, finished_at, claimed_by, attempts,
 FROM ingest_jobs WHERE id = %(job)s;
 
 -- name: job_files
-SELECT seq, name, size, state, error, documents, chunks FROM ingest_job_files WHERE job_id = %(job)s ORDER BY seq;
+SELECT seq, name, size, state, error, documents, chunks, rows_done, rows_total
+FROM ingest_job_files WHERE job_id = %(job)s ORDER BY seq;
 
 -- name: list_documents
 -- One page of documents, by id (the cursor is the last id of the page before).

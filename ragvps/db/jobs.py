@@ -54,6 +54,8 @@ class FileRow:
     error: str | None
     documents: int
     chunks: int
+    rows_done: int | None  # a file read in parts: its rows read so far, of rows_total
+    rows_total: int | None
 
 
 def create(conn: psycopg.Connection, job: str, files: Sequence[StagedFile]) -> None:
@@ -88,6 +90,13 @@ def renew(conn: psycopg.Connection, job: str, token: str) -> bool | None:
 def add_embedded(conn: psycopg.Connection, job: str, token: str, n: int) -> bool | None:
     """Count chunks embedded (and renew the lease); whether the job was asked to stop, None if not ours."""
     return _one(conn, "add_embedded", {"job": job, "claim": token, "n": n})
+
+
+def file_rows(conn: psycopg.Connection, job: str, token: str, name: str, done: int, total: int) -> None:
+    """How far the reader of file `name` (read in parts) is."""
+    end_implicit_transaction(conn)
+    with conn.transaction():
+        conn.execute(_q("file_rows"), {"job": job, "claim": token, "name": name, "done": done, "total": total})
 
 
 def _one(conn: psycopg.Connection, name: str, params: dict[str, object]) -> bool | None:

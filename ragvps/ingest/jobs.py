@@ -23,7 +23,7 @@ from ragvps.config import Settings
 from ragvps.db import jobs
 from ragvps.embed.hosts import Lanes
 from ragvps.errors import DatabaseError, RagvpsError, UnavailableError
-from ragvps.ingest import uploads
+from ragvps.ingest import parts, uploads
 from ragvps.ingest.periodic import Periodic
 from ragvps.ingest.pipeline import FileOutcome, ingest_files
 from ragvps.records import ModelSpec
@@ -124,6 +124,7 @@ class Job:
         self.cancelled = threading.Event()
         self.lost = threading.Event()  # the claim is no longer ours (the lease ran out, another took it)
         self.embedded = 0  # chunks embedded and not yet counted in the job's row
+        self.reading: tuple[str, int, int] | None = None  # a file read in parts: (name, rows done, rows)
 
     def run(self, stop: threading.Event, report: JobsReport) -> int:
         """Ingest the job's pending files; 1 if the job ended here, 0 if it was given back or taken over."""
@@ -211,6 +212,8 @@ class Job:
                 raise Cancelled
             if stage == "embed":
                 self.embedded = start + done
+            elif (rel := parts.rows_file(stage)) is not None:
+                self.reading = (rel, done, total)
 
         def warn(message: str) -> None:
             log.info("job %s: %s", self.job, message)
@@ -252,13 +255,15 @@ def batches(files: Sequence[jobs.StagedFile]) -> list[list[jobs.StagedFile]]:
 
 
 class Heartbeat(Periodic):
-    """On a connection of its own: renews the job's lease, adds the chunks embedded since last time, and reads
-    whether the job was cancelled, every `every` seconds while the job runs."""
+    """On a connection of its own: renews the job's lease, adds the chunks embedded since last time, writes how
+    far the reader of a file read in parts is, and reads whether the job was cancelled, every `every` seconds
+    while the job runs (and once more at its end)."""
 
     def __init__(self, job: Job, every: float):
         super().__init__(every, f"lease {job.job}")
         self.job = job
         self.counted = 0
+        self.read: tuple[str, int, int] | None = None
 
     def _run(self) -> None:
         job = self.job
@@ -269,6 +274,9 @@ class Heartbeat(Periodic):
                     seen = job.embedded
                     cancel = jobs.add_embedded(conn, job.job, job.token, seen - self.counted)
                     self.counted = seen
+                    if (reading := job.reading) is not None and reading != self.read:
+                        jobs.file_rows(conn, job.job, job.token, *reading)
+                        self.read = reading
                     if cancel is None:
                         job.lost.set()
                         return

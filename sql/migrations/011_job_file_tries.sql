@@ -5,3 +5,6 @@
 -- tried before is read alone, so that one bad file does not count against the files read beside it.
 ALTER TABLE ingest_job_files ADD COLUMN tries integer NOT NULL DEFAULT 0;  -- workers that died reading it
 ALTER TABLE ingest_job_files ADD COLUMN in_hand uuid;                     -- the claim reading it now
+-- A large table is read in parts (ragvps.ingest.parts): how far its reader is, for GET /jobs/{id}.
+ALTER TABLE ingest_job_files ADD COLUMN rows_done bigint;
+ALTER TABLE ingest_job_files ADD COLUMN rows_total bigint;
