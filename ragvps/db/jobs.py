@@ -129,11 +129,25 @@ def count_deaths(conn: psycopg.Connection, job: str, token: str) -> None:
 def finish_file(conn: psycopg.Connection, job: str, token: str, seq: int, state: str, error: str | None = None,
                 documents: int = 0, chunks: int = 0) -> bool:
     """Mark one file; False when the claim is no longer ours (nothing written)."""
+    return finish_files(conn, job, token, [(seq, state, error, documents, chunks)]) == 1
+
+
+Outcome = tuple[int, str, str | None, int, int]  # seq, state, error, documents, chunks
+
+
+def finish_files(conn: psycopg.Connection, job: str, token: str, outcomes: Sequence[Outcome]) -> int:
+    """Mark a batch's files in one transaction (one commit, not one a file); how many were ours to mark."""
     end_implicit_transaction(conn)
     with conn.transaction():
-        row = conn.execute(_q("finish_file"), {"job": job, "claim": token, "seq": seq, "state": state,
-                                               "error": error, "documents": documents, "chunks": chunks}).fetchone()
-    return row is not None
+        cur = conn.cursor()
+        cur.executemany(_q("finish_file"), [{"job": job, "claim": token, "seq": seq, "state": state, "error": error,
+                                             "documents": documents, "chunks": chunks}
+                                            for seq, state, error, documents, chunks in outcomes], returning=True)
+        marked = 0
+        while True:
+            marked += len(cur.fetchall())
+            if not cur.nextset():
+                return marked
 
 
 def file_outcomes(conn: psycopg.Connection, job: str) -> dict[str, tuple[int, str | None]]:

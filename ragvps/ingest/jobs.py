@@ -144,10 +144,8 @@ class Job:
                     outcomes = self.ingest(batch)
                 except Cancelled:
                     break
-                for f, outcome in zip(batch, outcomes, strict=True):
-                    if jobs.finish_file(self.conn, self.job, self.token, f.seq, outcome.state, outcome.error,
-                                        outcome.documents, outcome.chunks):
-                        report.files += 1
+                report.files += jobs.finish_files(self.conn, self.job, self.token, [
+                    (f.seq, o.state, o.error, o.documents, o.chunks) for f, o in zip(batch, outcomes, strict=True)])
         if self.lost.is_set():
             return 0
         if self.cancelled.is_set():
