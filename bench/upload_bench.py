@@ -10,12 +10,17 @@ A real `ragvps serve` (embedded PostgreSQL under bench/out/upload, the local mod
 that every chunk is embedded: one upload alone, one while the search load runs. Beside them, `ragvps ingest` of
 the same files (a fresh data directory and database, so it embeds everything too). Reported: failed searches,
 search p50/p95 idle and during the upload, each upload's files/s from the POST to the job's end, the CLI's.
+
+The searches send questions the server has not seen (issue 34: its question-embedding memo would answer a repeated
+one): SciFact's claims and Chroma's questions, none twice in the bench; the warm-up has 50 of its own. Once they
+are used up, each is sent again with a number appended, a text the server has not seen either.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import re
 import shutil
@@ -23,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -30,6 +36,7 @@ from common import OUT, ROOT
 from common.databases import fresh
 from common.load import KEY, Run, load
 from common.results import write_section
+from common.scifact import unseen_questions
 from serve_server import Server
 
 from ragvps.config import load_settings
@@ -105,12 +112,25 @@ def upload(server: Server, kb: str, files: list[Path], max_seconds: float) -> di
             "job_s": status["seconds"]}
 
 
+def question_bodies() -> tuple[list[dict], Iterator[dict]]:
+    """The warm-up's bodies, and the bench's others: each question once, then again numbered, never the same
+    text twice."""
+    unseen, warm = unseen_questions()
+
+    def fresh() -> Iterator[dict]:
+        yield from ({"query": q, "mode": "hybrid", "k": 8} for q in unseen)
+        for n in itertools.count(2):
+            yield from ({"query": f"{q} ({n})", "mode": "hybrid", "k": 8} for q in unseen)
+
+    return [{"query": q, "mode": "hybrid", "k": 8} for q in warm], fresh()
+
+
 def searches(server: Server, bodies: list[dict], rate: float, total: int, max_seconds: float, name: str,
              stop: asyncio.Event | None = None) -> Run:
     return asyncio.run(load(server.url, "/search", bodies, 8, total, max_seconds, rate, name, stop))
 
 
-def during(server: Server, bodies: list[dict], args: argparse.Namespace, files: list[Path]) -> tuple[Run, dict]:
+def during(server: Server, bodies: Iterator[dict], args: argparse.Namespace, files: list[Path]) -> tuple[Run, dict]:
     """The paced searches while the upload runs; they stop when its job ends (or at their bounds)."""
     result: dict[str, object] = {}
 
@@ -121,8 +141,9 @@ def during(server: Server, bodies: list[dict], args: argparse.Namespace, files: 
         stop = asyncio.Event()
         thread = threading.Thread(target=run_upload)
         thread.start()
-        task = asyncio.create_task(load(server.url, "/search", bodies, 8, args.searches * 10, args.max_seconds,
-                                        args.rate, "during the upload", stop))
+        total = args.searches * 10
+        task = asyncio.create_task(load(server.url, "/search", list(itertools.islice(bodies, total)), 8, total,
+                                        args.max_seconds, args.rate, "during the upload", stop))
         await asyncio.to_thread(thread.join)
         stop.set()
         return await task
@@ -152,14 +173,13 @@ def main() -> None:
     ragvps(api_env, "ingest", str(ROOT / "docs"))
     for kb in ("alone", "during"):
         ragvps(api_env, "kb", "create", kb)
-    queries = [m.group(1) for p in sorted((ROOT / "docs").glob("*.md"))
-               for m in re.finditer(r"^#+ (.+)$", p.read_text(encoding="utf-8"), re.M)]
-    bodies = [{"query": q, "mode": "hybrid", "k": 8} for q in queries]
+    warm, bodies = question_bodies()
     r: dict[str, object] = {"files": len(files), "bytes": size, "rate": args.rate}
     server = Server(api_env | {"RAGVPS_API_KEYS": KEY}, WORK / "serve.log", key=KEY).start(timeout=300)
     try:
-        searches(server, bodies, args.rate, 100, 30, "warm-up")
-        idle = searches(server, bodies, args.rate, args.searches, args.max_seconds, "idle")
+        searches(server, warm, args.rate, len(warm), 30, "warm-up")
+        idle = searches(server, list(itertools.islice(bodies, args.searches)), args.rate, args.searches,
+                        args.max_seconds, "idle")
         log(idle.row())
         r["alone"] = upload(server, "alone", files, args.max_seconds)
         log(f"upload alone: {r['alone']}")
@@ -191,7 +211,8 @@ def report(r: dict) -> str:
         f"{r['files']:,} Markdown files ({r['bytes'] / 1024:.0f} KiB: sections of docs/, each unique) sent in one "
         f"multipart POST /kb/NAME/documents to a real `ragvps serve` (embedded PostgreSQL 18, local MiniLM int8, "
         f"the server's onnxruntime at 1 thread per call), followed to the job's end; /search hybrid k=8 on the "
-        f"knowledge base `default` (docs/) paced at {r['rate']:g} req/s over 8 clients. "
+        f"knowledge base `default` (docs/) paced at {r['rate']:g} req/s over 8 clients, questions the server has "
+        f"not seen (SciFact's claims and Chroma's questions, none twice; then each again with a number appended). "
         f"`uptime` before: {r['uptime'][0]}; after: {r['uptime'][1]}.",
         "",
         "| /search | requests | req/s | p50 ms | p95 ms | p99 ms | failed |",

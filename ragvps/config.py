@@ -74,6 +74,8 @@ class EmbedSettings:
     sub_batch: int = setting(8, "sub_batch", lo=1, hi=1024)  # local model: texts per onnxruntime call (peak memory)
     defer_embedding: bool = setting(False, "defer_embedding")  # ingest queues chunks for `ragvps worker`
     worker_lease: int = setting(600, "worker_lease", lo=1, hi=86_400)  # seconds a worker holds a claimed batch
+    # workers that may die (their lease run out) reading one uploaded file before it fails instead of looping
+    worker_max_attempts: int = setting(3, "worker_max_attempts", lo=1, hi=1000)
 
     @property
     def backend(self) -> backends.Backend:

@@ -1,4 +1,4 @@
--- Upload jobs (migration 008), used by ragvps.db.jobs. Claims are short transactions; a job's files are
+-- Upload jobs (migrations 009, 011), used by ragvps.db.jobs. Claims are short transactions; a job's files are
 -- ingested with no claim transaction open; progress is written only under the caller's own claim.
 
 -- name: insert_job
@@ -31,15 +31,40 @@ SELECT count(*) FROM ingest_jobs WHERE state IN ('queued', 'running');
 UPDATE ingest_jobs SET claimed_at = now() WHERE id = %(job)s AND claim = %(claim)s RETURNING cancel;
 
 -- name: pending_files
-SELECT seq, name, staged, size FROM ingest_job_files WHERE job_id = %(job)s AND state = 'pending' ORDER BY seq;
+SELECT seq, name, staged, size, tries FROM ingest_job_files WHERE job_id = %(job)s AND state = 'pending' ORDER BY seq;
+
+-- name: hold_files
+-- The files the holder is about to read: a worker that dies now leaves them marked with its claim.
+UPDATE ingest_job_files f SET in_hand = %(claim)s
+FROM ingest_jobs j
+WHERE f.job_id = j.id AND j.id = %(job)s AND j.claim = %(claim)s AND f.seq = ANY(%(seqs)s) AND f.state = 'pending';
+
+-- name: count_deaths
+-- Files still marked by an earlier claim: that worker died (or lost its lease) reading them, one more try each.
+UPDATE ingest_job_files f SET tries = f.tries + 1, in_hand = NULL
+FROM ingest_jobs j
+WHERE f.job_id = j.id AND j.id = %(job)s AND j.claim = %(claim)s AND f.state = 'pending'
+  AND f.in_hand IS NOT NULL AND f.in_hand <> %(claim)s;
+
+-- name: unhold_files
+-- A clean give-back: the files in hand were not what stopped the worker.
+UPDATE ingest_job_files SET in_hand = NULL WHERE job_id = %(job)s AND in_hand = %(claim)s;
 
 -- name: finish_file
 -- Only under the caller's claim: a worker whose lease ran out writes nothing.
 UPDATE ingest_job_files f
-SET state = %(state)s, error = %(error)s, documents = %(documents)s, chunks = %(chunks)s, finished_at = now()
+SET state = %(state)s, error = %(error)s, documents = %(documents)s, chunks = %(chunks)s, finished_at = now(),
+    in_hand = NULL
 FROM ingest_jobs j
 WHERE f.job_id = j.id AND j.id = %(job)s AND j.claim = %(claim)s AND f.seq = %(seq)s AND f.state = 'pending'
 RETURNING f.seq;
+
+-- name: file_rows
+-- How far the reader of a file read in parts is (under the caller's claim; the last count also after the file
+-- was marked, so that a file done shows all its rows read).
+UPDATE ingest_job_files f SET rows_done = %(done)s, rows_total = %(total)s
+FROM ingest_jobs j
+WHERE f.job_id = j.id AND j.id = %(job)s AND j.claim = %(claim)s AND f.name = %(name)s;
 
 -- name: add_embedded
 UPDATE ingest_jobs SET embedded = embedded + %(n)s, claimed_at = now()
@@ -87,7 +112,8 @@ SELECT state, cancel, created_at, started_at, finished_at, claimed_by, attempts,
 FROM ingest_jobs WHERE id = %(job)s;
 
 -- name: job_files
-SELECT seq, name, size, state, error, documents, chunks FROM ingest_job_files WHERE job_id = %(job)s ORDER BY seq;
+SELECT seq, name, size, state, error, documents, chunks, rows_done, rows_total
+FROM ingest_job_files WHERE job_id = %(job)s ORDER BY seq;
 
 -- name: list_documents
 -- One page of documents, by id (the cursor is the last id of the page before).

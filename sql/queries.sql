@@ -60,6 +60,9 @@ FROM pg_stat_progress_create_index WHERE pid = %(pid)s;
 -- name: stored_documents
 SELECT doc_id, id, source, content_hash, chunker FROM documents WHERE root = %(root)s;
 
+-- name: source_chunks
+SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id WHERE d.root = %(root)s AND d.source = %(source)s;
+
 -- name: delete_documents
 -- Chunks first, in one statement, so the term-statistics trigger runs once rather than per document.
 WITH chunks_gone AS (

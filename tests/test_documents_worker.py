@@ -117,3 +117,64 @@ def test_a_job_that_cannot_run_ends_failed_and_its_files_fail_with_why(db_url, t
     assert status.error is not None and status.error.startswith("the job could not run") and "uploads" in status.error
     assert status.files_failed == 3 and all(f.error == status.error for f in status.files)
     assert not (tmp_path / "data/kb/default/incoming" / job).exists()  # nothing left staged
+
+
+def in_hand(db_url: str, job: str, name: str) -> str | None:
+    """The worker holding the job while it reads file `name` (None when the file is not in anyone's hand)."""
+    with psycopg.connect(db_url) as conn:
+        row = conn.execute("SELECT j.claimed_by FROM kb_1.ingest_job_files f JOIN kb_1.ingest_jobs j "
+                           "ON j.id = f.job_id WHERE f.job_id = %s AND f.name = %s AND f.in_hand = j.claim",
+                           (job, name)).fetchone()
+    return None if row is None else row[0]
+
+
+def test_a_file_that_kills_every_worker_fails_by_name_after_the_limit_and_the_others_are_stored(db_url, tmp_path):
+    folder = tmp_path / "files"
+    folder.mkdir()
+    for name in ("a.md", "b.md", "z.md"):
+        (folder / name).write_text(f"# Memo {name}\n\nThe memo {name} lists the crates of aisle {len(name)}.\n")
+    # Large enough that a worker is seen reading it (the test kills the worker then, as an OOM killer would)
+    (folder / "huge.md").write_text("".join(f"## Part {i}\n\nShelf {i} holds {i * 3} crates of part {i}.\n\n"
+                                            for i in range(20_000)))
+    env = ragvps_env(db_url, tmp_path / "data", worker_lease="1", worker_max_attempts="2")
+    job = staged_job(env, folder)
+    for attempt in (1, 2):  # the first has the four files in hand together, the second huge.md alone
+        name = f"doomed{attempt}"
+        worker = subprocess.Popen([sys.executable, "-m", "ragvps", "worker", "--jobs", "--name", name], env=env,
+                                  cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 120
+            while in_hand(db_url, job, "huge.md") != name:
+                assert worker.poll() is None, worker.stderr.read().decode() if worker.stderr else ""
+                assert time.monotonic() < deadline, f"{name} did not read huge.md within 120 s"
+                time.sleep(0.02)
+            worker.send_signal(signal.SIGKILL)
+            worker.wait(10)
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+    time.sleep(1.1)  # the second worker's lease runs out
+
+    from asgi_server import in_process
+
+    from ragvps.app import App
+    from ragvps.app import documents as d
+    from ragvps.config import load_settings
+
+    with App.open(load_settings(env=env), pooled=True) as app:
+        report = d.run_jobs(app, "taker", threading.Event(), exit_when_empty=True, poll=0.2)
+    assert report.jobs == 1
+    with in_process(env) as srv, srv.client() as c:
+        status = c.get(f"/jobs/{job}").json()
+    assert status["state"] == "done" and status["attempts"] == 3, status
+    by_name = {f["name"]: f for f in status["files"]}
+    assert {n: f["state"] for n, f in by_name.items()} == {"a.md": "done", "b.md": "done", "huge.md": "failed",
+                                                           "z.md": "done"}
+    error = by_name["huge.md"]["error"]
+    assert error.startswith("huge.md: a worker died 2 times while reading it") and "worker_max_attempts" in error
+    assert status["errors"] == [{"file": "huge.md", "error": error}]
+    with psycopg.connect(db_url) as conn:
+        sources = [r[0] for r in conn.execute("SELECT source FROM kb_1.documents ORDER BY source")]
+    assert sources == ["a.md", "b.md", "z.md"]  # each once; nothing of huge.md
+    assert facts(db_url)[1] == facts(db_url)[2]  # every chunk has its one vector
+    assert not (tmp_path / "data/kb/default/uploads/huge.md").exists()

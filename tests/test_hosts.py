@@ -188,3 +188,35 @@ def test_ingest_with_every_host_down_fails_in_one_line_and_the_rerun_embeds_only
     report = json.loads(cli("ingest", str(folder), "--json").stdout)
     assert report["embedded"] == report["chunks"] - kept == sum(len(f.inputs) for f in fakes)
     assert stored(db_url) == (report["chunks"],) * 3
+
+
+def test_local_lanes_embed_every_chunk_once_with_the_one_thread_model_and_stop_at_a_failure():
+    """The local model on every core: a lane a core, each one onnxruntime thread; vectors as the model gives them
+    alone; a batch that fails stops the run, the batches answered before it are kept."""
+    import os
+
+    from ragvps.embed.hosts import ThreadLanes
+    from ragvps.embed.local import LocalEmbedder
+    from ragvps.errors import InputTooLongError
+
+    settings = Settings()
+    spec = spec_for(settings)
+    lanes = make_lanes(settings, spec, lambda: pytest.fail("the lanes load their own one-thread model"))
+    assert isinstance(lanes, ThreadLanes) == ((os.cpu_count() or 1) > 1)
+    texts = [f"{WORDS[i % 10]} {WORDS[(i * 3) % 10]} note {i}" for i in range(40)]
+    batches = [texts[i:i + 4] for i in range(0, 40, 4)]
+    got = {t: v for items, vectors in lanes.run(batches, lambda e, b, emit: emit(b, e.embed(b)))
+           for t, v in zip(items, vectors, strict=True)}
+    alone = LocalEmbedder(threads=1, spec=spec).embed(texts)
+    assert sorted(got) == sorted(texts) and np.allclose(np.stack([got[t] for t in texts]), alone, atol=1e-5)
+
+    def fails_on_the_fifth(embedder, batch, emit):
+        if batch is batches[4]:
+            raise InputTooLongError("too long")
+        emit(batch, np.zeros((len(batch), spec.dims), np.float32))
+
+    kept: list[str] = []
+    with pytest.raises(InputTooLongError):
+        for items, _ in ThreadLanes([LocalEmbedder(threads=1, spec=spec)] * 2).run(batches, fails_on_the_fifth):
+            kept += items
+    assert set(kept) <= set(texts) - set(batches[4]) and len(kept) == len(set(kept))

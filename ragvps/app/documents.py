@@ -61,6 +61,8 @@ class FileStatus:
     documents: int
     chunks: int
     error: str | None
+    rows_done: int | None  # a large table read in parts: its rows read so far, of rows_total (else null)
+    rows_total: int | None
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,8 @@ class JobStatus:
 def status_of(job: str, row: JobRow, files: list[FileRow]) -> JobStatus:
     done = [f for f in files if f.state != "pending"]
     total_bytes = sum(f.size for f in files)
-    done_bytes = sum(f.size for f in done)
+    done_bytes = sum(f.size for f in done) + sum(f.size * f.rows_done // f.rows_total for f in files
+                                                 if f.state == "pending" and f.rows_done and f.rows_total)
     seconds = max(row.seconds, 0.0)
     rate = done_bytes / seconds if seconds > 0 else 0.0
     running = row.state in ("queued", "running")
@@ -110,7 +113,8 @@ def status_of(job: str, row: JobRow, files: list[FileRow]) -> JobStatus:
         eta_s=None if eta is None else round(eta, 1), worker=row.worker, attempts=row.attempts,
         created_at=row.created_at.isoformat(), finished_at=_iso(row.finished_at), error=row.error,
         errors=tuple({"file": f.name, "error": f.error or "failed"} for f in failed),
-        files=tuple(FileStatus(f.name, f.size, f.state, f.documents, f.chunks, f.error) for f in files))
+        files=tuple(FileStatus(f.name, f.size, f.state, f.documents, f.chunks, f.error, f.rows_done, f.rows_total)
+                    for f in files))
 
 
 def _iso(when: datetime | None) -> str | None:

@@ -28,6 +28,7 @@ class StagedFile:
     name: str  # its path under the uploads folder
     staged: str  # where it waits, relative to the knowledge base's folder
     size: int
+    tries: int = 0  # workers that died (their lease ran out) while reading it
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,8 @@ class FileRow:
     error: str | None
     documents: int
     chunks: int
+    rows_done: int | None  # a file read in parts: its rows read so far, of rows_total
+    rows_total: int | None
 
 
 def create(conn: psycopg.Connection, job: str, files: Sequence[StagedFile]) -> None:
@@ -89,6 +92,13 @@ def add_embedded(conn: psycopg.Connection, job: str, token: str, n: int) -> bool
     return _one(conn, "add_embedded", {"job": job, "claim": token, "n": n})
 
 
+def file_rows(conn: psycopg.Connection, job: str, token: str, name: str, done: int, total: int) -> None:
+    """How far the reader of file `name` (read in parts) is."""
+    end_implicit_transaction(conn)
+    with conn.transaction():
+        conn.execute(_q("file_rows"), {"job": job, "claim": token, "name": name, "done": done, "total": total})
+
+
 def _one(conn: psycopg.Connection, name: str, params: dict[str, object]) -> bool | None:
     end_implicit_transaction(conn)
     with conn.transaction():
@@ -102,14 +112,42 @@ def pending(conn: psycopg.Connection, job: str) -> list[StagedFile]:
     return [StagedFile(*r) for r in rows]
 
 
+def hold(conn: psycopg.Connection, job: str, token: str, seqs: Sequence[int]) -> None:
+    """Mark the files about to be read as in our hand: if this worker dies now, the next holder counts a try."""
+    end_implicit_transaction(conn)
+    with conn.transaction():
+        conn.execute(_q("hold_files"), {"job": job, "claim": token, "seqs": list(seqs)})
+
+
+def count_deaths(conn: psycopg.Connection, job: str, token: str) -> None:
+    """One more try for each pending file an earlier holder had in hand when it died (or lost its lease)."""
+    end_implicit_transaction(conn)
+    with conn.transaction():
+        conn.execute(_q("count_deaths"), {"job": job, "claim": token})
+
+
 def finish_file(conn: psycopg.Connection, job: str, token: str, seq: int, state: str, error: str | None = None,
                 documents: int = 0, chunks: int = 0) -> bool:
     """Mark one file; False when the claim is no longer ours (nothing written)."""
+    return finish_files(conn, job, token, [(seq, state, error, documents, chunks)]) == 1
+
+
+Outcome = tuple[int, str, str | None, int, int]  # seq, state, error, documents, chunks
+
+
+def finish_files(conn: psycopg.Connection, job: str, token: str, outcomes: Sequence[Outcome]) -> int:
+    """Mark a batch's files in one transaction (one commit, not one a file); how many were ours to mark."""
     end_implicit_transaction(conn)
     with conn.transaction():
-        row = conn.execute(_q("finish_file"), {"job": job, "claim": token, "seq": seq, "state": state,
-                                               "error": error, "documents": documents, "chunks": chunks}).fetchone()
-    return row is not None
+        cur = conn.cursor()
+        cur.executemany(_q("finish_file"), [{"job": job, "claim": token, "seq": seq, "state": state, "error": error,
+                                             "documents": documents, "chunks": chunks}
+                                            for seq, state, error, documents, chunks in outcomes], returning=True)
+        marked = 0
+        while True:
+            marked += len(cur.fetchall())
+            if not cur.nextset():
+                return marked
 
 
 def file_outcomes(conn: psycopg.Connection, job: str) -> dict[str, tuple[int, str | None]]:
@@ -126,13 +164,16 @@ def end(conn: psycopg.Connection, job: str, token: str, state: str, error: str |
         conn.execute(_q("end_job"), {"job": job, "claim": token, "state": state, "error": error})
 
 
-def release(conn: psycopg.Connection, job: str, token: str) -> None:
-    """Give the job back at once (a worker stopping): the next claim goes on where it stopped."""
+def release(conn: psycopg.Connection, job: str, token: str, *, strike: bool = False) -> None:
+    """Give the job back at once (a worker stopping): the next claim goes on where it stopped. With `strike`
+    (what failed was reading the files in hand) the next holder counts them a try, as if this worker had died."""
     if conn.closed:
         raise DatabaseError(f"the connection is closed: job {job}'s lease runs out instead")
     try:
         conn.rollback()
         with conn.transaction():
+            if not strike:
+                conn.execute(_q("unhold_files"), {"job": job, "claim": token})
             conn.execute(_q("release_job"), {"job": job, "claim": token})
     except psycopg.Error as exc:
         raise DatabaseError(f"giving job {job} back failed: {exc}") from exc

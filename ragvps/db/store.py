@@ -131,6 +131,11 @@ def stored_documents(conn: psycopg.Connection, root: str) -> dict[str, StoredDoc
     return {row[0]: StoredDocument(*row[1:]) for row in rows}
 
 
+def source_chunks(conn: psycopg.Connection, root: str, source: str) -> int:
+    """Chunks of the documents of one source file."""
+    return int(scalar(conn, q("source_chunks"), {"root": root, "source": source}))
+
+
 def replace_documents(
     conn: psycopg.Connection,
     eset: EmbeddingSet,

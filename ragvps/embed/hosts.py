@@ -72,6 +72,65 @@ class OneLane:
         return {self.label: self.stats.as_dict()}
 
 
+class ThreadLanes:
+    """Several embedders in this process, a thread each, pulling batches from one queue: the local model at one
+    onnxruntime thread a lane. One model call split over every core waits at each step for its slowest thread,
+    so a core another process takes for a moment (a search, while an upload embeds at low priority) stalls
+    the whole call; lanes of one thread each lose only that core's share (bench/RESULTS.md, upload_bench)."""
+
+    def __init__(self, embedders: Sequence[Embedder], label: str = "local"):
+        self.embedders, self.label = list(embedders), label
+        self.stats = HostStats(label)
+        self._lock = threading.Lock()
+
+    def run(self, batches: Sequence[Sequence[Any]], work: Work, longest: int = 0) -> Iterator[Piece]:
+        todo: queue.Queue[Sequence[Any]] = queue.Queue()
+        for batch in batches:
+            todo.put(batch)
+        results: queue.Queue[tuple[BaseException | None, list[Piece]]] = queue.Queue()
+        stop = threading.Event()
+        threads = [threading.Thread(target=self._lane, args=(e, todo, results, stop, work), daemon=True,
+                                    name=f"embed {self.label} {i}") for i, e in enumerate(self.embedders)]
+        for t in threads:
+            t.start()
+        failure: BaseException | None = None
+        try:
+            for _ in batches:
+                failure, pieces = results.get()
+                yield from pieces  # what was answered before a failure is kept
+                if failure is not None:
+                    break
+        finally:
+            stop.set()
+            for t in threads:  # each ends after the batch in hand
+                t.join()
+        if failure is not None:
+            raise failure
+
+    def _lane(self, embedder: Embedder, todo: queue.Queue[Sequence[Any]],
+              results: queue.Queue[tuple[BaseException | None, list[Piece]]], stop: threading.Event,
+              work: Work) -> None:
+        while not stop.is_set():
+            try:
+                batch = todo.get_nowait()
+            except queue.Empty:
+                return
+            pieces: list[Piece] = []
+            start = time.perf_counter()
+            try:
+                work(embedder, batch, partial(_keep, pieces))
+            except BaseException as exc:  # a chunk too long, or anything unexpected: the run stops
+                results.put((exc, pieces))
+                return
+            with self._lock:
+                self.stats.record(len(batch), time.perf_counter() - start)
+            results.put((None, pieces))
+
+    def report(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            return {self.label: self.stats.as_dict()}
+
+
 def _keep(pieces: list[Piece], items: Sequence[Any], vectors: np.ndarray) -> None:
     pieces.append((items, vectors))
 

@@ -37,9 +37,18 @@ def _ollama(settings: Settings, spec: ModelSpec, retries: int | None, url: str |
 
 def _local_lanes(settings: Settings, spec: ModelSpec, embedder: Callable[[], Embedder],
                  progress: Progress | None, warn: Warn | None) -> Lanes:
-    from ragvps.embed.hosts import OneLane
+    """threads 0 (the default): one lane a core, each one onnxruntime thread on a shared session; a number of
+    threads set: one model call over them, in the caller's thread."""
+    import os
 
-    return OneLane(embedder())
+    from ragvps.embed.hosts import OneLane, ThreadLanes
+    from ragvps.embed.local import LocalEmbedder
+
+    cores = os.cpu_count() or 1
+    if settings.embed.threads or cores == 1:
+        return OneLane(embedder())
+    return ThreadLanes([LocalEmbedder(threads=1, sub_batch=settings.embed.sub_batch, spec=spec)
+                        for _ in range(cores)])
 
 
 def _ollama_lanes(settings: Settings, spec: ModelSpec, embedder: Callable[[], Embedder],

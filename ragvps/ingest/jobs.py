@@ -3,7 +3,8 @@ batch at a time (each batch's documents stored in one transaction), mark each fi
 after the batch in hand when the job is cancelled. A second connection keeps the lease alive, counts the
 chunks embedded as they come and reads the cancel flag; a worker that dies stops renewing, and after its lease
 another worker takes the job over from its first file not marked (a file stored but not marked is found
-stored again: nothing is embedded or stored twice).
+stored again: nothing is embedded or stored twice). The files a dead worker had in hand count one try each;
+a file tried `worker_max_attempts` times fails with an error naming it, and the job goes on without it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ragvps.config import Settings
 from ragvps.db import jobs
 from ragvps.embed.hosts import Lanes
 from ragvps.errors import DatabaseError, RagvpsError, UnavailableError
-from ragvps.ingest import uploads
+from ragvps.ingest import parts, uploads
 from ragvps.ingest.periodic import Periodic
 from ragvps.ingest.pipeline import FileOutcome, ingest_files
 from ragvps.records import ModelSpec
@@ -80,8 +81,8 @@ def run_jobs(connect: Connect, settings: Settings, spec: ModelSpec, lanes: Calla
                 continue
             except (RagvpsError, OSError) as exc:  # it cannot run here (a setting, the file system): it fails whole
                 ended = _fail(conn, settings, job, token, exc)
-            except BaseException:
-                _give_back(conn, job, token)
+            except BaseException as exc:  # a defect, or MemoryError, reading the files in hand counts as a try
+                _give_back(conn, job, token, strike=isinstance(exc, Exception))
                 raise
             report.jobs += ended
         report.stopped = "stop"
@@ -105,9 +106,9 @@ def _fail(conn: psycopg.Connection, settings: Settings, job: str, token: str, ex
     return 1
 
 
-def _give_back(conn: psycopg.Connection, job: str, token: str) -> None:
+def _give_back(conn: psycopg.Connection, job: str, token: str, strike: bool = False) -> None:
     try:
-        jobs.release(conn, job, token)
+        jobs.release(conn, job, token, strike=strike)
     except DatabaseError as exc:
         log.info("could not give job %s back (%s); its lease runs out instead", job, exc)
 
@@ -123,12 +124,14 @@ class Job:
         self.cancelled = threading.Event()
         self.lost = threading.Event()  # the claim is no longer ours (the lease ran out, another took it)
         self.embedded = 0  # chunks embedded and not yet counted in the job's row
+        self.reading: tuple[str, int, int] | None = None  # a file read in parts: (name, rows done, rows)
 
     def run(self, stop: threading.Event, report: JobsReport) -> int:
         """Ingest the job's pending files; 1 if the job ended here, 0 if it was given back or taken over."""
         lease = float(self.settings.embed.worker_lease)
         with Heartbeat(self, max(0.2, min(1.0, lease / 3))):
-            for batch in batches(jobs.pending(self.conn, self.job)):
+            jobs.count_deaths(self.conn, self.job, self.token)
+            for batch in batches(self.give_up(jobs.pending(self.conn, self.job), report)):
                 cancel = jobs.renew(self.conn, self.job, self.token)
                 if cancel is None:
                     self.lost.set()
@@ -136,14 +139,13 @@ class Job:
                     self.cancelled.set()
                 if stop.is_set() or self.lost.is_set() or self.cancelled.is_set():
                     break
+                jobs.hold(self.conn, self.job, self.token, [f.seq for f in batch])
                 try:
                     outcomes = self.ingest(batch)
                 except Cancelled:
                     break
-                for f, outcome in zip(batch, outcomes, strict=True):
-                    if jobs.finish_file(self.conn, self.job, self.token, f.seq, outcome.state, outcome.error,
-                                        outcome.documents, outcome.chunks):
-                        report.files += 1
+                report.files += jobs.finish_files(self.conn, self.job, self.token, [
+                    (f.seq, o.state, o.error, o.documents, o.chunks) for f, o in zip(batch, outcomes, strict=True)])
         if self.lost.is_set():
             return 0
         if self.cancelled.is_set():
@@ -155,6 +157,28 @@ class Job:
             jobs.end(self.conn, self.job, self.token, *ending(jobs.file_outcomes(self.conn, self.job)))
         uploads.discard(self.kb_dir, self.job)
         return 1
+
+    def give_up(self, files: list[jobs.StagedFile], report: JobsReport) -> list[jobs.StagedFile]:
+        """Fail the files that workers died reading `worker_max_attempts` times (a file too large for the
+        machine's memory, or one that crashes a reader); the others, to read."""
+        most = self.settings.embed.worker_max_attempts
+        for f in files:
+            if f.tries < most:
+                continue
+            error = (f"{f.name}: a worker died {f.tries} times while reading it (killed, or out of memory), so it "
+                     f"is not tried again; the file may be too large or malformed: split it, or raise "
+                     f"worker_max_attempts if the workers were stopped for another reason")
+            log.warning("job %s: %s", self.job, error)
+            if jobs.finish_file(self.conn, self.job, self.token, f.seq, "failed", error):
+                report.files += 1
+            self.drop_unstored(uploads.uploads_dir(self.kb_dir), f.name)
+            self.conn.commit()
+        return [f for f in files if f.tries < most]
+
+    def drop_unstored(self, folder: Path, rel: str) -> None:
+        """A file nothing was stored from does not stay in the uploads folder."""
+        if not jobs.documents_of_source(self.conn, str(folder.resolve()), rel):
+            uploads.inside(folder, rel).unlink(missing_ok=True)
 
     def ingest(self, batch: Sequence[jobs.StagedFile]) -> list[FileOutcome]:
         """Place the batch's files and ingest them together; when the batch fails as a whole (one file's
@@ -172,10 +196,9 @@ class Job:
             if len(batch) > 1:
                 return [self.ingest([f])[0] for f in batch]
             outcomes = [FileOutcome(batch[0].name, "failed", f"{batch[0].name}: {exc}")]
-        for outcome in outcomes:  # a file nothing was stored from does not stay in the folder
-            if outcome.state == "failed" and not jobs.documents_of_source(self.conn, str(folder.resolve()),
-                                                                          outcome.rel):
-                uploads.inside(folder, outcome.rel).unlink(missing_ok=True)
+        for outcome in outcomes:
+            if outcome.state == "failed":
+                self.drop_unstored(folder, outcome.rel)
         self.conn.commit()
         return outcomes
 
@@ -187,6 +210,8 @@ class Job:
                 raise Cancelled
             if stage == "embed":
                 self.embedded = start + done
+            elif (rel := parts.rows_file(stage)) is not None:
+                self.reading = (rel, done, total)
 
         def warn(message: str) -> None:
             log.info("job %s: %s", self.job, message)
@@ -213,11 +238,13 @@ def ending(outcomes: dict[str, tuple[int, str | None]]) -> tuple[str, str | None
 
 
 def batches(files: Sequence[jobs.StagedFile]) -> list[list[jobs.StagedFile]]:
-    """Files in upload order, grouped by BATCH_FILES and BATCH_BYTES (a large file alone)."""
+    """Files in upload order, grouped by BATCH_FILES and BATCH_BYTES (a large file alone). A file a worker died
+    reading is read alone, and the file after it starts a new batch: its tries count against it only."""
     out: list[list[jobs.StagedFile]] = []
     size = 0
     for f in files:
-        if not out or len(out[-1]) >= BATCH_FILES or (out[-1] and size + f.size > BATCH_BYTES):
+        alone = f.tries > 0 or (out and out[-1] and out[-1][-1].tries > 0)
+        if not out or alone or len(out[-1]) >= BATCH_FILES or (out[-1] and size + f.size > BATCH_BYTES):
             out.append([])
             size = 0
         out[-1].append(f)
@@ -226,13 +253,15 @@ def batches(files: Sequence[jobs.StagedFile]) -> list[list[jobs.StagedFile]]:
 
 
 class Heartbeat(Periodic):
-    """On a connection of its own: renews the job's lease, adds the chunks embedded since last time, and reads
-    whether the job was cancelled, every `every` seconds while the job runs."""
+    """On a connection of its own: renews the job's lease, adds the chunks embedded since last time, writes how
+    far the reader of a file read in parts is, and reads whether the job was cancelled, every `every` seconds
+    while the job runs (and once more at its end)."""
 
     def __init__(self, job: Job, every: float):
         super().__init__(every, f"lease {job.job}")
         self.job = job
         self.counted = 0
+        self.read: tuple[str, int, int] | None = None
 
     def _run(self) -> None:
         job = self.job
@@ -243,6 +272,9 @@ class Heartbeat(Periodic):
                     seen = job.embedded
                     cancel = jobs.add_embedded(conn, job.job, job.token, seen - self.counted)
                     self.counted = seen
+                    if (reading := job.reading) is not None and reading != self.read:
+                        jobs.file_rows(conn, job.job, job.token, *reading)
+                        self.read = reading
                     if cancel is None:
                         job.lost.set()
                         return

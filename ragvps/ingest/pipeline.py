@@ -9,14 +9,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import psycopg
 
 from ragvps.config import Settings
 from ragvps.db import index, queue, store
 from ragvps.embed.hosts import Lanes
 from ragvps.errors import NotFoundError
-from ragvps.ingest import sources
+from ragvps.ingest import parts, sources
 from ragvps.ingest.artifacts import ChunkArtifacts, ChunkFile, VectorCache
 from ragvps.ingest.chunk import ChunkerConfig, chunk_documents
 from ragvps.ingest.embedding import EmbedOutcome, embed_stage
@@ -77,13 +76,18 @@ def load_file(source: sources.SourceFile, warn: Warn, report: IngestReport) -> l
 
 def chunk_stage(
     settings: Settings, root: Path, scan: sources.ScanReport, config: ChunkerConfig,
-    report: IngestReport, progress: Progress, warn: Warn,
+    report: IngestReport, progress: Progress, warn: Warn, streamed: list[sources.SourceFile] | None = None,
 ) -> list[ChunkFile]:
-    """Chunk every file whose content or chunker settings changed; reuse the files on disk otherwise."""
+    """Chunk every file whose content or chunker settings changed; reuse the files on disk otherwise. Given
+    `streamed`, a file read in parts (ragvps.ingest.parts) is put there instead, to be stored part by part."""
     artifacts = ChunkArtifacts(settings.database.kb_dir, root)
     key = config.key()
     results = []
     for i, source in enumerate(scan.files):
+        if streamed is not None and parts.streams(source):
+            streamed.append(source)
+            progress("chunk", i + 1, len(scan.files))
+            continue
         try:
             file_hash = source.file_hash()
         except OSError as exc:
@@ -130,7 +134,7 @@ def store_stage(
     done = 0
     for batch in batches(changed, STORE_BATCH_CHUNKS):
         defer = settings.embed.defer_embedding
-        rows = [(doc, chunks, _vectors(cache, chunks, eset.dims, defer)) for doc, chunks in batch]
+        rows = [(doc, chunks, parts.vectors(cache, chunks, eset.dims, defer)) for doc, chunks in batch]
         store.replace_documents(conn, eset, root, key, settings.search.language, rows)
         report.stored += len(batch)
         done += sum(len(chunks) for _, chunks in batch)
@@ -139,15 +143,6 @@ def store_stage(
     gone = [d for d, old in stored.items() if d not in seen and old.source not in unreadable]
     store.delete_documents(conn, root, gone)
     report.deleted = len(gone)
-
-
-def _vectors(cache: VectorCache, chunks: Sequence[Chunk], dims: int, deferred: bool) -> store.Vectors:
-    """The chunks' cached vectors; deferred, None for a chunk not cached (it is queued for a worker)."""
-    if deferred:
-        return cache.get_some([c.content_hash for c in chunks])
-    if not chunks:
-        return np.zeros((0, dims), dtype=np.float32)
-    return cache.get([c.content_hash for c in chunks])
 
 
 Changed = list[tuple[Document, list[Chunk]]]
@@ -196,33 +191,41 @@ def ingest(
         raise nothing_readable(path, report)
     with store.write_lock(conn):
         config = _ingest_chunker(conn, settings, spec)
-        files = chunk_stage(settings, root, scan, config, report, progress, warn)
-        chunks = [c for f in files for c in f.chunks]
+        streamed: list[sources.SourceFile] = []
+        files = chunk_stage(settings, root, scan, config, report, progress, warn, streamed)
         report.documents = sum(len(f.documents) for f in files)
+        if not report.documents and not stored_before and not streamed:
+            raise nothing_readable(path, report)
+        report.chunks = sum(len(f.chunks) for f in files)
+        unreadable = {f.rel for f in scan.files} - {f.source for f in files}
+        embed_and_store(conn, settings, spec, lanes, str(root), files, unreadable, config, report, progress, warn,
+                        streamed=streamed)
         if not report.documents and not stored_before:
             raise nothing_readable(path, report)
-        report.chunks = len(chunks)
-        unreadable = {f.rel for f in scan.files} - {f.source for f in files}
-        embed_and_store(conn, settings, spec, lanes, str(root), files, unreadable, config, report, progress, warn)
     return report
 
 
 def embed_and_store(
     conn: psycopg.Connection, settings: Settings, spec: ModelSpec, lanes: Callable[[], Lanes], root: str,
     files: Sequence[ChunkFile], unreadable: set[str], config: ChunkerConfig, report: IngestReport,
-    progress: Progress, warn: Warn, only: set[str] | None = None,
-) -> None:
-    """Embed what the vector cache lacks (or queue it, defer_embedding), store, keep the index current."""
+    progress: Progress, warn: Warn, only: set[str] | None = None, streamed: Sequence[sources.SourceFile] = (),
+) -> list[parts.PartsOutcome]:
+    """Embed what the vector cache lacks (or queue it, defer_embedding), store, keep the index current; then
+    the files read in parts, each part embedded and stored before the next is read (their outcomes)."""
     cache = VectorCache(settings.database.kb_dir, spec.identity, spec.dims)
-    if not settings.embed.defer_embedding:
-        outcome = EmbedOutcome()
-        try:
+    outcome = EmbedOutcome()
+    try:
+        if not settings.embed.defer_embedding:
             embed_stage(cache, [c for f in files for c in f.chunks], spec, lanes, settings.embed.batch_size,
                         progress, outcome)
-        finally:
-            report.embedded, report.hosts = outcome.embedded, outcome.hosts
-    eset = store.ensure_set(conn, spec, settings.index.vector_type, activate=True)
-    store_stage(conn, eset, root, files, unreadable, cache, config, settings, report, progress, only)
+        eset = store.ensure_set(conn, spec, settings.index.vector_type, activate=True)
+        store_stage(conn, eset, root, files, unreadable | {s.rel for s in streamed}, cache, config, settings,
+                    report, progress, only)
+        run = parts.PartsRun(conn, eset, root, cache, config, settings, spec, lanes, progress, warn)
+        streamed_out = [parts.store_file(run, s, outcome) for s in streamed]
+    finally:
+        report.embedded, report.hosts = outcome.embedded, outcome.hosts
+    _count_parts(report, streamed_out, warn)
     if settings.embed.defer_embedding:
         queue.enqueue_missing(conn, eset)
     report.queued = queue.left(conn, eset)
@@ -234,6 +237,19 @@ def embed_and_store(
         conn.commit()
     else:
         report.index_built = index.ensure_index(conn, eset, settings, progress, warn)
+    return streamed_out
+
+
+def _count_parts(report: IngestReport, outcomes: Sequence[parts.PartsOutcome], warn: Warn) -> None:
+    for o in outcomes:
+        if o.error:
+            warn(o.error)
+            report.skipped[o.reason or "unreadable"] += 1
+        report.documents += o.documents
+        report.chunks += o.chunks
+        report.stored += o.stored
+        report.unchanged += o.documents - o.stored
+        report.deleted += o.deleted
 
 
 @dataclass(frozen=True)
@@ -275,17 +291,24 @@ def ingest_files(
     store.check_model(store.active_set(conn), spec, settings.index.vector_type, "ingest")
     with store.write_lock(conn, lock_wait):
         config = _ingest_chunker(conn, settings, spec)
-        files = chunk_stage(settings, root, scan, config, report, progress, record)
+        streamed: list[sources.SourceFile] = []
+        files = chunk_stage(settings, root, scan, config, report, progress, record, streamed)
         report.documents = sum(len(f.documents) for f in files)
         report.chunks = sum(len(f.chunks) for f in files)
         before = store.stored_documents(conn, str(root))
         conn.commit()
         unreadable = {f.rel for f in scan.files} - {f.source for f in files}
-        embed_and_store(conn, settings, spec, lanes, str(root), files, unreadable, config, report, progress,
-                        record, only=wanted)
+        in_parts = embed_and_store(conn, settings, spec, lanes, str(root), files, unreadable, config, report,
+                                   progress, record, only=wanted, streamed=streamed)
     loaded = {f.source: f for f in files}
+    by_parts = {o.rel: o for o in in_parts}
     outcomes = []
     for rel in rels:
+        if (o := by_parts.get(rel)) is not None:
+            outcomes.append(FileOutcome(rel, "failed", o.error) if o.error else
+                            FileOutcome(rel, "done" if o.stored or o.deleted else "unchanged", None, o.documents,
+                                        o.chunks))
+            continue
         f = loaded.get(rel)
         if f is None:
             why = refused.get(rel) or "; ".join(said.get(rel, [])) or f"{rel}: could not be read, skipped"

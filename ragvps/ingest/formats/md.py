@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from itertools import chain
 
 _SPACE = re.compile(r"\s+")
@@ -68,6 +69,22 @@ def sheet_lines(rows: Iterator[Sequence[str]]) -> Iterator[str]:
     """A sheet's rows (cells as text) as Markdown lines, streamed: title lines, then a table whose header is
     the first of the first HEADER_SCAN rows filled at least half as much as the fullest of them (rows above it,
     such as a title or a unit, become text lines; a blank line separates them from the table)."""
+    head = sheet_head(rows)
+    if head is None:
+        return
+    yield from head.lines
+    yield from head.rows
+
+
+@dataclass
+class SheetHead:
+    lines: list[str]  # the title lines, the header row and the delimiter row
+    rows: Iterator[str]  # the table's rows after the header, as Markdown lines, streamed
+    buffered: int  # of those rows, how many were read already (looking for the header)
+
+
+def sheet_head(rows: Iterator[Sequence[str]]) -> SheetHead | None:
+    """The sheet's title and header lines, and its rows to come (None: not a cell filled in the first rows)."""
     head: list[Sequence[str]] = []
     for row in rows:
         head.append(row)
@@ -75,14 +92,19 @@ def sheet_lines(rows: Iterator[Sequence[str]]) -> Iterator[str]:
             break
     filled = [sum(1 for c in r if c.strip()) for r in head]
     if not any(filled):
-        return
+        return None
     header_at = next(i for i, n in enumerate(filled) if n * 2 >= max(filled))
+    lines: list[str] = []
     for r in head[:header_at]:
         if line := text_line(r):
-            yield line
-            yield ""
+            lines += [line, ""]
     width = max(len(r) for r in head[header_at:])
-    yield from header_lines(list(head[header_at]) + [""] * (width - len(head[header_at])))
-    for r in chain(head[header_at + 1:], rows):
-        if any(c.strip() for c in r):
-            yield table_row(r if len(r) <= width else [*r[: width - 1], " ".join(r[width - 1:])], width)
+    lines += header_lines(list(head[header_at]) + [""] * (width - len(head[header_at])))
+    body = (table_row(r if len(r) <= width else [*r[: width - 1], " ".join(r[width - 1:])], width)
+            for r in chain(head[header_at + 1:], rows) if filled_row(r))
+    return SheetHead(lines, body, sum(1 for r in head[header_at + 1:] if filled_row(r)))
+
+
+def filled_row(row: Sequence[str]) -> bool:
+    """Whether a row has a cell with text (a blank row is not a table row)."""
+    return any(c.strip() for c in row)
