@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from ragvps.app.requests import SearchRequest, SearchResult
-from ragvps.errors import ActiveSetChangedError
+from ragvps.errors import ActiveSetChangedError, ModelMismatchError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -46,8 +46,9 @@ def search(app: App, request: SearchRequest) -> SearchResult:
     start = time.perf_counter()
     timings: dict[str, float] = {}
     with app.connection() as conn, _keyword_leg(app, conn, fetch) as (keyword, legs):  # checked out once
-        app.active_set(conn, "query")  # refuse a model mismatch before paying for the query embedding
-        conn.commit()
+        if not app.set_matched:  # refuse a model mismatch before paying for the query embedding
+            app.active_set(conn, "query")
+            conn.commit()
         if keyword is not None:
             keyword.start()  # while the question is embedded
         embedding = app.embed_query(text) if request.mode != "keyword" else None
@@ -148,7 +149,11 @@ def _search(app: App, conn: psycopg.Connection, text: str, embedding: NDArray[np
                                    request.filters, timings, keyword)
             if keyword is not None:
                 timings["keyword_ms"] = keyword.ms  # its own time, on its connection, beside the embedding
+            app.set_matched = True
             return hits, eset
+        except ModelMismatchError:
+            app.set_matched = False  # the next search refuses before embedding again
+            raise
         except ActiveSetChangedError:
             # A model switch committed between reading the active set and searching its table: the
             # old table is gone, the new set is active and holds the same chunks. Read it again.

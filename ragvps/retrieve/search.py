@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,7 +93,7 @@ def vector_leg(conn: psycopg.Connection, eset: EmbeddingSet, embedding: np.ndarr
     (without the index, the exact scan over its stored vectors is cheaper and exact)."""
     bit = eset.vector_type == "bit" and eset.indexed
     ef = bit_depth(settings) if bit else max(settings.search.ef_search, settings.search.candidates)
-    with conn.transaction():
+    with _local(conn):
         conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef),))
         params: dict[str, object] = {"embedding": as_param(eset, embedding), "candidates": settings.search.candidates,
                                      "depth": ef}
@@ -105,9 +106,20 @@ def vector_leg(conn: psycopg.Connection, eset: EmbeddingSet, embedding: np.ndarr
         else:
             rows = conn.execute(compose(name, table=eset.table, dims=sql.Literal(eset.dims)), params)
         ids = [r[0] for r in rows]
-        if filters:  # in a caller's open transaction this block is a savepoint, whose release keeps SET LOCAL
+        if filters:  # SET LOCAL lasts to the end of the caller's open transaction
             conn.execute("RESET hnsw.iterative_scan")
         return ids
+
+
+@contextmanager
+def _local(conn: psycopg.Connection) -> Iterator[None]:
+    """A block whose SET LOCAL lasts to its end: the caller's open transaction (no savepoint: two round trips
+    saved on every search), else one of its own."""
+    if conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS:
+        yield
+        return
+    with conn.transaction():
+        yield
 
 
 def bit_depth(settings: Settings) -> int:
@@ -125,9 +137,14 @@ def keyword_leg(conn: psycopg.Connection, text: str, settings: Settings, filters
               "budget": budget, "cap": max(bm25.cap * budget, settings.search.candidates), "k1": bm25.k1, "b": bm25.b}
     if filters:
         params |= filters.params()
-    with conn.transaction():
-        rows = conn.execute(compose("keyword_search", source=source, filter=where), params)
-        return [r[0] for r in rows]
+    query = compose("keyword_search", source=source, filter=where)
+    if conn.autocommit or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:  # the caller's transaction
+        return [r[0] for r in conn.execute(query, params)]
+    conn.autocommit = True  # one statement, read only: no BEGIN and COMMIT round trips around it
+    try:
+        return [r[0] for r in conn.execute(query, params)]
+    finally:
+        conn.autocommit = False
 
 
 def search(
@@ -193,7 +210,7 @@ def chunk_evidence(conn: psycopg.Connection, eset: EmbeddingSet, ids: list[int],
     if embedding is not None:
         cosine = compose("chunk_cosine", table=eset.table)
         params["embedding"] = as_param(eset, embedding)
-    return {r[0]: r for r in conn.execute(compose("chunk_evidence", cosine=cosine), params, prepare=False)}
+    return {r[0]: r for r in conn.execute(compose("chunk_evidence", cosine=cosine), params)}
 
 
 def _details(fused: list[tuple[int, float]], vec: list[int], kw: list[int], rows: dict[int, tuple[Any, ...]],
