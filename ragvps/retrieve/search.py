@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ import psycopg
 from psycopg import sql
 
 from ragvps.config import Settings
+from ragvps.db.database import autocommit
 from ragvps.db.sql import compose
 from ragvps.db.store import EmbeddingSet, as_param
 from ragvps.errors import UsageError
@@ -87,17 +89,23 @@ def check_query(text: str) -> str:
 
 def vector_leg(conn: psycopg.Connection, eset: EmbeddingSet, embedding: np.ndarray, settings: Settings,
                filters: Filters | None = None) -> list[int]:
-    """Chunk ids nearest to the embedding; HNSW when indexed, with ef_search set for this query only.
+    """Chunk ids nearest to the embedding; HNSW when indexed, with ef_search set for this query (on a connection in
+    autocommit, for its session: the same value is not sent again).
 
     A bit set with its index takes the binary index's nearest bit_rerank_depth and re-ranks them by cosine
     (without the index, the exact scan over its stored vectors is cheaper and exact)."""
     bit = eset.vector_type == "bit" and eset.indexed
     ef = bit_depth(settings) if bit else max(settings.search.ef_search, settings.search.candidates)
+    params: dict[str, object] = {"embedding": as_param(eset, embedding), "candidates": settings.search.candidates,
+                                 "depth": ef}
+    name = "vector_search_bit" if bit else "vector_search"
+    if conn.autocommit and not filters:  # a served search: ef_search for the session, sent only when it changes
+        if _session_ef.get(conn) != ef:
+            conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(ef),))
+            _session_ef[conn] = ef
+        return [r[0] for r in conn.execute(compose(name, table=eset.table, dims=sql.Literal(eset.dims)), params)]
     with _local(conn):
         conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef),))
-        params: dict[str, object] = {"embedding": as_param(eset, embedding), "candidates": settings.search.candidates,
-                                     "depth": ef}
-        name = "vector_search_bit" if bit else "vector_search"
         if filters:
             conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
             query = compose(name + "_filtered", table=eset.table, filter=filters.condition(),
@@ -122,6 +130,11 @@ def _local(conn: psycopg.Connection) -> Iterator[None]:
         yield
 
 
+# The hnsw.ef_search each connection in autocommit was given for its session (a transaction's SET LOCAL overrides
+# it until that transaction ends; a connection opened again is not in here).
+_session_ef: weakref.WeakKeyDictionary[psycopg.Connection, int] = weakref.WeakKeyDictionary()
+
+
 def bit_depth(settings: Settings) -> int:
     """How many Hamming neighbours a bit index hands to the cosine re-rank (also its ef_search)."""
     return max(settings.search.bit_rerank_depth, settings.search.candidates)
@@ -137,14 +150,8 @@ def keyword_leg(conn: psycopg.Connection, text: str, settings: Settings, filters
               "budget": budget, "cap": max(bm25.cap * budget, settings.search.candidates), "k1": bm25.k1, "b": bm25.b}
     if filters:
         params |= filters.params()
-    query = compose("keyword_search", source=source, filter=where)
-    if conn.autocommit or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:  # the caller's transaction
-        return [r[0] for r in conn.execute(query, params)]
-    conn.autocommit = True  # one statement, read only: no BEGIN and COMMIT round trips around it
-    try:
-        return [r[0] for r in conn.execute(query, params)]
-    finally:
-        conn.autocommit = False
+    with autocommit(conn):  # one statement: on an idle connection no BEGIN and COMMIT around it
+        return [r[0] for r in conn.execute(compose("keyword_search", source=source, filter=where), params)]
 
 
 def search(
