@@ -2,9 +2,10 @@
 
     python bench/calibrate_bench.py [--scifact-dir bench/out/scifact] [--no-write]
 
-Fusion. On each corpus the calibration set is the knowledge base's own (questions made from its chunks, never
-the gold); the fitted vector weight and rrf_k are then judged by `ragvps eval` on the gold, hybrid nDCG@10,
-against equal-weight RRF (rrf_k 60):
+Fusion. On each corpus the calibration set is the knowledge base's own (sentences of its chunks, never the gold:
+ragvps/measure/fusion_fit.py); the fitted fusion (rrf or convex, the vector leg's weight, rrf_k) is then judged by
+`ragvps eval` on the gold, hybrid nDCG@10, against equal-weight RRF (rrf_k 60, the default), with the convex
+fusion at equal weights beside it:
 - SciFact (809 train claims) in eval_bench's data directory (--scifact-dir; `python bench/eval_bench.py` fills it);
 - chroma_chunking (its queries and qrels) and SciFact's ingested half, in bench/answer_quality.py's databases;
 - this repository's docs/ with bench/data/docs_gold.jsonl (36 questions, written by hand).
@@ -67,9 +68,9 @@ def ndcg(env: dict[str, str], gold: tuple[str, ...], **fusion: object) -> float:
 def fusion_row(name: str, env: dict[str, str], gold: tuple[str, ...]) -> dict[str, Any]:
     fitted = ragvps(env, "calibrate")["fusion"]
     equal = ndcg(env, gold)
-    leaned = ndcg(env, gold, rrf_k=fitted["rrf_k"], rrf_vector_weight=fitted["vector_weight"])
-    row = {"corpus": name, "rrf_k": fitted["rrf_k"], "vector_weight": fitted["vector_weight"],
-           "calib_mrr": fitted["mrr"], "calib_equal_mrr": fitted["equal_mrr"], "equal": equal, "fitted": leaned}
+    leaned = ndcg(env, gold, fusion=fitted["fusion"], rrf_k=fitted["rrf_k"], vector_weight=fitted["vector_weight"])
+    row = {"corpus": name, "fitted_fusion": fitted, "equal": equal, "fitted": leaned,
+           "convex_equal": ndcg(env, gold, fusion="convex")}
     print(json.dumps(row), file=sys.stderr, flush=True)
     return row
 
@@ -138,12 +139,14 @@ def render(fusion: list[dict[str, Any]], lines: list[dict[str, Any]], before: tu
            f"{before[0]:.2f} before, {after[0]:.2f} after. Local model, default settings but the fusion.", "",
            "**Fusion** fitted on each corpus's own calibration set (never its gold), judged on the gold: hybrid "
            "nDCG@10.", "",
-           "| corpus | fitted rrf_k | fitted vector weight | calibration MRR@10 fitted / equal | nDCG@10 equal "
-           "weights | nDCG@10 fitted | change |", "|---|---|---|---|---|---|---|"]
+           "| corpus | fitted on | fitted fusion | vector weight | rrf_k | calibration MRR@10 fitted / in force "
+           "| nDCG@10 RRF, equal weights (default) | nDCG@10 fitted | change | convex, equal weights (not fitted) |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in fusion:
-        out.append(f"| {r['corpus']} | {r['rrf_k']} | {r['vector_weight']:g} | {r['calib_mrr']:.3f} / "
-                   f"{r['calib_equal_mrr']:.3f} | {r['equal']:.4f} | {r['fitted']:.4f} | "
-                   f"{r['fitted'] - r['equal']:+.4f} |")
+        f = r["fitted_fusion"]
+        out.append(f"| {r['corpus']} | {f['questions']} {f['source']} | {f['fusion']} | {f['vector_weight']:g} | "
+                   f"{f['rrf_k']} | {f['mrr']:.3f} / {f['current_mrr']:.3f} | {r['equal']:.4f} | {r['fitted']:.4f} | "
+                   f"**{r['fitted'] - r['equal']:+.4f}** | {r['convex_equal'] - r['equal']:+.4f} |")
     out += ["", "**The line** chosen (the highest that answers 0.90 of the calibration set's answerable questions), "
             "what calibrate predicts there, and what bench/answer_quality.py's held-out half measures at that line "
             "and at the default 0.40 (its records of a run with the gate low, replayed).", "",

@@ -105,6 +105,9 @@ class IndexSettings:
     workers: int = setting(1, "index_workers", lo=0, hi=64)  # max_parallel_maintenance_workers (0: the leader)
 
 
+FUSIONS = ("rrf", "convex")  # how the two legs are fused (retrieve/fusion.py)
+
+
 @dataclass(frozen=True)
 class SearchSettings:
     language: str = setting("english", "language")  # the PostgreSQL text search configuration
@@ -114,7 +117,9 @@ class SearchSettings:
     bit_rerank_depth: int = setting(200, "bit_rerank_depth", lo=1, hi=1000)  # vector_type bit: re-ranked candidates
     top_k: int = setting(8, "top_k", lo=1, hi="max_k")
     rrf_k: int = setting(60, "rrf_k", lo=0, hi=10_000)
-    rrf_vector_weight: float = setting(1.0, "rrf_vector_weight", lo=0, hi=100)  # the keyword leg's weight is 1
+    fusion: str = setting("rrf", "fusion", choices=FUSIONS)  # rrf: by rank; convex: by normalised score
+    vector_weight: float = setting(1.0, "vector_weight", lo=0, hi=100,  # the keyword leg's weight is 1
+                                   aliases=("rrf_vector_weight",))
 
 
 @dataclass(frozen=True)

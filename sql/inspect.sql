@@ -45,6 +45,16 @@ FROM chunks c JOIN documents d ON d.id = c.document_id
 ORDER BY md5(c.id::text || %(seed)s)
 LIMIT %(n)s;
 
+-- name: fusion_chunks
+-- `ragvps calibrate`'s fusion questions: a stable pseudo-random sample of the chunks of documents of two chunks or
+-- more, each with its document's other chunks (the gold of a question made from it).
+SELECT c.id, c.text,
+       array(SELECT s.id FROM chunks s WHERE s.document_id = c.document_id AND s.id <> c.id) AS siblings
+FROM chunks c
+WHERE EXISTS (SELECT FROM chunks s WHERE s.document_id = c.document_id AND s.id <> c.id)
+ORDER BY md5(c.id::text || %(seed)s)
+LIMIT %(n)s;
+
 -- name: word_rarity
 -- Each word of a sentence with its lexeme's chunk count (BM25's df): the rarest make its question.
 SELECT w.word, coalesce(s.df, 0)

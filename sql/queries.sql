@@ -88,7 +88,8 @@ COPY {table} (chunk_id, embedding) FROM STDIN WITH (FORMAT BINARY);
 SELECT count(*) FROM chunks;
 
 -- name: vector_search
-SELECT e.chunk_id
+-- Each query's nearest chunks and their cosine (the convex fusion weighs it; RRF reads the order only).
+SELECT e.chunk_id, 1 - (e.embedding <=> %(embedding)s) AS cosine
 FROM {table} e
 ORDER BY e.embedding <=> %(embedding)s
 LIMIT %(candidates)s;
@@ -105,7 +106,7 @@ WITH relaxed AS MATERIALIZED (
     ORDER BY distance
     LIMIT %(candidates)s
 )
-SELECT chunk_id FROM relaxed ORDER BY distance, chunk_id;
+SELECT chunk_id, 1 - distance AS cosine FROM relaxed ORDER BY distance, chunk_id;
 
 -- name: vector_search_bit
 -- The binary index's nearest `depth` by Hamming distance, re-ranked by exact cosine on the stored vector.
@@ -115,7 +116,9 @@ WITH near AS MATERIALIZED (
     ORDER BY binary_quantize(e.embedding)::bit({dims}) <~> binary_quantize(%(embedding)s)
     LIMIT %(depth)s
 )
-SELECT chunk_id FROM near ORDER BY embedding <=> %(embedding)s, chunk_id LIMIT %(candidates)s;
+SELECT chunk_id, 1 - distance AS cosine
+FROM (SELECT chunk_id, embedding <=> %(embedding)s AS distance FROM near) n
+ORDER BY distance, chunk_id LIMIT %(candidates)s;
 
 -- name: vector_search_bit_filtered
 WITH near AS MATERIALIZED (
@@ -127,7 +130,9 @@ WITH near AS MATERIALIZED (
     ORDER BY binary_quantize(e.embedding)::bit({dims}) <~> binary_quantize(%(embedding)s)
     LIMIT %(depth)s
 )
-SELECT chunk_id FROM near ORDER BY embedding <=> %(embedding)s, chunk_id LIMIT %(candidates)s;
+SELECT chunk_id, 1 - distance AS cosine
+FROM (SELECT chunk_id, embedding <=> %(embedding)s AS distance FROM near) n
+ORDER BY distance, chunk_id LIMIT %(candidates)s;
 
 -- name: keyword_search
 -- BM25 over the tsvector's lexemes: idf from term_stats (df, kept by triggers), tf from the lexeme's

@@ -103,6 +103,28 @@ def test_a_scoped_key_sees_nothing_of_another_knowledge_base(served: Server, kbs
     assert all("Office hours" not in body for body in bodies)
 
 
+def test_names_bent_towards_another_knowledge_base_reach_nothing(served: Server, kbs: dict[str, str]):
+    """Encoded traversal, case, spaces, NUL, look-alike letters, a schema's own name, several names at once: each
+    is the same 404 as a name that does not exist, and nothing of runbooks comes back."""
+    bent = ["RUNBOOKS", "Runbooks", "runbooks%20", "%20runbooks", "runbooks%00", "runb%C3%B6oks", "r%D1%83nbooks",
+            "faq%2F..%2Frunbooks", "..%2Frunbooks", "faq%00runbooks", "kb_2", "ragvps", "runbooks;faq", "*", "%2A",
+            "faq,runbooks", "runbooks%0Afaq"]
+    with as_faq(served, kbs) as c:
+        for name in bent:
+            for method, tail, body in (("POST", "search", {"query": f"{SECRET} disk full"}),
+                                       ("POST", "ask", {"question": "what to do when the disk is full?"}),
+                                       ("GET", "stats", None), ("GET", "documents", None)):
+                r = c.request(method, f"/kb/{name}/{tail}", json=body)
+                assert r.status_code in (404, 422), (name, tail, r.status_code, r.text)
+                assert SECRET not in r.text and "runbooks.md" not in r.text and "Disk full" not in r.text, (name, tail)
+        for model in ("runbooks", "RUNBOOKS", "runbooks ", "ragvps:runbooks", "runbooks:latest", "faq/../runbooks"):
+            r = c.post("/v1/chat/completions", json={"model": model, "messages": [
+                {"role": "user", "content": "what to do when the disk is full?"}]})
+            assert r.status_code == 404 and SECRET not in r.text, (model, r.text)
+        r = c.post("/search", json={"query": f"{SECRET} disk", "kbs": ["faq", "RUNBOOKS"]})
+        assert r.status_code == 404 and SECRET not in r.text
+
+
 def test_mcp_lists_and_serves_only_the_callers_knowledge_bases(served: Server, kbs: dict[str, str]):
     pytest.importorskip("mcp")
     import httpx2

@@ -20,7 +20,7 @@ from ragvps.db.database import connect
 from ragvps.db.sql import compose
 from ragvps.errors import UsageError
 from ragvps.records import Chunk, Document, ModelSpec
-from ragvps.retrieve import search
+from ragvps.retrieve import fusion, search
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 SPEC = ModelSpec("fake-8", 8, 256)
@@ -96,6 +96,27 @@ def test_keyword_leg_is_bm25_and_finds_partial_matches(conn):
     assert by_id[search.keyword_leg(conn, "cells unicornword", settings)[0]] == "d4"
     assert search.keyword_leg(conn, "unicornword", settings) == []
     assert search.keyword_leg(conn, "the and of", settings) == []  # stop words only
+
+
+def test_the_legs_scores_are_the_ones_each_leg_ranks_by_and_convex_fusion_uses_them(conn):
+    eset = store.ensure_set(conn, SPEC, "vector", activate=True)
+    vectors = np.eye(len(CORPUS), 8, dtype=np.float32)
+    _write(conn, eset, [_doc(f"d{i}", t) for i, t in enumerate(CORPUS)], vectors)
+    ids = dict(conn.execute("SELECT d.doc_id, c.id FROM chunks c JOIN documents d ON d.id = c.document_id"))
+    query = vectors[2] + 0.5 * vectors[3]
+    vec = search.vector_scored(conn, eset, query, Settings())
+    unit = query / np.linalg.norm(query)
+    assert vec[0] == (ids["d2"], pytest.approx(float(unit @ vectors[2]), abs=1e-6))  # the cosine, best first
+    assert [s for _, s in vec] == sorted((s for _, s in vec), reverse=True)
+    kw = search.keyword_scored(conn, "zebrafish protein", Settings(), bm25=search.Bm25(budget=10**6))
+    assert kw == pytest.approx(_reference_bm25(conn, "zebrafish protein"))
+    settings = Settings.of(fusion="convex", vector_weight=3.0)
+    kw = search.keyword_scored(conn, "zebrafish protein", settings)
+    hits = search.search(conn, eset, "zebrafish protein", query, settings, k=len(CORPUS))
+    by_chunk = {c: doc for doc, c in ids.items()}
+    want = fusion.convex([vec, kw], [3.0, 1.0])
+    assert [(h.doc_id, h.score) for h in hits] == [(by_chunk[c], pytest.approx(s)) for c, s in want]
+    assert hits[0].doc_id == "d2" and hits[0].score <= 1.0  # the vector leg's first, weighted 3 to 1
 
 
 def test_candidate_budget_keeps_the_best_when_common_words_are_left_out(conn):

@@ -8,7 +8,7 @@ import psycopg
 from ragvps.db.database import migrate
 from ragvps.db.sql import migrations, queries
 from ragvps.ingest.artifacts import VectorCache
-from ragvps.retrieve.search import rrf
+from ragvps.retrieve.fusion import rrf
 
 
 def test_rrf_scores_and_order():

@@ -15,8 +15,9 @@ from ragvps.errors import UsageError
 
 if TYPE_CHECKING:
     from ragvps.app.ports import App
-    from ragvps.measure.calibrate import Fusion, Point
+    from ragvps.measure.calibrate import Point, Probe
     from ragvps.measure.evaluate import Question
+    from ragvps.measure.fusion_fit import Fusion
 
 Progress = Callable[[str, int, int], None]
 RECORD = "calibration.json"
@@ -47,7 +48,8 @@ class Calibration:
         """What --apply keeps in the knowledge base's settings."""
         kept: dict[str, object] = {"answer_min_evidence": self.chosen.line}
         if self.fusion.applies:
-            kept |= {"rrf_k": self.fusion.rrf_k, "rrf_vector_weight": self.fusion.vector_weight}
+            f = self.fusion
+            kept |= {"fusion": f.fusion, "rrf_k": f.rrf_k, "vector_weight": f.vector_weight}
         return kept
 
     def to_json(self) -> dict[str, object]:
@@ -82,12 +84,28 @@ def calibrate(app: App, n: int, target: float, apply: bool, progress: Progress, 
     done = Calibration(kb=app.kb_name, questions={k: sum(p.kind == k for p in found)
                                                   for k in ("answerable", "unanswerable", "off_topic")},
                        curve=curve, chosen=measure.choose(curve, target), current=now, target=target,
-                       fusion=measure.fit_fusion(observed, app.settings.search.rrf_k, gold is not None),
+                       fusion=fit_fusion(app, n, [p for p in found if p.kind == "answerable"] if gold else None),
                        applied=apply,
                        at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), gold=gold.source if gold else None)
     if apply:
         keep(app, done)
     return done
+
+
+def fit_fusion(app: App, n: int, gold: list[Probe] | None) -> Fusion:
+    """The fusion fitted on the gold questions when given, else on `n` questions made from the chunks' sentences
+    (measure/fusion_fit.py)."""
+    from ragvps.measure import fusion_fit
+
+    with app.connection() as conn:
+        eset = app.active_set(conn, "calibrate")
+        probes = ([fusion_fit.FusionProbe(p.question, p.gold) for p in gold] if gold is not None
+                  else fusion_fit.sentence_probes(conn, n))
+        conn.commit()
+        vectors = app.embed_queries([p.question for p in probes])
+        observed = list(fusion_fit.observe(conn, eset, app.settings, probes, vectors))
+        conn.commit()
+    return fusion_fit.fit(observed, app.settings, "gold" if gold is not None else "sentences")
 
 
 def keep(app: App, done: Calibration) -> None:
@@ -123,3 +141,27 @@ def refusal_line(app: App) -> dict[str, object]:
     if line != Settings().generate.min_evidence:
         return {"line": line, "from": "the setting answer_min_evidence"}
     return {"line": line, "from": "the default"}
+
+
+def fusion_in_force(app: App) -> dict[str, object]:
+    """The fusion in force and where it came from: a calibration kept with --apply, the knowledge base's own
+    settings, the settings (file, environment), or the default."""
+    from ragvps.config import Settings
+
+    s = app.settings.search
+    now = {"fusion": s.fusion, "vector_weight": s.vector_weight, "rrf_k": s.rrf_k}
+    kept = app.kb.settings if app.kb is not None else {}
+    record = app.settings.database.kb_dir / RECORD
+    if "fusion" in kept and record.is_file():
+        data = json.loads(record.read_text(encoding="utf-8"))
+        fitted = data.get("fusion", {})
+        if data.get("applied") and all(fitted.get(k) == v for k, v in now.items()):
+            return now | {"from": f"ragvps calibrate --apply on {data.get('at')}: fitted on {fitted.get('questions')} "
+                          f"{'gold questions' if fitted.get('source') == 'gold' else 'sentences of the chunks'}, "
+                          f"MRR@10 {fitted.get('mrr')} against {fitted.get('current_mrr')} before"}
+    if kept.keys() & now.keys():
+        return now | {"from": "the knowledge base's settings"}
+    default = Settings().search
+    if now != {"fusion": default.fusion, "vector_weight": default.vector_weight, "rrf_k": default.rrf_k}:
+        return now | {"from": "the settings"}
+    return now | {"from": "the default"}

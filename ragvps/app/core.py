@@ -307,12 +307,12 @@ class App:
 
     def stats(self) -> StatsReport:
         """Rows and sizes of the index beside the machine's memory, the refusal line in force, what to act on."""
-        from ragvps.app.calibration import refusal_line
+        from ragvps.app.calibration import fusion_in_force, refusal_line
         from ragvps.measure import inspect
 
         with self.connection() as conn:
             report = inspect.stats(conn, self.active_set(conn, "show stats"), self.settings)
-        return dataclasses.replace(report, refusal=refusal_line(self))
+        return dataclasses.replace(report, refusal=refusal_line(self), fusion=fusion_in_force(self))
 
     def calibrate(self, n: int = 200, target: float = 0.90, apply: bool = False, progress: Progress = _quiet,
                   gold: Gold | None = None) -> Calibration:

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 # What `kb create` may pin for a knowledge base; other settings stay global.
 KB_SETTINGS = ("embedder", "embed_model", "vector_type", "chunk_mode", "chunk_size", "chunk_overlap",
-               "answer_min_evidence", "rrf_k", "rrf_vector_weight")
+               "answer_min_evidence", "fusion", "rrf_k", "vector_weight")
 
 
 def resolve(settings: Settings, connections: Connections) -> KnowledgeBase:

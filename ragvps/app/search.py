@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from ragvps.app.ports import App
     from ragvps.db.store import EmbeddingSet
+    from ragvps.retrieve.fusion import Scored
     from ragvps.retrieve.search import Hit
 
 
@@ -68,27 +69,27 @@ def search(app: App, request: SearchRequest) -> SearchResult:
 
 class KeywordLeg:
     """A hybrid search's keyword leg, run by the legs' threads on a spare connection (beside the embedding and the
-    vector leg) or on the request's own (beside the embedding only); its ids when asked."""
+    vector leg) or on the request's own (beside the embedding only); its scored ids when asked."""
 
     def __init__(self, app: App, conn: psycopg.Connection, request: SearchRequest):
         self.app, self.conn, self.request = app, conn, request
-        self.future: Future[list[int]] | None = None
+        self.future: Future[Scored] | None = None
         self.ms = 0.0
 
     def start(self) -> None:
         self.future = _executor().submit(self._run)
 
-    def _run(self) -> list[int]:
+    def _run(self) -> Scored:
         from ragvps.db.database import driver_errors
-        from ragvps.retrieve.search import keyword_leg
+        from ragvps.retrieve.search import keyword_scored
 
         began = time.perf_counter()
         with driver_errors(self.app.settings):
-            ids = keyword_leg(self.conn, self.request.query, self.app.settings, self.request.filters)
+            scored = keyword_scored(self.conn, self.request.query, self.app.settings, self.request.filters)
         self.ms = ms(time.perf_counter() - began)
-        return ids
+        return scored
 
-    def __call__(self) -> list[int]:
+    def __call__(self) -> Scored:
         assert self.future is not None, "start() first"
         return self.future.result()
 

@@ -16,8 +16,8 @@ def calibrate(
                                                 "unanswerable ones, and the built-in off-topic set).")] = 200,
     target: Annotated[float, typer.Option(help="The share of answerable questions the line keeps answered.")]
     = 0.90,
-    apply: Annotated[bool, typer.Option("--apply", help="Keep the line (and, with gold questions, the "
-                                                        "fusion) in the knowledge base's settings.")] = False,
+    apply: Annotated[bool, typer.Option("--apply", help="Keep the line and the fusion in the knowledge base's "
+                                                        "settings.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the curve and the choice as JSON.")] = False,
     gold: Annotated[Path | None, typer.Option(help="Gold questions (`ragvps eval`'s JSON Lines: question, doc) "
                                                    "as the answerable ones, instead of questions made from chunks.")]
@@ -27,8 +27,8 @@ def calibrate(
     qrels: Annotated[Path | None, typer.Option(help="BEIR qrels.tsv: query-id, corpus-id, score.")] = None,
     kb: KbOption = None,
 ) -> None:
-    """Fit the refusal line (answer_min_evidence) and the legs' weights in the fusion on questions made from
-    the knowledge base itself (or on gold questions), without an LLM; --apply keeps them."""
+    """Fit the refusal line (answer_min_evidence) and the fusion (rrf or convex, the vector leg's weight) on
+    questions made from the knowledge base itself (or on gold questions), without an LLM; --apply keeps them."""
     from ragvps.app.calibration import Gold
     from ragvps.app.evaluation import questions_from
 
@@ -51,15 +51,8 @@ def calibrate(
             mark = "  <- chosen" if p is done.chosen else "  <- in force" if p is done.current else ""
             typer.echo(f"{p.line:>5.2f}  {p.answered:>8.2f}  {p.refused_unanswerable:>16.2f}  "
                        f"{p.refused_off_topic:>17.2f}{mark}")
-    f = done.fusion
-    fused = (f"vector leg weight {f.vector_weight:g} (keyword 1), rrf_k {f.rrf_k}: MRR@10 {f.mrr:.3f} against "
-             f"{f.equal_mrr:.3f} at equal weights" if f.vector_weight != 1.0 or f.mrr != f.equal_mrr else
-             f"equal weights kept (MRR@10 {f.mrr:.3f}; no fitted weight gains more than 0.005)")
-    if not f.applies:
-        fused += (" - reported, not kept: questions made from chunks favour the keyword leg; --gold fits the "
-                  "fusion on your own questions")
+    typer.echo(f"fusion: {done.fusion.summary()}")
     typer.echo(f"line chosen: {done.chosen.line:.2f} (the highest that answers {done.target:.0%} of the answerable)")
-    typer.echo(f"fusion: {fused}")
     typer.echo("kept in the knowledge base's settings" if done.applied else "nothing changed: --apply keeps them")
 
 

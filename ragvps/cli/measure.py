@@ -123,6 +123,9 @@ def stats(
     typer.echo(f"RAM: {ram}; shared_buffers {p['shared_buffers']}, maintenance_work_mem {p['maintenance_work_mem']}")
     typer.echo(f"RAM verdict: {s.ram['verdict']}")
     typer.echo(f"refusal line: answer_min_evidence {s.refusal['line']:g}, from {s.refusal['from']}")
+    f = s.fusion
+    typer.echo(f"fusion: {f['fusion']}, vector_weight {f['vector_weight']:g}" +
+               (f", rrf_k {f['rrf_k']}" if f["fusion"] == "rrf" else "") + f", from {f['from']}")
     free = f", {mib(d['free_bytes'])} free" if d["free_bytes"] is not None else ""
     typer.echo(f"disk for a rebuild: about {mib(d['rebuild_bytes'])}{free}")
     memory = mib(e["memory_bytes"]) if e["memory_bytes"] is not None else "unknown"

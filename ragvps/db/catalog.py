@@ -17,6 +17,7 @@ from datetime import datetime
 import psycopg
 from psycopg.types.json import Jsonb
 
+from ragvps.config import ALIASES
 from ragvps.db.sql import migrations, q, queries, scalar
 from ragvps.errors import ConflictError, NotFoundError, UsageError
 from ragvps.records import KB_NAME, kb_name_problem
@@ -45,7 +46,8 @@ class KnowledgeBase:
 def _kb(row: tuple[object, ...]) -> KnowledgeBase:
     kb_id, name, schema, settings, created = row
     assert isinstance(kb_id, int) and isinstance(settings, dict) and isinstance(created, datetime)
-    return KnowledgeBase(kb_id, str(name), str(schema), dict(settings), created)
+    current = {ALIASES.get(str(k), str(k)): v for k, v in settings.items()}  # kept under an old name: today's
+    return KnowledgeBase(kb_id, str(name), str(schema), current, created)
 
 
 def check_name(name: str) -> str:

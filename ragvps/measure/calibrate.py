@@ -11,27 +11,20 @@ The calibration set:
 With gold questions (`ragvps eval`'s formats: a gold file, or BEIR queries and qrels) the answerable questions are
 those instead, each with its relevant documents' chunks as gold; those documents are never held out.
 
-Each question is searched once: both legs' full candidate lists, and each candidate's rank-independent evidence
+Each question is searched once: both legs' candidates, and each candidate's rank-independent evidence
 (retrieve/evidence.py), as the answer's gate sees it. The gate's curve then says, at each candidate line, the
 share of answerable questions still answered and of the others refused; the line chosen is the highest that
-keeps `target` of the answerable ones answered. The fusion is fitted on the answerable questions' gold chunks:
-the vector leg's weight against the keyword leg's (1) and rrf_k, by MRR@10 over a small grid, kept at equal
-weights unless a fitted one is better by more than FUSION_MARGIN.
+keeps `target` of the answerable ones answered. The fusion is fitted on questions of its own (measure/fusion_fit.py).
 
-Questions made of a chunk's own words favour the keyword leg more than a person's would, so a fusion fitted on
-them is reported but kept only when the answerable questions are gold ones (`applies`): on three corpora the
-fit on made-up questions leaned to the keyword leg every time (vector weight 0.5, rrf_k 10) and then scored
--0.0067 (SciFact), +0.0023 (chroma_chunking) and -0.0043 (docs/) hybrid nDCG@10 on their gold
-(bench/calibrate_bench.py). Questions are cut to their WORDS_PER_QUESTION rarest words: with three, the line
-chosen answered 0.86 of SciFact's real held-out claims and 0.92 of chroma_chunking's questions where it predicted
-0.91 and 0.98; with five it predicted 0.93 and 0.91 where they answered 0.79 and 0.87 (the shared records of
-bench/answer_quality.py, replayed at each line). No made-up question predicts how often real on-topic questions
-that the documents do not answer are refused: read that column of the curve as an upper bound.
+Questions are cut to their WORDS_PER_QUESTION rarest words: with three, the line chosen answered 0.86 of SciFact's
+real held-out claims and 0.92 of chroma_chunking's questions where it predicted 0.91 and 0.98; with five it
+predicted 0.93 and 0.91 where they answered 0.79 and 0.87 (the shared records of bench/answer_quality.py, replayed
+at each line). No made-up question predicts how often real on-topic questions that the documents do not answer are
+refused: read that column of the curve as an upper bound.
 """
 
 from __future__ import annotations
 
-import math
 import re
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -48,17 +41,13 @@ from ragvps.db.store import EmbeddingSet
 from ragvps.errors import UsageError
 from ragvps.measure.evaluate import Question
 from ragvps.retrieve.evidence import combine
-from ragvps.retrieve.fusion import rrf
-from ragvps.retrieve.search import chunk_evidence, fuse, keyword_leg, vector_leg
+from ragvps.retrieve.search import chunk_evidence, fuse, keyword_scored, vector_scored
 from ragvps.text import sentences
 
 Kind = Literal["answerable", "unanswerable", "off_topic"]
 HELD_OUT = 10  # one document in ten is held out of retrieval
 WORDS_PER_QUESTION = 3
 LINES = tuple(round(0.05 + 0.01 * i, 2) for i in range(86))  # 0.05 .. 0.90
-GRID_K = (10, 20, 40, 60, 100)
-GRID_WEIGHT = (0.5, 0.67, 0.8, 1.0, 1.25, 1.5, 2.0)  # bounded: the questions lean lexical
-FUSION_MARGIN = 0.005  # MRR@10 a fitted fusion must gain over equal weights to be chosen
 _WORD = re.compile(r"[^\W\d_][\w'-]{2,}")
 
 
@@ -81,11 +70,9 @@ class HeldOut:
 
 @dataclass(frozen=True)
 class Observed:
-    """What one question found: each leg's candidates (held-out chunks dropped) and its evidence for the gate."""
+    """What one question found: its evidence for the gate (held-out chunks dropped)."""
 
     probe: Probe
-    vector: tuple[int, ...]
-    keyword: tuple[int, ...]
     evidence: float  # the best evidence among the fused first `answer_k`, as the answer's gate sees it
 
 
@@ -95,15 +82,6 @@ class Point:
     answered: float  # of the answerable questions
     refused_unanswerable: float
     refused_off_topic: float
-
-
-@dataclass(frozen=True)
-class Fusion:
-    rrf_k: int
-    vector_weight: float
-    mrr: float  # MRR@10 of the gold chunks with this fusion
-    equal_mrr: float  # ... with both legs weighted 1 at the current rrf_k
-    applies: bool  # fitted on gold questions: --apply keeps it (on questions made from chunks: reported only)
 
 
 def off_topic_questions() -> list[str]:
@@ -167,14 +145,14 @@ def question_of(conn: psycopg.Connection, text: str, language: str) -> str | Non
 def observe(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings, probe: Probe,
             embedding: np.ndarray, held_out: HeldOut) -> Observed:
     """Both legs for one question and the gate's evidence, the held-out documents' chunks dropped."""
-    vec = vector_leg(conn, eset, embedding, settings)
-    kw = keyword_leg(conn, probe.question, settings)
-    rows = chunk_evidence(conn, eset, sorted(set(vec) | set(kw)), probe.question, embedding, settings)
+    vec = vector_scored(conn, eset, embedding, settings)
+    kw = keyword_scored(conn, probe.question, settings)
+    rows = chunk_evidence(conn, eset, sorted({c for c, _ in [*vec, *kw]}), probe.question, embedding, settings)
     keep = {cid for cid, row in rows.items() if not held_out(str(row[1]))}
-    vec, kw = [c for c in vec if c in keep], [c for c in kw if c in keep]
+    vec, kw = [h for h in vec if h[0] in keep], [h for h in kw if h[0] in keep]
     fused = fuse(vec, kw, settings)[:max(settings.generate.answer_chunks, settings.search.top_k)]
     evidence = max((combine(rows[c][9], rows[c][10]) for c, _ in fused), default=0.0)
-    return Observed(probe, tuple(vec), tuple(kw), evidence)
+    return Observed(probe, evidence)
 
 
 def observe_all(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings, found: Sequence[Probe],
@@ -203,25 +181,3 @@ def choose(points: Sequence[Point], target: float) -> Point:
     """The highest line that still answers `target` of the answerable questions (the lowest line if none does)."""
     meeting = [p for p in points if p.answered >= target]
     return meeting[-1] if meeting else points[0]
-
-
-def mrr(observed: Sequence[Observed], rrf_k: int, weight: float) -> float:
-    scores = []
-    for o in observed:
-        ranked = [c for c, _ in rrf([o.vector, o.keyword], rrf_k, [weight, 1.0])[:10]]
-        first = next((i for i, c in enumerate(ranked) if c in o.probe.gold), None)
-        scores.append(0.0 if first is None else 1.0 / (first + 1))
-    return round(sum(scores) / len(scores), 4) if scores else 0.0
-
-
-def fit_fusion(observed: Sequence[Observed], rrf_k: int, from_gold: bool) -> Fusion:
-    """The vector leg's weight and rrf_k with the best MRR@10 of the gold chunks; equal weights at the current
-    rrf_k unless a fitted pair gains more than FUSION_MARGIN (ties go to the weight nearest 1, then rrf_k 60).
-    It applies only when the questions are gold ones (`from_gold`)."""
-    gold = [o for o in observed if o.probe.kind == "answerable"]
-    equal = mrr(gold, rrf_k, 1.0)
-    best = max(((mrr(gold, k, w), k, w) for k in GRID_K for w in GRID_WEIGHT),
-               key=lambda t: (t[0], -abs(math.log(t[2])), -abs(t[1] - 60)))
-    if best[0] > equal + FUSION_MARGIN:
-        return Fusion(best[1], best[2], best[0], equal, from_gold)
-    return Fusion(rrf_k, 1.0, equal, equal, from_gold)

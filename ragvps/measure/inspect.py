@@ -177,6 +177,7 @@ class StatsReport:
     queue: dict[str, Any] = field(default_factory=dict)  # the embedding queue: pending, claimed, done, per worker
     ram: dict[str, Any] = field(default_factory=dict)  # does the index fit in RAM; the other types, predicted
     refusal: dict[str, Any] = field(default_factory=dict)  # answer_min_evidence in force, and where it came from
+    fusion: dict[str, Any] = field(default_factory=dict)  # the fusion in force, and where it came from
     warnings: list[str] = field(default_factory=list)
 
 

@@ -1,4 +1,5 @@
-"""Search: a vector leg and a BM25 full-text leg over one embedding set, fused by reciprocal rank fusion.
+"""Search: a vector leg and a BM25 full-text leg over one embedding set, fused (retrieve/fusion.py: reciprocal rank
+fusion by default, or a convex combination of their scores).
 
 The legs run in the caller's transaction (the app's), so the active set and the search are one step."""
 
@@ -22,9 +23,10 @@ from ragvps.db.sql import compose
 from ragvps.db.store import EmbeddingSet, as_param
 from ragvps.errors import UsageError
 from ragvps.records import cite_label, fields_dict
+from ragvps.retrieve import fusion
 from ragvps.retrieve.evidence import combine
 from ragvps.retrieve.filters import Filters
-from ragvps.retrieve.fusion import rrf
+from ragvps.retrieve.fusion import Scored
 from ragvps.retrieve.modes import Mode
 
 
@@ -89,8 +91,14 @@ def check_query(text: str) -> str:
 
 def vector_leg(conn: psycopg.Connection, eset: EmbeddingSet, embedding: np.ndarray, settings: Settings,
                filters: Filters | None = None) -> list[int]:
-    """Chunk ids nearest to the embedding; HNSW when indexed, with ef_search set for this query (on a connection in
-    autocommit, for its session: the same value is not sent again).
+    """Chunk ids nearest to the embedding (vector_scored's, without their cosines)."""
+    return [c for c, _ in vector_scored(conn, eset, embedding, settings, filters)]
+
+
+def vector_scored(conn: psycopg.Connection, eset: EmbeddingSet, embedding: np.ndarray, settings: Settings,
+                  filters: Filters | None = None) -> list[tuple[int, float]]:
+    """Chunks nearest to the embedding, with their cosine; HNSW when indexed, with ef_search set for this query (on
+    a connection in autocommit, for its session: the same value is not sent again).
 
     A bit set with its index takes the binary index's nearest bit_rerank_depth and re-ranks them by cosine
     (without the index, the exact scan over its stored vectors is cheaper and exact)."""
@@ -103,7 +111,8 @@ def vector_leg(conn: psycopg.Connection, eset: EmbeddingSet, embedding: np.ndarr
         if _session_ef.get(conn) != ef:
             conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(ef),))
             _session_ef[conn] = ef
-        return [r[0] for r in conn.execute(compose(name, table=eset.table, dims=sql.Literal(eset.dims)), params)]
+        rows = conn.execute(compose(name, table=eset.table, dims=sql.Literal(eset.dims)), params)
+        return [(r[0], float(r[1])) for r in rows]
     with _local(conn):
         conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef),))
         if filters:
@@ -113,10 +122,10 @@ def vector_leg(conn: psycopg.Connection, eset: EmbeddingSet, embedding: np.ndarr
             rows = conn.execute(query, params | filters.params())
         else:
             rows = conn.execute(compose(name, table=eset.table, dims=sql.Literal(eset.dims)), params)
-        ids = [r[0] for r in rows]
+        scored = [(r[0], float(r[1])) for r in rows]
         if filters:  # SET LOCAL lasts to the end of the caller's open transaction
             conn.execute("RESET hnsw.iterative_scan")
-        return ids
+        return scored
 
 
 @contextmanager
@@ -142,7 +151,14 @@ def bit_depth(settings: Settings) -> int:
 
 def keyword_leg(conn: psycopg.Connection, text: str, settings: Settings, filters: Filters | None = None,
                 bm25: Bm25 = BM25) -> list[int]:
-    """Chunk ids ranked by BM25 over the full-text lexemes of `text`; never an error for any words."""
+    """Chunk ids ranked by BM25 (keyword_scored's, without their scores)."""
+    return [c for c, _ in keyword_scored(conn, text, settings, filters, bm25)]
+
+
+def keyword_scored(conn: psycopg.Connection, text: str, settings: Settings, filters: Filters | None = None,
+                   bm25: Bm25 = BM25) -> list[tuple[int, float]]:
+    """Chunks ranked by BM25 over the full-text lexemes of `text`, with their scores; never an error for any
+    words."""
     where = compose("keyword_filter", filter=filters.condition()) if filters else sql.SQL("true")
     source = compose("keyword_source_filtered" if filters else "keyword_source")
     budget = bm25.budget or settings.search.keyword_budget
@@ -151,7 +167,8 @@ def keyword_leg(conn: psycopg.Connection, text: str, settings: Settings, filters
     if filters:
         params |= filters.params()
     with autocommit(conn):  # one statement: on an idle connection no BEGIN and COMMIT around it
-        return [r[0] for r in conn.execute(compose("keyword_search", source=source, filter=where), params)]
+        rows = conn.execute(compose("keyword_search", source=source, filter=where), params)
+        return [(r[0], float(r[1])) for r in rows]
 
 
 def search(
@@ -164,7 +181,7 @@ def search(
     k: int | None = None,
     filters: Filters | None = None,
     timings: dict[str, float] | None = None,
-    keyword: Callable[[], list[int]] | None = None,
+    keyword: Callable[[], Scored] | None = None,
 ) -> list[Hit]:
     """The top k chunks for `text` (its query embedding given for the vector and hybrid modes); `timings`, when
     given, gets each stage's milliseconds: vector_ms, keyword_ms, fusion_ms (RRF and the chunks' details).
@@ -173,13 +190,15 @@ def search(
     if filters is None:
         filters = Filters()
     lap = _Laps(timings if timings is not None else {})
-    vec = vector_leg(conn, eset, embedding, settings, filters) if mode != "keyword" and embedding is not None else []
+    vec: Scored = []
+    if mode != "keyword" and embedding is not None:
+        vec = vector_scored(conn, eset, embedding, settings, filters)
     lap("vector_ms")
     if keyword is not None and mode != "vector":
         kw = keyword()
         lap("keyword_wait_ms")
     else:
-        kw = keyword_leg(conn, text, settings, filters) if mode != "vector" else []
+        kw = keyword_scored(conn, text, settings, filters) if mode != "vector" else []
         lap("keyword_ms")
     fused = fuse(vec, kw, settings)[:k]
     rows = chunk_evidence(conn, eset, [i for i, _ in fused], text, embedding if mode != "keyword" else None, settings)
@@ -188,11 +207,11 @@ def search(
     return hits
 
 
-def fuse(vec: list[int], kw: list[int], settings: Settings) -> list[tuple[int, float]]:
-    """The legs' ids fused by RRF with the settings' rrf_k and the vector leg's weight (the keyword leg's is 1);
-    an empty leg counts for nothing."""
-    legs = [(leg, weight) for leg, weight in ((vec, settings.search.rrf_vector_weight), (kw, 1.0)) if leg]
-    return rrf([leg for leg, _ in legs], settings.search.rrf_k, [w for _, w in legs])
+def fuse(vec: Scored, kw: Scored, settings: Settings) -> list[tuple[int, float]]:
+    """The legs fused as the settings say: `fusion` (rrf or convex), rrf_k, and the vector leg's weight (the keyword
+    leg's is 1); an empty leg counts for nothing."""
+    s = settings.search
+    return fusion.fuse(vec, kw, s.fusion, s.rrf_k, s.vector_weight)
 
 
 class _Laps:
@@ -220,10 +239,10 @@ def chunk_evidence(conn: psycopg.Connection, eset: EmbeddingSet, ids: list[int],
     return {r[0]: r for r in conn.execute(compose("chunk_evidence", cosine=cosine), params)}
 
 
-def _details(fused: list[tuple[int, float]], vec: list[int], kw: list[int], rows: dict[int, tuple[Any, ...]],
+def _details(fused: list[tuple[int, float]], vec: Scored, kw: Scored, rows: dict[int, tuple[Any, ...]],
              ) -> list[Hit]:
-    vrank = {c: r for r, c in enumerate(vec, start=1)}
-    krank = {c: r for r, c in enumerate(kw, start=1)}
+    vrank = {c: r for r, (c, _) in enumerate(vec, start=1)}
+    krank = {c: r for r, (c, _) in enumerate(kw, start=1)}
     hits = []
     # A keyword leg run on another connection saw its own snapshot: a chunk deleted in between has no row here.
     for rank, (cid, score) in enumerate((f for f in fused if f[0] in rows), start=1):
