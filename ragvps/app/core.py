@@ -199,7 +199,7 @@ class App:
         return np.concatenate(out) if out else np.zeros((0, self.spec.dims), dtype=np.float32)
 
     def search(self, request: SearchRequest) -> SearchResult:
-        """The top chunks for a query: the active embedding set is read, then searched (again if it changed)."""
+        """The top chunks for a query: the active embedding set is read and searched in one transaction."""
         from ragvps.app.search import search
 
         return search(self, request)

@@ -1,6 +1,6 @@
-"""The search use case: the question embedded, the active set read, both legs and their fusion, each statement in
-autocommit (read only; the whole retried when a model switch dropped the table under it), then the reranker's
-order when one is configured. Each search is reported to the App's observer with its stage timings.
+"""The search use case: the question embedded, both legs and their fusion in one transaction (retried when a
+model switch committed under it), then the reranker's order when one is configured. Each search is reported to
+the App's observer with its stage timings.
 
 A hybrid search starts its keyword leg before the question is embedded (it needs no vector). In a server it runs
 on a second pool connection, so the search takes about the slower of the two paths (embedding + vector leg, keyword
@@ -35,7 +35,7 @@ def ms(seconds: float) -> float:
 
 
 def search(app: App, request: SearchRequest) -> SearchResult:
-    """The top chunks for a query: the active embedding set is read, then searched (again if it changed meanwhile)."""
+    """The top chunks for a query: the active embedding set is read and searched in one transaction."""
     from ragvps.app.checks import check_search
     from ragvps.retrieve.reranking import make_reranker
 
@@ -139,14 +139,15 @@ def _executor() -> ThreadPoolExecutor:
 def _search(app: App, conn: psycopg.Connection, text: str, embedding: NDArray[np.float32] | None,
             request: SearchRequest, timings: dict[str, float],
             keyword: KeywordLeg | None) -> tuple[list[Hit], EmbeddingSet]:
-    from ragvps.db.database import autocommit, driver_errors
+    from ragvps.db.database import driver_errors
     from ragvps.retrieve.search import search as search_legs
 
     for attempt in range(3):
         try:
-            # In autocommit: read only, each statement its own transaction (no BEGIN and COMMIT round trips); a
-            # model switch between two of them drops the old table, which the retry below handles.
-            with driver_errors(app.settings), autocommit(conn):
+            # One transaction, not autocommit: the vector leg locks the embedding table before the evidence query
+            # locks chunks, the order a switch's DROP TABLE takes them in; statement by statement the evidence
+            # query would take chunks first and deadlock with it (test_switch_queries found it).
+            with driver_errors(app.settings), conn.transaction():
                 eset = app.active_set(conn, "query")
                 hits = search_legs(conn, eset, text, embedding, app.settings, request.mode, request.k,
                                    request.filters, timings, keyword)

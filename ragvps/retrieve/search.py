@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import time
-import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -97,8 +96,7 @@ def vector_leg(conn: psycopg.Connection, eset: EmbeddingSet, embedding: np.ndarr
 
 def vector_scored(conn: psycopg.Connection, eset: EmbeddingSet, embedding: np.ndarray, settings: Settings,
                   filters: Filters | None = None) -> list[tuple[int, float]]:
-    """Chunks nearest to the embedding, with their cosine; HNSW when indexed, with ef_search set for this query (on
-    a connection in autocommit, for its session: the same value is not sent again).
+    """Chunks nearest to the embedding, with their cosine; HNSW when indexed, with ef_search set for this query only.
 
     A bit set with its index takes the binary index's nearest bit_rerank_depth and re-ranks them by cosine
     (without the index, the exact scan over its stored vectors is cheaper and exact)."""
@@ -107,12 +105,6 @@ def vector_scored(conn: psycopg.Connection, eset: EmbeddingSet, embedding: np.nd
     params: dict[str, object] = {"embedding": as_param(eset, embedding), "candidates": settings.search.candidates,
                                  "depth": ef}
     name = "vector_search_bit" if bit else "vector_search"
-    if conn.autocommit and not filters:  # a served search: ef_search for the session, sent only when it changes
-        if _session_ef.get(conn) != ef:
-            conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(ef),))
-            _session_ef[conn] = ef
-        rows = conn.execute(compose(name, table=eset.table, dims=sql.Literal(eset.dims)), params)
-        return [(r[0], float(r[1])) for r in rows]
     with _local(conn):
         conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef),))
         if filters:
@@ -137,11 +129,6 @@ def _local(conn: psycopg.Connection) -> Iterator[None]:
         return
     with conn.transaction():
         yield
-
-
-# The hnsw.ef_search each connection in autocommit was given for its session (a transaction's SET LOCAL overrides
-# it until that transaction ends; a connection opened again is not in here).
-_session_ef: weakref.WeakKeyDictionary[psycopg.Connection, int] = weakref.WeakKeyDictionary()
 
 
 def bit_depth(settings: Settings) -> int:
