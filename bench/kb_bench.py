@@ -4,8 +4,9 @@
 
 Two databases in one embedded PostgreSQL (bench/out/kb): `single` holds one knowledge base of --chunks chunks,
 `many` holds --kbs knowledge bases of --chunks each (different synthetic rows: bench/scale_data.py, real
-passages resampled, perturbed real embeddings). The same SciFact questions then search:
-- the single one, through its App (question embedding memoised: DB time is `search_ms`);
+passages resampled, perturbed real embeddings). Questions none of them has seen then search, none twice
+(SciFact's claims and Chroma's questions; each run warms with --queries of them and times --queries others):
+- the single one, through its App (DB time: `search_ms`, the question's embedding apart);
 - one knowledge base among many, through its App, always the same one;
 - the many, each question in the next knowledge base (every search switches the connection's search_path).
 Also: `kb create` time, the disk an empty knowledge base takes, and the connections it adds (none).
@@ -20,14 +21,15 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import psycopg
-from common import DATA
 from common import OUT as BENCH_OUT
 from common.databases import fresh
 from common.results import write_section
 from common.scale_data import Generator, base_set
+from common.scifact import unseen_questions
 
 from ragvps.app import App, SearchRequest
 from ragvps.app.library import Library
@@ -38,7 +40,6 @@ from ragvps.embed.models import spec_for
 from ragvps.records import Chunk, Document
 
 OUT = BENCH_OUT / "kb"
-QUERIES = DATA / "scifact-dev" / "queries.jsonl"
 CHUNKS_PER_DOC, BATCH = 10, 1000
 
 
@@ -81,15 +82,12 @@ def connections(conn: psycopg.Connection) -> int:
                .fetchone()[0])
 
 
-def timed_searches(apps: list[App], texts: list[str], rounds: int = 2) -> list[float]:
-    """DB time (ms) of a hybrid search per question, question i in apps[i % len(apps)]; the first round warms."""
-    for i, t in enumerate(texts):
-        apps[i % len(apps)].search(SearchRequest(t, k=10))
-    out: list[float] = []
-    for _ in range(rounds - 1):
-        for i, t in enumerate(texts):
-            out.append(apps[i % len(apps)].search(SearchRequest(t, k=10)).timings["search_ms"])
-    return out
+def timed_searches(apps: list[App], questions: Iterator[str], n: int) -> list[float]:
+    """DB time (ms) of a hybrid search per question, question i in apps[i % len(apps)]: `n` questions warm, then
+    `n` others are timed (issue 34: questions the search has not seen, none twice, as a user's are)."""
+    for i in range(n):
+        apps[i % len(apps)].search(SearchRequest(next(questions), k=10))
+    return [apps[i % len(apps)].search(SearchRequest(next(questions), k=10)).timings["search_ms"] for i in range(n)]
 
 
 def main() -> None:
@@ -104,15 +102,17 @@ def main() -> None:
     admin = embedded_url(base)
     texts_b, vecs_b = base_set(OUT / "base.npz", args.base)
     gen = Generator(texts_b, vecs_b)
-    questions = [json.loads(line)["text"] for line in QUERIES.read_text().splitlines() if line.strip()]
-    questions = questions[:args.queries]
-    r: dict[str, object] = {"kbs": args.kbs, "chunks": args.chunks, "queries": len(questions)}
+    unseen = unseen_questions()[0]
+    if len(unseen) < 6 * args.queries:
+        sys.exit(f"--queries {args.queries}: at most {len(unseen) // 6} (each of 3 runs warms with n, times n others)")
+    questions = iter(unseen)
+    r: dict[str, object] = {"kbs": args.kbs, "chunks": args.chunks, "queries": args.queries}
 
     single = base.replace(database_url=fresh(admin, "kb_single"))
     with App.open(single) as app:
         with app.connection() as conn:
             fill(conn, single, gen, 0, args.chunks)
-        single_ms = timed_searches([app], questions)
+        single_ms = timed_searches([app], questions, args.queries)
     log(f"single: p50 {pct(single_ms, 50):.2f} ms, p95 {pct(single_ms, 95):.2f} ms")
 
     many = base.replace(database_url=fresh(admin, "kb_many"))
@@ -136,8 +136,8 @@ def main() -> None:
                 fill(conn, app.settings, gen, (i + 1) * args.chunks, args.chunks)
             log(f"filled {name}")
         middle = library.app(names[len(names) // 2])
-        one_ms = timed_searches([middle], questions)
-        rotating_ms = timed_searches([library.app(n) for n in names], questions)
+        one_ms = timed_searches([middle], questions, args.queries)
+        rotating_ms = timed_searches([library.app(n) for n in names], questions, args.queries)
     log(f"one of many: p50 {pct(one_ms, 50):.2f}, p95 {pct(one_ms, 95):.2f}; rotating: p50 "
         f"{pct(rotating_ms, 50):.2f}, p95 {pct(rotating_ms, 95):.2f}")
     load.append(os.getloadavg()[0])
@@ -157,8 +157,9 @@ def report(r: dict) -> str:
         "## Knowledge bases: one among many against one alone (`python bench/kb_bench.py`)",
         "",
         f"{r['kbs']} knowledge bases of {r['chunks']:,} synthetic chunks each (bench/scale_data.py) beside a single "
-        f"one of {r['chunks']:,}, in one embedded PostgreSQL 18, HNSW on `vector`; {r['queries']} SciFact questions, "
-        "hybrid search DB time (the question's embedding memoised), the second of two rounds. "
+        f"one of {r['chunks']:,}, in one embedded PostgreSQL 18, HNSW on `vector`; hybrid search DB time of "
+        f"{r['queries']} questions after {r['queries']} others warm (SciFact's claims and Chroma's questions, none "
+        "twice: common.scifact.unseen_questions). "
         f"Load average {r['load'][0]:.1f} before, {r['load'][1]:.1f} after.",
         "",
         "| search | p50 ms | p95 ms | p50 / single | p95 / single |",

@@ -274,8 +274,34 @@ def db_queries(conn: psycopg.Connection, sets: dict[str, store.EmbeddingSet], se
                for t, v in zip(texts, qvecs, strict=True)]
         out[f"vector {name}"] = [pct(vec, 50), pct(vec, 95)]
         out[f"hybrid {name}"] = [pct(hyb, 50), pct(hyb, 95)]
-        log(f"queries {name}: vector {out[f'vector {name}']}, hybrid {out[f'hybrid {name}']}")
+        out[f"hybrid as served {name}"], out[f"legs {name}"] = served_path(conn, es, settings, texts)
+        log(f"queries {name}: vector {out[f'vector {name}']}, hybrid {out[f'hybrid {name}']} (legs in turn), "
+            f"{out[f'hybrid as served {name}']} (as served: {out[f'legs {name}']})")
     return out
+
+
+def served_path(conn: psycopg.Connection, eset: store.EmbeddingSet, settings: Settings,
+                texts: list[str]) -> tuple[list[float], dict[str, int]]:
+    """p50/p95 (ms) of the hybrid search as the product runs it: App.search over a pool, the keyword leg on a spare
+    connection beside the vector leg (`legs`: how often, by SearchResult.legs), one request at a time, the set
+    active. The questions' vectors are in the embedder's memo first, so this is the search's time, not the model's
+    (the hybrid figure above runs the legs one after the other on one connection)."""
+    from ragvps.app import App, SearchRequest
+
+    with conn.transaction():
+        store.activate_set(conn, eset)
+    legs: dict[str, int] = {}
+    with App.open(settings, pooled=True) as app:
+        app.embed_queries(texts)
+        for t in texts[:50]:
+            app.search(SearchRequest(t))
+        times = []
+        for t in texts:
+            start = time.perf_counter()
+            result = app.search(SearchRequest(t))
+            times.append(time.perf_counter() - start)
+            legs[result.legs] = legs.get(result.legs, 0) + 1
+    return [pct(times, 50), pct(times, 95)], legs
 
 
 def overlaps(conn: psycopg.Connection, sets: dict[str, store.EmbeddingSet], settings: Settings, qvecs: np.ndarray,

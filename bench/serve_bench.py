@@ -3,7 +3,9 @@
     python bench/serve_bench.py                       # builds the database first if it is missing
     python bench/serve_bench.py --requests 3000 --no-reindex --no-write
 
-What it measures, each phase bounded in requests and in seconds:
+What it measures, each phase bounded in requests and in seconds, on a server of its own sent questions it has
+not seen (common.scifact.unseen_questions: a real user's are mostly new, and the question memo would answer a
+repeated one without running the model):
   1. /search, hybrid (query embedding included), 8 clients as fast as they go (closed loop): req/s, p50/p95.
   2. /search, 8 clients paced to --rate requests/s in all (open loop, latency from the scheduled send time,
      so a slow server cannot hide its queue): p50/p95, errors.
@@ -35,7 +37,7 @@ from common import ROOT
 from common.databases import named
 from common.load import KEY, Run, load, under_reindex
 from common.results import RESULTS, markers, write_section
-from common.scifact import DATASET, queries
+from common.scifact import unseen_questions
 from serve_server import Server
 
 START, END = markers("serve_bench")
@@ -125,7 +127,6 @@ def rss_peak_mb(pid: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=ROOT / "bench" / "out" / "scifact")
-    parser.add_argument("--dataset", type=Path, default=DATASET, help="The SciFact folder (its queries.jsonl).")
     parser.add_argument("--database", default="ragvps_serve_bench")
     parser.add_argument("--rows", type=int, default=100_000, help="Chunks in the database it builds.")
     parser.add_argument("--build", action="store_true", help="Rebuild the database first.")
@@ -145,31 +146,46 @@ def main() -> None:
     (args.data_dir / "no-config.toml").touch()
     env |= {"PYTHONPATH": str(ROOT), "RAGVPS_DATABASE_URL": url, "RAGVPS_DATA_DIR": str(args.data_dir),
             "RAGVPS_EMBEDDER": "local", "RAGVPS_CONFIG": str(args.data_dir / "no-config.toml")}
-    texts = queries(args.dataset)
-    server = Server(env | {"RAGVPS_API_KEYS": KEY}, args.data_dir / "serve-bench.log", key=KEY).start(timeout=300)
-    assert server.proc is not None
-    search_bodies = [{"query": t, "mode": "hybrid"} for t in texts]
+    unseen, warm = unseen_questions()
+    search_bodies = [{"query": t, "mode": "hybrid"} for t in unseen]
+    requests = min(args.requests, len(search_bodies))
     runs: list[Run] = []
     notes: list[str] = []
-    try:
+    log = args.data_dir / "serve-bench.log"
+
+    def started() -> tuple[Server, dict]:
+        """A server of its own for a phase (an empty question memo), warmed with 50 questions the phase won't send."""
+        server = Server(env | {"RAGVPS_API_KEYS": KEY}, log, key=KEY).start(timeout=300)
         with httpx.Client(base_url=server.url, headers=server.headers, timeout=60) as c:
             health = c.get("/health").json()
-            for body in search_bodies[:50]:  # warm the caches and the prepared plans
-                c.post("/search", json=body).raise_for_status()
-        runs.append(asyncio.run(load(server.url, "/search", search_bodies, args.clients, args.requests,
-                                     args.max_seconds, None, "search, closed loop (as fast as 8 clients go)")))
-        runs.append(asyncio.run(load(server.url, "/search", search_bodies, args.clients, args.requests,
-                                     args.max_seconds, args.rate, f"search, paced at {args.rate:g} req/s")))
-        if not args.no_reindex:
-            for workers in ("1", "0"):
-                name = (f"search, paced, during `nice -n 19 ragvps reindex` (index_workers={workers}"
-                        f"{', the default' if workers == '1' else ''})")
-                run, seconds, code = asyncio.run(under_reindex(server.url, search_bodies, args,
-                                                               env | {"RAGVPS_INDEX_WORKERS": workers}, name))
-                runs.append(run)
-                notes.append(f"reindex with index_workers={workers} ran {seconds:.0f} s (exit code {code}) beside "
-                             "the load.")
-        question = {"question": texts[0], "stream": False}
+            for text in warm:  # the caches and the prepared plans
+                c.post("/search", json={"query": text, "mode": "hybrid"}).raise_for_status()
+        return server, health
+
+    phases = [("search, closed loop (as fast as 8 clients go)", None, None),
+              (f"search, paced at {args.rate:g} req/s", args.rate, None)]
+    if not args.no_reindex:
+        phases += [(f"search, paced, during `nice -n 19 ragvps reindex` (index_workers={workers}"
+                    f"{', the default' if workers == '1' else ''})", args.rate, workers) for workers in ("1", "0")]
+    server = None
+    try:
+        for name, rate, workers in phases:
+            if server is not None:
+                server.stop()
+            server, health = started()
+            if workers is None:
+                runs.append(asyncio.run(load(server.url, "/search", search_bodies, args.clients, requests,
+                                             args.max_seconds, rate, name)))
+                continue
+            run, seconds, code = asyncio.run(under_reindex(server.url, search_bodies, args,
+                                                           env | {"RAGVPS_INDEX_WORKERS": workers}, name))
+            runs.append(run)
+            repeated = max(0, run.n - len(search_bodies))
+            notes.append(f"reindex with index_workers={workers} ran {seconds:.0f} s (exit code {code}) beside "
+                         f"the load; of its {run.n:,} requests {repeated:,} repeated a question of the phase (the "
+                         f"{len(search_bodies):,} unseen ones sent in turn), which the question memo answered.")
+        assert server is not None and server.proc is not None
+        question = {"question": unseen[0], "stream": False}
         with httpx.Client(base_url=server.url, headers=server.headers, timeout=120) as c:
             first, again = c.post("/ask", json=question), c.post("/ask", json=question)
         if first.status_code == again.status_code == 200:
@@ -180,9 +196,10 @@ def main() -> None:
         else:
             notes.append(f"/ask not measured: it answered {again.status_code} {again.text[:200]}")
         rss = rss_peak_mb(server.proc.pid)
-        runs.append(baseline(env, texts[:args.baseline]))
+        runs.append(baseline(env, unseen[:args.baseline]))
     finally:
-        server.stop()
+        if server is not None:
+            server.stop()
     load_after = os.getloadavg()
     section = render(args, health, runs, notes, rss, load_before, load_after)
     print(section)
@@ -201,11 +218,13 @@ def render(args: argparse.Namespace, health: dict, runs: list[Run], notes: list[
         f"after (the machine is shared with other work). The load generator (httpx, asyncio, {args.clients} "
         "connections) runs on the same machine, over loopback. Database: the store bench's "
         f"{health.get('chunks', 0):,} chunks, model {health.get('model')} ({health.get('dims')} dims), HNSW index; "
-        "hybrid search with the query embedded per request. Latency of paced runs counts from the scheduled send "
-        "time.", "",
+        "hybrid search with the query embedded per request. Each phase has a server of its own (an empty question "
+        "memo), warmed with 50 questions, then sent questions it has not seen (SciFact's claims and Chroma's "
+        "questions, none twice: common.scifact.unseen_questions; a phase ends at the last of them). Latency of paced "
+        "runs counts from the scheduled send time.", "",
         "| phase | requests | req/s | p50 ms | p95 ms | p99 ms | errors |", "|---|---|---|---|---|---|---|",
         *[r.row() for r in runs], "",
-        f"Peak RSS of the server process (VmHWM): {rss:.0f} MB.", "",
+        f"Peak RSS of the last phase's server process (VmHWM, after the reindex phases and /ask): {rss:.0f} MB.", "",
         *[f"- {n}" for n in notes], "", END,
     ]
     return "\n".join(lines)

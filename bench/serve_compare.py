@@ -141,6 +141,7 @@ def main() -> None:
     load_before = os.getloadavg()
     runs: dict[str, list[Run]] = {"baseline": [], "this": []}
     if args.questions == "unseen":
+        args.requests = min(args.requests, len(unseen_questions()[0]))  # past them the load would send them again
         urls = {"baseline": base_url, "this": this_url}
         for r in range(args.rounds):
             unseen_round(args, urls, ("baseline", "this") if r % 2 == 0 else ("this", "baseline"), r, runs)

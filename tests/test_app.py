@@ -12,7 +12,7 @@ import pytest
 
 from ragvps.app import App, SearchRequest
 from ragvps.config import Settings
-from ragvps.errors import EXIT_CODES, HTTP_STATUS, RagvpsError, UsageError
+from ragvps.errors import EXIT_CODES, HTTP_STATUS, ModelMismatchError, RagvpsError, UsageError
 from ragvps.retrieve.filters import Filters
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -86,6 +86,25 @@ def test_a_pooled_app_serves_threads_with_one_embedder(settings: Settings, tmp_p
             busy = app.search(SearchRequest("how do I rotate the keys?", k=5))
         assert busy.legs == "fallback" and busy.hits == alone.hits  # on its own connection, beside the embedding
         assert app.search(SearchRequest("embedded database", mode="keyword")).legs == ""  # one leg
+        with app.connection() as a, app.connection() as b, app.connection() as c:  # searches ran in autocommit
+            assert not any(conn.autocommit for conn in (a, b, c))  # and gave their connections back as they were
+
+
+def test_a_model_switched_under_an_app_is_refused_and_the_next_search_before_its_embedding(
+        settings: Settings, tmp_path: Path):
+    shutil.copytree(DOCS, tmp_path / "docs")
+    with App.open(settings) as app:
+        app.ingest(tmp_path / "docs")
+        assert app.search(SearchRequest("rank fusion", k=1)).hits  # the set matched: checked in the search only
+        with app.connection() as conn:
+            conn.execute("UPDATE embedding_sets SET identity = 'another-model|||384' WHERE active")
+        embedded: list[str] = []
+        real = app.embed_query
+        app.embed_query = lambda text: embedded.append(text) or real(text)  # type: ignore[method-assign]
+        for question in ("rank fusion", "reindex"):
+            with pytest.raises(ModelMismatchError, match="run `ragvps reindex` to switch"):
+                app.search(SearchRequest(question, k=1))
+        assert embedded == ["rank fusion"]  # the second was refused before its question was embedded
 
 
 def test_help_and_plan_import_neither_the_database_driver_nor_the_model():

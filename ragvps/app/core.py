@@ -64,6 +64,9 @@ class App:
         self._generator: Generator | None = None
         self._spec: ModelSpec | None = None
         self._lock = threading.Lock()
+        # A search found the active set matching the model: later ones check it only inside their own transaction
+        # (app/search.py), not once more before embedding the question.
+        self.set_matched = False
 
     @classmethod
     @contextmanager

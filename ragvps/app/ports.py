@@ -32,6 +32,7 @@ def ignore(_: object) -> None:
 class App(Protocol):
     settings: Settings
     observer: Observer
+    set_matched: bool
 
     @property
     def kb_name(self) -> str: ...

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from ragvps.app.requests import SearchRequest, SearchResult
-from ragvps.errors import ActiveSetChangedError
+from ragvps.errors import ActiveSetChangedError, ModelMismatchError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -47,8 +47,9 @@ def search(app: App, request: SearchRequest) -> SearchResult:
     start = time.perf_counter()
     timings: dict[str, float] = {}
     with app.connection() as conn, _keyword_leg(app, conn, fetch) as (keyword, legs):  # checked out once
-        app.active_set(conn, "query")  # refuse a model mismatch before paying for the query embedding
-        conn.commit()
+        if not app.set_matched:  # refuse a model mismatch before paying for the query embedding
+            app.active_set(conn, "query")
+            conn.commit()
         if keyword is not None:
             keyword.start()  # while the question is embedded
         embedding = app.embed_query(text) if request.mode != "keyword" else None
@@ -143,13 +144,20 @@ def _search(app: App, conn: psycopg.Connection, text: str, embedding: NDArray[np
 
     for attempt in range(3):
         try:
+            # One transaction, not autocommit: the vector leg locks the embedding table before the evidence query
+            # locks chunks, the order a switch's DROP TABLE takes them in; statement by statement the evidence
+            # query would take chunks first and deadlock with it (test_switch_queries found it).
             with driver_errors(app.settings), conn.transaction():
                 eset = app.active_set(conn, "query")
                 hits = search_legs(conn, eset, text, embedding, app.settings, request.mode, request.k,
                                    request.filters, timings, keyword)
             if keyword is not None:
                 timings["keyword_ms"] = keyword.ms  # its own time, on its connection, beside the embedding
+            app.set_matched = True
             return hits, eset
+        except ModelMismatchError:
+            app.set_matched = False  # the next search refuses before embedding again
+            raise
         except ActiveSetChangedError:
             # A model switch committed between reading the active set and searching its table: the
             # old table is gone, the new set is active and holds the same chunks. Read it again.

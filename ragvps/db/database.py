@@ -67,6 +67,21 @@ def driver_errors(settings: Settings) -> Iterator[None]:
 JIT_OFF = "set_config('jit', 'off', false)"
 
 
+@contextmanager
+def autocommit(conn: psycopg.Connection) -> Iterator[psycopg.Connection]:
+    """An idle connection in autocommit for the block (read-only work: each statement its own transaction, without
+    the BEGIN and COMMIT round trips); one already in autocommit or in a transaction is left as it is."""
+    if conn.autocommit or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        yield conn
+        return
+    conn.autocommit = True
+    try:
+        yield conn
+    finally:
+        if not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            conn.autocommit = False
+
+
 def prepare_session(conn: psycopg.Connection, language: str | None) -> None:
     """One round trip for the session's checks: the text search configuration exists, JIT is off (see
     JIT_OFF), and the server ends this session's statement soon after its client is killed (PostgreSQL 14+ on

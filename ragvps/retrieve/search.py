@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,6 +17,7 @@ from psycopg import sql
 from psycopg.rows import TupleRow
 
 from ragvps.config import Settings
+from ragvps.db.database import autocommit
 from ragvps.db.sql import compose
 from ragvps.db.store import EmbeddingSet, as_param
 from ragvps.errors import UsageError
@@ -102,11 +104,11 @@ def vector_scored(conn: psycopg.Connection, eset: EmbeddingSet, embedding: Vecto
     (without the index, the exact scan over its stored vectors is cheaper and exact)."""
     bit = eset.vector_type == "bit" and eset.indexed
     ef = bit_depth(settings) if bit else max(settings.search.ef_search, settings.search.candidates)
-    with conn.transaction():
+    params: dict[str, object] = {"embedding": as_param(eset, embedding), "candidates": settings.search.candidates,
+                                 "depth": ef}
+    name = "vector_search_bit" if bit else "vector_search"
+    with _local(conn):
         conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef),))
-        params: dict[str, object] = {"embedding": as_param(eset, embedding), "candidates": settings.search.candidates,
-                                     "depth": ef}
-        name = "vector_search_bit" if bit else "vector_search"
         if filters:
             conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
             query = compose(name + "_filtered", table=eset.table, filter=filters.condition(),
@@ -115,9 +117,20 @@ def vector_scored(conn: psycopg.Connection, eset: EmbeddingSet, embedding: Vecto
         else:
             rows = conn.execute(compose(name, table=eset.table, dims=sql.Literal(eset.dims)), params)
         scored = [(r[0], float(r[1])) for r in rows]
-        if filters:  # in a caller's open transaction this block is a savepoint, whose release keeps SET LOCAL
+        if filters:  # SET LOCAL lasts to the end of the caller's open transaction
             conn.execute("RESET hnsw.iterative_scan")
         return scored
+
+
+@contextmanager
+def _local(conn: psycopg.Connection) -> Iterator[None]:
+    """A block whose SET LOCAL lasts to its end: the caller's open transaction (no savepoint: two round trips
+    saved on every search), else one of its own."""
+    if conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS:
+        yield
+        return
+    with conn.transaction():
+        yield
 
 
 def bit_depth(settings: Settings) -> int:
@@ -142,7 +155,7 @@ def keyword_scored(conn: psycopg.Connection, text: str, settings: Settings, filt
               "budget": budget, "cap": max(bm25.cap * budget, settings.search.candidates), "k1": bm25.k1, "b": bm25.b}
     if filters:
         params |= filters.params()
-    with conn.transaction():
+    with autocommit(conn):  # one statement: on an idle connection no BEGIN and COMMIT around it
         rows = conn.execute(compose("keyword_search", source=source, filter=where), params)
         return [(r[0], float(r[1])) for r in rows]
 
@@ -212,7 +225,7 @@ def chunk_evidence(conn: psycopg.Connection, eset: EmbeddingSet, ids: list[int],
     if embedding is not None:
         cosine = compose("chunk_cosine", table=eset.table)
         params["embedding"] = as_param(eset, embedding)
-    return {r[0]: r for r in conn.execute(compose("chunk_evidence", cosine=cosine), params, prepare=False)}
+    return {r[0]: r for r in conn.execute(compose("chunk_evidence", cosine=cosine), params)}
 
 
 def _details(fused: list[tuple[int, float]], vec: Scored, kw: Scored, rows: dict[int, TupleRow],
