@@ -206,7 +206,7 @@ class Job:
         start = self.embedded
 
         def progress(stage: str, done: int, total: int) -> None:
-            if self.cancelled.is_set():
+            if self.cancelled.is_set() and stage != "store":  # a batch being stored is stored whole, then marked
                 raise Cancelled
             if stage == "embed":
                 self.embedded = start + done

@@ -107,7 +107,7 @@ def add_routes(api: "FastAPI", ready: "Ready", settings: Settings, runner: "JobR
     @api.post("/search", response_model=SearchOut, responses=ERRORS,
               summary="Hybrid, vector or keyword search: the same hits as `ragvps query --json`")
     @guarded
-    async def search(request: Request, body: SearchIn) -> dict[str, object]:  # type: ignore[valid-type]
+    async def search(request: Request, body: SearchIn) -> JSONResponse:  # type: ignore[valid-type]
         return await do.search(request, cast(SearchBody, body), None)
 
     @api.post("/ask", response_model=AnswerOut,
@@ -132,6 +132,7 @@ def add_routes(api: "FastAPI", ready: "Ready", settings: Settings, runner: "JobR
 
 def add_kb_routes(api: "FastAPI", do: "Endpoints", SearchIn: type, AskIn: type) -> None:
     """The same routes for any knowledge base the key may read, and the list of those."""
+    from fastapi.responses import JSONResponse
     from starlette.requests import Request
 
     from ragvps.serve.failures import guarded
@@ -141,7 +142,7 @@ def add_kb_routes(api: "FastAPI", do: "Endpoints", SearchIn: type, AskIn: type) 
     @api.post("/kb/{name}/search", response_model=SearchOut, responses=ERRORS | KB_ERRORS, tags=tags,
               summary="Search one knowledge base")
     @guarded
-    async def kb_search(request: Request, name: str, body: SearchIn) -> dict[str, object]:  # type: ignore[valid-type]
+    async def kb_search(request: Request, name: str, body: SearchIn) -> JSONResponse:  # type: ignore[valid-type]
         return await do.search(request, cast(SearchBody, body), name)
 
     @api.post("/kb/{name}/ask", response_model=AnswerOut, responses=ERRORS | KB_ERRORS, tags=tags,
