@@ -22,7 +22,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-PREFIXES = ("search_document: ", "search_query: ", "Represent this sentence for searching relevant passages: ")
+# nomic's, mxbai's and e5's ("passage: ", "query: ", a document prefix tests/test_reindex.py configures): a text
+# with a prefix is embedded as the same text without it, which the process embedded already (ragvps/embed/local.py's
+# memo), so a test of a prefix does not run the model over the whole corpus again.
+PREFIXES = ("search_document: ", "search_query: ", "Represent this sentence for searching relevant passages: ",
+            "passage: ", "query: ")
 
 
 @dataclass
@@ -92,6 +96,7 @@ class FakeOllama:
             self.die_after_inputs = None
             self.latency = 0.0
             self.delay_per_input = 0.0
+            self.real_vectors = True
             self.models = _default_models()
 
     def start(self) -> FakeOllama:

@@ -129,30 +129,19 @@ class Server:
 @pytest.fixture(scope="session")
 def serve_env(new_database: Callable[[str], str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """A database of its own with the docs folder ingested, shared by the server tests."""
-    import fcntl
-
     from typer.testing import CliRunner
 
     from ragvps.cli import app
 
-    # The data directory (its vector cache) is shared by this run's xdist workers, one ingest at a time: the
-    # first embeds the pages, the others find their vectors on disk. The real CLI, in this process.
-    shared = shared_dir(tmp_path_factory)
-    env = ragvps_env(new_database("serve"), shared / "serve-data")
-    with (shared / "serve-data.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        done = CliRunner().invoke(app, ["ingest", str(REPO / "docs")], catch_exceptions=False,
-                                  env={k: v for k, v in env.items() if k.startswith("RAGVPS_")})
+    # The real CLI, in this process, with a data directory of this worker's own: each xdist worker embeds the pages
+    # itself (side by side with the others), so that its process remembers their vectors (ragvps/embed/local.py)
+    # and its other ingests of the user guide run no model. A vector cache shared by the workers saved one of them
+    # the embedding here, only for it to pay it in its first test that ingests the guide.
+    env = ragvps_env(new_database("serve"), tmp_path_factory.mktemp("serve-data") / "data")
+    done = CliRunner().invoke(app, ["ingest", str(REPO / "docs")], catch_exceptions=False,
+                              env={k: v for k, v in env.items() if k.startswith("RAGVPS_")})
     assert done.exit_code == 0, done.output
     return env
-
-
-def shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder this test run's xdist workers share (the session's own temporary folder without xdist)."""
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    folder = tmp_path_factory.getbasetemp().parent / f"shared-{run}" if run else tmp_path_factory.getbasetemp()
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
 
 
 @pytest.fixture(scope="session")

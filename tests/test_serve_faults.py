@@ -252,7 +252,7 @@ def test_health_says_the_database_is_unreachable_while_postgresql_is_down(tmp_pa
     be reached (at once, not after a pool timeout), /search fails with JSON, and both recover by themselves."""
     import warnings
 
-    from serve_server import ragvps, ragvps_env
+    from serve_server import ragvps_env, ragvps_here
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -265,7 +265,7 @@ def test_health_says_the_database_is_unreachable_while_postgresql_is_down(tmp_pa
         env = ragvps_env(pg.get_uri(), tmp_path / "data", request_timeout="3")
         (tmp_path / "notes").mkdir()
         (tmp_path / "notes" / "a.md").write_text("# Ingest\n\nRunning ingest twice re-embeds only what changed.\n")
-        assert ragvps(env, "ingest", str(tmp_path / "notes")).returncode == 0
+        assert ragvps_here(env, "ingest", str(tmp_path / "notes")).returncode == 0  # the data: the CLI in this process
         srv = Server(env, tmp_path / "serve.log", key=None).start()
         with httpx.Client(base_url=srv.url, timeout=BOUND) as c:
             assert c.get("/health").status_code == 200

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serve_server import REPO, Server, ragvps, ragvps_env
+from serve_server import REPO, Server, ragvps_env, ragvps_here
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -64,7 +64,7 @@ def untrusted_server(pg_admin_url: str, tmp_path_factory: pytest.TempPathFactory
     (base / "docs").mkdir()
     (base / "docs" / "untrusted.md").write_text(UNTRUSTED)
     env = ragvps_env(url, base / "data")
-    done = ragvps(env, "ingest", str(base / "docs"))
+    done = ragvps_here(env, "ingest", str(base / "docs"))  # the data only: the CLI in this process
     assert done.returncode == 0, done.stderr
     srv = Server(env, base / "serve.log", key=None).start()
     yield srv

@@ -127,7 +127,9 @@ def two_workers(cli, folder: Path, ollama: FakeOllama, hops: list[Hop], db_url: 
     assert (stats["pending"], stats["claimed"], stats["done"]) == (report["chunks"], 0, 0)
 
     ollama.inputs.clear()
-    ollama.delay_per_input = 0.03  # one lane: 0.12 s a batch of 4, so both workers take part
+    # One lane, about 2.5 s in all however large the user guide grows (0.12 s a batch of 4 at 85 chunks): long enough
+    # that the worker started second takes part too.
+    ollama.delay_per_input = 2.5 / report["chunks"]
     workers = [start_worker(cli, hop, tmp_path, f"w{i}", "--exit-when-empty") for i, hop in enumerate(hops)]
     reports = [finish(w) for w in workers]
     ollama.delay_per_input = 0
@@ -322,7 +324,7 @@ def test_a_live_worker_keeps_its_lease_through_a_batch_longer_than_the_lease(cli
     report = json.loads(cli("ingest", str(small), "--defer-embedding", "--json").stdout)
     assert report["queued"] == 6
     hop = Hop(db_url, ollama.url.replace("0.0.0.0", "127.0.0.1"))
-    ollama.delay_per_input = 0.6  # a batch of 4 takes 2.4 s, against a lease of 1 s
+    ollama.delay_per_input = 0.45  # a batch of 4 takes 1.8 s, against a lease of 1 s
     workers = [start_worker(cli, hop, tmp_path, f"slow{i}", "--exit-when-empty", "--lease", "1") for i in range(2)]
     reports = [finish(w) for w in workers]
     ollama.delay_per_input = 0
