@@ -14,6 +14,7 @@ import itertools
 import os
 import re
 import shutil
+import sys
 import tempfile
 import warnings
 from collections.abc import Callable, Iterator
@@ -24,6 +25,11 @@ import psycopg
 import pytest
 from psycopg import sql
 from typer.testing import CliRunner
+
+# Compiled modules are kept (in __pycache__, which git ignores) even where PYTHONDONTWRITEBYTECODE is set, as on
+# this machine: without them every xdist worker rewrote the asserts of every test module again at each start (about
+# 7 of its 14 s of collection), and every `ragvps` subprocess compiled the package anew.
+sys.dont_write_bytecode = False
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 DOCS = Path(__file__).resolve().parents[1] / "docs"
