@@ -6,7 +6,6 @@ listed can be deleted; cancel stops an upload, and the files stored before stay.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,8 +16,10 @@ from typer.testing import CliRunner
 from ragvps.cli import app as cli_app
 
 
-@pytest.fixture
-def own_server(new_database, tmp_path: Path) -> Iterator[Server]:
+@pytest.fixture(scope="module")
+def own_server(new_database, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One server for both tests: each looks only at its own files (wombats.md; crate-*.md) beside the seed."""
+    tmp_path = tmp_path_factory.mktemp("page-upload")
     env = ragvps_env(new_database("page_upload"), tmp_path / "data")
     (tmp_path / "seed").mkdir()
     (tmp_path / "seed" / "seed.md").write_text("# Seed\n\nThe seed page keeps the server ready.\n")
