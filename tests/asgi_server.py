@@ -70,7 +70,7 @@ class InProcess:
             if time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"the in-process server was not ready within {timeout:.0f} s")
-            time.sleep(0.1)
+            time.sleep(0.02)
 
     def client(self, **kwargs: Any) -> httpx.Client:
         """A client with the key (if any), as `Server.client` gives."""

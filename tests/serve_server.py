@@ -107,7 +107,7 @@ class Server:
                     return self
             except httpx.TransportError:
                 pass
-            time.sleep(0.2)
+            time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"ragvps serve was not ready within {timeout:.0f} s:\n{self.log.read_text()}")
 

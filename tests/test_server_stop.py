@@ -44,7 +44,7 @@ def _serve(env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], str
                 return proc, url
         except httpx.TransportError:
             pass
-        time.sleep(0.2)
+        time.sleep(0.05)
     proc.kill()
     raise AssertionError("ragvps serve was not ready:\n" + log.read_text())
 
