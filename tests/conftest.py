@@ -10,6 +10,7 @@ those in seconds without a database.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import re
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+import typer.testing
 from psycopg import sql
 from typer.testing import CliRunner
 
@@ -30,6 +32,11 @@ from typer.testing import CliRunner
 # this machine: without them every xdist worker rewrote the asserts of every test module again at each start (about
 # 7 of its 14 s of collection), and every `ragvps` subprocess compiled the package anew.
 sys.dont_write_bytecode = False
+
+# typer's CliRunner builds the click command from the typer app again at every call (about 25 ms for ragvps's, which
+# the suite's in-process CLI calls paid a thousand times and more); one built once serves them all, as the command a
+# `ragvps` process builds serves its one call.
+typer.testing._get_command = functools.cache(typer.testing._get_command)
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 DOCS = Path(__file__).resolve().parents[1] / "docs"
