@@ -145,7 +145,7 @@ def test_request_timeout_answers_503_json_ends_a_stream_with_an_error_event_and_
     # it on a loaded machine: the sources must come first)
     env = serve_env | {"RAGVPS_GENERATOR": "openai", "RAGVPS_GENERATOR_URL": llm.url + "/v1",
                        "RAGVPS_GENERATOR_MODEL": "gpt-4o-mini", "RAGVPS_GENERATOR_API_KEY": "sk-test-0123456789",
-                       "RAGVPS_GENERATOR_RETRIES": "0", "RAGVPS_REQUEST_TIMEOUT": "2"}
+                       "RAGVPS_GENERATOR_RETRIES": "0", "RAGVPS_REQUEST_TIMEOUT": "4"}
     srv = Server(env, tmp_path / "serve.log", key=None).start()
     try:
         with httpx.Client(base_url=srv.url, timeout=60) as c, ThreadPoolExecutor(1) as pool:

@@ -1,6 +1,6 @@
 """The server under its own faults, each case made small, over a real `ragvps serve` process (bench/
 serve_faults.py runs them at size, with figures). The contract: every request the server accepted ends
-within `request_timeout` (here 2 s; the bounds below add a generous margin for a loaded machine), with its
+within `request_timeout` (here 4 s; the bounds below add a generous margin for a loaded machine), with its
 answer or a JSON error of the right kind, and the server keeps answering afterwards."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 from llm_server import FakeLLM
 from serve_server import Server
 
-TIMEOUT = 2  # the server's request_timeout (an ask takes ~30 ms here; 2 s leaves room for a loaded machine)
+TIMEOUT = 4  # the server's request_timeout (an ask takes ~30 ms here; 4 s leaves room for a loaded machine)
 BOUND = TIMEOUT + 20  # what "within request_timeout" is allowed on a loaded 2-core machine
 QUESTION = "what happens when I run ingest twice?"
 HEADER_TIMEOUT = 2  # the server's header_timeout
@@ -194,7 +194,7 @@ def test_an_exhausted_pool_answers_503_json_within_request_timeout_and_health_sa
         threads = [threading.Thread(target=one) for _ in range(6)]
         for t in threads:
             t.start()
-        time.sleep(TIMEOUT / 2)  # both connections held, four requests waiting for one (until request_timeout)
+        time.sleep(2.0)  # both connections held, four requests waiting for one
         start = time.monotonic()
         health = httpx.get(faulty.url + "/health", timeout=BOUND + 30)
         health_took = time.monotonic() - start
