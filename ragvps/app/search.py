@@ -147,9 +147,7 @@ def _search(app: App, conn: psycopg.Connection, text: str, embedding: NDArray[np
             # One transaction, not autocommit: the vector leg locks the embedding table before the evidence query
             # locks chunks, the order a switch's DROP TABLE takes them in; statement by statement the evidence
             # query would take chunks first and deadlock with it (test_switch_queries found it).
-            # In pipeline mode: BEGIN goes with the active set's query, ef_search's setting with the vector leg, COMMIT
-            # with nothing to wait for; three round trips instead of six.
-            with driver_errors(app.settings), conn.pipeline(), conn.transaction():
+            with driver_errors(app.settings), conn.transaction():
                 eset = app.active_set(conn, "query")
                 hits = search_legs(conn, eset, text, embedding, app.settings, request.mode, request.k,
                                    request.filters, timings, keyword)
