@@ -61,6 +61,7 @@ def main() -> None:
     env |= {"RAGVPS_DATA_DIR": str(args.data_dir), "RAGVPS_EMBEDDER": "local",
             "RAGVPS_CONFIG": str(args.data_dir / "no-config.toml")}
     args.data_dir.mkdir(parents=True, exist_ok=True)
+    (args.data_dir / "no-config.toml").touch()  # none of this machine's config: the defaults
     load_before = os.getloadavg()
 
     data = args.data

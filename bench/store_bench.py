@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import psycopg
 from common.scifact import DATASET, base_corpus, enlarge, load_eval, query_vectors
+from psycopg import sql
 
 from ragvps.config import load_settings
 from ragvps.db import index, store
@@ -102,7 +103,7 @@ def exact_top(conn: psycopg.Connection, eset: store.EmbeddingSet, vec: np.ndarra
     # prepare=False: a prepared plan would ignore enable_indexscan and quietly use HNSW.
     with conn.transaction():
         conn.execute("SET LOCAL enable_indexscan = off", prepare=False)
-        rows = conn.execute(compose("vector_search", table=eset.table), {"embedding": vec, "candidates": k},
+        rows = conn.execute(compose("vector_search", table=eset.table, candidates=sql.Literal(k)), {"embedding": vec},
                             prepare=False)
         return [r[0] for r in rows]
 

@@ -92,10 +92,13 @@ SELECT count(*) FROM chunks;
 
 -- name: vector_search
 -- Each query's nearest chunks and their cosine (the convex fusion weighs it; RRF reads the order only).
+-- The LIMITs are literals (settings, composed in), not parameters: with a parameter the generic plan assumes
+-- a tenth of the rows, so PostgreSQL planned the statement again on every search (a custom plan, ~0.5 ms of its CPU).
+-- The filtered variants keep them as parameters: their filter's values still choose their plan.
 SELECT e.chunk_id, 1 - (e.embedding <=> %(embedding)s) AS cosine
 FROM {table} e
 ORDER BY e.embedding <=> %(embedding)s
-LIMIT %(candidates)s;
+LIMIT {candidates};
 
 -- name: vector_search_filtered
 -- With hnsw.iterative_scan = relaxed_order the index keeps scanning until enough rows pass the filter;
@@ -117,11 +120,11 @@ WITH near AS MATERIALIZED (
     SELECT e.chunk_id, e.embedding
     FROM {table} e
     ORDER BY binary_quantize(e.embedding)::bit({dims}) <~> binary_quantize(%(embedding)s)
-    LIMIT %(depth)s
+    LIMIT {depth}
 )
 SELECT chunk_id, 1 - distance AS cosine
 FROM (SELECT chunk_id, embedding <=> %(embedding)s AS distance FROM near) n
-ORDER BY distance, chunk_id LIMIT %(candidates)s;
+ORDER BY distance, chunk_id LIMIT {candidates};
 
 -- name: vector_search_bit_filtered
 WITH near AS MATERIALIZED (

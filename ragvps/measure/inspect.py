@@ -40,8 +40,9 @@ def nearest(conn: psycopg.Connection, eset: EmbeddingSet, vector: np.ndarray, k:
     if exact or eset.vector_type != "bit":
         query = _q("nearest", table=eset.table)
     else:  # a bit index: its ef_search is also the re-rank depth, as in the search's vector leg
-        query = compose("vector_search_bit", table=eset.table, dims=sql.Literal(eset.dims))
         ef_search = max(ef_search, k)
+        query = compose("vector_search_bit", table=eset.table, dims=sql.Literal(eset.dims), candidates=sql.Literal(k),
+                        depth=sql.Literal(ef_search))
     if explain:
         query = sql.SQL("EXPLAIN ") + query
     with conn.transaction():

@@ -114,8 +114,10 @@ def vector_scored(conn: psycopg.Connection, eset: EmbeddingSet, embedding: Vecto
             query = compose(name + "_filtered", table=eset.table, filter=filters.condition(),
                             dims=sql.Literal(eset.dims))
             rows = conn.execute(query, params | filters.params())
-        else:
-            rows = conn.execute(compose(name, table=eset.table, dims=sql.Literal(eset.dims)), params)
+        else:  # the limits composed in, so that its prepared statement keeps one plan (queries.sql says why)
+            query = compose(name, table=eset.table, dims=sql.Literal(eset.dims),
+                            candidates=sql.Literal(settings.search.candidates), depth=sql.Literal(ef))
+            rows = conn.execute(query, {"embedding": params["embedding"]})
         scored = [(r[0], float(r[1])) for r in rows]
         if filters:  # SET LOCAL lasts to the end of the caller's open transaction
             conn.execute("RESET hnsw.iterative_scan")
