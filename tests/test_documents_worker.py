@@ -178,3 +178,17 @@ def test_a_file_that_kills_every_worker_fails_by_name_after_the_limit_and_the_ot
     assert sources == ["a.md", "b.md", "z.md"]  # each once; nothing of huge.md
     assert facts(db_url)[1] == facts(db_url)[2]  # every chunk has its one vector
     assert not (tmp_path / "data/kb/default/uploads/huge.md").exists()
+
+
+def test_a_cancel_stops_a_batch_before_it_is_stored_never_while_it_is():
+    """The stages the pipeline reports (ragvps/ingest/pipeline.py, parts.py): a cancel read while a batch is read,
+    chunked, embedded or between a large file's parts stops it; read while it is stored, it waits for the batch's
+    files to be marked (stored and marked cancelled was the defect)."""
+    import inspect
+
+    from ragvps.ingest import parts, pipeline
+    from ragvps.ingest.jobs import stops_at
+
+    assert 'progress("store", done, total)' in inspect.getsource(pipeline.store_stage)
+    assert not stops_at("store")
+    assert all(stops_at(stage) for stage in ("chunk", "embed", parts.ROWS + "big.csv"))

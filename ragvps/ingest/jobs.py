@@ -206,7 +206,7 @@ class Job:
         start = self.embedded
 
         def progress(stage: str, done: int, total: int) -> None:
-            if self.cancelled.is_set() and stage != "store":  # a batch being stored is stored whole, then marked
+            if self.cancelled.is_set() and stops_at(stage):
                 raise Cancelled
             if stage == "embed":
                 self.embedded = start + done
@@ -225,6 +225,14 @@ class Job:
                 if "is writing to this database" not in str(exc) or self.lost.is_set():
                     raise
                 time.sleep(1.0)  # an ingest from the command line holds the write lock: wait for it
+
+
+def stops_at(stage: str) -> bool:
+    """Whether a cancel read at this stage of a batch stops it there: while it is read, chunked or embedded (its
+    vectors kept in the vector cache for a re-upload), and between the parts of a file read in parts (each part
+    stored whole), but not while it is stored: its store transaction commits, and its files must then be marked
+    done, or they would be stored and marked cancelled."""
+    return stage != "store"
 
 
 def ending(outcomes: dict[str, tuple[int, str | None]]) -> tuple[str, str | None]:
