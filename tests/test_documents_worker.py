@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -45,6 +46,24 @@ def marked(db_url: str, job: str) -> int:
                             (job,)).fetchone()[0]
 
 
+def kill_worker_when(env: dict[str, str], name: str, seen: Callable[[], bool], what: str, poll: float) -> None:
+    """Start a real `ragvps worker --jobs --name NAME`, wait (at most 120 s) until `seen()` says it is at work, and
+    SIGKILL it there, as an OOM killer would."""
+    worker = subprocess.Popen([sys.executable, "-m", "ragvps", "worker", "--jobs", "--name", name], env=env,
+                              cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not seen():
+            assert worker.poll() is None, worker.stderr.read().decode() if worker.stderr else ""
+            assert time.monotonic() < deadline, f"{name} {what} within 120 s"
+            time.sleep(poll)
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(10)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+
+
 def test_a_killed_workers_job_is_taken_over_and_nothing_is_lost_or_stored_twice(db_url, new_database, tmp_path):
     folder = tmp_path / "files"
     folder.mkdir()
@@ -53,19 +72,7 @@ def test_a_killed_workers_job_is_taken_over_and_nothing_is_lost_or_stored_twice(
                                                f"widgets kept on shelf {i % 13} of aisle {i % 5}.\n")
     env = ragvps_env(db_url, tmp_path / "data", worker_lease="2")
     job = staged_job(env, folder)
-    worker = subprocess.Popen([sys.executable, "-m", "ragvps", "worker", "--jobs", "--name", "doomed"], env=env,
-                              cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 120
-        while marked(db_url, job) == 0:
-            assert worker.poll() is None, worker.stderr.read().decode() if worker.stderr else ""
-            assert time.monotonic() < deadline, "the worker marked no file within 120 s"
-            time.sleep(0.05)
-        worker.send_signal(signal.SIGKILL)
-        worker.wait(10)
-    finally:
-        if worker.poll() is None:
-            worker.kill()
+    kill_worker_when(env, "doomed", lambda: marked(db_url, job) > 0, "marked no file", poll=0.05)
     left = FILES - marked(db_url, job)
     assert left > 0, "the worker finished before it was killed: nothing to take over"
 
@@ -140,19 +147,8 @@ def test_a_file_that_kills_every_worker_fails_by_name_after_the_limit_and_the_ot
     job = staged_job(env, folder)
     for attempt in (1, 2):  # the first has the four files in hand together, the second huge.md alone
         name = f"doomed{attempt}"
-        worker = subprocess.Popen([sys.executable, "-m", "ragvps", "worker", "--jobs", "--name", name], env=env,
-                                  cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            deadline = time.monotonic() + 120
-            while in_hand(db_url, job, "huge.md") != name:
-                assert worker.poll() is None, worker.stderr.read().decode() if worker.stderr else ""
-                assert time.monotonic() < deadline, f"{name} did not read huge.md within 120 s"
-                time.sleep(0.02)
-            worker.send_signal(signal.SIGKILL)
-            worker.wait(10)
-        finally:
-            if worker.poll() is None:
-                worker.kill()
+        kill_worker_when(env, name, lambda name=name: in_hand(db_url, job, "huge.md") == name, "did not read huge.md",
+                         poll=0.02)
     time.sleep(1.1)  # the second worker's lease runs out
 
     from asgi_server import in_process
