@@ -104,8 +104,7 @@ def vector_scored(conn: psycopg.Connection, eset: EmbeddingSet, embedding: Vecto
     (without the index, the exact scan over its stored vectors is cheaper and exact)."""
     bit = eset.vector_type == "bit" and eset.indexed
     ef = bit_depth(settings) if bit else max(settings.search.ef_search, settings.search.candidates)
-    params: dict[str, object] = {"embedding": as_param(eset, embedding), "candidates": settings.search.candidates,
-                                 "depth": ef}
+    vector = as_param(eset, embedding)
     name = "vector_search_bit" if bit else "vector_search"
     with _local(conn):
         conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef),))
@@ -113,11 +112,12 @@ def vector_scored(conn: psycopg.Connection, eset: EmbeddingSet, embedding: Vecto
             conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
             query = compose(name + "_filtered", table=eset.table, filter=filters.condition(),
                             dims=sql.Literal(eset.dims))
+            params: dict[str, object] = {"embedding": vector, "candidates": settings.search.candidates, "depth": ef}
             rows = conn.execute(query, params | filters.params())
         else:  # the limits composed in, so that its prepared statement keeps one plan (queries.sql says why)
             query = compose(name, table=eset.table, dims=sql.Literal(eset.dims),
                             candidates=sql.Literal(settings.search.candidates), depth=sql.Literal(ef))
-            rows = conn.execute(query, {"embedding": params["embedding"]})
+            rows = conn.execute(query, {"embedding": vector})
         scored = [(r[0], float(r[1])) for r in rows]
         if filters:  # SET LOCAL lasts to the end of the caller's open transaction
             conn.execute("RESET hnsw.iterative_scan")
