@@ -94,9 +94,14 @@ def add_embedded(conn: psycopg.Connection, job: str, token: str, n: int) -> bool
 
 def file_rows(conn: psycopg.Connection, job: str, token: str, name: str, done: int, total: int) -> None:
     """How far the reader of file `name` (read in parts) is."""
+    _write(conn, "file_rows", {"job": job, "claim": token, "name": name, "done": done, "total": total})
+
+
+def _write(conn: psycopg.Connection, name: str, params: dict[str, object]) -> None:
+    """One statement of jobs.sql in a transaction of its own."""
     end_implicit_transaction(conn)
     with conn.transaction():
-        conn.execute(_q("file_rows"), {"job": job, "claim": token, "name": name, "done": done, "total": total})
+        conn.execute(_q(name), params)
 
 
 def _one(conn: psycopg.Connection, name: str, params: dict[str, object]) -> bool | None:
@@ -114,16 +119,12 @@ def pending(conn: psycopg.Connection, job: str) -> list[StagedFile]:
 
 def hold(conn: psycopg.Connection, job: str, token: str, seqs: Sequence[int]) -> None:
     """Mark the files about to be read as in our hand: if this worker dies now, the next holder counts a try."""
-    end_implicit_transaction(conn)
-    with conn.transaction():
-        conn.execute(_q("hold_files"), {"job": job, "claim": token, "seqs": list(seqs)})
+    _write(conn, "hold_files", {"job": job, "claim": token, "seqs": list(seqs)})
 
 
 def count_deaths(conn: psycopg.Connection, job: str, token: str) -> None:
     """One more try for each pending file an earlier holder had in hand when it died (or lost its lease)."""
-    end_implicit_transaction(conn)
-    with conn.transaction():
-        conn.execute(_q("count_deaths"), {"job": job, "claim": token})
+    _write(conn, "count_deaths", {"job": job, "claim": token})
 
 
 def finish_file(conn: psycopg.Connection, job: str, token: str, seq: int, state: str, error: str | None = None,
@@ -159,9 +160,7 @@ def file_outcomes(conn: psycopg.Connection, job: str) -> dict[str, tuple[int, st
 
 def end(conn: psycopg.Connection, job: str, token: str, state: str, error: str | None = None) -> None:
     """End the job under our claim; its pending files end failed (with `error`) when it failed, else cancelled."""
-    end_implicit_transaction(conn)
-    with conn.transaction():
-        conn.execute(_q("end_job"), {"job": job, "claim": token, "state": state, "error": error})
+    _write(conn, "end_job", {"job": job, "claim": token, "state": state, "error": error})
 
 
 def release(conn: psycopg.Connection, job: str, token: str, *, strike: bool = False) -> None:
