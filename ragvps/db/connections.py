@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ragvps.config import Settings
+from ragvps.db.priority import follow_client
 from ragvps.errors import DatabaseError, redact
 
 if TYPE_CHECKING:
@@ -249,6 +250,7 @@ def _configure(conn: psycopg.Connection) -> None:
 
     from ragvps.db.database import JIT_OFF
 
+    follow_client(conn)
     register_vector(conn)
     conn.execute(f"SELECT {JIT_OFF}")
     conn.commit()

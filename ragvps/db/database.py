@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 
 from ragvps.config import Settings
+from ragvps.db.priority import follow_client
 from ragvps.errors import ActiveSetChangedError, ConfigError, DatabaseError, redact
 
 log = logging.getLogger(__name__)
@@ -132,6 +133,7 @@ def connect(settings: Settings, *, migrate_schema: bool = True, **kwargs: Any) -
             "check RAGVPS_DATABASE_URL (host, port, user, password) and that the server is running"
         ) from exc
     try:
+        follow_client(conn)
         if migrate_schema:  # the catalog, then the knowledge base the settings name, bound
             from ragvps.db import catalog
 
