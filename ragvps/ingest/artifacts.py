@@ -174,5 +174,14 @@ class VectorCache:
         vectors = dict(zip(found, self.get(found), strict=True)) if found else {}
         return [vectors.get(h) for h in hashes]
 
+    def of_chunks(self, chunks: Sequence[Chunk], deferred: bool) -> np.ndarray | list[np.ndarray | None]:
+        """The chunks' cached vectors, in order; deferred, None for a chunk not cached (it is queued for a
+        worker)."""
+        if deferred:
+            return self.get_some([c.content_hash for c in chunks])
+        if not chunks:
+            return np.zeros((0, self.dims), dtype=np.float32)
+        return self.get([c.content_hash for c in chunks])
+
     def __len__(self) -> int:
         return len(self._load())

@@ -11,11 +11,10 @@ that cannot be read as a table before anything of it is stored.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
-import numpy as np
 import psycopg
 
 from ragvps.config import Settings
@@ -26,7 +25,7 @@ from ragvps.ingest.chunk import ChunkerConfig, chunk_documents
 from ragvps.ingest.embedding import EmbedOutcome, embed_stage
 from ragvps.ingest.formats import delimited
 from ragvps.ingest.sources import SkipFile, SourceFile
-from ragvps.records import Chunk, Document, ModelSpec
+from ragvps.records import Document, ModelSpec
 
 Progress = Callable[[str, int, int], None]
 Warn = Callable[[str], None]
@@ -73,15 +72,6 @@ class PartsRun:
     lanes: Callable[[], Lanes]
     progress: Progress
     warn: Warn
-
-
-def vectors(cache: VectorCache, chunks: Sequence[Chunk], dims: int, deferred: bool) -> store.Vectors:
-    """The chunks' cached vectors; deferred, None for a chunk not cached (it is queued for a worker)."""
-    if deferred:
-        return cache.get_some([c.content_hash for c in chunks])
-    if not chunks:
-        return np.zeros((0, dims), dtype=np.float32)
-    return cache.get([c.content_hash for c in chunks])
 
 
 def store_file(run: PartsRun, source: SourceFile, outcome: EmbedOutcome) -> PartsOutcome:
@@ -137,4 +127,4 @@ def _store_part(run: PartsRun, doc: Document, outcome: EmbedOutcome) -> None:
         outcome.embedded += part.embedded
         outcome.hosts = part.hosts
     store.replace_documents(run.conn, run.eset, run.root, run.config.key(), run.settings.search.language,
-                            [(doc, chunks, vectors(run.cache, chunks, run.eset.dims, deferred))])
+                            [(doc, chunks, run.cache.of_chunks(chunks, deferred))])

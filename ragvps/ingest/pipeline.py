@@ -134,7 +134,7 @@ def store_stage(
     done = 0
     for batch in batches(changed, STORE_BATCH_CHUNKS):
         defer = settings.embed.defer_embedding
-        rows = [(doc, chunks, parts.vectors(cache, chunks, eset.dims, defer)) for doc, chunks in batch]
+        rows = [(doc, chunks, cache.of_chunks(chunks, defer)) for doc, chunks in batch]
         store.replace_documents(conn, eset, root, key, settings.search.language, rows)
         report.stored += len(batch)
         done += sum(len(chunks) for _, chunks in batch)
