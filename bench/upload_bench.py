@@ -258,7 +258,7 @@ def report(r: dict) -> str:
         "bench's own ~2 means another process took its share), while the CLI rows run at normal priority (and take "
         "their share from the searches: see the p95 during `ragvps ingest` above). The job's own work is the CLI's: "
         "in process, unniced, its cProfile (run_jobs in one process on these files) is embedding 87%, chunking 9%, "
-        "storing 1%, marking files 1%. Upload batches are 64 files (each batch embedded, then stored in one "
+        "storing 1%, marking files 1%. Upload batches are 256 files or 16 MB (each batch embedded, then stored in one "
         "transaction, then its files marked).",
         "<!-- upload_bench:end -->",
     ])

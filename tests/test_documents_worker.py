@@ -70,7 +70,7 @@ def test_a_killed_workers_job_is_taken_over_and_nothing_is_lost_or_stored_twice(
     for i in range(FILES):
         (folder / f"note{i:03}.md").write_text(f"# Note {i}\n\nItem {i} of the inventory is a crate of {i * 7} "
                                                f"widgets kept on shelf {i % 13} of aisle {i % 5}.\n")
-    env = ragvps_env(db_url, tmp_path / "data", worker_lease="2")
+    env = ragvps_env(db_url, tmp_path / "data", worker_lease="2", upload_batch_files="64")
     job = staged_job(env, folder)
     kill_worker_when(env, "doomed", lambda: marked(db_url, job) > 0, "marked no file", poll=0.05)
     left = FILES - marked(db_url, job)

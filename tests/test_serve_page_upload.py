@@ -20,7 +20,7 @@ from ragvps.cli import app as cli_app
 def own_server(new_database, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """One server for both tests: each looks only at its own files (wombats.md; crate-*.md) beside the seed."""
     tmp_path = tmp_path_factory.mktemp("page-upload")
-    env = ragvps_env(new_database("page_upload"), tmp_path / "data")
+    env = ragvps_env(new_database("page_upload"), tmp_path / "data", upload_batch_files="64")
     (tmp_path / "seed").mkdir()
     (tmp_path / "seed" / "seed.md").write_text("# Seed\n\nThe seed page keeps the server ready.\n")
     done = CliRunner().invoke(cli_app, ["ingest", str(tmp_path / "seed")],

@@ -32,8 +32,7 @@ log = logging.getLogger(__name__)
 
 Connect = Callable[[], AbstractContextManager[psycopg.Connection]]
 Warn = Callable[[str], None]
-BATCH_FILES = 64  # files ingested (and stored) together
-BATCH_BYTES = 16 << 20
+BATCH_BYTES = 16 << 20  # a batch's files at most (a larger file alone); their number: setting upload_batch_files
 RETRY_S = 5.0  # after the embedder or the database failed: the job is given back and tried again
 
 
@@ -131,7 +130,8 @@ class Job:
         lease = float(self.settings.embed.worker_lease)
         with Heartbeat(self, max(0.2, min(1.0, lease / 3))):
             jobs.count_deaths(self.conn, self.job, self.token)
-            for batch in batches(self.give_up(jobs.pending(self.conn, self.job), report)):
+            pending = self.give_up(jobs.pending(self.conn, self.job), report)
+            for batch in batches(pending, self.settings.embed.upload_batch_files):
                 cancel = jobs.renew(self.conn, self.job, self.token)
                 if cancel is None:
                     self.lost.set()
@@ -245,14 +245,14 @@ def ending(outcomes: dict[str, tuple[int, str | None]]) -> tuple[str, str | None
     return "done", None
 
 
-def batches(files: Sequence[jobs.StagedFile]) -> list[list[jobs.StagedFile]]:
-    """Files in upload order, grouped by BATCH_FILES and BATCH_BYTES (a large file alone). A file a worker died
+def batches(files: Sequence[jobs.StagedFile], most: int) -> list[list[jobs.StagedFile]]:
+    """Files in upload order, grouped by `most` files and BATCH_BYTES (a large file alone). A file a worker died
     reading is read alone, and the file after it starts a new batch: its tries count against it only."""
     out: list[list[jobs.StagedFile]] = []
     size = 0
     for f in files:
         alone = f.tries > 0 or (out and out[-1] and out[-1][-1].tries > 0)
-        if not out or alone or len(out[-1]) >= BATCH_FILES or (out[-1] and size + f.size > BATCH_BYTES):
+        if not out or alone or len(out[-1]) >= most or (out[-1] and size + f.size > BATCH_BYTES):
             out.append([])
             size = 0
         out[-1].append(f)
