@@ -48,7 +48,9 @@ def multipart(parts: list[tuple[bytes, bytes]], end: bool = True) -> tuple[bytes
 @pytest.fixture(scope="module")
 def served(module_db_url: str, tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("docs-api")
-    env = ragvps_env(module_db_url, root / "data", **LIMITS)
+    # Embedding batches of 8 chunks (not 32): the embedding progress, and with it the count and the cancel of a job,
+    # moves at a finer step, so that a cancel lands within a smaller batch to embed.
+    env = ragvps_env(module_db_url, root / "data", batch_size="8", **LIMITS)
     (root / "seed").mkdir()
     (root / "seed" / "seed.md").write_bytes(page("seed"))
     run_cli(env, "ingest", str(root / "seed"))
@@ -255,10 +257,10 @@ def test_progress_as_server_sent_events(served):
 
 def test_cancel_mid_batch_stores_nothing_half_and_a_reupload_resumes_from_the_vectors(served, module_db_url):
     c = client(served, "write")
-    # long sections (about 200 tokens a chunk): the batch takes seconds to embed, so that the cancel, read on the
-    # job's next heartbeat, lands while it is being embedded rather than after
+    # long sections (about 200 tokens a chunk, 288 chunks): the batch takes seconds to embed, so that the cancel,
+    # read on the job's next heartbeat, lands while it is being embedded rather than after
     files = {f"c{i:02}.md": page(f"cancel topic {i} " + " ".join(f"w{i}x{j}" for j in range(60)), 4)
-             for i in range(24)}
+             for i in range(16)}
     job = upload(c, files)["job"]
     deadline = time.monotonic() + 120
     while (status := c.get(f"/jobs/{job}").json())["chunks_embedded"] == 0:  # the batch is being embedded
@@ -277,7 +279,7 @@ def test_cancel_mid_batch_stores_nothing_half_and_a_reupload_resumes_from_the_ve
     chunks = {f["name"]: f["chunks"] for f in end["files"]}
     assert {r[0]: r[1] for r in rows} == {n: chunks[n] for n in stored}
     resumed = wait(c, upload(c, files)["job"])
-    assert resumed["state"] == "done" and resumed["files_done"] == 24 and resumed["files_failed"] == 0
+    assert resumed["state"] == "done" and resumed["files_done"] == len(files) and resumed["files_failed"] == 0
     total = sum(f["chunks"] for f in resumed["files"])
     assert 0 < resumed["chunks_embedded"] < total  # what the cancelled job embedded is not embedded again
     assert c.delete(f"/jobs/{job}").json()["state"] == "cancelled"  # cancelling an ended job changes nothing

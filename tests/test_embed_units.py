@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 import pytest
 
@@ -51,6 +53,9 @@ def test_prefixes_are_the_models_by_default_and_configurable():
 def test_the_local_model_loads_once_a_process_and_remembers_recent_texts(monkeypatch):
     from ragvps.embed import local
 
+    # A memo of this test's own: it starts empty, and the process's (the user guide's vectors, which the next tests
+    # of this worker reuse) is back after the test instead of cut down to two texts.
+    monkeypatch.setattr(local, "_memo", OrderedDict())
     first, second = local.LocalEmbedder(threads=1), local.LocalEmbedder(threads=1)
     assert first.session is second.session  # one onnxruntime session a process, not one an App
     texts = ["Backups run every night at 02:00.", "The journal is trimmed at two gigabytes."]

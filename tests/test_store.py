@@ -46,7 +46,10 @@ def _indexes(conn: psycopg.Connection, table: str) -> list[tuple[str, bool, str]
         "ORDER BY 1", (table,)).fetchall()
 
 
-def test_a_second_writer_stops_with_a_clear_message(cli, folder, db_url):
+def test_a_second_writer_stops_with_a_clear_message(cli, folder, db_url, monkeypatch: pytest.MonkeyPatch):
+    # The lock is held on purpose, so the wait for a killed writer's session to let go of it (3 s, twice) is only
+    # time: half a second (two more tries) still shows the second writer tries again before it stops.
+    monkeypatch.setattr(store, "WRITE_LOCK_WAIT", 0.5)
     with psycopg.connect(db_url, autocommit=True) as other, store.write_lock(other):
         result = cli("ingest", str(folder), expect=1)
         assert "another `ragvps ingest` or `ragvps reindex` is writing to this database" in result.stderr
