@@ -76,8 +76,7 @@ class EmbedSettings:
     worker_lease: int = setting(600, "worker_lease", lo=1, hi=86_400)  # seconds a worker holds a claimed batch
     # workers that may die (their lease run out) reading one uploaded file before it fails instead of looping
     worker_max_attempts: int = setting(3, "worker_max_attempts", lo=1, hi=1000)
-    # uploaded files a worker reads, embeds and stores together (at most 16 MB of them); fewer, larger batches
-    # keep the upload's rate beside searches (bench/RESULTS.md upload_bench), more give finer progress and cancel
+    # uploaded files a worker reads, embeds and stores together (16 MB at most); see docs/documents-api.md
     upload_batch_files: int = setting(256, "upload_batch_files", lo=1, hi=100_000)
 
     @property
