@@ -51,9 +51,7 @@ def nearest(conn: psycopg.Connection, eset: EmbeddingSet, vector: np.ndarray, k:
         else:  # small tables would otherwise skip the index
             conn.execute("SET LOCAL enable_seqscan = off; SET LOCAL enable_indexscan = on")
             conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef_search),))
-        rows = conn.execute(query, {"embedding": as_param(eset, vector), "k": k, "candidates": k,
-                                    "depth": ef_search},
-                            prepare=False).fetchall()
+        rows = conn.execute(query, {"embedding": as_param(eset, vector), "k": k}, prepare=False).fetchall()
         # Inside a caller's open transaction this block is a savepoint, whose release keeps SET LOCAL: undo it.
         conn.execute("RESET enable_indexscan; RESET enable_seqscan")
     return [r[0] for r in rows]
