@@ -8,10 +8,14 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ragvps.records import Chunk, Document
+
+if TYPE_CHECKING:
+    from ragvps.db.store import Vectors
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -174,7 +178,7 @@ class VectorCache:
         vectors = dict(zip(found, self.get(found), strict=True)) if found else {}
         return [vectors.get(h) for h in hashes]
 
-    def of_chunks(self, chunks: Sequence[Chunk], deferred: bool) -> np.ndarray | list[np.ndarray | None]:
+    def of_chunks(self, chunks: Sequence[Chunk], deferred: bool) -> Vectors:
         """The chunks' cached vectors, in order; deferred, None for a chunk not cached (it is queued for a
         worker)."""
         if deferred:
