@@ -40,12 +40,30 @@ def test_unreachable_database_never_prints_the_password(cli, tmp_path):
     assert len(result.stderr.strip().splitlines()) <= 3  # one message (rich may wrap it)
 
 
-def test_verbose_shows_the_traceback(cli, tmp_path):
+def test_verbose_keeps_a_users_mistake_to_one_line(cli, tmp_path):
     cli.env["RAGVPS_DATABASE_URL"] = "postgresql://ragvps:hunter2secret@127.0.0.1:1/ragvps"
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "a.md").write_text("# A\n\ntext\n")
     result = cli("--verbose", "ingest", str(tmp_path / "d"), expect=1)
-    assert "Traceback" in result.stderr and "hunter2secret" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if not line.startswith(("INFO ", "WARNING "))]
+    assert "cannot connect" in result.stderr and "Traceback" not in result.stderr
+    assert "hunter2secret" not in result.stderr + result.stdout
+    assert len(errors) <= 3  # one message (rich may wrap it), beside --verbose's log lines
+
+
+def test_verbose_shows_an_unexpected_errors_traceback_without_its_secret(cli, monkeypatch):
+    from ragvps.cli import plan
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("defect while reading postgresql://ragvps:hunter2secret@db/ragvps")
+
+    monkeypatch.setattr(plan, "_plan", broken)
+    quiet = cli("plan", expect=1)
+    assert "unexpected error (run with --verbose for the traceback)" in quiet.stderr
+    assert "Traceback" not in quiet.stderr
+    verbose = cli("--verbose", "plan", expect=1)
+    assert "Traceback" in verbose.stderr and "RuntimeError" in verbose.stderr
+    assert "hunter2secret" not in quiet.stderr + verbose.stderr
 
 
 def test_punctuation_only_query(cli):

@@ -22,13 +22,14 @@ from ragvps.errors import RagvpsError, redact
 
 
 class _Group(TyperGroup):
-    """Turns every RagvpsError into one line on stderr and its kind's exit code; tracebacks only with --verbose."""
+    """Turns every RagvpsError into one line on stderr and its kind's exit code, with --verbose too (it is the
+    user's to mend, and the line says how); only an unexpected error shows its traceback, with --verbose."""
 
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
         except RagvpsError as exc:
-            _fail(ctx, exc, exc.exit_code)
+            _fail(ctx, exc, exc.exit_code, traced=False)
         except KeyboardInterrupt:
             err.print("interrupted: finished work is saved; run the same command again to resume")
             raise typer.Exit(130) from None
@@ -46,8 +47,8 @@ def _is_click_control_flow(exc: Exception) -> bool:
     return type(exc).__module__.startswith(("click.", "typer."))
 
 
-def _fail(ctx: Any, exc: BaseException, code: int, prefix: str = "") -> None:
-    if (ctx.obj or {}).get("verbose"):
+def _fail(ctx: Any, exc: BaseException, code: int, prefix: str = "", traced: bool = True) -> None:
+    if traced and (ctx.obj or {}).get("verbose"):
         err.print(escape(redact("".join(traceback.format_exception(exc)))))
     err.print(f"[red]error:[/red] {escape(prefix + redact(str(exc)))}")
     raise typer.Exit(code)
@@ -69,7 +70,8 @@ def _root(
     data_dir: Annotated[Path | None, typer.Option(help="Where stage files and the embedded database live.")] = None,
     database_url: Annotated[str | None, typer.Option(help="PostgreSQL DSN; empty: the embedded server.")] = None,
     embedder: Annotated[str | None, typer.Option(help=choices("embedder"))] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log details and show tracebacks.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v",
+                                          help="Log details, and an unexpected error's traceback.")] = False,
 ) -> None:
     ctx.obj = {"verbose": verbose, "config": config,
                "flags": {"data_dir": data_dir, "database_url": database_url, "embedder": embedder}}
