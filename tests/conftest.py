@@ -50,10 +50,11 @@ pytest_plugins = ["ollama_server", "llm_server", "serve_server", "asgi_server"]
 
 # Fixtures that mean a running PostgreSQL (or a server process over one): a test using any is `integration`.
 INTEGRATION_FIXTURES = {"pg_admin_url", "server", "serve_env", "api"}
-# Tests using the shared `ragvps serve` run in one xdist worker (`-n 2 --dist loadgroup`): one server for
+# Tests using the shared `ragvps serve` run in one xdist worker (`-n 3 --dist loadgroup`): one server for
 # them all. Tests that start servers of their own over the served database form a second group, so that
-# the two groups, the suite's longest, can run side by side on the two workers. Tests of the server in this
-# process (`api`) take no group: they run on whichever worker is free.
+# the two groups, the suite's longest, can run side by side on two workers. Every other test goes with the
+# rest of its file (pytest_xdist_make_scheduler below). Tests of the server in this process (`api`) take no
+# group of their own.
 SHARED_SERVER = "server"
 OWN_SERVERS = "serve_env"
 IN_PROCESS = "api"
@@ -71,6 +72,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group("serve-own"))
         if not any(item.get_closest_marker(name) for name in ("integration", "lint", "slow")):
             item.add_marker(pytest.mark.unit)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """Under `--dist loadgroup` (pyproject's addopts), a work unit is an xdist_group or else a whole test file,
+    never a single test: a file's module-scoped fixtures (a server, an ingested database, a stand-in LLM) are
+    then set up once, not once in every worker that happens to take one of its tests. That overhead (3 workers:
+    243 cpu-s against 189 by file) is what kept a third worker from filling the 25 % of the two cores the suite
+    leaves idle while its tests wait on servers, subprocesses and timeouts (bench/RESULTS.md, test suite)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupOrFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.rfind("@") > nodeid.rfind("]"):  # the group's name, as xdist's loadgroup reads it
+                return nodeid.rsplit("@", 1)[-1]
+            return nodeid.split("::", 1)[0]
+
+    return GroupOrFile(config, log)
 
 
 # --- PostgreSQL -----------------------------------------------------------------------------------------
