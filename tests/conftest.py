@@ -45,8 +45,9 @@ DEFAULT_SCHEMA = "kb_1"  # the schema of the knowledge base `default` in every t
 
 # The stand-ins' fixtures, for every module: `ollama`/`ollama_server` (a fake Ollama), `llm`/`llm_server`
 # (a stand-in LLM API), `serve_env`/`server` (a real `ragvps serve` process over an ingested database), `api`
-# (the same server in this process, tests/asgi_server.py).
-pytest_plugins = ["ollama_server", "llm_server", "serve_server", "asgi_server"]
+# (the same server in this process, tests/asgi_server.py); and the local model's vectors shared by the xdist
+# workers of a run (tests/shared_vectors.py).
+pytest_plugins = ["ollama_server", "llm_server", "serve_server", "asgi_server", "shared_vectors"]
 
 # Fixtures that mean a running PostgreSQL (or a server process over one): a test using any is `integration`.
 INTEGRATION_FIXTURES = {"pg_admin_url", "server", "serve_env", "api"}

@@ -133,10 +133,9 @@ def serve_env(new_database: Callable[[str], str], tmp_path_factory: pytest.TempP
 
     from ragvps.cli import app
 
-    # The real CLI, in this process, with a data directory of this worker's own: each xdist worker embeds the pages
-    # itself (side by side with the others), so that its process remembers their vectors (ragvps/embed/local.py)
-    # and its other ingests of the user guide run no model. A vector cache shared by the workers saved one of them
-    # the embedding here, only for it to pay it in its first test that ingests the guide.
+    # The real CLI, in this process, with a data directory of this worker's own. The first worker here embeds the
+    # pages; the others read its vectors (tests/shared_vectors.py), and each process then remembers them
+    # (ragvps/embed/local.py), so that its other ingests of the user guide run no model.
     env = ragvps_env(new_database("serve"), tmp_path_factory.mktemp("serve-data") / "data")
     done = CliRunner().invoke(app, ["ingest", str(REPO / "docs")], catch_exceptions=False,
                               env={k: v for k, v in env.items() if k.startswith("RAGVPS_")})

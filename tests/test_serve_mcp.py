@@ -112,3 +112,34 @@ def test_mcp_tools_over_http_behind_the_key(api: InProcess):
                            headers={"Accept": "application/json, text/event-stream"})
     assert r.status_code == 401 and r.json()["error"]["data"]["kind"] == "unauthorized"
     assert r.headers["www-authenticate"] == 'Bearer realm="ragvps"'
+
+
+def test_the_mcp_sdk_loads_on_the_first_call_to_mcp_and_concurrent_first_calls_share_it(api: InProcess):
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
+    from asgi_server import InProcess as Fresh
+
+    # Building the server's application imports no part of the SDK (about 0.45 s of a start, and its memory).
+    probe = ("import sys; from ragvps.config import load_settings; from ragvps.serve.http import create_app; "
+             "create_app(load_settings()); print(sorted(m for m in sys.modules if m.split('.')[0] == 'mcp'))")
+    done = subprocess.run([sys.executable, "-c", probe], env=api.env, cwd=str(REPO), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr[-2000:]
+
+    # A server no MCP client has called yet: four clients call at once, and each gets the tools.
+    fresh = Fresh(api.env).start()
+    try:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+        accept = {"Accept": "application/json, text/event-stream"}
+
+        def tools(_: int) -> tuple[int, list[str]]:
+            with fresh.client() as c:
+                r = c.post("/mcp", json=body, headers=accept, timeout=60)
+            return r.status_code, sorted(t["name"] for t in r.json().get("result", {}).get("tools", []))
+
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(tools, range(4)))
+    finally:
+        fresh.stop()
+    assert all(status == 200 and {"search", "ask"} <= set(names) for status, names in answers), answers

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING
 from ragvps.config import Settings
 from ragvps.errors import HTTP_STATUS, RagvpsError, kind_of_status
 from ragvps.serve.auth import check_bind, load_keys
+from ragvps.serve.error_shapes import MCP_PATH
 from ragvps.serve.failures import error_body
 from ragvps.serve.lifecycle import Ready, for_serving
+from ragvps.serve.mcp_mount import LazyMcp, mcp_installed
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
-    from mcp.server.mcpserver import MCPServer
-    from mcp.server.transport_security import TransportSecuritySettings
     from starlette.types import ASGIApp
 
     from ragvps.app import App
@@ -58,7 +58,7 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
     metrics = Metrics(ready) if settings.serve.metrics else None
     if metrics is not None:
         ready.observe(metrics)
-    mcp_server = _mcp(ready)
+    mcp = LazyMcp(ready, host) if mcp_installed() else None
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -66,8 +66,8 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
             threading.Thread(target=ready.open_forever, name="ragvps-open", daemon=True).start()
         async with contextlib.AsyncExitStack() as stack:
             await stack.enter_async_context(runner.running())  # upload jobs, stopped first at shutdown
-            if mcp_server is not None:
-                await stack.enter_async_context(mcp_server.session_manager.run())
+            if mcp is not None:
+                await stack.enter_async_context(mcp.running())
             yield
         if app is None:  # an App given by the caller is the caller's to close
             await asyncio.to_thread(ready.close)
@@ -88,10 +88,10 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
     from ragvps.serve.ollama_api import add_ollama_routes
 
     add_ollama_routes(api, ready, settings)  # /api: Ollama-compatible chat
-    if mcp_server is not None:
-        sub = mcp_server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True,
-                                             transport_security=_mcp_security(), host=host)
-        api.router.routes.extend(sub.routes)
+    if mcp is not None:  # the MCP server itself is built on the first request (serve/mcp_mount.py)
+        from starlette.routing import Route
+
+        api.router.routes.append(Route(MCP_PATH, endpoint=mcp))
     add_docs(api, bool(keys))
 
     return _middleware(api, settings, ready, keys, host, metrics)
@@ -213,25 +213,6 @@ def _errors(api: FastAPI) -> None:
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:
         status, body = error_body(exc)
         return JSONResponse(body, status_code=status)
-
-
-def _mcp(ready: Ready) -> MCPServer[object] | None:
-    """The MCP server for /mcp, or None when the mcp extra is not installed."""
-    try:
-        import mcp  # noqa: F401
-    except ImportError:
-        return None
-    from ragvps.serve.mcp import build_server
-
-    return build_server(ready, ready.settings.serve.max_k)
-
-
-def _mcp_security() -> TransportSecuritySettings:
-    """The SDK's own Host and Origin checks are off: HostOriginGuard applies the same rules to /mcp as to every
-    route, and answers its refusals as JSON."""
-    from mcp.server.transport_security import TransportSecuritySettings
-
-    return TransportSecuritySettings(enable_dns_rebinding_protection=False)
 
 
 def _version() -> str:
