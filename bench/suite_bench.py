@@ -3,9 +3,10 @@ change, say), interleaved so that both see the same machine load:
 
     python bench/suite_bench.py --baseline /work/baseline --rounds 2
 
-Each round runs the baseline's suite, then this checkout's, each with its pytest arguments (default for both:
-`-n 2`, pytest-xdist with one embedded PostgreSQL per worker, as .ci/run runs the suite; `--baseline-args ""` for a
-baseline from before xdist), and records wall time, the counts pytest reports and the load average before each run.
+Each round runs the baseline's suite, then this checkout's, each with its pytest arguments, as each one's .ci/run
+runs it (defaults: `-n 3` here, three pytest-xdist workers with one embedded PostgreSQL each; `-n 2` for the
+baseline, 4799254, whose README said so; `--baseline-args ""` for a baseline from before xdist), and records
+wall time, the counts pytest reports and the load average before each run.
 Each side runs its own code: pytest starts in its checkout with PYTHONPATH set to it (and the tests give their
 `ragvps` subprocesses the same), which the bench checks before it times anything.
 
@@ -83,14 +84,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", type=Path, required=True, help="the other checkout (a git worktree)")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--args", default="-n 2", help="pytest arguments for this checkout (default: -n 2)")
-    parser.add_argument("--baseline-args", default=None, help="pytest arguments for the baseline (default: --args)")
+    parser.add_argument("--args", default="-n 3", help="pytest arguments for this checkout (default: -n 3)")
+    parser.add_argument("--baseline-args", default="-n 2", help="pytest arguments for the baseline (default: -n 2)")
     parser.add_argument("--like-for-like", action="store_true",
                         help="also run this checkout's suite cut to the test functions the baseline has")
     parser.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md alone")
     opts = parser.parse_args()
     extra = shlex.split(opts.args)
-    base_extra = extra if opts.baseline_args is None else shlex.split(opts.baseline_args)
+    base_extra = shlex.split(opts.baseline_args)
     for where in (opts.baseline, HERE):
         print(f"{where}: ragvps from {check_imports(where)}", flush=True)
     runs = [("baseline", opts.baseline, base_extra), ("this", HERE, extra)]

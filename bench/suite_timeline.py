@@ -1,6 +1,6 @@
 """Where the test suite's wall time goes, worker by worker: a pytest plugin and its report.
 
-    SUITE_TIMELINE=/tmp/t.jsonl PYTHONPATH=bench python -m pytest -n 2 -p suite_timeline
+    SUITE_TIMELINE=/tmp/t.jsonl PYTHONPATH=bench python -m pytest -n 3 -p suite_timeline
     python bench/suite_timeline.py /tmp/t.jsonl
 
 The plugin appends one JSON line per test phase (setup, call, teardown) with the xdist worker, the test's
