@@ -15,6 +15,7 @@ the same text in another process. Only this test run's workers share the file; r
 from __future__ import annotations
 
 import fcntl
+import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -66,9 +67,9 @@ class SharedVectors:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def shared_model_vectors(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Iterator[None]:
+def shared_model_vectors(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """In an xdist worker, the local model runs through the run's shared vectors (this module's docstring)."""
-    if worker_id == "master":  # one process: nothing to share
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # one process (or no xdist at all): nothing to share
         yield
         return
     from ragvps.backends import LOCAL_MODEL
