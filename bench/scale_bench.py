@@ -290,6 +290,7 @@ def served_path(conn: psycopg.Connection, eset: store.EmbeddingSet, settings: Se
 
     with conn.transaction():
         store.activate_set(conn, eset)
+    conn.commit()  # inside the queries' open transaction that was a savepoint: the App's connections saw the old set
     legs: dict[str, int] = {}
     with App.open(settings, pooled=True) as app:
         app.embed_queries(texts)
