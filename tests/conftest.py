@@ -83,13 +83,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     leaves idle while its tests wait on servers, subprocesses and timeouts (bench/RESULTS.md, test suite)."""
     if config.getvalue("dist") != "loadgroup":
         return None
-    from xdist.scheduler import LoadScopeScheduling
+    from xdist.scheduler import LoadGroupScheduling
 
-    class GroupOrFile(LoadScopeScheduling):
+    class GroupOrFile(LoadGroupScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            if nodeid.rfind("@") > nodeid.rfind("]"):  # the group's name, as xdist's loadgroup reads it
-                return nodeid.rsplit("@", 1)[-1]
-            return nodeid.split("::", 1)[0]
+            group = super()._split_scope(nodeid)  # the xdist_group's name, or the node id itself when it has none
+            return group if group != nodeid else nodeid.split("::", 1)[0]
 
     return GroupOrFile(config, log)
 

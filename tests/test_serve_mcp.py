@@ -118,8 +118,6 @@ def test_the_mcp_sdk_loads_on_the_first_call_to_mcp_and_concurrent_first_calls_s
     import subprocess
     from concurrent.futures import ThreadPoolExecutor
 
-    from asgi_server import InProcess as Fresh
-
     # Building the server's application imports no part of the SDK (about 0.45 s of a start, and its memory).
     probe = ("import sys; from ragvps.config import load_settings; from ragvps.serve.http import create_app; "
              "create_app(load_settings()); print(sorted(m for m in sys.modules if m.split('.')[0] == 'mcp'))")
@@ -128,7 +126,7 @@ def test_the_mcp_sdk_loads_on_the_first_call_to_mcp_and_concurrent_first_calls_s
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr[-2000:]
 
     # A server no MCP client has called yet: four clients call at once, and each gets the tools.
-    fresh = Fresh(api.env).start()
+    fresh = InProcess(api.env).start()
     try:
         body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
         accept = {"Accept": "application/json, text/event-stream"}
