@@ -83,7 +83,7 @@ def shared_model_vectors(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
     real = local.LocalEmbedder._run
 
     def run(self: local.LocalEmbedder, texts: Sequence[str]) -> np.ndarray:
-        return shared.run(texts, local._text_key, lambda batch: real(self, batch))
+        return shared.run(texts, lambda t: local._text_key(t, self.graph), lambda batch: real(self, batch))
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(local.LocalEmbedder, "_run", run)

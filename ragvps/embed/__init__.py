@@ -19,10 +19,14 @@ class Embedder(Protocol):
         """Vectors for texts that already carry their task prefix; one row per text, float32."""
         ...
 
+    def embed_questions(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors for questions (prefixed too): the same model, possibly run in cheaper arithmetic."""
+        ...
+
 
 def embed_documents(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
     return embedder.embed([embedder.spec.document_prefix + t for t in texts])
 
 
 def embed_queries(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
-    return embedder.embed([embedder.spec.query_prefix + t for t in texts])
+    return embedder.embed_questions([embedder.spec.query_prefix + t for t in texts])

