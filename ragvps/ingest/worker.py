@@ -149,6 +149,9 @@ def _build_index(conn: psycopg.Connection, eset: store.EmbeddingSet, settings: S
         return False
     try:
         with store.write_lock(conn):
+            if index.index_exists(conn, eset):  # another worker emptied the queue too and built it meanwhile
+                conn.commit()
+                return False
             return index.ensure_index(conn, eset, settings, progress, warn)
     except DatabaseError as exc:
         warn(f"the queue is empty but the index was not built here ({exc}); `ragvps reindex` builds it")
