@@ -68,22 +68,22 @@ def test_choose_keeps_only_sentences_above_the_floor_without_duplicates_best_fir
 
 
 def test_the_local_model_quotes_the_sentence_that_answers_with_its_span():
-    from ragvps.app import App
+    from ragvps.embed.registry import make_embedder
 
     settings = Settings.of(embedder="local")
-    with App.open(settings) as app:
-        gen = Extractive(lambda: app.embedder, "minilm")
-        src = _source(DOC)
-        fit = budget.fit("how do I rotate the keys?", [src], settings.generate)
-        out = gen.generate(fit, lambda _: None)
-        assert out.quotes and "rotate one at a time" in out.quotes[0].text
-        q = out.quotes[0]
-        assert DOC[q.start - src.start:q.end - src.start].startswith("Keys come from")
-        assert all(x.score >= FLOOR for x in out.quotes)  # no padding with sentences under the floor
-        # an off-topic question whose chunk just passed the gate: no sentence of it answers, so the refusal
-        barely = dataclasses.replace(src, evidence=settings.generate.min_evidence)
-        off = gen.generate(budget.fit("What is the capital of France?", [barely], settings.generate), lambda _: None)
-        assert off.text == REFUSAL and off.quotes == ()
+    embedder = make_embedder(settings)  # the App's embedder, without an App: no database to start
+    gen = Extractive(lambda: embedder, "minilm")
+    src = _source(DOC)
+    fit = budget.fit("how do I rotate the keys?", [src], settings.generate)
+    out = gen.generate(fit, lambda _: None)
+    assert out.quotes and "rotate one at a time" in out.quotes[0].text
+    q = out.quotes[0]
+    assert DOC[q.start - src.start:q.end - src.start].startswith("Keys come from")
+    assert all(x.score >= FLOOR for x in out.quotes)  # no padding with sentences under the floor
+    # an off-topic question whose chunk just passed the gate: no sentence of it answers, so the refusal
+    barely = dataclasses.replace(src, evidence=settings.generate.min_evidence)
+    off = gen.generate(budget.fit("What is the capital of France?", [barely], settings.generate), lambda _: None)
+    assert off.text == REFUSAL and off.quotes == ()
 
 
 class _EquallyGood(Extractive):
