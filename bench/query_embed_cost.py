@@ -6,7 +6,8 @@ it has not seen (SciFact's claims and Chroma's questions), outside any server.
 Per question, one at a time: the tokenizer alone, the ONNX session alone (intra-op threads 1 and 2), and
 LocalEmbedder.embed (tokenize, run, pool; the memo missed). Then the throughput a server would get with 8 request
 threads each embedding its own question (threads 1 and 2 per call), against those questions put together into
-one model call of 4, 8 or 16 (what micro-batching would do).
+one model call of 4, 8 or 16 (what micro-batching would do). Last, the questions' graph (int8 arithmetic,
+ragvps/embed/question_graph.py) against the float one: time per question and the cosine between their vectors.
 """
 
 from __future__ import annotations
@@ -66,6 +67,16 @@ def main() -> None:
         for lo in range(0, len(texts), size):
             e._run(texts[lo : lo + size])
         out[f"one call of {size} questions, 2 threads: questions/s"] = round(len(texts) / (time.perf_counter() - t0), 1)
+    # The questions' graph (ragvps/embed/question_graph.py): int8 arithmetic on the same weights, against the float one.
+    for threads in (1, 2):
+        exact = local.LocalEmbedder(threads=threads)
+        fast = local.LocalEmbedder(threads=threads, graph=local.QUESTIONS)
+        fast.session.run(None, inputs[0])
+        out[f"questions' graph session.run ms p50/p95, {threads} thread(s)"] = per_call(
+            lambda f, e=fast: e.session.run(None, f), inputs)
+    cosines = (exact._run(texts) * fast._run(texts)).sum(axis=1)
+    out["questions' graph: cosine to the float graph, mean / min"] = (round(float(cosines.mean()), 4),
+                                                                       round(float(cosines.min()), 4))
     out["load after"] = os.getloadavg()[0]
     print(json.dumps(out, indent=1))
 

