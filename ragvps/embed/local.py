@@ -1,7 +1,7 @@
 """The in-process embedder: all-MiniLM-L6-v2 as int8 ONNX, on onnxruntime (imported when it loads).
 
-A process loads the model once (one onnxruntime session per thread setting, shared by every embedder it
-makes) and remembers the vectors of the texts it embedded last (MEMO_TEXTS of them, by a hash of the exact
+A process loads the model once (one onnxruntime session per thread setting and graph, shared by every embedder
+it makes) and remembers the vectors of the texts it embedded last (MEMO_TEXTS of them, by a hash of the exact
 text): a server embedding a question asked before, or an App opened again over the same documents, does not
 run the model twice. The on-disk vector cache (ingest/artifacts.py) is what makes a rerun of ingest free;
 this memo only saves repeats within one process.

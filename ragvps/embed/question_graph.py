@@ -19,16 +19,13 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ragvps.tokens import user_cache_dir
+
 if TYPE_CHECKING:
     from onnx import NodeProto, TensorProto
 
 CONVERTER = "dqmm1"  # names the conversion below: change it when the conversion changes
 MATMULS = 36  # the weight matrices of all-MiniLM-L6-v2's six layers: Q, K, V, output, and the two of the MLP
-
-
-def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "ragvps"
 
 
 def shipped() -> Path | bytes:
@@ -41,7 +38,7 @@ def shipped() -> Path | bytes:
 def question_graph(source: Path) -> Path | bytes:
     """The converted graph: its file in the cache, built there if missing; its bytes where the cache is read-only."""
     stat = source.stat()
-    target = cache_dir() / f"{source.stem}.questions-{CONVERTER}-{stat.st_size}-{stat.st_mtime_ns}.onnx"
+    target = user_cache_dir() / f"{source.stem}.questions-{CONVERTER}-{stat.st_size}-{stat.st_mtime_ns}.onnx"
     if target.is_file():
         return target
     graph = int8_arithmetic(source)
