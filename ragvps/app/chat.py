@@ -106,6 +106,14 @@ def source_list(citations: Sequence[Citation]) -> str:
     return "\n".join(lines)
 
 
+def wants_json(tools: str) -> bool:
+    """Did the client ask for JSON (response_format json_object or json_schema), which a source list would break?
+    Tools merely offered do not stop the list: only a tool call made instead of an answer does."""
+    from ragvps.generate.llm.tools import passed
+
+    return (passed(tools).get("response_format") or {}).get("type") in ("json_object", "json_schema")
+
+
 @dataclass(frozen=True)
 class Standalone:
     """The question that is retrieved and answered, and how it was made standalone."""
@@ -165,7 +173,7 @@ def chat(app: App, request: ChatRequest, on_sources: OnSources | None = None,
     ask = AskRequest(made.question, request.overrides, use_cache=request.use_cache, history=with_turns,
                      attached=attached, tools=request.tools)
     answer = app.ask(ask, on_sources, on_token)
-    footer = "" if request.tools else source_list(answer.citations)  # JSON or tool calls asked for: no list
+    footer = "" if answer.tool_calls or wants_json(request.tools) else source_list(answer.citations)
     if footer and on_token is not None:
         on_token(footer)
     return ChatAnswer(content=answer.answer + footer, answer=answer, question=question, standalone=made.question,
