@@ -28,7 +28,8 @@ def lenient(serve_env: dict[str, str]) -> Any:
 
 
 def chat(srv: InProcess, question: str, **kw: Any) -> Any:
-    c = openai.OpenAI(base_url=srv.url + "/v1", api_key=srv.key or "none", max_retries=0, timeout=60, http_client=srv.keyless())
+    c = openai.OpenAI(base_url=srv.url + "/v1", api_key=srv.key or "none", max_retries=0, timeout=60,
+                      http_client=srv.keyless())
     return c.chat.completions.create(model="ragvps", messages=[{"role": "user", "content": question}], **kw)
 
 
