@@ -41,11 +41,14 @@ class Principal:
     name: str
     roles: Mapping[str, Role] = field(default_factory=dict)
     everything: bool = False
+    every_kb: Role | None = None  # a role on every knowledge base, present and future (key create --all-kbs)
 
     def can(self, kb: str, role: Role = "read") -> bool:
         if self.everything:
             return True
         held = self.roles.get(kb)
+        if self.every_kb is not None and (held is None or ROLES.index(self.every_kb) > ROLES.index(held)):
+            held = self.every_kb
         return held is not None and ROLES.index(held) >= ROLES.index(role)
 
     def visible(self, names: Sequence[str], role: Role = "read") -> list[str]:
@@ -68,19 +71,22 @@ class Keys:
     def __init__(self, connections: Connections):
         self.connections = connections
 
-    def create(self, name: str, grants: Sequence[tuple[str, str]]) -> str:
-        """A new key granting each (knowledge base, role); returns the key, which is never shown again."""
+    def create(self, name: str, grants: Sequence[tuple[str, str]], every_kb: str | None = None) -> str:
+        """A new key granting each (knowledge base, role), and `every_kb` on every knowledge base, present and
+        future; returns the key, which is never shown again."""
         from ragvps.db import keys
 
         if not name.strip():
             raise UsageError("a key needs a name: --name app1", settings=("name",))
-        if not grants:
-            raise UsageError("a key needs a role on at least one knowledge base: --kb faq --role read")
+        if not grants and every_kb is None:
+            raise UsageError("a key needs a role on at least one knowledge base: --kb faq --role read, or on "
+                             "every one: --all-kbs --role admin")
         for _, role in grants:
             check_role(role)
+        every = check_role(every_kb) if every_kb is not None else None
         key = KEY_PREFIX + secrets.token_urlsafe(32)
         with self.connections.connection() as conn:
-            keys.insert(conn, name, key_hash(key), grants)
+            keys.insert(conn, name, key_hash(key), grants, every)
         return key
 
     def listing(self) -> list[KeyInfo]:
@@ -110,5 +116,6 @@ class Keys:
             found = keys.grants(conn, key_hash(presented))
         if found is None:
             return None
-        key_id, roles = found
-        return Principal(f"key #{key_id}", {kb: check_role(role) for kb, role in roles.items()})
+        key_id, roles, every = found
+        return Principal(f"key #{key_id}", {kb: check_role(role) for kb, role in roles.items()},
+                         every_kb=check_role(every) if every else None)
