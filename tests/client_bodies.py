@@ -146,3 +146,11 @@ def owui_tools(n: int = 10) -> list[dict[str, Any]]:
                                                   "query": {"type": "string", "description": "What to look for."}},
                                                   "required": []}}}
             for name in names[:n]]
+
+
+def owui_files(text: str, name: str = "notes.txt", file_id: str = "f-1") -> str:
+    """A user message as Open WebUI sends it with a file attached and native function calling (utils/middleware.py
+    add_file_context): the list of attached files before the text; its tasks quote the same in their history."""
+    tag = (f'<file type="file" id="{file_id}" url="/api/v1/files/{file_id}" content_type="text/plain" '
+           f'name="{name}"/>')
+    return f"<attached_files>\n{tag}\n</attached_files>\n\n{text}"

@@ -97,3 +97,37 @@ def test_a_json_response_format_still_gets_no_list():
 
     assert wants_json('{"response_format": {"type": "json_object"}}')
     assert not wants_json('{"tools": [{"type": "function"}]}') and not wants_json("")
+
+
+NOTES = ("Meeting notes, 3 March. The blue widget ships in boxes of twelve. Marketing wants a new colour for the "
+         "spring catalogue, and the warehouse asked for labels in two languages.")
+WIDGETS = "how many blue widgets does a box hold?"
+
+
+def task(api: InProcess, content: str) -> Any:
+    import json
+
+    done = oa(api).chat.completions.create(**cb.owui_task_body(content))
+    return json.loads(done.choices[0].message.content)
+
+
+def test_an_attached_files_list_is_no_part_of_the_question(api: InProcess):
+    body = [{"role": "user", "content": cb.owui_files(cb.owui_rag(NOTES, WIDGETS))}]
+    done = oa(api).chat.completions.create(model="ragvps", messages=body)
+    info = dict((done.model_extra or {})["ragvps"])
+    assert info["question"] == WIDGETS and info["standalone_question"] == WIDGETS
+    assert "twelve" in done.choices[0].message.content
+
+
+def test_open_webuis_tasks_about_an_attached_file_work_on_the_conversations_text(api: InProcess):
+    body = [{"role": "user", "content": cb.owui_files(cb.owui_rag(NOTES, WIDGETS))}]
+    answer = oa(api).chat.completions.create(model="ragvps", messages=body).choices[0].message.content
+    assert "`notes.txt`" in answer
+    turns = cb.history(("user", cb.owui_files(WIDGETS)), ("assistant", answer))
+    assert task(api, cb.owui_queries(turns)) == {"queries": [WIDGETS]}
+    assert task(api, cb.owui_title(turns)) == {"title": "Blue Widgets Box Hold"}
+    tags = task(api, cb.owui_tags(turns))["tags"]
+    assert tags and all(t in ("Blue", "Widgets", "Box") for t in tags), tags  # its words, not the docs' headings
+    follow = task(api, cb.owui_follow_ups(turns))["follow_ups"]
+    assert follow and all("notes.txt" in q and "widgets" in q for q in follow), follow
+    assert not any("<attached_files>" in str(v) for v in (tags, follow))

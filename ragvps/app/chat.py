@@ -73,12 +73,13 @@ def check_conversation(messages: Sequence[tuple[str, str]], llm: bool = False) -
 def take_context(messages: Sequence[tuple[str, str]]) -> tuple[list[tuple[str, str]], tuple[tuple[str, str], ...]]:
     """The messages without the client's own context (Open WebUI's RAG template around an attached file), and
     that context (name, text) from the last user message and the system messages; earlier turns' is dropped."""
-    from ragvps.generate.client_context import split
+    from ragvps.generate.client_context import split, without_file_list
 
     last_user = max((i for i, (role, _) in enumerate(messages) if role == "user"), default=-1)
     out: list[tuple[str, str]] = []
     attached: list[tuple[str, str]] = []
     for i, (role, text) in enumerate(messages):
+        text = without_file_list(text) if role == "user" else text
         found = split(text) if role in ("user", "system", "developer") else None
         if found is None:
             out.append((role, text))
