@@ -99,7 +99,8 @@ class Extractive:
         if not asks_to_run(question):  # a command only where it names the action asked for: that line of it
             found = [action_line(c, action) if c.command else c for c in found
                      if not c.command or names_action(c, action)]
-        first = [names_action(c, action) for c in found]  # these win over the rest when above the floor
+        # these win over the rest when above the floor (a sentence with the command it introduces, too)
+        first = [names_action(completed(c), action) for c in found] if action else None
         chosen = choose(found, self.scores(question, found), self.quotes, first) if found else []
         if not chosen:
             on_token(REFUSAL)
@@ -151,7 +152,8 @@ def names_action(c: Candidate, action: str) -> bool:
     """Does the candidate name the action in a command: a shell command, or a sentence's `code` span?"""
     if not action:
         return False
-    code = c.text if c.command else "\n".join(_CODE.findall(c.text))
+    sentence, _, block = c.text.partition("\n\n")  # a sentence and the block it introduces (`completed`)
+    code = c.text if c.command else "\n".join([*_CODE.findall(sentence), block])
     words = _ARGUMENT_TEXT.sub(" ", code.casefold())  # what a command says in quotes or comments names nothing
     return action in {_stem(w) for w in _WORD.findall(words)}
 
