@@ -85,7 +85,7 @@ SELECT EXISTS (SELECT 1 FROM ragvps.key_grants g JOIN ragvps.api_keys k ON k.id 
 
 -- name: key_grants
 -- The roles a presented key holds, by knowledge base name; no row: no such key.
-SELECT k.id, kb.name, g.role FROM ragvps.api_keys k
+SELECT k.id, k.name, kb.name, g.role FROM ragvps.api_keys k
 LEFT JOIN ragvps.key_grants g ON g.key_id = k.id
 LEFT JOIN ragvps.knowledge_bases kb ON kb.id = g.kb_id
 WHERE k.key_hash = %(hash)s;

@@ -48,10 +48,10 @@ def count(conn: psycopg.Connection) -> int:
     return int(scalar(conn, q_("key_count")))
 
 
-def grants(conn: psycopg.Connection, hashed: str) -> tuple[int, dict[str, str]] | None:
-    """(the key's id, knowledge base -> role) for the key with this hash, or None; marks it used."""
+def grants(conn: psycopg.Connection, hashed: str) -> tuple[str, dict[str, str]] | None:
+    """(the key's name, knowledge base -> role) for the key with this hash, or None; marks it used."""
     rows = conn.execute(q_("key_grants"), {"hash": hashed}).fetchall()
     if not rows:
         return None
     conn.execute(q_("key_used"), {"id": rows[0][0]})
-    return int(rows[0][0]), {str(kb): str(role) for _, kb, role in rows if kb is not None}
+    return str(rows[0][1]), {str(kb): str(role) for _, _, kb, role in rows if kb is not None}
