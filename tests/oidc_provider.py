@@ -29,7 +29,7 @@ class TokenIssuer:
         issuer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+            def do_GET(self) -> None:
                 if self.path == "/.well-known/openid-configuration":
                     body: dict[str, Any] = {"issuer": issuer.url, "jwks_uri": issuer.url + "/jwks",
                                             "authorization_endpoint": issuer.url + "/authorize",

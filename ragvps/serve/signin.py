@@ -3,7 +3,7 @@
     GET  /auth/login?next=/   -> the provider's sign-in page (state, nonce and PKCE verifier in a 10-minute cookie)
     GET  /auth/callback       <- the provider sends the user back: the code is exchanged, the ID token checked,
                                  the session cookie set, the user remembered (their groups, for forwarded look-ups)
-    POST /auth/logout         -> the session cookie cleared, then the provider's end-session page if it has one
+    GET|POST /auth/logout     -> the session cookie cleared, then the provider's end-session page if it has one
     GET  /auth/me             who the page is signed in as (open: the page asks before it has any credentials)
 """
 
@@ -21,7 +21,9 @@ if TYPE_CHECKING:
 
     from ragvps.config import Settings
     from ragvps.serve.lifecycle import Ready
+    from ragvps.serve.oidc import Provider
     from ragvps.serve.people import People
+    from ragvps.serve.session import Signer
 
 OPEN_AUTH_PATHS = frozenset({"/auth/login", "/auth/callback", "/auth/logout", "/auth/me"})
 LOGIN_MAX_AGE_S = 600
@@ -29,10 +31,9 @@ LOGIN_MAX_AGE_S = 600
 
 def add_signin_routes(api: "FastAPI", settings: "Settings", ready: "Ready", people: "People | None") -> None:
     from starlette.requests import Request
-    from starlette.responses import JSONResponse, RedirectResponse, Response
+    from starlette.responses import JSONResponse
 
     provider = people.provider if people is not None else None
-    hours = settings.auth.session_hours
 
     @api.get("/auth/me", tags=["auth"], summary="Who the page is signed in as, and whether sign-in is offered")
     async def me(request: Request) -> JSONResponse:
@@ -42,9 +43,16 @@ def add_signin_routes(api: "FastAPI", settings: "Settings", ready: "Ready", peop
             body |= {"user": principal.user, "name": principal.name, "holds_nothing": principal.holds_nothing}
         return JSONResponse(body, headers={"cache-control": "no-store"})
 
-    if provider is None or people is None or people.signer is None:
-        return
-    signer = people.signer
+    if provider is not None and people is not None and people.signer is not None:
+        _flow(api, settings, ready, provider, people.signer)
+
+
+def _flow(api: "FastAPI", settings: "Settings", ready: "Ready", provider: "Provider", signer: "Signer") -> None:
+    """/auth/login, /auth/callback and /auth/logout: the authorization-code flow with PKCE, and signing out."""
+    from starlette.requests import Request
+    from starlette.responses import RedirectResponse, Response
+
+    hours = settings.auth.session_hours
 
     @api.get("/auth/login", tags=["auth"], summary="Sign in with the identity provider (redirects)")
     async def login(request: Request, next: str = "/") -> Response:
@@ -76,7 +84,9 @@ def add_signin_routes(api: "FastAPI", settings: "Settings", ready: "Ready", peop
         response.raw_headers.append(cookie_header(LOGIN_COOKIE, "", 0, secure, "/auth"))
         return response
 
-    @api.post("/auth/logout", tags=["auth"], summary="Sign out (and out of the provider, where it offers that)")
+    # a link (GET) as well as POST: the page's form-action 'self' would stop a form's redirect to the provider
+    @api.api_route("/auth/logout", methods=["GET", "POST"], tags=["auth"],
+                   summary="Sign out (and out of the provider, where it offers that)")
     async def logout(request: Request) -> Response:
         home = str(request.base_url)
         try:
