@@ -67,7 +67,8 @@ def sign_in(page: Any, served: Server, sub: str) -> None:
     page.locator("input[name=sub]").fill(sub)
     page.get_by_role("button", name="Authorize").click()
     page.wait_for_url(served.url + "/")
-    page.wait_for_function("document.getElementById('who').textContent.includes('Signed in')")
+    # a locator, not wait_for_function: the page's CSP forbids eval, which a polled string predicate needs
+    page.locator("#who", has_text="Signed in").wait_for()
 
 
 def knowledge_bases(page: Any) -> list[str]:
@@ -98,7 +99,7 @@ def test_the_page_signs_in_through_the_provider_and_searches_what_the_groups_all
     page.get_by_role("link", name="Sign out").click()
     page.get_by_role("button", name="End session").click()  # the provider's own end-session page
     page.wait_for_url(served.url + "/")
-    page.wait_for_function("!document.getElementById('signin').hidden")
+    page.locator("#signin").wait_for(state="visible")
     assert not any(c["name"] == "ragvps_session" for c in context.cookies())
     sign_in(page, served, "alice")
     assert knowledge_bases(page) == ["docs", "hr"]
