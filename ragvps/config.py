@@ -22,7 +22,7 @@ from typing import Any, Literal, NoReturn, get_args
 from ragvps import backends
 from ragvps.errors import ConfigError
 from ragvps.records import KB_NAME, kb_name_problem
-from ragvps.urls import check_dsn, check_url
+from ragvps.urls import check_dsn, check_url, ollama_host_url
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +97,10 @@ class ChunkSettings:
     mode: ChunkMode = setting("structure", "chunk_mode", choices=get_args(ChunkMode))
     size: int | None = setting(None, "chunk_size")  # None: the embedder's default
     overlap: int | None = setting(None, "chunk_overlap")
+    # what a reader may produce from one file (docs/security.md): characters per unpacked byte, and in all
+    max_text_ratio: int = setting(100, "max_text_ratio", lo=1, hi=1_000_000)
+    max_text_chars: int = setting(256 << 20, "max_text_chars", lo=1024, hi=1 << 40)
+    follow_symlinks: bool = setting(False, "follow_symlinks")  # links whose target leaves the ingested folder
 
 
 @dataclass(frozen=True)
@@ -177,6 +181,7 @@ class ServeSettings:
     upload_max_bytes: int = setting(1 << 30, "upload_max_bytes", lo=1024, hi=1 << 40)
     upload_max_file_bytes: int = setting(256 << 20, "upload_max_file_bytes", lo=1024, hi=1 << 40)
     upload_max_files: int = setting(1000, "upload_max_files", lo=1, hi=100_000)
+    upload_max_json_bytes: int = setting(16 << 20, "upload_max_json_bytes", lo=1024, hi=1 << 40)  # parsed in memory
     log_format: str = setting("text", "log_format", choices=("text", "json", "off"))  # the request log's lines
     metrics: bool = setting(True, "metrics")  # GET /metrics, and the use cases observed for it
     log_questions: bool = setting(False, "log_questions")  # the question's text in the request log (off: never)
@@ -285,20 +290,6 @@ def _whole(value: Any) -> int:
     return int(value)
 
 
-def _normalise_ollama_host(host: str) -> str:
-    """OLLAMA_HOST may be `0.0.0.0`, `host:port` or a URL; make it a URL a client can use."""
-    host = host.strip().rstrip("/")
-    if "://" not in host:
-        host = "http://" + host
-    scheme, rest = host.split("://", 1)
-    hostname = rest.split(":", 1)[0]
-    if hostname in ("0.0.0.0", ""):
-        rest = "127.0.0.1" + rest[len(hostname):]
-    if ":" not in rest.split("/", 1)[0]:
-        rest = rest + ":11434"
-    return f"{scheme}://{rest}"
-
-
 def load_settings(
     config_file: Path | None = None,
     env: Mapping[str, str] | None = None,
@@ -318,7 +309,7 @@ def load_settings(
         origins |= dict.fromkeys(from_file, f"config file {path}")
 
     if "RAGVPS_OLLAMA_URL" not in env and env.get("OLLAMA_HOST"):
-        values["ollama_url"] = _coerce("ollama_url", _normalise_ollama_host(env["OLLAMA_HOST"]),
+        values["ollama_url"] = _coerce("ollama_url", ollama_host_url(env["OLLAMA_HOST"]),
                                        "environment variable OLLAMA_HOST")
         origins["ollama_url"] = "environment variable OLLAMA_HOST"
     for name, aliases in _ENV_ALIASES.items():

