@@ -5,13 +5,15 @@ Real PostgreSQL, the real local model, the real CLI, the server in this process.
 
 from __future__ import annotations
 
+import json
+import os
 import time
 
 import httpx
 import psycopg
 import pytest
 from asgi_server import InProcess
-from hostile_files import corpus, epub_spine_bomb, odt_repeat_bomb, xlsx_shared_string_bomb
+from hostile_files import corpus, epub_spine_bomb, links, odt_repeat_bomb, xlsx_shared_string_bomb
 from serve_server import KEY, ragvps_env
 from test_documents_api import page, run_cli
 
@@ -80,3 +82,71 @@ def test_reuse_bombs_in_an_upload_fail_by_name_and_the_good_files_are_stored(ser
     assert all(states[name][0] == "done" for name, _ in good)
     assert {name for name, _ in good} <= sources_stored(module_db_url)
     assert not set(expected) & sources_stored(module_db_url)
+
+
+def test_links_out_of_the_folder_are_not_followed_and_said_once_each(cli, tmp_path, db_url):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    links(folder, tmp_path / "outside")
+    os.symlink("/etc/hostname", folder / "hostname.txt")
+    result = cli("ingest", str(folder), "--json")
+    report, err = json.loads(result.stdout), " ".join(result.stderr.split())
+    with psycopg.connect(db_url) as conn:
+        stored = {r[0] for r in conn.execute("SELECT source FROM documents")}
+        text = " ".join(r[0] for r in conn.execute("SELECT text FROM chunks"))
+    assert stored == {"inner.md", "to_inner.md"}  # a link that stays inside is followed
+    assert "plover" not in text
+    assert report["skipped"]["link out of the folder"] == 3
+    for name in ("to_secret.md", "to_outside", "hostname.txt"):
+        assert err.count(f"{name}: a symbolic link to a place outside the folder; not followed") == 1
+    assert "/etc/hostname" not in err and str(tmp_path / "outside") not in err
+    type(cli)(cli.env | {"RAGVPS_FOLLOW_SYMLINKS": "true"})("ingest", str(folder))  # the setting allows them
+    with psycopg.connect(db_url) as conn:
+        assert {"to_secret.md", "to_outside/secret.md"} <= {r[0] for r in conn.execute("SELECT source FROM documents")}
+
+
+def test_a_link_added_while_watching_is_not_followed(db_url, tmp_path):
+    import threading
+
+    from ragvps.app import App
+    from ragvps.config import Settings
+
+    folder, outside = tmp_path / "docs", tmp_path / "outside"
+    folder.mkdir()
+    outside.mkdir()
+    (folder / "alpha.md").write_text("# Alpha\n\nThe alpha file tells of lighthouses.\n")
+    (outside / "vault.md").write_text("# Vault\n\nThe outside vault code is plover.\n")
+    reports: list = []
+    stop = threading.Event()
+    with App.open(Settings.of(database_url=db_url, data_dir=tmp_path / "data")) as app:
+        thread = threading.Thread(target=app.watch, args=(folder, lambda r, n: reports.append(r)),
+                                  kwargs={"stop": stop, "debounce_ms": 200})
+        thread.start()
+        try:
+            deadline = time.monotonic() + 60
+            while not reports:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            os.symlink(outside / "vault.md", folder / "vault.md")
+            (folder / "beta.md").write_text("# Beta\n\nBeta is about harbour cranes.\n")
+            while len(reports) < 2:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        finally:
+            stop.set()
+            thread.join(30)
+    with psycopg.connect(db_url) as conn:
+        assert {r[0] for r in conn.execute("SELECT source FROM documents")} == {"alpha.md", "beta.md"}
+    assert reports[-1].skipped["link out of the folder"] == 1
+
+
+def test_a_link_in_the_uploads_folder_is_not_followed(served, module_db_url, tmp_path):
+    uploads = served.data / "kb/default/uploads"
+    uploads.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "vault.md").write_text("# Vault\n\nThe outside vault code is plover.\n")
+    os.symlink(tmp_path / "vault.md", uploads / "planted.md")
+    done = upload(served.client(), [("fine.md", page("fine upload"))])
+    assert done["state"] == "done"
+    run_cli(served.env, "reindex")
+    assert "planted.md" not in sources_stored(module_db_url)
+    (uploads / "planted.md").unlink()
