@@ -13,7 +13,7 @@ import httpx
 import psycopg
 import pytest
 from asgi_server import InProcess
-from hostile_files import corpus, epub_spine_bomb, links, odt_repeat_bomb, xlsx_shared_string_bomb
+from hostile_files import HOSTILE_NAMES, corpus, epub_spine_bomb, links, odt_repeat_bomb, xlsx_shared_string_bomb
 from serve_server import KEY, ragvps_env
 from test_documents_api import page, run_cli
 
@@ -150,3 +150,66 @@ def test_a_link_in_the_uploads_folder_is_not_followed(served, module_db_url, tmp
     run_cli(served.env, "reindex")
     assert "planted.md" not in sources_stored(module_db_url)
     (uploads / "planted.md").unlink()
+
+
+def test_hostile_names_fail_alone_or_are_shortened_keeping_their_extension_and_made_unique(served, module_db_url):
+    c = served.client()
+    sent = [(name, page(f"name case {n}")) for n, (name, _) in enumerate(HOSTILE_NAMES)]
+    sent.append(("n" * 300 + ".md", page("a second long name, cut the same way")))
+    sent.append(("plain.md", page("plain name")))
+    done = upload(c, sent)
+    assert done["state"] == "done" and done["files_failed"] == 0, done
+    names = [f["name"] for f in done["files"]]
+    assert len(set(names)) == len(names) == len(sent)
+    for name, (raw, keeps) in zip(names, [*HOSTILE_NAMES, ("n" * 300 + ".md", ".md"), ("plain.md", "plain.md")],
+                                  strict=True):
+        assert name.endswith(keeps) and all(len(p.encode()) <= 255 for p in name.split("/")), (raw[:20], name)
+    assert names[2] == "coll.md" and names[3] == "coll.md~2/inner.md"
+    assert set(names) <= sources_stored(module_db_url)
+    # A name that clashes with the uploads folder on disk (a folder where the file would go) fails that file alone,
+    # and its error shows no server path.
+    done = upload(c, [("coll.md~2", page("a file where a folder is")), ("fine2.md", page("fine again"))])
+    states = {f["name"]: (f["state"], f["error"] or "") for f in done["files"]}
+    assert states["fine2.md"][0] == "done" and states["coll.md~2"][0] == "failed", states
+    assert states["coll.md~2"][1].startswith("coll.md~2: cannot be stored under this name")
+    assert str(served.data) not in json.dumps(done) and "/tmp/" not in json.dumps(done)
+
+
+def test_a_json_upload_over_its_bound_gets_413_naming_multipart(served):
+    c = served.client()
+    big = {"path": "big.md", "text": "x" * (80 << 10)}
+    r = c.post("/kb/default/documents", json=big)
+    assert r.status_code == 413, r.text
+    assert "upload_max_json_bytes" in r.json()["error"] and "multipart/form-data" in r.json()["error"]
+    r = c.post("/kb/default/documents", content=json.dumps(big).encode(),  # no Content-Length: read, then refused
+               headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
+    assert r.status_code == 413, r.text
+    small = c.post("/kb/default/documents", json={"path": "small.md", "text": "# Small\n\nA small JSON text."})
+    assert small.status_code == 202
+
+
+def test_cancelled_and_failed_uploads_are_never_stored_by_a_later_reindex(served, module_db_url):
+    c = served.client()
+    files = [(f"cx{i:02}.md", page(f"cancel topic {i} " + " ".join(f"w{i}x{j}" for j in range(60)), 4))
+             for i in range(16)]
+    r = c.post("/kb/default/documents", files=[("files", f) for f in files])
+    job = r.json()["job"]
+    deadline = time.monotonic() + 120
+    while (status := c.get(f"/jobs/{job}").json())["chunks_embedded"] == 0:
+        assert status["state"] in ("queued", "running") and time.monotonic() < deadline, status
+        time.sleep(0.05)
+    c.delete(f"/jobs/{job}")
+    end = wait(c, job)
+    assert end["state"] == "cancelled", end
+    cancelled = {f["name"] for f in end["files"] if f["state"] == "cancelled"}
+    assert cancelled
+    uploads = served.data / "kb/default/uploads"
+    assert not any((uploads / name).exists() for name in cancelled)
+    run_cli(served.env, "reindex")
+    assert not cancelled & sources_stored(module_db_url)
+    # A new version that fails puts the stored one back: the failed bytes are never there to be read.
+    upload(c, [("version.md", page("first version"))])
+    again = upload(c, [("version.md", b"\x00\x01binary" * 200)])
+    assert again["files"][0]["state"] == "failed"
+    assert (uploads / "version.md").read_bytes() == page("first version")
+    assert not [p for p in uploads.rglob("*.previous")]
