@@ -116,7 +116,10 @@ def rewrite_bundle(path: Path, members: dict[str, bytes], manifest_edit: dict[st
     manifest = json.loads(members.pop("manifest.json")) | (manifest_edit or {})
     manifest["members"] = {name: {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
                            for name, data in members.items()}
-    manifest.pop("manifest_sha256", None)
+    if "manifest_sha256" in manifest:  # the manifest's own checksum recomputed too
+        from ragvps.db.bundle_file import manifest_sum
+
+        manifest["manifest_sha256"] = manifest_sum(manifest)
     with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tar:
         for name, data in [*members.items(), ("manifest.json", json.dumps(manifest).encode())]:
             info = tarfile.TarInfo(name)

@@ -5,15 +5,27 @@ Real PostgreSQL, the real local model, the real CLI, the server in this process.
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import tarfile
 import time
 
 import httpx
 import psycopg
 import pytest
 from asgi_server import InProcess
-from hostile_files import HOSTILE_NAMES, corpus, epub_spine_bomb, links, odt_repeat_bomb, xlsx_shared_string_bomb
+from hostile_files import (
+    HOSTILE_NAMES,
+    bundle_members,
+    corpus,
+    epub_spine_bomb,
+    extra_chunk,
+    foreign_root,
+    links,
+    odt_repeat_bomb,
+    xlsx_shared_string_bomb,
+)
 from serve_server import KEY, ragvps_env
 from test_documents_api import page, run_cli
 
@@ -213,3 +225,56 @@ def test_cancelled_and_failed_uploads_are_never_stored_by_a_later_reindex(served
     assert again["files"][0]["state"] == "failed"
     assert (uploads / "version.md").read_bytes() == page("first version")
     assert not [p for p in uploads.rglob("*.previous")]
+
+
+@pytest.fixture
+def exported(cli, tmp_path):
+    folder = tmp_path / "src"
+    folder.mkdir()
+    (folder / "one.md").write_text("# One\n\nThe first note is about lighthouses.\n")
+    (folder / "two.md").write_text("# Two\n\nThe second note is about harbour cranes.\n")
+    cli("ingest", str(folder))
+    cli("export", str(tmp_path / "b.ragvps"))
+    return tmp_path / "b.ragvps"
+
+
+def test_a_bundle_naming_an_outside_folder_is_never_read_by_reindex(cli, exported, tmp_path, db_url):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "one.md").write_text("# Vault\n\nThe outside vault code is plover.\n")
+    forged = foreign_root(tmp_path / "forged.ragvps", bundle_members(exported), str(outside))
+    cli("import", str(forged), "--kb", "imported")
+    done = cli("reindex", "--kb", "imported")
+    err = " ".join(done.stderr.split())
+    assert "imported from a bundle" in err and f"ragvps ingest {outside}" in err
+    with psycopg.connect(db_url) as conn:
+        schema = conn.execute("SELECT schema_name FROM ragvps.knowledge_bases WHERE name = 'imported'").fetchone()[0]
+        roots = {r[0] for r in conn.execute(f"SELECT root FROM {schema}.documents")}
+        text = " ".join(r[0] for r in conn.execute(f"SELECT text FROM {schema}.chunks"))
+    assert roots == {f"bundle:{outside}"} and "plover" not in text
+    # The user who ingests that folder gives it: its documents are adopted, then re-synced from it.
+    cli("ingest", str(outside), "--kb", "imported")
+    with psycopg.connect(db_url) as conn:
+        rows = conn.execute(f"SELECT root, source FROM {schema}.documents ORDER BY source").fetchall()
+    assert rows == [(str(outside), "one.md")]
+
+
+def test_a_bundle_whose_manifest_disagrees_with_its_content_is_refused_before_any_write(cli, exported, tmp_path):
+    forged = extra_chunk(tmp_path / "forged.ragvps", bundle_members(exported))
+    for args in (("import", str(forged), "--kb", "forged"), ("restore-check", str(forged))):
+        refused = cli(*args, expect=None)
+        err = " ".join(refused.stderr.split())
+        assert refused.exit_code != 0 and "the manifest counts 2 chunks, but the bundle holds 3" in err, err
+    assert "forged" not in cli("kb", "list").stdout
+    manifest = json.loads(bundle_members(exported)["manifest.json"])
+    assert len(manifest["manifest_sha256"]) == 64  # the manifest's own checksum, checked on open
+    altered = bundle_members(exported)
+    altered["manifest.json"] = altered["manifest.json"].replace(b'"name": "default"', b'"name": "defaulx"')
+    rewrite = tmp_path / "altered.ragvps"
+    with tarfile.open(rewrite, "w", format=tarfile.GNU_FORMAT) as tar:
+        for name, data in altered.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    err = " ".join(cli("import", str(rewrite), "--kb", "altered", expect=None).stderr.split())
+    assert "fails its own checksum" in err, err

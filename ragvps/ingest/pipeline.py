@@ -188,6 +188,7 @@ def ingest(
     for w in scan.warnings:
         warn(w)
     store.check_model(store.active_set(conn), spec, settings.index.vector_type, "ingest")
+    store.adopt_root(conn, str(root))
     stored_before = bool(store.stored_documents(conn, str(root)))
     if not scan.files and not stored_before:
         raise nothing_readable(path, report)
