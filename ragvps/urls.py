@@ -31,17 +31,3 @@ def check_dsn(url: str) -> None:
         f"setting database_url={redact(url)!r} is not a PostgreSQL connection string: write "
         "postgresql://HOST:5432/DBNAME with USER:PASSWORD@ before HOST (or key=value form, host=... dbname=...), "
         "or leave it empty for the embedded server", settings=("database_url",))
-
-
-def ollama_host_url(host: str) -> str:
-    """OLLAMA_HOST may be `0.0.0.0`, `host:port` or a URL; make it a URL a client can use."""
-    host = host.strip().rstrip("/")
-    if "://" not in host:
-        host = "http://" + host
-    scheme, rest = host.split("://", 1)
-    hostname = rest.split(":", 1)[0]
-    if hostname in ("0.0.0.0", ""):
-        rest = "127.0.0.1" + rest[len(hostname):]
-    if ":" not in rest.split("/", 1)[0]:
-        rest = rest + ":11434"
-    return f"{scheme}://{rest}"
