@@ -182,8 +182,12 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     r["after"] = listing(data) - before
     r |= {"good": [n for n, _ in good], "want": want}
     r["uptime"].append(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())  # type: ignore
-    ragvps({k: v for k, v in env.items() if k != "RAGVPS_DATABASE_URL"} | {"RAGVPS_DATA_DIR": str(WORK / "pg-home")},
-           "server", "stop", ok=False)
+    # The embedded PostgreSQL the bench started is stopped once this process (which holds it) has exited.
+    stop_env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")}
+    subprocess.Popen(["sh", "-c", f"while kill -0 {os.getpid()} 2>/dev/null; do sleep 0.2; done; "
+                      f"{sys.executable} -m ragvps server stop"], cwd=ROOT, start_new_session=True,
+                     env=stop_env | {"PYTHONPATH": str(ROOT), "RAGVPS_DATA_DIR": str(WORK / "pg-home")},
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return r
 
 
