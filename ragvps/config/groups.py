@@ -84,6 +84,10 @@ class ChunkSettings:
     mode: ChunkMode = setting("structure", "chunk_mode", choices=get_args(ChunkMode))
     size: int | None = setting(None, "chunk_size")  # None: the embedder's default
     overlap: int | None = setting(None, "chunk_overlap")
+    # what a reader may produce from one file (docs/security.md): characters per unpacked byte, and in all
+    max_text_ratio: int = setting(100, "max_text_ratio", lo=1, hi=1_000_000)
+    max_text_chars: int = setting(256 << 20, "max_text_chars", lo=1024, hi=1 << 40)
+    follow_symlinks: bool = setting(False, "follow_symlinks")  # links whose target leaves the ingested folder
 
 
 @dataclass(frozen=True)
@@ -164,6 +168,7 @@ class ServeSettings:
     upload_max_bytes: int = setting(1 << 30, "upload_max_bytes", lo=1024, hi=1 << 40)
     upload_max_file_bytes: int = setting(256 << 20, "upload_max_file_bytes", lo=1024, hi=1 << 40)
     upload_max_files: int = setting(1000, "upload_max_files", lo=1, hi=100_000)
+    upload_max_json_bytes: int = setting(16 << 20, "upload_max_json_bytes", lo=1024, hi=1 << 40)  # parsed in memory
     log_format: str = setting("text", "log_format", choices=("text", "json", "off"))  # the request log's lines
     metrics: bool = setting(True, "metrics")  # GET /metrics, and the use cases observed for it
     log_questions: bool = setting(False, "log_questions")  # the question's text in the request log (off: never)
