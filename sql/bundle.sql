@@ -54,6 +54,10 @@ INSERT INTO documents (id, root, doc_id, source, title, kind, content_hash, chun
 SELECT id, root, doc_id, source, title, kind, content_hash, chunker, metadata, updated_at
 FROM jsonb_populate_recordset(NULL::documents, %(rows)s::jsonb);
 
+-- name: mark_foreign_roots
+-- An imported document's folder is another machine's (or a forger's) path: marked, so no reindex reads it.
+UPDATE documents SET root = %(foreign)s || root WHERE left(root, length(%(foreign)s)) <> %(foreign)s;
+
 -- name: import_chunks
 INSERT INTO chunks (id, document_id, seq, heading_path, text, content_hash, tokens, llm_tokens, start_offset,
                     end_offset, metadata, language)

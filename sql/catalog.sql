@@ -87,7 +87,7 @@ SELECT EXISTS (SELECT 1 FROM ragvps.api_keys k WHERE k.name = %(name)s AND (k.ev
 
 -- name: key_grants
 -- The roles a presented key holds, by knowledge base name, and its role on every one; no row: no such key.
-SELECT k.id, kb.name, g.role, k.every_kb FROM ragvps.api_keys k
+SELECT k.id, k.name, kb.name, g.role, k.every_kb FROM ragvps.api_keys k
 LEFT JOIN ragvps.key_grants g ON g.key_id = k.id
 LEFT JOIN ragvps.knowledge_bases kb ON kb.id = g.kb_id
 WHERE k.key_hash = %(hash)s;

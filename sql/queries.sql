@@ -292,6 +292,12 @@ TRUNCATE {table};
 -- name: ingested_roots
 SELECT DISTINCT root FROM documents ORDER BY root;
 
+-- name: adopt_root
+-- Documents a bundle brought under this folder's path (their root marked foreign) are this folder's from now on,
+-- unless the folder has documents of its own already.
+UPDATE documents SET root = %(root)s
+WHERE root = %(foreign)s || %(root)s AND NOT EXISTS (SELECT 1 FROM documents WHERE root = %(root)s);
+
 -- name: bump_generation
 -- A change the chunk triggers do not see (vectors a worker stored, a set made active, an index swapped):
 -- remembered answers retrieved before it miss from now on (migration 007).

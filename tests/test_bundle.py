@@ -24,6 +24,8 @@ from conftest import DOCS, Cli, NewDatabase
 from serve_server import embed_threads
 from test_eval import GOLD
 
+from ragvps.db.bundle_file import manifest_sum
+
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("bundle")]
 QUESTIONS = [g["question"] for g in GOLD]
@@ -136,6 +138,8 @@ def _write(path: Path, members: dict[str, bytes], *, manifest: dict | None = Non
     if rehash:
         manifest["members"] = {n: {"size": len(d), "sha256": hashlib.sha256(d).hexdigest()}
                                for n, d in members.items() if n != "manifest.json"}
+        if "manifest_sha256" in manifest:  # its own checksum too, as a forger would
+            manifest["manifest_sha256"] = manifest_sum(manifest)
     with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tar:
         for name, data in [*((n, d) for n, d in members.items() if n != "manifest.json"),
                            ("manifest.json", json.dumps(manifest).encode())]:

@@ -69,7 +69,8 @@ def test_every_setting_declares_its_facts_beside_its_field():
     from ragvps import config
 
     groups = {"database": ("database",), "embed": ("embed", "ollama"), "chunk": ("chunk",), "index": ("index",),
-              "search": (), "rerank": ("reranker", "rerank"), "generate": ("generator", "answer"), "serve": ()}
+              "search": (), "rerank": ("reranker", "rerank"), "generate": ("generator", "answer"), "serve": (),
+              "auth": ()}
     kinds = {"embed": "embedder", "rerank": "reranker", "generate": "generator"}
     seen = set()
     for group in fields(Settings):

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 
 from ragvps.db.jobs import StagedFile
 from ragvps.errors import NotFoundError, UsageError
-from ragvps.ingest.uploads import discard, safe_name, staging_dir
+from ragvps.ingest.uploads import discard, safe_name, staging_dir, unique
 
-__all__ = ["StagedFile", "discard", "safe_name", "staging_dir"]  # what the HTTP layer stages uploads with
+__all__ = ["StagedFile", "discard", "safe_name", "staging_dir", "unique"]  # what the HTTP layer stages uploads with
 
 if TYPE_CHECKING:
     from ragvps.app.core import App

@@ -36,24 +36,33 @@ def key_hash(key: str) -> str:
 @dataclass(frozen=True)
 class Principal:
     """Who a request is: what each knowledge base lets it do. `everything`: the settings' keys, or an open
-    loopback server with no key at all."""
+    loopback server with no key at all. `every_kb`: a role on every knowledge base (a group mapped to `*`).
+    `within`: a principal this one may never exceed (the service key a chat front end speaks for its user with).
+    `user`: the person's name for a signed-in or forwarded user (None for a key)."""
 
     name: str
     roles: Mapping[str, Role] = field(default_factory=dict)
     everything: bool = False
-    every_kb: Role | None = None  # a role on every knowledge base, present and future (key create --all-kbs)
+    every_kb: Role | None = None
+    within: Principal | None = None
+    user: str | None = None
 
     def can(self, kb: str, role: Role = "read") -> bool:
+        if self.within is not None and not self.within.can(kb, role):
+            return False
         if self.everything:
             return True
-        held = self.roles.get(kb)
-        if self.every_kb is not None and (held is None or ROLES.index(self.every_kb) > ROLES.index(held)):
-            held = self.every_kb
-        return held is not None and ROLES.index(held) >= ROLES.index(role)
+        held = [r for r in (self.roles.get(kb), self.every_kb) if r is not None]
+        return any(ROLES.index(r) >= ROLES.index(role) for r in held)
 
     def visible(self, names: Sequence[str], role: Role = "read") -> list[str]:
         """The knowledge bases among `names` this principal may use with `role`."""
         return [n for n in names if self.can(n, role)]
+
+    @property
+    def holds_nothing(self) -> bool:
+        """A user whose groups map to no role: refused with a 403 that says so, not shown an empty server."""
+        return not self.everything and not self.roles and self.every_kb is None
 
 
 ANYONE = Principal("open", everything=True)
@@ -116,6 +125,6 @@ class Keys:
             found = keys.grants(conn, key_hash(presented))
         if found is None:
             return None
-        key_id, roles, every = found
-        return Principal(f"key #{key_id}", {kb: check_role(role) for kb, role in roles.items()},
+        name, roles, every = found
+        return Principal(f"key {name}", {kb: check_role(role) for kb, role in roles.items()},
                          every_kb=check_role(every) if every else None)

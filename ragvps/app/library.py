@@ -19,7 +19,9 @@ from ragvps.app.requests import SearchRequest, SearchResult
 from ragvps.config import Settings
 
 if TYPE_CHECKING:
+    from ragvps.app.audit import Audit
     from ragvps.app.core import App
+    from ragvps.app.identity import Identities
     from ragvps.app.kbs import KbInfo
     from ragvps.app.keys import Keys
     from ragvps.db.catalog import KnowledgeBase
@@ -155,6 +157,18 @@ class Library:
         from ragvps.app.keys import Keys
 
         return Keys(self.connections)
+
+    def identities(self) -> Identities:
+        """The users who signed in (their groups at their last sign-in), in the catalog."""
+        from ragvps.app.identity import Identities
+
+        return Identities(self.connections)
+
+    def audit(self) -> Audit:
+        """Who did what in which knowledge base, kept audit_days days."""
+        from ragvps.app.audit import Audit
+
+        return Audit(self.connections, self.settings.auth.audit_days)
 
 
 def stop_embedded(settings: Settings) -> bool:

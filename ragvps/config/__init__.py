@@ -15,6 +15,7 @@ from ragvps.config.groups import (
     DEFAULT_OLLAMA_MODEL,
     DEFAULT_OLLAMA_URL,
     FUSIONS,
+    AuthSettings,
     ChunkMode,
     ChunkSettings,
     DatabaseSettings,
@@ -31,6 +32,6 @@ from ragvps.config.load import load_settings
 from ragvps.config.schema import ALIASES, SECRETS, SETTINGS, Settings, reranker_on
 
 __all__ = ["ALIASES", "CONFIG_FILE", "DEFAULT_OLLAMA_MODEL", "DEFAULT_OLLAMA_URL", "FUSIONS", "SECRETS", "SETTINGS",
-           "ChunkMode", "ChunkSettings", "DatabaseSettings", "EmbedSettings", "GenerateSettings", "IndexSettings",
-           "RerankSettings", "SearchSettings", "ServeSettings", "Settings", "VectorType", "load_settings",
-           "reranker_on", "setting"]
+           "AuthSettings", "ChunkMode", "ChunkSettings", "DatabaseSettings", "EmbedSettings", "GenerateSettings",
+           "IndexSettings", "RerankSettings", "SearchSettings", "ServeSettings", "Settings", "VectorType",
+           "load_settings", "reranker_on", "setting"]

@@ -84,6 +84,10 @@ class ChunkSettings:
     mode: ChunkMode = setting("structure", "chunk_mode", choices=get_args(ChunkMode))
     size: int | None = setting(None, "chunk_size")  # None: the embedder's default
     overlap: int | None = setting(None, "chunk_overlap")
+    # what a reader may produce from one file (docs/security.md): characters per unpacked byte, and in all
+    max_text_ratio: int = setting(100, "max_text_ratio", lo=1, hi=1_000_000)
+    max_text_chars: int = setting(256 << 20, "max_text_chars", lo=1024, hi=1 << 40)
+    follow_symlinks: bool = setting(False, "follow_symlinks")  # links whose target leaves the ingested folder
 
 
 @dataclass(frozen=True)
@@ -164,6 +168,36 @@ class ServeSettings:
     upload_max_bytes: int = setting(1 << 30, "upload_max_bytes", lo=1024, hi=1 << 40)
     upload_max_file_bytes: int = setting(256 << 20, "upload_max_file_bytes", lo=1024, hi=1 << 40)
     upload_max_files: int = setting(1000, "upload_max_files", lo=1, hi=100_000)
+    upload_max_json_bytes: int = setting(16 << 20, "upload_max_json_bytes", lo=1024, hi=1 << 40)  # parsed in memory
     log_format: str = setting("text", "log_format", choices=("text", "json", "off"))  # the request log's lines
     metrics: bool = setting(True, "metrics")  # GET /metrics, and the use cases observed for it
     log_questions: bool = setting(False, "log_questions")  # the question's text in the request log (off: never)
+
+
+@dataclass(frozen=True)
+class AuthSettings:
+    """People besides keys (docs/auth.md): OpenID Connect sign-in, a reverse proxy's user headers, a chat front end
+    that forwards its user, the roles their groups map to, and the audit log."""
+
+    oidc_issuer: str = setting("", "oidc_issuer")  # empty: no sign-in; else the provider's issuer URL (discovery)
+    oidc_client_id: str = setting("", "oidc_client_id")
+    oidc_client_secret: str = setting("", "oidc_client_secret", secret=True)  # empty: a public client (PKCE alone)
+    oidc_scopes: tuple[str, ...] = setting(("openid", "profile", "email"), "oidc_scopes")
+    oidc_groups_claim: str = setting("groups", "oidc_groups_claim")  # the claim that lists the user's groups
+    oidc_audience: tuple[str, ...] = setting((), "oidc_audience")  # bearer tokens' `aud` besides the client id
+    oidc_leeway: int = setting(60, "oidc_leeway", lo=0, hi=3600)  # seconds of clock skew allowed on exp/nbf/iat
+    oidc_redirect_url: str = setting("", "oidc_redirect_url")  # the public URL of /auth/callback (behind a proxy)
+    session_secret: str = setting("", "session_secret", secret=True)  # empty: a random key kept in data_dir
+    session_hours: int = setting(8, "session_hours", lo=1, hi=24 * 90)  # a sign-in lasts at most this long
+    # "group=kb:role" each (kb `*`: every knowledge base); a user holds the best role any of their groups gives
+    group_roles: tuple[str, ...] = setting((), "group_roles")
+    trusted_proxies: tuple[str, ...] = setting((), "trusted_proxies")  # addresses/CIDRs whose user headers count
+    proxy_user_header: str = setting("Remote-User", "proxy_user_header")
+    proxy_groups_header: str = setting("Remote-Groups", "proxy_groups_header")  # comma-separated groups
+    proxy_email_header: str = setting("Remote-Email", "proxy_email_header")
+    forward_user_keys: tuple[str, ...] = setting((), "forward_user_keys")  # key names that may speak for users
+    audit_days: int = setting(90, "audit_days", lo=1, hi=3650)  # the audit log keeps this many days
+
+    @property
+    def oidc(self) -> bool:
+        return bool(self.oidc_issuer and self.oidc_client_id)

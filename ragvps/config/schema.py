@@ -11,6 +11,7 @@ from typing import Any
 
 from ragvps import backends
 from ragvps.config.groups import (
+    AuthSettings,
     ChunkSettings,
     DatabaseSettings,
     EmbedSettings,
@@ -35,6 +36,7 @@ class Settings:
     rerank: RerankSettings = RerankSettings()
     generate: GenerateSettings = GenerateSettings()
     serve: ServeSettings = ServeSettings()
+    auth: AuthSettings = AuthSettings()
 
     @classmethod
     def of(cls, **flat: Any) -> Settings:

@@ -24,6 +24,7 @@ from ragvps.errors import BadBundleError
 FORMAT = "ragvps-bundle"
 VERSION = 1
 MANIFEST = "manifest.json"
+SELF_SUM = "manifest_sha256"  # the manifest's own SHA-256, of its canonical JSON without this key (since issue 42)
 BLOCK = 512
 _FLUSH = 1 << 20
 
@@ -76,8 +77,10 @@ class BundleWriter:
 
     def finish(self, manifest: dict[str, object]) -> int:
         """Write the manifest (with every member's size and checksum) last, close, rename; the file's size."""
+        whole = manifest | {"members": self.members}
+        whole[SELF_SUM] = manifest_sum(whole)
         with self.member(MANIFEST) as sink:
-            sink.write(json.dumps(manifest | {"members": self.members}, indent=1, ensure_ascii=False).encode())
+            sink.write(json.dumps(whole, indent=1, ensure_ascii=False).encode())
         self._out.write(b"\0" * (2 * BLOCK))
         self._out.flush()
         os.fsync(self._out.fileno())
@@ -100,6 +103,7 @@ class Bundle:
     id: str  # sha256 of the manifest: names the scratch schema of an import, so a rerun finds it
     _tar: tarfile.TarFile
     _members: dict[str, tarfile.TarInfo]
+    rows: dict[str, int]  # lines of each JSON Lines member, counted while its checksum was checked
 
     def open(self, name: str) -> IO[bytes]:
         handle = self._tar.extractfile(self._members[name])
@@ -159,6 +163,8 @@ def _checked(path: Path, tar: tarfile.TarFile, listed: list[tarfile.TarInfo],
         raise _bad(path, f"no {MANIFEST} at its end: the file is truncated or is not a ragvps bundle")
     raw = _read_all(path, tar, members[MANIFEST])
     manifest = _manifest(path, raw)
+    if SELF_SUM in manifest and manifest[SELF_SUM] != manifest_sum(manifest):
+        raise _bad(path, f"{MANIFEST} fails its own checksum ({SELF_SUM}): the manifest is corrupt or was altered")
     declared: dict[str, Any] = manifest["members"]
     extra = sorted(set(members) - set(declared) - {MANIFEST})
     missing = sorted(set(declared) - set(members))
@@ -166,17 +172,24 @@ def _checked(path: Path, tar: tarfile.TarFile, listed: list[tarfile.TarInfo],
         raise _bad(path, f"member {missing[0]} is missing ({len(missing)} missing)")
     if extra:
         raise _bad(path, f"member {extra[0]!r} is not in the manifest")
-    total, done = sum(int(m["size"]) for m in declared.values()), 0
+    total, done, rows = sum(int(m["size"]) for m in declared.values()), 0, {}
     for name, want in declared.items():
         if members[name].size != want["size"]:
             raise _bad(path, f"member {name} holds {members[name].size} bytes, the manifest says "
                              f"{want['size']}")
-        digest = _sha256(path, tar, members[name], _reporter(progress, done, total))
+        digest, rows[name] = _sha256(path, tar, members[name], _reporter(progress, done, total))
         if digest != want["sha256"]:
             raise _bad(path, f"member {name} fails its checksum (sha256 {digest[:12]}..., the manifest says "
                              f"{str(want['sha256'])[:12]}...): the file is corrupt")
         done += int(want["size"])
-    return Bundle(path, manifest, hashlib.sha256(raw).hexdigest(), tar, members)
+    return Bundle(path, manifest, hashlib.sha256(raw).hexdigest(), tar, members, rows)
+
+
+def manifest_sum(manifest: dict[str, Any]) -> str:
+    """The SHA-256 of a manifest's canonical JSON (sorted keys, no spaces), its own checksum left out."""
+    canonical = {k: v for k, v in manifest.items() if k != SELF_SUM}
+    return hashlib.sha256(json.dumps(canonical, sort_keys=True, separators=(",", ":"),
+                                     ensure_ascii=False).encode()).hexdigest()
 
 
 def _reporter(progress: Callable[[str, int, int], None] | None, done: int, total: int) -> Callable[[int], object]:
@@ -213,20 +226,22 @@ def _read_all(path: Path, tar: tarfile.TarFile, info: tarfile.TarInfo) -> bytes:
     return data
 
 
-def _sha256(path: Path, tar: tarfile.TarFile, info: tarfile.TarInfo, seen: Callable[[int], object]) -> str:
-    sha, n = hashlib.sha256(), 0
+def _sha256(path: Path, tar: tarfile.TarFile, info: tarfile.TarInfo, seen: Callable[[int], object]) -> tuple[str, int]:
+    """The member's SHA-256, and its lines (for a JSON Lines member: its rows)."""
+    sha, n, lines = hashlib.sha256(), 0, 0
     try:
         handle = tar.extractfile(info)
         assert handle is not None
         while block := handle.read(_FLUSH):
             sha.update(block)
             n += len(block)
+            lines += block.count(b"\n")
             seen(n)
     except (tarfile.TarError, OSError) as exc:
         raise _bad(path, f"member {info.name} cannot be read ({exc}): the file is truncated") from None
     if n != info.size:
         raise _bad(path, f"member {info.name} is cut short: the file is truncated")
-    return sha.hexdigest()
+    return sha.hexdigest(), lines
 
 
 def lines(handle: IO[bytes], batch_bytes: int = 4 << 20) -> Iterator[list[bytes]]:

@@ -67,6 +67,7 @@ def check_bundle(bundle: Bundle) -> None:
     if not isinstance(tables, dict) or not set(tables) <= known or not all(bundle.has(m) for m in tables.values()):
         raise BadBundleError(f"{where}: the manifest names tables this ragvps does not load ({sorted(tables)}); "
                              "nothing was written")
+    _check_counts(bundle, tables)
     for s in manifest.get("vector_sets", []):
         ok = (isinstance(s, dict) and s.get("vector_type") in VECTOR_TYPES and isinstance(s.get("dims"), int)
               and 0 < s["dims"] <= 16000 and isinstance(s.get("count"), int) and isinstance(s.get("id"), int)
@@ -78,6 +79,18 @@ def check_bundle(bundle: Bundle) -> None:
         if sizes != (8 * s["count"], 4 * s["dims"] * s["count"]):
             raise BadBundleError(f"{where}: vector set {s['id']} should hold {s['count']} vectors of {s['dims']} "
                                  f"dimensions, its members hold {sizes[0]} and {sizes[1]} bytes; nothing was written")
+
+
+def _check_counts(bundle: Bundle, tables: dict[str, str]) -> None:
+    """The manifest's counts are the rows its members hold (a forger who re-checksums the members cannot make
+    a bundle import more than it says)."""
+    counts = bundle.manifest.get("counts")
+    for table in ("documents", "chunks"):
+        want = counts.get(table) if isinstance(counts, dict) else None
+        have = bundle.rows.get(tables[table], 0) if table in tables else 0
+        if want != have:
+            raise BadBundleError(f"{bundle.path}: the manifest counts {want} {table}, but the bundle holds {have}: "
+                                 "its manifest disagrees with its content (altered?); nothing was written")
 
 
 def scratch_schema(bundle: Bundle) -> str:
@@ -204,6 +217,7 @@ def _load(conn: psycopg.Connection, bundle: Bundle, scratch: str, progress: Prog
                     progress(table, done, totals[table])
                 checkpoint(f"{table}:{done}")
             checkpoint(table)
+        conn.execute(bundle_sql("mark_foreign_roots"), {"foreign": store.FOREIGN_ROOT})
         conn.execute(bundle_sql("resume_chunk_triggers"))
         conn.execute(bundle_sql("rebuild_stats"))
         for *_, definition in indexes:

@@ -49,12 +49,12 @@ def count(conn: psycopg.Connection) -> int:
     return int(scalar(conn, q_("key_count")))
 
 
-def grants(conn: psycopg.Connection, hashed: str) -> tuple[int, dict[str, str], str | None] | None:
-    """(the key's id, knowledge base -> role, its role on every knowledge base or None) for the key with this hash,
+def grants(conn: psycopg.Connection, hashed: str) -> tuple[str, dict[str, str], str | None] | None:
+    """(the key's name, knowledge base -> role, its role on every knowledge base or None) for the key with this hash,
     or None; marks it used."""
     rows = conn.execute(q_("key_grants"), {"hash": hashed}).fetchall()
     if not rows:
         return None
     conn.execute(q_("key_used"), {"id": rows[0][0]})
-    every = rows[0][3]
-    return int(rows[0][0]), {str(kb): str(role) for _, kb, role, _ in rows if kb is not None}, every
+    every = rows[0][4]
+    return str(rows[0][1]), {str(kb): str(role) for _, _, kb, role, _ in rows if kb is not None}, every

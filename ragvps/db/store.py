@@ -207,9 +207,17 @@ def end_implicit_transaction(conn: psycopg.Connection) -> None:
         conn.commit()
 
 
+FOREIGN_ROOT = "bundle:"  # before the root of a document a bundle brought: a path this machine was never given
+
+
 def ingested_roots(conn: psycopg.Connection) -> list[str]:
-    """Every folder ingested into this database, as stored (absolute paths)."""
+    """Every folder ingested into this database, as stored (absolute paths; FOREIGN_ROOT before imported ones)."""
     return [r[0] for r in conn.execute(q("ingested_roots"))]
+
+
+def adopt_root(conn: psycopg.Connection, root: str) -> int:
+    """The documents a bundle brought under `root` become this folder's (it is being ingested): their number."""
+    return conn.execute(q("adopt_root"), {"root": root, "foreign": FOREIGN_ROOT}).rowcount
 
 
 @dataclass(frozen=True)

@@ -100,9 +100,19 @@ def _fail(conn: psycopg.Connection, settings: Settings, job: str, token: str, ex
     """End a job that cannot run: failed, with why; its files not stored fail with it."""
     log.warning("job %s could not run: %s", job, exc)
     conn.rollback()
-    jobs.end(conn, job, token, "failed", f"the job could not run: {exc}")
+    jobs.end(conn, job, token, "failed", f"the job could not run: {_without_paths(exc, settings.database.kb_dir)}")
     uploads.discard(settings.database.kb_dir, job)
     return 1
+
+
+def _without_paths(exc: Exception, kb_dir: Path) -> str:
+    """An error as a client may read it: a file system error names its file relative to the knowledge base's
+    folder, never by the server's path."""
+    if not isinstance(exc, OSError) or not exc.strerror:
+        return str(exc)
+    where = Path(str(exc.filename or ""))
+    shown = where.relative_to(kb_dir) if where.is_relative_to(kb_dir) else None
+    return f"{exc.strerror} ({shown} in the knowledge base's folder)" if shown else exc.strerror
 
 
 def _give_back(conn: psycopg.Connection, job: str, token: str, strike: bool = False) -> None:
@@ -176,29 +186,49 @@ class Job:
         return [f for f in files if f.tries < most]
 
     def drop_unstored(self, folder: Path, rel: str) -> None:
-        """A file nothing was stored from does not stay in the uploads folder."""
-        if not jobs.documents_of_source(self.conn, str(folder.resolve()), rel):
-            uploads.inside(folder, rel).unlink(missing_ok=True)
+        """A file that failed, or was cancelled, does not stay in the uploads folder for a reindex to store: its
+        older version comes back, or it goes unless something was stored from it (by a worker that died)."""
+        stored = bool(jobs.documents_of_source(self.conn, str(folder.resolve()), rel))
+        try:
+            uploads.unplace(uploads.inside(folder, rel), stored)
+        except (OSError, RagvpsError) as exc:
+            log.warning("job %s: %s could not be taken out of the uploads folder: %s", self.job, rel, exc)
 
     def ingest(self, batch: Sequence[jobs.StagedFile]) -> list[FileOutcome]:
         """Place the batch's files and ingest them together; when the batch fails as a whole (one file's
         chunk too long for the model), each file alone, so that the error names its file."""
         folder = uploads.uploads_dir(self.kb_dir)
+        folder.mkdir(parents=True, exist_ok=True)  # a folder that cannot be made: the job cannot run
+        refused: dict[str, FileOutcome] = {}
         for f in batch:
             staged = self.kb_dir / f.staged
-            if staged.exists():  # else placed by a worker that died before marking it
-                uploads.place(staged, folder, f.name)
+            try:
+                if staged.exists():  # else placed by a worker that died before marking it
+                    uploads.place(staged, folder, f.name)
+            except (OSError, RagvpsError) as exc:  # the name, on this file system: this file fails alone
+                refused[f.name] = FileOutcome(f.name, "failed", uploads.unplaceable(f.name, exc))
+        names = [f.name for f in batch if f.name not in refused]
         try:
-            outcomes = self._ingest(folder, [f.name for f in batch])
-        except (UnavailableError, Cancelled):
+            placed = {o.rel: o for o in self._ingest(folder, names)} if names else {}
+        except Cancelled:
+            for name in names:
+                self.drop_unstored(folder, name)
+            self.conn.commit()
+            raise
+        except UnavailableError:
             raise
         except RagvpsError as exc:
-            if len(batch) > 1:
-                return [self.ingest([f])[0] for f in batch]
-            outcomes = [FileOutcome(batch[0].name, "failed", f"{batch[0].name}: {exc}")]
+            if len(names) > 1:
+                return [refused.get(f.name) or self.ingest([f])[0] for f in batch]
+            placed = {names[0]: FileOutcome(names[0], "failed", f"{names[0]}: {exc}")}
+        outcomes = [refused.get(f.name) or placed[f.name] for f in batch]
         for outcome in outcomes:
+            if outcome.rel in refused:
+                continue
             if outcome.state == "failed":
                 self.drop_unstored(folder, outcome.rel)
+            else:
+                uploads.settle(folder, outcome.rel)
         self.conn.commit()
         return outcomes
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from ragvps.embed.hosts import Lanes
 from ragvps.errors import NotFoundError
 from ragvps.ingest import parts, sources
 from ragvps.ingest.artifacts import ChunkArtifacts, ChunkFile, VectorCache
+from ragvps.ingest.bounds import OutputBound
 from ragvps.ingest.chunk import ChunkerConfig, chunk_documents
 from ragvps.ingest.embedding import EmbedOutcome, embed_stage
 from ragvps.records import Chunk, Document, ModelSpec
@@ -82,6 +83,7 @@ def chunk_stage(
     `streamed`, a file read in parts (ragvps.ingest.parts) is put there instead, to be stored part by part."""
     artifacts = ChunkArtifacts(settings.database.kb_dir, root)
     key = config.key()
+    bound = OutputBound(settings.chunk.max_text_ratio, settings.chunk.max_text_chars)
     results = []
     for i, source in enumerate(scan.files):
         if streamed is not None and parts.streams(source):
@@ -96,7 +98,7 @@ def chunk_stage(
             continue
         result = artifacts.read(source.rel, file_hash, key)
         if result is None:
-            docs = load_file(source, warn, report)
+            docs = load_file(replace(source, bound=bound), warn, report)
             if docs is None:
                 continue
             chunks = [c for doc_chunks in chunk_documents(docs, config) for c in doc_chunks]
@@ -179,13 +181,14 @@ def ingest(
 
     warn = record
 
-    scan = sources.scan(path)
+    scan = sources.scan(path, settings.chunk.follow_symlinks)
     root = path.resolve()
     report.files = len(scan.files)
     report.skipped.update(scan.skipped)
     for w in scan.warnings:
         warn(w)
     store.check_model(store.active_set(conn), spec, settings.index.vector_type, "ingest")
+    store.adopt_root(conn, str(root))
     stored_before = bool(store.stored_documents(conn, str(root)))
     if not scan.files and not stored_before:
         raise nothing_readable(path, report)
@@ -282,7 +285,7 @@ def ingest_files(
     root = root.resolve()
     scan, refused = sources.ScanReport(), {}
     for rel in rels:
-        source, problem = sources.source_file(root, rel)
+        source, problem = sources.source_file(root, rel, settings.chunk.follow_symlinks)
         if source is None:
             refused[rel] = problem
         else:

@@ -52,6 +52,11 @@ def reindex(
     conn.commit()
     reports = {}
     for root in roots:
+        if root.startswith(store.FOREIGN_ROOT):
+            where = root.removeprefix(store.FOREIGN_ROOT)
+            warn(f"documents imported from a bundle under {where} are kept as they are, never read from there "
+                 f"(the bundle named that folder, not you): `ragvps ingest {where}` re-syncs them from it")
+            continue
         if not Path(root).exists():
             warn(f"{root} no longer exists; its documents are kept (delete them by ingesting an empty folder)")
             continue

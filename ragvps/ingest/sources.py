@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ragvps.errors import UsageError
+from ragvps.ingest.bounds import Meter, OutputBound, SkipFile
 from ragvps.ingest.formats import READERS, Reader
 from ragvps.records import Document
 
@@ -25,6 +26,7 @@ class SourceFile:
     path: Path  # absolute
     rel: str  # relative to the root, posix
     kind: str
+    bound: OutputBound = OutputBound()  # what a reader may produce from it (settings max_text_*)
 
     def file_hash(self) -> str:
         digest = hashlib.sha256()
@@ -49,16 +51,9 @@ KINDS = {
 }
 
 
-class SkipFile(Exception):
-    """A supported file that has nothing to read (an encrypted or image-only PDF): skipped and counted."""
-
-    def __init__(self, reason: str, message: str):
-        super().__init__(message)
-        self.reason = reason
-
-
-def scan(root: Path) -> ScanReport:
-    """List the supported files under `root` in a stable order; count and explain the rest."""
+def scan(root: Path, follow_links: bool = False) -> ScanReport:
+    """List the supported files under `root` in a stable order; count and explain the rest. A symbolic link
+    whose target is outside `root` is not followed unless `follow_links` (setting follow_symlinks)."""
     if not root.exists():
         raise UsageError(f"{escaped(str(root))} does not exist: give the folder (or file) of documents to ingest")
     report = ScanReport()
@@ -69,14 +64,16 @@ def scan(root: Path) -> ScanReport:
     if root.is_file():
         _add(report, root, root.name)
         return report
-    for path in _walk(root, report):
+    for path in _walk(root, report, follow_links):
         _add(report, path, path.relative_to(root).as_posix())
     return report
 
 
-def source_file(root: Path, rel: str) -> tuple[SourceFile | None, str]:
+def source_file(root: Path, rel: str, follow_links: bool = False) -> tuple[SourceFile | None, str]:
     """One named file of the folder `root` as a source, or None and why it is not one (naming it)."""
     path = root / rel
+    if not follow_links and not path.resolve().is_relative_to(root.resolve()):
+        return None, f"{rel}: {OUTSIDE}"
     kind = KINDS.get(path.suffix.lower())
     if kind is None:
         return None, (f"{rel}: unsupported type {path.suffix.lower() or '(no extension)'}; supported: "
@@ -116,7 +113,10 @@ def _add(report: ScanReport, path: Path, rel: str) -> None:
         report.files.append(SourceFile(path, rel, kind))
 
 
-def _walk(root: Path, report: ScanReport) -> Iterator[Path]:
+OUTSIDE = "a symbolic link to a place outside the folder; not followed (setting follow_symlinks allows it)"
+
+
+def _walk(root: Path, report: ScanReport, follow_links: bool) -> Iterator[Path]:
     seen: set[tuple[int, int]] = set()
 
     def visit(folder: Path) -> Iterator[Path]:
@@ -136,7 +136,10 @@ def _walk(root: Path, report: ScanReport) -> Iterator[Path]:
                 continue
             path = Path(entry.path)
             try:
-                if entry.is_dir():
+                if not follow_links and entry.is_symlink() and not path.resolve().is_relative_to(root):
+                    report.skipped["link out of the folder"] += 1
+                    report.warnings.append(f"{escaped(path.relative_to(root).as_posix())}: {OUTSIDE}")
+                elif entry.is_dir():
                     yield from visit(path)
                 elif entry.is_file():
                     yield path
@@ -220,6 +223,7 @@ def load(source: SourceFile, warn: Callable[[str], None], skipped: Counter[str] 
                                      f"{str(without_nul(str(exc)))[:200]}), skipped") from exc
     if not docs and source.kind == "jsonl":
         raise SkipFile("no documents", f"{source.rel}: no JSON Lines record with text, skipped")
+    Meter.of(source).add(sum(len(d.text) for d in docs))  # every reader, whatever it counted as it went
     return docs
 
 

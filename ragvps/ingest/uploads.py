@@ -14,7 +14,9 @@ from ragvps.errors import UsageError
 
 UPLOADS = "uploads"
 INCOMING = "incoming"
-MAX_PART = 200  # characters of one path component kept (file systems take 255 bytes)
+MAX_PART = 200  # characters of one path component kept
+MAX_PART_BYTES = 240  # its bytes in UTF-8 (file systems take 255: room is left for a `~N` that makes it unique)
+MAX_SUFFIX = 16  # an extension longer than this is not one worth keeping whole
 MAX_DEPTH = 8  # folders kept in a name
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f<>:\"|?*]")
 
@@ -42,11 +44,45 @@ def safe_name(raw: str) -> str:
             continue
         if part.startswith("."):
             part = "_" + part[1:]
-        parts.append(part[:MAX_PART])
+        parts.append(short(part))
     parts = parts[-MAX_DEPTH - 1:]
     if not parts:
         raise UsageError(f"the file name {raw!r} has no usable name in it: send the file under a plain name")
     return "/".join(parts)
+
+
+def short(part: str) -> str:
+    """A path component cut to MAX_PART characters and MAX_PART_BYTES bytes, its extension kept."""
+    if len(part) <= MAX_PART and len(part.encode()) <= MAX_PART_BYTES:
+        return part
+    stem, dot, ext = part.rpartition(".")
+    suffix = dot + ext if stem and len(ext) < MAX_SUFFIX else ""
+    stem = part[: len(part) - len(suffix)][: MAX_PART - len(suffix)]
+    while len((stem + suffix).encode()) > MAX_PART_BYTES:
+        stem = stem[:-1]
+    return stem.rstrip(" .") + suffix
+
+
+def unique(name: str, taken: set[str]) -> str:
+    """`name` made unique among an upload's names so far (`taken`, to which it is added): a name sent twice, or
+    a file where another's folder is (`a.md` beside `a.md/b.md`), gets `~2`, `~3`... on the part that clashes
+    (before a file's extension)."""
+    parts = name.split("/")
+    for i in range(len(parts)):
+        n = 1
+        while _clashes("/".join(parts[: i + 1]), taken, last=i == len(parts) - 1):
+            n += 1
+            base = name.split("/")[i]
+            stem, dot, ext = base.rpartition(".") if i == len(parts) - 1 and "." in base[1:] else (base, "", "")
+            parts[i] = f"{stem}~{n}{dot}{ext}"
+    out = "/".join(parts)
+    taken.add(out)
+    return out
+
+
+def _clashes(prefix: str, taken: set[str], last: bool) -> bool:
+    """A folder clashes with a file of that name; a file with a file or a folder of that name."""
+    return prefix in taken or (last and any(t.startswith(prefix + "/") for t in taken))
 
 
 def inside(folder: Path, name: str) -> Path:
@@ -58,11 +94,43 @@ def inside(folder: Path, name: str) -> Path:
 
 
 def place(staged: Path, uploads: Path, name: str) -> Path:
-    """Move a staged upload to its name in the uploads folder (replacing an older version at once)."""
+    """Move a staged upload to its name in the uploads folder; an older version of it waits aside (a hidden
+    file, which no ingest reads) until the new one is stored (`settle`) or fails (`unplace`)."""
     target = inside(uploads, name)
     target.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(staged, target)
+    if target.is_file() and not target.is_symlink():
+        os.replace(target, previous(target))
+    try:
+        os.replace(staged, target)
+    except OSError:
+        unplace(target, stored=True)
+        raise
     return target
+
+
+def previous(target: Path) -> Path:
+    return target.with_name(f".{target.name}.previous")
+
+
+def settle(uploads: Path, name: str) -> None:
+    """The upload under `name` is stored: its older version goes."""
+    previous(inside(uploads, name)).unlink(missing_ok=True)
+
+
+def unplace(target: Path, stored: bool) -> None:
+    """An upload that failed or was cancelled never stays to be stored by a later reindex: its older version
+    comes back, or (with none, and nothing `stored` from it) the file goes."""
+    if previous(target).is_file():
+        os.replace(previous(target), target)
+    elif not stored:
+        target.unlink(missing_ok=True)
+
+
+def unplaceable(name: str, exc: Exception) -> str:
+    """Why an upload could not be put under its name, without the server's paths."""
+    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return (f"{name}: cannot be stored under this name ({why}): a file and a folder of the same name in the uploads "
+            "folder, or a name too long for its file system; rename it and upload it again")
 
 
 def discard(kb_dir: Path, job: str) -> None:

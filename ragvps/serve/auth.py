@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from ragvps.config import Settings
 from ragvps.errors import ConfigError, RagvpsError
 from ragvps.serve.docs import OPEN_PATHS as DOCS_PATHS
+from ragvps.serve.signin import OPEN_AUTH_PATHS
 
 if TYPE_CHECKING:
     from starlette.types import Send
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
 # Paths anyone may fetch: the health check, the page (static; it holds no data and asks for the key), and the
 # API's description (the OpenAPI document, /docs and its assets).
-OPEN_PATHS = frozenset({"/health", "/", "/favicon.ico"}) | DOCS_PATHS
+OPEN_PATHS = frozenset({"/health", "/", "/favicon.ico"}) | DOCS_PATHS | OPEN_AUTH_PATHS
 MIN_KEY_CHARS = 16
 
 
@@ -62,9 +63,10 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_bind(host: str, keys: tuple[str, ...]) -> None:
-    """Refuse to listen beyond loopback without a key: anyone who can reach the port could read everything."""
-    if not keys and not is_loopback(host):
+def check_bind(host: str, keys: tuple[str, ...], people: bool = False) -> None:
+    """Refuse to listen beyond loopback without a key or sign-in: anyone who can reach the port could read
+    everything."""
+    if not keys and not people and not is_loopback(host):
         raise ConfigError(
             f"refusing to listen on {host} without an API key: anyone who can reach it could read the knowledge "
             "base. Set RAGVPS_API_KEYS (setting api_keys; make one with `openssl rand -hex 32`) or api_key_file, "

@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING
 
 from ragvps.config import Settings
 from ragvps.errors import HTTP_STATUS, RagvpsError, kind_of_status
+from ragvps.serve.audit_log import AuditLog
 from ragvps.serve.auth import check_bind, load_keys
 from ragvps.serve.error_shapes import MCP_PATH
 from ragvps.serve.failures import error_body
 from ragvps.serve.lifecycle import Ready, for_serving
 from ragvps.serve.mcp_mount import LazyMcp, mcp_installed
+from ragvps.serve.signin import add_signin_routes
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
 
     from ragvps.app import App
     from ragvps.serve.metrics import Metrics
+    from ragvps.serve.people import People
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +62,8 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
     if metrics is not None:
         ready.observe(metrics)
     mcp = LazyMcp(ready, host) if mcp_installed() else None
+    people = people_of(settings, ready)
+    audit = AuditLog(ready, settings.serve.log_questions)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -69,6 +74,7 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
             if mcp is not None:
                 await stack.enter_async_context(mcp.running())
             yield
+        await asyncio.to_thread(audit.flush)  # the last requests' audit rows
         if app is None:  # an App given by the caller is the caller's to close
             await asyncio.to_thread(ready.close)
 
@@ -92,16 +98,27 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
         from starlette.routing import Route
 
         api.router.routes.append(Route(MCP_PATH, endpoint=mcp))
+    add_signin_routes(api, settings, ready, people)  # /auth: sign-in with the identity provider
     add_docs(api, bool(keys))
 
-    return _middleware(api, settings, ready, keys, host, metrics)
+    return _middleware(api, settings, ready, keys, host, metrics, people, audit)
+
+
+def people_of(settings: Settings, ready: Ready) -> People | None:
+    """Who besides keys may come in (serve/people.py): None when no sign-in, proxy or forwarding is set up."""
+    from ragvps.serve.oidc import Provider
+    from ragvps.serve.people import People
+
+    auth = settings.auth
+    if not (auth.oidc or auth.trusted_proxies or auth.forward_user_keys):
+        return None
+    return People(settings, ready, Provider(auth) if auth.oidc else None)
 
 
 def _middleware(api: FastAPI, settings: Settings, ready: Ready, keys: tuple[str, ...], host: str,
-                metrics: Metrics | None) -> ASGIApp:
+                metrics: Metrics | None, people: People | None, audit: AuditLog) -> ASGIApp:
     """The layers around the routes, innermost first: keys, body limits, CORS, the Host and Origin checks,
-    the error shapes of /v1 and /mcp, and outermost the request log (its id, line and counts), unless both the
-    log (log_format off) and the metrics (metrics false) are off."""
+    the error shapes of /v1 and /mcp, and outermost the request log (its id, line, counts and audit row)."""
     from starlette.middleware.cors import CORSMiddleware
 
     from ragvps.serve.access import Access, RequireKey
@@ -111,7 +128,7 @@ def _middleware(api: FastAPI, settings: Settings, ready: Ready, keys: tuple[str,
     from ragvps.serve.openai_shapes import openai_path, translate
     from ragvps.serve.request_log import RequestLog
 
-    asgi: ASGIApp = LimitBody(RequireKey(api, Access(keys, ready)), settings.serve.max_body_bytes,
+    asgi: ASGIApp = LimitBody(RequireKey(api, Access(keys, ready, people)), settings.serve.max_body_bytes,
                               settings.serve.request_timeout)
     if settings.serve.cors_origins:
         asgi = CORSMiddleware(asgi, allow_origins=list(settings.serve.cors_origins),
@@ -120,10 +137,8 @@ def _middleware(api: FastAPI, settings: Settings, ready: Ready, keys: tuple[str,
     asgi = HostOriginGuard(asgi, host, settings.serve.allowed_hosts, settings.serve.cors_origins)
     # every error on /v1/* in OpenAI's shape, on /mcp as JSON-RPC, whichever layer answered it
     asgi = ShapedErrors(asgi, ((openai_path, translate), (mcp_path, mcp_error)))
-    if metrics is None and settings.serve.log_format == "off":
-        return asgi
     return RequestLog(asgi, api.router.routes, metrics.request if metrics is not None else None,
-                      settings.serve.log_format != "off", settings.serve.log_questions)
+                      settings.serve.log_format != "off", settings.serve.log_questions, audit.note)
 
 
 def serve(settings: Settings, host: str | None = None, port: int | None = None) -> None:
@@ -132,7 +147,8 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
 
     host = host or settings.serve.host
     port = settings.serve.port if port is None else port
-    check_bind(host, load_keys(settings))
+    auth = settings.auth
+    check_bind(host, load_keys(settings), bool(auth.oidc or auth.trusted_proxies))
     fatal: list[RagvpsError] = []
     server: uvicorn.Server | None = None
 

@@ -114,11 +114,13 @@ class JsonLines(logging.Formatter):
 
 
 class RequestLog:
-    """ASGI middleware, outermost: the request id, the log line and the request's count and duration."""
+    """ASGI middleware, outermost: the request id, the log line, the request's count and duration, and its row in
+    the audit log (serve/audit_log.py)."""
 
     def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute],
-                 count: Callable[[str, str, int, float], None] | None, logs: bool, log_questions: bool) -> None:
-        self.app, self.routes, self.count = app, routes, count
+                 count: Callable[[str, str, int, float], None] | None, logs: bool, log_questions: bool,
+                 audit: Callable[[RequestRecord, Scope], None] | None = None) -> None:
+        self.app, self.routes, self.count, self.audit = app, routes, count, audit
         self.logs, self.log_questions = logs, log_questions
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -147,6 +149,8 @@ class RequestLog:
                 record.kbs.append(name)
             if self.count is not None:
                 self.count(record.route, record.method, record.status or 500, record.ms / 1000)
+            if self.audit is not None:
+                self.audit(record, scope)
             if self.logs:
                 fields = record.fields(self.log_questions)
                 log.info(text_line(fields), extra={"request": fields})

@@ -1,8 +1,10 @@
 """An upload's body, streamed to disk as it arrives (never whole in memory), under the knowledge base's folder:
 `multipart/form-data` with one or many files, or JSON `{"path", "text"}` (or a list of them) for apps that
 send text. Bounded by upload_max_bytes (the whole body), upload_max_file_bytes (one file) and upload_max_files;
-names neutralised by ingest.uploads.safe_name. Whatever goes wrong (a limit, a cut-off body, a client gone),
-the files received so far are removed and no job is made."""
+a JSON body is parsed in memory, so it is bounded by upload_max_json_bytes (16 MB) and refused above it with a
+413 that says to send multipart. Names neutralised by ingest.uploads.safe_name and made unique by unique.
+Whatever goes wrong (a limit, a cut-off body, a client gone), the files received so far are removed and no
+job is made."""
 
 from __future__ import annotations
 
@@ -33,6 +35,13 @@ class ClientGone(Exception):
 def too_large(what: str, limit: int, setting: str) -> InputTooLongError:
     return InputTooLongError(f"{what} is larger than {limit:,} (setting {setting}): send fewer or smaller files, "
                              f"or raise {setting}", settings=(setting,))
+
+
+def json_too_large(cap: int) -> InputTooLongError:
+    """A JSON upload is parsed in memory: past its bound, the client is told to stream files as multipart."""
+    return InputTooLongError(f"a JSON upload is larger than {cap:,} bytes (setting upload_max_json_bytes; JSON is "
+                             "parsed in memory): send large or many files as multipart/form-data, which is streamed "
+                             "to disk", settings=("upload_max_json_bytes",))
 
 
 async def receive(request: Request, kb_dir: Path, job: str, limits: ServeSettings) -> list[StagedFile]:
@@ -146,11 +155,7 @@ class Multipart:
         if len(self.files) >= self.limits.upload_max_files:
             raise too_large(f"the number of files (more than {self.limits.upload_max_files:,})",
                             self.limits.upload_max_files, "upload_max_files")
-        name = uploads.safe_name(raw)
-        if name in self.names:
-            raise UsageError(f"the upload names {name} twice (as sent: {raw!r}): send each file once")
-        self.names.add(name)
-        self.name, self.size = name, 0
+        self.name, self.size = uploads.unique(uploads.safe_name(raw), self.names), 0
         self.out = (self.folder / str(len(self.files))).open("wb")
 
     def _data(self, data: bytes, start: int, end: int) -> None:
@@ -177,12 +182,15 @@ class Multipart:
 async def _json(request: Request, kb_dir: Path, folder: Path, limits: ServeSettings) -> list[StagedFile]:
     """`{"path", "text"}` or a list of them, each written as a file named by its path (`.txt` added when the
     path's extension is not one of a text format)."""
-    cap = limits.upload_max_file_bytes
+    cap = min(limits.upload_max_json_bytes, limits.upload_max_file_bytes)
+    declared = request.headers.get("content-length", "")
+    if declared.strip().isdigit() and int(declared) > cap:
+        raise json_too_large(cap)
     body = bytearray()
     async for piece in _body(request, float(limits.request_timeout)):
         body += piece
         if len(body) > cap:
-            raise too_large("a JSON upload", cap, "upload_max_file_bytes")
+            raise json_too_large(cap)
     try:
         parsed = json.loads(body)
     except ValueError as exc:
@@ -199,9 +207,7 @@ async def _json(request: Request, kb_dir: Path, folder: Path, limits: ServeSetti
         name = uploads.safe_name(item["path"])
         if not name.lower().endswith(TEXT_SUFFIXES):
             name += ".txt"
-        if name in names:
-            raise UsageError(f"the upload names {name} twice: send each path once")
-        names.add(name)
+        name = uploads.unique(name, names)
         data = item["text"].encode("utf-8", "replace")
         (folder / str(n)).write_bytes(data)
         files.append(StagedFile(n, name, (folder / str(n)).relative_to(kb_dir).as_posix(), len(data)))

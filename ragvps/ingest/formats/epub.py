@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ragvps.ingest.bounds import Meter
 from ragvps.ingest.formats.zipguard import open_zip
 from ragvps.ingest.sources import SkipFile, SourceFile
 from ragvps.records import Document
@@ -29,7 +30,7 @@ def read(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
 
     with open_zip(source, "an EPUB book", doctypes=True) as archive:
         try:
-            title, chapters = _chapters(archive)
+            title, chapters = _chapters(archive, Meter.of(source, archive))
         except (KeyError, ParseError, DefusedXmlException, UnicodeDecodeError, zipfile.BadZipFile) as exc:
             raise SkipFile("corrupt file", f"{source.rel}: not a readable EPUB ({exc.__class__.__name__}: "
                                            f"{str(exc)[:200]}); skipped") from exc
@@ -54,7 +55,7 @@ def read(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
                      {"headings": headings})]
 
 
-def _chapters(archive: zipfile.ZipFile) -> tuple[str, list[tuple[str, Page]]]:
+def _chapters(archive: zipfile.ZipFile, meter: Meter) -> tuple[str, list[tuple[str, Page]]]:
     from defusedxml.ElementTree import fromstring
 
     from ragvps.ingest.htmltext import extract
@@ -70,17 +71,20 @@ def _chapters(archive: zipfile.ZipFile) -> tuple[str, list[tuple[str, Page]]]:
     items = {i.get("id"): i for i in opf.iter(f"{_OPF}item")}
     labels = _toc_labels(archive, opf, items, base)
     chapters: list[tuple[str, Page]] = []
+    pages: dict[str, Page] = {}  # a part the spine names again is parsed once, and its text counted each time
     for ref in opf.iter(f"{_OPF}itemref"):
         item = items.get(ref.get("idref"))
         if item is None or item.get("media-type") not in _HTML or not item.get("href"):
             continue
         path = posixpath.normpath(posixpath.join(base, item.get("href", "")))
-        try:
-            raw = archive.read(path)
-        except KeyError:
-            continue
-        page = extract(raw.decode("utf-8", errors="replace"))
-        chapters.append((labels.get(path, ""), page))
+        if path not in pages:
+            try:
+                pages[path] = extract(archive.read(path).decode("utf-8", errors="replace"))
+            except KeyError:
+                continue
+        meter.read(path)
+        meter.add(len(pages[path].text))
+        chapters.append((labels.get(path, ""), pages[path]))
     return title, chapters
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ragvps.ingest.bounds import Meter
 from ragvps.ingest.formats import md
 from ragvps.ingest.formats.zipguard import open_zip
 from ragvps.ingest.sources import SkipFile, SourceFile
@@ -25,6 +26,7 @@ def read(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
     from defusedxml.ElementTree import ParseError, fromstring
 
     with open_zip(source, "an OpenDocument text") as archive:
+        meter = Meter.of(source, archive)
         try:
             content = fromstring(archive.read("content.xml"), forbid_dtd=True)
             meta = fromstring(archive.read("meta.xml"), forbid_dtd=True) if "meta.xml" in archive.namelist() else None
@@ -32,14 +34,21 @@ def read(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
             raise SkipFile("corrupt file", f"{source.rel}: not a readable OpenDocument text "
                                            f"({exc.__class__.__name__}: {str(exc)[:200]}); skipped") from exc
     body = content.find(f"{_OFFICE}body/{_OFFICE}text")
-    blocks = [b for b in _blocks(body, 0) if b] if body is not None else []
+    blocks = [b for b in _blocks(body, 0, meter) if b] if body is not None else []
     if not blocks:
         raise SkipFile("no text", f"{source.rel}: an empty document, no text; skipped")
     title = " ".join((meta.findtext(f".//{_DC}title") or "").split()) if meta is not None else ""
     return [Document(source.rel, source.rel, title or Path(source.rel).stem, "\n\n".join(blocks), "odt")]
 
 
-def _blocks(parent: Any, depth: int) -> Iterator[str]:
+def _blocks(parent: Any, depth: int, meter: Meter) -> Iterator[str]:
+    """The body's blocks as Markdown, each counted by `meter` before the next is made."""
+    for block in _unmetered(parent, depth, meter):
+        meter.add(len(block) + 2)
+        yield block
+
+
+def _unmetered(parent: Any, depth: int, meter: Meter) -> Iterator[str]:
     for el in parent:
         if el.tag == f"{_TEXT}h":
             yield md.heading(int(el.get(f"{_TEXT}outline-level", "1") or 1), _text(el))
@@ -49,9 +58,9 @@ def _blocks(parent: Any, depth: int) -> Iterator[str]:
             items = [line for item in el.iter(f"{_TEXT}list-item") for line in _item(item, depth)]
             yield "\n".join(items)
         elif el.tag == f"{_TABLE}table":
-            yield md.table(_rows(el))
+            yield md.table(_rows(el, meter))
         elif el.tag == f"{_TEXT}section":
-            yield from _blocks(el, depth)
+            yield from _unmetered(el, depth, meter)
 
 
 def _item(item: Any, depth: int) -> Iterator[str]:
@@ -60,8 +69,10 @@ def _item(item: Any, depth: int) -> Iterator[str]:
             yield "  " * depth + "- " + text
 
 
-def _rows(table: Any) -> list[list[str]]:
+def _rows(table: Any, meter: Meter) -> list[list[str]]:
+    """The table's grid, its repeated rows and cells counted (by `meter`) before they are written."""
     rows: list[list[str]] = []
+    counted = meter.chars
     for row in table.iter(f"{_TABLE}table-row"):
         cells: list[str] = []
         for cell in row:
@@ -72,7 +83,10 @@ def _rows(table: Any) -> list[list[str]]:
             if cell.tag == f"{_TABLE}covered-table-cell" and cells:
                 text = text or cells[-1]  # a merged cell's text in each cell it covers
             cells += [text] * repeat
-        rows += [cells] * min(int(row.get(f"{_TABLE}number-rows-repeated", "1") or 1), MAX_REPEAT)
+        repeat = min(int(row.get(f"{_TABLE}number-rows-repeated", "1") or 1), MAX_REPEAT)
+        meter.add(repeat * sum(len(c) + 3 for c in cells))
+        rows += [cells] * repeat
+    meter.chars = counted  # the table is counted again, whole, as a block
     return rows
 
 

@@ -11,6 +11,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from ragvps.ingest.bounds import Meter
 from ragvps.ingest.formats import md
 from ragvps.ingest.formats.zipguard import has_macros, open_zip
 from ragvps.ingest.sources import SkipFile, SourceFile
@@ -21,6 +22,7 @@ def read(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
     import openpyxl
 
     with open_zip(source, "an Excel workbook") as archive:
+        meter = Meter.of(source, archive)
         if has_macros(archive):
             warn(f"{source.rel}: has macros; read as data only (ragvps never runs them)")
     sections: list[str] = []
@@ -28,7 +30,7 @@ def read(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
         book = openpyxl.load_workbook(source.path, read_only=True, data_only=True, keep_links=False)
         try:
             for sheet in book.worksheets:
-                text = sheet_markdown(sheet.title, partial(sheet.iter_rows, values_only=True))
+                text = sheet_markdown(sheet.title, partial(sheet.iter_rows, values_only=True), meter)
                 if text:
                     sections.append(text)
             title = (book.properties.title or "").strip()
@@ -42,8 +44,9 @@ def read(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
     return [Document(source.rel, source.rel, title or Path(source.rel).stem, "\n\n".join(sections), "xlsx")]
 
 
-def sheet_markdown(name: str, rows: Callable[[], Iterator[Sequence[Any]]]) -> str:
-    """A sheet as `## name` and its lines; "" when no cell has a value."""
+def sheet_markdown(name: str, rows: Callable[[], Iterator[Sequence[Any]]], meter: Meter | None = None) -> str:
+    """A sheet as `## name` and its lines; "" when no cell has a value. `meter` counts each row's text as it is
+    written (a cell pointing at a long shared string many times fails the file, not the machine)."""
     used: set[int] = set()
     for row in rows():
         used.update(i for i, v in enumerate(row) if v is not None and value(v))
@@ -51,7 +54,14 @@ def sheet_markdown(name: str, rows: Callable[[], Iterator[Sequence[Any]]]) -> st
         return ""
     columns = sorted(used)
     picked = ([value(row[i]) if i < len(row) else "" for i in columns] for row in rows())
+    if meter is not None:
+        picked = (_counted(cells, meter) for cells in picked)
     return "\n".join([md.heading(2, name), "", *md.sheet_lines(picked)])
+
+
+def _counted(cells: list[str], meter: Meter) -> list[str]:
+    meter.add(sum(len(c) + 3 for c in cells))
+    return cells
 
 
 def value(v: object) -> str:

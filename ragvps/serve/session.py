@@ -1,0 +1,125 @@
+"""The page's signed session cookie: who signed in, their groups, until when. HMAC-SHA256 over the JSON, so the
+browser holds it but cannot change it; HttpOnly (no script reads it), SameSite=Lax (no other site's request
+carries it on a POST), Secure when the page is served over https.
+
+The key is the setting session_secret, or 32 random bytes kept in data_dir/session.key (made 0600 on first use),
+so sessions survive a restart; deleting the file signs everyone out.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ragvps.app.identity import User
+from ragvps.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ragvps.config import Settings
+
+SESSION_COOKIE = "ragvps_session"
+LOGIN_COOKIE = "ragvps_login"
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class Signer:
+    def __init__(self, key: bytes):
+        self.key = key
+
+    @classmethod
+    def for_settings(cls, settings: Settings) -> Signer:
+        if settings.auth.session_secret:
+            return cls(hashlib.sha256(settings.auth.session_secret.encode()).digest())
+        path = settings.database.data_dir / "session.key"
+        return cls(_key_file(path))
+
+    def dump(self, payload: dict[str, object], max_age_s: float) -> str:
+        body = _b64(json.dumps({**payload, "exp": time.time() + max_age_s}, separators=(",", ":")).encode())
+        return body + "." + _b64(hmac.new(self.key, body.encode(), hashlib.sha256).digest())
+
+    def load(self, value: str) -> dict[str, object] | None:
+        """The payload if the signature holds and it has not expired; None otherwise."""
+        body, _, mac = value.partition(".")
+        expected = _b64(hmac.new(self.key, body.encode(), hashlib.sha256).digest())
+        if not mac or not hmac.compare_digest(mac, expected):
+            return None
+        try:
+            payload = json.loads(_unb64(body))
+        except ValueError:
+            return None
+        if not isinstance(payload, dict) or not isinstance(payload.get("exp"), int | float) \
+                or payload["exp"] < time.time():
+            return None
+        return payload
+
+    def user(self, value: str | None) -> User | None:
+        """The user a session cookie names, or None (no cookie, forged, expired)."""
+        payload = self.load(value) if value else None
+        if payload is None or not isinstance(payload.get("sub"), str):
+            return None
+        groups = payload.get("groups")
+        return User(str(payload["sub"]), _opt(payload.get("email")), _opt(payload.get("name")),
+                    tuple(str(g) for g in groups) if isinstance(groups, list) else (), "oidc")
+
+
+def session_payload(user: User) -> dict[str, object]:
+    return {"sub": user.subject, "email": user.email, "name": user.name, "groups": list(user.groups)}
+
+
+def _opt(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _key_file(path: Path) -> bytes:
+    try:
+        key = path.read_bytes()
+        if len(key) >= 32:
+            return key
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise ConfigError(f"cannot read the session key {path} ({exc.__class__.__name__}): set session_secret, or "
+                          "make data_dir writable", settings=("session_secret", "data_dir")) from None
+    key = secrets.token_bytes(32)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(key)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the session key {path} ({exc.__class__.__name__}): set session_secret, or "
+                          "make data_dir writable", settings=("session_secret", "data_dir")) from None
+    return key
+
+
+def cookie_header(name: str, value: str, max_age_s: int, secure: bool, path: str = "/") -> tuple[bytes, bytes]:
+    """A Set-Cookie header: HttpOnly, SameSite=Lax, Secure over https; max_age 0 deletes it."""
+    parts = [f"{name}={value}", f"Path={path}", f"Max-Age={max_age_s}", "HttpOnly", "SameSite=Lax"]
+    if secure:
+        parts.append("Secure")
+    return b"set-cookie", "; ".join(parts).encode("latin-1")
+
+
+def cookie(headers: list[tuple[bytes, bytes]], name: str) -> str | None:
+    """One cookie's value from a request's Cookie headers."""
+    for key, value in headers:
+        if key == b"cookie":
+            for part in value.decode("latin-1").split(";"):
+                k, _, v = part.strip().partition("=")
+                if k == name:
+                    return v
+    return None

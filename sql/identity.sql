@@ -1,0 +1,29 @@
+-- The users and the audit log (ragvps/db/identity.py); schema-qualified, whatever the search_path.
+
+-- name: user_seen
+INSERT INTO ragvps.users (subject, email, name, groups, via) VALUES (%(subject)s, %(email)s, %(name)s, %(groups)s, %(via)s)
+ON CONFLICT (subject) DO UPDATE SET email = EXCLUDED.email, name = EXCLUDED.name, groups = EXCLUDED.groups,
+                                    via = EXCLUDED.via, seen_at = now();
+
+-- name: user_by_email
+-- The groups a forwarded user had at their last sign-in (the newest, should two subjects share an address).
+SELECT subject, email, name, groups FROM ragvps.users WHERE lower(email) = lower(%(email)s)
+ORDER BY seen_at DESC LIMIT 1;
+
+-- name: user_list
+SELECT subject, email, name, groups, via, seen_at FROM ragvps.users ORDER BY seen_at DESC;
+
+-- name: audit_insert
+INSERT INTO ragvps.audit (who, action, kb, status, route, request, question)
+VALUES (%(who)s, %(action)s, %(kb)s, %(status)s, %(route)s, %(request)s, %(question)s);
+
+-- name: audit_prune
+DELETE FROM ragvps.audit WHERE at < now() - make_interval(days => %(days)s);
+
+-- name: audit_query
+SELECT at, who, action, kb, status, route, request, question FROM ragvps.audit
+WHERE at >= %(since)s
+  AND (%(who)s::text IS NULL OR who ILIKE '%%' || %(who)s || '%%')
+  AND (%(kb)s::text IS NULL OR kb = %(kb)s)
+  AND (%(action)s::text IS NULL OR action = %(action)s)
+ORDER BY at DESC, id DESC LIMIT %(limit)s;

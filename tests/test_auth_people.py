@@ -1,0 +1,233 @@
+"""People besides keys, against `create_app` in this process and a provider of the test's own (tests/oidc_provider.py):
+bearer tokens from the identity provider (good, expired, for another audience, from another issuer, tampered, from a
+rotated key), roles from groups with wildcards, a user whose groups map to nothing, a chat front end's forwarded
+user (the openai SDK's view of /v1/models), the audit log and `ragvps audit`."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from asgi_server import InProcess
+from oidc_provider import TokenIssuer
+from serve_server import KEY, ragvps_env, ragvps_here
+
+DOCS = "# Deploying\n\n## Rollback\n\nTo roll back a release, run the deploy script with the previous tag.\n"
+HR = "# Holidays\n\n## Leave\n\nEvery employee has twenty-five days of paid leave a year.\n"
+ROLES = "eng=docs:read,people=hr:write,admins=*:admin,role:user=docs:read"
+
+
+@pytest.fixture(scope="module")
+def issuer() -> Iterator[TokenIssuer]:
+    found = TokenIssuer()
+    yield found
+    found.close()
+
+
+@pytest.fixture(scope="module")
+def env(module_db_url: str, tmp_path_factory: pytest.TempPathFactory, issuer: TokenIssuer) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("people")
+    env = ragvps_env(module_db_url, root / "data")
+    for name, text in (("docs", DOCS), ("hr", HR)):
+        (root / name).mkdir()
+        (root / name / f"{name}.md").write_text(text)
+        assert ragvps_here(env, "kb", "create", name).returncode == 0
+        done = ragvps_here(env, "ingest", str(root / name), "--kb", name)
+        assert done.returncode == 0, done.stderr
+    made = ragvps_here(env, "key", "create", "--kb", "docs", "--kb", "hr", "--role", "read", "--name", "owui")
+    other = ragvps_here(env, "key", "create", "--kb", "docs", "--kb", "hr", "--role", "read", "--name", "plain")
+    return env | {"RAGVPS_API_KEYS": KEY, "RAGVPS_OIDC_ISSUER": issuer.url, "RAGVPS_OIDC_CLIENT_ID": "ragvps",
+                  "RAGVPS_GROUP_ROLES": ROLES, "RAGVPS_FORWARD_USER_KEYS": "owui", "RAGVPS_LOG_QUESTIONS": "false",
+                  "OWUI_KEY": made.stdout.strip(), "PLAIN_KEY": other.stdout.strip()}
+
+
+@pytest.fixture(scope="module")
+def srv(env: dict[str, str]) -> Iterator[InProcess]:
+    server = InProcess(env, key=None).start()
+    yield server
+    server.stop()
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def kbs_of(srv: InProcess, headers: dict[str, str]) -> httpx.Response:
+    with srv.keyless() as c:
+        return c.get("/kb", headers=headers)
+
+
+def names(response: httpx.Response) -> list[str]:
+    assert response.status_code == 200, response.text
+    return [kb["name"] for kb in response.json()["knowledge_bases"]]
+
+
+def test_a_token_from_the_provider_gives_the_roles_of_its_groups(srv: InProcess, issuer: TokenIssuer):
+    assert names(kbs_of(srv, bearer(issuer.token("ana", groups=["eng"])))) == ["docs"]
+    assert names(kbs_of(srv, bearer(issuer.token("bo", groups=["eng", "people"])))) == ["docs", "hr"]
+    assert names(kbs_of(srv, bearer(issuer.token("cy", groups=["admins"])))) == ["default", "docs", "hr"]
+    with srv.keyless(headers=bearer(issuer.token("ana", groups=["eng"]))) as c:
+        hits = c.post("/kb/docs/search", json={"query": "how do I roll back a release?"}).json()["hits"]
+        assert hits and hits[0]["path"] == "docs.md"
+        refused = c.post("/kb/hr/search", json={"query": "paid leave"})
+        assert refused.status_code == 404 and "hr.md" not in refused.text and "twenty-five" not in refused.text
+        # read is not write: eng may not upload into docs
+        upload = c.post("/kb/docs/documents", files={"files": ("x.md", b"# x\n\ntext\n")})
+        assert upload.status_code in (403, 404), upload.text
+
+
+def test_a_user_whose_groups_map_to_nothing_is_told_so(srv: InProcess, issuer: TokenIssuer):
+    refused = kbs_of(srv, bearer(issuer.token("dee", groups=["sales"])))
+    assert refused.status_code == 403
+    body = refused.json()
+    assert body["kind"] == "forbidden" and "dee@example.org" in body["error"] and "group_roles" in body["error"]
+
+
+@pytest.mark.parametrize("case", ["expired", "audience", "issuer", "tampered", "foreign key", "alg none"])
+def test_bad_tokens_are_refused_with_the_reason(srv: InProcess, issuer: TokenIssuer, case: str):
+    from joserfc.jwk import RSAKey
+
+    good = issuer.token("ana", groups=["admins"])
+    token = {
+        "expired": lambda: issuer.token("ana", groups=["admins"], expires_in=-3600),
+        "audience": lambda: issuer.token("ana", groups=["admins"], aud="another-app"),
+        "issuer": lambda: issuer.token("ana", groups=["admins"], iss="http://127.0.0.1:9/other"),
+        "tampered": lambda: _tamper(good),
+        "foreign key": lambda: issuer.token("ana", groups=["admins"],
+                                            key=RSAKey.generate_key(2048, parameters={"kid": "key-1"})),
+        "alg none": lambda: _unsigned(good),
+    }[case]()
+    refused = kbs_of(srv, bearer(token))
+    assert refused.status_code == 401, (case, refused.text)
+    assert refused.json()["kind"] == "unauthorized" and "www-authenticate" in refused.headers
+    assert {"expired": "expired", "audience": "audience", "issuer": "iss"}.get(case, "refused") in refused.text
+
+
+def test_clock_skew_within_the_leeway_is_accepted(srv: InProcess, issuer: TokenIssuer):
+    assert names(kbs_of(srv, bearer(issuer.token("ana", groups=["eng"], expires_in=-20)))) == ["docs"]
+
+
+def test_a_rotated_signing_key_is_fetched_once_and_accepted(srv: InProcess, issuer: TokenIssuer):
+    from joserfc.jwk import RSAKey
+
+    assert names(kbs_of(srv, bearer(issuer.token("ana", groups=["eng"])))) == ["docs"]
+    before = issuer.fetches
+    issuer.rotate()
+    assert names(kbs_of(srv, bearer(issuer.token("ana", groups=["eng"], nonce="x")))) == ["docs"]
+    assert issuer.fetches == before + 1
+    forged = RSAKey.generate_key(2048, parameters={"kid": "made-up"})
+    for _ in range(5):  # a forged key id does not make the server fetch the JWKS again and again
+        assert kbs_of(srv, bearer(issuer.token("ana", key=forged))).status_code == 401
+    assert issuer.fetches <= before + 2
+
+
+def _tamper(token: str) -> str:
+    import base64
+
+    head, body, sig = token.split(".")
+    claims = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    claims["groups"] = ["admins", "people"]
+    forged = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
+    return f"{head}.{forged}.{sig}"
+
+
+def _unsigned(token: str) -> str:
+    import base64
+
+    _, body, _ = token.split(".")
+    head = base64.urlsafe_b64encode(b'{"alg":"none","typ":"JWT"}').rstrip(b"=").decode()
+    return f"{head}.{body}."
+
+
+# --- a chat front end that forwards its user ---------------------------------------------------------------
+
+def owui_models(srv: InProcess, key: str, **user: str) -> list[str]:
+    headers = {f"X-OpenWebUI-User-{k.title()}": v for k, v in user.items()}
+    with srv.keyless(headers=headers) as http:
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key=key, http_client=http)
+        return sorted(m.id for m in client.models.list())
+
+
+def test_a_forwarded_user_sees_only_what_their_groups_allow(srv: InProcess, env: dict[str, str],
+                                                            issuer: TokenIssuer):
+    # ana signed in once with the group eng (a bearer token counts as a sign-in to remember only via the page; here
+    # the users table is filled as the page's sign-in fills it)
+    from ragvps.app.identity import User
+    from ragvps.app.library import Library
+    from ragvps.config import load_settings
+
+    with Library.open(load_settings(env=env)) as library:
+        library.identities().seen(User("sub-ana", "ana@example.org", "Ana", ("eng",), "oidc"))
+        library.identities().seen(User("sub-cy", "cy@example.org", "Cy", ("admins",), "oidc"))
+    key = env["OWUI_KEY"]
+    assert owui_models(srv, key) == ["docs", "hr"]  # the key alone: what it grants
+    assert owui_models(srv, key, email="ana@example.org", name="Ana", role="admin") == ["docs"]
+    # an Open WebUI user who never signed in here: only the `role:user` group
+    assert owui_models(srv, key, email="new@example.org", role="user") == ["docs"]
+    # admins=*:admin, bounded by the key's read: both, and still no write
+    assert owui_models(srv, key, email="cy@example.org", role="user") == ["docs", "hr"]
+    with srv.keyless(headers={"Authorization": f"Bearer {key}", "X-OpenWebUI-User-Email": "cy@example.org"}) as c:
+        assert c.post("/kb/docs/documents", files={"files": ("x.md", b"# x\n\ntext\n")}).status_code in (403, 404)
+    with srv.keyless(headers={"Authorization": f"Bearer {key}", "X-OpenWebUI-User-Email": "ana@example.org"}) as c:
+        chat = c.post("/v1/chat/completions", json={"model": "hr", "messages": [{"role": "user",
+                                                                                   "content": "paid leave?"}]})
+        assert chat.status_code == 404 and "twenty-five" not in chat.text
+
+
+def test_forwarded_headers_beside_another_key_are_ignored(srv: InProcess, env: dict[str, str]):
+    assert owui_models(srv, env["PLAIN_KEY"], email="ana@example.org", role="user") == ["docs", "hr"]
+
+
+def test_no_credentials_asks_for_a_key_or_a_sign_in(srv: InProcess):
+    refused = kbs_of(srv, {})
+    assert refused.status_code == 401 and "/auth/login" in refused.json()["error"]
+    with srv.keyless() as c:
+        me = c.get("/auth/me").json()
+        assert me == {"sign_in": True, "signed_in": False}
+
+
+# --- the audit log -----------------------------------------------------------------------------------------
+
+def test_the_audit_names_who_did_what_where_and_never_the_question(srv: InProcess, env: dict[str, str],
+                                                                   issuer: TokenIssuer):
+    with srv.keyless(headers=bearer(issuer.token("auditee", groups=["eng"]))) as c:
+        assert c.post("/kb/docs/search", json={"query": "secret-question-words rollback"}).status_code == 200
+        assert c.post("/kb/hr/search", json={"query": "leave"}).status_code == 404
+    with srv.keyless(headers={"Authorization": f"Bearer {KEY}"}) as c:
+        assert c.post("/kb/hr/ask", json={"question": "how many days of leave?"}).status_code == 200
+    rows: list[dict[str, object]] = []
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # written by the audit's thread within half a second
+        done = ragvps_here(env, "audit", "--since", "1h", "--json")
+        assert done.returncode == 0, done.stderr
+        rows = json.loads(done.stdout)
+        if len(rows) >= 3 and any(r["who"] == "settings key" for r in rows):
+            break
+        time.sleep(0.2)
+    mine = [r for r in rows if "auditee" in str(r["who"])]
+    assert {(r["action"], r["kb"], r["status"]) for r in mine} >= {("search", "docs", 200), ("search", "hr", 404)}
+    assert mine[0]["who"] == "user auditee@example.org (oidc)" and mine[0]["request"]
+    assert any(r["who"] == "settings key" and r["action"] == "ask" and r["kb"] == "hr" for r in rows)
+    assert "secret-question-words" not in done.stdout
+    text = ragvps_here(env, "audit", "--since", "1h", "--who", "auditee", "--kb", "hr")
+    assert text.returncode == 0 and "auditee" in text.stdout and " docs " not in text.stdout
+
+
+def test_audit_rows_older_than_audit_days_are_removed(env: dict[str, str], tmp_path: Path):
+    import psycopg
+
+    from ragvps.app.audit import AuditEvent
+    from ragvps.app.library import Library
+    from ragvps.config import load_settings
+
+    with Library.open(load_settings(env=env)) as library:
+        library.audit().record([AuditEvent("key old", "search", "docs", 200, "/kb/{name}/search")])
+    with psycopg.connect(env["RAGVPS_DATABASE_URL"], autocommit=True) as conn:
+        conn.execute("UPDATE ragvps.audit SET at = now() - interval '100 days' WHERE who = 'key old'")
+    done = ragvps_here(env, "audit", "--since", "52w", "--who", "key old", "--json")
+    assert done.returncode == 0 and json.loads(done.stdout) == []
