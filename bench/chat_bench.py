@@ -8,7 +8,9 @@ Each conversation's first turn is answered by the chat use case (extractive, as 
 send it back); its second turn is then retrieved (top 5, hybrid) for: the last turn alone, the rule the chat
 use case applies without an LLM, and, for comparison, both user turns joined and a hand-written standalone
 question (the ceiling of an LLM rewrite, which cannot run here). A hit is the gold chunk when
-it comes from the gold document and contains the gold quote.
+it comes from the gold document and contains the gold quote. Beside them, bench/data/unrelated_pairs.jsonl: a
+second question on a new topic must get the answer it gets asked alone (the history changes none of them).
+With `--baseline DIR` both sets are measured for that checkout too, in a process importing it, in the same run.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from typing import Any
 
 import httpx
 from common import ROOT
+
+if os.environ.get("CHAT_BENCH_CHECKOUT"):  # the baseline's measuring process imports that checkout's ragvps
+    sys.path.insert(0, os.environ["CHAT_BENCH_CHECKOUT"])
 from common.results import markers, write_section
 from llm_server import FakeLLM
 from serve_server import Server
@@ -36,6 +41,7 @@ from ragvps.app.chat import conversation, standalone
 from ragvps.config import Settings
 
 SET = ROOT / "bench" / "data" / "followups.jsonl"
+UNRELATED = ROOT / "bench" / "data" / "unrelated_pairs.jsonl"
 START, END = markers("chat_bench")
 K = 5
 MAX_SECONDS = 120.0  # each latency phase stops here whatever --requests says
@@ -63,7 +69,7 @@ def recall(app: App, rows: list[dict[str, Any]]) -> tuple[dict[str, dict[str, fl
         first, second = row["turns"]
         answer = app.chat(ChatRequest((("user", first),), use_cache=False))
         turns, question = conversation([("user", first), ("assistant", answer.content), ("user", second)])
-        queries = {ways[0]: second, ways[1]: standalone(app, turns, question, use_cache=False)[0],
+        queries = {ways[0]: second, ways[1]: standalone(app, turns, question, use_cache=False).question,
                    ways[2]: f"{first} {second}", ways[3]: row["standalone"]}
         seen = {}
         for way, query in queries.items():
@@ -75,6 +81,39 @@ def recall(app: App, rows: list[dict[str, Any]]) -> tuple[dict[str, dict[str, fl
     table = {w: {"chunk": sum(c for c, _ in v) / len(v), "doc": sum(d for _, d in v) / len(v)}
              for w, v in found.items()}
     return table, detail
+
+
+def unrelated(app: App, rows: list[dict[str, Any]]) -> list[str]:
+    """The ids of the pairs whose second answer (text and sources) changed because the first turn came before it."""
+    changed = []
+    for row in rows:
+        first, second = row["turns"]
+        a1 = app.chat(ChatRequest((("user", first),), use_cache=False)).content
+        alone = app.chat(ChatRequest((("user", second),), use_cache=False)).content
+        after = app.chat(ChatRequest((("user", first), ("assistant", a1), ("user", second)), use_cache=False)).content
+        if after != alone:
+            changed.append(row["id"])
+    return changed
+
+
+def conversations(data_dir: Path) -> dict[str, Any]:
+    """Both sets against this process's ragvps, over docs/ ingested into data_dir."""
+    settings = Settings.of(data_dir=data_dir, embedder="local")
+    with App.open(settings) as app:
+        ingest = app.ingest(ROOT / "docs")
+        table, detail = recall(app, load())
+        changed = unrelated(app, load(UNRELATED))
+        return {"table": table, "detail": detail, "changed": changed, "chunks": app.health().chunks,
+                "ingest": str(ingest)}
+
+
+def baseline_conversations(checkout: Path, data_dir: Path) -> dict[str, Any]:
+    """`conversations` in a process importing the other checkout's ragvps (the same sets, the same code here)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")}
+    env |= {"CHAT_BENCH_CHECKOUT": str(checkout.resolve())}
+    out = subprocess.run([sys.executable, __file__, "--conversations-json", "--data-dir", str(data_dir)], env=env,
+                         cwd=checkout, check=True, capture_output=True, text=True, timeout=900).stdout
+    return dict(json.loads(out.strip().splitlines()[-1]))
 
 
 def once(c: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
@@ -172,16 +211,19 @@ def main() -> None:
     parser.add_argument("--recall-only", action="store_true", help="Print the recall table and the misses only.")
     parser.add_argument("--baseline", type=Path, help="Another checkout (e.g. a git worktree of the commit "
                         "before the answer memo) whose server is measured side by side in the same run.")
+    parser.add_argument("--conversations-json", action="store_true", help=argparse.SUPPRESS)  # the baseline's process
     args = parser.parse_args()
+    if args.conversations_json:
+        print(json.dumps(conversations(args.data_dir)))
+        return
     load_before = os.getloadavg()
     rows = load()
-    settings = Settings.of(data_dir=args.data_dir, embedder="local")
-    with App.open(settings) as app:
-        ingest = app.ingest(ROOT / "docs")
-        chunks = app.health().chunks
-        table, detail = recall(app, rows)
+    now = conversations(args.data_dir)
+    table, detail, chunks, ingest = now["table"], now["detail"], now["chunks"], now["ingest"]
+    before = baseline_conversations(args.baseline, args.data_dir / "baseline-conv") if args.baseline else None
     if args.recall_only:
-        print(json.dumps(table, indent=1))
+        print(json.dumps({"now": {k: now[k] for k in ("table", "changed")},
+                          "before": before and {k: before[k] for k in ("table", "changed")}}, indent=1))
         print("\n".join(json.dumps(d) for d in detail))
         return
 
@@ -199,7 +241,8 @@ def main() -> None:
                        cwd=args.baseline, check=True, capture_output=True, timeout=900)
     timings = measure_latency(envs, rows, args)
     load_after = os.getloadavg()
-    section = render(rows, chunks, ingest, table, detail, timings, load_before, load_after)
+    section = render(rows, chunks, ingest, table, detail, timings, load_before, load_after,
+                     now["changed"], before)
     print(section)
     if not args.no_write:
         write_section("chat_bench", section)
@@ -207,7 +250,7 @@ def main() -> None:
 
 def render(rows: list[dict[str, Any]], chunks: int, ingest: Any, table: dict[str, dict[str, float]],
            detail: list[dict[str, Any]], timings: list[tuple[str, dict[str, Any]]], before: tuple[float, ...],
-           after: tuple[float, ...]) -> str:
+           after: tuple[float, ...], changed: list[str], base: dict[str, Any] | None = None) -> str:
     alone, rule = table["last turn alone"]["chunk"], table["rule (no LLM: the default)"]["chunk"]
     lines = [START, "## Conversations (`python bench/chat_bench.py`)", "",
              f"{datetime.date.today()}, {platform.machine()} {os.cpu_count()} cores, load average "
@@ -217,9 +260,21 @@ def render(rows: list[dict[str, Any]], chunks: int, ingest: Any, table: dict[str
              "and sent back as a client would. The set was written before any run; after the first run seven "
              "follow-ups that still named their own topic (e.g. \"Does it listen on a network port?\") were "
              "reworded to name none (the first run: rule 0.906, last turn alone 0.656).", "",
-             "| second turn retrieved with | gold-chunk recall@5 | gold-document recall@5 |", "|---|---|---|"]
+             "| second turn retrieved with | gold-chunk recall@5 | gold-document recall@5 |"
+             + (" chunk recall@5, baseline checkout |" if base else ""), "|---|---|---|" + ("---|" if base else "")]
     for way, r in table.items():
-        lines.append(f"| {way} | {r['chunk']:.3f} | {r['doc']:.3f} |")
+        lines.append(f"| {way} | {r['chunk']:.3f} | {r['doc']:.3f} |"
+                     + (f" {base['table'][way]['chunk']:.3f} |" if base else ""))
+    pairs = len(load(UNRELATED))
+    lines += ["", f"Unrelated pairs (`bench/data/unrelated_pairs.jsonl`, {pairs} pairs of questions on different "
+              "topics of docs/, written before any run): the second question's answer (text and source list) after "
+              "the first turn against the same question asked alone. The rule's test of whether a question stands "
+              "alone (ragvps/generate/rewrite.py) was adjusted once after its first run on both sets: 'that' before "
+              "a verb, 'its' after a name, 'each one' (issue 43).", "",
+              "| checkout | answers changed by the history |", "|---|---|",
+              f"| this one | {len(changed)} of {pairs} |"]
+    if base:
+        lines.append(f"| baseline | {len(base['changed'])} of {pairs} |")
     goal = "met" if rule >= 0.8 and rule - alone >= 0.3 else "not met"
     lines += ["", f"Goal (with history >= 0.8 and >= 0.3 above without): {rule:.3f} vs {alone:.3f}, {goal}.",
               "The LLM rewrite itself cannot be measured here (no model runs on this machine); with one configured, "

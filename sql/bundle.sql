@@ -200,3 +200,10 @@ FROM (SELECT count(*) AS n, coalesce(sum(len), 0) AS l FROM chunk_terms) s;
 -- again, as they did there.
 INSERT INTO embed_queue (set_id, chunk_id)
 SELECT %(set_id)s, c.id FROM chunks c WHERE NOT EXISTS (SELECT 1 FROM {table} e WHERE e.chunk_id = c.id);
+
+-- name: kb_has_documents
+-- Whether a knowledge base's schema holds a document (one never opened has no tables yet: no).
+SELECT to_regclass(%(table)s) IS NOT NULL;
+
+-- name: any_document
+SELECT EXISTS (SELECT 1 FROM {documents});

@@ -52,7 +52,7 @@ WHERE n.nspname = 'public' AND p.proname LIKE 'ragvps\_%'
   AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = p.oid AND d.deptype = 'e');
 
 -- name: key_insert
-INSERT INTO ragvps.api_keys (name, key_hash) VALUES (%(name)s, %(hash)s) RETURNING id;
+INSERT INTO ragvps.api_keys (name, key_hash, every_kb) VALUES (%(name)s, %(hash)s, %(every)s) RETURNING id;
 
 -- name: grant_insert
 INSERT INTO ragvps.key_grants (key_id, kb_id, role) VALUES (%(key_id)s, %(kb_id)s, %(role)s);
@@ -60,6 +60,7 @@ INSERT INTO ragvps.key_grants (key_id, kb_id, role) VALUES (%(key_id)s, %(kb_id)
 -- name: key_list
 SELECT k.name, k.created_at, k.last_used_at,
        coalesce(array_agg(kb.name || ':' || g.role ORDER BY kb.name) FILTER (WHERE kb.name IS NOT NULL), '{}')
+       || CASE WHEN k.every_kb IS NULL THEN '{}'::text[] ELSE ARRAY['*:' || k.every_kb] END
 FROM ragvps.api_keys k
 LEFT JOIN ragvps.key_grants g ON g.key_id = k.id
 LEFT JOIN ragvps.knowledge_bases kb ON kb.id = g.kb_id
@@ -76,16 +77,17 @@ SELECT count(*) FROM ragvps.api_keys;
 
 -- name: admin_keys_left
 -- Keys that would still be admin somewhere once `name` is gone.
-SELECT count(DISTINCT g.key_id) FROM ragvps.key_grants g JOIN ragvps.api_keys k ON k.id = g.key_id
-WHERE g.role = 'admin' AND k.name <> %(name)s;
+SELECT count(*) FROM ragvps.api_keys k
+WHERE k.name <> %(name)s AND (k.every_kb = 'admin'
+      OR EXISTS (SELECT 1 FROM ragvps.key_grants g WHERE g.key_id = k.id AND g.role = 'admin'));
 
 -- name: key_is_admin
-SELECT EXISTS (SELECT 1 FROM ragvps.key_grants g JOIN ragvps.api_keys k ON k.id = g.key_id
-               WHERE k.name = %(name)s AND g.role = 'admin');
+SELECT EXISTS (SELECT 1 FROM ragvps.api_keys k WHERE k.name = %(name)s AND (k.every_kb = 'admin'
+               OR EXISTS (SELECT 1 FROM ragvps.key_grants g WHERE g.key_id = k.id AND g.role = 'admin')));
 
 -- name: key_grants
--- The roles a presented key holds, by knowledge base name; no row: no such key.
-SELECT k.id, k.name, kb.name, g.role FROM ragvps.api_keys k
+-- The roles a presented key holds, by knowledge base name, and its role on every one; no row: no such key.
+SELECT k.id, k.name, kb.name, g.role, k.every_kb FROM ragvps.api_keys k
 LEFT JOIN ragvps.key_grants g ON g.key_id = k.id
 LEFT JOIN ragvps.knowledge_bases kb ON kb.id = g.kb_id
 WHERE k.key_hash = %(hash)s;

@@ -129,3 +129,28 @@ def continue_agent(question: str) -> dict[str, Any]:
                                                        "</important_rules>"},
                          {"role": "user", "content": "hello"}, {"role": "assistant", "content": " "},
                          {"role": "user", "content": question}]}
+
+
+def owui_tools(n: int = 10) -> list[dict[str, Any]]:
+    """Open WebUI's built-in tools as it offers them with every chat message (utils/tools.py get_builtin_tools: 10 on
+    an OpenAI connection, 36 on an Ollama one), in OpenAI's function shape; the descriptions abridged."""
+    names = ["get_current_timestamp", "calculate_timestamp", "search_chats", "view_chat", "query_knowledge_bases",
+             "search_knowledge_bases", "query_knowledge_files", "view_knowledge_file", "search_web", "fetch_url",
+             "list_chat_files", "query_chat_files", "grep_chat_files", "view_file", "view_note", "search_notes",
+             "write_note", "replace_note_content", "search_memories", "add_memory", "replace_memory_content",
+             "delete_memory", "list_memories", "generate_image", "edit_image", "execute_code", "ask_user",
+             "delegate_task", "timer", "kb_exec", "list_channels", "search_channels", "search_channel_messages",
+             "view_channel_message", "view_channel_thread", "list_automations"]
+    return [{"type": "function", "function": {"name": name, "description": f"Open WebUI's built-in {name}.",
+                                              "parameters": {"type": "object", "properties": {
+                                                  "query": {"type": "string", "description": "What to look for."}},
+                                                  "required": []}}}
+            for name in names[:n]]
+
+
+def owui_files(text: str, name: str = "notes.txt", file_id: str = "f-1") -> str:
+    """A user message as Open WebUI sends it with a file attached and native function calling (utils/middleware.py
+    add_file_context): the list of attached files before the text; its tasks quote the same in their history."""
+    tag = (f'<file type="file" id="{file_id}" url="/api/v1/files/{file_id}" content_type="text/plain" '
+           f'name="{name}"/>')
+    return f"<attached_files>\n{tag}\n</attached_files>\n\n{text}"

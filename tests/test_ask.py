@@ -233,7 +233,10 @@ def test_a_reply_holding_the_refusal_is_the_refusal_alone(corpus, clean_cache, l
     # a small model says it cannot answer, then copies a source anyway, with a marker
     llm.reply = f"{REFUSAL} But source [1] says: Backups run every night at 02:00 on the second disk. [1]"
     a = open_app(corpus[1], llm).ask(AskRequest(Q_BACKUP))
-    assert not a.answered and a.answer == REFUSAL and a.citations == () and a.sources
+    assert not a.answered and a.citations == () and a.sources
+    # the refusal alone, then why (issue 43): sources passed the gate, none answers directly; the closest named
+    said, _, note = a.answer.partition("\n\n")
+    assert said == REFUSAL and note.startswith("No sentence in the sources answers this directly") and "`" in note
 
 
 def test_usage_a_server_does_not_report_is_counted_and_marked(corpus, clean_cache, llm):

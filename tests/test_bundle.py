@@ -186,8 +186,12 @@ def test_bad_bundles_are_refused_before_anything_is_written(source, tmp_path, cl
         assert words in flat and "nothing was written" in flat, (case, flat)
         assert _state(db_url) == before, case
     assert not (tmp_path / "etc").exists() and not Path("/etc/x").exists()
-    # A name that exists: refused before anything is written, with what to do.
+    # A name that exists and holds documents: refused before anything is written, with what to do (an empty one,
+    # such as a fresh `default`, is no conflict: tests/test_kb_rough_edges.py).
     cli("import", str(bundle), "--kb", "shared")
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / "own.md").write_text("# Own\n\nThe default knowledge base holds this page.\n")
+    cli("ingest", str(tmp_path / "own"))
     after = _state(db_url)
     flat = " ".join(cli("import", str(bundle), "--kb", "default", expect=1).stderr.split())
     assert "exists already" in flat and "--replace" in flat and _state(db_url) == after

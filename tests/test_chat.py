@@ -48,10 +48,10 @@ def test_a_conversation_without_a_last_question_is_a_usage_error(messages):
         conversation(messages)
 
 
-def test_the_rule_adds_the_earlier_questions_salient_terms():
+def test_the_rule_puts_the_earlier_question_before_a_follow_up():
     history = [("user", "How does the embedded PostgreSQL start?"), ("assistant", "It starts on first use.")]
     out = rewrite.rule(history, "and how do I stop it?")
-    assert out == "and how do I stop it? (embedded postgresql start)"
+    assert out == "How does the embedded PostgreSQL start? and how do I stop it?"
     assert rewrite.rule([], "what is rrf?") == "what is rrf?"
     assert rewrite.rule(history, "how does embedded postgresql start") == "how does embedded postgresql start"
 

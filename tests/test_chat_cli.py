@@ -34,7 +34,7 @@ def test_a_follow_up_is_answered_with_the_history_and_ctrl_d_leaves(cli, tmp_pat
     assert len(answers) == 3, r.stdout  # two answers, nothing for the empty line
     assert "02:00" in answers[1] and "**Sources**" in answers[1] and "`ops.md`" in answers[1]
     assert "thirty days" in answers[2]
-    assert "searched for: How long is each one kept? (backups run)" in r.stderr
+    assert "searched for: When do backups run? How long is each one kept?" in r.stderr
 
 
 def test_a_bad_turn_says_why_and_the_conversation_goes_on(cli, tmp_path):

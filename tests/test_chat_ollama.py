@@ -64,7 +64,7 @@ def test_errors_are_the_clients_response_errors_before_any_line(api: InProcess):
     assert caught.value.status_code == 404 and "ragvps:latest" in caught.value.error
     with pytest.raises(ollama.ResponseError) as caught:  # streamed: refused before the first line
         list(client(api).chat(model="ragvps", messages=[{"role": "user", "content": "why " * 6000}], stream=True))
-    assert caught.value.status_code == 413 and "20,000" in caught.value.error
+    assert caught.value.status_code == 400 and "20,000" in caught.value.error  # as /v1 and Ollama answer it
     with pytest.raises(ollama.ResponseError) as caught:
         client(api).chat(model="ragvps", messages=asked, format="json", stream=False)
     assert caught.value.status_code == 400 and "format" in caught.value.error

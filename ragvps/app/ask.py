@@ -217,11 +217,24 @@ class _Asking:
         """The Answer of a text and what it was retrieved from (the memo keeps the same retrieval)."""
         gen = self.app.generator
         parsed = citations.parse(text, retrieval.shown, gen.extractive)
-        return Answer(answer=parsed.text, answered=parsed.answered, extractive=gen.extractive,
+        answer, minimum = parsed.text, self.app.settings.generate.min_evidence
+        if not parsed.answered and not tool_calls and retrieval.shown:
+            note = unquoted_note(retrieval, minimum)
+            self.on_token("\n\n" + note)
+            answer += "\n\n" + note
+        return Answer(answer=answer, answered=parsed.answered, extractive=gen.extractive,
                       citations=tuple(parsed.citations), invalid_citations=parsed.invalid, retrieval=retrieval,
                       usage=usage, cache=status, generator=gen.name, model=gen.model, prompt_version=PROMPT_VERSION,
-                      timings=self.clock.total(), min_evidence=self.app.settings.generate.min_evidence,
-                      quotes=quotes, tool_calls=tool_calls)
+                      timings=self.clock.total(), min_evidence=minimum, quotes=quotes, tool_calls=tool_calls)
+
+
+def unquoted_note(retrieval: Retrieval, minimum: float) -> str:
+    """Why a refusal came although sources passed the evidence gate, and which sources came closest (the page's
+    explanation, said in the answer itself so that chat clients and MCP show it too)."""
+    closest = "; ".join(f"`{s.path}`" + (f" \u203a {s.heading_path}" if s.heading_path else "") + f" [{s.number}]"
+                        for s in retrieval.shown[:3])
+    return (f"No sentence in the sources answers this directly, though they passed the evidence check (evidence "
+            f"{retrieval.evidence:.2f}, enough to search: {minimum:.2f}). The closest: {closest}.")
 
 
 def ask(app: App, request: AskRequest, on_sources: OnSources | None = None,

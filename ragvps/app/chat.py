@@ -73,12 +73,13 @@ def check_conversation(messages: Sequence[tuple[str, str]], llm: bool = False) -
 def take_context(messages: Sequence[tuple[str, str]]) -> tuple[list[tuple[str, str]], tuple[tuple[str, str], ...]]:
     """The messages without the client's own context (Open WebUI's RAG template around an attached file), and
     that context (name, text) from the last user message and the system messages; earlier turns' is dropped."""
-    from ragvps.generate.client_context import split
+    from ragvps.generate.client_context import split, without_file_list
 
     last_user = max((i for i, (role, _) in enumerate(messages) if role == "user"), default=-1)
     out: list[tuple[str, str]] = []
     attached: list[tuple[str, str]] = []
     for i, (role, text) in enumerate(messages):
+        text = without_file_list(text) if role == "user" else text
         found = split(text) if role in ("user", "system", "developer") else None
         if found is None:
             out.append((role, text))
@@ -104,6 +105,14 @@ def source_list(citations: Sequence[Citation]) -> str:
         heading = " \u203a " + c.heading_path.replace(" > ", " \u203a ") if c.heading_path else ""
         lines.append(f"- [{c.number}] `{c.path}`{heading}")
     return "\n".join(lines)
+
+
+def wants_json(tools: str) -> bool:
+    """Did the client ask for JSON (response_format json_object or json_schema), which a source list would break?
+    Tools merely offered do not stop the list: only a tool call made instead of an answer does."""
+    from ragvps.generate.llm.tools import passed
+
+    return (passed(tools).get("response_format") or {}).get("type") in ("json_object", "json_schema")
 
 
 @dataclass(frozen=True)
@@ -165,7 +174,7 @@ def chat(app: App, request: ChatRequest, on_sources: OnSources | None = None,
     ask = AskRequest(made.question, request.overrides, use_cache=request.use_cache, history=with_turns,
                      attached=attached, tools=request.tools)
     answer = app.ask(ask, on_sources, on_token)
-    footer = "" if request.tools else source_list(answer.citations)  # JSON or tool calls asked for: no list
+    footer = "" if answer.tool_calls or wants_json(request.tools) else source_list(answer.citations)
     if footer and on_token is not None:
         on_token(footer)
     return ChatAnswer(content=answer.answer + footer, answer=answer, question=question, standalone=made.question,

@@ -80,19 +80,22 @@ class Keys:
     def __init__(self, connections: Connections):
         self.connections = connections
 
-    def create(self, name: str, grants: Sequence[tuple[str, str]]) -> str:
-        """A new key granting each (knowledge base, role); returns the key, which is never shown again."""
+    def create(self, name: str, grants: Sequence[tuple[str, str]], every_kb: str | None = None) -> str:
+        """A new key granting each (knowledge base, role), and `every_kb` on every knowledge base, present and
+        future; returns the key, which is never shown again."""
         from ragvps.db import keys
 
         if not name.strip():
             raise UsageError("a key needs a name: --name app1", settings=("name",))
-        if not grants:
-            raise UsageError("a key needs a role on at least one knowledge base: --kb faq --role read")
+        if not grants and every_kb is None:
+            raise UsageError("a key needs a role on at least one knowledge base: --kb faq --role read, or on "
+                             "every one: --all-kbs --role admin")
         for _, role in grants:
             check_role(role)
+        every = check_role(every_kb) if every_kb is not None else None
         key = KEY_PREFIX + secrets.token_urlsafe(32)
         with self.connections.connection() as conn:
-            keys.insert(conn, name, key_hash(key), grants)
+            keys.insert(conn, name, key_hash(key), grants, every)
         return key
 
     def listing(self) -> list[KeyInfo]:
@@ -122,5 +125,6 @@ class Keys:
             found = keys.grants(conn, key_hash(presented))
         if found is None:
             return None
-        name, roles = found
-        return Principal(f"key {name}", {kb: check_role(role) for kb, role in roles.items()})
+        name, roles, every = found
+        return Principal(f"key {name}", {kb: check_role(role) for kb, role in roles.items()},
+                         every_kb=check_role(every) if every else None)

@@ -145,6 +145,13 @@ class Library:
         self.forget(old)
         self.forget(new)
 
+    def has_content(self, name: str) -> bool:
+        """Is anything ingested into knowledge base `name` (it has an embedding set)?"""
+        from ragvps.db import store
+
+        with self.app(name).connection() as conn:
+            return store.active_set(conn) is not None
+
     def keys(self) -> Keys:
         """API keys with roles on knowledge bases, kept (hashed) in the catalog."""
         from ragvps.app.keys import Keys

@@ -3,8 +3,9 @@ generate/tasks.py recognises them): not a question to search for.
 
 With an LLM configured the client's messages go to it unchanged: no retrieval, no sources, no citations, its
 tokens counted in usage. Without one the task is answered here, in the format it asks for (JSON when it asks
-for JSON): a title from the first question's salient words, tags from the knowledge base's headings,
-follow-ups from the sibling sections of those the last answer cited. Never the refusal sentence.
+for JSON): a title from the first question's salient words, tags from the headings of the sections the
+conversation is about, follow-ups from their sibling sections; a conversation about an attached file (its
+sections are not the knowledge base's) gets tags and follow-ups from its own words. Never the refusal sentence.
 """
 
 from __future__ import annotations
@@ -86,6 +87,8 @@ def sections(app: App, task: tasks.Task) -> list[tuple[str, str]]:
 
 def tags(app: App, task: tasks.Task) -> list[str]:
     heads = [heading.split(SEP)[0] for _, heading in sections(app, task) if heading]
+    if not heads:  # about an attached file, or nothing found: the conversation's own words
+        heads = tasks.salient_words(" ".join(text for role, text in task.conversation if role == "user"), MOST_TAGS)
     if not heads:
         from ragvps.db import store
 
@@ -118,6 +121,7 @@ def follow_ups(app: App, task: tasks.Task) -> list[str]:
                 questions.append(q)
     if not questions:
         topic = " ".join(tasks.salient_words(tasks.last_question(task), 4))
-        questions = [f"What else does the documentation say about {topic}?" if topic else
-                     "What does the documentation cover?"]
+        files = [path for path, heading in about if not heading]  # attached files the answers cited
+        where = f"`{files[0]}`" if files else "the documentation"
+        questions = [f"What else does {where} say about {topic}?" if topic else f"What does {where} cover?"]
     return questions[:MOST_FOLLOW_UPS]

@@ -17,7 +17,7 @@ from ragvps.cli.common import KbOption, err, flag_names, metadata_pairs, open_ap
 from ragvps.errors import RagvpsError
 
 if TYPE_CHECKING:
-    from ragvps.app import ChatAnswer
+    from ragvps.app import App, ChatAnswer, ChatRequest
 
 
 def chat(
@@ -29,6 +29,9 @@ def chat(
         help="Only chunks whose document or chunk metadata has KEY=VALUE; repeatable.")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the answer cache.")] = False,
     kb: KbOption = None,
+    markdown: Annotated[bool | None, typer.Option("--markdown/--plain", help="Render the answers' Markdown (code "
+                                                  "blocks, lists, tables) or print it as it is (default: render on "
+                                                  "a terminal).")] = None,
 ) -> None:
     """Talk to the knowledge base: a question, then follow-ups that refer to it ("and how do I undo that?").
 
@@ -38,8 +41,8 @@ def chat(
     from ragvps.app import ChatRequest, Filters, Overrides
 
     overrides = Overrides(k=k, mode=mode, filters=Filters(path_prefix, metadata_pairs(meta or [])))  # type: ignore[arg-type]
-    interactive = sys.stdin.isatty()
-    streaming = sys.stdout.isatty()
+    interactive, streaming = sys.stdin.isatty(), sys.stdout.isatty()
+    rendered = streaming if markdown is None else markdown
     messages: list[tuple[str, str]] = []
 
     def show(piece: str) -> None:
@@ -58,12 +61,12 @@ def chat(
                 break
             if not line:  # Ctrl-D
                 break
-            question = line.strip()
-            if not question:
+            if not (question := line.strip()):
                 continue
             request = ChatRequest((*messages, ("user", question)), overrides, use_cache=not no_cache)
             try:
-                answer = app.chat(request, on_token=show if streaming else None)
+                answer = rendered_chat(app, request, streaming) if rendered else \
+                    app.chat(request, on_token=show if streaming else None)
             except KeyboardInterrupt:
                 err.print("\n(stopped; ask again, or Ctrl-D to leave)")
                 continue
@@ -72,11 +75,33 @@ def chat(
                     raise
                 err.print(f"[red]error:[/red] {escape(str(exc))}")
                 continue
-            typer.echo("" if streaming else answer.content)
+            typer.echo("" if streaming or rendered else answer.content)
             err.print(escape(_notes(answer)))
             messages += [("user", question), ("assistant", answer.content)]
     if interactive:
         err.print("")
+
+
+def rendered_chat(app: App, request: ChatRequest, live: bool) -> ChatAnswer:
+    """The answer's Markdown rendered with rich (code blocks without their fences, lists, tables); on a terminal
+    redrawn as it streams."""
+    from rich.console import Console
+    from rich.live import Live
+    from rich.markdown import Markdown
+
+    console = Console(file=sys.stdout, soft_wrap=False)
+    if not live:
+        answer = app.chat(request)
+        console.print(Markdown(answer.content))
+        return answer
+    text = ""
+    with Live(Markdown(""), console=console, refresh_per_second=8, vertical_overflow="visible") as view:
+        def show(piece: str) -> None:
+            nonlocal text
+            text += piece
+            view.update(Markdown(text))
+
+        return app.chat(request, on_token=show)
 
 
 def on_terminal(text: str) -> str:

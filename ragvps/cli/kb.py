@@ -90,17 +90,22 @@ def kb_rename(ctx: typer.Context, old: Annotated[str, typer.Argument()], new: An
 @key.command("create")
 def key_create(
     ctx: typer.Context,
-    kb_names: Annotated[list[str], typer.Option("--kb", help="A knowledge base the key may use; repeatable.")],
+    kb_names: Annotated[list[str] | None, typer.Option("--kb", help="A knowledge base the key may use; "
+                                                                    "repeatable.")] = None,
     role: Annotated[str, typer.Option(help="read (search, ask, chat) | write (also documents) | admin.")] = "read",
     name: Annotated[str | None, typer.Option(help="A name to list and revoke it by (default: generated).")] = None,
+    all_kbs: Annotated[bool, typer.Option("--all-kbs", help="The role on every knowledge base, present and "
+                                                            "future (instead of naming each with --kb).")] = False,
 ) -> None:
     """Make an API key and print it once; only its hash is kept."""
     import secrets
 
     name = name or f"key-{secrets.token_hex(3)}"
+    kb_names = kb_names or []
     with open_library(ctx) as library:
-        made = library.keys().create(name, [(k, role) for k in kb_names])
-    err.print(f"key {name}: {role} on {', '.join(kb_names)}; shown once, keep it now:")
+        made = library.keys().create(name, [(k, role) for k in kb_names], role if all_kbs else None)
+    where = "every knowledge base, present and future" if all_kbs else ", ".join(kb_names)
+    err.print(f"key {name}: {role} on {where}; shown once, keep it now:")
     typer.echo(made)
 
 

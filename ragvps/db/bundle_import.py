@@ -111,7 +111,8 @@ def _comment(conn: psycopg.Connection, schema: str) -> str | None:
 
 
 def check_target(conn: psycopg.Connection, bundle: Bundle, name: str, replace: bool) -> bool:
-    """Refuse a name that exists without `replace`; True when this bundle was imported under it already."""
+    """Refuse a name that holds documents without `replace` (an empty knowledge base, such as a fresh `default`,
+    is no conflict: the import takes its place); True when this bundle was imported under it already."""
     catalog.check_name(name)
     existing = catalog.get(conn, name)
     conn.commit()
@@ -119,10 +120,17 @@ def check_target(conn: psycopg.Connection, bundle: Bundle, name: str, replace: b
         return False
     if not replace and _comment(conn, existing.schema) == _done_marker(bundle):
         return True
-    if not replace:
+    if not replace and _has_documents(conn, existing.schema):
         raise ConflictError(f"a knowledge base named {name!r} exists already: import under another name with "
                             f"--kb NEW, or replace it with --replace; nothing was written", settings=("kb",))
     return False
+
+
+def _has_documents(conn: psycopg.Connection, schema: str) -> bool:
+    found = bool(scalar(conn, bundle_sql("kb_has_documents"), {"table": f'"{schema}".documents'})) and bool(
+        scalar(conn, bq("any_document", documents=sql.Identifier(schema, "documents"))))
+    conn.commit()
+    return found
 
 
 def import_bundle(conn: psycopg.Connection, bundle: Bundle, name: str, settings: Settings,

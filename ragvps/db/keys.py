@@ -14,13 +14,14 @@ from ragvps.errors import ConflictError, NotFoundError, UsageError
 KeyRow = tuple[str, datetime, datetime | None, list[str]]  # name, created, last used, ["kb:role"]
 
 
-def insert(conn: psycopg.Connection, name: str, hashed: str, grants: Sequence[tuple[str, str]]) -> None:
+def insert(conn: psycopg.Connection, name: str, hashed: str, grants: Sequence[tuple[str, str]],
+           every: str | None = None) -> None:
     with conn.transaction():
         kb_ids = {kb: require(conn, kb).id for kb, _ in grants}
         if conn.execute(q_("key_get_by_name"), {"name": name}).fetchone() is not None:
             raise ConflictError(f"a key named {name!r} exists already: choose another name, or "
                                 f"`ragvps key revoke {name}` first")
-        row = conn.execute(q_("key_insert"), {"name": name, "hash": hashed}).fetchone()
+        row = conn.execute(q_("key_insert"), {"name": name, "hash": hashed, "every": every}).fetchone()
         assert row is not None
         for kb, role in grants:
             conn.execute(q_("grant_insert"), {"key_id": row[0], "kb_id": kb_ids[kb], "role": role})
@@ -48,10 +49,12 @@ def count(conn: psycopg.Connection) -> int:
     return int(scalar(conn, q_("key_count")))
 
 
-def grants(conn: psycopg.Connection, hashed: str) -> tuple[str, dict[str, str]] | None:
-    """(the key's name, knowledge base -> role) for the key with this hash, or None; marks it used."""
+def grants(conn: psycopg.Connection, hashed: str) -> tuple[str, dict[str, str], str | None] | None:
+    """(the key's name, knowledge base -> role, its role on every knowledge base or None) for the key with this hash,
+    or None; marks it used."""
     rows = conn.execute(q_("key_grants"), {"hash": hashed}).fetchall()
     if not rows:
         return None
     conn.execute(q_("key_used"), {"id": rows[0][0]})
-    return str(rows[0][1]), {str(kb): str(role) for _, _, kb, role in rows if kb is not None}
+    every = rows[0][4]
+    return str(rows[0][1]), {str(kb): str(role) for _, _, kb, role, _ in rows if kb is not None}, every

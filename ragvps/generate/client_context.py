@@ -4,6 +4,9 @@ Open WebUI puts its RAG template around an attached file's text (or its own retr
 message (or the system message): `### Task: ... <context><source id="1" name="f.pdf">TEXT</source></context>`,
 the question before it or, in older releases, inside `<user_query>`. ragvps retrieves with the question alone;
 the client's text becomes one more source of the prompt (generate/budget.py keeps it within the window).
+With native function calling it also puts an `<attached_files><file .../></attached_files>` list before a user
+message's text (utils/middleware.py add_file_context), in chats and in the history its tasks quote: markup, not
+words of the conversation (`without_file_list`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,13 @@ _SOURCE = re.compile(r"<source\b([^>]*)>(.*?)</source>", re.DOTALL | re.IGNORECA
 _ATTR = re.compile(r"(\w+)\s*=\s*\"([^\"]*)\"")
 _INNER = re.compile(r"<source_id>(.*?)</source_id>|</?source_context>", re.DOTALL | re.IGNORECASE)
 _TEMPLATE_START = re.compile(r"^\s*#{2,4}\s*Task:", re.MULTILINE | re.IGNORECASE)
+_FILE_LIST = re.compile(r"<attached_files>.*?</attached_files>\s*", re.DOTALL | re.IGNORECASE)
 DEFAULT_NAME = "attached context"
+
+
+def without_file_list(text: str) -> str:
+    """The text without Open WebUI's `<attached_files>` list of the files attached to it."""
+    return _FILE_LIST.sub("", text) if "<attached_files>" in text.lower() else text
 
 
 @dataclass(frozen=True)

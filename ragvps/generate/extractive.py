@@ -2,9 +2,11 @@
 question, quoted with their citations and their exact spans in the source document. No LLM, no network.
 
 Candidates are prose sentences (ragvps.text.quotable: not code fences, table rows, headings or list
-markers); a shell command is a candidate, whole, only when the question asks how to run something. Each is
+markers); a shell command is a candidate, whole, only when the question asks how to run something, or (its
+line alone) when it names the action asked for ("how do I revoke a key?": `ragvps key revoke`). Each is
 scored by the local embedding model's query-sentence cosine and the share of the question's words it
-contains; those under the floor are dropped (no padding), near-duplicates too, best first. When none is
+contains; one naming the action asked for (in a command or `code`) goes before the others; those under the
+floor are dropped (no padding), near-duplicates too, best first. When none is
 left the answer is the refusal sentence: the sentence-level check after the evidence gate.
 """
 
@@ -50,6 +52,10 @@ _STOP = frozenset(re.findall(r"\S+", (
     "why how can could should would will shall may might must not no so than then there here about into over "
     "me us them any all each some such more most other only own same too very just also get got have has had "
     "one ones use used using")))
+# "how do I revoke ...": the action asked for, which a command (or a sentence's `code`) may name
+_ACTION = re.compile(r"\bhow\s+(?:do|can|should|would|to)\s+(?:i|we|you|one)?\s*([a-z]{3,})\b", re.I)
+_CODE = re.compile(r"`([^`]+)`")
+_ARGUMENT_TEXT = re.compile(r"\"[^\"]*\"|'[^']*'|#[^\n]*")
 _HOW_TO_RUN = re.compile(
     r"\b(?:how\s+(?:do|can|should|would|to)\s+(?:i|we|you|one)?\s*(?:run|start|launch|execute|invoke|install|"
     r"call|type|set\s+up|stop)|(?:which|what)\s+commands?|command\s+(?:to|for|line)|commands?\s+that)\b", re.I)
@@ -67,7 +73,7 @@ class Candidate:
 class Extractive:
     name = "extractive"
     extractive = True
-    version = "5"  # part of the answer cache key: bump when the choice of sentences or their shape changes
+    version = "6"  # part of the answer cache key: bump when the choice of sentences or their shape changes
 
     def __init__(self, embedder: Callable[[], Embedder], model: str, quotes: int = MAX_QUOTES):
         self.embedder = embedder
@@ -88,8 +94,14 @@ class Extractive:
 
     def generate(self, fit: Fit, on_token: Callable[[str], None]) -> Generation:
         question = fit.prompt.question
-        found = candidates(fit.prompt.sources, asks_to_run(question))
-        chosen = choose(found, self.scores(question, found), self.quotes) if found else []
+        action = asked_action(question)
+        found = candidates(fit.prompt.sources, asks_to_run(question) or bool(action))
+        if not asks_to_run(question):  # a command only where it names the action asked for: that line of it
+            found = [action_line(c, action) if c.command else c for c in found
+                     if not c.command or names_action(c, action)]
+        # these win over the rest when above the floor (a sentence with the command it introduces, too)
+        first = [names_action(completed(c), action) for c in found] if action else None
+        chosen = choose(found, self.scores(question, found), self.quotes, first) if found else []
         if not chosen:
             on_token(REFUSAL)
             return Generation(text=REFUSAL, usage=Usage(), finish="stop")
@@ -127,6 +139,34 @@ def combined(sentence: Any, evidence: Any) -> Any:
 def asks_to_run(question: str) -> bool:
     """Does the question ask how to run something (then a command may answer it)?"""
     return bool(_HOW_TO_RUN.search(question))
+
+
+def asked_action(question: str) -> str:
+    """The action a "how do I ..." question asks for, stemmed ("revok" for "how do I revoke a key?"); empty for none."""
+    m = _ACTION.search(question)
+    word = m.group(1).casefold() if m else ""
+    return "" if not word or word in _STOP else _stem(word)
+
+
+def names_action(c: Candidate, action: str) -> bool:
+    """Does the candidate name the action in a command: a shell command, or a sentence's `code` span?"""
+    if not action:
+        return False
+    sentence, _, block = c.text.partition("\n\n")  # a sentence and the block it introduces (`completed`)
+    code = c.text if c.command else "\n".join([*_CODE.findall(sentence), block])
+    words = _ARGUMENT_TEXT.sub(" ", code.casefold())  # what a command says in quotes or comments names nothing
+    return action in {_stem(w) for w in _WORD.findall(words)}
+
+
+def action_line(c: Candidate, action: str) -> Candidate:
+    """A command's first line that names the action (a fence often holds several commands), as its own candidate."""
+    pos = c.a
+    for line in c.source.text[c.a:c.b].splitlines(keepends=True):
+        piece = Candidate(c.source, pos, pos + len(line.rstrip()), line.strip(), True)
+        pos += len(line)
+        if names_action(piece, action):
+            return piece
+    return c
 
 
 _SUFFIX = re.compile(r"(?:ations?|at(?:e|es|ed|ing)|ings?|ed|es|s|ly|ments?|ions?)$")
@@ -174,9 +214,12 @@ def candidates(sources: tuple[Source, ...] | list[Source], commands: bool = Fals
     return found
 
 
-def choose(found: list[Candidate], scores: np.ndarray, cap: int) -> list[tuple[Candidate, float]]:
-    """The best candidates above the floor (absolute and relative to the best), near-duplicates dropped."""
-    order = np.argsort(-scores, kind="stable").tolist()  # ties in source order
+def choose(found: list[Candidate], scores: np.ndarray, cap: int,
+           first: list[bool] | None = None) -> list[tuple[Candidate, float]]:
+    """The best candidates above the floor (absolute and relative to the best), near-duplicates dropped; those
+    marked `first` (naming the action asked for) and above the floor before all others."""
+    ahead = [bool(first and first[i]) and float(scores[i]) >= FLOOR for i in range(len(found))]
+    order = sorted(range(len(found)), key=lambda i: (not ahead[i], -float(scores[i])))  # ties in source order
     best = float(scores[order[0]]) if order else 0.0
     chosen: list[tuple[Candidate, float]] = []
     kept_words: list[set[str]] = []

@@ -1,8 +1,10 @@
 """A follow-up question made standalone, so retrieval finds what "and how do I undo that?" refers to.
 
 With an LLM configured, one short call rewrites it (`rewrite_fit` is its prompt); without one, `rule` adds
-the salient terms of the earlier user turns to the last one. bench/chat_bench.py measures both against the
-last turn alone on bench/data/followups.jsonl.
+the earlier user turns before the last one, but only when the last one leans on them
+(`stands_alone` says when it does not: no pronoun or reference back, no leading "and", words of its own), so a
+new topic is searched as itself. bench/chat_bench.py measures both against the last turn alone on
+bench/data/followups.jsonl, and counts the answers the history changed on bench/data/unrelated_pairs.jsonl.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ REWRITE_VERSION = "1"  # part of the rewrite's cache key: bump when the prompt b
 REWRITE_TOKENS = 96  # the rewritten question's length at most
 TURN_CHARS = 1200  # of each earlier turn shown to the rewriter (long answers are cut)
 MAX_TURNS = 6  # earlier turns shown to the rewriter, the most recent ones
-MAX_TERMS = 12  # salient terms the rule adds
+RULE_TURN_CHARS = 300  # of each earlier user turn the rule puts before the question
 
 SYSTEM = (
     "You rewrite the last question of a conversation so that it can be understood without the conversation.\n"
@@ -55,18 +57,54 @@ def terms(text: str) -> list[str]:
     return list(seen)
 
 
+# Words that point back at the conversation: pronouns and references whose meaning is in an earlier turn.
+_BACK = frozenset({
+    "it", "its", "itself", "they", "them", "their", "theirs", "themselves", "this", "that", "these", "those", "ones",
+    "then", "there", "former", "latter", "above", "previous", "earlier", "again", "too", "also", "else", "instead",
+    "halfway", "afterwards", "meanwhile"})
+_PRONOUNS = frozenset({"it", "its", "itself", "they", "them", "their", "theirs", "themselves"})  # unless a name came
+# A question opening with these goes on from the last turn ("And if it is cut short?", "What about Word files?").
+_GOES_ON = re.compile(r"^\W*(?:and|but|or|so|also|then|what\s+about|how\s+about|why\s+not|what\s+if|"
+                      r"what\s+else|anything\s+else|which\s+one|same\s+for|ok|okay)\b", re.I)
+# words of _BACK that refer to nothing said before: "is there a way", "a file that cannot be read", "so that"
+_NOT_BACK = re.compile(r"\b(?:is|are|was|were|be)\s+there\b|\b(?:so|such|now|given)\s+that\b|"
+                       r"\b(?!(?:is|are|was|were|does|do|did)\b)[a-z]+\s+that\s+(?:can|cannot|can't|could|will|would|"
+                       r"should|may|might|must|is|are|was|were|has|have|had|does|do|did|doesn't|don't|isn't|aren't|"
+                       r"[a-z]+s)\b", re.I)
+# "one" as a pronoun ("for one that died", "which one?"), not a number or "one ingest"
+_ONE = re.compile(r"\bone\s+(?:that|which|who|of)\b|\bone\s*(?:[?.!,]|$)|"
+                  r"\b(?:each|which|this|that|other|another)\s+ones?\b|\bsame\s*(?:[?.!,]|$|for\b|as\b)", re.I)
+_NAME = re.compile(r"\bragvps\b|(?<=\w )[A-Z][a-z][A-Za-z]*")  # a name a pronoun after it may refer to
+MIN_OWN_TERMS = 2  # fewer words of its own ("Why?", "How do I see what did not fit?"): it leans on the history
+
+
+def stands_alone(question: str) -> bool:
+    """Does the question carry its own topic? Not when it opens by going on from the last turn, points back with a
+    pronoun or reference ("How do I stop it?", "Is that private?"), or has fewer than two words of its own."""
+    if _GOES_ON.search(question) or _ONE.search(question) or len(terms(question)) < MIN_OWN_TERMS:
+        return False
+    text = _NOT_BACK.sub(" ", question)
+    for match in re.finditer(r"[A-Za-z]+", text):
+        word = match.group().casefold()
+        if word in _BACK and not (word in _PRONOUNS and _NAME.search(text, 0, match.start())):
+            return False
+    return True
+
+
 def rule(history: Sequence[Turn], question: str) -> str:
-    """The last question plus the salient terms of the earlier user turns (most recent first) that it lacks."""
-    have = set(terms(question))
-    extra: list[str] = []
+    """A question that stands alone, as it is; one that leans on the history after the earlier user turns it goes
+    on from: back to the latest that stands alone, at most MAX_TURNS, each cut at RULE_TURN_CHARS."""
+    if stands_alone(question):
+        return question
+    earlier: list[str] = []
     for role, text in reversed(history):
         if role != "user":
             continue
-        for term in terms(text):
-            if term not in have and len(extra) < MAX_TERMS:
-                have.add(term)
-                extra.append(term)
-    return f"{question} ({' '.join(extra)})" if extra else question
+        text = " ".join(text.split())
+        earlier.insert(0, text[:RULE_TURN_CHARS])
+        if stands_alone(text) or len(earlier) >= MAX_TURNS:
+            break
+    return " ".join([*earlier, question])
 
 
 def transcript(history: Sequence[Turn], question: str) -> str:

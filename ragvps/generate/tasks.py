@@ -38,7 +38,7 @@ STOP = frozenset(re.findall(r"\S+", (
     "they he she it this that these those my your our their its what which who whom whose when where why how can "
     "could should would will shall may might must not no so than then there here about into over me us them any "
     "all each some such more most other only own same too very just also get got have has had please tell show "
-    "explain want need know let lets i'm it's don't doesn't way ways thing things")))
+    "explain want need know let lets i'm it's don't doesn't way ways thing things many much")))
 FALLBACK_TITLE = "Knowledge Base Question"
 
 
@@ -91,7 +91,17 @@ def history_turns(text: str) -> list[Turn]:
             turns.append((role, m.group(2)))
         elif turns:
             turns[-1] = (turns[-1][0], turns[-1][1] + "\n" + line)
-    return [(role, _unquote(body.strip())) for role, body in turns]
+    from ragvps.generate.client_context import split, without_file_list
+
+    out = []
+    for role, body in turns:
+        text = _unquote(body.strip())
+        if role == "user":  # the user's own words: no list of attached files, no RAG template around them
+            text = without_file_list(text)
+            found = split(text)
+            text = found.question if found is not None else text
+        out.append((role, text.strip()))
+    return out
 
 
 def _unquote(text: str) -> str:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
 ASSETS = {"swagger-ui-bundle.js": "text/javascript", "swagger-ui.css": "text/css", "favicon.png": "image/png"}
-OPEN_PATHS = frozenset({"/openapi.json", "/docs"} | {f"/docs/assets/{name}" for name in ASSETS})
+OPEN_PATHS = frozenset({"/openapi.json", "/docs", "/docs/"} | {f"/docs/assets/{name}" for name in ASSETS})
 SECURITY_SCHEMES = {
     "bearer": {"type": "http", "scheme": "bearer", "description": "`Authorization: Bearer KEY`"},
     "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key", "description": "`X-API-Key: KEY`"},
@@ -26,7 +26,7 @@ OPEN_OPERATIONS = frozenset({"/health"})
 def add_docs(api: FastAPI, keys: bool) -> None:
     """/docs and its assets, and the OpenAPI document as the server answers (400 errors, the key scheme)."""
     from fastapi.openapi.docs import get_swagger_ui_html
-    from fastapi.responses import HTMLResponse, Response
+    from fastapi.responses import HTMLResponse, RedirectResponse, Response
     from starlette.exceptions import HTTPException
 
     @api.get("/docs", include_in_schema=False)
@@ -37,6 +37,10 @@ def add_docs(api: FastAPI, keys: bool) -> None:
                                    swagger_css_url="docs/assets/swagger-ui.css",
                                    swagger_favicon_url="docs/assets/favicon.png",
                                    swagger_ui_parameters={"validatorUrl": None, "persistAuthorization": False})
+
+    @api.get("/docs/", include_in_schema=False)
+    async def docs_slash() -> RedirectResponse:
+        return RedirectResponse("../docs", status_code=308)  # relative: under a path prefix too
 
     @api.get("/docs/assets/{name}", include_in_schema=False)
     async def asset(name: str) -> Response:

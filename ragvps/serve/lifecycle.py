@@ -79,6 +79,15 @@ class Ready:
         assert self.library is not None
         return principal.visible(sorted(self.library.catalog()), role)
 
+    def listed(self, principal: Principal) -> list[str]:
+        """The knowledge bases a model list shows `principal`: those it may read that hold documents (an empty one
+        answers nothing), or all it may read when none does (so that a fresh server still shows one)."""
+        names = self.visible(principal)
+        assert self.library is not None
+        library = self.library
+        full = [n for n in names if library.has_content(n)]
+        return full or names
+
     def open_forever(self) -> None:
         """Open the App (pool, embedder, a warm-up query), retrying until it works or the server stops."""
         from ragvps.app.library import Library

@@ -60,7 +60,8 @@ def build_server(ready: Ready, max_k: int = 100) -> MCPServer[object]:
             raise ToolError(redact(str(exc))) from None
 
     def app_for(ctx: ToolContext, kb: str | None) -> App:
-        return ready.kb(kb or ready.settings.database.kb, principal_in(ctx))
+        principal = principal_in(ctx)
+        return ready.kb(kb or default_kb(ready, principal), principal)
 
     @server.tool(description="Find the chunks of the knowledge base that best match a query (hybrid: vector + "
                              "BM25 keyword search). Returns each chunk's text, source path, heading path, chunk id "
@@ -76,7 +77,9 @@ def build_server(ready: Ready, max_k: int = 100) -> MCPServer[object]:
 
     @server.tool(description="Answer a question from the knowledge base, citing the chunks it used as [n]; "
                              "`citations` lists them (n, chunk id, path). Says so when the documents do not "
-                             "answer it: `answered` is false and `evidence` (0..1) is below `min_evidence`.")
+                             "answer it, with `answered` false: when `evidence` (0..1) is below `min_evidence` "
+                             "nothing was close enough (no sources); when it is not, sources were found but no "
+                             "sentence of them answers directly, and the answer says so and names the closest.")
     async def ask(question: str, ctx: ToolContext, k: int | None = None, mode: Mode = "hybrid", path_prefix: str = "",
                   kb: str | None = None) -> dict[str, object]:
         def run() -> Answer:
@@ -91,6 +94,21 @@ def build_server(ready: Ready, max_k: int = 100) -> MCPServer[object]:
                                                 "ask": _arguments_model("ask", ask)}))
     server.middleware.append(ListsKnowledgeBases(ready))
     return server
+
+
+def default_kb(ready: Ready, principal: Principal) -> str:
+    """The knowledge base a call without `kb` asks: the server's own if the key may read it, else the key's only
+    one; a key that may read several but not the server's own must name one (the error says which)."""
+    from ragvps.errors import UsageError
+
+    own = ready.settings.database.kb
+    names = ready.visible(principal)
+    if own in names or not names:
+        return own
+    if len(names) == 1:
+        return names[0]
+    raise UsageError(f"name the knowledge base (argument kb): this key may read {', '.join(names)}, not the "
+                     f"server's own ({own!r})")
 
 
 def principal_in(ctx: ToolContext) -> Principal:
@@ -126,7 +144,9 @@ class ListsKnowledgeBases:
         except RagvpsError:
             return result
         own = self.ready.settings.database.kb
-        note = f" Knowledge bases you may read (argument `kb`, default {own!r}): {', '.join(names) or 'none'}."
+        default = own if own in names or not names else names[0] if len(names) == 1 else None
+        said = f"default {default!r}" if default else "name one: there is no default for this key"
+        note = f" Knowledge bases you may read (argument `kb`, {said}): {', '.join(names) or 'none'}."
         tools = result.get("tools", []) if isinstance(result, dict) else getattr(result, "tools", [])
         for tool in tools if isinstance(tools, list) else []:
             if isinstance(tool, dict):

@@ -12,16 +12,18 @@ import datetime
 import hashlib
 import json
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING
 
 from ragvps.config import Settings
+from ragvps.errors import InputTooLongError
 from ragvps.serve import openai_shapes as oa
 from ragvps.serve.ollama_shapes import (
     OllamaChatIn,
     OllamaErrorOut,
     OllamaOptions,
     OllamaShowIn,
+    PsOut,
     ShowOut,
     TagsOut,
     VersionOut,
@@ -30,6 +32,7 @@ from ragvps.serve.ollama_shapes import (
 if TYPE_CHECKING:
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse
+    from starlette.requests import Request
     from starlette.responses import StreamingResponse
 
     from ragvps.app import App, ChatAnswer, ChatRequest
@@ -37,6 +40,7 @@ if TYPE_CHECKING:
     from ragvps.serve.lifecycle import Ready
 
 VERSION = "0.9.0"  # the Ollama API these routes follow
+FOREVER = "2318-01-01T00:00:00Z"  # /api/ps's expires_at for a model that stays loaded (Ollama's keep_alive -1)
 TAG = ":latest"
 
 
@@ -69,8 +73,10 @@ def add_ollama_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
     started = _now()
     own = settings.database.kb
 
-    async def readable(request: Request) -> list[str]:
-        names = await in_thread(lambda: ready.visible(principal_of(request)), timeout)
+    async def readable(request: Request, listed: bool = False) -> list[str]:
+        """This key's knowledge bases as Ollama model names; `listed`: those with documents (Ready.listed)."""
+        principal = principal_of(request)
+        names = await in_thread(lambda: (ready.listed if listed else ready.visible)(principal), timeout)
         return [oa.model_of(n, own) + TAG for n in names]
 
     async def resolve(request: Request, model: str) -> "App | JSONResponse":
@@ -83,16 +89,7 @@ def add_ollama_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
         kb = oa.kb_of(name.removesuffix(TAG), own)
         return await in_thread(lambda: ready.kb(kb, principal_of(request)), timeout)
 
-    @api.get("/api/version", response_model=VersionOut, responses=ERRORS, tags=["ollama"],
-             summary="The Ollama API version these routes follow")
-    async def version() -> dict[str, str]:
-        return {"version": VERSION}
-
-    @api.get("/api/tags", response_model=TagsOut, responses=ERRORS, tags=["ollama"],
-             summary="The knowledge bases this key may read, as Ollama's model list")
-    @guarded
-    async def tags(request: Request) -> dict[str, object]:
-        return {"models": [_entry(name, started) for name in await readable(request)]}
+    _add_lists(api, readable, started)
 
     @api.post("/api/show", response_model=ShowOut, responses=ERRORS, tags=["ollama"],
               summary="One knowledge base, as Ollama's model description")
@@ -114,7 +111,36 @@ def add_ollama_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
     @guarded
     async def chat(request: Request, body: OllamaChatIn) -> object:  # no response model: FastAPI documents any JSON
         found = await resolve(request, body.model)
-        return found if isinstance(found, JSONResponse) else await _chat(found, body, timeout)
+        try:
+            return found if isinstance(found, JSONResponse) else await _chat(found, body, timeout)
+        except InputTooLongError as exc:  # 400, as Ollama answers an over-long input (and /v1 does)
+            return JSONResponse({"error": str(exc), "kind": exc.kind}, status_code=400)
+
+
+def _add_lists(api: "FastAPI", readable: "Callable[[Request, bool], Awaitable[list[str]]]", started: str) -> None:
+    """/api/version, and /api/tags and /api/ps: the knowledge bases this key may read that hold documents."""
+    from starlette.requests import Request
+
+    from ragvps.serve.failures import guarded
+
+    @api.get("/api/version", response_model=VersionOut, responses=ERRORS, tags=["ollama"],
+             summary="The Ollama API version these routes follow")
+    async def version() -> dict[str, str]:
+        return {"version": VERSION}
+
+    @api.get("/api/tags", response_model=TagsOut, responses=ERRORS, tags=["ollama"],
+             summary="The knowledge bases this key may read, as Ollama's model list")
+    @guarded
+    async def tags(request: Request) -> dict[str, object]:
+        return {"models": [_entry(name, started) for name in await readable(request, True)]}
+
+    @api.get("/api/ps", response_model=PsOut, responses=ERRORS, tags=["ollama"],
+             summary="The knowledge bases loaded, as Ollama's running models: all of /api/tags (a server keeps "
+                     "them ready while it runs)")
+    @guarded
+    async def ps(request: Request) -> dict[str, object]:
+        return {"models": [_entry(name, started) | {"expires_at": FOREVER, "size_vram": 0}
+                           for name in await readable(request, True)]}
 
 
 async def _chat(app: "App", body: OllamaChatIn,

@@ -65,6 +65,15 @@ class TagsOut(BaseModel):
     models: list[ModelEntry]
 
 
+class RunningEntry(ModelEntry):
+    expires_at: str
+    size_vram: int
+
+
+class PsOut(BaseModel):
+    models: list[RunningEntry]
+
+
 class VersionOut(BaseModel):
     version: str
 

@@ -44,17 +44,18 @@ def add_openai_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
     timeout = float(settings.serve.request_timeout)
     started = int(time.time())
 
-    async def readable(request: Request) -> list[str]:
-        """The models this key may use: the server's own knowledge base as `ragvps`, the others by name."""
+    async def readable(request: Request, listed: bool = False) -> list[str]:
+        """The models this key may use: the server's own knowledge base as `ragvps`, the others by name; `listed`:
+        those with documents (Ready.listed)."""
         principal = principal_of(request)
-        names = await in_thread(lambda: ready.visible(principal), timeout)
+        names = await in_thread(lambda: (ready.listed if listed else ready.visible)(principal), timeout)
         return [oa.model_of(n, settings.database.kb) for n in names]
 
     @api.get("/v1/models", response_model=oa.ModelListOut, responses=ERRORS, tags=["openai"],
-             summary="The knowledge bases this key may read, as OpenAI's model list")
+             summary="The knowledge bases this key may read and that hold documents, as OpenAI's model list")
     @guarded
     async def models(request: Request) -> dict[str, object]:
-        return {"object": "list", "data": [oa.model_card(m, started) for m in await readable(request)]}
+        return {"object": "list", "data": [oa.model_card(m, started) for m in await readable(request, True)]}
 
     @api.get("/v1/models/{model}", response_model=oa.ModelOut, responses=ERRORS, tags=["openai"],
              summary="One knowledge base, as OpenAI's model object")
