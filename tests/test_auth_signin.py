@@ -5,10 +5,8 @@ trusted_proxies (the client's source address is what a socket shows, so this nee
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,8 +16,6 @@ from serve_server import KEY, Server, ragvps_env, ragvps_here
 
 pytestmark = pytest.mark.xdist_group("auth-signin")
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 DOCS = "# Deploying\n\n## Rollback\n\nTo roll back a release, run the deploy script with the previous tag.\n"
 HR = "# Holidays\n\n## Leave\n\nEvery employee has twenty-five days of paid leave a year.\n"
 
@@ -46,18 +42,6 @@ def served(module_db_url: str, tmp_path_factory: pytest.TempPathFactory, issuer:
     srv = Server(env, root / "serve.log").start()
     yield srv
     srv.stop()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        pytest.skip(f"no chromium at {CHROMIUM} (found: {shutil.which('chromium')}); install it with "
-                    "`apt-get install -y chromium` (.ci/run does) to run the browser test")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed: pip install '.[test]'")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield b
-        b.close()
 
 
 def sign_in(page: Any, served: Server, sub: str) -> None:
