@@ -11,13 +11,11 @@ from typing import Any
 
 import httpx
 import pytest
-from oidc_provider import mock_provider, set_user
-from serve_server import KEY, Server, ragvps_env, ragvps_here
+from oidc_provider import mock_provider, set_user, two_teams
+from serve_server import KEY, Server, ragvps_here
 
 pytestmark = pytest.mark.xdist_group("auth-signin")
 
-DOCS = "# Deploying\n\n## Rollback\n\nTo roll back a release, run the deploy script with the previous tag.\n"
-HR = "# Holidays\n\n## Leave\n\nEvery employee has twenty-five days of paid leave a year.\n"
 
 
 @pytest.fixture(scope="module")
@@ -29,12 +27,7 @@ def issuer() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def served(module_db_url: str, tmp_path_factory: pytest.TempPathFactory, issuer: str) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("signin")
-    env = ragvps_env(module_db_url, root / "data")
-    for name, text in (("docs", DOCS), ("hr", HR)):
-        (root / name).mkdir()
-        (root / name / f"{name}.md").write_text(text)
-        assert ragvps_here(env, "kb", "create", name).returncode == 0
-        assert ragvps_here(env, "ingest", str(root / name), "--kb", name).returncode == 0
+    env = two_teams(module_db_url, root)
     env |= {"RAGVPS_API_KEYS": KEY, "RAGVPS_OIDC_ISSUER": issuer, "RAGVPS_OIDC_CLIENT_ID": "ragvps",
             "RAGVPS_OIDC_CLIENT_SECRET": "client-secret-for-tests",
             "RAGVPS_GROUP_ROLES": "eng=docs:read,people=hr:read",
