@@ -74,8 +74,7 @@ class EmbedSettings:
     sub_batch: int = setting(8, "sub_batch", lo=1, hi=1024)  # local model: texts per onnxruntime call (peak memory)
     defer_embedding: bool = setting(False, "defer_embedding")  # ingest queues chunks for `ragvps worker`
     worker_lease: int = setting(600, "worker_lease", lo=1, hi=86_400)  # seconds a worker holds a claimed batch
-    # workers that may die (their lease run out) reading one uploaded file before it fails instead of looping
-    worker_max_attempts: int = setting(3, "worker_max_attempts", lo=1, hi=1000)
+    worker_max_attempts: int = setting(3, "worker_max_attempts", lo=1, hi=1000)  # dead workers' tries of a file
     # uploaded files a worker reads, embeds and stores together (16 MB at most); see docs/documents-api.md
     upload_batch_files: int = setting(256, "upload_batch_files", lo=1, hi=100_000)
 
@@ -97,6 +96,7 @@ class ChunkSettings:
     mode: ChunkMode = setting("structure", "chunk_mode", choices=get_args(ChunkMode))
     size: int | None = setting(None, "chunk_size")  # None: the embedder's default
     overlap: int | None = setting(None, "chunk_overlap")
+    ocr_languages: str = setting("eng", "ocr_languages")  # Tesseract's, for scans and images: `eng+deu`
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from ragvps.ingest import parts, sources
 from ragvps.ingest.artifacts import ChunkArtifacts, ChunkFile, VectorCache
 from ragvps.ingest.chunk import ChunkerConfig, chunk_documents
 from ragvps.ingest.embedding import EmbedOutcome, embed_stage
+from ragvps.ingest.ocr import OcrOptions
 from ragvps.records import Chunk, Document, ModelSpec
 
 log = logging.getLogger(__name__)
@@ -61,10 +62,11 @@ def nothing_readable(path: Path, report: IngestReport) -> NotFoundError:
                          f"supported: {', '.join(sorted(sources.KINDS))}")
 
 
-def load_file(source: sources.SourceFile, warn: Warn, report: IngestReport) -> list[Document] | None:
+def load_file(source: sources.SourceFile, warn: Warn, report: IngestReport,
+              ocr: OcrOptions | None = None) -> list[Document] | None:
     """One file's documents, or None (with one warning naming it, counted in the report) when it cannot be read."""
     try:
-        return sources.load(source, warn, report.skipped)
+        return sources.load(source, warn, report.skipped, ocr)
     except OSError as exc:
         warn(f"{source.rel}: {exc.strerror or exc}, skipped")
         report.skipped["unreadable"] += 1
@@ -83,6 +85,7 @@ def chunk_stage(
     artifacts = ChunkArtifacts(settings.database.kb_dir, root)
     key = config.key()
     results = []
+    ocr = OcrOptions(settings.chunk.ocr_languages, progress=progress)
     for i, source in enumerate(scan.files):
         if streamed is not None and parts.streams(source):
             streamed.append(source)
@@ -96,7 +99,7 @@ def chunk_stage(
             continue
         result = artifacts.read(source.rel, file_hash, key)
         if result is None:
-            docs = load_file(source, warn, report)
+            docs = load_file(source, warn, report, ocr)
             if docs is None:
                 continue
             chunks = [c for doc_chunks in chunk_documents(docs, config) for c in doc_chunks]
