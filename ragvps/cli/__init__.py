@@ -80,9 +80,23 @@ def _root(
 
 
 def _register() -> None:
-    from ragvps.cli import ask, bundle, calibrate, chat, database, ingest, kb, measure, plan, search, serve, worker
+    from ragvps.cli import (
+        ask,
+        bundle,
+        calibrate,
+        chat,
+        database,
+        ingest,
+        kb,
+        measure,
+        plan,
+        search,
+        serve,
+        source,
+        worker,
+    )
 
-    for module in (ingest, worker, search, ask, chat, plan, measure, calibrate, kb, bundle, database, serve):
+    for module in (ingest, worker, search, ask, chat, plan, measure, calibrate, kb, bundle, database, serve, source):
         module.register(app)
 
 

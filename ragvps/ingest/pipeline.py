@@ -15,7 +15,7 @@ from ragvps.config import Settings
 from ragvps.db import index, queue, store
 from ragvps.embed.hosts import Lanes
 from ragvps.errors import NotFoundError
-from ragvps.ingest import parts, sources
+from ragvps.ingest import links, parts, sources
 from ragvps.ingest.artifacts import ChunkArtifacts, ChunkFile, VectorCache
 from ragvps.ingest.chunk import ChunkerConfig, chunk_documents
 from ragvps.ingest.embedding import EmbedOutcome, embed_stage
@@ -195,12 +195,13 @@ def ingest(
     with store.write_lock(conn):
         config = _ingest_chunker(conn, settings, spec)
         streamed: list[sources.SourceFile] = []
-        files = chunk_stage(settings, root, scan, config, report, progress, warn, streamed)
+        urls = links.links(root)  # a mirrored source's folder: each document's source is its item's URL
+        files = links.linked(chunk_stage(settings, root, scan, config, report, progress, warn, streamed), urls)
         report.documents = sum(len(f.documents) for f in files)
         if not report.documents and not stored_before and not streamed:
             raise nothing_readable(path, report)
         report.chunks = sum(len(f.chunks) for f in files)
-        unreadable = {f.rel for f in scan.files} - {f.source for f in files}
+        unreadable = {urls.get(rel, rel) for rel in {f.rel for f in scan.files} - {f.source for f in files}}
         embed_and_store(conn, settings, spec, lanes, str(root), files, unreadable, config, report, progress, warn,
                         streamed=streamed)
         if not report.documents and not stored_before:
