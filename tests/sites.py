@@ -24,7 +24,7 @@ def served(folder: Path, special: dict[str, Handler] | None = None) -> Iterator[
         def log_message(self, *args: object) -> None:
             pass
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             handler = routes.get(self.path.split("?")[0])
             if handler is not None and handler(self):
                 return

@@ -4,7 +4,7 @@ stream and cut at a number of URLs, robots.txt. Each refusal is a `Refused` nami
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 from urllib.robotparser import RobotFileParser
@@ -38,10 +38,11 @@ def site(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}".lower()
 
 
-def get(client: httpx.Client, url: str, limit: int, version: str = "", same_site: str | None = None) -> Got:
+def get(client: httpx.Client, url: str, limit: int, version: str = "", same_site: str | None = None,
+        extra: Mapping[str, str] | None = None) -> Got:
     """GET `url`, following at most MAX_REDIRECTS redirects within `same_site`, reading at most `limit` bytes;
-    with `version` (an earlier Got's), a conditional GET: 304 comes back with no body."""
-    headers = {"User-Agent": AGENT}
+    with `version` (an earlier Got's), a conditional GET: 304 comes back with no body. `extra`: more headers."""
+    headers = {"User-Agent": AGENT, **(extra or {})}
     kind, _, value = version.partition(":")
     if kind == "etag":
         headers["If-None-Match"] = value
