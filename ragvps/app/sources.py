@@ -17,6 +17,7 @@ from ragvps.errors import ConflictError, NotFoundError, UsageError
 
 if TYPE_CHECKING:
     from ragvps.app.core import App
+    from ragvps.config import Settings
     from ragvps.ingest.remote.sync import SyncReport
 
 Progress = Callable[[str, int, int], None]
@@ -132,6 +133,19 @@ def sync_sources(app: App, names: Sequence[str], progress: Progress, warn: Warn)
                 continue
             lanes = lambda: make_lanes(app.settings, app.spec, lambda: app.embedder, progress, warn)  # noqa: E731
             reports.append(sync(conn, app.settings, row, app.spec, lanes, progress, warn))
+            reports[-1].kb = app.kb_name
         if any(r.documents_stored or r.documents_deleted for r in reports):
             answer_cache.prune(conn)
+    return reports
+
+
+def sync_every_kb(settings: Settings, progress: Progress, warn: Warn) -> list[SyncReport]:
+    """Every knowledge base's sources synced (the nightly job's `ragvps sync --all`)."""
+    from ragvps.app.bundles import backup_names
+    from ragvps.app.core import App
+
+    reports = []
+    for name in backup_names(settings, None, True):
+        with App.open(settings.replace(kb=name)) as app:
+            reports += sync_sources(app, [], progress, warn)
     return reports

@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ragvps.cli.common import Bars, KbOption, echo_json, open_app, skipped_text, warn
+from ragvps.cli.common import Bars, KbOption, echo_json, open_app, settings_from, skipped_text, warn
+from ragvps.errors import UsageError
 
 if TYPE_CHECKING:
     from ragvps.app.sources import SyncReport
@@ -79,13 +80,20 @@ def sync(
     ctx: typer.Context,
     names: Annotated[list[str] | None, typer.Argument(help="Sources to sync (default: all).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the reports as JSON.")] = False,
+    every: Annotated[bool, typer.Option("--all", help="Every knowledge base's sources.")] = False,
     kb: KbOption = None,
 ) -> None:
     """Bring the knowledge base in line with its sources; only what changed is read. Exit 1 if one failed."""
-    from ragvps.app.sources import sync_sources
+    from ragvps.app.sources import sync_every_kb, sync_sources
 
-    with open_app(ctx, kb=kb) as app, Bars() as bars:
-        reports = sync_sources(app, names or [], bars, warn)
+    if every and (kb or names):
+        raise UsageError("give --all, or --kb and source names, not both")
+    if every:
+        with Bars() as bars:
+            reports = sync_every_kb(settings_from(ctx), bars, warn)
+    else:
+        with open_app(ctx, kb=kb) as app, Bars() as bars:
+            reports = sync_sources(app, names or [], bars, warn)
     if as_json:
         echo_json(reports)
     else:
@@ -96,11 +104,12 @@ def sync(
 
 
 def summary(r: SyncReport) -> str:
+    name = f"{r.kb}/{r.name}" if r.kb and r.kb != "default" else r.name
     if r.state == "failed":
-        return f"{r.name}: failed after {r.seconds:.1f} s: {r.error}"
+        return f"{name}: failed after {r.seconds:.1f} s: {r.error}"
     done = (f"stored {r.documents_stored} documents, deleted {r.documents_deleted}, embedded {r.chunks_embedded} "
             "chunks" if r.ingested else "nothing changed")
-    return (f"{r.name}: {r.items} items, read {r.read}, unchanged {r.unchanged}, deleted {r.deleted}; {done}; "
+    return (f"{name}: {r.items} items, read {r.read}, unchanged {r.unchanged}, deleted {r.deleted}; {done}; "
             f"{r.seconds:.1f} s" + (f"; skipped {skipped_text(r.skipped)}" if r.skipped else ""))
 
 

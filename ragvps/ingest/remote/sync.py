@@ -29,6 +29,7 @@ CONNECTORS = {"git": "git", "web": "web", "s3": "s3"}  # kind -> module of ragvp
 class SyncReport:
     name: str
     kind: str
+    kb: str = ""  # the knowledge base (the app layer names it)
     state: str = "ok"  # ok, partial (some items skipped), failed
     error: str | None = None
     read: int = 0
