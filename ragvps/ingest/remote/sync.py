@@ -66,7 +66,7 @@ def sync(conn: psycopg.Connection, settings: Settings, row: sources.SourceRow, s
             _ingest(conn, settings, mirror, spec, lanes, progress, warn, report)
         report.state = "partial" if fetched.problems else "ok"
         report.error = "; ".join(fetched.problems[:3]) or None
-    except RagvpsError as exc:
+    except (RagvpsError, OSError) as exc:  # the source's failure (or the mirror's disk): kept with the source
         report.state, report.error = "failed", str(exc)
         warn(f"source {row.name}: {exc}")
     report.seconds = time.monotonic() - started
