@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from ragvps.cli import app as cli_app
 from tests.sites import git, new_repo, served
+from tests.test_source_jobs import wait
 
 A = "# Ferries\n\nThe night ferry to Brindle Island leaves at eleven from pier four.\n"
 
@@ -50,7 +51,8 @@ def test_sources_over_http(server, tmp_path):
         assert added.status_code == 201 and added.json()["state"] == "new", added.text
         assert admin.post("/kb/default/sources", json=body).status_code == 409
         synced = admin.post("/kb/default/sources/handbook/sync")
-        assert synced.status_code == 200 and synced.json()["read"] == 1, synced.text
+        assert synced.status_code == 202, synced.text
+        assert wait(admin, synced.json()["job"])["sync"]["read"] == 1
         listed = read.get("/kb/default/sources").json()
         assert [(s["name"], s["items"], s["state"]) for s in listed] == [("handbook", 1, "ok")]
         hits = admin.post("/kb/default/search", json={"query": "night ferry Brindle"}).json()

@@ -1,13 +1,20 @@
 """Connected sources (issue 46): a git repository, a web site or an S3 bucket recorded with the knowledge base
-(migration 012) and kept in sync with it by `ragvps sync`. What the CLI (and the HTTP API) render is typed here.
+(migration 012) and kept in sync with it. A sync is a job on the upload jobs' lease queue (migration 013): the API
+queues it for a worker (`queue_sync`), `ragvps sync` makes it and runs it in its own process (`sync_sources`);
+either way one sync a source runs at a time, and `GET /jobs/{id}` shows it. What the CLI and the API render is
+typed here.
 
     add_source(app, SourceSpec("git", "handbook", "https://git.example.com/handbook.git", {"branch": "main"}))
-    reports = sync_sources(app, [], progress, warn)      # every source; each report says what changed
+    queued = queue_sync(app, "handbook")                 # QueuedSync: the job a worker runs
+    reports = sync_sources(app, [], progress, warn)      # every source, here; each report says what changed
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -16,8 +23,11 @@ from typing import TYPE_CHECKING
 from ragvps.errors import ConflictError, NotFoundError, UsageError
 
 if TYPE_CHECKING:
+    import psycopg
+
     from ragvps.app.core import App
     from ragvps.config import Settings
+    from ragvps.db.sources import SourceRow
     from ragvps.ingest.remote.sync import SyncReport
 
 Progress = Callable[[str, int, int], None]
@@ -49,6 +59,16 @@ class SourceInfo:
     seconds: float | None
     error: str | None
     cursor: str | None  # git: the commit last synced
+
+
+@dataclass(frozen=True)
+class QueuedSync:
+    job: str
+    source: str
+    created: bool  # False: a sync of this source was open already, and this is that job
+
+
+POLL_S = 0.5  # how often `ragvps sync` looks whether another worker's sync of the source ended
 
 
 @dataclass(frozen=True)
@@ -113,30 +133,99 @@ def remove_source(app: App, name: str) -> RemovedSource:
     return RemovedSource(name, documents)
 
 
+def queue_sync(app: App, name: str) -> QueuedSync:
+    """A sync of the source queued for a worker (or the source's sync that is open already)."""
+    from ragvps.app.documents import new_job_id
+    from ragvps.db import sync_jobs
+
+    made = new_job_id(app)
+    with app.connection() as conn:
+        _rows(conn, app, [name])
+        job, _ = sync_jobs.create(conn, made, name)
+    return QueuedSync(job, name, job == made)
+
+
+def _rows(conn: psycopg.Connection, app: App, names: Sequence[str]) -> list[SourceRow]:
+    from ragvps.db import sources
+
+    rows = sources.listed(conn)
+    missing = sorted(set(names) - {r.name for r in rows})
+    if missing:
+        raise NotFoundError(f"no source named {', '.join(missing)} in knowledge base {app.kb_name} "
+                            "(`ragvps source list`)")
+    return [r for r in rows if not names or r.name in names]
+
+
 def sync_sources(app: App, names: Sequence[str], progress: Progress, warn: Warn) -> list[SyncReport]:
-    """Sync the named sources (all when none is named), one after another; each one's failure is in its report."""
-    from ragvps.db import sources, store
-    from ragvps.embed.registry import make_lanes
-    from ragvps.generate import cache as answer_cache
-    from ragvps.ingest.remote.sync import sync
+    """Sync the named sources (all when none is named), one after another, each as a job run here (or, when
+    a worker runs one already, that one waited for); each one's failure is in its report."""
+    from ragvps.db import store
 
     with app.connection() as conn:
-        rows = sources.listed(conn)
-        missing = sorted(set(names) - {r.name for r in rows})
-        if missing:
-            raise NotFoundError(f"no source named {', '.join(missing)} in knowledge base {app.kb_name} "
-                                "(`ragvps source list`)")
+        rows = _rows(conn, app, names)
         store.check_model(store.active_set(conn), app.spec, app.settings.index.vector_type, "sync")
-        reports = []
-        for row in rows:
-            if names and row.name not in names:
-                continue
-            lanes = lambda: make_lanes(app.settings, app.spec, lambda: app.embedder, progress, warn)  # noqa: E731
-            reports.append(sync(conn, app.settings, row, app.spec, lanes, progress, warn))
-            reports[-1].kb = app.kb_name
-        if any(r.documents_stored or r.documents_deleted for r in reports):
-            answer_cache.prune(conn)
-    return reports
+    return [run_sync(app, row.name, progress, warn) for row in rows]
+
+
+def run_sync(app: App, name: str, progress: Progress, warn: Warn) -> SyncReport:
+    """Make the source's sync job and run it in this process, with a second connection for its lease; when
+    another worker holds the source's open sync, wait for it (and take it over if its lease runs out)."""
+    from ragvps.app.documents import new_job_id
+    from ragvps.db import sync_jobs
+    from ragvps.db.connections import SingleConnection
+    from ragvps.embed.registry import make_lanes
+    from ragvps.generate import cache as answer_cache
+    from ragvps.ingest.remote.sync import SyncReport
+    from ragvps.ingest.sync_job import SyncJob
+    from ragvps.ingest.worker import default_name
+
+    worker, lease = default_name(), float(app.settings.embed.worker_lease)
+    lanes = lambda: make_lanes(app.settings, app.spec, lambda: app.embedder, progress, warn)  # noqa: E731
+    with app.connection() as conn:
+        job, token = sync_jobs.create(conn, new_job_id(app), name, worker)
+        if token is None:
+            warn(f"source {name}: a sync of it is queued or running already (job {job}); waiting for it")
+        while token is None and (token := sync_jobs.claim(conn, job, worker, lease)) is None:
+            if (ended := _ended(conn, job, name)) is not None:
+                return ended
+            time.sleep(POLL_S)
+        second = SingleConnection(app.settings)
+        try:
+            report = SyncJob(second.connection, conn, app.settings, app.spec, lanes, job, token, name).run(
+                threading.Event(), progress, warn, answer_cache.prune)
+        except BaseException:  # Ctrl-C: the job is given back at once, not held until its lease runs out
+            _give_back(conn, job, token)
+            raise
+        finally:
+            second.close()
+    if report is None:
+        return SyncReport(name, "", app.kb_name, "failed", f"this process lost job {job}'s lease (it ran out) and "
+                          f"another worker took the sync over: GET /jobs/{job} shows how it ends", job=job)
+    report.job = job
+    return report
+
+
+def _ended(conn: psycopg.Connection, job: str, name: str) -> SyncReport | None:
+    """The report of the source's sync that another worker ran, once it ended; None while it runs."""
+    from ragvps.db import sync_jobs
+    from ragvps.ingest.remote.sync import SyncReport
+    from ragvps.ingest.sync_job import report_of
+
+    row = sync_jobs.read(conn, job)
+    if row is not None and row.state in ("queued", "running"):
+        return None
+    if row is not None and row.report is not None:
+        return report_of(row.report)
+    why = f"job {job} was {row.state} before it ran" if row else f"job {job} is gone (its source was removed)"
+    return SyncReport(name, "", state="failed" if row is None else row.state, error=why, job=job)
+
+
+def _give_back(conn: psycopg.Connection, job: str, token: str) -> None:
+    from ragvps.db import jobs
+    from ragvps.errors import DatabaseError
+
+    with contextlib.suppress(DatabaseError):  # else its lease runs out instead
+        jobs.release(conn, job, token)
 
 
 def sync_every_kb(settings: Settings, progress: Progress, warn: Warn) -> list[SyncReport]:
@@ -144,7 +233,7 @@ def sync_every_kb(settings: Settings, progress: Progress, warn: Warn) -> list[Sy
     from ragvps.app.bundles import backup_names
     from ragvps.app.core import App
 
-    reports = []
+    reports: list[SyncReport] = []
     for name in backup_names(settings, None, True):
         with App.open(settings.replace(kb=name)) as app:
             reports += sync_sources(app, [], progress, warn)

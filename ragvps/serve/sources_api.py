@@ -1,7 +1,8 @@
 """Connected sources over HTTP (issue 46): `GET /kb/{name}/sources` (read), and with the `admin` role
 `POST /kb/{name}/sources` (add one), `DELETE /kb/{name}/sources/{source}` and `POST /kb/{name}/sources/{source}/sync`
-(a sync run now, within the request timeout; the nightly `ragvps sync --all` runs long ones). A git source added
-over HTTP must be a URL: a path on the server's disk is refused."""
+(a sync queued as a job, answered 202 at once: `GET /jobs/{id}` shows its progress and failed items, `DELETE
+/jobs/{id}` cancels it; a sync of the source already open is answered with that job). A git source added over
+HTTP must be a URL: a path on the server's disk is refused."""
 
 from __future__ import annotations
 
@@ -19,11 +20,13 @@ if TYPE_CHECKING:
     from enum import Enum
 
     from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
 
     from ragvps.app import App
     from ragvps.app.keys import Role
     from ragvps.app.sources import SourceSpec
     from ragvps.serve.lifecycle import Ready
+    from ragvps.serve.runner import JobRunner
 
 REMOTE = ("http://", "https://", "ssh://", "git://", "git@")
 
@@ -48,8 +51,8 @@ def spec_of(body: object) -> SourceSpec:
 
 
 class Sources:
-    def __init__(self, ready: Ready, settings: Settings):
-        self.ready = ready
+    def __init__(self, ready: Ready, settings: Settings, runner: JobRunner):
+        self.ready, self.runner = ready, runner
         self.timeout = float(settings.serve.request_timeout)
 
     async def app_for(self, request: Request, name: str, role: Role) -> App:
@@ -79,20 +82,26 @@ class Sources:
         app = await self.app_for(request, name, "admin")
         return jsonable(await in_thread(lambda: remove_source(app, source), self.timeout))
 
-    async def sync(self, request: Request, name: str, source: str) -> object:
-        from ragvps.app.sources import sync_sources
+    async def sync(self, request: Request, name: str, source: str) -> JSONResponse:
+        from fastapi.responses import JSONResponse
+
+        from ragvps.app.sources import queue_sync
 
         app = await self.app_for(request, name, "admin")
-        quiet = lambda *_: None  # noqa: E731 - no progress bar on a server
-        return jsonable(await in_thread(lambda: sync_sources(app, [source], quiet, quiet)[0], self.timeout))
+        queued = await in_thread(lambda: queue_sync(app, source), self.timeout)
+        self.runner.kick(app)
+        job = queued.job
+        return JSONResponse({"job": job, "source": queued.source, "created": queued.created,
+                             "status_url": f"/jobs/{job}", "events_url": f"/jobs/{job}/events"}, status_code=202,
+                            headers={"Location": f"/jobs/{job}"})
 
 
-def add_source_routes(api: FastAPI, ready: Ready, settings: Settings,
+def add_source_routes(api: FastAPI, ready: Ready, settings: Settings, runner: JobRunner,
                       errors: dict[int | str, dict[str, object]]) -> None:
     """The routes above; `errors` are the error answers they document."""
     from ragvps.serve.failures import guarded
 
-    do = Sources(ready, settings)
+    do = Sources(ready, settings, runner)
     tags: list[str | Enum] = ["sources"]
     body = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
         "type": "object", "required": ["kind", "name", "location"],
@@ -116,8 +125,8 @@ def add_source_routes(api: FastAPI, ready: Ready, settings: Settings,
     async def remove(request: Request, name: str, source: str) -> object:
         return await do.remove(request, name, source)
 
-    @api.post("/kb/{name}/sources/{source}/sync", responses=errors, tags=tags,
-              summary="Sync one source now, within the request timeout (admin)")
+    @api.post("/kb/{name}/sources/{source}/sync", status_code=202, responses=errors, tags=tags,
+              summary="Sync one source: 202 with the job that runs it (GET /jobs/{job}), the open one if any (admin)")
     @guarded
     async def sync(request: Request, name: str, source: str) -> object:
         return await do.sync(request, name, source)

@@ -61,9 +61,12 @@ class Fetched:
     deleted: int = 0  # items gone from the source: their files removed
     skipped: Counter[str] = field(default_factory=Counter)  # reason -> items
     problems: list[str] = field(default_factory=list)  # each naming the item or the limit
+    failures: list[tuple[str, str]] = field(default_factory=list)  # (the item's URL or path, why), for the job
 
-    def skip(self, reason: str, message: str, warn: Warn) -> None:
+    def skip(self, reason: str, message: str, warn: Warn, item: str = "") -> None:
         self.skipped[reason] += 1
         if len(self.problems) < 100:
             self.problems.append(message)
+            if item:
+                self.failures.append((item, message))
         warn(message)

@@ -116,12 +116,12 @@ def _listed(fetch: Fetch, repo: Path, commit: str, out: Fetched) -> dict[str, tu
             continue
         if mode in (_LINK, _MODULE):
             what = "symlink, not followed" if mode == _LINK else "submodule, not entered"
-            out.skip(what, f"{fetch.name}: {path}: a {what}", fetch.warn)
+            out.skip(what, f"{fetch.name}: {path}: a {what}", fetch.warn, path)
         elif mode not in _FILE or Path(path).suffix.lower() not in KINDS or safe_rel(path) is None:
             out.skipped["unsupported type"] += 1
         elif int(size) > fetch.max_item_bytes:
             out.skip("too large", f"{fetch.name}: {path}: {int(size):,} bytes, more than max_item_bytes "
-                                  f"({fetch.max_item_bytes:,}), skipped", fetch.warn)
+                                  f"({fetch.max_item_bytes:,}), skipped", fetch.warn, path)
         elif len(wanted) >= fetch.max_items:
             out.skip("over max_items", f"{fetch.name}: more than {fetch.max_items:,} files; {path} and the rest "
                                        "skipped (raise the source's max_items)", fetch.warn)

@@ -103,12 +103,13 @@ def _wanted(fetch: Fetch, client: httpx.Client, b: Bucket, out: Fetched) -> dict
         if key.endswith("/"):
             continue  # a folder marker
         if safe_rel(key) is None:
-            out.skip("unsafe key", f"{fetch.name}: object key {key!r} is not a safe relative path, skipped", fetch.warn)
+            out.skip("unsafe key", f"{fetch.name}: object key {key!r} is not a safe relative path, skipped", fetch.warn,
+                     key)
         elif PurePosixPath(key).suffix.lower() not in KINDS:
             out.skipped["unsupported type"] += 1
         elif size > fetch.max_item_bytes:
             out.skip("too large", f"{fetch.name}: {key}: {size:,} bytes, more than max_item_bytes "
-                                  f"({fetch.max_item_bytes:,}), skipped", fetch.warn)
+                                  f"({fetch.max_item_bytes:,}), skipped", fetch.warn, key)
         elif len(wanted) >= fetch.max_items:
             out.skip("over max_items", f"{fetch.name}: more than {fetch.max_items:,} objects; {key} and the rest "
                                        "skipped (raise max_items)", fetch.warn)
@@ -125,7 +126,7 @@ def _read(fetch: Fetch, client: httpx.Client, b: Bucket, key: str, etag: str, ou
     except Refused as exc:
         if (old := fetch.known.get(key)) is not None and not exc.gone:
             out.items[key] = old
-        out.skip(exc.reason, f"{fetch.name}: {exc}", fetch.warn)
+        out.skip(exc.reason, f"{fetch.name}: {exc}", fetch.warn, url)
         return
     rel = safe_rel(key)
     assert rel is not None  # _wanted kept only safe keys

@@ -30,7 +30,7 @@ class SyncReport:
     name: str
     kind: str
     kb: str = ""  # the knowledge base (the app layer names it)
-    state: str = "ok"  # ok, partial (some items skipped), failed
+    state: str = "ok"  # ok, partial (some items skipped), failed, cancelled (stopped between items)
     error: str | None = None
     read: int = 0
     unchanged: int = 0
@@ -43,6 +43,8 @@ class SyncReport:
     chunks_embedded: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
+    failures: list[tuple[str, str]] = field(default_factory=list)  # (item's URL or path, why): the job's failures
+    job: str = ""  # the job it ran as
 
 
 def mirror_dir(settings: Settings, name: str) -> Path:
@@ -51,7 +53,12 @@ def mirror_dir(settings: Settings, name: str) -> Path:
 
 def sync(conn: psycopg.Connection, settings: Settings, row: sources.SourceRow, spec: ModelSpec,
          lanes: Callable[[], Lanes], progress: Progress, warn: Warn) -> SyncReport:
-    """Bring the knowledge base in line with one source; a failure is the source's, kept with it, not raised."""
+    """Bring the knowledge base in line with one source; a failure is the source's, kept with it, not raised.
+    A `progress` that raises Cancelled (between items, or between the ingest's batches) ends it `cancelled`:
+    the items of the last complete sync are kept, and the next sync ingests the mirror again whatever it reads
+    (so it ends where an uninterrupted sync would: nothing stored twice, nothing left of what is gone)."""
+    from ragvps.ingest.cancel import Cancelled
+
     started = time.monotonic()
     report = SyncReport(row.name, row.kind)
     mirror = mirror_dir(settings, row.name)
@@ -61,7 +68,8 @@ def sync(conn: psycopg.Connection, settings: Settings, row: sources.SourceRow, s
         links.write_links(mirror, {item.rel: item.url for item in fetched.items.values()})
         report.read, report.unchanged, report.deleted = fetched.read, fetched.unchanged, fetched.deleted
         report.items, report.skipped, report.problems = len(fetched.items), fetched.skipped, fetched.problems
-        if fetched.read or fetched.deleted or row.state in ("new", "failed"):
+        report.failures = list(fetched.failures)
+        if fetched.read or fetched.deleted or row.state in ("new", "failed", "cancelled"):
             report.ingested = True
             _ingest(conn, settings, mirror, spec, lanes, progress, warn, report)
         report.state = "partial" if fetched.problems else "ok"
@@ -69,8 +77,11 @@ def sync(conn: psycopg.Connection, settings: Settings, row: sources.SourceRow, s
     except (RagvpsError, OSError) as exc:  # the source's failure (or the mirror's disk): kept with the source
         report.state, report.error = "failed", str(exc)
         warn(f"source {row.name}: {exc}")
+    except Cancelled:
+        conn.rollback()
+        report.state, report.error = "cancelled", "cancelled before its end; the next sync completes it"
     report.seconds = time.monotonic() - started
-    keep = fetched.items if fetched is not None and report.state != "failed" else None
+    keep = fetched.items if fetched is not None and report.state not in ("failed", "cancelled") else None
     cursor = fetched.cursor if keep is not None and fetched is not None else row.cursor
     sources.finish(conn, row.name, keep, cursor, report.state, report.error, report.seconds)
     return report
@@ -96,6 +107,11 @@ def _ingest(conn: psycopg.Connection, settings: Settings, mirror: Path, spec: Mo
         return
     report.documents_stored, report.documents_deleted, report.chunks_embedded = done.stored, done.deleted, done.embedded
     report.skipped.update(done.skipped)
+    urls = links.links(mirror.resolve())
+    for message in done.warnings:  # a mirrored file that could not be read, named by its item's URL
+        rel = message.split(": ", 1)[0]
+        if rel in urls:
+            report.failures.append((urls[rel], message))
 
 
 def forget(conn: psycopg.Connection, settings: Settings, name: str) -> int:

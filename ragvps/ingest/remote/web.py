@@ -69,7 +69,7 @@ class _Crawl:
         except Refused as exc:
             if known is not None and not exc.gone:  # a passing failure keeps the page as it was
                 self.out.items[url] = known
-            self.out.skip(exc.reason, f"{self.fetch.name}: {exc}", self.fetch.warn)
+            self.out.skip(exc.reason, f"{self.fetch.name}: {exc}", self.fetch.warn, url)
             return None
         if got.status == 304 and known is not None and (self.fetch.mirror / known.rel).exists():
             self.out.items[url] = known
@@ -195,7 +195,7 @@ def _from_sitemap(crawl: _Crawl, rules: RobotFileParser) -> None:
                 elif not nested:
                     urls.append(url)
         except Refused as exc:
-            crawl.out.skip(exc.reason, f"{crawl.fetch.name}: sitemap {exc}", crawl.fetch.warn)
+            crawl.out.skip(exc.reason, f"{crawl.fetch.name}: sitemap {exc}", crawl.fetch.warn, sitemap)
             _keep_unreached(crawl, list(crawl.fetch.known))
     if len(urls) > crawl.pages:
         crawl.out.skip("over max_pages", f"{crawl.fetch.name}: the sitemap lists more than {crawl.pages:,} URLs; "
