@@ -121,13 +121,17 @@ def list_sources(app: App) -> list[SourceInfo]:
 
 
 def remove_source(app: App, name: str) -> RemovedSource:
-    """Forget a source: its documents, its mirror and its record."""
-    from ragvps.db import sources
+    """Forget a source: its documents, its mirror and its record (and its sync jobs), unless a sync runs."""
+    from ragvps.db import sources, sync_jobs
     from ragvps.ingest.remote.sync import forget
 
     with app.connection() as conn:
         if name not in {r.name for r in sources.listed(conn)}:
             raise NotFoundError(f"no source named {name} in knowledge base {app.kb_name} (`ragvps source list`)")
+        running = sync_jobs.running(conn, name)
+        if running is not None:
+            raise ConflictError(f"source {name} is being synced (job {running}): cancel it (DELETE /jobs/{running}) "
+                                "or wait for it to end, then remove the source")
         documents = forget(conn, app.settings, name)
         sources.remove(conn, name)
     return RemovedSource(name, documents)

@@ -86,3 +86,10 @@ def read(conn: psycopg.Connection, job: str) -> SyncJobRow | None:
     row = conn.execute(_q("sync_job_row"), {"job": job}).fetchone()
     conn.commit()
     return None if row is None else SyncJobRow(*row)
+
+
+def running(conn: psycopg.Connection, source: str) -> str | None:
+    """The source's sync job a worker holds now, if any."""
+    found = scalar(conn, _q("open_sync_job"), {"source": source})
+    row = read(conn, str(found)) if found is not None else None
+    return str(found) if row is not None and row.state == "running" else None
