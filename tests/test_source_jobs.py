@@ -147,3 +147,20 @@ def test_the_cli_waits_for_a_sync_another_worker_holds_and_takes_it_over_when_it
         assert row[:3] == ("sync", "done", 2) and row[3] != "elsewhere", row
         [again] = json.loads(cli("sync", "--json").stdout)  # a new job, run here at once
         assert again["job"] != queued.job and again["read"] == 0 and again["unchanged"] == 1, again
+
+
+def test_a_worker_runs_queued_syncs_like_uploads(cli, db_url, tmp_path):
+    from ragvps.app import App
+    from ragvps.app.documents import job_status
+    from ragvps.app.sources import queue_sync
+    from ragvps.config import load_settings
+
+    new_repo(tmp_path / "repo", {"guide.md": A})
+    cli("source", "add", "git", "handbook", str(tmp_path / "repo"))
+    with App.open(load_settings(env=cli.env)) as app:
+        job = queue_sync(app, "handbook").job
+        assert job_status(app, job).state == "queued"
+        assert "1 jobs" in cli("worker", "--jobs", "--exit-when-empty").stdout
+        status = job_status(app, job)
+    assert (status.state, status.kind, status.files_done) == ("done", "sync", 1) and status.worker, status
+    assert status.sync is not None and status.sync.documents_stored == 1 and status.chunks_embedded > 0

@@ -83,7 +83,8 @@ def sync(
     every: Annotated[bool, typer.Option("--all", help="Every knowledge base's sources.")] = False,
     kb: KbOption = None,
 ) -> None:
-    """Bring the knowledge base in line with its sources; only what changed is read. Exit 1 if one failed."""
+    """Bring the knowledge base in line with its sources; only what changed is read. Each sync is a job (GET
+    /jobs/ID shows it); one a worker runs already is waited for. Exit 1 if one failed or was cancelled."""
     from ragvps.app.sources import sync_every_kb, sync_sources
 
     if every and (kb or names):
@@ -99,14 +100,14 @@ def sync(
     else:
         for r in reports:
             typer.echo(summary(r))
-    if any(r.state == "failed" for r in reports):
+    if any(r.state in ("failed", "cancelled") for r in reports):
         raise typer.Exit(1)
 
 
 def summary(r: SyncReport) -> str:
     name = f"{r.kb}/{r.name}" if r.kb and r.kb != "default" else r.name
-    if r.state == "failed":
-        return f"{name}: failed after {r.seconds:.1f} s: {r.error}"
+    if r.state in ("failed", "cancelled"):
+        return f"{name}: {r.state} after {r.seconds:.1f} s: {r.error}"
     done = (f"stored {r.documents_stored} documents, deleted {r.documents_deleted}, embedded {r.chunks_embedded} "
             "chunks" if r.ingested else "nothing changed")
     return (f"{name}: {r.items} items, read {r.read}, unchanged {r.unchanged}, deleted {r.deleted}; {done}; "
