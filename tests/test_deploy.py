@@ -166,7 +166,8 @@ def test_the_schema_check_rejects_a_broken_compose_file():
 
 
 def test_the_stack_is_postgres_ollama_the_model_pull_ragvps_and_the_server():
-    assert set(compose()["services"]) == {"postgres", "ollama", "ollama-pull", "ragvps", "serve", "watch", "backup"}
+    assert set(compose()["services"]) == {"postgres", "ollama", "ollama-pull", "ragvps", "serve", "watch", "backup",
+                                          "sync"}
 
 
 def test_images_are_pinned_to_exact_versions():
@@ -234,6 +235,7 @@ def test_services_start_in_order_behind_health_conditions():
         "serve": {"postgres": "service_healthy", "ollama-pull": "service_completed_successfully"},
         "watch": {"postgres": "service_healthy", "ollama-pull": "service_completed_successfully"},
         "backup": {"postgres": "service_healthy", "ollama-pull": "service_completed_successfully"},
+        "sync": {"postgres": "service_healthy", "ollama-pull": "service_completed_successfully"},
     }
     for deps in conditions.values():
         for dep, condition in deps.items():

@@ -15,11 +15,12 @@ from ragvps.config import Settings
 from ragvps.db import index, queue, store
 from ragvps.embed.hosts import Lanes
 from ragvps.errors import NotFoundError
-from ragvps.ingest import parts, sources
+from ragvps.ingest import links, parts, sources
 from ragvps.ingest.artifacts import ChunkArtifacts, ChunkFile, VectorCache
 from ragvps.ingest.bounds import OutputBound
 from ragvps.ingest.chunk import ChunkerConfig, chunk_documents
 from ragvps.ingest.embedding import EmbedOutcome, embed_stage
+from ragvps.ingest.ocr import OcrOptions
 from ragvps.records import Chunk, Document, ModelSpec
 
 log = logging.getLogger(__name__)
@@ -82,10 +83,11 @@ def nothing_readable(path: Path, report: IngestReport) -> NotFoundError:
                          f"supported: {', '.join(sorted(sources.KINDS))}")
 
 
-def load_file(source: sources.SourceFile, warn: Warn, report: IngestReport) -> list[Document] | None:
+def load_file(source: sources.SourceFile, warn: Warn, report: IngestReport,
+              ocr: OcrOptions | None = None) -> list[Document] | None:
     """One file's documents, or None (with one warning naming it, counted in the report) when it cannot be read."""
     try:
-        return sources.load(source, warn, report.skipped)
+        return sources.load(source, warn, report.skipped, ocr)
     except OSError as exc:
         warn(f"{source.rel}: {exc.strerror or exc}, skipped")
         report.skipped["unreadable"] += 1
@@ -105,6 +107,7 @@ def chunk_stage(
     key = config.key()
     bound = OutputBound(settings.chunk.max_text_ratio, settings.chunk.max_text_chars)
     results = []
+    ocr = OcrOptions(settings.chunk.ocr_languages, progress=progress)
     for i, source in enumerate(scan.files):
         if streamed is not None and parts.streams(source):
             streamed.append(source)
@@ -118,7 +121,7 @@ def chunk_stage(
             continue
         result = artifacts.read(source.rel, file_hash, key)
         if result is None:
-            docs = load_file(replace(source, bound=bound), warn, report)
+            docs = load_file(replace(source, bound=bound), warn, report, ocr)
             if docs is None:
                 continue
             chunks = [c for doc_chunks in chunk_documents(docs, config) for c in doc_chunks]
@@ -215,12 +218,13 @@ def ingest(
     with store.write_lock(conn):
         run = IngestRun(settings, spec, root, _ingest_chunker(conn, settings, spec), report, progress, warn, lanes)
         streamed: list[sources.SourceFile] = []
-        files = chunk_stage(run, scan, streamed)
+        urls = links.links(root)  # a mirrored source's folder: each document's source is its item's URL
+        files = links.linked(chunk_stage(run, scan, streamed), urls)
         report.documents = sum(len(f.documents) for f in files)
         if not report.documents and not stored_before and not streamed:
             raise nothing_readable(path, report)
         report.chunks = sum(len(f.chunks) for f in files)
-        unreadable = {f.rel for f in scan.files} - {f.source for f in files}
+        unreadable = {urls.get(rel, rel) for rel in {f.rel for f in scan.files} - {f.source for f in files}}
         embed_and_store(conn, run, files, unreadable, streamed=streamed)
         if not report.documents and not stored_before:
             raise nothing_readable(path, report)

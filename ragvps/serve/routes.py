@@ -128,6 +128,8 @@ def add_routes(api: "FastAPI", ready: "Ready", settings: Settings, runner: "JobR
     from ragvps.serve.documents import add_document_routes
 
     add_document_routes(api, ready, settings, runner, ERRORS | KB_ERRORS)  # uploads, their jobs, the documents stored
+    from ragvps.serve.sources_api import add_source_routes  # connected sources (issue 46)
+    add_source_routes(api, ready, settings, runner, ERRORS | KB_ERRORS)
 
 
 def add_kb_routes(api: "FastAPI", do: "Endpoints", SearchIn: type, AskIn: type) -> None:
