@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -249,3 +250,31 @@ def test_usage_a_server_does_not_report_is_counted_and_marked(corpus, clean_cach
     llm.no_usage = False
     reported = open_app(corpus[1], llm).ask(AskRequest(Q_BACKUP, use_cache=False)).usage
     assert not reported.counted and reported.prompt_tokens == llm.llm_requests()[-1]["prompt_tokens"]
+
+
+def test_an_ask_reads_on_one_connection_and_holds_none_while_the_llm_answers(corpus, clean_cache, llm):
+    """The reading half of an ask (memo, search, cache) takes one connection from the pool, released before the
+    generator runs; the cache's writes take one more after it. The search's spare connection for its keyword leg
+    is the search's own business (it is taken beside, not after)."""
+    app = open_app(corpus[1], llm)
+    held: list[int] = []  # connections checked out through app.connection() and not yet returned
+    taken: list[str] = []
+    real = app.connection
+
+    @contextlib.contextmanager
+    def counted() -> Iterator[object]:
+        taken.append("in")
+        held.append(1)
+        try:
+            with real() as conn:
+                yield conn
+        finally:
+            held.pop()
+
+    app.connection = counted  # type: ignore[method-assign]
+    during: list[int] = []
+    a = app.ask(AskRequest(Q_KEYS), on_token=lambda _: during.append(len(held)))
+    assert a.cache == "miss" and len(taken) == 2, taken  # one to read, one to write the cache
+    assert during and max(during) == 0  # nothing held while the LLM's tokens came
+    taken.clear()
+    assert app.ask(AskRequest(Q_KEYS)).cache == "hit" and len(taken) == 1  # the memo answers on the first

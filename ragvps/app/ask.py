@@ -26,12 +26,15 @@ from ragvps.app.requests import (
     SearchRequest,
     jsonable,
 )
+from ragvps.app.search import search
 from ragvps.generate import budget, cache, citations
 from ragvps.generate.cache import Cached
 from ragvps.generate.prompt import PROMPT_VERSION, REFUSAL, Source
 from ragvps.generate.records import Quote, ToolCall, Usage
 
 if TYPE_CHECKING:
+    import psycopg
+
     from ragvps.config import GenerateSettings
     from ragvps.generate.budget import Fit
     from ragvps.retrieve.search import Hit
@@ -60,13 +63,13 @@ class Prepared:
     hits: tuple[Hit, ...]
 
 
-def prepare(app: App, request: AskRequest, clock: _Clock | None = None) -> Prepared:
-    """Retrieve (app.search reranks when a reranker is configured), drop hits under the evidence floor, fit the
-    budget. `request` is checked already (ask, build_prompt)."""
+def prepare(app: App, request: AskRequest, conn: psycopg.Connection, clock: _Clock | None = None) -> Prepared:
+    """Retrieve (reranked when a reranker is configured), drop hits under the evidence floor, fit the budget, on the
+    ask's connection. `request` is checked already (ask, build_prompt)."""
     clock = clock or _Clock()
     s, o = app.settings, request.overrides
     k = o.k or max(s.generate.answer_chunks, s.search.top_k)
-    result = app.search(SearchRequest(request.question, k=k, mode=o.mode, filters=o.filters))
+    result = search(app, SearchRequest(request.question, k=k, mode=o.mode, filters=o.filters), conn)
     clock.lap("retrieve_ms")
     clock.timings.update(result.timings)
     hits = tuple(result.hits)
@@ -75,7 +78,7 @@ def prepare(app: App, request: AskRequest, clock: _Clock | None = None) -> Prepa
     if len(kept) < len(hits):
         left["answer_min_evidence"] = len(hits) - len(kept)
     candidates = [_source(h) for h in kept]
-    candidates = [_completed(app, c) for c in candidates]
+    candidates = [_completed(conn, c) for c in candidates]
     if request.attached:  # the client's own context: one more source, within answer_chunks and the window
         candidates.insert(min(len(candidates), max(0, s.generate.answer_chunks - 1)),
                           _attached(request.attached, o.generation(s.generate), s.generate.min_evidence))
@@ -95,7 +98,7 @@ def _source(h: Hit) -> Source:
                   end=h.end, score=h.score, text=h.text, evidence=h.evidence, pages=h.pages)
 
 
-def _completed(app: App, source: Source) -> Source:
+def _completed(conn: psycopg.Connection, source: Source) -> Source:
     """A chunk ending in a sentence with a colon, with what that sentence introduces (a command, a list, a table)
     from the next chunk of its document, when the chunker cut between them."""
     from ragvps.db import store
@@ -106,8 +109,8 @@ def _completed(app: App, source: Source) -> Source:
     doc_id, _, seq = source.chunk_id.rpartition("#")
     if not seq.isdigit():
         return source
-    with app.connection() as conn:
-        found = store.following_chunk(conn, doc_id, int(seq) + 1)
+    found = store.following_chunk(conn, doc_id, int(seq) + 1)
+    conn.commit()
     if found is None or found[1] < source.end:
         return source
     text = source.text + "\n" * max(1, min(found[1] - source.end, 2)) + found[0]
@@ -136,7 +139,8 @@ def _retrieved(h: Hit) -> Retrieved:
 def build_prompt(app: App, request: AskRequest) -> PromptPreview:
     from ragvps.app.checks import check_ask
 
-    prepared = prepare(app, check_ask(request, app.settings.serve.max_k))
+    with app.connection() as conn:
+        prepared = prepare(app, check_ask(request, app.settings.serve.max_k), conn)
     fit, g, p = prepared.fit, app.generator, prepared.fit.prompt
     return PromptPreview(system=p.system, user=p.user, text=p.as_text(), prompt_tokens=fit.prompt_tokens,
                          system_tokens=fit.system_tokens, window=fit.window, reserve=fit.reserve,
@@ -161,11 +165,10 @@ class _Asking:
         self.use_cache = request.use_cache and app.settings.generate.cache and not request.tools
         self.memo, self.seen_at = "", -1
 
-    def remembered(self) -> Answer | None:
+    def remembered(self, conn: psycopg.Connection) -> Answer | None:
         """The same question since nothing changed: one query, no embedding, no search."""
         self.memo = cache.memo_key(memo_parts(self.app, self.request))
-        with self.app.connection() as conn:
-            self.seen_at, cached, retrieval = cache.memo_get(conn, self.memo)
+        self.seen_at, cached, retrieval = cache.memo_get(conn, self.memo)
         self.clock.lap("memo_ms")
         if cached is None or retrieval is None:
             return None
@@ -174,40 +177,49 @@ class _Asking:
         self.on_token(cached.text)
         return self.answer(cached.text, known, Usage(), "hit", cached.quotes)
 
-    def remember(self, retrieval: Retrieval, answer_key: str) -> None:
+    def remember(self, conn: psycopg.Connection, retrieval: Retrieval, answer_key: str) -> None:
         if self.use_cache:
-            with self.app.connection() as conn:
-                cache.memo_put(conn, self.memo, self.seen_at, answer_key, retrieval.to_json())
+            cache.memo_put(conn, self.memo, self.seen_at, answer_key, retrieval.to_json())
 
-    def refuse(self, prepared: Prepared) -> Answer:
+    def refuse(self, conn: psycopg.Connection, prepared: Prepared) -> Answer:
         """No evidence: the refusal, and no generator runs (no LLM request)."""
         self.on_sources(prepared.retrieval.shown)
         self.on_token(REFUSAL)
-        status, key = _refusal_cache(self.app, prepared.fit.prompt.question, prepared.hits, self.use_cache)
-        self.remember(prepared.retrieval, key)
+        status, key = _refusal_cache(self.app, conn, prepared.fit.prompt.question, prepared.hits, self.use_cache)
+        self.remember(conn, prepared.retrieval, key)
         return self.answer(REFUSAL, prepared.retrieval, Usage(), status)
 
+    def cache_key(self, prepared: Prepared) -> str:
+        gen = self.app.generator
+        return cache.key(prepared.fit.prompt.question, gen.name, gen.model,
+                         generation_settings(self.app, self.request), prepared.fit.prompt.sources)
+
+    def cached(self, conn: psycopg.Connection, prepared: Prepared) -> Answer | None:
+        """The answer cached for these sources, if the cache is used and has it (sources shown first)."""
+        self.on_sources(prepared.fit.prompt.sources)
+        if not self.use_cache:
+            return None
+        key = self.cache_key(prepared)
+        hit = cache.get(conn, key)
+        self.clock.lap("cache_ms")
+        if hit is None:
+            return None
+        self.remember(conn, prepared.retrieval, key)
+        self.on_token(hit.text)
+        return self.answer(hit.text, prepared.retrieval, Usage(), "hit", hit.quotes)
+
     def generate(self, prepared: Prepared) -> Answer:
+        """The generator's answer, with no connection held while it runs; then one for the cache's writes."""
         app, gen, sources = self.app, self.app.generator, prepared.fit.prompt.sources
-        key = cache.key(prepared.fit.prompt.question, gen.name, gen.model, generation_settings(app, self.request),
-                        sources)
-        self.on_sources(sources)
-        if self.use_cache:
-            with app.connection() as conn:
-                hit = cache.get(conn, key)
-            self.clock.lap("cache_ms")
-            if hit is not None:
-                self.remember(prepared.retrieval, key)
-                self.on_token(hit.text)
-                return self.answer(hit.text, prepared.retrieval, Usage(), "hit", hit.quotes)
         generation = gen.generate(prepared.fit, self.on_token)
         self.clock.lap("generate_ms")
         if self.use_cache:
+            key = self.cache_key(prepared)
             with app.connection() as conn:
                 cache.put(conn, key, prepared.fit.prompt.question, gen.name, gen.model, sources,
                           Cached(text=generation.text, finish=generation.finish, usage=generation.usage,
                                  quotes=generation.quotes))
-            self.remember(prepared.retrieval, key)
+                self.remember(conn, prepared.retrieval, key)
             self.clock.lap("cache_ms")
         return self.answer(generation.text, prepared.retrieval, generation.usage,
                            "miss" if self.use_cache else "off", generation.quotes, generation.tool_calls)
@@ -242,10 +254,15 @@ def ask(app: App, request: AskRequest, on_sources: OnSources | None = None,
     from ragvps.app.checks import check_ask
 
     asking = _Asking(app, check_ask(request, app.settings.serve.max_k), on_sources or ignore, on_token or ignore)
-    if asking.use_cache and (remembered := asking.remembered()) is not None:
-        return remembered
-    prepared = prepare(app, asking.request, asking.clock)
-    return asking.generate(prepared) if prepared.fit.prompt.sources else asking.refuse(prepared)
+    with app.connection() as conn:  # one connection for the reading half: the memo, the search, the cache
+        if asking.use_cache and (remembered := asking.remembered(conn)) is not None:
+            return remembered
+        prepared = prepare(app, asking.request, conn, asking.clock)
+        if not prepared.fit.prompt.sources:
+            return asking.refuse(conn, prepared)
+        if (hit := asking.cached(conn, prepared)) is not None:
+            return hit
+    return asking.generate(prepared)  # the pool's connection is not held through the LLM's answer
 
 
 def memo_parts(app: App, request: AskRequest) -> dict[str, object]:
@@ -263,7 +280,8 @@ def memo_parts(app: App, request: AskRequest) -> dict[str, object]:
             "settings": groups}
 
 
-def _refusal_cache(app: App, question: str, hits: tuple[Hit, ...], use_cache: bool) -> tuple[CacheStatus, str]:
+def _refusal_cache(app: App, conn: psycopg.Connection, question: str, hits: tuple[Hit, ...],
+                   use_cache: bool) -> tuple[CacheStatus, str]:
     """A refusal is cached like an answer, keyed on the chunks retrieved (a changed chunk misses): ("hit" when
     this refusal was cached already, "miss" when it is now, "off" when the cache is not used; its key)."""
     if not use_cache:
@@ -271,8 +289,7 @@ def _refusal_cache(app: App, question: str, hits: tuple[Hit, ...], use_cache: bo
     gen = app.generator
     retrieved = [_source(h) for h in hits]
     key = cache.key(question, gen.name, gen.model, generation_settings(app) | {"refused": True}, retrieved)
-    with app.connection() as conn:
-        if cache.get(conn, key) is not None:
-            return "hit", key
-        cache.put(conn, key, question, gen.name, gen.model, retrieved, Cached(text=REFUSAL, finish="refused"))
+    if cache.get(conn, key) is not None:
+        return "hit", key
+    cache.put(conn, key, question, gen.name, gen.model, retrieved, Cached(text=REFUSAL, finish="refused"))
     return "miss", key

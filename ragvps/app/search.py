@@ -34,8 +34,12 @@ def ms(seconds: float) -> float:
     return round(seconds * 1000, 2)
 
 
-def search(app: App, request: SearchRequest) -> SearchResult:
-    """The top chunks for a query: the active embedding set is read and searched in one transaction."""
+def search(app: App, request: SearchRequest, conn: psycopg.Connection | None = None) -> SearchResult:
+    """The top chunks for a query: the active embedding set is read and searched in one transaction, on `conn`
+    when the caller holds one (an ask), else on one checked out for it."""
+    if conn is None:
+        with app.connection() as conn:
+            return search(app, request, conn)
     from ragvps.app.checks import check_search
     from ragvps.retrieve.reranking import make_reranker
 
@@ -46,7 +50,7 @@ def search(app: App, request: SearchRequest) -> SearchResult:
     fetch = dataclasses.replace(request, k=max(k, reranker.candidates))  # a reranker orders its candidates
     start = time.perf_counter()
     timings: dict[str, float] = {}
-    with app.connection() as conn, _keyword_leg(app, conn, fetch) as (keyword, legs):  # checked out once
+    with _keyword_leg(app, conn, fetch) as (keyword, legs):
         if not app.set_matched:  # refuse a model mismatch before paying for the query embedding
             app.active_set(conn, "query")
             conn.commit()
