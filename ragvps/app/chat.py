@@ -58,7 +58,7 @@ def conversation(messages: Sequence[tuple[str, str]]) -> tuple[list[Turn], str]:
 def check_conversation(messages: Sequence[tuple[str, str]], llm: bool = False) -> None:
     """Raise what `chat` would raise for these messages before anything is answered (or streamed). With an
     `llm`, a tool's result may come last (the LLM goes on from it)."""
-    from ragvps.generate.tasks import detect
+    from ragvps.generate.client_tasks import detect
 
     if llm and messages and messages[-1][0] == "tool":
         return
@@ -158,13 +158,13 @@ def standalone(app: App, turns: Sequence[Turn], question: str, use_cache: bool,
 def chat(app: App, request: ChatRequest, on_sources: OnSources | None = None,
          on_token: OnToken | None = None) -> ChatAnswer:
     """Answer the conversation's last question; `on_token` also receives the source list at the end. A chat
-    client's background task (a title, tags) is answered as it asks instead (app/tasks.py)."""
-    from ragvps.generate.tasks import detect
+    client's background task (a title, tags) is answered as it asks instead (app/task_answers.py)."""
+    from ragvps.generate.client_tasks import detect
 
     task = detect(request.messages)
     after_tool = bool(request.messages) and request.messages[-1][0] == "tool" and not app.generator.extractive
     if task is not None or after_tool:  # a background task, or a tool's result for the LLM to go on from
-        from ragvps.app.tasks import answer_task
+        from ragvps.app.task_answers import answer_task
 
         return answer_task(app, task, request, on_token or ignore)
     messages, attached = take_context(request.messages)

@@ -1,5 +1,5 @@
 """A chat client's background task (a title, tags, follow-ups, search queries, an autocompletion, an emoji;
-generate/tasks.py recognises them): not a question to search for.
+generate/client_tasks.py recognises them): not a question to search for.
 
 With an LLM configured the client's messages go to it unchanged: no retrieval, no sources, no citations, its
 tokens counted in usage. Without one the task is answered here, in the format it asks for (JSON when it asks
@@ -15,7 +15,7 @@ import dataclasses
 from ragvps.app.ports import App, OnToken
 from ragvps.app.requests import Answer, ChatAnswer, ChatRequest, Retrieval, SearchRequest
 from ragvps.errors import RagvpsError
-from ragvps.generate import tasks
+from ragvps.generate import client_tasks
 from ragvps.generate.prompt import PROMPT_VERSION
 from ragvps.generate.records import ToolCall, Usage
 
@@ -25,13 +25,13 @@ EMOJI = "\U0001f642"
 SEP = " > "
 
 
-def answer_task(app: App, task: tasks.Task | None, request: ChatRequest, on_token: OnToken) -> ChatAnswer:
+def answer_task(app: App, task: client_tasks.Task | None, request: ChatRequest, on_token: OnToken) -> ChatAnswer:
     """The task's answer: the LLM's, from the client's messages as sent, or one made here without it. No task
     (a tool's result last): the LLM goes on from the messages as sent."""
     gen = app.generator
     calls: tuple[ToolCall, ...] = ()
     if task is not None and gen.extractive:
-        text, usage = tasks.render(task, values(app, task)), Usage()
+        text, usage = client_tasks.render(task, values(app, task)), Usage()
         on_token(text)
     else:
         from ragvps.generate import budget
@@ -45,38 +45,38 @@ def answer_task(app: App, task: tasks.Task | None, request: ChatRequest, on_toke
                     retrieval=Retrieval(shown=(), left_out={}, evidence=0.0, retrieved=()), usage=usage,
                     cache="off", generator=gen.name, model=gen.model, prompt_version=PROMPT_VERSION, timings={},
                     min_evidence=app.settings.generate.min_evidence, tool_calls=calls)
-    question = tasks.last_question(task) if task else ""
+    question = client_tasks.last_question(task) if task else ""
     return ChatAnswer(content=text, answer=answer, question=question, standalone=question, rewrite="none",
                       rewrite_cache="off", rewrite_usage=Usage(), usage=usage,
                       task=task.kind if task else "tool_result")
 
 
-def values(app: App, task: tasks.Task) -> list[str]:
+def values(app: App, task: client_tasks.Task) -> list[str]:
     """What the task asks for, made without an LLM: the title, the tags, the questions, the text."""
     if task.kind == "title":
-        return [tasks.title_of(tasks.first_question(task))]
+        return [client_tasks.title_of(client_tasks.first_question(task))]
     if task.kind == "tags":
         return tags(app, task)
     if task.kind == "follow_ups":
         return follow_ups(app, task)
     if task.kind == "queries":
-        question = tasks.last_question(task)
-        return [question] if tasks.salient_words(question) else []
+        question = client_tasks.last_question(task)
+        return [question] if client_tasks.salient_words(question) else []
     if task.kind == "image_prompt":
-        return [tasks.first_question(task)]
+        return [client_tasks.first_question(task)]
     if task.kind == "emoji":
         return [EMOJI]
     return [""]  # autocomplete: Open WebUI's template asks for an empty text when unsure
 
 
-def sections(app: App, task: tasks.Task) -> list[tuple[str, str]]:
+def sections(app: App, task: client_tasks.Task) -> list[tuple[str, str]]:
     """(path, heading path) of the sections the conversation is about: those the earlier answers cited, else
     the best hits for its last question."""
-    cited = tasks.cited_sections(task)
+    cited = client_tasks.cited_sections(task)
     if cited:
         return cited
-    question = tasks.last_question(task)
-    if not tasks.salient_words(question):
+    question = client_tasks.last_question(task)
+    if not client_tasks.salient_words(question):
         return []
     try:
         found = app.search(SearchRequest(question, k=MOST_FOLLOW_UPS))
@@ -85,10 +85,11 @@ def sections(app: App, task: tasks.Task) -> list[tuple[str, str]]:
     return [(h.path, h.heading_path) for h in found.hits]
 
 
-def tags(app: App, task: tasks.Task) -> list[str]:
+def tags(app: App, task: client_tasks.Task) -> list[str]:
     heads = [heading.split(SEP)[0] for _, heading in sections(app, task) if heading]
     if not heads:  # about an attached file, or nothing found: the conversation's own words
-        heads = tasks.salient_words(" ".join(text for role, text in task.conversation if role == "user"), MOST_TAGS)
+        asked = " ".join(text for role, text in task.conversation if role == "user")
+        heads = client_tasks.salient_words(asked, MOST_TAGS)
     if not heads:
         from ragvps.db import store
 
@@ -96,13 +97,13 @@ def tags(app: App, task: tasks.Task) -> list[str]:
             heads = store.top_headings(conn, MOST_TAGS)
     found: list[str] = []
     for head in heads:
-        tag = tasks.title_of(" ".join(tasks.salient_words(head, 3)))
-        if tag != tasks.FALLBACK_TITLE and tag not in found:
+        tag = client_tasks.title_of(" ".join(client_tasks.salient_words(head, 3)))
+        if tag != client_tasks.FALLBACK_TITLE and tag not in found:
             found.append(tag)
     return found[:MOST_TAGS] or ["General"]
 
 
-def follow_ups(app: App, task: tasks.Task) -> list[str]:
+def follow_ups(app: App, task: client_tasks.Task) -> list[str]:
     """A question about each sibling section (same parent heading) of the sections the conversation is about."""
     from ragvps.db import store
 
@@ -116,11 +117,11 @@ def follow_ups(app: App, task: tasks.Task) -> list[str]:
         siblings = [h for h in headings if h not in asked and h.rpartition(SEP)[0] == parent]
         children = [h for h in headings if h not in asked and h.startswith(heading + SEP)]
         for h in siblings + children:
-            q = tasks.follow_up(h.rpartition(SEP)[2])
+            q = client_tasks.follow_up(h.rpartition(SEP)[2])
             if q not in questions:
                 questions.append(q)
     if not questions:
-        topic = " ".join(tasks.salient_words(tasks.last_question(task), 4))
+        topic = " ".join(client_tasks.salient_words(client_tasks.last_question(task), 4))
         files = [path for path, heading in about if not heading]  # attached files the answers cited
         where = f"`{files[0]}`" if files else "the documentation"
         questions = [f"What else does {where} say about {topic}?" if topic else f"What does {where} cover?"]
