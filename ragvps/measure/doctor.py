@@ -76,7 +76,7 @@ def diagnose(settings: Settings, active: Callable[[], EmbeddingSet | None]) -> D
 
 
 def _check_server(embedder: OllamaEmbedder, spec: ModelSpec, d: Diagnosis) -> None:
-    from ragvps.embed.ollama import dimension_message
+    from ragvps.embed.models import dimension_message
 
     info = embedder.show()
     d.server_dims, d.server_context = info.dims, info.context_length
