@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ragvps.app.checks import check_ask
 from ragvps.app.ports import App, OnSources, OnToken, ignore
 from ragvps.app.requests import (
     Answer,
@@ -26,10 +27,13 @@ from ragvps.app.requests import (
     SearchRequest,
     jsonable,
 )
+from ragvps.db import store
 from ragvps.generate import budget, cache, citations
 from ragvps.generate.cache import Cached
+from ragvps.generate.client_context import Attached, joined
 from ragvps.generate.prompt import PROMPT_VERSION, REFUSAL, Source
 from ragvps.generate.records import Quote, ToolCall, Usage
+from ragvps.text import introduced
 
 if TYPE_CHECKING:
     from ragvps.config import GenerateSettings
@@ -98,9 +102,6 @@ def _source(h: Hit) -> Source:
 def _completed(app: App, source: Source) -> Source:
     """A chunk ending in a sentence with a colon, with what that sentence introduces (a command, a list, a table)
     from the next chunk of its document, when the chunker cut between them."""
-    from ragvps.db import store
-    from ragvps.text import introduced
-
     if not source.text.rstrip().endswith(":") or "#" not in source.chunk_id:
         return source
     doc_id, _, seq = source.chunk_id.rpartition("#")
@@ -119,8 +120,6 @@ def _completed(app: App, source: Source) -> Source:
 
 def _attached(attached: tuple[tuple[str, str], ...], settings: GenerateSettings, evidence: float) -> Source:
     """The client's context (an attached file, its own retrieval) as a source, cut to fit the window."""
-    from ragvps.generate.client_context import Attached, joined
-
     one = joined(tuple(Attached(name, text) for name, text in attached))
     assert one is not None
     text = budget.clip(one.text, settings)
@@ -134,8 +133,6 @@ def _retrieved(h: Hit) -> Retrieved:
 
 
 def build_prompt(app: App, request: AskRequest) -> PromptPreview:
-    from ragvps.app.checks import check_ask
-
     prepared = prepare(app, check_ask(request, app.settings.serve.max_k))
     fit, g, p = prepared.fit, app.generator, prepared.fit.prompt
     return PromptPreview(system=p.system, user=p.user, text=p.as_text(), prompt_tokens=fit.prompt_tokens,
@@ -239,8 +236,6 @@ def unquoted_note(retrieval: Retrieval, minimum: float) -> str:
 
 def ask(app: App, request: AskRequest, on_sources: OnSources | None = None,
         on_token: OnToken | None = None) -> Answer:
-    from ragvps.app.checks import check_ask
-
     asking = _Asking(app, check_ask(request, app.settings.serve.max_k), on_sources or ignore, on_token or ignore)
     if asking.use_cache and (remembered := asking.remembered()) is not None:
         return remembered

@@ -16,8 +16,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from ragvps.app.checks import check_search
 from ragvps.app.requests import SearchRequest, SearchResult
+from ragvps.db.catalog import bind
+from ragvps.db.database import driver_errors
 from ragvps.errors import ActiveSetChangedError, ModelMismatchError
+from ragvps.retrieve.reranking import make_reranker
+from ragvps.retrieve.search import keyword_scored
+from ragvps.retrieve.search import search as search_legs
 
 if TYPE_CHECKING:
     import numpy as np
@@ -36,9 +42,6 @@ def ms(seconds: float) -> float:
 
 def search(app: App, request: SearchRequest) -> SearchResult:
     """The top chunks for a query: the active embedding set is read and searched in one transaction."""
-    from ragvps.app.checks import check_search
-    from ragvps.retrieve.reranking import make_reranker
-
     request = check_search(request, app.settings.serve.max_k)
     text = request.query
     reranker = make_reranker(app.settings.rerank)
@@ -80,9 +83,6 @@ class KeywordLeg:
         self.future = _executor().submit(self._run)
 
     def _run(self) -> Scored:
-        from ragvps.db.database import driver_errors
-        from ragvps.retrieve.search import keyword_scored
-
         began = time.perf_counter()
         with driver_errors(self.app.settings):
             scored = keyword_scored(self.conn, self.request.query, self.app.settings, self.request.filters)
@@ -107,8 +107,6 @@ def _keyword_leg(app: App, conn: psycopg.Connection, request: SearchRequest) -> 
     if request.mode != "hybrid":
         yield None, ""
         return
-    from ragvps.db.catalog import bind
-    from ragvps.db.database import driver_errors
 
     with app.connections.spare() as spare:
         if spare is None:
@@ -139,9 +137,6 @@ def _executor() -> ThreadPoolExecutor:
 def _search(app: App, conn: psycopg.Connection, text: str, embedding: NDArray[np.float32] | None,
             request: SearchRequest, timings: dict[str, float],
             keyword: KeywordLeg | None) -> tuple[list[Hit], EmbeddingSet]:
-    from ragvps.db.database import driver_errors
-    from ragvps.retrieve.search import search as search_legs
-
     for attempt in range(3):
         try:
             # One transaction, not autocommit: the vector leg locks the embedding table before the evidence query
