@@ -17,6 +17,7 @@ from rich.markup import escape
 from typer.core import TyperGroup
 
 from ragvps.app.names import choices
+from ragvps.cli import ask, audit, bundle, calibrate, chat, database, ingest, kb, measure, plan, search, serve, worker
 from ragvps.cli.common import err
 from ragvps.errors import RagvpsError, redact
 
@@ -80,22 +81,6 @@ def _root(
 
 
 def _register() -> None:
-    from ragvps.cli import (
-        ask,
-        audit,
-        bundle,
-        calibrate,
-        chat,
-        database,
-        ingest,
-        kb,
-        measure,
-        plan,
-        search,
-        serve,
-        worker,
-    )
-
     for module in (ingest, worker, search, ask, chat, plan, measure, calibrate, kb, bundle, database, serve, audit):
         module.register(app)
 
