@@ -30,7 +30,7 @@ def calibrate(
     """Fit the refusal line (answer_min_evidence) and the fusion (rrf or convex, the vector leg's weight) on
     questions made from the knowledge base itself (or on gold questions), without an LLM; --apply keeps them."""
     from ragvps.app.calibration import Gold  # lazy: the use case loads when the command runs (--help start-up)
-    from ragvps.app.evaluation import questions_from  # lazy: the use case loads when the command runs (--help start-up)
+    from ragvps.app.evaluation import questions_from
 
     given = None
     if gold is not None or queries is not None or qrels is not None:

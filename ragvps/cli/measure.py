@@ -101,7 +101,7 @@ def stats(
 ) -> None:
     """Rows and sizes of the index beside the machine's memory; warns when the vector index outgrows RAM."""
     from ragvps.app.bundles import last_backups  # lazy: the use case loads when the command runs (--help start-up)
-    from ragvps.app.evaluation import mib  # lazy: the use case loads when the command runs (--help start-up)
+    from ragvps.app.evaluation import mib
 
     with open_app(ctx, kb=kb) as app:
         s = app.stats()
