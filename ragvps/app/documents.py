@@ -22,7 +22,6 @@ from ragvps.db.jobs import StagedFile
 from ragvps.embed.registry import make_lanes
 from ragvps.errors import NotFoundError, UsageError
 from ragvps.generate import cache as answer_cache
-from ragvps.ingest import uploads
 from ragvps.ingest.artifacts import ChunkArtifacts
 from ragvps.ingest.jobs import run_jobs as run
 from ragvps.ingest.uploads import discard, safe_name, staging_dir, unique, uploads_dir
@@ -144,7 +143,7 @@ def cancel_job(app: App, job: str) -> JobStatus:
     with app.connection() as conn:
         state = jobs.cancel(conn, job)
     if state == "cancelled":
-        uploads.discard(app.settings.database.kb_dir, job)
+        discard(app.settings.database.kb_dir, job)
     return job_status(app, job)
 
 

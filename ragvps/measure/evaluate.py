@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ragvps.db.sql import queries
+from ragvps.db.sql import queries as sql_queries
 from ragvps.errors import UsageError
 from ragvps.measure.metrics import dedupe, first_hit, mrr_at, ndcg_at, recall_at
 from ragvps.retrieve.reranking import rerank
@@ -207,7 +207,7 @@ def missing_documents(questions: Sequence[Question], known: set[str]) -> list[st
 
 def known_documents(conn: psycopg.Connection, questions: Sequence[Question]) -> set[str]:
     keys = sorted({d for q in questions for d in q.relevant})
-    rows = conn.execute(queries("inspect.sql")["known_documents"], {"keys": keys}).fetchall()
+    rows = conn.execute(sql_queries("inspect.sql")["known_documents"], {"keys": keys}).fetchall()
     return {value for row in rows for value in row}
 
 
