@@ -298,8 +298,6 @@ class App:
         """Rows and sizes of the index beside the machine's memory, the refusal line in force, what to act on."""
         # lazy: ingest and measure stages load for their own commands (`query` start-up)
         from ragvps.app.calibration import fusion_in_force, refusal_line
-
-        # lazy: ingest and measure stages load for their own commands (`query` start-up)
         from ragvps.measure import inspect
 
         with self.connection() as conn:
@@ -344,11 +342,7 @@ class App:
         percentage of the chunk size that ingest would use. A plan asks no server: the model is one ragvps knows."""
         # lazy: ingest and measure stages load for their own commands (`query` start-up)
         from ragvps.ingest.pipeline import chunker_config
-
-        # lazy: ingest and measure stages load for their own commands (`query` start-up)
         from ragvps.measure.summary import plan_measure
-
-        # lazy: ingest and measure stages load for their own commands (`query` start-up)
         from ragvps.measure.windows import parse_overlap
 
         spec = spec or spec_for(self.settings)

@@ -54,9 +54,8 @@ def question_graph(source: Path) -> Path | bytes:
 
 def int8_arithmetic(source: Path) -> bytes:
     """The model with every MatMul(x, Mul(Cast(int8 weight), column scales)) as DynamicQuantizeMatMul."""
-    import onnx  # lazy: onnx (0.6 s to import) builds the question graph once a machine; the cached graph needs none
-
     # lazy: onnx (0.6 s to import) builds the question graph once a machine; the cached graph needs none
+    import onnx
     from onnx import helper, numpy_helper
 
     model = onnx.load(str(source))
