@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+from ragvps import tokens
 
 KB_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")  # a knowledge base's name (never read as a flag)
 SPECIAL_TOKENS = 2  # [CLS] and [SEP], which every BERT-style embedder adds to each input
@@ -79,15 +81,11 @@ class ModelSpec:
 
 def input_room(max_tokens: int, prefix: str) -> int:
     """The one input-room rule: the model's limit less [CLS]/[SEP] and the prefix's own tokens."""
-    from ragvps import tokens
-
     return max_tokens - SPECIAL_TOKENS - tokens.count(prefix)
 
 
 def fields_dict(record: object) -> dict[str, object]:
     """A dataclass record's fields by name, shallow: what a record's `to_json()` starts from."""
-    from dataclasses import fields
-
     return {f.name: getattr(record, f.name) for f in fields(record)}  # type: ignore[arg-type]
 
 

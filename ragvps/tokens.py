@@ -24,7 +24,7 @@ _TIKTOKEN_FILES = {
 @functools.cache
 def wordpiece() -> Tokenizer:
     """The bert-base-uncased WordPiece tokenizer (MiniLM and nomic-embed-text), without padding or truncation."""
-    from tokenizers import Tokenizer
+    from tokenizers import Tokenizer  # lazy: `ragvps --help` and `plan` load no tokenizer (tests/test_app.py)
 
     data = resources.files("ragvps.data").joinpath(WORDPIECE).read_text(encoding="utf-8")
     tokenizer = Tokenizer.from_str(data)
@@ -74,7 +74,7 @@ def tiktoken_cache_dir() -> Path:
 @functools.cache
 def _llm_encoding(name: str = "cl100k_base") -> Any:
     os.environ["TIKTOKEN_CACHE_DIR"] = str(tiktoken_cache_dir())
-    import tiktoken
+    import tiktoken  # lazy: only LLM budgets need tiktoken, and its cache dir is set first
 
     return tiktoken.get_encoding(name)
 

@@ -7,7 +7,7 @@ import pytest
 
 from ragvps.app.chat import clean_turn, conversation, source_list
 from ragvps.config import Settings
-from ragvps.errors import UsageError
+from ragvps.errors import InputTooLongError, UsageError
 from ragvps.generate import budget, rewrite
 from ragvps.generate.prompt import Source, build
 from ragvps.generate.records import Citation
@@ -74,6 +74,15 @@ def test_earlier_turns_go_before_the_sources_and_count_in_the_budget():
     with_history = budget.fit("when?", [source], settings, history)
     assert with_history.prompt_tokens > alone.prompt_tokens
     assert with_history.prompt.history == tuple(history)
+
+
+def test_a_question_or_request_too_long_for_the_window_is_an_input_too_long_error():
+    settings = Settings.of(context_window=2000, answer_reserve=200).generate
+    with pytest.raises(InputTooLongError, match="raise context_window") as exc:
+        budget.fit("word " * 3000, [], settings)
+    assert exc.value.kind == "too_long" and exc.value.settings == ("context_window", "answer_reserve")
+    with pytest.raises(InputTooLongError, match="send a shorter one"):
+        budget.as_is(build("word " * 3000, []), settings)
 
 
 def test_history_that_would_take_more_than_half_the_room_loses_its_oldest_turns():

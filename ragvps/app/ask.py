@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ragvps.app.checks import check_ask
 from ragvps.app.ports import App, OnSources, OnToken, ignore
 from ragvps.app.requests import (
     Answer,
@@ -27,10 +28,13 @@ from ragvps.app.requests import (
     jsonable,
 )
 from ragvps.app.search import search
+from ragvps.db import store
 from ragvps.generate import budget, cache, citations
 from ragvps.generate.cache import Cached
+from ragvps.generate.client_context import Attached, joined
 from ragvps.generate.prompt import PROMPT_VERSION, REFUSAL, Source
 from ragvps.generate.records import Quote, ToolCall, Usage
+from ragvps.text import introduced
 
 if TYPE_CHECKING:
     import psycopg
@@ -101,9 +105,6 @@ def _source(h: Hit) -> Source:
 def _completed(conn: psycopg.Connection, source: Source) -> Source:
     """A chunk ending in a sentence with a colon, with what that sentence introduces (a command, a list, a table)
     from the next chunk of its document, when the chunker cut between them."""
-    from ragvps.db import store
-    from ragvps.text import introduced
-
     if not source.text.rstrip().endswith(":") or "#" not in source.chunk_id:
         return source
     doc_id, _, seq = source.chunk_id.rpartition("#")
@@ -122,8 +123,6 @@ def _completed(conn: psycopg.Connection, source: Source) -> Source:
 
 def _attached(attached: tuple[tuple[str, str], ...], settings: GenerateSettings, evidence: float) -> Source:
     """The client's context (an attached file, its own retrieval) as a source, cut to fit the window."""
-    from ragvps.generate.client_context import Attached, joined
-
     one = joined(tuple(Attached(name, text) for name, text in attached))
     assert one is not None
     text = budget.clip(one.text, settings)
@@ -137,8 +136,6 @@ def _retrieved(h: Hit) -> Retrieved:
 
 
 def build_prompt(app: App, request: AskRequest) -> PromptPreview:
-    from ragvps.app.checks import check_ask
-
     with app.connection() as conn:
         prepared = prepare(app, check_ask(request, app.settings.serve.max_k), conn)
     fit, g, p = prepared.fit, app.generator, prepared.fit.prompt
@@ -251,8 +248,6 @@ def unquoted_note(retrieval: Retrieval, minimum: float) -> str:
 
 def ask(app: App, request: AskRequest, on_sources: OnSources | None = None,
         on_token: OnToken | None = None) -> Answer:
-    from ragvps.app.checks import check_ask
-
     asking = _Asking(app, check_ask(request, app.settings.serve.max_k), on_sources or ignore, on_token or ignore)
     with app.connection() as conn:  # one connection for the reading half: the memo, the search, the cache
         if asking.use_cache and (remembered := asking.remembered(conn)) is not None:

@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from ragvps.db import identity
+
 if TYPE_CHECKING:
     from ragvps.db.connections import Connections
 
@@ -47,8 +49,6 @@ class Audit:
         self._lock = threading.Lock()
 
     def record(self, events: list[AuditEvent]) -> None:
-        from ragvps.db import identity
-
         with self.connections.connection() as conn, conn.transaction():
             identity.audit_insert(conn, [asdict(e) for e in events])
             with self._lock:
@@ -58,8 +58,6 @@ class Audit:
 
     def query(self, since: timedelta, who: str | None = None, kb: str | None = None, action: str | None = None,
               limit: int = 1000) -> list[AuditEntry]:
-        from ragvps.db import identity
-
         with self.connections.connection() as conn:
             identity.audit_prune(conn, self.keep_days)
             rows = identity.audit_query(conn, datetime.now(UTC) - since, who, kb, action, limit)

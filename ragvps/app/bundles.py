@@ -14,13 +14,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ragvps.app.core import App
+from ragvps.app.kbs import kept_settings, pinned
+from ragvps.app.probe import make_probe
 from ragvps.config import Settings
+from ragvps.db import catalog
+from ragvps.db.bundle_export import bundle_sql, export_kb
+from ragvps.db.bundle_file import open_bundle
+from ragvps.db.bundle_import import check_bundle, import_bundle
+from ragvps.db.connections import SingleConnection
+from ragvps.db.database import driver_errors
 from ragvps.errors import BadBundleError, ConflictError, RagvpsError, UsageError
 
 if TYPE_CHECKING:
     import psycopg
 
-    from ragvps.app.core import App
     from ragvps.db.bundle_export import ExportReport
     from ragvps.db.bundle_file import Bundle
     from ragvps.db.bundle_import import ImportReport
@@ -39,9 +47,6 @@ def _quiet(*_: object) -> None:
 @contextmanager
 def _raw(settings: Settings) -> Iterator[psycopg.Connection]:
     """A connection of this process's own (catalog migrated), driver errors translated."""
-    from ragvps.db.connections import SingleConnection
-    from ragvps.db.database import driver_errors
-
     connections = SingleConnection(settings)
     try:
         with driver_errors(settings), connections.connection() as conn:
@@ -53,9 +58,6 @@ def _raw(settings: Settings) -> Iterator[psycopg.Connection]:
 def export(app: App, path: Path, *, with_cache: bool = False, probe: bool = False, progress: Progress = _quiet,
            warn: Warn = _quiet) -> ExportReport:
     """The App's knowledge base into a new bundle at `path`, from one snapshot."""
-    from ragvps.app.probe import make_probe
-    from ragvps.db.bundle_export import export_kb
-
     if path.exists():
         raise ConflictError(f"{path} exists already: name a new file, or delete that one first")
     if not path.parent.is_dir():
@@ -73,9 +75,6 @@ def export(app: App, path: Path, *, with_cache: bool = False, probe: bool = Fals
 @contextmanager
 def opened(path: Path, progress: Progress = _quiet) -> Iterator[Bundle]:
     """A bundle checked whole (names, manifest, version, checksums, vector sizes) before anything is written."""
-    from ragvps.db.bundle_file import open_bundle
-    from ragvps.db.bundle_import import check_bundle
-
     bundle = open_bundle(path, progress)
     try:
         check_bundle(bundle)
@@ -88,8 +87,6 @@ def bundle_settings(settings: Settings, bundle: Bundle) -> tuple[Settings, dict[
     """What the imported knowledge base keeps: the bundle's own settings, and the model and vector type of its
     active vector set when they are not among them (so it searches with the model its vectors came from,
     whatever this machine's defaults); and the target's settings with them over. Checked before any write."""
-    from ragvps.app.kbs import kept_settings, pinned
-
     kept = dict(bundle.manifest.kb_settings)
     active = bundle.manifest.active_set
     if active is not None and "embedder" not in kept and "embed_model" not in kept:
@@ -105,8 +102,6 @@ def bundle_settings(settings: Settings, bundle: Bundle) -> tuple[Settings, dict[
 def import_(settings: Settings, path: Path, name: str | None = None, *, replace: bool = False,
             progress: Progress = _quiet, warn: Warn = _quiet) -> ImportReport:
     """Load a bundle as a knowledge base (its own name unless `name`); nothing is embedded."""
-    from ragvps.db.bundle_import import import_bundle
-
     with opened(path, progress) as bundle:
         name = name or bundle.manifest.kb_name
         target, kept = bundle_settings(settings, bundle)
@@ -126,8 +121,6 @@ class BackupReport:
 
 
 def backup_names(settings: Settings, kb: str | None, every: bool) -> list[str]:
-    from ragvps.db import catalog
-
     if kb is not None and every:
         raise UsageError("give --kb NAME or --all, not both")
     if not every:
@@ -140,9 +133,6 @@ def backup(settings: Settings, folder: Path, names: Sequence[str], keep: int | N
            warn: Warn = _quiet) -> list[BackupReport]:
     """A dated bundle per knowledge base in `folder` (with a probe when it has no gold questions), then the oldest
     beyond the `keep` newest of each deleted."""
-    from ragvps.app.core import App
-    from ragvps.db.bundle_export import bundle_sql
-
     if keep is not None and keep < 1:
         raise UsageError("--keep must be at least 1")
     folder.mkdir(parents=True, exist_ok=True)
@@ -161,8 +151,6 @@ def backup(settings: Settings, folder: Path, names: Sequence[str], keep: int | N
 
 def prune(settings: Settings, folder: Path, name: str, keep: int | None) -> list[Path]:
     """Delete the oldest dated bundles of `name` in `folder` beyond the `keep` newest."""
-    from ragvps.db.bundle_export import bundle_sql
-
     if keep is None:
         return []
     dated = sorted((p for p in folder.iterdir() if (m := _DATED.match(p.name)) and m["kb"] == name),
@@ -185,8 +173,6 @@ class LastBackup:
 
 def last_backups(app: App) -> tuple[LastBackup | None, LastBackup | None]:
     """The knowledge base's newest backup that restore-check proved, and its newest backup at all."""
-    from ragvps.db.bundle_export import bundle_sql
-
     assert app.kb is not None
     found = []
     with app.connection() as conn:

@@ -11,7 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ragvps.config import Settings
+from ragvps.db import catalog
 from ragvps.errors import UsageError
+from ragvps.measure import calibrate as measure
+from ragvps.measure import fusion_fit
 
 if TYPE_CHECKING:
     from ragvps.app.ports import App
@@ -60,8 +64,6 @@ class Calibration:
 
 
 def calibrate(app: App, n: int, target: float, apply: bool, progress: Progress, gold: Gold | None) -> Calibration:
-    from ragvps.measure import calibrate as measure
-
     if not 0 < target <= 1:
         raise UsageError(f"--target {target}: give the share of answerable questions to keep answered, in (0, 1]")
     with app.connection() as conn:
@@ -95,8 +97,6 @@ def calibrate(app: App, n: int, target: float, apply: bool, progress: Progress, 
 def fit_fusion(app: App, n: int, gold: list[Probe] | None) -> Fusion:
     """The fusion fitted on the gold questions when given, else on `n` questions made from the chunks' sentences
     (measure/fusion_fit.py)."""
-    from ragvps.measure import fusion_fit
-
     with app.connection() as conn:
         eset = app.active_set(conn, "calibrate")
         probes = ([fusion_fit.FusionProbe(p.question, p.gold) for p in gold] if gold is not None
@@ -109,8 +109,6 @@ def fit_fusion(app: App, n: int, gold: list[Probe] | None) -> Fusion:
 
 
 def keep(app: App, done: Calibration) -> None:
-    from ragvps.db import catalog
-
     with app.connection() as conn:
         catalog.update_settings(conn, done.kb, done.settings())
         conn.commit()
@@ -122,8 +120,6 @@ def keep(app: App, done: Calibration) -> None:
 def refusal_line(app: App) -> dict[str, object]:
     """The line in force and where it came from: a calibration kept with --apply, the knowledge base's own
     setting, the settings (file, environment), or the default."""
-    from ragvps.config import Settings
-
     line = app.settings.generate.min_evidence
     kept = app.kb.settings if app.kb is not None else {}
     record = app.settings.database.kb_dir / RECORD
@@ -146,8 +142,6 @@ def refusal_line(app: App) -> dict[str, object]:
 def fusion_in_force(app: App) -> dict[str, object]:
     """The fusion in force and where it came from: a calibration kept with --apply, the knowledge base's own
     settings, the settings (file, environment), or the default."""
-    from ragvps.config import Settings
-
     s = app.settings.search
     now = {"fusion": s.fusion, "vector_weight": s.vector_weight, "rrf_k": s.rrf_k}
     kept = app.kb.settings if app.kb is not None else {}

@@ -16,7 +16,12 @@ from typing import TYPE_CHECKING
 
 from ragvps.app.ports import App, OnSources, OnToken, ignore
 from ragvps.app.requests import AskRequest, CacheStatus, ChatAnswer, ChatRequest, RewriteHow
+from ragvps.app.task_answers import answer_task
 from ragvps.errors import InputTooLongError, UsageError
+from ragvps.generate import cache, rewrite
+from ragvps.generate.client_context import split, without_file_list
+from ragvps.generate.client_tasks import detect
+from ragvps.generate.llm.tools import passed
 from ragvps.generate.records import Citation, Usage
 from ragvps.retrieve.search import MAX_QUERY_CHARS
 
@@ -58,8 +63,6 @@ def conversation(messages: Sequence[tuple[str, str]]) -> tuple[list[Turn], str]:
 def check_conversation(messages: Sequence[tuple[str, str]], llm: bool = False) -> None:
     """Raise what `chat` would raise for these messages before anything is answered (or streamed). With an
     `llm`, a tool's result may come last (the LLM goes on from it)."""
-    from ragvps.generate.client_tasks import detect
-
     if llm and messages and messages[-1][0] == "tool":
         return
     if detect(messages) is None:
@@ -73,8 +76,6 @@ def check_conversation(messages: Sequence[tuple[str, str]], llm: bool = False) -
 def take_context(messages: Sequence[tuple[str, str]]) -> tuple[list[tuple[str, str]], tuple[tuple[str, str], ...]]:
     """The messages without the client's own context (Open WebUI's RAG template around an attached file), and
     that context (name, text) from the last user message and the system messages; earlier turns' is dropped."""
-    from ragvps.generate.client_context import split, without_file_list
-
     last_user = max((i for i, (role, _) in enumerate(messages) if role == "user"), default=-1)
     out: list[tuple[str, str]] = []
     attached: list[tuple[str, str]] = []
@@ -110,8 +111,6 @@ def source_list(citations: Sequence[Citation]) -> str:
 def wants_json(tools: str) -> bool:
     """Did the client ask for JSON (response_format json_object or json_schema), which a source list would break?
     Tools merely offered do not stop the list: only a tool call made instead of an answer does."""
-    from ragvps.generate.llm.tools import passed
-
     return (passed(tools).get("response_format") or {}).get("type") in ("json_object", "json_schema")
 
 
@@ -128,14 +127,11 @@ class Standalone:
 def standalone(app: App, turns: Sequence[Turn], question: str, use_cache: bool,
                history: bool = True) -> Standalone:
     """The follow-up made standalone: none (a first turn), by the rule (no LLM), or by one short LLM call."""
-    from ragvps.generate import rewrite
-
     if not history or not any(role == "user" for role, _ in turns):
         return Standalone(question, "none")
     gen = app.generator
     if gen.extractive:
         return Standalone(rewrite.rule(turns, question), "rule")
-    from ragvps.generate import cache
 
     fit = rewrite.rewrite_fit(turns, question, app.settings.generate)
     use_cache = use_cache and app.settings.generate.cache
@@ -159,12 +155,9 @@ def chat(app: App, request: ChatRequest, on_sources: OnSources | None = None,
          on_token: OnToken | None = None) -> ChatAnswer:
     """Answer the conversation's last question; `on_token` also receives the source list at the end. A chat
     client's background task (a title, tags) is answered as it asks instead (app/task_answers.py)."""
-    from ragvps.generate.client_tasks import detect
-
     task = detect(request.messages)
     after_tool = bool(request.messages) and request.messages[-1][0] == "tool" and not app.generator.extractive
     if task is not None or after_tool:  # a background task, or a tool's result for the LLM to go on from
-        from ragvps.app.task_answers import answer_task
 
         return answer_task(app, task, request, on_token or ignore)
     messages, attached = take_context(request.messages)

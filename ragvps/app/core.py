@@ -16,13 +16,29 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from ragvps.app.ask import ask, build_prompt
+from ragvps.app.chat import chat
+from ragvps.app.health import health
+from ragvps.app.kbs import resolve
 from ragvps.app.observe import QUIET, Observer
 from ragvps.app.requests import Answer, AskRequest, Health, PromptPreview, SearchRequest, SearchResult
+from ragvps.app.search import search
 from ragvps.config import Settings
+from ragvps.db import index, store
+from ragvps.db.catalog import bind
+from ragvps.db.connections import PooledConnections, SingleConnection
+from ragvps.db.database import driver_errors
+from ragvps.embed import embed_queries
+from ragvps.embed.models import spec_for
+from ragvps.embed.registry import make_embedder, make_lanes, resolve_spec
 from ragvps.errors import UsageError
+from ragvps.generate import cache as answer_cache
+from ragvps.generate.registry import make_generator
+from ragvps.retrieve.search import bit_depth
 
 if TYPE_CHECKING:
-    import numpy as np
     import psycopg
     from numpy.typing import NDArray
 
@@ -73,8 +89,6 @@ class App:
     def open(cls, settings: Settings, *, pooled: bool = False, database: bool = True) -> Iterator[App]:
         """An App for this process, bound to the knowledge base `settings.database.kb` (its own settings over
         the global ones): one connection or, pooled, a ready pool. `database=False`: nothing is opened."""
-        from ragvps.db.connections import PooledConnections, SingleConnection
-
         connections: Connections = PooledConnections(settings) if pooled else SingleConnection(settings)
         app = cls.bound(settings, connections) if database else cls(settings, connections)
         try:
@@ -86,8 +100,6 @@ class App:
     @classmethod
     def bound(cls, settings: Settings, connections: Connections) -> App:
         """An App for one knowledge base over shared connections (a server keeps one per knowledge base)."""
-        from ragvps.app.kbs import resolve
-
         kb = resolve(settings, connections)
         return cls(settings.replace(**kb.settings), connections, kb)
 
@@ -106,9 +118,6 @@ class App:
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
         """A connection; one that dies under the caller (a stopped server) becomes one clear DatabaseError."""
-        from ragvps.db.catalog import bind
-        from ragvps.db.database import driver_errors
-
         with driver_errors(self.settings), self._connections.connection() as conn:
             if self.kb is not None:
                 bind(conn, self.kb.schema)
@@ -118,8 +127,6 @@ class App:
     def spec(self) -> ModelSpec:
         """The configured embedding model's facts, without loading it."""
         if self._spec is None:
-            from ragvps.embed.registry import resolve_spec
-
             self._spec = resolve_spec(self.settings)  # Ollama is asked only about a model ragvps has no entry for
         return self._spec
 
@@ -128,8 +135,6 @@ class App:
         """The embedder, loaded on first use and then shared (the ONNX model loads once per process)."""
         with self._lock:
             if self._embedder is None:
-                from ragvps.embed.registry import make_embedder
-
                 self._embedder = make_embedder(self.settings, self.spec)
             return self._embedder
 
@@ -137,6 +142,7 @@ class App:
 
     def ingest(self, path: Path | str, progress: Progress = _quiet, warn: Warn = _quiet) -> IngestReport:
         """Bring the database in line with one folder; only what changed is chunked, embedded, stored."""
+        # lazy: ingest and measure stages load for their own commands (`query` start-up)
         from ragvps.ingest.pipeline import ingest
 
         path = existing_path(path)
@@ -149,6 +155,7 @@ class App:
               stop: threading.Event | None = None, progress: Progress = _quiet, warn: Warn = _quiet,
               debounce_ms: int | None = None) -> int:
         """Ingest a folder, then again after each batch of changes in it, until `stop` is set (or Ctrl-C)."""
+        # lazy: ingest and measure stages load for their own commands (`query` start-up)
         from ragvps.ingest.watch import DEBOUNCE_MS, watch
 
         root = existing_path(path)
@@ -157,6 +164,7 @@ class App:
 
     def reindex(self, progress: Progress = _quiet, warn: Warn = _quiet) -> ReindexReport:
         """Switch models if the configured one differs, re-sync every ingested folder, rebuild the index."""
+        # lazy: ingest and measure stages load for their own commands (`query` start-up)
         from ragvps.ingest.reindex import reindex
 
         with self.connection() as conn:
@@ -168,29 +176,22 @@ class App:
              progress: Progress = _quiet, warn: Warn = _quiet) -> WorkReport:
         """Embed queued chunks (from an ingest with defer_embedding) until `stop` is set, or until the queue
         is empty with exit_when_empty; the model must be the one the queue fills vectors for."""
+        # lazy: ingest and measure stages load for their own commands (`query` start-up)
         from ragvps.ingest.worker import work
 
         return work(self.connection, self.settings, self.spec, lambda: self.embedder, name=name,
                     exit_when_empty=exit_when_empty, stop=stop, progress=progress, warn=warn)
 
     def _lanes(self, progress: Progress, warn: Warn) -> Callable[[], Lanes]:
-        from ragvps.embed.registry import make_lanes
-
         return lambda: make_lanes(self.settings, self.spec, lambda: self.embedder, progress, warn)
 
     # --- search --------------------------------------------------------------------------------------
 
     def embed_query(self, text: str) -> NDArray[np.float32]:
-        from ragvps.embed import embed_queries
-
         return embed_queries(self.embedder, [text])[0]
 
     def embed_queries(self, texts: Sequence[str], progress: Progress = _quiet) -> NDArray[np.float32]:
         """All questions embedded up front, in batches."""
-        import numpy as np
-
-        from ragvps.embed import embed_queries
-
         size = max(self.settings.embed.batch_size, 64)
         out = []
         for lo in range(0, len(texts), size):
@@ -200,8 +201,6 @@ class App:
 
     def search(self, request: SearchRequest) -> SearchResult:
         """The top chunks for a query: the active embedding set is read and searched in one transaction."""
-        from ragvps.app.search import search
-
         return search(self, request)
 
     # --- answer --------------------------------------------------------------------------------------
@@ -211,8 +210,6 @@ class App:
         """The configured generator (extractive, openai, anthropic, ollama), made once and shared."""
         with self._lock:
             if self._generator is None:
-                from ragvps.generate.registry import make_generator
-
                 self._generator = make_generator(self.settings, lambda: self.embedder)
             return self._generator
 
@@ -220,8 +217,6 @@ class App:
             on_token: OnToken | None = None) -> Answer:
         """An answer with citations; `on_sources` once before generation, `on_token` per streamed piece.
         Either callback may raise to cancel: the upstream request is closed and nothing is cached."""
-        from ragvps.app.ask import ask
-
         answer = ask(self, request, on_sources, on_token)
         self.observer.answered(self.kb_name, answer)
         return answer
@@ -229,21 +224,15 @@ class App:
     def chat(self, request: ChatRequest, on_sources: OnSources | None = None,
              on_token: OnToken | None = None) -> ChatAnswer:
         """The answer to a conversation's last question, retrieved for it made standalone; callbacks as `ask`."""
-        from ragvps.app.chat import chat
-
         return chat(self, request, on_sources, on_token)
 
     def build_prompt(self, request: AskRequest) -> PromptPreview:
         """The exact prompt `ask` would send, its token count and what was left out; nothing is sent."""
-        from ragvps.app.ask import build_prompt
-
         return build_prompt(self, request)
 
     def active_set(self, conn: psycopg.Connection, action: str) -> EmbeddingSet:
         """The embedding set queries use, checked against the configured model (the vector type may differ:
         the query vector is the same, so a query searches whichever type is active)."""
-        from ragvps.db import store
-
         eset = store.active_set(conn)
         if eset is None:
             raise UsageError("nothing is ingested yet: run `ragvps ingest PATH` first")
@@ -255,6 +244,7 @@ class App:
     def evaluate(self, questions: Sequence[Question], source: str, modes: Sequence[str], k: int, depth: int,
                  progress: Progress = _quiet, warn: Warn = _quiet) -> EvalReport:
         """Recall, MRR and nDCG of each search mode over gold questions."""
+        # lazy: ingest and measure stages load for their own commands (`query` start-up)
         from ragvps.measure import evaluate
 
         warnings: list[str] = []
@@ -283,9 +273,8 @@ class App:
     def check_index(self, questions: Sequence[Question] | None, sample: int, k: int, target: float,
                     progress: Progress = _quiet, source: str = "questions") -> IndexCheck:
         """How much of the exact top-k the HNSW index finds; with no index, the exact search says so."""
-        from ragvps.db import index, store
+        # lazy: ingest and measure stages load for their own commands (`query` start-up)
         from ragvps.measure import inspect
-        from ragvps.retrieve.search import bit_depth
 
         current = max(self.settings.search.ef_search, self.settings.search.candidates)  # what queries set
         with self.connection() as conn:
@@ -307,6 +296,7 @@ class App:
 
     def stats(self) -> StatsReport:
         """Rows and sizes of the index beside the machine's memory, the refusal line in force, what to act on."""
+        # lazy: ingest and measure stages load for their own commands (`query` start-up)
         from ragvps.app.calibration import fusion_in_force, refusal_line
         from ragvps.measure import inspect
 
@@ -318,6 +308,7 @@ class App:
                   gold: Gold | None = None) -> Calibration:
         """The refusal line and the fusion fitted on this knowledge base's own questions (or on `gold`'s as the
         answerable ones); kept with `apply`."""
+        # lazy: ingest and measure stages load for their own commands (`query` start-up)
         from ragvps.app.calibration import calibrate
 
         return calibrate(self, n, target, apply, progress, gold)
@@ -325,13 +316,11 @@ class App:
     def health(self) -> Health:
         """Is the database reachable, is anything in, which model is active, is the pool stuck: what a server's
         /health says. On its own connection with short timeouts (app/health.py), never waiting on the pool."""
-        from ragvps.app.health import health
-
         return health(self.settings, self._connections, self.kb.schema if self.kb else None)
 
     def doctor(self) -> Diagnosis:
         """Ask the embedder about its model, embed one text, compare with the index."""
-        from ragvps.db import store
+        # lazy: ingest and measure stages load for their own commands (`query` start-up)
         from ragvps.measure.doctor import diagnose
 
         def active() -> EmbeddingSet | None:
@@ -342,6 +331,7 @@ class App:
 
     def chunk_summary(self, path: Path | str, progress: Progress = _quiet, warn: Warn = _quiet) -> ChunkSummary:
         """The chunk stage alone: chunk files written, counts and token figures (no database)."""
+        # lazy: ingest and measure stages load for their own commands (`query` start-up)
         from ragvps.measure.summary import chunk_summary
 
         return chunk_summary(self.settings, self.spec, existing_path(path), progress, warn)
@@ -350,7 +340,7 @@ class App:
                      bytes_per_dim: int, warn: Warn = _quiet) -> PlanMeasurement:
         """`ragvps plan --path`: real token counts and the real chunker over a folder; `overlap` may be a
         percentage of the chunk size that ingest would use. A plan asks no server: the model is one ragvps knows."""
-        from ragvps.embed.models import spec_for
+        # lazy: ingest and measure stages load for their own commands (`query` start-up)
         from ragvps.ingest.pipeline import chunker_config
         from ragvps.measure.summary import plan_measure
         from ragvps.measure.windows import parse_overlap
@@ -367,7 +357,6 @@ def _prune_answers(conn: psycopg.Connection, reports: Sequence[IngestReport]) ->
     cache key anyway; this keeps the table from growing)."""
     if not any(r.stored or r.deleted for r in reports):
         return 0
-    from ragvps.generate import cache as answer_cache
 
     return answer_cache.prune(conn)
 

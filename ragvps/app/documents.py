@@ -15,11 +15,19 @@ import secrets
 import threading
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ragvps.db import jobs, store, sync_jobs
 from ragvps.db.jobs import StagedFile
+from ragvps.embed.registry import make_lanes
 from ragvps.errors import NotFoundError, UsageError
-from ragvps.ingest.uploads import discard, safe_name, staging_dir, unique
+from ragvps.generate import cache as answer_cache
+from ragvps.ingest.artifacts import ChunkArtifacts
+from ragvps.ingest.jobs import run_jobs as run
+from ragvps.ingest.sync_job import report_of
+from ragvps.ingest.uploads import discard, safe_name, staging_dir, unique, uploads_dir
+from ragvps.ingest.worker import default_name
 
 __all__ = ["StagedFile", "discard", "safe_name", "staging_dir", "unique"]  # what the HTTP layer stages uploads with
 
@@ -49,8 +57,6 @@ def job_kb(job: str) -> int | None:
 
 def submit(app: App, job: str, files: list[StagedFile]) -> str:
     """Queue the job of files already staged (under KB_DIR/incoming/JOB); its id."""
-    from ragvps.db import jobs
-
     with app.connection() as conn:
         jobs.create(conn, job, files)
     return job
@@ -105,7 +111,6 @@ def status_of(job: str, row: JobRow, files: list[FileRow], synced: SyncJobRow | 
     status = _upload_status(job, row, files)
     if synced is None or synced.kind != "sync":
         return status
-    from ragvps.ingest.sync_job import report_of
 
     total = max(synced.items_total or 0, synced.items_read)
     return dataclasses.replace(status, kind="sync", source=synced.source, files_total=total,
@@ -143,8 +148,6 @@ def _iso(when: datetime | None) -> str | None:
 
 def job_status(app: App, job: str) -> JobStatus:
     """The job's progress; NotFoundError when this knowledge base has no such job."""
-    from ragvps.db import jobs, sync_jobs
-
     with app.connection() as conn:
         found = jobs.read(conn, job)
         synced = sync_jobs.read(conn, job) if found else None
@@ -157,14 +160,11 @@ def job_status(app: App, job: str) -> JobStatus:
 def cancel_job(app: App, job: str) -> JobStatus:
     """Stop the job: one nobody runs yet ends at once; a running one after the batch in hand (whose documents
     are stored whole, or not at all). Files stored stay stored; uploading the rest again resumes."""
-    from ragvps.db import jobs
-    from ragvps.ingest import uploads
-
     job_status(app, job)  # NotFoundError first
     with app.connection() as conn:
         state = jobs.cancel(conn, job)
     if state == "cancelled":
-        uploads.discard(app.settings.database.kb_dir, job)
+        discard(app.settings.database.kb_dir, job)
     return job_status(app, job)
 
 
@@ -173,11 +173,6 @@ def run_jobs(app: App, worker: str | None, stop: threading.Event, *, exit_when_e
     """Take this knowledge base's jobs (uploads, and syncs of its sources) until `stop` (or none has been left for
     `linger` seconds, exit_when_empty). The lease is renewed on a second connection: the App's connections must be
     pooled."""
-    from ragvps.embed.registry import make_lanes
-    from ragvps.generate import cache as answer_cache
-    from ragvps.ingest.jobs import run_jobs as run
-    from ragvps.ingest.worker import default_name
-
     def lanes() -> Lanes:
         return make_lanes(app.settings, app.spec, lambda: app.embedder, lambda *_: None, lambda _: None)
 
@@ -186,8 +181,6 @@ def run_jobs(app: App, worker: str | None, stop: threading.Event, *, exit_when_e
 
 
 def open_job_count(app: App) -> int:
-    from ragvps.db import jobs
-
     with app.connection() as conn:
         return jobs.open_jobs(conn)
 
@@ -215,11 +208,6 @@ class DocumentPage:
 
 
 def list_documents(app: App, limit: int = 100, cursor: str | None = None) -> DocumentPage:
-    from pathlib import Path
-
-    from ragvps.db import jobs
-    from ragvps.ingest.uploads import uploads_dir
-
     if not 1 <= limit <= MAX_PAGE:
         raise UsageError(f"limit {limit} is not between 1 and {MAX_PAGE}")
     if cursor is not None and not (cursor.isascii() and cursor.isdigit() and len(cursor) <= 18):
@@ -248,11 +236,6 @@ class DeletedDocument:
 def delete_document(app: App, doc: int) -> DeletedDocument:
     """Remove one document: its chunks and their vectors and queue rows (cascade), the cached answers that
     cited them, its chunk file, and its uploaded file (when no other document comes from it)."""
-    from ragvps.db import jobs, store
-    from ragvps.generate import cache as answer_cache
-    from ragvps.ingest.artifacts import ChunkArtifacts
-    from ragvps.ingest.uploads import uploads_dir
-
     kb_dir = app.settings.database.kb_dir
     uploads = uploads_dir(kb_dir).resolve()
     with app.connection() as conn, store.write_lock(conn):
@@ -268,8 +251,6 @@ def delete_document(app: App, doc: int) -> DeletedDocument:
         conn.commit()
     removed = False
     if rest == 0:
-        from pathlib import Path
-
         ChunkArtifacts(kb_dir, Path(root)).path(source).unlink(missing_ok=True)
         if Path(root) == uploads:
             target = (uploads / source).resolve()

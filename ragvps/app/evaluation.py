@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ragvps.db.eval_record import GoldRow, ScoreRow
+from ragvps.db.eval_record import record as keep
 from ragvps.errors import UsageError
 from ragvps.measure.evaluate import EVAL_MODES, Question, load_beir, load_gold, load_queries, report_dict
 from ragvps.measure.inspect import as_dict as index_check_dict
@@ -44,9 +46,6 @@ def questions_from(gold: Path | None, queries: Path | None, qrels: Path | None,
 def record(app: App, questions: Sequence[Question], result: EvalReport) -> None:
     """Keep the gold questions and their scores in the knowledge base: a bundle carries them, and restore-check
     measures a restored copy with them."""
-    from ragvps.db.eval_record import GoldRow, ScoreRow
-    from ragvps.db.eval_record import record as keep
-
     gold = [GoldRow(q.id, q.text, dict(q.relevant), q.answer) for q in questions]
     scores = [ScoreRow(mode, result.k, result.depth, s.recall, s.mrr, s.ndcg, result.questions)
               for mode, s in result.modes.items()]

@@ -9,8 +9,10 @@ from dataclasses import dataclass
 
 from ragvps.app.requests import Health
 from ragvps.config import Settings
+from ragvps.db import catalog, store
 from ragvps.db.catalog import KbGauges
 from ragvps.db.connections import Connections, PoolStats
+from ragvps.db.database import driver_errors
 from ragvps.errors import RagvpsError
 
 POOL_STALLED_S = 1.0  # requests waiting this long with no connection taken or given back: the pool is stuck
@@ -27,9 +29,6 @@ def pool_problem(pool: PoolStats | None) -> str | None:
 
 def health(settings: Settings, connections: Connections, schema: str | None) -> Health:
     """The health of the knowledge base in `schema` (None: the connection's own, a database of one)."""
-    from ragvps.db import catalog, store
-    from ragvps.db.database import driver_errors
-
     connected = False
     try:
         with driver_errors(settings), connections.probe() as conn:
@@ -66,9 +65,6 @@ class Scrape:
 
 def scrape(settings: Settings, connections: Connections) -> Scrape:
     """One round trip on the health check's side connection (short timeouts, never the pool's)."""
-    from ragvps.db import catalog
-    from ragvps.db.database import driver_errors
-
     try:
         with driver_errors(settings), connections.probe() as conn:
             kbs, shared_buffers = catalog.gauges(conn)

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
 from ragvps.app.keys import ROLES, Principal, Role, check_role
+from ragvps.db import identity
 from ragvps.errors import ConfigError, RagvpsError
 from ragvps.records import KB_NAME
 
@@ -103,16 +104,12 @@ class Identities:
         self.connections = connections
 
     def seen(self, user: User) -> None:
-        from ragvps.db import identity
-
         with self.connections.connection() as conn:
             identity.user_seen(conn, user.subject, user.email, user.name, user.groups, user.via)
 
     def forwarded(self, email: str, name: str | None, role: str | None) -> User:
         """A chat front end's user: the groups of their last sign-in (none if they never signed in) and
         `role:ROLE` for the role the front end gives them."""
-        from ragvps.db import identity
-
         with self.connections.connection() as conn:
             row = identity.user_by_email(conn, email)
         groups = list(row[3]) if row is not None else []
@@ -121,8 +118,6 @@ class Identities:
         return User(row[0] if row is not None else f"forwarded:{email}", email, name, tuple(groups), "forwarded")
 
     def listing(self) -> list[UserRecord]:
-        from ragvps.db import identity
-
         with self.connections.connection() as conn:
             return [UserRecord(s, e, n, tuple(g), v, at) for s, e, n, g, v, at in identity.users(conn)]
 

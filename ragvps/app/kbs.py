@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from ragvps.backends import LOCAL_MODEL
 from ragvps.config import Settings
+from ragvps.db import catalog, store
 from ragvps.errors import RagvpsError, UsageError
 
 if TYPE_CHECKING:
@@ -29,8 +31,6 @@ KB_SETTINGS = ("embedder", "embed_model", "vector_type", "chunk_mode", "chunk_si
 def resolve(settings: Settings, connections: Connections) -> KnowledgeBase:
     """The knowledge base `settings.database.kb` names, its schema migrated (once per connection source);
     `default` is made when missing. Another name that does not exist is a NotFoundError listing the others."""
-    from ragvps.db import catalog
-
     with connections.connection() as conn:
         kb = catalog.open_kb(conn, settings.database.kb, connections.migrated)
         catalog.unbind(conn)
@@ -41,8 +41,6 @@ def resolve(settings: Settings, connections: Connections) -> KnowledgeBase:
 
 def not_found(name: str, allowed: list[str]) -> RagvpsError:
     """The error for a knowledge base that does not exist or that the caller may not use (the same words)."""
-    from ragvps.db import catalog
-
     return catalog.not_found(name, allowed)
 
 
@@ -77,8 +75,6 @@ class KbInfo:
 def kept_settings(model: str | None, vector_type: str | None, chunk_size: int | None) -> dict[str, object]:
     """What `kb create --model ... --vector-type ... --chunk-size ...` keeps: the local model by its name, any
     other name an Ollama model."""
-    from ragvps.backends import LOCAL_MODEL
-
     kept: dict[str, object] = {"vector_type": vector_type, "chunk_size": chunk_size}
     if model is not None:
         kept |= {"embedder": "local"} if model == LOCAL_MODEL else {"embedder": "ollama", "embed_model": model}
@@ -95,8 +91,6 @@ def pinned(settings: dict[str, object]) -> dict[str, object]:
 
 
 def create(settings: Settings, connections: Connections, name: str, kept: dict[str, object]) -> KnowledgeBase:
-    from ragvps.db import catalog
-
     with connections.connection() as conn:
         kb = catalog.create(conn, name, pinned(kept))
         catalog.unbind(conn)
@@ -107,8 +101,6 @@ def create(settings: Settings, connections: Connections, name: str, kept: dict[s
 
 def drop(settings: Settings, connections: Connections, name: str) -> KnowledgeBase:
     """Its schema (every table, index, cached answer) and its stage files; `default` is made again, empty."""
-    from ragvps.db import catalog
-
     with connections.connection() as conn:
         kb = catalog.drop(conn, name)
         catalog.unbind(conn)
@@ -121,8 +113,6 @@ def drop(settings: Settings, connections: Connections, name: str) -> KnowledgeBa
 
 
 def rename(settings: Settings, connections: Connections, old: str, new: str) -> None:
-    from ragvps.db import catalog
-
     with connections.connection() as conn:
         catalog.rename(conn, old, new)
         conn.commit()
@@ -133,8 +123,6 @@ def rename(settings: Settings, connections: Connections, old: str, new: str) -> 
 
 
 def catalog_of(connections: Connections) -> list[KnowledgeBase]:
-    from ragvps.db import catalog
-
     with connections.connection() as conn:
         kbs = catalog.all_kbs(conn)
         conn.commit()
@@ -142,8 +130,6 @@ def catalog_of(connections: Connections) -> list[KnowledgeBase]:
 
 
 def listing(connections: Connections) -> list[KbInfo]:
-    from ragvps.db import catalog, store
-
     out = []
     with connections.connection() as conn:
         for kb in catalog.all_kbs(conn):

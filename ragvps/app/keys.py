@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, cast
 
+from ragvps.db import keys
 from ragvps.errors import UsageError
 
 if TYPE_CHECKING:
@@ -83,8 +84,6 @@ class Keys:
     def create(self, name: str, grants: Sequence[tuple[str, str]], every_kb: str | None = None) -> str:
         """A new key granting each (knowledge base, role), and `every_kb` on every knowledge base, present and
         future; returns the key, which is never shown again."""
-        from ragvps.db import keys
-
         if not name.strip():
             raise UsageError("a key needs a name: --name app1", settings=("name",))
         if not grants and every_kb is None:
@@ -99,28 +98,20 @@ class Keys:
         return key
 
     def listing(self) -> list[KeyInfo]:
-        from ragvps.db import keys
-
         with self.connections.connection() as conn:
             rows = keys.listing(conn)
         return [KeyInfo(name, tuple(grants), created, used) for name, created, used, grants in rows]
 
     def revoke(self, name: str, force: bool = False) -> None:
-        from ragvps.db import keys
-
         with self.connections.connection() as conn:
             keys.delete(conn, name, force)
 
     def any(self) -> bool:
-        from ragvps.db import keys
-
         with self.connections.connection() as conn:
             return keys.count(conn) > 0
 
     def principal(self, presented: str) -> Principal | None:
         """Who holds `presented`, or None when no key matches."""
-        from ragvps.db import keys
-
         with self.connections.connection() as conn:
             found = keys.grants(conn, key_hash(presented))
         if found is None:

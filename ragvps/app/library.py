@@ -8,22 +8,30 @@ it); `ragvps kb` and `ragvps key` manage the catalog through it.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from ragvps.app import kbs
+from ragvps.app.audit import Audit
+from ragvps.app.core import App
+from ragvps.app.identity import Identities
+from ragvps.app.kbs import catalog_of
+from ragvps.app.keys import Keys
 from ragvps.app.observe import QUIET, Observer
 from ragvps.app.requests import SearchRequest, SearchResult
 from ragvps.config import Settings
+from ragvps.db import store
+from ragvps.db.catalog import not_found
+from ragvps.db.connections import PooledConnections, SingleConnection
+from ragvps.db.database import driver_errors
+from ragvps.db.embedded import stop_embedded as stop
 
 if TYPE_CHECKING:
-    from ragvps.app.audit import Audit
-    from ragvps.app.core import App
-    from ragvps.app.identity import Identities
     from ragvps.app.kbs import KbInfo
-    from ragvps.app.keys import Keys
     from ragvps.db.catalog import KnowledgeBase
     from ragvps.db.connections import Connections
     from ragvps.retrieve.search import Hit
@@ -43,8 +51,6 @@ class Library:
     @classmethod
     @contextmanager
     def open(cls, settings: Settings, *, pooled: bool = False, observer: Observer = QUIET) -> Iterator[Library]:
-        from ragvps.db.connections import PooledConnections, SingleConnection
-
         connections: Connections = PooledConnections(settings) if pooled else SingleConnection(settings)
         library = cls(settings, connections, observer)
         try:
@@ -64,9 +70,6 @@ class Library:
 
     def catalog(self, fresh: bool = False) -> dict[str, int]:
         """Knowledge base name -> id, as the catalog said at most CATALOG_TTL_S ago (or now, `fresh`)."""
-        from ragvps.app.kbs import catalog_of
-        from ragvps.db.database import driver_errors
-
         with self._lock:
             at, names = self._names
             if fresh or time.monotonic() - at > CATALOG_TTL_S:
@@ -77,9 +80,6 @@ class Library:
 
     def app(self, name: str) -> App:
         """The App bound to knowledge base `name`; a NotFoundError listing the others when there is none."""
-        from ragvps.app.core import App
-        from ragvps.db.catalog import not_found
-
         names = self.catalog()
         if name not in names:
             names = self.catalog(fresh=True)
@@ -89,7 +89,6 @@ class Library:
             cached = self._apps.get(name)
             if cached is not None and cached[0] == names[name]:
                 return cached[1]
-        from ragvps.db.database import driver_errors
 
         with driver_errors(self.settings):
             app = App.bound(self.settings.replace(kb=name), self.connections)
@@ -120,61 +119,43 @@ class Library:
             self._names = (0.0, {})
 
     def create(self, name: str, kept: dict[str, object]) -> KnowledgeBase:
-        from ragvps.app import kbs
-
         kb = kbs.create(self.settings, self.connections, name, kept)
         self.forget(name)
         return kb
 
     def listing(self) -> list[KbInfo]:
-        from ragvps.app import kbs
-
         return kbs.listing(self.connections)
 
     def drop(self, name: str) -> KnowledgeBase:
-        from ragvps.app import kbs
-
         kb = kbs.drop(self.settings, self.connections, name)
         self.forget(name)
         return kb
 
     def rename(self, old: str, new: str) -> None:
-        from ragvps.app import kbs
-
         kbs.rename(self.settings, self.connections, old, new)
         self.forget(old)
         self.forget(new)
 
     def has_content(self, name: str) -> bool:
         """Is anything ingested into knowledge base `name` (it has an embedding set)?"""
-        from ragvps.db import store
-
         with self.app(name).connection() as conn:
             return store.active_set(conn) is not None
 
     def keys(self) -> Keys:
         """API keys with roles on knowledge bases, kept (hashed) in the catalog."""
-        from ragvps.app.keys import Keys
-
         return Keys(self.connections)
 
     def identities(self) -> Identities:
         """The users who signed in (their groups at their last sign-in), in the catalog."""
-        from ragvps.app.identity import Identities
-
         return Identities(self.connections)
 
     def audit(self) -> Audit:
         """Who did what in which knowledge base, kept audit_days days."""
-        from ragvps.app.audit import Audit
-
         return Audit(self.connections, self.settings.auth.audit_days)
 
 
 def stop_embedded(settings: Settings) -> bool:
     """`ragvps server stop`: stop the embedded PostgreSQL if it runs; True if one was stopped."""
-    from ragvps.db.embedded import stop_embedded as stop
-
     return stop(settings)
 
 
@@ -183,8 +164,6 @@ def search_many(apps: Sequence[App], request: SearchRequest) -> SearchResult:
     by rank (RRF: a hit's score is 1 / (rrf_k + its rank in its own list)), each hit naming its knowledge base.
     Fusing by rank works whatever the models; knowledge bases that share a model could fuse vector scores, but
     one rule for every pair keeps a hit's place independent of which other knowledge bases were asked."""
-    import dataclasses
-
     k = request.k or apps[0].settings.search.top_k
     scored: list[tuple[float, int, Hit, str]] = []
     timings: dict[str, float] = {}

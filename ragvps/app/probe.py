@@ -6,7 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ragvps.db import eval_record, store
+from ragvps.db.bundle_export import exact_top, probe_chunks
 from ragvps.errors import RagvpsError
+from ragvps.text import sentences
 
 if TYPE_CHECKING:
     from ragvps.app.core import App
@@ -16,8 +19,6 @@ PROBE_K = 10
 
 
 def first_sentence(text: str) -> str:
-    from ragvps.text import sentences
-
     spans = sentences(text, 0, len(text))
     a, b = spans[0] if spans else (0, len(text))
     return text[a:b][:500]
@@ -26,9 +27,6 @@ def first_sentence(text: str) -> str:
 def make_probe(app: App, warn: Callable[[str], None]) -> dict[str, object] | None:
     """The probe for a knowledge base without gold questions; None when it has gold, is empty, or its model
     cannot embed here (a warning says so: the restore-check then compares counts only)."""
-    from ragvps.db import eval_record, store
-    from ragvps.db.bundle_export import exact_top, probe_chunks
-
     with app.connection() as conn:
         gold, _ = eval_record.recorded(conn)
         eset = store.active_set(conn)
@@ -50,9 +48,6 @@ def make_probe(app: App, warn: Callable[[str], None]) -> dict[str, object] | Non
 
 def run_probe(app: App, probe: dict[str, object]) -> list[tuple[str, list[int], list[int], float]]:
     """Each probe query's (text, recorded top, top now, largest distance difference)."""
-    from ragvps.db import store
-    from ragvps.db.bundle_export import exact_top
-
     queries = probe.get("queries")
     k = probe.get("k")
     if not isinstance(queries, list) or not isinstance(k, int):

@@ -14,14 +14,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol, cast
 
 from ragvps.errors import UsageError
+from ragvps.generate.budget import window_for
 from ragvps.generate.records import Citation, Json, Quote, ToolCall, Usage, source_from_json, source_json
 from ragvps.records import fields_dict
+from ragvps.retrieve.filters import Filters
 
 if TYPE_CHECKING:
     from ragvps.config import GenerateSettings
     from ragvps.db.connections import PoolStats
     from ragvps.generate.prompt import Source, Turn
-    from ragvps.retrieve.filters import Filters
     from ragvps.retrieve.search import Hit, Mode
 
 
@@ -61,8 +62,6 @@ class Health:
 
 
 def _no_filters() -> Filters:
-    from ragvps.retrieve.filters import Filters
-
     return Filters()
 
 
@@ -84,8 +83,6 @@ class Overrides:
         if self.temperature is not None:
             changed["temperature"] = self.temperature
         if self.max_tokens is not None:
-            from ragvps.generate.budget import window_for
-
             window = window_for(settings)
             if self.max_tokens >= window:  # the request's, not a setting: the asker's to change
                 raise UsageError(f"max_tokens={self.max_tokens:,} leaves no room for a prompt in the model's context "

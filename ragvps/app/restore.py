@@ -9,10 +9,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ragvps.app.bundles import SCRATCH_PREFIX, _raw, bundle_settings, opened
+from ragvps.app.core import App
+from ragvps.app.kbs import drop
+from ragvps.app.probe import run_probe
 from ragvps.config import Settings
+from ragvps.db import eval_record, store
+from ragvps.db.bundle_export import bundle_sql
+from ragvps.db.bundle_import import import_bundle
+from ragvps.db.connections import SingleConnection
+from ragvps.measure.evaluate import Question
 
 if TYPE_CHECKING:
-    from ragvps.app.core import App
     from ragvps.db.bundle_manifest import Manifest
     from ragvps.db.eval_record import GoldRow, ScoreRow
 
@@ -42,11 +50,6 @@ def _quiet(*_: object) -> None:
 
 def restore_check(settings: Settings, path: Path, progress: Progress = _quiet, warn: Warn = _quiet) -> CheckReport:
     """Import `path` into a scratch knowledge base, measure it, compare with the bundle's figures, drop it."""
-    from ragvps.app.bundles import SCRATCH_PREFIX, _raw, bundle_settings, opened
-    from ragvps.app.core import App
-    from ragvps.app.kbs import drop
-    from ragvps.db.bundle_import import import_bundle
-
     with opened(path, progress) as bundle:
         manifest = bundle.manifest
         scratch = f"{SCRATCH_PREFIX}{bundle.id[:12]}"
@@ -58,8 +61,6 @@ def restore_check(settings: Settings, path: Path, progress: Progress = _quiet, w
             with App.open(settings.replace(kb=scratch)) as app:
                 _measure(app, manifest, report, progress)
         finally:
-            from ragvps.db.connections import SingleConnection
-
             connections = SingleConnection(settings)
             try:
                 drop(settings, connections, scratch)
@@ -70,8 +71,6 @@ def restore_check(settings: Settings, path: Path, progress: Progress = _quiet, w
 
 
 def _measure(app: App, manifest: Manifest, report: CheckReport, progress: Progress) -> None:
-    from ragvps.db import eval_record, store
-
     with app.connection() as conn:
         facts = store.kb_facts(conn)
         gold, scores = eval_record.recorded(conn)
@@ -92,8 +91,6 @@ def _measure(app: App, manifest: Manifest, report: CheckReport, progress: Progre
 
 def _compare_eval(app: App, gold: list[GoldRow], scores: list[ScoreRow], report: CheckReport,
                   progress: Progress) -> None:
-    from ragvps.measure.evaluate import Question
-
     rows = gold
     recorded = {s.mode: s for s in scores}
     first = next(iter(recorded.values()))
@@ -110,8 +107,6 @@ def _compare_eval(app: App, gold: list[GoldRow], scores: list[ScoreRow], report:
 
 
 def _compare_probe(app: App, probe: dict[str, object], report: CheckReport) -> None:
-    from ragvps.app.probe import run_probe
-
     results = run_probe(app, probe)
     same = sum(1 for _, then, now, diff in results if then == now and diff <= DISTANCE_TOLERANCE)
     worst = max((diff for *_, diff in results), default=0.0)
@@ -124,9 +119,6 @@ def _compare_probe(app: App, probe: dict[str, object], report: CheckReport) -> N
 
 def _record(settings: Settings, path: Path, report: CheckReport) -> None:
     """Say in the catalog's list of backups (if it is one of them) whether it restored."""
-    from ragvps.app.bundles import _raw
-    from ragvps.db.bundle_export import bundle_sql
-
     note = "; ".join(report.failures or report.figures)[:2000]
     with _raw(settings) as conn:
         conn.execute(bundle_sql("backup_checked"), {"ok": report.passed, "note": note, "file": str(path.resolve())})

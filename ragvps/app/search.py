@@ -16,8 +16,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from ragvps.app.checks import check_search
 from ragvps.app.requests import SearchRequest, SearchResult
+from ragvps.db.catalog import bind
+from ragvps.db.database import driver_errors
 from ragvps.errors import ActiveSetChangedError, ModelMismatchError
+from ragvps.retrieve.reranking import make_reranker
+from ragvps.retrieve.search import keyword_scored
+from ragvps.retrieve.search import search as search_legs
 
 if TYPE_CHECKING:
     import numpy as np
@@ -40,9 +46,6 @@ def search(app: App, request: SearchRequest, conn: psycopg.Connection | None = N
     if conn is None:
         with app.connection() as conn:
             return search(app, request, conn)
-    from ragvps.app.checks import check_search
-    from ragvps.retrieve.reranking import make_reranker
-
     request = check_search(request, app.settings.serve.max_k)
     text = request.query
     reranker = make_reranker(app.settings.rerank)
@@ -84,9 +87,6 @@ class KeywordLeg:
         self.future = _executor().submit(self._run)
 
     def _run(self) -> Scored:
-        from ragvps.db.database import driver_errors
-        from ragvps.retrieve.search import keyword_scored
-
         began = time.perf_counter()
         with driver_errors(self.app.settings):
             scored = keyword_scored(self.conn, self.request.query, self.app.settings, self.request.filters)
@@ -111,8 +111,6 @@ def _keyword_leg(app: App, conn: psycopg.Connection, request: SearchRequest) -> 
     if request.mode != "hybrid":
         yield None, ""
         return
-    from ragvps.db.catalog import bind
-    from ragvps.db.database import driver_errors
 
     with app.connections.spare() as spare:
         if spare is None:
@@ -143,9 +141,6 @@ def _executor() -> ThreadPoolExecutor:
 def _search(app: App, conn: psycopg.Connection, text: str, embedding: NDArray[np.float32] | None,
             request: SearchRequest, timings: dict[str, float],
             keyword: KeywordLeg | None) -> tuple[list[Hit], EmbeddingSet]:
-    from ragvps.db.database import driver_errors
-    from ragvps.retrieve.search import search as search_legs
-
     for attempt in range(3):
         try:
             # One transaction, not autocommit: the vector leg locks the embedding table before the evidence query

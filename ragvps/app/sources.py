@@ -20,7 +20,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from ragvps.errors import ConflictError, NotFoundError, UsageError
+from ragvps.app.bundles import backup_names
+from ragvps.app.core import App
+from ragvps.app.documents import new_job_id
+from ragvps.db import jobs, sources, store, sync_jobs
+from ragvps.db.connections import SingleConnection
+from ragvps.embed.registry import make_lanes
+from ragvps.errors import ConflictError, DatabaseError, NotFoundError, UsageError
+from ragvps.generate import cache as answer_cache
+from ragvps.ingest.remote.sync import SyncReport, forget
+from ragvps.ingest.sync_job import SyncJob, report_of
+from ragvps.ingest.worker import default_name
 
 if TYPE_CHECKING:
     import psycopg
@@ -101,7 +111,6 @@ def check(spec: SourceSpec) -> dict[str, object]:
 
 def add_source(app: App, spec: SourceSpec) -> SourceInfo:
     """Record a source with the knowledge base; `ragvps sync` reads it."""
-    from ragvps.db import sources
 
     options = check(spec)
     with app.connection() as conn:
@@ -112,7 +121,6 @@ def add_source(app: App, spec: SourceSpec) -> SourceInfo:
 
 
 def list_sources(app: App) -> list[SourceInfo]:
-    from ragvps.db import sources
 
     with app.connection() as conn:
         rows = sources.listed(conn)
@@ -122,8 +130,6 @@ def list_sources(app: App) -> list[SourceInfo]:
 
 def remove_source(app: App, name: str) -> RemovedSource:
     """Forget a source: its documents, its mirror and its record (and its sync jobs), unless a sync runs."""
-    from ragvps.db import sources, sync_jobs
-    from ragvps.ingest.remote.sync import forget
 
     with app.connection() as conn:
         if name not in {r.name for r in sources.listed(conn)}:
@@ -139,8 +145,6 @@ def remove_source(app: App, name: str) -> RemovedSource:
 
 def queue_sync(app: App, name: str) -> QueuedSync:
     """A sync of the source queued for a worker (or the source's sync that is open already)."""
-    from ragvps.app.documents import new_job_id
-    from ragvps.db import sync_jobs
 
     made = new_job_id(app)
     with app.connection() as conn:
@@ -150,7 +154,6 @@ def queue_sync(app: App, name: str) -> QueuedSync:
 
 
 def _rows(conn: psycopg.Connection, app: App, names: Sequence[str]) -> list[SourceRow]:
-    from ragvps.db import sources
 
     rows = sources.listed(conn)
     missing = sorted(set(names) - {r.name for r in rows})
@@ -163,7 +166,6 @@ def _rows(conn: psycopg.Connection, app: App, names: Sequence[str]) -> list[Sour
 def sync_sources(app: App, names: Sequence[str], progress: Progress, warn: Warn) -> list[SyncReport]:
     """Sync the named sources (all when none is named), one after another, each as a job run here (or, when
     a worker runs one already, that one waited for); each one's failure is in its report."""
-    from ragvps.db import store
 
     with app.connection() as conn:
         rows = _rows(conn, app, names)
@@ -174,14 +176,6 @@ def sync_sources(app: App, names: Sequence[str], progress: Progress, warn: Warn)
 def run_sync(app: App, name: str, progress: Progress, warn: Warn) -> SyncReport:
     """Make the source's sync job and run it in this process, with a second connection for its lease; when
     another worker holds the source's open sync, wait for it (and take it over if its lease runs out)."""
-    from ragvps.app.documents import new_job_id
-    from ragvps.db import sync_jobs
-    from ragvps.db.connections import SingleConnection
-    from ragvps.embed.registry import make_lanes
-    from ragvps.generate import cache as answer_cache
-    from ragvps.ingest.remote.sync import SyncReport
-    from ragvps.ingest.sync_job import SyncJob
-    from ragvps.ingest.worker import default_name
 
     worker, lease = default_name(), float(app.settings.embed.worker_lease)
     lanes = lambda: make_lanes(app.settings, app.spec, lambda: app.embedder, progress, warn)  # noqa: E731
@@ -211,9 +205,6 @@ def run_sync(app: App, name: str, progress: Progress, warn: Warn) -> SyncReport:
 
 def _ended(conn: psycopg.Connection, job: str, name: str) -> SyncReport | None:
     """The report of the source's sync that another worker ran, once it ended; None while it runs."""
-    from ragvps.db import sync_jobs
-    from ragvps.ingest.remote.sync import SyncReport
-    from ragvps.ingest.sync_job import report_of
 
     row = sync_jobs.read(conn, job)
     if row is not None and row.state in ("queued", "running"):
@@ -225,8 +216,6 @@ def _ended(conn: psycopg.Connection, job: str, name: str) -> SyncReport | None:
 
 
 def _give_back(conn: psycopg.Connection, job: str, token: str) -> None:
-    from ragvps.db import jobs
-    from ragvps.errors import DatabaseError
 
     with contextlib.suppress(DatabaseError):  # else its lease runs out instead
         jobs.release(conn, job, token)
@@ -234,8 +223,6 @@ def _give_back(conn: psycopg.Connection, job: str, token: str) -> None:
 
 def sync_every_kb(settings: Settings, progress: Progress, warn: Warn) -> list[SyncReport]:
     """Every knowledge base's sources synced (the nightly job's `ragvps sync --all`)."""
-    from ragvps.app.bundles import backup_names
-    from ragvps.app.core import App
 
     reports: list[SyncReport] = []
     for name in backup_names(settings, None, True):

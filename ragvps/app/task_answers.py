@@ -14,9 +14,10 @@ import dataclasses
 
 from ragvps.app.ports import App, OnToken
 from ragvps.app.requests import Answer, ChatAnswer, ChatRequest, Retrieval, SearchRequest
+from ragvps.db import store
 from ragvps.errors import RagvpsError
-from ragvps.generate import client_tasks
-from ragvps.generate.prompt import PROMPT_VERSION
+from ragvps.generate import budget, client_tasks
+from ragvps.generate.prompt import PROMPT_VERSION, passed_through
 from ragvps.generate.records import ToolCall, Usage
 
 MOST_TAGS = 3
@@ -34,9 +35,6 @@ def answer_task(app: App, task: client_tasks.Task | None, request: ChatRequest, 
         text, usage = client_tasks.render(task, values(app, task)), Usage()
         on_token(text)
     else:
-        from ragvps.generate import budget
-        from ragvps.generate.prompt import passed_through
-
         prompt = dataclasses.replace(passed_through(request.messages), tools=request.tools, sent=request.sent)
         fit = budget.as_is(prompt, request.overrides.generation(app.settings.generate))
         generation = gen.generate(fit, on_token)
@@ -91,8 +89,6 @@ def tags(app: App, task: client_tasks.Task) -> list[str]:
         asked = " ".join(text for role, text in task.conversation if role == "user")
         heads = client_tasks.salient_words(asked, MOST_TAGS)
     if not heads:
-        from ragvps.db import store
-
         with app.connection() as conn:
             heads = store.top_headings(conn, MOST_TAGS)
     found: list[str] = []
@@ -105,8 +101,6 @@ def tags(app: App, task: client_tasks.Task) -> list[str]:
 
 def follow_ups(app: App, task: client_tasks.Task) -> list[str]:
     """A question about each sibling section (same parent heading) of the sections the conversation is about."""
-    from ragvps.db import store
-
     about = sections(app, task)
     asked = {heading for _, heading in about}
     questions: list[str] = []

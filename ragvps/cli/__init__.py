@@ -17,6 +17,22 @@ from rich.markup import escape
 from typer.core import TyperGroup
 
 from ragvps.app.names import choices
+from ragvps.cli import (
+    ask,
+    audit,
+    bundle,
+    calibrate,
+    chat,
+    database,
+    ingest,
+    kb,
+    measure,
+    plan,
+    search,
+    serve,
+    source,
+    worker,
+)
 from ragvps.cli.common import err
 from ragvps.errors import RagvpsError, redact
 
@@ -80,23 +96,6 @@ def _root(
 
 
 def _register() -> None:
-    from ragvps.cli import (
-        ask,
-        audit,
-        bundle,
-        calibrate,
-        chat,
-        database,
-        ingest,
-        kb,
-        measure,
-        plan,
-        search,
-        serve,
-        source,
-        worker,
-    )
-
     for module in (ingest, worker, search, ask, chat, plan, measure, calibrate, kb, bundle, database, serve, audit,
                    source):
         module.register(app)

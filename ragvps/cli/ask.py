@@ -7,18 +7,27 @@ from typing import Annotated
 
 import typer
 
-from ragvps.app.names import choices
-from ragvps.cli.common import KbOption, echo_json, err, flag_names, metadata_pairs, open_app
+from ragvps.cli.common import (
+    KbOption,
+    KOption,
+    MetaOption,
+    ModeOption,
+    PathPrefixOption,
+    echo_json,
+    err,
+    flag_names,
+    metadata_pairs,
+    open_app,
+)
 
 
 def ask(
     ctx: typer.Context,
     question: Annotated[str, typer.Argument(help="The question.")],
-    k: Annotated[int | None, typer.Option("--k", "-k", help="Chunks to retrieve (default: answer_chunks).")] = None,
-    mode: Annotated[str, typer.Option(help=choices("mode"))] = "hybrid",
-    path_prefix: Annotated[str, typer.Option(help="Only chunks from source files whose path starts so.")] = "",
-    meta: Annotated[list[str] | None, typer.Option(
-        help="Only chunks whose document or chunk metadata has KEY=VALUE; repeatable.")] = None,
+    k: KOption = None,
+    mode: ModeOption = "hybrid",
+    path_prefix: PathPrefixOption = "",
+    meta: MetaOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the answer, citations, usage as JSON.")] = False,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the answer cache.")] = False,
     show_prompt: Annotated[bool, typer.Option(
@@ -29,6 +38,7 @@ def ask(
 
     With no generator configured the answer is extractive: the best-matching sentences, quoted.
     """
+    # lazy: the use case loads when the command runs (--help start-up)
     from ragvps.app import AskRequest, Filters, Overrides
 
     overrides = Overrides(k=k, mode=mode, filters=Filters(path_prefix, metadata_pairs(meta or [])))  # type: ignore[arg-type]

@@ -36,7 +36,7 @@ def audit(
 ) -> None:
     """Who searched, asked, chatted, uploaded or deleted in which knowledge base, and when (kept audit_days days;
     the question only with log_questions)."""
-    from ragvps.app.library import Library
+    from ragvps.app.library import Library  # lazy: the use case loads when the command runs (--help start-up)
 
     settings = settings_from(ctx)
     with Library.open(settings) as library:
@@ -52,7 +52,7 @@ def audit(
 def users(ctx: typer.Context,
           as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """The people who signed in (or came through a trusted proxy), with their groups as last seen."""
-    from ragvps.app.library import Library
+    from ragvps.app.library import Library  # lazy: the use case loads when the command runs (--help start-up)
 
     with Library.open(settings_from(ctx)) as library:
         rows = library.identities().listing()

@@ -26,7 +26,7 @@ def export(
 ) -> None:
     """Write one knowledge base (documents, chunks, vectors, settings, gold questions) into a portable bundle,
     from one consistent snapshot, while the server goes on serving and ingesting."""
-    from ragvps.app import bundles
+    from ragvps.app import bundles  # lazy: the use case loads when the command runs (--help start-up)
 
     with open_app(ctx, kb=kb) as app, Bars() as bars:
         made = bundles.export(app, file, with_cache=with_cache, progress=bars, warn=warn)
@@ -47,7 +47,7 @@ def import_(
 ) -> None:
     """Load a bundle as a knowledge base without embedding anything; every check runs before anything is written,
     and the knowledge base appears whole at the end (a killed import leaves none: run it again)."""
-    from ragvps.app import bundles
+    from ragvps.app import bundles  # lazy: the use case loads when the command runs (--help start-up)
 
     with Bars() as bars:
         done = bundles.import_(settings_from(ctx), file, kb, replace=replace, progress=bars, warn=warn)
@@ -71,7 +71,7 @@ def backup(
     check: Annotated[bool, typer.Option("--check", help="Then restore-check each new bundle.")] = False,
 ) -> None:
     """Dated bundles of one or every knowledge base; with --check each is proven by a restore."""
-    from ragvps.app import bundles
+    from ragvps.app import bundles  # lazy: the use case loads when the command runs (--help start-up)
     from ragvps.app.restore import restore_check
 
     settings = settings_from(ctx)
@@ -97,6 +97,7 @@ def restore_check(
 ) -> None:
     """Import a bundle into a scratch knowledge base, run its gold questions (or its probe) and compare with the
     figures recorded at backup time; pass or fail, then the scratch knowledge base is dropped."""
+    # lazy: the use case loads when the command runs (--help start-up)
     from ragvps.app.restore import restore_check as check
 
     with Bars() as bars:

@@ -29,7 +29,7 @@ def calibrate(
 ) -> None:
     """Fit the refusal line (answer_min_evidence) and the fusion (rrf or convex, the vector leg's weight) on
     questions made from the knowledge base itself (or on gold questions), without an LLM; --apply keeps them."""
-    from ragvps.app.calibration import Gold
+    from ragvps.app.calibration import Gold  # lazy: the use case loads when the command runs (--help start-up)
     from ragvps.app.evaluation import questions_from
 
     given = None

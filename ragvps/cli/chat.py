@@ -10,10 +10,21 @@ import sys
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.console import Console
+from rich.markdown import Markdown
 from rich.markup import escape
 
-from ragvps.app.names import choices
-from ragvps.cli.common import KbOption, err, flag_names, metadata_pairs, open_app
+from ragvps.cli.common import (
+    KbOption,
+    KOption,
+    MetaOption,
+    ModeOption,
+    PathPrefixOption,
+    err,
+    flag_names,
+    metadata_pairs,
+    open_app,
+)
 from ragvps.errors import RagvpsError
 
 if TYPE_CHECKING:
@@ -22,11 +33,10 @@ if TYPE_CHECKING:
 
 def chat(
     ctx: typer.Context,
-    k: Annotated[int | None, typer.Option("--k", "-k", help="Chunks to retrieve (default: answer_chunks).")] = None,
-    mode: Annotated[str, typer.Option(help=choices("mode"))] = "hybrid",
-    path_prefix: Annotated[str, typer.Option(help="Only chunks from source files whose path starts so.")] = "",
-    meta: Annotated[list[str] | None, typer.Option(
-        help="Only chunks whose document or chunk metadata has KEY=VALUE; repeatable.")] = None,
+    k: KOption = None,
+    mode: ModeOption = "hybrid",
+    path_prefix: PathPrefixOption = "",
+    meta: MetaOption = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the answer cache.")] = False,
     kb: KbOption = None,
     markdown: Annotated[bool | None, typer.Option("--markdown/--plain", help="Render the answers' Markdown (code "
@@ -38,6 +48,7 @@ def chat(
     One question a line; the answer cites its sources [n] and lists them. Ctrl-D (end of input) leaves;
     Ctrl-C stops the answer being written.
     """
+    # lazy: the use case loads when the command runs (--help start-up)
     from ragvps.app import ChatRequest, Filters, Overrides
 
     overrides = Overrides(k=k, mode=mode, filters=Filters(path_prefix, metadata_pairs(meta or [])))  # type: ignore[arg-type]
@@ -85,9 +96,7 @@ def chat(
 def rendered_chat(app: App, request: ChatRequest, live: bool) -> ChatAnswer:
     """The answer's Markdown rendered with rich (code blocks without their fences, lists, tables); on a terminal
     redrawn as it streams."""
-    from rich.console import Console
-    from rich.live import Live
-    from rich.markdown import Markdown
+    from rich.live import Live  # lazy: only a command that draws bars loads them (--help start-up)
 
     console = Console(file=sys.stdout, soft_wrap=False)
     if not live:
@@ -106,7 +115,7 @@ def rendered_chat(app: App, request: ChatRequest, live: bool) -> ChatAnswer:
 
 def on_terminal(text: str) -> str:
     """The answer's Markdown source list as a terminal shows it: a plain heading, paths without backticks."""
-    from ragvps.app.chat import SOURCES_HEADING
+    from ragvps.app.chat import SOURCES_HEADING  # lazy: the use case loads when the command runs (--help start-up)
 
     if SOURCES_HEADING not in text:
         return text

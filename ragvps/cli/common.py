@@ -12,7 +12,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 
+from ragvps.app.names import choices
+from ragvps.config import SETTINGS, load_settings
 from ragvps.errors import RagvpsError, UsageError
 
 if TYPE_CHECKING:
@@ -23,11 +26,16 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 # The knowledge base a command reads or writes; default: the setting kb (RAGVPS_KB, ragvps.toml), or `default`.
 KbOption = Annotated[str | None, typer.Option("--kb", help="The knowledge base (setting kb; default: default).")]
+# The search flags of query, ask and chat, declared once.
+KOption = Annotated[int | None, typer.Option(
+    "--k", "-k", help="How many chunks (default: top_k for query, answer_chunks for ask and chat; at most max_k).")]
+ModeOption = Annotated[str, typer.Option(help=choices("mode"))]
+PathPrefixOption = Annotated[str, typer.Option(help="Only chunks from source files whose path starts so.")]
+MetaOption = Annotated[list[str] | None, typer.Option(
+    help="Only chunks whose document or chunk metadata has KEY=VALUE (VALUE as JSON, else text); repeatable.")]
 
 
 def settings_from(ctx: typer.Context, **flags: Any) -> Settings:
-    from ragvps.config import load_settings  # not at import: `ragvps --help` needs no settings
-
     obj = ctx.obj or {}
     return load_settings(obj.get("config"), **(obj.get("flags", {}) | flags))
 
@@ -36,7 +44,7 @@ def settings_from(ctx: typer.Context, **flags: Any) -> Settings:
 def open_app(ctx: typer.Context, *, database: bool = True, pooled: bool = False, **flags: Any) -> Iterator[App]:
     """The App for this command, bound to its knowledge base, with the command's flags over the settings;
     `database=False` for a command that needs none (chunk, plan); `pooled` for one that needs two connections."""
-    from ragvps.app import App
+    from ragvps.app import App  # lazy: the use case loads when the command runs (--help start-up)
 
     with App.open(settings_from(ctx, **flags), database=database, pooled=pooled) as app:
         yield app
@@ -54,7 +62,6 @@ def flag_names(flags: Mapping[str, str]) -> Iterator[None]:
             raise
         for name in named:
             message = re.sub(rf"(?<![\w-]){re.escape(name)}(?![\w=])", flags[name], message)
-        from ragvps.config import SETTINGS
 
         settings = [name for name in named if name in SETTINGS]
         if settings:
@@ -67,7 +74,7 @@ def warn(message: str) -> None:
 
 
 def echo_json(data: Any) -> None:
-    from ragvps.app.requests import jsonable
+    from ragvps.app.requests import jsonable  # lazy: the use case loads when the command runs (--help start-up)
 
     typer.echo(json.dumps(jsonable(data), indent=2, ensure_ascii=False))
 
@@ -91,8 +98,7 @@ def skipped_text(skipped: Mapping[str, int]) -> str:
 
 def _rate_column() -> Any:
     """Items per second of a bar (each embedding host has its own bar, so its own rate)."""
-    from rich.progress import ProgressColumn
-    from rich.text import Text
+    from rich.progress import ProgressColumn  # lazy: only a command that draws bars loads them (--help start-up)
 
     class Rate(ProgressColumn):
         def render(self, task: Any) -> Text:
@@ -105,6 +111,7 @@ class Bars:
     """One rich progress bar per stage, on stderr."""
 
     def __init__(self) -> None:
+        # lazy: only a command that draws bars loads them (--help start-up)
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.progress = Progress(TextColumn("{task.description:>6}"), BarColumn(), MofNCompleteColumn(),

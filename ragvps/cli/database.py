@@ -12,7 +12,7 @@ server = typer.Typer(help="The embedded PostgreSQL server under the data directo
 @server.command("stop")
 def server_stop(ctx: typer.Context) -> None:
     """Stop the embedded server (the next command starts it again)."""
-    from ragvps.app.library import stop_embedded
+    from ragvps.app.library import stop_embedded  # lazy: the use case loads when the command runs (--help start-up)
 
     settings = settings_from(ctx)
     typer.echo("stopped" if stop_embedded(settings) else f"no embedded server runs in {settings.database.pg_dir}")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import signal
+import threading
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -57,11 +61,6 @@ def watch(
     Only changed files are re-read; a deleted file's document is removed; a file moved to another folder
     embeds nothing (its chunks' vectors are cached). Stops on Ctrl-C or SIGTERM.
     """
-    import json
-    import signal
-    import threading
-    from dataclasses import asdict
-
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
@@ -106,7 +105,7 @@ def reindex(
 
 
 def _all_kbs(ctx: typer.Context) -> list[str | None]:
-    from ragvps.app.library import Library
+    from ragvps.app.library import Library  # lazy: the use case loads when the command runs (--help start-up)
 
     with Library.open(settings_from(ctx)) as library:
         return list(library.catalog(fresh=True))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated
@@ -20,7 +21,7 @@ key = typer.Typer(help="API keys with a role (read, write, admin) on knowledge b
 
 @contextmanager
 def open_library(ctx: typer.Context) -> Iterator[Library]:
-    from ragvps.app.library import Library
+    from ragvps.app.library import Library  # lazy: the use case loads when the command runs (--help start-up)
 
     with Library.open(settings_from(ctx)) as library:
         yield library
@@ -36,7 +37,7 @@ def kb_create(
     chunk_size: Annotated[int | None, typer.Option(help="Tokens per chunk (default: the model's).")] = None,
 ) -> None:
     """Make an empty knowledge base (a schema of its own); ingest into it with --kb NAME."""
-    from ragvps.app.kbs import kept_settings
+    from ragvps.app.kbs import kept_settings  # lazy: the use case loads when the command runs (--help start-up)
 
     with open_library(ctx) as library:
         made = library.create(name, kept_settings(model, vector_type, chunk_size))
@@ -98,8 +99,6 @@ def key_create(
                                                             "future (instead of naming each with --kb).")] = False,
 ) -> None:
     """Make an API key and print it once; only its hash is kept."""
-    import secrets
-
     name = name or f"key-{secrets.token_hex(3)}"
     kb_names = kb_names or []
     with open_library(ctx) as library:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 
 from ragvps.cli.common import Bars, KbOption, echo_json, err, open_app, warn
 from ragvps.config import reranker_on
@@ -32,7 +33,7 @@ def eval_(
     kb: KbOption = None,
 ) -> None:
     """Recall@k, MRR@k and nDCG@k of each search mode over gold questions, side by side."""
-    from ragvps.app import evaluation
+    from ragvps.app import evaluation  # lazy: the use case loads when the command runs (--help start-up)
 
     chosen = evaluation.check_modes(modes)
     if k < 1 or depth < 1:
@@ -67,7 +68,7 @@ def check_index(
     kb: KbOption = None,
 ) -> None:
     """How much of the exact top-k the HNSW index finds at the current ef_search, and the ef_search for --target."""
-    from ragvps.app import evaluation
+    from ragvps.app import evaluation  # lazy: the use case loads when the command runs (--help start-up)
 
     if sample < 1 or k < 1 or not 0 < target <= 1:
         raise UsageError("--sample and --k must be at least 1, --target between 0 and 1")
@@ -99,9 +100,9 @@ def stats(
     kb: KbOption = None,
 ) -> None:
     """Rows and sizes of the index beside the machine's memory; warns when the vector index outgrows RAM."""
-    from ragvps.app.bundles import last_backups
-    from ragvps.app.evaluation import mib
-    from ragvps.app.sources import list_sources
+    from ragvps.app.bundles import last_backups  # lazy: the use case loads when the command runs (--help start-up)
+    from ragvps.app.evaluation import mib  # lazy: the use case loads when the command runs (--help start-up)
+    from ragvps.app.sources import list_sources  # lazy: the use case loads when the command runs (--help start-up)
 
     with open_app(ctx, kb=kb) as app:
         s = app.stats()
@@ -166,9 +167,7 @@ def doctor(
     kb: KbOption = None,
 ) -> None:
     """Check the embedder before a long run: the model's dimension and context length, and the index's model."""
-    from rich.markup import escape
-
-    from ragvps.app import json_object
+    from ragvps.app import json_object  # lazy: the use case loads when the command runs (--help start-up)
 
     with open_app(ctx, kb=kb) as app:
         report = app.doctor()

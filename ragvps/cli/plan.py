@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 from ragvps.cli.common import echo_json, flag_names, open_app, warn
 from ragvps.errors import UsageError
@@ -93,7 +94,7 @@ class Windows:
 
 def _budget(corpus_chunks: int | None, tokens_per_chunk: int | None, questions: int | None,
             question_tokens: int, chunks_per_answer: int, prompt_tokens: int, answer_tokens: int) -> p.Budget:
-    from ragvps.app import planning as p
+    from ragvps.app import planning as p  # lazy: the use case loads when the command runs (--help start-up)
 
     needed = {"--corpus-chunks": corpus_chunks, "--tokens-per-chunk": tokens_per_chunk, "--questions": questions}
     if None in needed.values():
@@ -103,7 +104,7 @@ def _budget(corpus_chunks: int | None, tokens_per_chunk: int | None, questions: 
 
 
 def _plan(ctx: typer.Context, w: Windows, as_json: bool) -> None:
-    from ragvps.app import planning as p
+    from ragvps.app import planning as p  # lazy: the use case loads when the command runs (--help start-up)
 
     tokens, chunk_size, overlap, dims, bytes_per_dim, model, compare, path = (
         w.tokens, w.chunk_size, w.overlap, w.dims, w.bytes_per_dim, w.model, w.compare, w.path)
@@ -141,7 +142,7 @@ def _plan(ctx: typer.Context, w: Windows, as_json: bool) -> None:
 
 
 def _show_one(one: p.WindowPlan, summary: dict[str, Any], d: int, bytes_per_dim: int) -> None:
-    from ragvps.app import planning as p
+    from ragvps.app import planning as p  # lazy: the use case loads when the command runs (--help start-up)
 
     lengths = summary["chunk_lengths"]
     shown = (", ".join(map(str, lengths)) if isinstance(lengths, list)
@@ -160,8 +161,6 @@ def _show_one(one: p.WindowPlan, summary: dict[str, Any], d: int, bytes_per_dim:
 
 
 def _plan_table(title: str, headers: list[str], rows: list[list[str]]) -> None:
-    from rich.table import Table
-
     table = Table(title=title, title_justify="left")
     for i, header in enumerate(headers):
         table.add_column(header, justify="left" if i == 0 else "right")
@@ -171,7 +170,7 @@ def _plan_table(title: str, headers: list[str], rows: list[list[str]]) -> None:
 
 
 def _plan_compare(plans: list[Any], chosen: list[Any], dims: int, bytes_per_dim: int, as_json: bool) -> None:
-    from ragvps.app import planning as p
+    from ragvps.app import planning as p  # lazy: the use case loads when the command runs (--help start-up)
 
     models = p.common_models()
     for warning in dict.fromkeys(w for one in chosen for w in one.warnings()):
@@ -202,7 +201,7 @@ def _plan_compare(plans: list[Any], chosen: list[Any], dims: int, bytes_per_dim:
 
 
 def _plan_budget(b: Any, as_json: bool) -> None:
-    from ragvps.app.planning import millions
+    from ragvps.app.planning import millions  # lazy: the use case loads when the command runs (--help start-up)
 
     if as_json:
         return echo_json(b.as_dict())
@@ -224,6 +223,7 @@ def _plan_budget(b: Any, as_json: bool) -> None:
 
 def _plan_measure(ctx: typer.Context, path: str, chunk_size: int | None, overlap: str | None, spec: Any,
                   dims: int | None, bytes_per_dim: int, as_json: bool) -> None:
+    # lazy: the use case loads when the command runs (--help start-up)
     from ragvps.app.planning import VECTOR_TYPES, pgvector_bytes, raw_vector_bytes
 
     with open_app(ctx, database=False, chunk_size=chunk_size) as app:
@@ -249,13 +249,13 @@ def _plan_measure(ctx: typer.Context, path: str, chunk_size: int | None, overlap
 
 
 def _model_dims(model: str | None) -> int:
-    from ragvps.app import planning as p
+    from ragvps.app import planning as p  # lazy: the use case loads when the command runs (--help start-up)
 
     return p.known_model(model).dims if model else p.default_dims()
 
 
 def _plan_sizing(chunks: int, dims: int, ram: str, as_json: bool) -> None:
-    from ragvps.app.planning import sizing
+    from ragvps.app.planning import sizing  # lazy: the use case loads when the command runs (--help start-up)
 
     curve, ram_bytes = sizing.load_curve(), sizing.parse_ram(ram)
     preds = [sizing.predict(curve, chunks, dims, t) for t in sizing.TYPES]
@@ -285,7 +285,7 @@ def _plan_sizing(chunks: int, dims: int, ram: str, as_json: bool) -> None:
 
 
 def _depth_advice(p: sizing.Prediction) -> str:
-    from ragvps.app.planning import sizing
+    from ragvps.app.planning import sizing  # lazy: the use case loads when the command runs (--help start-up)
 
     if p.depth is not None:
         return (f"{p.depth_setting} {p.depth} for top-10 overlap {p.depth_overlap:.2f} with exact search "

@@ -6,28 +6,35 @@ from typing import Annotated
 
 import typer
 
-from ragvps.app.names import choices
-from ragvps.cli.common import KbOption, echo_json, err, metadata_pairs, open_app
+from ragvps.cli.common import (
+    KbOption,
+    KOption,
+    MetaOption,
+    ModeOption,
+    PathPrefixOption,
+    echo_json,
+    err,
+    flag_names,
+    metadata_pairs,
+    open_app,
+)
 from ragvps.config import reranker_on
 
 
 def query(
     ctx: typer.Context,
     text: Annotated[str, typer.Argument(help="The question.")],
-    k: Annotated[int | None, typer.Option("--k", "-k", help="How many chunks (default: top_k; at most max_k).")] = None,
-    mode: Annotated[str, typer.Option(help=choices("mode"))] = "hybrid",
-    path_prefix: Annotated[str, typer.Option(help="Only chunks from source files whose path starts so.")] = "",
-    meta: Annotated[list[str] | None, typer.Option(
-        help="Only chunks whose document or chunk metadata has KEY=VALUE (VALUE as JSON, else text); repeatable.",
-    )] = None,
+    k: KOption = None,
+    mode: ModeOption = "hybrid",
+    path_prefix: PathPrefixOption = "",
+    meta: MetaOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the hits as JSON.")] = False,
     rerank: Annotated[bool, typer.Option(
         "--rerank", help="Reorder the top rerank_candidates with the reranker API at reranker_url.")] = False,
     kb: KbOption = None,
 ) -> None:
     """Hybrid search: vector top-40 and BM25 full-text top-40, fused by reciprocal rank fusion."""
-    from ragvps.app import Filters, SearchRequest
-    from ragvps.cli.common import flag_names
+    from ragvps.app import Filters, SearchRequest  # lazy: the use case loads when the command runs (--help start-up)
 
     request = SearchRequest(text, k=k, mode=mode, filters=Filters(path_prefix, metadata_pairs(meta or [])))  # type: ignore[arg-type]
     with flag_names({"mode": "--mode", "k": "--k"}), \

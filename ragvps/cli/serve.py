@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from ragvps.cli.common import settings_from
+from ragvps.errors import ConfigError
 
 
 def exit_on_sigterm() -> None:
@@ -33,7 +34,7 @@ def serve(
         "--log-format", help="The request log's lines on stderr: text, json or off (setting log_format).")] = None,
 ) -> None:
     """Serve the knowledge base: POST /search and /ask, the page at /, MCP at /mcp; the model loads once."""
-    from ragvps.serve.http import serve as run
+    from ragvps.serve.http import serve as run  # lazy: the server (fastapi, uvicorn) loads only for `serve` and `mcp`
 
     settings = settings_from(ctx, host=host, port=port, log_format=log_format)
     logging.getLogger("ragvps").setLevel(logging.INFO)
@@ -44,12 +45,11 @@ def serve(
 def mcp(ctx: typer.Context) -> None:
     """The MCP tools (search, ask) over stdin/stdout, for an AI assistant on this machine."""
     try:
+        # lazy: the optional mcp extra, checked when `ragvps mcp` runs
         import mcp as _  # noqa: F401
     except ImportError:
-        from ragvps.errors import ConfigError
-
         raise ConfigError("the MCP tools need the mcp extra: pip install 'ragvps[mcp]'") from None
-    from ragvps.serve.mcp import run_stdio
+    from ragvps.serve.mcp import run_stdio  # lazy: the server (fastapi, uvicorn) loads only for `serve` and `mcp`
 
     logging.basicConfig(stream=sys.stderr)  # stdout carries the protocol
     exit_on_sigterm()

@@ -37,7 +37,10 @@ def source_add(
     kb: KbOption = None,
 ) -> None:
     """Connect a source to the knowledge base; `ragvps sync` reads it."""
-    from ragvps.app.sources import SourceSpec, add_source
+    from ragvps.app.sources import (  # lazy: the use case loads when the command runs (--help start-up)
+        SourceSpec,
+        add_source,
+    )
 
     options = {"branch": branch, "include": include, "exclude": exclude, "link": link, "max_pages": max_pages,
                "max_depth": max_depth, "prefix": prefix, "endpoint": endpoint, "region": region,
@@ -51,7 +54,7 @@ def source_add(
 def source_list(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
                 kb: KbOption = None) -> None:
     """The knowledge base's sources: items, last sync, its outcome."""
-    from ragvps.app.sources import list_sources
+    from ragvps.app.sources import list_sources  # lazy: the use case loads when the command runs (--help start-up)
 
     with open_app(ctx, kb=kb) as app:
         rows = list_sources(app)
@@ -69,7 +72,7 @@ def source_list(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--jso
 def source_remove(ctx: typer.Context, name: Annotated[str, typer.Argument(help="The source's name.")],
                   kb: KbOption = None) -> None:
     """Disconnect a source: its documents are deleted from the knowledge base."""
-    from ragvps.app.sources import remove_source
+    from ragvps.app.sources import remove_source  # lazy: the use case loads when the command runs (--help start-up)
 
     with open_app(ctx, kb=kb) as app:
         removed = remove_source(app, name)
@@ -85,7 +88,10 @@ def sync(
 ) -> None:
     """Bring the knowledge base in line with its sources; only what changed is read. Each sync is a job (GET
     /jobs/ID shows it); one a worker runs already is waited for. Exit 1 if one failed or was cancelled."""
-    from ragvps.app.sources import sync_every_kb, sync_sources
+    from ragvps.app.sources import (  # lazy: the use case loads when the command runs (--help start-up)
+        sync_every_kb,
+        sync_sources,
+    )
 
     if every and (kb or names):
         raise UsageError("give --all, or --kb and source names, not both")

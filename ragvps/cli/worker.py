@@ -62,7 +62,7 @@ def worker(
 
 def _jobs(ctx: typer.Context, kb: str | None, lease: int | None, name: str | None, exit_when_empty: bool,
           linger: float, stop: threading.Event, as_json: bool) -> None:
-    from ragvps.app.documents import run_jobs
+    from ragvps.app.documents import run_jobs  # lazy: the use case loads when the command runs (--help start-up)
 
     with open_app(ctx, kb=kb, worker_lease=lease, pooled=True) as app:
         report = run_jobs(app, name, stop, exit_when_empty=exit_when_empty, linger=linger)

@@ -10,7 +10,6 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +20,7 @@ from ragvps.db.bundle_file import FORMAT, VERSION, BundleWriter
 from ragvps.db.catalog import KnowledgeBase
 from ragvps.db.sql import queries, scalar
 from ragvps.db.store import EmbeddingSet, as_param, end_implicit_transaction
+from ragvps.version import package_version
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +50,6 @@ class ExportReport:
     manifest: dict[str, object]
 
 
-def ragvps_version() -> str:
-    try:
-        return version("ragvps")
-    except PackageNotFoundError:
-        return "unknown"
-
-
 def export_kb(conn: psycopg.Connection, kb: KnowledgeBase, path: Path, *, with_cache: bool = False,
               extra: dict[str, object] | None = None, progress: Progress | None = None) -> ExportReport:
     """Write the knowledge base the connection is bound to into `path` (a tar: docs/bundle.md), from one snapshot.
@@ -77,7 +70,7 @@ def export_kb(conn: psycopg.Connection, kb: KnowledgeBase, path: Path, *, with_c
             postgres = scalar(conn, bundle_sql("server_version"))
         manifest: dict[str, object] = {
             "format": FORMAT, "version": VERSION, "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "ragvps": ragvps_version(), "postgres": postgres,
+            "ragvps": package_version(), "postgres": postgres,
             "kb": {"name": kb.name, "settings": kb.settings},
             "counts": {"documents": documents, "chunks": chunks},
             "tables": tables, "vector_sets": sets, **(extra or {}),

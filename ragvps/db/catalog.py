@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import psycopg
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from ragvps.config import ALIASES
@@ -237,8 +238,6 @@ class KbGauges:
 def gauges(conn: psycopg.Connection) -> tuple[list[KbGauges], int]:
     """Every knowledge base's KbGauges, and the server's shared_buffers in bytes (0 with no knowledge base):
     two round trips whatever their number."""
-    from psycopg import sql
-
     rows = conn.execute(_q("kb_gauges")).fetchall()
     branches = [sql.SQL(_q("queue_depth")).format(name=sql.Literal(r[0]), queue=sql.Identifier(r[1], "embed_queue"),
                                                    jobs=sql.Identifier(r[1], "ingest_jobs"),

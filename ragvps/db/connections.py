@@ -6,20 +6,23 @@ connection, not on every one.
 
 from __future__ import annotations
 
+import select
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
+
+import psycopg
+from pgvector.psycopg import register_vector
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ragvps.config import Settings
+from ragvps.db.database import JIT_OFF, connect
+from ragvps.db.embedded import database_url
 from ragvps.db.priority import follow_client
 from ragvps.errors import DatabaseError, redact
-
-if TYPE_CHECKING:
-    import psycopg
-
 
 PROBE_CONNECT_S = 3  # a health probe's connect timeout
 SPARE_WAIT_S = 0.002  # a spare connection (a search's second leg) is taken only if the pool has one at once
@@ -69,10 +72,6 @@ class SingleConnection:
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
-        import psycopg
-
-        from ragvps.db.database import connect
-
         with self._lock:
             if self._conn is None or self._conn.closed:
                 self._conn = connect(self.settings)
@@ -106,11 +105,6 @@ class PooledConnections:
     """A psycopg_pool pool for a long-running server: `pool_size` connections, checked on checkout."""
 
     def __init__(self, settings: Settings):
-        from psycopg_pool import ConnectionPool
-
-        from ragvps.db.database import connect
-        from ragvps.db.embedded import database_url
-
         self.settings = settings
         self.migrated: set[str] = set()
         self._lock, self._probe_lock = threading.Lock(), threading.Lock()
@@ -131,8 +125,6 @@ class PooledConnections:
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
-        from psycopg_pool import PoolTimeout
-
         waiting = True
         self._count(waiting=1)
         try:
@@ -167,8 +159,6 @@ class PooledConnections:
     def spare(self) -> Iterator[psycopg.Connection | None]:
         """A pool connection only while the pool is mostly idle (no request waits, at most half of it busy) and one
         can be had at once: under load a second connection a request would make the next request wait for one."""
-        from psycopg_pool import PoolTimeout
-
         with self._lock:
             free = not self._waiting and self._busy <= max(self.settings.database.pool_size // 2, 1)  # its own too
         conn = None
@@ -193,8 +183,6 @@ class PooledConnections:
     def probe(self) -> Iterator[psycopg.Connection]:
         """The health check's own connection, beside the pool (so a pool held by slow requests does not hold up
         /health), with short timeouts; opened again when it was lost (a restarted server)."""
-        import psycopg
-
         with self._probe_lock:
             if self._probe is not None:
                 try:  # one cheap round trip: a connection from before a restart is replaced now, not reported
@@ -230,11 +218,6 @@ def _check(conn: psycopg.Connection) -> None:
     has nothing to read, so one whose socket is readable (PostgreSQL ended the session: a restart, a terminated
     backend, its FATAL message or the socket's end) or that is no longer OK gets psycopg_pool's check, which raises
     for a dead one and the pool replaces it. The round trip every checkout cost was one of a served search's few."""
-    import select
-
-    import psycopg
-    from psycopg_pool import ConnectionPool
-
     readable = True
     if not conn.closed and conn.pgconn.status == psycopg.pq.ConnStatus.OK:
         try:
@@ -246,10 +229,6 @@ def _check(conn: psycopg.Connection) -> None:
 
 
 def _configure(conn: psycopg.Connection) -> None:
-    from pgvector.psycopg import register_vector
-
-    from ragvps.db.database import JIT_OFF
-
     follow_client(conn)
     register_vector(conn)
     conn.execute(f"SELECT {JIT_OFF}")

@@ -9,8 +9,11 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+from pgvector.psycopg import register_vector
 
 from ragvps.config import Settings
+from ragvps.db import catalog
+from ragvps.db.embedded import database_url
 from ragvps.db.priority import follow_client
 from ragvps.errors import ActiveSetChangedError, ConfigError, DatabaseError, redact
 
@@ -121,8 +124,6 @@ def check_language(conn: psycopg.Connection, language: str) -> None:
 
 def connect(settings: Settings, *, migrate_schema: bool = True, **kwargs: Any) -> psycopg.Connection:
     """A connection with pgvector's types registered and the schema migrated."""
-    from ragvps.db.embedded import database_url
-
     url = database_url(settings)
     try:
         conn = psycopg.connect(url, connect_timeout=10, **kwargs)
@@ -135,12 +136,10 @@ def connect(settings: Settings, *, migrate_schema: bool = True, **kwargs: Any) -
     try:
         follow_client(conn)
         if migrate_schema:  # the catalog, then the knowledge base the settings name, bound
-            from ragvps.db import catalog
 
             catalog.migrate_catalog(conn)
             catalog.open_kb(conn, settings.database.kb)
         prepare_session(conn, settings.search.language if migrate_schema else None)
-        from pgvector.psycopg import register_vector
 
         register_vector(conn)
     except psycopg.Error as exc:
@@ -156,8 +155,6 @@ def connect(settings: Settings, *, migrate_schema: bool = True, **kwargs: Any) -
 def migrate(conn: psycopg.Connection) -> list[str]:
     """The catalog (and the upgrade of a database made before knowledge bases), then the knowledge base
     `default`, created when missing; the connection is left bound to it."""
-    from ragvps.db import catalog
-
     catalog.migrate_catalog(conn)
     kb = catalog.get(conn, catalog.DEFAULT_KB) or catalog.register(conn, catalog.DEFAULT_KB, {})
     return catalog.migrate_kb(conn, kb)

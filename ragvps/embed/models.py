@@ -77,3 +77,6 @@ def spec_from_server(info: ModelInfo) -> ModelSpec:
                      chunk_overlap=min(50, size // 8), known=False)
 
 
+def dimension_message(model: str, got: int, expected: int) -> str:
+    return (f"model {model} returns {got} dimensions, the index holds {expected}; "
+            "check the model name (setting embed_model), or run `ragvps reindex` after configuring the new model")

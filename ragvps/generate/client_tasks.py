@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from ragvps.generate.client_context import split, without_file_list
+
 TaskKind = Literal["title", "tags", "follow_ups", "queries", "autocomplete", "image_prompt", "emoji"]
 Turn = tuple[str, str]
 
@@ -91,7 +93,6 @@ def history_turns(text: str) -> list[Turn]:
             turns.append((role, m.group(2)))
         elif turns:
             turns[-1] = (turns[-1][0], turns[-1][1] + "\n" + line)
-    from ragvps.generate.client_context import split, without_file_list
 
     out = []
     for role, body in turns:

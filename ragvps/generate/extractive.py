@@ -19,14 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ragvps.embed import embed_documents, embed_queries
 from ragvps.generate.llm.base import Generation
+from ragvps.generate.llm.tools import Unsupported, needs_llm, passed
 from ragvps.generate.prompt import REFUSAL
 from ragvps.generate.records import Quote, Usage
+from ragvps.text import introduced, quotable
 
 if TYPE_CHECKING:
     from ragvps.embed import Embedder
     from ragvps.generate.budget import Fit
-    from ragvps.generate.llm.tools import Unsupported
     from ragvps.generate.prompt import Source
 
 LABEL = "Extractive answer (sentences quoted from the sources; no language model was used):"
@@ -83,8 +85,7 @@ class Extractive:
     def unsupported(self, tools: str) -> Unsupported | None:
         """A request that requires a tool call or JSON, which only a language model gives; offered tools are a
         hint, ignored."""
-        from ragvps.generate.llm.tools import Unsupported, needs_llm, passed
-
+        # lazy: a backend loads only when the settings choose it
         field = needs_llm(passed(tools))
         if field is None:
             return None
@@ -122,8 +123,6 @@ class Extractive:
 
     def signals(self, question: str, found: list[Candidate]) -> tuple[np.ndarray, np.ndarray]:
         """Each candidate's query-sentence cosine (the local model) and share of the question's words."""
-        from ragvps.embed import embed_documents, embed_queries
-
         embedder = self.embedder()
         q = embed_queries(embedder, [question])[0]
         cosines = embed_documents(embedder, [c.text for c in found]) @ q
@@ -191,8 +190,6 @@ def overlap_share(words: set[str], text: str) -> float:
 
 def candidates(sources: tuple[Source, ...] | list[Source], commands: bool = False) -> list[Candidate]:
     """Every sentence worth quoting (and, when asked for, every shell command), in source order, once."""
-    from ragvps.text import quotable
-
     seen: set[str] = set()
     found: list[Candidate] = []
     for source in sources:
@@ -237,8 +234,6 @@ def choose(found: list[Candidate], scores: np.ndarray, cap: int,
 
 def completed(c: Candidate) -> Candidate:
     """A sentence ending in a colon with what it introduces (the command, list or table right after it), whole."""
-    from ragvps.text import introduced
-
     if c.command or not c.text.endswith(":"):
         return c
     span = introduced(c.source.text, c.b)

@@ -9,6 +9,7 @@ cache key.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -85,8 +86,6 @@ class Prompt:
         """Every message to send: the system block, the earlier turns, the sources and the question (or the
         client's own messages, as they came)."""
         if self.sent:
-            import json
-
             return list(json.loads(self.sent))
         turns = self.raw or (("system", self.system), *((m["role"], m["content"]) for m in self.messages()))
         return [{"role": role, "content": text} for role, text in turns]

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ragvps import backends
 from ragvps.config import Settings
+from ragvps.generate.llm.base import LLM
 
 if TYPE_CHECKING:
     from ragvps.embed import Embedder
@@ -35,28 +36,26 @@ Factory = Callable[[Settings, Callable[[], "Embedder"]], Generator]
 
 
 def extractive(settings: Settings, embedder: Callable[[], Embedder]) -> Generator:
-    from ragvps.generate.extractive import Extractive
+    from ragvps.generate.extractive import Extractive  # lazy: a backend loads only when the settings choose it
 
     return Extractive(embedder, settings.embed.model_name)
 
 
 def openai(settings: Settings, embedder: Callable[[], Embedder]) -> Generator:
-    from ragvps.generate.llm.base import LLM
-    from ragvps.generate.llm.openai import OpenAIChat
+    from ragvps.generate.llm.openai import OpenAIChat  # lazy: a backend loads only when the settings choose it
 
     return LLM(OpenAIChat(), settings.generate)
 
 
 def anthropic(settings: Settings, embedder: Callable[[], Embedder]) -> Generator:
+    # lazy: a backend loads only when the settings choose it
     from ragvps.generate.llm.anthropic import AnthropicMessages
-    from ragvps.generate.llm.base import LLM
 
     return LLM(AnthropicMessages(), settings.generate)
 
 
 def ollama(settings: Settings, embedder: Callable[[], Embedder]) -> Generator:
-    from ragvps.generate.llm.base import LLM
-    from ragvps.generate.llm.ollama import OllamaChat
+    from ragvps.generate.llm.ollama import OllamaChat  # lazy: a backend loads only when the settings choose it
 
     return LLM(OllamaChat(settings.embed.keep_alive), settings.generate)
 

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from itertools import chain
 from typing import Any
 
+from markdown_it import MarkdownIt
+
 from ragvps.ingest.sources import inline_text
 from ragvps.records import Document
 from ragvps.text import strip_span
@@ -68,8 +70,6 @@ def _markdown_starts(text: str, paths: _Paths) -> list[tuple[int, str, int]]:
     PARSE_CHARS is parsed one window of lines at a time; a window ends before its last block, which the next
     window parses again whole (a single block longer than a window is cut at the window's end).
     """
-    from markdown_it import MarkdownIt
-
     block_parser = MarkdownIt("commonmark").enable("table").disable("inline")
     inline = MarkdownIt("commonmark")
     env: dict[str, Any] = {}

@@ -20,13 +20,14 @@ from pathlib import Path
 import psycopg
 
 from ragvps.config import Settings
-from ragvps.db import jobs
+from ragvps.db import jobs, sync_jobs
 from ragvps.embed.hosts import Lanes
 from ragvps.errors import DatabaseError, RagvpsError, UnavailableError
 from ragvps.ingest import parts, uploads
 from ragvps.ingest.cancel import Cancelled, stops_at
 from ragvps.ingest.periodic import Periodic
 from ragvps.ingest.pipeline import FileOutcome, ingest_files
+from ragvps.ingest.sync_job import SyncJob
 from ragvps.records import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -90,12 +91,10 @@ def _run(connect: Connect, conn: psycopg.Connection, settings: Settings, spec: M
          job: str, token: str, stop: threading.Event, report: JobsReport,
          settled: Callable[[psycopg.Connection], object] | None) -> int:
     """Run one claimed job, an upload's or a sync's; 1 if it ended here."""
-    from ragvps.db import sync_jobs
 
     source = sync_jobs.source_of(conn, job)
     if source is None:
         return Job(connect, conn, settings, spec, lanes, job, token).run(stop, report)
-    from ragvps.ingest.sync_job import SyncJob
 
     def warn(message: str) -> None:
         log.info("job %s: %s", job, message)

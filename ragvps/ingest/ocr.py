@@ -99,7 +99,7 @@ def read_image(path: Path, rel: str, options: OcrOptions) -> Document:
 
 def _check_size(path: Path, rel: str) -> None:
     try:
-        from PIL import Image
+        from PIL import Image  # lazy: Pillow comes with the ocr extra
     except ImportError:  # Tesseract checks the image itself; Pillow only adds the early size check
         return
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import hashlib
+import importlib
 import json
 import logging
 import os
@@ -13,9 +14,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from markdown_it import MarkdownIt
+
 from ragvps.errors import UsageError
 from ragvps.ingest.bounds import Meter, OutputBound, SkipFile
 from ragvps.ingest.formats import READERS, Reader
+from ragvps.ingest.htmltext import extract
 from ragvps.ingest.ocr import IMAGE_KINDS, OcrFailed, OcrOptions, pdf_page_text, read_image
 from ragvps.records import Document
 
@@ -245,8 +249,6 @@ def _load(source: SourceFile, warn: Callable[[str], None], skipped: Counter[str]
     text = read_text(source, warn)
     stem = Path(source.rel).stem
     if source.kind == "html":
-        from ragvps.ingest.htmltext import extract
-
         page = extract(text)
         if not page.text.strip():
             raise SkipFile("no text", f"{source.rel}: no text once markup, scripts and styles are removed, skipped")
@@ -261,8 +263,6 @@ def _load(source: SourceFile, warn: Callable[[str], None], skipped: Counter[str]
 def _read_format(source: SourceFile, reader: Reader, warn: Callable[[str], None]) -> list[Document]:
     """A file of a format in ragvps.ingest.formats, read by its module. Any failure of the format's library
     on a damaged file is this file's failure: it is skipped with one warning, and the ingest goes on."""
-    import importlib
-
     extra = reader.extra
     try:
         if reader.library:
@@ -286,8 +286,6 @@ def _read_format(source: SourceFile, reader: Reader, warn: Callable[[str], None]
 
 def markdown_title(text: str) -> str | None:
     """The first level-1 heading (ATX or setext) of a Markdown text, as CommonMark parses it."""
-    from markdown_it import MarkdownIt
-
     head = text[:20000]  # the title is near the top; a huge file is not parsed twice
     tokens = MarkdownIt("commonmark").parse(head)
     for i, tok in enumerate(tokens):
@@ -306,6 +304,7 @@ def inline_text(token: object) -> str:
 def load_pdf(source: SourceFile, ocr: OcrOptions | None = None, warn: Callable[[str], None] | None = None) -> Document:
     """A PDF's text layer, page by page (a page without one read by OCR); `metadata["pages"]` maps character
     offsets to page numbers."""
+    # lazy: pypdf (64 ms) only for PDFs
     import pypdf
     from pypdf.errors import PdfReadError
 

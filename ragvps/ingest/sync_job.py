@@ -9,13 +9,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
 import psycopg
 
 from ragvps.config import Settings
-from ragvps.db import sources, sync_jobs
+from ragvps.db import jobs, sources, sync_jobs
 from ragvps.embed.hosts import Lanes
 from ragvps.errors import RagvpsError
 from ragvps.ingest.cancel import Cancelled, stops_at
@@ -45,7 +46,6 @@ class SyncJob:
     def run(self, stop: threading.Event, progress: Progress, warn: Warn,
             settled: Settled | None = None) -> SyncReport | None:
         """The sync's report, the job ended with it; None when the job was given back or taken over."""
-        from ragvps.db import jobs
 
         row = next((r for r in sources.listed(self.conn) if r.name == self.source), None)
         if row is None:  # removed since: its jobs went with it (cascade)
@@ -86,7 +86,6 @@ def jsonable(report: SyncReport) -> dict[str, object]:
 
 def report_of(data: dict[str, object]) -> SyncReport:
     """A report as the job kept it (JSON) as a SyncReport again."""
-    from collections import Counter
 
     names = {f.name for f in dataclasses.fields(SyncReport)}
     report = SyncReport(**{k: v for k, v in data.items() if k in names})  # type: ignore[arg-type]

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import watchfiles
+
 from ragvps.errors import UsageError
 
 if TYPE_CHECKING:
@@ -26,8 +28,6 @@ def watch(root: Path, ingest: Callable[[], IngestReport], on_report: Callable[[I
     """Ingest `root` once, then again after each batch of changes under it, until `stop` is set (or Ctrl-C).
     Hidden files and folders (the data directory among them) are ignored, as ingest ignores them. Returns
     the number of ingests after the first."""
-    import watchfiles
-
     root = root.resolve()
     if not root.is_dir():
         raise UsageError(f"{root} is not a folder: `ragvps watch` keeps a folder in sync (give its path)")

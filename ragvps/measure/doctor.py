@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ragvps.config import Settings
+from ragvps.db import store
 from ragvps.embed import embed_documents
+from ragvps.embed.models import dimension_message
 from ragvps.embed.registry import make_embedder, resolve_spec
 from ragvps.errors import RagvpsError
 from ragvps.records import ModelSpec
@@ -76,8 +78,6 @@ def diagnose(settings: Settings, active: Callable[[], EmbeddingSet | None]) -> D
 
 
 def _check_server(embedder: OllamaEmbedder, spec: ModelSpec, d: Diagnosis) -> None:
-    from ragvps.embed.ollama import dimension_message
-
     info = embedder.show()
     d.server_dims, d.server_context = info.dims, info.context_length
     d.lines.append(f"Ollama at {embedder.url}: {spec.name} ({info.architecture or 'unknown architecture'}), "
@@ -95,9 +95,6 @@ def _check_server(embedder: OllamaEmbedder, spec: ModelSpec, d: Diagnosis) -> No
 
 def _check_index(settings: Settings, spec: ModelSpec | None, d: Diagnosis,
                  active: Callable[[], EmbeddingSet | None]) -> None:
-    from ragvps.db import store
-    from ragvps.errors import RagvpsError
-
     try:
         current = active()
     except RagvpsError as exc:

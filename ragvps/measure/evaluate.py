@@ -9,8 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ragvps.db.sql import queries as sql_queries
 from ragvps.errors import UsageError
 from ragvps.measure.metrics import dedupe, first_hit, mrr_at, ndcg_at, recall_at
+from ragvps.retrieve.reranking import rerank
+from ragvps.retrieve.search import search
 
 if TYPE_CHECKING:
     import numpy as np
@@ -203,10 +206,8 @@ def missing_documents(questions: Sequence[Question], known: set[str]) -> list[st
 # The thin I/O edge: run every question through ragvps.search.search(), exactly as `ragvps query` does.
 
 def known_documents(conn: psycopg.Connection, questions: Sequence[Question]) -> set[str]:
-    from ragvps.db.sql import queries
-
     keys = sorted({d for q in questions for d in q.relevant})
-    rows = conn.execute(queries("inspect.sql")["known_documents"], {"keys": keys}).fetchall()
+    rows = conn.execute(sql_queries("inspect.sql")["known_documents"], {"keys": keys}).fetchall()
     return {value for row in rows for value in row}
 
 
@@ -215,9 +216,6 @@ def retrieve(
     settings: Settings, modes: Sequence[str], depth: int, progress: Callable[[str, int, int], None],
 ) -> dict[str, list[list[str]]]:
     """Each question's ranked documents per mode, from the top `depth` chunks that search() returns."""
-    from ragvps.retrieve.reranking import rerank
-    from ragvps.retrieve.search import search
-
     ranked: dict[str, list[list[str]]] = {mode: [] for mode in modes}
     for mode in modes:
         for i, q in enumerate(questions):

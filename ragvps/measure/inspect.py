@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import random
 import shutil
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -10,13 +11,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
+import psutil
 import psycopg
 from psycopg import sql
 
 from ragvps.config import Settings
+from ragvps.db import queue
 from ragvps.db.sql import compose, queries
 from ragvps.db.store import EmbeddingSet, as_param
 from ragvps.generate import cache as answer_cache
+from ragvps.measure import sizing
 from ragvps.measure.vectors import raw_vector_bytes
 
 log = logging.getLogger(__name__)
@@ -117,8 +121,6 @@ def check_index(conn: psycopg.Connection, eset: EmbeddingSet, vectors: np.ndarra
 
 def sample_questions(questions: Sequence[T], n: int) -> list[T]:
     """Up to n of the questions, the same ones on every run."""
-    import random
-
     return random.Random(0).sample(list(questions), min(n, len(questions)))
 
 
@@ -142,8 +144,6 @@ def meminfo(path: Path = Path("/proc/meminfo")) -> tuple[int | None, int | None,
     except (OSError, ValueError, IndexError):
         pass
     try:
-        import psutil
-
         vm = psutil.virtual_memory()
         return int(vm.total), int(vm.available), "psutil"
     except Exception:  # psutil missing or unsupported here: the figures stay unknown
@@ -210,9 +210,6 @@ def stats(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings) -> S
                      "memory_bytes": embedder.memory_bytes, "note": embedder.memory_note},
         "answer_cache": answer_cache.stats(conn),
     }
-    from dataclasses import asdict
-
-    from ragvps.db import queue
 
     result["queue"] = asdict(queue.counts(conn, eset, settings.embed.worker_lease))
     result["ram"] = ram_verdict(eset, chunks, index["bytes"] if index else None, total)
@@ -222,8 +219,6 @@ def stats(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings) -> S
 
 def ram_verdict(eset: EmbeddingSet, chunks: int, index_bytes: int | None, ram: int | None) -> dict[str, Any]:
     """The index beside the machine's RAM, and what the other vector types would take (from the scale curve)."""
-    from ragvps.measure import sizing
-
     if index_bytes is None or ram is None:
         return {"fits": None, "verdict": "no HNSW index: every search is exact" if index_bytes is None
                 else "RAM unknown", "others": {}}

@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ragvps import tokens
+from ragvps.ingest.chunk import chunk_document
 from ragvps.measure.costs import Budget
 from ragvps.measure.plan_text import human_bytes, millions, strip, summary
 from ragvps.measure.vectors import (
@@ -101,9 +103,6 @@ def measure(
     docs: Sequence[Document], config: ChunkerConfig, count: Callable[[str], int] | None = None
 ) -> Measurement:
     """Count each document's tokens and chunk it for real; boundaries make this differ from the stream."""
-    from ragvps import tokens  # the tokenizer and chunker load only when something is measured
-    from ragvps.ingest.chunk import chunk_document
-
     count = count or tokens.count
     WindowPlan(0, config.size, config.overlap)  # the same errors as the arithmetic modes
     measured = []

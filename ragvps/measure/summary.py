@@ -13,6 +13,8 @@ from ragvps.config import Settings
 from ragvps.ingest import sources
 from ragvps.ingest.chunk import ChunkerConfig
 from ragvps.ingest.pipeline import IngestReport, IngestRun, chunk_stage, chunker_config, load_file, nothing_readable
+from ragvps.measure.planner import measure
+from ragvps.measure.windows import check_input_limit
 from ragvps.records import ModelSpec, input_room
 
 Progress = Callable[[str, int, int], None]
@@ -79,9 +81,6 @@ def plan_measure(settings: Settings, spec: ModelSpec, path: Path, dims: int | No
                  warn: Warn) -> PlanMeasurement:
     """Every readable document of `path` through the real tokenizer and chunker; unreadable files are
     skipped with a warning, exactly as ingest skips them."""
-    from ragvps.measure.planner import measure
-    from ragvps.measure.windows import check_input_limit
-
     config = chunker_config(settings, spec)
     check_input_limit(config.size, spec.input_room, spec.name)
     scan = _scan(path, warn)

@@ -12,6 +12,8 @@ import time
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
+import httpx
+
 from ragvps.config import RerankSettings
 from ragvps.errors import ConfigError, RerankerError
 
@@ -30,8 +32,6 @@ class ApiReranker:
 
     def scores(self, query: str, texts: Sequence[str]) -> list[float]:
         """One relevance score per text, in the order given."""
-        import httpx
-
         body: dict[str, object] = ({"query": query, "texts": list(texts)} if self.tei else
                                 {"model": self.settings.model, "query": query, "documents": list(texts),
                                  "top_n": len(texts)})

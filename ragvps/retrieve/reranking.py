@@ -56,6 +56,7 @@ def none(settings: RerankSettings) -> Reranker:
 
 
 def api(settings: RerankSettings) -> Reranker:
+    # lazy: the api reranker (httpx) loads only when the settings choose it
     from ragvps.retrieve.rerank_api import ApiReranker
 
     return ByScores(ApiReranker(settings), settings.candidates)

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from fastapi.responses import JSONResponse
 from starlette.requests import Request  # at run time: FastAPI reads the routes' annotations
 
 from ragvps.app import jsonable
+from ragvps.app.sources import SourceSpec, add_source, list_sources, queue_sync, remove_source
 from ragvps.config import Settings
 from ragvps.errors import UsageError
+from ragvps.serve.failures import guarded
 from ragvps.serve.principal import principal_of
 from ragvps.serve.threads import in_thread
 
@@ -33,7 +36,6 @@ REMOTE = ("http://", "https://", "ssh://", "git://", "git@")
 
 def spec_of(body: object) -> SourceSpec:
     """The JSON body `{"kind", "name", "location", "options": {...}}` as a SourceSpec, or a UsageError."""
-    from ragvps.app.sources import SourceSpec
 
     if not isinstance(body, dict):
         raise UsageError('the body must be a JSON object: {"kind": "git|web|s3", "name": ..., "location": ...}')
@@ -60,13 +62,11 @@ class Sources:
         return await in_thread(lambda: self.ready.kb(name, principal, role), self.timeout)
 
     async def listing(self, request: Request, name: str) -> object:
-        from ragvps.app.sources import list_sources
 
         app = await self.app_for(request, name, "read")
         return jsonable(await in_thread(lambda: list_sources(app), self.timeout))
 
     async def add(self, request: Request, name: str) -> object:
-        from ragvps.app.sources import add_source
 
         try:
             body = await request.json()
@@ -77,15 +77,12 @@ class Sources:
         return jsonable(await in_thread(lambda: add_source(app, spec), self.timeout))
 
     async def remove(self, request: Request, name: str, source: str) -> object:
-        from ragvps.app.sources import remove_source
 
         app = await self.app_for(request, name, "admin")
         return jsonable(await in_thread(lambda: remove_source(app, source), self.timeout))
 
     async def sync(self, request: Request, name: str, source: str) -> JSONResponse:
-        from fastapi.responses import JSONResponse
 
-        from ragvps.app.sources import queue_sync
 
         app = await self.app_for(request, name, "admin")
         queued = await in_thread(lambda: queue_sync(app, source), self.timeout)
@@ -99,7 +96,6 @@ class Sources:
 def add_source_routes(api: FastAPI, ready: Ready, settings: Settings, runner: JobRunner,
                       errors: dict[int | str, dict[str, object]]) -> None:
     """The routes above; `errors` are the error answers they document."""
-    from ragvps.serve.failures import guarded
 
     do = Sources(ready, settings, runner)
     tags: list[str | Enum] = ["sources"]

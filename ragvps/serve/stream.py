@@ -32,7 +32,7 @@ def sse(event: str, data: object) -> bytes:
 
 
 def done_payload(answer: Answer) -> dict[str, object]:
-    """The answer without its sources (sent first) and text (sent as tokens)."""
+    """The answer without its sources (sent first); its text comes again whole in `answer`, after the tokens."""
     return {k: v for k, v in json_object(answer).items() if k != "sources"}
 
 

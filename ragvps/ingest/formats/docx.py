@@ -13,6 +13,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from docx.enum.style import WD_STYLE_TYPE
+from docx.opc.exceptions import PackageNotFoundError
+from docx.opc.package import OpcPackage
+from docx.table import Table
+from docx.text.paragraph import Paragraph
+
 from ragvps.ingest.formats import md
 from ragvps.ingest.formats.zipguard import has_macros, open_zip
 from ragvps.ingest.sources import SkipFile, SourceFile
@@ -22,11 +28,6 @@ _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 
 
 def read(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
-    from docx.opc.exceptions import PackageNotFoundError
-    from docx.opc.package import OpcPackage
-    from docx.table import Table
-    from docx.text.paragraph import Paragraph
-
     with open_zip(source, "a Word document") as archive:
         if has_macros(archive):
             warn(f"{source.rel}: has macros; read as data only (ragvps never runs them)")
@@ -65,8 +66,6 @@ def _is_title(p: Any) -> bool:
 
 def _heading_levels(document: Any) -> dict[str, int]:
     """Paragraph style id -> heading level, from the style's name or outline level (inherited)."""
-    from docx.enum.style import WD_STYLE_TYPE
-
     levels: dict[str, int] = {}
     for style in document.styles:
         if style.type != WD_STYLE_TYPE.PARAGRAPH:

@@ -10,8 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from defusedxml import DefusedXmlException
+from defusedxml.ElementTree import ParseError, fromstring
+
 from ragvps.ingest.bounds import Meter
 from ragvps.ingest.formats.zipguard import open_zip
+from ragvps.ingest.htmltext import extract
 from ragvps.ingest.sources import SkipFile, SourceFile
 from ragvps.records import Document
 
@@ -25,9 +29,6 @@ _HTML = ("application/xhtml+xml", "text/html")
 
 
 def read(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
-    from defusedxml import DefusedXmlException
-    from defusedxml.ElementTree import ParseError
-
     with open_zip(source, "an EPUB book", doctypes=True) as archive:
         try:
             title, chapters = _chapters(archive, Meter.of(source, archive))
@@ -56,10 +57,6 @@ def read(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
 
 
 def _chapters(archive: zipfile.ZipFile, meter: Meter) -> tuple[str, list[tuple[str, Page]]]:
-    from defusedxml.ElementTree import fromstring
-
-    from ragvps.ingest.htmltext import extract
-
     container = fromstring(archive.read("META-INF/container.xml"), forbid_dtd=False)
     rootfile = container.find(f".//{_CONTAINER}rootfile")
     opf_path = rootfile.get("full-path") if rootfile is not None else None
@@ -90,8 +87,6 @@ def _chapters(archive: zipfile.ZipFile, meter: Meter) -> tuple[str, list[tuple[s
 
 def _toc_labels(archive: zipfile.ZipFile, opf: Any, items: dict[str | None, Any], base: str) -> dict[str, str]:
     """Spine file -> its first label in the EPUB 2 table of contents (toc.ncx), when there is one."""
-    from defusedxml.ElementTree import fromstring
-
     ncx = next((i for i in items.values() if i.get("media-type") == "application/x-dtbncx+xml"), None)
     if ncx is None:
         return {}

@@ -8,6 +8,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from defusedxml import DefusedXmlException
+from defusedxml.ElementTree import ParseError, fromstring
+
 from ragvps.ingest.bounds import Meter
 from ragvps.ingest.formats import md
 from ragvps.ingest.formats.zipguard import open_zip
@@ -22,9 +25,6 @@ MAX_REPEAT = 1000  # a repeated row or column counted beyond this is a styling r
 
 
 def read(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
-    from defusedxml import DefusedXmlException
-    from defusedxml.ElementTree import ParseError, fromstring
-
     with open_zip(source, "an OpenDocument text") as archive:
         meter = Meter.of(source, archive)
         try:

@@ -8,6 +8,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from pptx import Presentation
+from pptx.exc import PackageNotFoundError
+
 from ragvps.ingest.formats import md
 from ragvps.ingest.formats.zipguard import has_macros, open_zip
 from ragvps.ingest.sources import SkipFile, SourceFile
@@ -17,9 +20,6 @@ _DEFAULT_TITLES = frozenset({"powerpoint presentation", "presentation", "slide 1
 
 
 def read(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
-    from pptx import Presentation
-    from pptx.exc import PackageNotFoundError
-
     with open_zip(source, "a PowerPoint presentation") as archive:
         if has_macros(archive):
             warn(f"{source.rel}: has macros; read as data only (ragvps never runs them)")

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from striprtf.striprtf import rtf_to_text
+
 from ragvps.ingest.formats import md
 from ragvps.ingest.sources import SkipFile, SourceFile
 from ragvps.records import Document
@@ -14,8 +16,6 @@ MAX_BYTES = 64 << 20  # RTF is read whole; embedded pictures make some files lar
 
 
 def read(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
-    from striprtf.striprtf import rtf_to_text
-
     if source.path.stat().st_size > MAX_BYTES:
         raise SkipFile("too large", f"{source.rel}: an RTF file over {MAX_BYTES >> 20} MB; skipped")
     raw = source.path.read_bytes()

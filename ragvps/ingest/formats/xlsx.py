@@ -11,6 +11,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import openpyxl
+
 from ragvps.ingest.bounds import Meter
 from ragvps.ingest.formats import md
 from ragvps.ingest.formats.zipguard import has_macros, open_zip
@@ -19,8 +21,6 @@ from ragvps.records import Document
 
 
 def read(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
-    import openpyxl
-
     with open_zip(source, "an Excel workbook") as archive:
         meter = Meter.of(source, archive)
         if has_macros(archive):

@@ -18,6 +18,7 @@ from ragvps.db import sources, store
 from ragvps.embed.hosts import Lanes
 from ragvps.errors import NotFoundError, RagvpsError
 from ragvps.ingest import links
+from ragvps.ingest.cancel import Cancelled
 from ragvps.ingest.pipeline import IngestReport, ingest
 from ragvps.ingest.remote import Fetch, Fetched, Progress, Warn
 from ragvps.records import ModelSpec
@@ -57,7 +58,6 @@ def sync(conn: psycopg.Connection, settings: Settings, row: sources.SourceRow, s
     A `progress` that raises Cancelled (between items, or between the ingest's batches) ends it `cancelled`:
     the items of the last complete sync are kept, and the next sync ingests the mirror again whatever it reads
     (so it ends where an uninterrupted sync would: nothing stored twice, nothing left of what is gone)."""
-    from ragvps.ingest.cancel import Cancelled
 
     started = time.monotonic()
     report = SyncReport(row.name, row.kind)

@@ -107,7 +107,7 @@ def main_text(url: str, html: bytes, rel: str) -> tuple[str, bytes]:
     """The page's main text as Markdown (trafilatura), or its HTML as it is when trafilatura is not installed
     or finds no main text (ragvps's HTML reader then drops scripts, styles and navigation)."""
     try:
-        import trafilatura
+        import trafilatura  # lazy: trafilatura comes with the web extra
     except ImportError:
         return rel, html
     text = trafilatura.extract(html.decode("utf-8", "replace"), url=url, output_format="markdown",
