@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from ragvps.config import GenerateSettings
     from ragvps.db.connections import PoolStats
     from ragvps.generate.prompt import Source, Turn
-    from ragvps.retrieve.search import Hit, Mode
+    from ragvps.retrieve.modes import Mode
+    from ragvps.retrieve.search import Hit
 
 
 class ToJson(Protocol):
