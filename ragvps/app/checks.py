@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from ragvps.errors import UsageError
 from ragvps.retrieve.modes import MODES, Mode
@@ -43,7 +43,7 @@ def _check(mode: str, k: int | None, filters: Filters | None, max_k: int) -> Non
 def check_mode(mode: str) -> Mode:
     if mode not in MODES:
         raise UsageError(f"mode {mode!r} is not one of: {', '.join(MODES)}", settings=("mode",))
-    return cast(Mode, mode)
+    return mode
 
 
 def check_k(k: int | None, max_k: int) -> int | None:

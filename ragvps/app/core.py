@@ -188,7 +188,8 @@ class App:
     # --- search --------------------------------------------------------------------------------------
 
     def embed_query(self, text: str) -> NDArray[np.float32]:
-        return embed_queries(self.embedder, [text])[0]
+        vector: NDArray[np.float32] = embed_queries(self.embedder, [text])[0]
+        return vector
 
     def embed_queries(self, texts: Sequence[str], progress: Progress = _quiet) -> NDArray[np.float32]:
         """All questions embedded up front, in batches."""

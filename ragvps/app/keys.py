@@ -11,7 +11,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal, cast
+from typing import TYPE_CHECKING, Literal
 
 from ragvps.db import keys
 from ragvps.errors import UsageError
@@ -27,7 +27,7 @@ KEY_PREFIX = "rvk_"
 def check_role(role: str) -> Role:
     if role not in ROLES:
         raise UsageError(f"role {role!r} is not one of: {', '.join(ROLES)}", settings=("role",))
-    return cast(Role, role)
+    return role
 
 
 def key_hash(key: str) -> str:

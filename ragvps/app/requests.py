@@ -15,15 +15,19 @@ from typing import TYPE_CHECKING, Literal, Protocol, cast
 
 from ragvps.errors import UsageError
 from ragvps.generate.budget import window_for
-from ragvps.generate.records import Citation, Json, Quote, ToolCall, Usage, source_from_json, source_json
+from ragvps.generate.prompt import Source as Source  # re-exported: the HTTP schema derives its shapes from these
+from ragvps.generate.prompt import Turn
+from ragvps.generate.records import Citation, Json, ToolCall, source_from_json, source_json
+from ragvps.generate.records import Quote as Quote
+from ragvps.generate.records import Usage as Usage
 from ragvps.records import fields_dict
 from ragvps.retrieve.filters import Filters
 
 if TYPE_CHECKING:
     from ragvps.config import GenerateSettings
     from ragvps.db.connections import PoolStats
-    from ragvps.generate.prompt import Source, Turn
-    from ragvps.retrieve.search import Hit, Mode
+    from ragvps.retrieve.modes import Mode
+    from ragvps.retrieve.search import Hit
 
 
 class ToJson(Protocol):

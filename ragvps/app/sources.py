@@ -28,7 +28,8 @@ from ragvps.db.connections import SingleConnection
 from ragvps.embed.registry import make_lanes
 from ragvps.errors import ConflictError, DatabaseError, NotFoundError, UsageError
 from ragvps.generate import cache as answer_cache
-from ragvps.ingest.remote.sync import SyncReport, forget
+from ragvps.ingest.remote.sync import SyncReport as SyncReport  # re-exported: the CLI reports it
+from ragvps.ingest.remote.sync import forget
 from ragvps.ingest.sync_job import SyncJob, report_of
 from ragvps.ingest.worker import default_name
 
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
     from ragvps.app.core import App
     from ragvps.config import Settings
     from ragvps.db.sources import SourceRow
-    from ragvps.ingest.remote.sync import SyncReport
 
 Progress = Callable[[str, int, int], None]
 Warn = Callable[[str], None]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import numpy as np
 
-    from ragvps.embed.models import ModelSpec
+    from ragvps.records import ModelSpec
 
 
 class Embedder(Protocol):

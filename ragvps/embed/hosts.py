@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ragvps.embed import Embedder
-    from ragvps.embed.models import ModelSpec
     from ragvps.embed.ollama import OllamaEmbedder
+    from ragvps.records import ModelSpec
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,8 @@ from tokenizers import Tokenizer
 from ragvps import tokens
 from ragvps.backends import LOCAL_MODEL
 from ragvps.embed import question_graph
-from ragvps.embed.models import ModelSpec, model_spec
+from ragvps.embed.models import model_spec
+from ragvps.records import ModelSpec
 
 MEMO_TEXTS = 8192  # vectors remembered per process: 12 MB at 384 dimensions
 

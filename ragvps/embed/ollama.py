@@ -10,8 +10,9 @@ from typing import Any
 import httpx
 import numpy as np
 
-from ragvps.embed.models import ModelInfo, ModelSpec, dimension_message
+from ragvps.embed.models import ModelInfo, dimension_message
 from ragvps.errors import DimensionError, EmbedderError, HostDownError, InputTooLongError, MissingModelError
+from ragvps.records import ModelSpec
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,8 @@ class OllamaEmbedder:
                            "`ollama serve`, or point RAGVPS_OLLAMA_URL (setting ollama_url) at it")
             else:
                 if response.status_code == 200:
-                    return response.json()
+                    found: dict[str, Any] = response.json()
+                    return found
                 if response.status_code < 500:
                     raise self._client_error(response)
                 short = f"answered {response.status_code}: {_error(response)}"

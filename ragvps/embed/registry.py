@@ -17,8 +17,9 @@ from ragvps import backends
 from ragvps.config import Settings
 from ragvps.embed import Embedder
 from ragvps.embed.hosts import HostPool, OneLane, ThreadLanes
-from ragvps.embed.models import ModelSpec, model_spec, spec_for
+from ragvps.embed.models import model_spec, spec_for
 from ragvps.errors import EmbedderError, HostDownError
+from ragvps.records import ModelSpec
 
 if TYPE_CHECKING:
     from ragvps.embed.hosts import Lanes, Progress, Warn

@@ -21,10 +21,11 @@ from ragvps.config import Settings
 from ragvps.db import store
 from ragvps.embed.hosts import Lanes
 from ragvps.ingest.artifacts import VectorCache
+from ragvps.ingest.bounds import SkipFile
 from ragvps.ingest.chunk import ChunkerConfig, chunk_documents
 from ragvps.ingest.embedding import EmbedOutcome, embed_stage
 from ragvps.ingest.formats import delimited
-from ragvps.ingest.sources import SkipFile, SourceFile
+from ragvps.ingest.sources import SourceFile
 from ragvps.records import Document, ModelSpec
 
 Progress = Callable[[str, int, int], None]

@@ -17,7 +17,7 @@ from ragvps.embed.hosts import Lanes
 from ragvps.errors import NotFoundError
 from ragvps.ingest import links, parts, sources
 from ragvps.ingest.artifacts import ChunkArtifacts, ChunkFile, VectorCache
-from ragvps.ingest.bounds import OutputBound
+from ragvps.ingest.bounds import OutputBound, SkipFile
 from ragvps.ingest.chunk import ChunkerConfig, chunk_documents
 from ragvps.ingest.embedding import EmbedOutcome, embed_stage
 from ragvps.ingest.ocr import OcrOptions
@@ -91,7 +91,7 @@ def load_file(source: sources.SourceFile, warn: Warn, report: IngestReport,
     except OSError as exc:
         warn(f"{source.rel}: {exc.strerror or exc}, skipped")
         report.skipped["unreadable"] += 1
-    except sources.SkipFile as exc:
+    except SkipFile as exc:
         warn(str(exc))
         report.skipped[exc.reason] += 1
     return None

@@ -63,7 +63,7 @@ class Endpoints:
         if body.stream:
             return streaming_response(app, question, self.timeout)
         answer = await in_thread(lambda: app.ask(question), self.timeout)
-        return jsonable(answer)
+        return JSONResponse(jsonable(answer))  # rendered once, as the CLI does; AnswerOut documents the shape
 
     async def stats(self, request: Request, name: str | None) -> dict[str, object]:
         app = await self.app_for(request, name)

@@ -7,6 +7,7 @@ from typing import Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field
 
 from ragvps.app import MAX_QUERY_CHARS, Mode
+from ragvps.app.requests import Quote, Retrieved, Source, Usage
 from ragvps.errors import Kind
 
 MAX_PATH_PREFIX = 4096
@@ -37,6 +38,18 @@ class SearchOut(BaseModel):
     took_ms: float
 
 
+class CitationOut(BaseModel):
+    """A source an answer cites: where its text is (`pages` only for a PDF's chunks)."""
+
+    number: int
+    chunk_id: str
+    path: str
+    heading_path: str
+    start: int
+    end: int
+    pages: list[int] = Field(default_factory=list)
+
+
 class AnswerOut(BaseModel):
     """The answer, as `ragvps ask --json` prints it."""
 
@@ -44,14 +57,12 @@ class AnswerOut(BaseModel):
     answer: str
     answered: bool
     extractive: bool
-    citations: list[dict[str, object]] = Field(description="Each [n] the answer cites: number, chunk_id, path, "
-                                                        "heading_path, start, end.")
+    citations: list[CitationOut] = Field(description="Each [n] the answer cites.")
     invalid_citations: int = Field(description="Numbers the answer used that no source has (dropped).")
-    sources: list[dict[str, object]] = Field(description="The chunks sent: number, chunk_id, path, heading_path, "
-                                                      "start, end, score, text, evidence.")
+    sources: list[Source] = Field(description="The chunks sent, numbered as the answer cites them.")
     left_out: dict[str, int]
-    usage: dict[str, int | bool] = Field(description="Tokens: prompt, completion, cached; `counted` when the "
-                                                      "LLM server reported none and ragvps counted them.")
+    usage: Usage = Field(description="Tokens: prompt, completion, cached; `counted` when the LLM server reported "
+                                     "none and ragvps counted them.")
     cache: Literal["hit", "miss", "off"]
     generator: str
     model: str
@@ -60,10 +71,8 @@ class AnswerOut(BaseModel):
     evidence: float = Field(description="The best retrieved chunk's evidence (0..1, rank-independent); below "
                                         "min_evidence the answer is the refusal and no LLM request is made.")
     min_evidence: float = Field(description="The setting answer_min_evidence the answer was gated with.")
-    quotes: list[dict[str, object]] = Field(description="Extractive answers: each quoted sentence with number, "
-                                                     "chunk_id, path, start, end (offsets in the document), text.")
-    retrieved: list[dict[str, object]] = Field(description="Every chunk retrieved, sent or not: chunk_id, path, "
-                                                        "heading_path, score, cosine, terms, evidence.")
+    quotes: list[Quote] = Field(description="Extractive answers: each quoted sentence (offsets in the document).")
+    retrieved: list[Retrieved] = Field(description="Every chunk retrieved, sent or not, with its evidence.")
 
 
 class HealthOut(BaseModel):

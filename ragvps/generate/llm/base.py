@@ -241,7 +241,7 @@ class LLM:
 
 
 def _backoff(attempt: int) -> float:
-    return min(8.0, 0.5 * 2**attempt)
+    return min(8.0, 0.5 * 2.0**attempt)
 
 
 def _retry_after(value: str | None) -> float | None:

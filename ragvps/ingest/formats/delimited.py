@@ -13,8 +13,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from ragvps.ingest.bounds import SkipFile
 from ragvps.ingest.formats import md
-from ragvps.ingest.sources import SkipFile, SourceFile
+from ragvps.ingest.sources import SourceFile
 from ragvps.records import Document
 
 SAMPLE = 1 << 16

@@ -19,9 +19,10 @@ from docx.opc.package import OpcPackage
 from docx.table import Table
 from docx.text.paragraph import Paragraph
 
+from ragvps.ingest.bounds import SkipFile
 from ragvps.ingest.formats import md
 from ragvps.ingest.formats.zipguard import has_macros, open_zip
-from ragvps.ingest.sources import SkipFile, SourceFile
+from ragvps.ingest.sources import SourceFile
 from ragvps.records import Document
 
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import ParseError, fromstring
 
-from ragvps.ingest.bounds import Meter
+from ragvps.ingest.bounds import Meter, SkipFile
 from ragvps.ingest.formats.zipguard import open_zip
 from ragvps.ingest.htmltext import extract
-from ragvps.ingest.sources import SkipFile, SourceFile
+from ragvps.ingest.sources import SourceFile
 from ragvps.records import Document
 
 if TYPE_CHECKING:

@@ -11,10 +11,10 @@ from typing import Any
 from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import ParseError, fromstring
 
-from ragvps.ingest.bounds import Meter
+from ragvps.ingest.bounds import Meter, SkipFile
 from ragvps.ingest.formats import md
 from ragvps.ingest.formats.zipguard import open_zip
-from ragvps.ingest.sources import SkipFile, SourceFile
+from ragvps.ingest.sources import SourceFile
 from ragvps.records import Document
 
 _TEXT = "{urn:oasis:names:tc:opendocument:xmlns:text:1.0}"

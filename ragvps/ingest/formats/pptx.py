@@ -11,9 +11,10 @@ from typing import Any
 from pptx import Presentation
 from pptx.exc import PackageNotFoundError
 
+from ragvps.ingest.bounds import SkipFile
 from ragvps.ingest.formats import md
 from ragvps.ingest.formats.zipguard import has_macros, open_zip
-from ragvps.ingest.sources import SkipFile, SourceFile
+from ragvps.ingest.sources import SourceFile
 from ragvps.records import Document
 
 _DEFAULT_TITLES = frozenset({"powerpoint presentation", "presentation", "slide 1"})  # what PowerPoint fills in

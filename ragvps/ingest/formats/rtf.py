@@ -8,8 +8,9 @@ from pathlib import Path
 
 from striprtf.striprtf import rtf_to_text
 
+from ragvps.ingest.bounds import SkipFile
 from ragvps.ingest.formats import md
-from ragvps.ingest.sources import SkipFile, SourceFile
+from ragvps.ingest.sources import SourceFile
 from ragvps.records import Document
 
 MAX_BYTES = 64 << 20  # RTF is read whole; embedded pictures make some files large

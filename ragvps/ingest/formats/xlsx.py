@@ -13,10 +13,10 @@ from typing import Any
 
 import openpyxl
 
-from ragvps.ingest.bounds import Meter
+from ragvps.ingest.bounds import Meter, SkipFile
 from ragvps.ingest.formats import md
 from ragvps.ingest.formats.zipguard import has_macros, open_zip
-from ragvps.ingest.sources import SkipFile, SourceFile
+from ragvps.ingest.sources import SourceFile
 from ragvps.records import Document
 
 

@@ -8,7 +8,8 @@ import codecs
 import zipfile
 from pathlib import Path
 
-from ragvps.ingest.sources import SkipFile, SourceFile
+from ragvps.ingest.bounds import SkipFile
+from ragvps.ingest.sources import SourceFile
 
 MAX_TOTAL = 512 << 20  # bytes a file may expand to, all members together
 MAX_MEMBER = 256 << 20
