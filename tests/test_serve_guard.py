@@ -19,7 +19,7 @@ import pytest
 from asgi_server import InProcess, in_process
 from serve_server import Server, free_port
 
-from ragvps.serve.guard import HostRule, origin_allowed
+from ragvps.serve.gate.guard import HostRule, origin_allowed
 
 QUESTION = "what happens when I run ingest twice?"
 CHROMIUM = Path("/usr/bin/chromium")

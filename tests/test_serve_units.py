@@ -7,8 +7,8 @@ import pytest
 from ragvps.app.checks import check_strings
 from ragvps.config import Settings
 from ragvps.errors import ConfigError, UsageError
-from ragvps.serve.auth import check_bind, is_loopback, key_matches, load_keys, presented_key
-from ragvps.serve.stream import done_payload, sse
+from ragvps.serve.gate.auth import check_bind, is_loopback, key_matches, load_keys, presented_key
+from ragvps.serve.shared.stream import done_payload, sse
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.8.9.10", "::1", "[::1]", "localhost", "LOCALHOST"])

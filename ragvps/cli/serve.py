@@ -49,7 +49,7 @@ def mcp(ctx: typer.Context) -> None:
         from ragvps.errors import ConfigError
 
         raise ConfigError("the MCP tools need the mcp extra: pip install 'ragvps[mcp]'") from None
-    from ragvps.serve.mcp import run_stdio
+    from ragvps.serve.mcp.tools import run_stdio
 
     logging.basicConfig(stream=sys.stderr)  # stdout carries the protocol
     exit_on_sigterm()
