@@ -1,6 +1,6 @@
 """The house as drawn in docs/architecture.md: no import runs upward, no cycle between packages or modules,
-and psycopg's errors stay inside db/. Run as a script to print the drawing's edges:
-`python tests/test_layers.py`."""
+psycopg's errors stay inside db/, and serve/'s doors never import each other. Run as a script to print the
+drawing's edges: `python tests/test_layers.py`."""
 
 from __future__ import annotations
 

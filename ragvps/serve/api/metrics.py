@@ -2,7 +2,7 @@
 
 `Metrics` is the server's Observer (ragvps.app.observe): every search and answer of every interface (HTTP, the
 OpenAI and Ollama routes, MCP) reports its stage timings, outcome, evidence and tokens as it ends. The request
-middleware (serve/requests_log.py) counts requests by route template and status. What the database holds
+middleware (serve/gate/request_log.py) counts requests by route template and status. What the database holds
 (pool, reachability, each knowledge base's index against shared_buffers, its embedding queue) is read at each
 scrape, on the health check's side connection.
 
