@@ -127,7 +127,8 @@ def main() -> None:
     parser.add_argument("--questions", choices=("repeated", "unseen"), default="repeated",
                         help="unseen: each side's server restarted each round and sent questions it has not seen "
                              "(SciFact's claims and Chroma's questions, none twice); repeated: SciFact's in turn")
-    parser.add_argument("--section", default="serve_compare", help="Its section in bench/RESULTS.md.")
+    parser.add_argument("--section", default="serve_compare", help="Its section in bench/RESULTS.md (a run replaces "
+                        "the latest and keeps the one it replaces as the previous run: no new section a run).")
     parser.add_argument("--note", default="", help="What the two checkouts differ in, for the section.")
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--off", action="store_true", help="Compare this checkout with metrics and the request log "
@@ -197,7 +198,8 @@ def render(args: argparse.Namespace, chunks: dict, runs: dict[str, list[Run]], b
                             text=True).stdout.strip()
     return "\n".join([
         f"<!-- {args.section}:start -->",
-        f"## Served capacity beside a baseline (`python bench/serve_compare.py --baseline ...`){args.note}", "",
+        "## Served capacity beside a baseline (`python bench/serve_compare.py --baseline ...`)", "",
+        *([f"This checkout: {args.note}", ""] if args.note else []),
         f"{datetime.date.today().isoformat()}, {platform.machine()} with {os.cpu_count()} cores; load average "
         f"{before[0]:.2f} before, {after[0]:.2f} after (the machine is shared with other work). Baseline: "
         f"{commit}; this checkout serves a copy of the same database (upgraded in place into the knowledge base "

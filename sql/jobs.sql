@@ -131,3 +131,52 @@ FROM documents d WHERE id = %(id)s;
 
 -- name: documents_of_source
 SELECT count(*) FROM documents WHERE root = %(root)s AND source = %(source)s;
+
+-- name: insert_sync_job
+-- A sync of one source, unless one is open already (then nothing: the caller reads that one). With a claim,
+-- made in the caller's hand (`ragvps sync` runs it in its own process), else queued for a worker.
+INSERT INTO ingest_jobs (id, kind, source, state, claimed_by, claimed_at, claim, attempts, started_at)
+VALUES (%(id)s, 'sync', %(source)s, CASE WHEN %(claim)s::uuid IS NULL THEN 'queued' ELSE 'running' END,
+        %(worker)s, CASE WHEN %(claim)s::uuid IS NULL THEN NULL ELSE now() END, %(claim)s::uuid,
+        CASE WHEN %(claim)s::uuid IS NULL THEN 0 ELSE 1 END,
+        CASE WHEN %(claim)s::uuid IS NULL THEN NULL ELSE now() END)
+ON CONFLICT (source) WHERE kind = 'sync' AND state IN ('queued', 'running') DO NOTHING
+RETURNING id;
+
+-- name: open_sync_job
+SELECT id FROM ingest_jobs WHERE kind = 'sync' AND source = %(source)s AND state IN ('queued', 'running');
+
+-- name: claim_this_job
+-- One job by id, if nobody holds it (or its holder's lease ran out).
+UPDATE ingest_jobs j
+SET claimed_by = %(worker)s, claimed_at = now(), claim = %(claim)s, attempts = j.attempts + 1,
+    state = 'running', started_at = coalesce(j.started_at, now())
+WHERE j.id = %(job)s AND j.state IN ('queued', 'running')
+  AND (j.claimed_at IS NULL OR j.claimed_at < now() - make_interval(secs => %(lease)s::float8))
+RETURNING j.id;
+
+-- name: job_kind
+SELECT kind, source FROM ingest_jobs WHERE id = %(job)s;
+
+-- name: sync_progress
+-- A sync's items read so far (and the lease renewed); whether it was asked to stop, nothing if not ours.
+UPDATE ingest_jobs SET items_read = %(read)s, items_total = %(total)s, claimed_at = now()
+WHERE id = %(job)s AND claim = %(claim)s RETURNING cancel;
+
+-- name: insert_failed_item
+-- An item a sync could not read, named by its URL or path (seq after the job's other rows).
+INSERT INTO ingest_job_files (job_id, seq, name, staged, size, state, error, finished_at)
+SELECT j.id, coalesce((SELECT max(seq) FROM ingest_job_files WHERE job_id = j.id), 0) + 1, %(name)s, '', 0,
+       'failed', %(error)s, now()
+FROM ingest_jobs j WHERE j.id = %(job)s AND j.claim = %(claim)s;
+
+-- name: end_sync_job
+UPDATE ingest_jobs
+SET state = %(state)s, error = %(error)s, report = %(report)s, items_read = %(read)s, embedded = %(embedded)s,
+    finished_at = now(),
+    claim = NULL, claimed_at = NULL
+WHERE id = %(job)s AND claim = %(claim)s
+RETURNING id;
+
+-- name: sync_job_row
+SELECT kind, source, state, items_read, items_total, report FROM ingest_jobs WHERE id = %(job)s;

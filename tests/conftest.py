@@ -26,6 +26,7 @@ import psycopg
 import pytest
 import typer.testing
 from psycopg import sql
+from support.browser import chromium
 from typer.testing import CliRunner
 
 # Compiled modules are kept (in __pycache__, which git ignores) even where PYTHONDONTWRITEBYTECODE is set, as on
@@ -290,6 +291,14 @@ def cli(db_url: str, tmp_path: Path) -> Cli:
     return Cli({"RAGVPS_DATABASE_URL": db_url, "RAGVPS_DATA_DIR": str(tmp_path / "data"),
                 "RAGVPS_EMBEDDER": "local", "RAGVPS_CONFIG": str(tmp_path / "empty.toml"),
                 "RAGVPS_THREADS": embed_threads()})
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    """A headless chromium for the module's tests (tests/support/browser.py), skipped with how to install it where
+    chromium or Playwright is missing."""
+    with chromium() as b:
+        yield b
 
 
 @pytest.fixture

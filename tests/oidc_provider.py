@@ -15,11 +15,13 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import httpx
 from joserfc import jwt
 from joserfc.jwk import KeySet, RSAKey
+from serve_server import ragvps_env, ragvps_here
 
 
 class TokenIssuer:
@@ -82,3 +84,20 @@ def mock_provider() -> Iterator[str]:
 
 def set_user(issuer: str, sub: str, **claims: Any) -> None:
     httpx.put(f"{issuer}/users/{sub}", json={"email": f"{sub}@example.org", **claims}, timeout=10).raise_for_status()
+
+
+DOCS = "# Deploying\n\n## Rollback\n\nTo roll back a release, run the deploy script with the previous tag.\n"
+HR = "# Holidays\n\n## Leave\n\nEvery employee has twenty-five days of paid leave a year.\n"
+
+
+def two_teams(database_url: str, root: Path) -> dict[str, str]:
+    """The environment of a data directory under `root` whose database holds two knowledge bases a group each may
+    read: `docs` (how to roll back a release) and `hr` (the leave allowance), each ingested by the real CLI."""
+    env = ragvps_env(database_url, root / "data")
+    for name, text in (("docs", DOCS), ("hr", HR)):
+        (root / name).mkdir()
+        (root / name / f"{name}.md").write_text(text)
+        assert ragvps_here(env, "kb", "create", name).returncode == 0
+        done = ragvps_here(env, "ingest", str(root / name), "--kb", name)
+        assert done.returncode == 0, done.stderr
+    return env

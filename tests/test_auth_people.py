@@ -14,11 +14,9 @@ import httpx
 import openai
 import pytest
 from asgi_server import InProcess
-from oidc_provider import TokenIssuer
-from serve_server import KEY, ragvps_env, ragvps_here
+from oidc_provider import TokenIssuer, two_teams
+from serve_server import KEY, ragvps_here
 
-DOCS = "# Deploying\n\n## Rollback\n\nTo roll back a release, run the deploy script with the previous tag.\n"
-HR = "# Holidays\n\n## Leave\n\nEvery employee has twenty-five days of paid leave a year.\n"
 ROLES = "eng=docs:read,people=hr:write,admins=*:admin,role:user=docs:read"
 
 
@@ -31,14 +29,7 @@ def issuer() -> Iterator[TokenIssuer]:
 
 @pytest.fixture(scope="module")
 def env(module_db_url: str, tmp_path_factory: pytest.TempPathFactory, issuer: TokenIssuer) -> dict[str, str]:
-    root = tmp_path_factory.mktemp("people")
-    env = ragvps_env(module_db_url, root / "data")
-    for name, text in (("docs", DOCS), ("hr", HR)):
-        (root / name).mkdir()
-        (root / name / f"{name}.md").write_text(text)
-        assert ragvps_here(env, "kb", "create", name).returncode == 0
-        done = ragvps_here(env, "ingest", str(root / name), "--kb", name)
-        assert done.returncode == 0, done.stderr
+    env = two_teams(module_db_url, tmp_path_factory.mktemp("people"))
     made = ragvps_here(env, "key", "create", "--kb", "docs", "--kb", "hr", "--role", "read", "--name", "owui")
     other = ragvps_here(env, "key", "create", "--kb", "docs", "--kb", "hr", "--role", "read", "--name", "plain")
     return env | {"RAGVPS_API_KEYS": KEY, "RAGVPS_OIDC_ISSUER": issuer.url, "RAGVPS_OIDC_CLIENT_ID": "ragvps",

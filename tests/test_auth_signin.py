@@ -5,23 +5,17 @@ trusted_proxies (the client's source address is what a socket shows, so this nee
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from oidc_provider import mock_provider, set_user
-from serve_server import KEY, Server, ragvps_env, ragvps_here
+from oidc_provider import mock_provider, set_user, two_teams
+from serve_server import KEY, Server, ragvps_here
 
 pytestmark = pytest.mark.xdist_group("auth-signin")
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-DOCS = "# Deploying\n\n## Rollback\n\nTo roll back a release, run the deploy script with the previous tag.\n"
-HR = "# Holidays\n\n## Leave\n\nEvery employee has twenty-five days of paid leave a year.\n"
 
 
 @pytest.fixture(scope="module")
@@ -33,12 +27,7 @@ def issuer() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def served(module_db_url: str, tmp_path_factory: pytest.TempPathFactory, issuer: str) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("signin")
-    env = ragvps_env(module_db_url, root / "data")
-    for name, text in (("docs", DOCS), ("hr", HR)):
-        (root / name).mkdir()
-        (root / name / f"{name}.md").write_text(text)
-        assert ragvps_here(env, "kb", "create", name).returncode == 0
-        assert ragvps_here(env, "ingest", str(root / name), "--kb", name).returncode == 0
+    env = two_teams(module_db_url, root)
     env |= {"RAGVPS_API_KEYS": KEY, "RAGVPS_OIDC_ISSUER": issuer, "RAGVPS_OIDC_CLIENT_ID": "ragvps",
             "RAGVPS_OIDC_CLIENT_SECRET": "client-secret-for-tests",
             "RAGVPS_GROUP_ROLES": "eng=docs:read,people=hr:read",
@@ -46,18 +35,6 @@ def served(module_db_url: str, tmp_path_factory: pytest.TempPathFactory, issuer:
     srv = Server(env, root / "serve.log").start()
     yield srv
     srv.stop()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        pytest.skip(f"no chromium at {CHROMIUM} (found: {shutil.which('chromium')}); install it with "
-                    "`apt-get install -y chromium` (.ci/run does) to run the browser test")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed: pip install '.[test]'")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield b
-        b.close()
 
 
 def sign_in(page: Any, served: Server, sub: str) -> None:

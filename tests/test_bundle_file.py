@@ -19,7 +19,8 @@ def _bundle(path, members: dict[str, bytes], **manifest) -> None:
         with writer.member(name) as sink:
             for i in range(0, len(data), 1000):  # written in pieces, as an export streams
                 sink.write(data[i:i + 1000])
-    writer.finish({"format": "ragvps-bundle", "version": 1} | manifest)
+    writer.finish({"format": "ragvps-bundle", "version": 1, "kb": {"name": "b", "settings": {}},
+                   "counts": {"documents": 0, "chunks": 0}, "tables": {}, "vector_sets": []} | manifest)
 
 
 def test_a_streamed_bundle_is_a_plain_tar_with_checksums(tmp_path):
@@ -55,3 +56,17 @@ def test_every_cut_of_a_bundle_is_refused(tmp_path):
         with pytest.raises(BadBundleError) as info:
             open_bundle(tmp_path / "cut.ragvps").close()
         assert info.value.kind == "corrupt" and "nothing was written" in str(info.value), cut
+
+
+@pytest.mark.parametrize("field, value, said", [
+    ("kb", {"settings": {}}, "names no knowledge base"),
+    ("counts", {"documents": 1}, "does not count its documents and chunks"),
+    ("counts", {"documents": -1, "chunks": 0}, "does not count its documents and chunks"),
+    ("tables", {"chunks": 7}, "lists its tables without their members"),
+    ("vector_sets", [{"id": 1, "dims": 0, "vector_type": "vector"}], "a vector set in the manifest is incomplete"),
+    ("vector_sets", {"id": 1}, "vector_sets is not a list"),
+])
+def test_a_manifest_of_the_wrong_shape_is_refused_by_name_before_anything_is_read(tmp_path, field, value, said):
+    _bundle(tmp_path / "b.ragvps", {"chunks.jsonl": b"{}\n"}, **{field: value})
+    with pytest.raises(BadBundleError, match=said):
+        open_bundle(tmp_path / "b.ragvps")

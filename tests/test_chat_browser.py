@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from serve_server import KEY, Server, free_port
-from test_serve_page import ARGS, CHROMIUM
+from support.browser import chromium, playwright
 
 QUESTION = "how do I stop the embedded database?"
 OPENAI_NPM = "openai@5"
@@ -81,25 +81,19 @@ def page_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def test_the_openai_npm_package_calls_the_server_from_another_origin(page_site: str, serve_env: dict[str, str],
                                                                      tmp_path: Path):
-    if not CHROMIUM.exists():
-        pytest.skip(f"no chromium at {CHROMIUM}: apt-get install -y chromium")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed: pip install '.[test]'")
+    playwright()  # skipped here, before a server starts, where chromium or Playwright is missing
     env = serve_env | {"RAGVPS_API_KEYS": KEY, "RAGVPS_CORS_ORIGINS": page_site}
     srv = Server(env, tmp_path / "serve.log").start()
     try:
         with srv.client() as c:
             whole = c.post("/v1/chat/completions", json={"model": "ragvps", "messages": [
                 {"role": "user", "content": QUESTION}]}).json()["choices"][0]["message"]["content"]
-        with sync_api.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-            try:
-                page = browser.new_page()
-                query = f"?base={srv.url}/v1&key={KEY}&question={QUESTION.replace(' ', '+').replace('?', '%3F')}"
-                page.goto(page_site + "/index.html" + query)
-                page.wait_for_function("window.result !== undefined", timeout=60_000)
-                result: dict[str, Any] = page.evaluate("window.result")
-            finally:
-                browser.close()
+        with chromium() as browser:
+            page = browser.new_page()
+            query = f"?base={srv.url}/v1&key={KEY}&question={QUESTION.replace(' ', '+').replace('?', '%3F')}"
+            page.goto(page_site + "/index.html" + query)
+            page.wait_for_function("window.result !== undefined", timeout=60_000)
+            result: dict[str, Any] = page.evaluate("window.result")
     finally:
         srv.stop()
     assert "error" not in result, json.dumps(result)

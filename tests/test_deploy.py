@@ -166,7 +166,8 @@ def test_the_schema_check_rejects_a_broken_compose_file():
 
 
 def test_the_stack_is_postgres_ollama_the_model_pull_ragvps_and_the_server():
-    assert set(compose()["services"]) == {"postgres", "ollama", "ollama-pull", "ragvps", "serve", "watch", "backup"}
+    assert set(compose()["services"]) == {"postgres", "ollama", "ollama-pull", "ragvps", "serve", "watch", "backup",
+                                          "sync"}
 
 
 def test_images_are_pinned_to_exact_versions():
@@ -234,6 +235,7 @@ def test_services_start_in_order_behind_health_conditions():
         "serve": {"postgres": "service_healthy", "ollama-pull": "service_completed_successfully"},
         "watch": {"postgres": "service_healthy", "ollama-pull": "service_completed_successfully"},
         "backup": {"postgres": "service_healthy", "ollama-pull": "service_completed_successfully"},
+        "sync": {"postgres": "service_healthy", "ollama-pull": "service_completed_successfully"},
     }
     for deps in conditions.values():
         for dep, condition in deps.items():
@@ -325,7 +327,8 @@ def test_no_secret_is_written_in_the_compose_file():
         for key, value in service_env(service).items():
             if _SECRET_NAME.search(key):
                 assert re.fullmatch(r"\$\{[A-Z_]+(:?[?-][^}]*)?\}", value), f"{name}: {key} is not a ${{VAR}}"
-                assert ":?" in value, f"{name}: {key} must fail when unset, not fall back to a default"
+                # required ones fail when unset; optional ones (sign-in) stay empty: never a default value
+                assert ":?" in value or value.endswith(":-}"), f"{name}: {key} falls back to a default value"
             # No password inside a URL either: postgresql://user:pw@host
             assert not re.search(r"://[^/\s:@]+:[^@\s]+@", value), f"{name}: {key} has a password in a URL"
     text = COMPOSE.read_text(encoding="utf-8")

@@ -91,8 +91,8 @@ def test_other_files_are_skipped_and_counted(cli, tmp_path):
     folder = tmp_path / "mixed"
     folder.mkdir()
     (folder / "notes.txt").write_text("Backups run every night at two.\n")
-    (folder / "image.png").write_bytes(b"\x89PNG\r\n")
+    (folder / "image.gif").write_bytes(b"GIF89a\r\n")
     (folder / "empty.md").write_text("")
     report = _ingest(cli, folder)
     assert report["files"] == 1
-    assert report["skipped"] == {"unsupported type .png": 1, "empty": 1}
+    assert report["skipped"] == {"unsupported type .gif": 1, "empty": 1}

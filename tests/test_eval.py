@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support.browser import CHROMIUM, chromium
 
 from ragvps.errors import UsageError
 from ragvps.measure.evaluate import Question, load_beir, load_gold, ranked_documents, score
@@ -99,13 +100,9 @@ def test_gold_questions_over_the_docs(cli, docs, tmp_path):
 
 
 def _look_in_chromium(html: Path, tmp_path: Path) -> None:
-    chromium = Path("/usr/bin/chromium")
-    sync_api = pytest.importorskip("playwright.sync_api") if chromium.exists() else None
-    if sync_api is None:
-        return
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(chromium), args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+    if not CHROMIUM.exists():
+        return  # the chart's own checks above hold; the look is checked where chromium is
+    with chromium() as browser:
         page = browser.new_page(viewport={"width": 1000, "height": 800})
         page.goto(html.as_uri())
         assert page.locator("svg.curve").count() == 1
@@ -117,7 +114,6 @@ def _look_in_chromium(html: Path, tmp_path: Path) -> None:
         shots = Path(__file__).resolve().parent / "output" / "screenshots"
         shots.mkdir(parents=True, exist_ok=True)
         page.locator("svg.curve").screenshot(path=str(shots / "eval-report-curves.png"))
-        browser.close()
 
 
 def test_human_table_and_smaller_k(cli, docs, tmp_path):

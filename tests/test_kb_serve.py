@@ -10,10 +10,12 @@ import json
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from serve_server import KEY, Server, ragvps_env
+from support.browser import playwright
 from typer.testing import CliRunner
 
 from ragvps.cli import app as cli_app
@@ -204,38 +206,29 @@ def test_queries_in_one_knowledge_base_do_not_notice_an_ingest_and_a_reindex_in_
     assert all(a == [h["chunk_id"] for h in before] for a in answers)
 
 
-def test_the_page_offers_only_the_callers_knowledge_bases(served: Server, kbs: dict[str, str]):
-    from test_serve_page import ARGS, CHROMIUM
-
-    if not CHROMIUM.exists():
-        pytest.skip("no chromium: apt-get install -y chromium (.ci/run does)")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        try:
-            page = browser.new_page()
-            page.goto(served.url + "/")
-            page.fill("#key", KEY)
-            page.dispatch_event("#key", "change")
-            sync_api.expect(page.locator("#kb option")).to_have_count(4)
-            assert page.is_visible("#kb")
-            page.select_option("#kb", "runbooks")
-            page.fill("#query", "what to do when the disk is full?")
-            page.click("#search")
-            page.wait_for_selector("#status.done, #status.error")
-            assert page.locator("#results > li .path").first.text_content() == "runbooks.md"
-            page.fill("#key", kbs["FAQ_KEY"])
-            page.dispatch_event("#key", "change")
-            sync_api.expect(page.locator("#kb option")).to_have_count(1)
-            options = page.locator("#kb option").all_text_contents()
-            assert options == ["faq"] and not page.is_visible("#kb")
-            page.fill("#query", "when is the lamp lit?")
-            page.click("#search")
-            page.wait_for_selector("#status.done, #status.error")
-            assert {p.text_content() for p in page.locator("#results > li .path").all()} == {"faq.md"}
-            assert SECRET not in page.content() and "runbooks" not in page.content()
-        finally:
-            browser.close()
+def test_the_page_offers_only_the_callers_knowledge_bases(browser: Any, served: Server, kbs: dict[str, str]):
+    sync_api = playwright()  # for its expect
+    page = browser.new_page()
+    page.goto(served.url + "/")
+    page.fill("#key", KEY)
+    page.dispatch_event("#key", "change")
+    sync_api.expect(page.locator("#kb option")).to_have_count(4)
+    assert page.is_visible("#kb")
+    page.select_option("#kb", "runbooks")
+    page.fill("#query", "what to do when the disk is full?")
+    page.click("#search")
+    page.wait_for_selector("#status.done, #status.error")
+    assert page.locator("#results > li .path").first.text_content() == "runbooks.md"
+    page.fill("#key", kbs["FAQ_KEY"])
+    page.dispatch_event("#key", "change")
+    sync_api.expect(page.locator("#kb option")).to_have_count(1)
+    options = page.locator("#kb option").all_text_contents()
+    assert options == ["faq"] and not page.is_visible("#kb")
+    page.fill("#query", "when is the lamp lit?")
+    page.click("#search")
+    page.wait_for_selector("#status.done, #status.error")
+    assert {p.text_content() for p in page.locator("#results > li .path").all()} == {"faq.md"}
+    assert SECRET not in page.content() and "runbooks" not in page.content()
 
 
 def test_a_revoked_key_and_a_dropped_knowledge_base_stop_working_within_seconds(served: Server,

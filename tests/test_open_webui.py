@@ -20,11 +20,10 @@ from typing import Any
 import httpx
 import pytest
 from serve_server import REPO, Server, free_port
+from support.browser import chromium, playwright
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 START_S = 300  # Open WebUI's first start (its database migrations) takes about a minute here
 
 
@@ -42,8 +41,7 @@ def open_webui(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iter
     if found is None:
         pytest.skip("Open WebUI is not installed: `python -m venv ../owui-venv && ../owui-venv/bin/pip install "
                     "open-webui==0.12.4` (or set OPEN_WEBUI to its `open-webui` command)")
-    if not CHROMIUM.exists():
-        pytest.skip(f"no chromium at {CHROMIUM}: apt-get install -y chromium")
+    playwright()  # skipped before Open WebUI starts where chromium or Playwright is missing
     data = tmp_path_factory.mktemp("open-webui")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")} | {
@@ -77,11 +75,8 @@ def open_webui(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 @pytest.fixture(scope="module")
 def page(open_webui: str) -> Iterator[Any]:
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed: pip install '.[test]'")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+    with chromium() as browser:
         yield browser.new_page()
-        browser.close()
 
 
 def test_a_question_in_open_webui_is_answered_with_its_source_a_title_and_follow_ups(page: Any, open_webui: str):

@@ -485,7 +485,7 @@ def corpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     docs.mkdir()
     (docs / "guide.md").write_text(GUIDE, encoding="utf-8")
     (docs / "notes.txt").write_text(NOTES, encoding="utf-8")
-    (docs / "image.png").write_bytes(b"\x89PNG")
+    (docs / "image.gif").write_bytes(b"GIF89a")
     return docs
 
 

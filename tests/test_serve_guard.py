@@ -7,23 +7,20 @@ a rebinding name to 127.0.0.1, over a real `ragvps serve`.
 
 from __future__ import annotations
 
-import shutil
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from asgi_server import InProcess, in_process
 from serve_server import Server, free_port
+from support.browser import chromium
 
 from ragvps.serve.gate.guard import HostRule, origin_allowed
 
 QUESTION = "what happens when I run ingest twice?"
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 
 
 def forbidden(r: httpx.Response, *words: str) -> None:
@@ -156,15 +153,9 @@ class _AttackerPage(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def rebinding_browser() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        pytest.skip(f"no chromium at {CHROMIUM} (found: {shutil.which('chromium')}): apt-get install -y chromium")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed: pip install '.[test]'")
-    with sync_api.sync_playwright() as p:
-        # attacker.example resolves to this machine, as a rebinding DNS server would make it.
-        b = p.chromium.launch(executable_path=str(CHROMIUM),
-                              args=[*ARGS, "--host-resolver-rules=MAP attacker.example 127.0.0.1"])
+    # attacker.example resolves to this machine, as a rebinding DNS server would make it.
+    with chromium("--host-resolver-rules=MAP attacker.example 127.0.0.1") as b:
         yield b
-        b.close()
 
 
 def test_in_chromium_a_rebound_page_reads_nothing_and_a_foreign_page_posts_nothing(

@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 import re
-import shutil
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from serve_server import Server
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 QUESTION = "what happens when I run ingest twice?"
 
 
@@ -21,19 +15,6 @@ def words(text: str) -> list[str]:
     text = re.sub(r"\]\([^)]*\)", "]", re.sub(r"(?m)^\s*(```|~~~)\S*", "", text))  # link targets, fence tags
     text = re.sub(r"(?m)^\s*(\d+[.)]|[-*+])\s+", "", text)  # list marks
     return re.findall(r"[A-Za-z0-9]+", text)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        found = shutil.which("chromium")
-        pytest.skip(f"no chromium at {CHROMIUM} (found: {found}); install it with `apt-get install -y chromium` "
-                    "(.ci/run does) to run the browser test")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed: pip install '.[test]'")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield b
-        b.close()
 
 
 def test_search_shows_path_heading_and_text(browser: Any, server: Server):

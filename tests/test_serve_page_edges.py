@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from serve_server import KEY, Server, ragvps_env
-from test_serve_page import browser  # noqa: F401  (the fixture)
 from typer.testing import CliRunner
 
 from ragvps.cli import app as cli_app
@@ -33,13 +32,13 @@ def own_server(new_database, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     srv.stop()
 
 
-def opened(browser: Any, server: Server) -> Any:  # noqa: F811
+def opened(browser: Any, server: Server) -> Any:
     page = browser.new_page()
     page.goto(server.url + "/")
     return page
 
 
-def test_the_keys_error_goes_once_the_key_is_accepted(browser: Any, own_server: Server):  # noqa: F811
+def test_the_keys_error_goes_once_the_key_is_accepted(browser: Any, own_server: Server):
     page = opened(browser, own_server)
     page.fill("#query", "gazebo port")
     page.click("#search")
@@ -50,7 +49,7 @@ def test_the_keys_error_goes_once_the_key_is_accepted(browser: Any, own_server: 
     assert page.get_attribute("#status", "class") != "error" and page.text_content("#status") == ""
 
 
-def test_choose_files_shows_once_and_still_picks_files(browser: Any, own_server: Server):  # noqa: F811
+def test_choose_files_shows_once_and_still_picks_files(browser: Any, own_server: Server):
     page = opened(browser, own_server)
     assert page.locator("#files").is_hidden()  # the browser's own "Choose files" button is not shown beside it
     assert page.get_by_text("choose files").count() == 1 and page.locator("#pick").is_visible()
@@ -59,7 +58,7 @@ def test_choose_files_shows_once_and_still_picks_files(browser: Any, own_server:
     assert chooser.value.is_multiple()
 
 
-def test_the_last_uploads_panel_goes_when_the_knowledge_base_changes(browser: Any, own_server: Server):  # noqa: F811
+def test_the_last_uploads_panel_goes_when_the_knowledge_base_changes(browser: Any, own_server: Server):
     page = opened(browser, own_server)
     page.fill("#key", own_server.key)
     page.dispatch_event("#key", "change")
@@ -73,7 +72,7 @@ def test_the_last_uploads_panel_goes_when_the_knowledge_base_changes(browser: An
     assert page.text_content("#drop-kb") == "faq"
 
 
-def test_a_markdown_table_renders_as_a_table(browser: Any, own_server: Server):  # noqa: F811
+def test_a_markdown_table_renders_as_a_table(browser: Any, own_server: Server):
     page = opened(browser, own_server)
     page.fill("#key", own_server.key)
     page.dispatch_event("#key", "change")

@@ -5,16 +5,12 @@ tests/output/screenshots/."""
 from __future__ import annotations
 
 import re
-import shutil
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from serve_server import REPO, Server, ragvps_env, ragvps_here
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 SHOTS = REPO / "tests" / "output" / "screenshots"
 QUESTION = "what happens when I run ingest twice?"
 
@@ -38,17 +34,6 @@ with a hard line break in the middle of the sentence.
 - item one <b onmouseover="window.pwned='b'">hover</b>
 - item two [x](JaVaScRiPt:window.pwned='case')
 """
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        pytest.skip(f"no chromium at {CHROMIUM} (found: {shutil.which('chromium')}): apt-get install -y chromium")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed: pip install '.[test]'")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from serve_server import KEY, Server, ragvps_env
-from test_serve_page import browser  # noqa: F401  (the fixture)
 from typer.testing import CliRunner
 
 from ragvps.cli import app as cli_app
@@ -40,7 +39,7 @@ DROP = """() => {
 }"""
 
 
-def test_dropped_files_upload_with_progress_errors_by_name_and_a_listed_document_deletes(browser: Any,  # noqa: F811
+def test_dropped_files_upload_with_progress_errors_by_name_and_a_listed_document_deletes(browser: Any,
                                                                                           own_server: Server):
     page = browser.new_page()
     page.goto(own_server.url + "/")
@@ -84,7 +83,7 @@ MANY = """() => {
 }"""
 
 
-def test_cancel_stops_the_upload_and_the_files_stored_stay(browser: Any, own_server: Server):  # noqa: F811
+def test_cancel_stops_the_upload_and_the_files_stored_stay(browser: Any, own_server: Server):
     page = browser.new_page()
     page.goto(own_server.url + "/")
     page.fill("#key", own_server.key)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import re
+from types import SimpleNamespace
+
 import pytest
 
 from ragvps.app.checks import check_strings
 from ragvps.config import Settings
 from ragvps.errors import ConfigError, UsageError
+from ragvps.serve.gate.audit_log import AuditLog
 from ragvps.serve.gate.auth import check_bind, is_loopback, key_matches, load_keys, presented_key
+from ragvps.serve.gate.request_log import RequestRecord
 from ragvps.serve.shared.stream import done_payload, sse
 
 
@@ -87,3 +92,18 @@ def test_every_status_the_server_sends_names_its_kind():
     assert kind_of_status(401) == "unauthorized" and HTTP_STATUS["unauthorized"] == 401
     assert [kind_of_status(s) for s in (400, 404, 405, 409, 413, 415, 500, 503)] == [
         "usage", "not_found", "usage", "conflict", "too_long", "usage", "failed", "unavailable"]
+
+
+
+def test_the_audit_log_keeps_unwritten_rows_within_its_bound_the_oldest_dropped_first(caplog):
+    ready = SimpleNamespace(library=None)  # the server still opening its library: nothing can be written yet
+    audit = AuditLog(ready, with_questions=False, max_pending=3)  # type: ignore[arg-type]
+    for n in range(5):
+        audit.note(RequestRecord(f"r{n}", "POST", "/search", route="/search", status=200), {"state": {}})
+    audit.flush()  # put back, ahead of what comes next
+    audit.note(RequestRecord("r5", "POST", "/search", route="/search", status=200), {"state": {}})
+    with caplog.at_level("WARNING", logger="ragvps.serve.gate.audit_log"):
+        audit.flush()
+    assert [e.request for e in audit._pending] == ["r3", "r4", "r5"]
+    said = [int(n) for n in re.findall(r"dropped (\d+) rows", caplog.text)]
+    assert sum(said) + audit._dropped == 3, caplog.text  # said at a flush, or still to be said at the next

@@ -121,10 +121,10 @@ def test_chunk_command_summary_and_reuse(cli, tmp_path):
     (folder / "notes.txt").write_text("Backups run nightly.\n\nRestores take an hour.\n")
     (folder / "corpus.jsonl").write_text('{"_id": "a1", "title": "Alpha", "text": "First."}\n'
                                          '{"_id": "b2", "title": "", "text": "Second."}\n')
-    (folder / "image.png").write_bytes(b"\x89PNG")
+    (folder / "image.gif").write_bytes(b"GIF89a")
     first = _chunk(cli, str(folder))
     assert first["files"] == 4 and first["documents"] == 5 and first["rechunked_files"] == 4
-    assert first["skipped"] == {"unsupported type .png": 1}
+    assert first["skipped"] == {"unsupported type .gif": 1}
     assert first["tokens"]["over_limit"] == 0 and first["tokens"]["max"] <= 254
     assert first["model"] == "all-MiniLM-L6-v2-int8" and first["chunk_size"] == 200 and first["chunk_overlap"] == 30
     chunk_dir = Path(first["chunk_dir"])
@@ -147,7 +147,7 @@ def test_chunk_command_summary_and_reuse(cli, tmp_path):
 
     human = cli("chunk", str(folder)).stdout
     assert human.startswith(f"4 files, 5 documents, {first['chunks']} chunks (structure, 200 tokens, overlap 30")
-    assert "median" in human and "skipped 1 unsupported type .png" in human
+    assert "median" in human and "skipped 1 unsupported type .gif" in human
 
     fixed = _chunk(cli, str(folder), "--mode", "fixed", "--chunk-size", "100", "--chunk-overlap", "20")
     assert fixed["mode"] == "fixed" and fixed["rechunked_files"] == 4 and fixed["tokens"]["max"] <= 100 + 20

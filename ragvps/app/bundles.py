@@ -90,12 +90,10 @@ def bundle_settings(settings: Settings, bundle: Bundle) -> tuple[Settings, dict[
     whatever this machine's defaults); and the target's settings with them over. Checked before any write."""
     from ragvps.app.kbs import kept_settings, pinned
 
-    manifest = bundle.manifest
-    kept = dict(manifest.get("kb", {}).get("settings", {}))
-    active = next((s for s in manifest.get("vector_sets", []) if s.get("active")), None)
+    kept = dict(bundle.manifest.kb_settings)
+    active = bundle.manifest.active_set
     if active is not None and "embedder" not in kept and "embed_model" not in kept:
-        kept |= kept_settings(str(active["model"]), None if "vector_type" in kept else str(active["vector_type"]),
-                              None)
+        kept |= kept_settings(active.model, None if "vector_type" in kept else active.vector_type, None)
     try:
         kept = pinned(kept)
         return settings.replace(**kept), kept
@@ -110,7 +108,7 @@ def import_(settings: Settings, path: Path, name: str | None = None, *, replace:
     from ragvps.db.bundle_import import import_bundle
 
     with opened(path, progress) as bundle:
-        name = name or str(bundle.manifest.get("kb", {}).get("name", ""))
+        name = name or bundle.manifest.kb_name
         target, kept = bundle_settings(settings, bundle)
         with _raw(settings) as conn:
             return import_bundle(conn, bundle, name, target, kept, replace=replace, progress=progress, warn=warn)

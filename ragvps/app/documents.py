@@ -9,6 +9,7 @@ request.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import secrets
 import threading
@@ -25,8 +26,10 @@ __all__ = ["StagedFile", "discard", "safe_name", "staging_dir", "unique"]  # wha
 if TYPE_CHECKING:
     from ragvps.app.core import App
     from ragvps.db.jobs import FileRow, JobRow
+    from ragvps.db.sync_jobs import SyncJobRow
     from ragvps.embed.hosts import Lanes
     from ragvps.ingest.jobs import JobsReport
+    from ragvps.ingest.remote.sync import SyncReport
 
 JOB_ID = re.compile(r"j([0-9]+)-([0-9a-f]{16})")
 MAX_PAGE = 1000
@@ -86,15 +89,32 @@ class JobStatus:
     created_at: str
     finished_at: str | None
     error: str | None
-    errors: tuple[dict[str, str], ...]  # {file, error} for each file that failed
+    errors: tuple[dict[str, str], ...]  # {file, error} for each file (or a sync's item, by URL or path) that failed
     files: tuple[FileStatus, ...]
+    kind: str = "upload"  # upload, or sync (of a connected source: files_done counts the items read so far)
+    source: str | None = None  # a sync's source
+    sync: SyncReport | None = None  # a sync's report, once it ended
 
     @property
     def ended(self) -> bool:
         return self.state in ("done", "failed", "cancelled")
 
 
-def status_of(job: str, row: JobRow, files: list[FileRow]) -> JobStatus:
+def status_of(job: str, row: JobRow, files: list[FileRow], synced: SyncJobRow | None = None) -> JobStatus:
+    """A job's status; a sync job's (`synced`) counts the items it read of those it found changed."""
+    status = _upload_status(job, row, files)
+    if synced is None or synced.kind != "sync":
+        return status
+    from ragvps.ingest.sync_job import report_of
+
+    total = max(synced.items_total or 0, synced.items_read)
+    return dataclasses.replace(status, kind="sync", source=synced.source, files_total=total,
+                               files_done=synced.items_read, files_per_s=round(synced.items_read / status.seconds, 3)
+                               if status.seconds > 0 else 0.0, eta_s=None if status.state == "running" else 0.0,
+                               sync=report_of(synced.report) if synced.report else None)
+
+
+def _upload_status(job: str, row: JobRow, files: list[FileRow]) -> JobStatus:
     done = [f for f in files if f.state != "pending"]
     total_bytes = sum(f.size for f in files)
     done_bytes = sum(f.size for f in done) + sum(f.size * f.rows_done // f.rows_total for f in files
@@ -123,14 +143,15 @@ def _iso(when: datetime | None) -> str | None:
 
 def job_status(app: App, job: str) -> JobStatus:
     """The job's progress; NotFoundError when this knowledge base has no such job."""
-    from ragvps.db import jobs
+    from ragvps.db import jobs, sync_jobs
 
     with app.connection() as conn:
         found = jobs.read(conn, job)
+        synced = sync_jobs.read(conn, job) if found else None
     if found is None:
-        raise NotFoundError(f"no job {job!r}: jobs are listed by the upload that made them (POST "
-                            "/kb/{name}/documents answers with the id)")
-    return status_of(job, *found)
+        raise NotFoundError(f"no job {job!r}: jobs are listed by the upload or sync that made them (POST "
+                            "/kb/{name}/documents and POST /kb/{name}/sources/{source}/sync answer with the id)")
+    return status_of(job, *found, synced)
 
 
 def cancel_job(app: App, job: str) -> JobStatus:
@@ -149,9 +170,11 @@ def cancel_job(app: App, job: str) -> JobStatus:
 
 def run_jobs(app: App, worker: str | None, stop: threading.Event, *, exit_when_empty: bool = False,
              wake: threading.Event | None = None, poll: float = 1.0, linger: float = 0.0) -> JobsReport:
-    """Take this knowledge base's upload jobs until `stop` (or none has been left for `linger` seconds,
-    exit_when_empty). The lease is renewed on a second connection: the App's connections must be pooled."""
+    """Take this knowledge base's jobs (uploads, and syncs of its sources) until `stop` (or none has been left for
+    `linger` seconds, exit_when_empty). The lease is renewed on a second connection: the App's connections must be
+    pooled."""
     from ragvps.embed.registry import make_lanes
+    from ragvps.generate import cache as answer_cache
     from ragvps.ingest.jobs import run_jobs as run
     from ragvps.ingest.worker import default_name
 
@@ -159,7 +182,7 @@ def run_jobs(app: App, worker: str | None, stop: threading.Event, *, exit_when_e
         return make_lanes(app.settings, app.spec, lambda: app.embedder, lambda *_: None, lambda _: None)
 
     return run(app.connection, app.settings, app.spec, lanes, worker or default_name(), stop=stop,
-               exit_when_empty=exit_when_empty, poll=poll, wake=wake, linger=linger)
+               exit_when_empty=exit_when_empty, poll=poll, wake=wake, linger=linger, settled=answer_cache.prune)
 
 
 def open_job_count(app: App) -> int:

@@ -13,6 +13,7 @@ from ragvps.config import Settings
 
 if TYPE_CHECKING:
     from ragvps.app.core import App
+    from ragvps.db.bundle_manifest import Manifest
     from ragvps.db.eval_record import GoldRow, ScoreRow
 
 Progress = Callable[[str, int, int], None]
@@ -49,7 +50,7 @@ def restore_check(settings: Settings, path: Path, progress: Progress = _quiet, w
     with opened(path, progress) as bundle:
         manifest = bundle.manifest
         scratch = f"{SCRATCH_PREFIX}{bundle.id[:12]}"
-        report = CheckReport(path, str(manifest.get("kb", {}).get("name", "?")), "counts")
+        report = CheckReport(path, manifest.kb_name, "counts")
         try:
             target, kept = bundle_settings(settings, bundle)
             with _raw(settings) as conn:
@@ -68,18 +69,17 @@ def restore_check(settings: Settings, path: Path, progress: Progress = _quiet, w
     return report
 
 
-def _measure(app: App, manifest: dict[str, object], report: CheckReport, progress: Progress) -> None:
+def _measure(app: App, manifest: Manifest, report: CheckReport, progress: Progress) -> None:
     from ragvps.db import eval_record, store
 
-    counts = manifest.get("counts")
     with app.connection() as conn:
         facts = store.kb_facts(conn)
         gold, scores = eval_record.recorded(conn)
-    want = int(counts.get("chunks", -1)) if isinstance(counts, dict) else -1
+    want = manifest.chunks
     report.figures.append(f"chunks: {facts.chunks:,} restored, {want:,} in the bundle")
     if facts.chunks != want:
         report.fail(f"{facts.chunks} chunks restored, the bundle holds {want}")
-    probe = manifest.get("probe")
+    probe = manifest.probe
     if gold and scores:
         report.method = "gold"
         _compare_eval(app, gold, scores, report, progress)

@@ -93,10 +93,12 @@ def _register() -> None:
         plan,
         search,
         serve,
+        source,
         worker,
     )
 
-    for module in (ingest, worker, search, ask, chat, plan, measure, calibrate, kb, bundle, database, serve, audit):
+    for module in (ingest, worker, search, ask, chat, plan, measure, calibrate, kb, bundle, database, serve, audit,
+                   source):
         module.register(app)
 
 

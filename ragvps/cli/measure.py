@@ -101,12 +101,14 @@ def stats(
     """Rows and sizes of the index beside the machine's memory; warns when the vector index outgrows RAM."""
     from ragvps.app.bundles import last_backups
     from ragvps.app.evaluation import mib
+    from ragvps.app.sources import list_sources
 
     with open_app(ctx, kb=kb) as app:
         s = app.stats()
         good, last = last_backups(app)
+        sources = list_sources(app)
     if as_json:
-        return echo_json(vars(s) | {"last_good_backup": good, "last_backup": last})
+        return echo_json(vars(s) | {"last_good_backup": good, "last_backup": last, "sources": sources})
     rows, es = s.rows, s.embedding_set
     typer.echo(f"{rows['documents']:,} documents, {rows['chunks']:,} chunks, {rows['vectors']:,} vectors "
                f"({es['model']}, {es['vector_type']}({es['dims']})) from {rows['roots']} ingested folder(s)")
@@ -139,6 +141,10 @@ def stats(
             typer.echo(f"    {name}: {w['done']:,} done in {w['batches']:,} batches, {w['claimed']:,} claimed now, "
                        f"last seen {w['last_seen']}")
     typer.echo(_backup_line(good, last))
+    for src in sources:
+        when = f"synced {src.synced_at:%Y-%m-%d %H:%M}" if src.synced_at else "never synced"
+        typer.echo(f"source {src.name} ({src.kind}, {src.location}): {src.items:,} items, {when}, {src.state}"
+                   + (f": {src.error}" if src.error and src.state != "ok" else ""))
     for w in s.warnings:
         warn(w)
 

@@ -20,7 +20,8 @@ def worker(
     = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     kb: KbOption = None,
-    jobs: Annotated[bool, typer.Option("--jobs", help="Ingest upload jobs (POST /kb/NAME/documents) instead of "
+    jobs: Annotated[bool, typer.Option("--jobs", help="Run jobs (uploads: POST /kb/NAME/documents; syncs of "
+                                                      "connected sources) instead of "
                                                       "embedding queued chunks; needs the server's data_dir "
                                                       "(a shared volume) for the uploaded files.")] = False,
     linger: Annotated[float, typer.Option(help="With --jobs --exit-when-empty: wait this many seconds for another "
@@ -67,7 +68,7 @@ def _jobs(ctx: typer.Context, kb: str | None, lease: int | None, name: str | Non
         report = run_jobs(app, name, stop, exit_when_empty=exit_when_empty, linger=linger)
     if as_json:
         return echo_json(report)
-    typer.echo(f"worker {report.worker}: ended {report.jobs} upload jobs, {report.files} files"
+    typer.echo(f"worker {report.worker}: ended {report.jobs} jobs (uploads and syncs), {report.files} files"
                + ("; no job is left" if report.stopped == "empty" else ""))
 
 

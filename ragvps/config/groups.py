@@ -88,6 +88,7 @@ class ChunkSettings:
     max_text_ratio: int = setting(100, "max_text_ratio", lo=1, hi=1_000_000)
     max_text_chars: int = setting(256 << 20, "max_text_chars", lo=1024, hi=1 << 40)
     follow_symlinks: bool = setting(False, "follow_symlinks")  # links whose target leaves the ingested folder
+    ocr_languages: str = setting("eng", "ocr_languages")  # Tesseract's, for scans and images: `eng+deu`
 
 
 @dataclass(frozen=True)

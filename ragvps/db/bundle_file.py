@@ -17,14 +17,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO, Any
+from typing import IO
 
+from ragvps.db.bundle_manifest import FORMAT, MANIFEST, SELF_SUM, VERSION, Manifest, bad, manifest_sum
 from ragvps.errors import BadBundleError
 
-FORMAT = "ragvps-bundle"
-VERSION = 1
-MANIFEST = "manifest.json"
-SELF_SUM = "manifest_sha256"  # the manifest's own SHA-256, of its canonical JSON without this key (since issue 42)
+__all__ = ["FORMAT", "VERSION", "Bundle", "BundleWriter", "lines", "manifest_sum", "open_bundle", "safe_name"]
+
 BLOCK = 512
 _FLUSH = 1 << 20
 
@@ -99,7 +98,7 @@ class Bundle:
     """A bundle whose members have all been checked; `open(name)` reads one."""
 
     path: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
     id: str  # sha256 of the manifest: names the scratch schema of an import, so a rerun finds it
     _tar: tarfile.TarFile
     _members: dict[str, tarfile.TarInfo]
@@ -120,11 +119,6 @@ class Bundle:
         self._tar.close()
 
 
-def _bad(path: Path, problem: str) -> BadBundleError:
-    return BadBundleError(f"{path}: {problem}; nothing was written. Take the bundle again (`ragvps export` or "
-                          "`ragvps backup`) or use another copy")
-
-
 def safe_name(name: str) -> bool:
     """A member name that stays inside the bundle: relative, no '..', no backslash, no drive letter."""
     pure = PurePosixPath(name)
@@ -141,7 +135,7 @@ def open_bundle(path: Path, progress: Callable[[str, int, int], None] | None = N
         tar = tarfile.open(path, "r:")  # noqa: SIM115 - the Bundle closes it
         listed = tar.getmembers()
     except (tarfile.TarError, EOFError, OSError) as exc:
-        raise _bad(path, f"not a readable tar ({exc})") from None
+        raise bad(path, f"not a readable tar ({exc})") from None
     try:
         return _checked(path, tar, listed, progress)
     except BaseException:
@@ -154,64 +148,36 @@ def _checked(path: Path, tar: tarfile.TarFile, listed: list[tarfile.TarInfo],
     members: dict[str, tarfile.TarInfo] = {}
     for info in listed:
         if not safe_name(info.name):
-            raise _bad(path, f"member name {info.name!r} would point outside the bundle: it was not made by ragvps "
+            raise bad(path, f"member name {info.name!r} would point outside the bundle: it was not made by ragvps "
                              "or was altered")
         if not info.isfile() or info.name in members:
-            raise _bad(path, f"member {info.name!r} is not a single regular file")
+            raise bad(path, f"member {info.name!r} is not a single regular file")
         members[info.name] = info
     if MANIFEST not in members:
-        raise _bad(path, f"no {MANIFEST} at its end: the file is truncated or is not a ragvps bundle")
+        raise bad(path, f"no {MANIFEST} at its end: the file is truncated or is not a ragvps bundle")
     raw = _read_all(path, tar, members[MANIFEST])
-    manifest = _manifest(path, raw)
-    if SELF_SUM in manifest and manifest[SELF_SUM] != manifest_sum(manifest):
-        raise _bad(path, f"{MANIFEST} fails its own checksum ({SELF_SUM}): the manifest is corrupt or was altered")
-    declared: dict[str, Any] = manifest["members"]
+    manifest = Manifest.read(path, raw)
+    declared = manifest.members
     extra = sorted(set(members) - set(declared) - {MANIFEST})
     missing = sorted(set(declared) - set(members))
     if missing:
-        raise _bad(path, f"member {missing[0]} is missing ({len(missing)} missing)")
+        raise bad(path, f"member {missing[0]} is missing ({len(missing)} missing)")
     if extra:
-        raise _bad(path, f"member {extra[0]!r} is not in the manifest")
-    total, done, rows = sum(int(m["size"]) for m in declared.values()), 0, {}
+        raise bad(path, f"member {extra[0]!r} is not in the manifest")
+    total, done, rows = sum(m.size for m in declared.values()), 0, {}
     for name, want in declared.items():
-        if members[name].size != want["size"]:
-            raise _bad(path, f"member {name} holds {members[name].size} bytes, the manifest says "
-                             f"{want['size']}")
+        if members[name].size != want.size:
+            raise bad(path, f"member {name} holds {members[name].size} bytes, the manifest says {want.size}")
         digest, rows[name] = _sha256(path, tar, members[name], _reporter(progress, done, total))
-        if digest != want["sha256"]:
-            raise _bad(path, f"member {name} fails its checksum (sha256 {digest[:12]}..., the manifest says "
-                             f"{str(want['sha256'])[:12]}...): the file is corrupt")
-        done += int(want["size"])
+        if digest != want.sha256:
+            raise bad(path, f"member {name} fails its checksum (sha256 {digest[:12]}..., the manifest says "
+                             f"{want.sha256[:12]}...): the file is corrupt")
+        done += want.size
     return Bundle(path, manifest, hashlib.sha256(raw).hexdigest(), tar, members, rows)
-
-
-def manifest_sum(manifest: dict[str, Any]) -> str:
-    """The SHA-256 of a manifest's canonical JSON (sorted keys, no spaces), its own checksum left out."""
-    canonical = {k: v for k, v in manifest.items() if k != SELF_SUM}
-    return hashlib.sha256(json.dumps(canonical, sort_keys=True, separators=(",", ":"),
-                                     ensure_ascii=False).encode()).hexdigest()
 
 
 def _reporter(progress: Callable[[str, int, int], None] | None, done: int, total: int) -> Callable[[int], object]:
     return (lambda n: progress("verify", done + n, total)) if progress else (lambda n: None)
-
-
-def _manifest(path: Path, raw: bytes) -> dict[str, Any]:
-    try:
-        manifest = json.loads(raw)
-    except ValueError:
-        raise _bad(path, f"{MANIFEST} is not valid JSON") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise _bad(path, f"{MANIFEST} does not say format {FORMAT!r}: not a ragvps bundle")
-    if manifest.get("version") != VERSION:
-        raise BadBundleError(f"{path}: bundle format version {manifest.get('version')!r} is not one this ragvps "
-                             f"reads (it reads version {VERSION}); import it with the ragvps release that made it, "
-                             "or a newer one; nothing was written")
-    if not isinstance(manifest.get("members"), dict) or not all(
-            isinstance(m, dict) and isinstance(m.get("size"), int) and isinstance(m.get("sha256"), str)
-            for m in manifest["members"].values()):
-        raise _bad(path, f"{MANIFEST} lists its members without sizes and checksums")
-    return manifest
 
 
 def _read_all(path: Path, tar: tarfile.TarFile, info: tarfile.TarInfo) -> bytes:
@@ -220,9 +186,9 @@ def _read_all(path: Path, tar: tarfile.TarFile, info: tarfile.TarInfo) -> bytes:
         assert handle is not None
         data = handle.read()
     except (tarfile.TarError, OSError) as exc:
-        raise _bad(path, f"member {info.name} cannot be read ({exc}): the file is truncated") from None
+        raise bad(path, f"member {info.name} cannot be read ({exc}): the file is truncated") from None
     if len(data) != info.size:
-        raise _bad(path, f"member {info.name} is cut short: the file is truncated")
+        raise bad(path, f"member {info.name} is cut short: the file is truncated")
     return data
 
 
@@ -238,9 +204,9 @@ def _sha256(path: Path, tar: tarfile.TarFile, info: tarfile.TarInfo, seen: Calla
             lines += block.count(b"\n")
             seen(n)
     except (tarfile.TarError, OSError) as exc:
-        raise _bad(path, f"member {info.name} cannot be read ({exc}): the file is truncated") from None
+        raise bad(path, f"member {info.name} cannot be read ({exc}): the file is truncated") from None
     if n != info.size:
-        raise _bad(path, f"member {info.name} is cut short: the file is truncated")
+        raise bad(path, f"member {info.name} is cut short: the file is truncated")
     return sha.hexdigest(), lines
 
 

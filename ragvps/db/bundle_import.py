@@ -15,7 +15,7 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO
 
 import numpy as np
 import psycopg
@@ -26,6 +26,7 @@ from ragvps.config import Settings
 from ragvps.db import catalog, index, store
 from ragvps.db.bundle_export import CACHE_TABLE, TABLES, bq, bundle_sql
 from ragvps.db.bundle_file import Bundle, lines
+from ragvps.db.bundle_manifest import VectorSetEntry
 from ragvps.db.sql import compose, scalar
 from ragvps.errors import BadBundleError, ConflictError, DatabaseError
 
@@ -37,7 +38,6 @@ VECTOR_BATCH = 5000
 LOCK_WAIT_S = 5.0
 _COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + b"\x00" * 8
 _COPY_TRAILER = b"\xff\xff"
-VECTOR_TYPES = ("vector", "halfvec", "bit")
 
 
 @dataclass(frozen=True)
@@ -62,31 +62,26 @@ def check_bundle(bundle: Bundle) -> None:
     """What the manifest promises that the checksums cannot show: known tables, sane vector sets whose members
     hold exactly `count` ids and vectors. Before anything is written."""
     manifest, where = bundle.manifest, bundle.path
-    tables = manifest.get("tables", {})
+    tables = manifest.tables
     known = set(TABLES) | {CACHE_TABLE}
-    if not isinstance(tables, dict) or not set(tables) <= known or not all(bundle.has(m) for m in tables.values()):
+    if not set(tables) <= known or not all(bundle.has(m) for m in tables.values()):
         raise BadBundleError(f"{where}: the manifest names tables this ragvps does not load ({sorted(tables)}); "
                              "nothing was written")
     _check_counts(bundle, tables)
-    for s in manifest.get("vector_sets", []):
-        ok = (isinstance(s, dict) and s.get("vector_type") in VECTOR_TYPES and isinstance(s.get("dims"), int)
-              and 0 < s["dims"] <= 16000 and isinstance(s.get("count"), int) and isinstance(s.get("id"), int)
-              and bundle.has(str(s.get("ids"))) and bundle.has(str(s.get("vectors"))))
-        if not ok:
+    for s in manifest.vector_sets:  # their shape was checked as the manifest was read
+        if not (bundle.has(s.ids) and bundle.has(s.vectors)):
             raise BadBundleError(f"{where}: a vector set in the manifest is incomplete ({s!r:.200}); "
                                  "nothing was written")
-        sizes = (bundle.size(s["ids"]), bundle.size(s["vectors"]))
-        if sizes != (8 * s["count"], 4 * s["dims"] * s["count"]):
-            raise BadBundleError(f"{where}: vector set {s['id']} should hold {s['count']} vectors of {s['dims']} "
+        sizes = (bundle.size(s.ids), bundle.size(s.vectors))
+        if sizes != (8 * s.count, 4 * s.dims * s.count):
+            raise BadBundleError(f"{where}: vector set {s.id} should hold {s.count} vectors of {s.dims} "
                                  f"dimensions, its members hold {sizes[0]} and {sizes[1]} bytes; nothing was written")
 
 
 def _check_counts(bundle: Bundle, tables: dict[str, str]) -> None:
     """The manifest's counts are the rows its members hold (a forger who re-checksums the members cannot make
     a bundle import more than it says)."""
-    counts = bundle.manifest.get("counts")
-    for table in ("documents", "chunks"):
-        want = counts.get(table) if isinstance(counts, dict) else None
+    for table, want in (("documents", bundle.manifest.documents), ("chunks", bundle.manifest.chunks)):
         have = bundle.rows.get(tables[table], 0) if table in tables else 0
         if want != have:
             raise BadBundleError(f"{bundle.path}: the manifest counts {want} {table}, but the bundle holds {have}: "
@@ -159,10 +154,10 @@ def import_bundle(conn: psycopg.Connection, bundle: Bundle, name: str, settings:
 def _import(conn: psycopg.Connection, bundle: Bundle, name: str, settings: Settings,
             kb_settings: dict[str, object], replace: bool, progress: Progress, warn: Warn) -> ImportReport:
     manifest = bundle.manifest
-    counts, sets = manifest.get("counts", {}), manifest.get("vector_sets", [])
+    sets = manifest.vector_sets
     if check_target(conn, bundle, name, replace):
-        return ImportReport(name, counts.get("documents", 0), counts.get("chunks", 0),
-                            sum(s["count"] for s in sets), len(sets), False, already=True)
+        return ImportReport(name, manifest.documents, manifest.chunks, sum(s.count for s in sets), len(sets), False,
+                            already=True)
     scratch = scratch_schema(bundle)
     resumed = _comment(conn, scratch) == _loaded_marker(bundle)
     conn.commit()
@@ -189,15 +184,14 @@ def _import(conn: psycopg.Connection, bundle: Bundle, name: str, settings: Setti
     checkpoint("indexed")
     _swap(conn, bundle, scratch, name, kb_settings)
     checkpoint("swapped")
-    return ImportReport(name, counts.get("documents", 0), counts.get("chunks", 0), sum(s["count"] for s in sets),
-                        len(sets), built, resumed=resumed)
+    return ImportReport(name, manifest.documents, manifest.chunks, sum(s.count for s in sets), len(sets), built,
+                        resumed=resumed)
 
 
 def _load(conn: psycopg.Connection, bundle: Bundle, scratch: str, progress: Progress) -> None:
     """Every row and vector of the bundle into the scratch schema, in one transaction that marks it loaded."""
     manifest = bundle.manifest
-    totals = {"documents": manifest.get("counts", {}).get("documents", 0),
-              "chunks": manifest.get("counts", {}).get("chunks", 0)}
+    totals = {"documents": manifest.documents, "chunks": manifest.chunks}
     store.end_implicit_transaction(conn)
     with conn.transaction():
         indexes = conn.execute(bundle_sql("chunk_secondary_indexes")).fetchall()
@@ -205,7 +199,7 @@ def _load(conn: psycopg.Connection, bundle: Bundle, scratch: str, progress: Prog
             conn.execute(bq("drop_index", index=sql.Identifier(schema, name)))
         conn.execute(bundle_sql("pause_chunk_triggers"))
         for table in (*TABLES, CACHE_TABLE):
-            member = manifest["tables"].get(table)
+            member = manifest.tables.get(table)
             if member is None:
                 continue
             done = 0
@@ -222,32 +216,30 @@ def _load(conn: psycopg.Connection, bundle: Bundle, scratch: str, progress: Prog
         conn.execute(bundle_sql("rebuild_stats"))
         for *_, definition in indexes:
             conn.execute(definition)  # pg_get_indexdef's own statement, schema-qualified
-        for s in manifest.get("vector_sets", []):
+        for s in manifest.vector_sets:
             _load_set(conn, bundle, s, progress)
-            checkpoint(f"vectors:{s['id']}")
-            if s["active"]:
-                conn.execute(bq("queue_missing", table=sql.Identifier(f"embeddings_{s['id']}")), {"set_id": s["id"]})
+            checkpoint(f"vectors:{s.id}")
+            if s.active:
+                conn.execute(bq("queue_missing", table=sql.Identifier(f"embeddings_{s.id}")), {"set_id": s.id})
         conn.execute(bundle_sql("restart_sequences"))
         conn.execute(bq("comment_schema", schema=sql.Identifier(scratch),
                         comment=sql.Literal(_loaded_marker(bundle))))
     checkpoint("loaded")
 
 
-def _load_set(conn: psycopg.Connection, bundle: Bundle, s: dict[str, Any], progress: Progress) -> None:
-    table_name = f"embeddings_{s['id']}"
+def _load_set(conn: psycopg.Connection, bundle: Bundle, s: VectorSetEntry, progress: Progress) -> None:
+    table_name = f"embeddings_{s.id}"
     conn.execute(bundle_sql("import_set"), {
-        "id": s["id"], "model": s["model"], "identity": s["identity"], "dims": s["dims"],
-        "vector_type": s["vector_type"], "table_name": table_name, "active": bool(s["active"]),
-        "chunker": s.get("chunker")})
-    column = store.column_type(s["vector_type"])
+        "id": s.id, "model": s.model, "identity": s.identity, "dims": s.dims, "vector_type": s.vector_type,
+        "table_name": table_name, "active": s.active, "chunker": s.chunker})
+    column = store.column_type(s.vector_type)
     table = sql.Identifier(table_name)
-    conn.execute(compose("create_vector_table", table=table, vector_type=sql.SQL(column),
-                         dims=sql.Literal(s["dims"])))
-    dims, count = int(s["dims"]), int(s["count"])
+    conn.execute(compose("create_vector_table", table=table, vector_type=sql.SQL(column), dims=sql.Literal(s.dims)))
+    dims, count = s.dims, s.count
     element = ">f2" if column == "halfvec" else ">f4"
     row = np.dtype([("fields", ">i2"), ("id_len", ">i4"), ("id", ">i8"), ("vec_len", ">i4"), ("dim", ">i2"),
                     ("unused", ">i2"), ("v", element, (dims,))])
-    ids, vectors = bundle.open(s["ids"]), bundle.open(s["vectors"])
+    ids, vectors = bundle.open(s.ids), bundle.open(s.vectors)
     with conn.cursor().copy(bq("copy_vectors_binary", table=table)) as copy:
         copy.write(_COPY_HEADER)
         for lo in range(0, count, VECTOR_BATCH):

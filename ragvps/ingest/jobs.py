@@ -24,6 +24,7 @@ from ragvps.db import jobs
 from ragvps.embed.hosts import Lanes
 from ragvps.errors import DatabaseError, RagvpsError, UnavailableError
 from ragvps.ingest import parts, uploads
+from ragvps.ingest.cancel import Cancelled, stops_at
 from ragvps.ingest.periodic import Periodic
 from ragvps.ingest.pipeline import FileOutcome, ingest_files
 from ragvps.records import ModelSpec
@@ -36,10 +37,6 @@ BATCH_BYTES = 16 << 20  # a batch's files at most (a larger file alone); their n
 RETRY_S = 5.0  # after the embedder or the database failed: the job is given back and tried again
 
 
-class Cancelled(Exception):
-    """The job was cancelled while its batch was being embedded: the batch is not stored."""
-
-
 @dataclass
 class JobsReport:
     worker: str
@@ -50,9 +47,10 @@ class JobsReport:
 
 def run_jobs(connect: Connect, settings: Settings, spec: ModelSpec, lanes: Callable[[], Lanes], worker: str, *,
              stop: threading.Event, exit_when_empty: bool = False, poll: float = 1.0,
-             wake: threading.Event | None = None, linger: float = 0.0) -> JobsReport:
-    """Take jobs until `stop` is set (or none has been left for `linger` seconds, exit_when_empty); `wake` cuts
-    a wait short."""
+             wake: threading.Event | None = None, linger: float = 0.0,
+             settled: Callable[[psycopg.Connection], object] | None = None) -> JobsReport:
+    """Take jobs (uploads, and syncs of connected sources) until `stop` is set (or none has been left for
+    `linger` seconds, exit_when_empty); `wake` cuts a wait short; `settled` after a sync that changed documents."""
     report = JobsReport(worker)
     lease = float(settings.embed.worker_lease)
     empty_since: float | None = None
@@ -72,7 +70,7 @@ def run_jobs(connect: Connect, settings: Settings, spec: ModelSpec, lanes: Calla
             empty_since = None
             job, token = got
             try:
-                ended = Job(connect, conn, settings, spec, lanes, job, token).run(stop, report)
+                ended = _run(connect, conn, settings, spec, lanes, job, token, stop, report, settled)
             except UnavailableError as exc:  # the embedder or the database: give the job back, try later
                 log.warning("job %s: %s; retrying in %.0f s", job, exc, RETRY_S)
                 _give_back(conn, job, token)
@@ -86,6 +84,24 @@ def run_jobs(connect: Connect, settings: Settings, spec: ModelSpec, lanes: Calla
             report.jobs += ended
         report.stopped = "stop"
     return report
+
+
+def _run(connect: Connect, conn: psycopg.Connection, settings: Settings, spec: ModelSpec, lanes: Callable[[], Lanes],
+         job: str, token: str, stop: threading.Event, report: JobsReport,
+         settled: Callable[[psycopg.Connection], object] | None) -> int:
+    """Run one claimed job, an upload's or a sync's; 1 if it ended here."""
+    from ragvps.db import sync_jobs
+
+    source = sync_jobs.source_of(conn, job)
+    if source is None:
+        return Job(connect, conn, settings, spec, lanes, job, token).run(stop, report)
+    from ragvps.ingest.sync_job import SyncJob
+
+    def warn(message: str) -> None:
+        log.info("job %s: %s", job, message)
+
+    done = SyncJob(connect, conn, settings, spec, lanes, job, token, source).run(stop, lambda *_: None, warn, settled)
+    return int(done is not None)
 
 
 def _wait(stop: threading.Event, wake: threading.Event | None, poll: float) -> None:
@@ -255,14 +271,6 @@ class Job:
                 if "is writing to this database" not in str(exc) or self.lost.is_set():
                     raise
                 time.sleep(1.0)  # an ingest from the command line holds the write lock: wait for it
-
-
-def stops_at(stage: str) -> bool:
-    """Whether a cancel read at this stage of a batch stops it there: while it is read, chunked or embedded (its
-    vectors kept in the vector cache for a re-upload), and between the parts of a file read in parts (each part
-    stored whole), but not while it is stored: its store transaction commits, and its files must then be marked
-    done, or they would be stored and marked cancelled."""
-    return stage != "store"
 
 
 def ending(outcomes: dict[str, tuple[int, str | None]]) -> tuple[str, str | None]:

@@ -15,11 +15,12 @@ from ragvps.config import Settings
 from ragvps.db import index, queue, store
 from ragvps.embed.hosts import Lanes
 from ragvps.errors import NotFoundError
-from ragvps.ingest import parts, sources
+from ragvps.ingest import links, parts, sources
 from ragvps.ingest.artifacts import ChunkArtifacts, ChunkFile, VectorCache
 from ragvps.ingest.bounds import OutputBound
 from ragvps.ingest.chunk import ChunkerConfig, chunk_documents
 from ragvps.ingest.embedding import EmbedOutcome, embed_stage
+from ragvps.ingest.ocr import OcrOptions
 from ragvps.records import Chunk, Document, ModelSpec
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,26 @@ class IngestReport:
     hosts: dict[str, dict[str, Any]] = field(default_factory=dict)  # per embedding host: chunks, rate, state
 
 
+@dataclass(frozen=True)
+class IngestRun:
+    """One ingest's context, handed from stage to stage: its settings, model, chunker and folder, and whom it tells
+    (the report it fills, progress, warnings). The connection travels beside it: a resource, not context."""
+
+    settings: Settings
+    spec: ModelSpec
+    root: Path
+    config: ChunkerConfig
+    report: IngestReport
+    progress: Progress
+    warn: Warn
+    lanes: Callable[[], Lanes] | None = None  # the embedding hosts; None where nothing is embedded (`ragvps chunk`)
+
+    def embedding_lanes(self) -> Callable[[], Lanes]:
+        if self.lanes is None:
+            raise ValueError("this ingest run was opened to chunk only; embedding needs its lanes")
+        return self.lanes
+
+
 def chunker_config(settings: Settings, spec: ModelSpec) -> ChunkerConfig:
     size = settings.chunk.size or spec.chunk_size
     overlap = settings.chunk.overlap if settings.chunk.overlap is not None else min(spec.chunk_overlap, size // 4)
@@ -62,10 +83,11 @@ def nothing_readable(path: Path, report: IngestReport) -> NotFoundError:
                          f"supported: {', '.join(sorted(sources.KINDS))}")
 
 
-def load_file(source: sources.SourceFile, warn: Warn, report: IngestReport) -> list[Document] | None:
+def load_file(source: sources.SourceFile, warn: Warn, report: IngestReport,
+              ocr: OcrOptions | None = None) -> list[Document] | None:
     """One file's documents, or None (with one warning naming it, counted in the report) when it cannot be read."""
     try:
-        return sources.load(source, warn, report.skipped)
+        return sources.load(source, warn, report.skipped, ocr)
     except OSError as exc:
         warn(f"{source.rel}: {exc.strerror or exc}, skipped")
         report.skipped["unreadable"] += 1
@@ -76,15 +98,16 @@ def load_file(source: sources.SourceFile, warn: Warn, report: IngestReport) -> l
 
 
 def chunk_stage(
-    settings: Settings, root: Path, scan: sources.ScanReport, config: ChunkerConfig,
-    report: IngestReport, progress: Progress, warn: Warn, streamed: list[sources.SourceFile] | None = None,
+    run: IngestRun, scan: sources.ScanReport, streamed: list[sources.SourceFile] | None = None,
 ) -> list[ChunkFile]:
     """Chunk every file whose content or chunker settings changed; reuse the files on disk otherwise. Given
     `streamed`, a file read in parts (ragvps.ingest.parts) is put there instead, to be stored part by part."""
-    artifacts = ChunkArtifacts(settings.database.kb_dir, root)
+    settings, config, report, progress, warn = run.settings, run.config, run.report, run.progress, run.warn
+    artifacts = ChunkArtifacts(settings.database.kb_dir, run.root)
     key = config.key()
     bound = OutputBound(settings.chunk.max_text_ratio, settings.chunk.max_text_chars)
     results = []
+    ocr = OcrOptions(settings.chunk.ocr_languages, progress=progress)
     for i, source in enumerate(scan.files):
         if streamed is not None and parts.streams(source):
             streamed.append(source)
@@ -98,7 +121,7 @@ def chunk_stage(
             continue
         result = artifacts.read(source.rel, file_hash, key)
         if result is None:
-            docs = load_file(replace(source, bound=bound), warn, report)
+            docs = load_file(replace(source, bound=bound), warn, report, ocr)
             if docs is None:
                 continue
             chunks = [c for doc_chunks in chunk_documents(docs, config) for c in doc_chunks]
@@ -111,14 +134,14 @@ def chunk_stage(
 
 
 def store_stage(
-    conn: psycopg.Connection, eset: store.EmbeddingSet, root: str, files: Sequence[ChunkFile],
-    unreadable: set[str], cache: VectorCache, config: ChunkerConfig, settings: Settings,
-    report: IngestReport, progress: Progress, only: set[str] | None = None,
+    conn: psycopg.Connection, run: IngestRun, eset: store.EmbeddingSet, files: Sequence[ChunkFile],
+    unreadable: set[str], cache: VectorCache, only: set[str] | None = None,
 ) -> None:
     """Write new and changed documents; delete those whose source file is gone (of the sources in `only`,
     when given: a few files of a folder were ingested, not the folder)."""
+    settings, report, progress, root = run.settings, run.report, run.progress, str(run.root)
     stored = {d: s for d, s in store.stored_documents(conn, root).items() if only is None or s.source in only}
-    key = config.key()
+    key = run.config.key()
     changed: list[tuple[Document, list[Chunk]]] = []
     seen: set[str] = set()
     for f in files:
@@ -193,39 +216,39 @@ def ingest(
     if not scan.files and not stored_before:
         raise nothing_readable(path, report)
     with store.write_lock(conn):
-        config = _ingest_chunker(conn, settings, spec)
+        run = IngestRun(settings, spec, root, _ingest_chunker(conn, settings, spec), report, progress, warn, lanes)
         streamed: list[sources.SourceFile] = []
-        files = chunk_stage(settings, root, scan, config, report, progress, warn, streamed)
+        urls = links.links(root)  # a mirrored source's folder: each document's source is its item's URL
+        files = links.linked(chunk_stage(run, scan, streamed), urls)
         report.documents = sum(len(f.documents) for f in files)
         if not report.documents and not stored_before and not streamed:
             raise nothing_readable(path, report)
         report.chunks = sum(len(f.chunks) for f in files)
-        unreadable = {f.rel for f in scan.files} - {f.source for f in files}
-        embed_and_store(conn, settings, spec, lanes, str(root), files, unreadable, config, report, progress, warn,
-                        streamed=streamed)
+        unreadable = {urls.get(rel, rel) for rel in {f.rel for f in scan.files} - {f.source for f in files}}
+        embed_and_store(conn, run, files, unreadable, streamed=streamed)
         if not report.documents and not stored_before:
             raise nothing_readable(path, report)
     return report
 
 
 def embed_and_store(
-    conn: psycopg.Connection, settings: Settings, spec: ModelSpec, lanes: Callable[[], Lanes], root: str,
-    files: Sequence[ChunkFile], unreadable: set[str], config: ChunkerConfig, report: IngestReport,
-    progress: Progress, warn: Warn, only: set[str] | None = None, streamed: Sequence[sources.SourceFile] = (),
+    conn: psycopg.Connection, run: IngestRun, files: Sequence[ChunkFile], unreadable: set[str],
+    only: set[str] | None = None, streamed: Sequence[sources.SourceFile] = (),
 ) -> list[parts.PartsOutcome]:
     """Embed what the vector cache lacks (or queue it, defer_embedding), store, keep the index current; then
     the files read in parts, each part embedded and stored before the next is read (their outcomes)."""
+    settings, spec, report, warn = run.settings, run.spec, run.report, run.warn
     cache = VectorCache(settings.database.kb_dir, spec.identity, spec.dims)
     outcome = EmbedOutcome()
     try:
         if not settings.embed.defer_embedding:
-            embed_stage(cache, [c for f in files for c in f.chunks], spec, lanes, settings.embed.batch_size,
-                        progress, outcome)
+            embed_stage(cache, [c for f in files for c in f.chunks], spec, run.embedding_lanes(),
+                        settings.embed.batch_size, run.progress, outcome)
         eset = store.ensure_set(conn, spec, settings.index.vector_type, activate=True)
-        store_stage(conn, eset, root, files, unreadable | {s.rel for s in streamed}, cache, config, settings,
-                    report, progress, only)
-        run = parts.PartsRun(conn, eset, root, cache, config, settings, spec, lanes, progress, warn)
-        streamed_out = [parts.store_file(run, s, outcome) for s in streamed]
+        store_stage(conn, run, eset, files, unreadable | {s.rel for s in streamed}, cache, only)
+        in_parts = parts.PartsRun(conn, eset, str(run.root), cache, run.config, settings, spec,
+                                  run.embedding_lanes(), run.progress, warn)
+        streamed_out = [parts.store_file(in_parts, s, outcome) for s in streamed]
     finally:
         report.embedded, report.hosts = outcome.embedded, outcome.hosts
     _count_parts(report, streamed_out, warn)
@@ -239,7 +262,7 @@ def embed_and_store(
         report.index_built = index.index_exists(conn, eset)
         conn.commit()
     else:
-        report.index_built = index.ensure_index(conn, eset, settings, progress, warn)
+        report.index_built = index.ensure_index(conn, eset, settings, run.progress, warn)
     return streamed_out
 
 
@@ -294,15 +317,15 @@ def ingest_files(
     store.check_model(store.active_set(conn), spec, settings.index.vector_type, "ingest")
     with store.write_lock(conn, lock_wait):
         config = _ingest_chunker(conn, settings, spec)
+        run = IngestRun(settings, spec, root, config, report, progress, record, lanes)
         streamed: list[sources.SourceFile] = []
-        files = chunk_stage(settings, root, scan, config, report, progress, record, streamed)
+        files = chunk_stage(run, scan, streamed)
         report.documents = sum(len(f.documents) for f in files)
         report.chunks = sum(len(f.chunks) for f in files)
         before = store.stored_documents(conn, str(root))
         conn.commit()
         unreadable = {f.rel for f in scan.files} - {f.source for f in files}
-        in_parts = embed_and_store(conn, settings, spec, lanes, str(root), files, unreadable, config, report,
-                                   progress, record, only=wanted, streamed=streamed)
+        in_parts = embed_and_store(conn, run, files, unreadable, only=wanted, streamed=streamed)
     loaded = {f.source: f for f in files}
     by_parts = {o.rel: o for o in in_parts}
     outcomes = []

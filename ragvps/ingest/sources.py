@@ -16,6 +16,7 @@ from typing import Any
 from ragvps.errors import UsageError
 from ragvps.ingest.bounds import Meter, OutputBound, SkipFile
 from ragvps.ingest.formats import READERS, Reader
+from ragvps.ingest.ocr import IMAGE_KINDS, OcrFailed, OcrOptions, pdf_page_text, read_image
 from ragvps.records import Document
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ RECORDS = "JSON Lines records"  # the skipped reason counted for records a JSON 
 KINDS = {
     ".md": "markdown", ".markdown": "markdown", ".txt": "text", ".text": "text", ".jsonl": "jsonl",
     ".html": "html", ".htm": "html", ".pdf": "pdf",
-    **{ext: reader.kind for ext, reader in READERS.items()},
+    **{ext: reader.kind for ext, reader in READERS.items()}, **IMAGE_KINDS,
 }
 
 
@@ -213,11 +214,14 @@ def without_nul(value: object) -> object:
     return value
 
 
-def load(source: SourceFile, warn: Callable[[str], None], skipped: Counter[str] | None = None) -> list[Document]:
+def load(source: SourceFile, warn: Callable[[str], None], skipped: Counter[str] | None = None,
+         ocr: OcrOptions | None = None) -> list[Document]:
     """The documents in one source file; SkipFile when it has nothing to read. Records skipped inside a file
-    (JSON Lines) are counted in `skipped`."""
+    (JSON Lines) are counted in `skipped`; scanned pages and images are read by OCR (`ocr`'s languages)."""
     try:
-        docs = _load(source, warn, skipped)
+        docs = _load(source, warn, skipped, ocr or OcrOptions())
+    except OcrFailed as exc:
+        raise SkipFile(exc.reason, str(exc)) from exc
     except (UnicodeError, ValueError, RecursionError) as exc:  # a parser's surprise never stops an ingest
         raise SkipFile("unreadable", f"{source.rel}: could not be read ({exc.__class__.__name__}: "
                                      f"{str(without_nul(str(exc)))[:200]}), skipped") from exc
@@ -227,14 +231,17 @@ def load(source: SourceFile, warn: Callable[[str], None], skipped: Counter[str] 
     return docs
 
 
-def _load(source: SourceFile, warn: Callable[[str], None], skipped: Counter[str] | None) -> list[Document]:
+def _load(source: SourceFile, warn: Callable[[str], None], skipped: Counter[str] | None,
+          ocr: OcrOptions) -> list[Document]:
     reader = READERS.get(source.path.suffix.lower())
     if reader is not None:
         return _read_format(source, reader, warn)
     if source.kind == "jsonl":
         return load_jsonl(source, warn, skipped)
     if source.kind == "pdf":
-        return [load_pdf(source)]
+        return [load_pdf(source, ocr, warn)]
+    if source.kind == "image":
+        return [read_image(source.path, source.rel, ocr)]
     text = read_text(source, warn)
     stem = Path(source.rel).stem
     if source.kind == "html":
@@ -296,8 +303,9 @@ def inline_text(token: object) -> str:
         getattr(token, "content", ""))
 
 
-def load_pdf(source: SourceFile) -> Document:
-    """A PDF's text layer, page by page; `metadata["pages"]` maps character offsets to page numbers."""
+def load_pdf(source: SourceFile, ocr: OcrOptions | None = None, warn: Callable[[str], None] | None = None) -> Document:
+    """A PDF's text layer, page by page (a page without one read by OCR); `metadata["pages"]` maps character
+    offsets to page numbers."""
     import pypdf
     from pypdf.errors import PdfReadError
 
@@ -307,9 +315,17 @@ def load_pdf(source: SourceFile) -> Document:
             raise SkipFile("encrypted PDF", f"{source.rel}: encrypted PDF (needs a password), skipped")
         parts: list[str] = []
         pages: list[list[int]] = []
+        failed: list[OcrFailed] = []
         offset = 0
+        scanned = 0
         for number, page in enumerate(reader.pages, start=1):
             text = (page.extract_text() or "").strip()
+            if not text and ocr is not None:
+                try:
+                    text, scanned = pdf_page_text(page, source.rel, number, len(reader.pages), ocr), scanned + 1
+                except OcrFailed as exc:  # the text pages are kept; the page is named in a warning
+                    failed.append(exc)
+                    ocr = None if exc.reason == "needs tesseract" else ocr
             if not text:
                 continue
             pages.append([offset, number])
@@ -321,10 +337,15 @@ def load_pdf(source: SourceFile) -> Document:
         raise
     except (PdfReadError, ValueError, KeyError, TypeError) as exc:  # pypdf raises these on damaged files
         raise SkipFile("unreadable PDF", f"{source.rel}: not a readable PDF ({exc}), skipped") from exc
+    if not parts and failed:
+        raise SkipFile(failed[0].reason, str(failed[0]))
+    for page_failed in failed:
+        (warn or log.warning)(str(page_failed))
     if not parts:
         raise SkipFile("PDF without text", f"{source.rel}: no text layer (a scanned or image-only PDF?), skipped")
     return Document(source.rel, source.rel, title or Path(source.rel).stem, "\n\n".join(parts), "pdf",
-                    {"pages": pages, "page_count": len(reader.pages)})
+                    {"pages": pages, "page_count": len(reader.pages), **({"ocr_pages": scanned} if scanned else {})})
+
 
 
 def load_jsonl(source: SourceFile, warn: Callable[[str], None],

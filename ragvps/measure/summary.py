@@ -12,7 +12,7 @@ from typing import Any
 from ragvps.config import Settings
 from ragvps.ingest import sources
 from ragvps.ingest.chunk import ChunkerConfig
-from ragvps.ingest.pipeline import IngestReport, chunk_stage, chunker_config, load_file, nothing_readable
+from ragvps.ingest.pipeline import IngestReport, IngestRun, chunk_stage, chunker_config, load_file, nothing_readable
 from ragvps.records import ModelSpec, input_room
 
 Progress = Callable[[str, int, int], None]
@@ -49,7 +49,7 @@ def chunk_summary(settings: Settings, spec: ModelSpec, path: Path, progress: Pro
     report = IngestReport()
     scan = _scan(path, warn)
     report.skipped.update(scan.skipped)
-    files = chunk_stage(settings, path.resolve(), scan, config, report, progress, warn)
+    files = chunk_stage(IngestRun(settings, spec, path.resolve(), config, report, progress, warn), scan)
     if not any(f.documents for f in files):
         raise nothing_readable(path, report)
     counts = sorted(c.tokens for f in files for c in f.chunks)

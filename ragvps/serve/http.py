@@ -32,6 +32,7 @@ from ragvps.serve.api.metrics import Metrics
 from ragvps.serve.api.routes import ERRORS, KB_ERRORS, add_metrics_route, add_routes
 from ragvps.serve.documents.routes import add_document_routes
 from ragvps.serve.documents.runner import JobRunner
+from ragvps.serve.documents.sources import add_source_routes
 from ragvps.serve.gate.access import Access, RequireKey
 from ragvps.serve.gate.audit_log import AuditLog
 from ragvps.serve.gate.auth import check_bind, load_keys
@@ -102,6 +103,7 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
     _errors(api)
     add_routes(api, ready, settings)
     add_document_routes(api, ready, settings, runner, ERRORS | KB_ERRORS)  # uploads, their jobs, the documents stored
+    add_source_routes(api, ready, settings, runner, ERRORS | KB_ERRORS)  # connected sources (issue 46)
     if metrics is not None:
         add_metrics_route(api, metrics, ready)
     add_openai_routes(api, ready, settings)  # /v1: OpenAI-compatible chat

@@ -63,8 +63,8 @@ STATUS = {"description": "The job; with Accept: text/event-stream, its progress 
 
 
 def no_job(job: str) -> NotFoundError:
-    return NotFoundError(f"no job {job!r} that this key may see: POST /kb/{{name}}/documents answers with the "
-                         "id of the job it made")
+    return NotFoundError(f"no job {job!r} that this key may see: POST /kb/{{name}}/documents (an upload) and POST "
+                         "/kb/{name}/sources/{source}/sync answer with the id of the job they made")
 
 
 class Documents:

@@ -1,9 +1,10 @@
-"""The server's workers for upload jobs: a `ragvps worker --jobs` child process per knowledge base with open
-jobs, started when an upload queues one (or at start-up, for jobs left open), below the server on the CPU
-(SCHED_IDLE), ending once its queue has been empty for LINGER_S. A child process rather than a thread: parsing
-and embedding do not hold the server's GIL while it answers searches, a hostile file that crashed a parser would
-take down the worker and not the server, and the worker takes its jobs under a lease, as a `ragvps worker --jobs`
-on another machine would (a child that dies is replaced, and its job taken over once its lease ran out)."""
+"""The server's workers for jobs (uploads, and syncs of connected sources): a `ragvps worker --jobs` child process per
+knowledge base with open jobs, started when an upload or a sync queues one (or at start-up, for jobs left open),
+below the server on the CPU (SCHED_IDLE), ending once its queue has been empty for LINGER_S. A child process rather
+than a thread: parsing and embedding do not hold the server's GIL while it answers searches, a hostile file that
+crashed a parser would take down the worker and not the server, and the worker takes its jobs under a lease, as a
+`ragvps worker --jobs` on another machine would (a child that dies is replaced, and its job taken over once its
+lease ran out)."""
 
 from __future__ import annotations
 

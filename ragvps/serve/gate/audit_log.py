@@ -38,8 +38,8 @@ def action_of(method: str, route: str) -> str | None:
 
 
 class AuditLog:
-    def __init__(self, ready: Ready, with_questions: bool):
-        self.ready, self.with_questions = ready, with_questions
+    def __init__(self, ready: Ready, with_questions: bool, max_pending: int = MAX_PENDING):
+        self.ready, self.with_questions, self.max_pending = ready, with_questions, max_pending
         self._pending: deque[AuditEvent] = deque()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -56,10 +56,8 @@ class AuditLog:
         event = AuditEvent(who, action, ",".join(record.kbs) or None, record.status or 500, record.route, record.id,
                            question)
         with self._lock:
-            if len(self._pending) >= MAX_PENDING:
-                self._pending.popleft()
-                self._dropped += 1
             self._pending.append(event)
+            self._bound()
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="ragvps-audit", daemon=True)
                 self._thread.start()
@@ -73,14 +71,28 @@ class AuditLog:
             self._dropped = 0
         if dropped:
             log.warning("the audit log dropped %d rows: the database could not take them", dropped)
-        if not events or library is None:
+        if not events:
+            return
+        if library is None:  # the server is still opening its library
+            self._put_back(events)
             return
         try:
             library.audit().record(events)
-        except RagvpsError as exc:  # the database is away: keep them for the next round
+        except RagvpsError as exc:  # the database is away
             log.warning("cannot write %d audit rows yet: %s", len(events), exc)
-            with self._lock:
-                self._pending.extendleft(reversed(events))
+            self._put_back(events)
+
+    def _put_back(self, events: list[AuditEvent]) -> None:
+        """Keep unwritten rows for the next round, ahead of newer ones, within max_pending (the oldest go first)."""
+        with self._lock:
+            self._pending.extendleft(reversed(events))
+            self._bound()
+
+    def _bound(self) -> None:
+        """Drop the oldest rows past max_pending, counted for the next flush's warning (the lock is held)."""
+        while len(self._pending) > self.max_pending:
+            self._pending.popleft()
+            self._dropped += 1
 
     def _run(self) -> None:
         while True:

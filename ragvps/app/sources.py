@@ -1,0 +1,244 @@
+"""Connected sources (issue 46): a git repository, a web site or an S3 bucket recorded with the knowledge base
+(migration 012) and kept in sync with it. A sync is a job on the upload jobs' lease queue (migration 013): the API
+queues it for a worker (`queue_sync`), `ragvps sync` makes it and runs it in its own process (`sync_sources`);
+either way one sync a source runs at a time, and `GET /jobs/{id}` shows it. What the CLI and the API render is
+typed here.
+
+    add_source(app, SourceSpec("git", "handbook", "https://git.example.com/handbook.git", {"branch": "main"}))
+    queued = queue_sync(app, "handbook")                 # QueuedSync: the job a worker runs
+    reports = sync_sources(app, [], progress, warn)      # every source, here; each report says what changed
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from ragvps.errors import ConflictError, NotFoundError, UsageError
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from ragvps.app.core import App
+    from ragvps.config import Settings
+    from ragvps.db.sources import SourceRow
+    from ragvps.ingest.remote.sync import SyncReport
+
+Progress = Callable[[str, int, int], None]
+Warn = Callable[[str], None]
+NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
+BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+# The options each kind takes (beyond max_items and max_item_bytes, which every kind takes).
+OPTIONS = {"git": ("branch", "include", "exclude", "link"), "web": ("max_pages", "max_depth"),
+           "s3": ("prefix", "endpoint", "region")}
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    kind: str  # git, web, s3
+    name: str
+    location: str  # a repository's URL or path; a start page's or a sitemap's URL; a bucket
+    options: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    name: str
+    kind: str
+    location: str
+    options: Mapping[str, object]
+    items: int
+    state: str  # new (never synced), ok, partial (some items skipped), failed
+    synced_at: datetime | None
+    seconds: float | None
+    error: str | None
+    cursor: str | None  # git: the commit last synced
+
+
+@dataclass(frozen=True)
+class QueuedSync:
+    job: str
+    source: str
+    created: bool  # False: a sync of this source was open already, and this is that job
+
+
+POLL_S = 0.5  # how often `ragvps sync` looks whether another worker's sync of the source ended
+
+
+@dataclass(frozen=True)
+class RemovedSource:
+    name: str
+    documents: int
+
+
+def check(spec: SourceSpec) -> dict[str, object]:
+    """The spec's options as stored, or a UsageError saying what to change."""
+    if spec.kind not in OPTIONS:
+        raise UsageError(f"unknown source kind {spec.kind!r}: use one of {', '.join(OPTIONS)}")
+    if not NAME.fullmatch(spec.name):
+        raise UsageError(f"source name {spec.name!r}: use lower-case letters, digits, - and _ (at most 63)")
+    location = spec.location.strip()
+    if spec.kind == "web" and not re.match(r"https?://[^/\s]+", location):
+        raise UsageError(f"web source {spec.name}: {location!r} is not an http(s) URL; give the start page or the "
+                         "sitemap's URL")
+    if spec.kind == "s3" and not BUCKET.fullmatch(location):
+        raise UsageError(f"s3 source {spec.name}: {location!r} is not a bucket name (3-63 of a-z, 0-9, . and -)")
+    if spec.kind == "git" and (not location or location.startswith(("-", "ext::"))):
+        raise UsageError(f"git source {spec.name}: give the repository's URL (http, https, ssh, git) or its path")
+    allowed = {*OPTIONS[spec.kind], "max_items", "max_item_bytes"}
+    unknown = sorted(k for k, v in spec.options.items() if v not in (None, [], ()) and k not in allowed)
+    if unknown:
+        raise UsageError(f"{spec.kind} source {spec.name}: {', '.join(unknown)} do not apply to a {spec.kind} "
+                         f"source (it takes {', '.join(sorted(allowed))})")
+    return {k: v for k, v in spec.options.items() if v not in (None, [], ())}
+
+
+def add_source(app: App, spec: SourceSpec) -> SourceInfo:
+    """Record a source with the knowledge base; `ragvps sync` reads it."""
+    from ragvps.db import sources
+
+    options = check(spec)
+    with app.connection() as conn:
+        if not sources.add(conn, spec.name, spec.kind, spec.location.strip(), options):
+            raise ConflictError(f"a source named {spec.name} exists in knowledge base {app.kb_name}: choose another "
+                                f"name, or `ragvps source remove {spec.name}` first")
+    return next(s for s in list_sources(app) if s.name == spec.name)
+
+
+def list_sources(app: App) -> list[SourceInfo]:
+    from ragvps.db import sources
+
+    with app.connection() as conn:
+        rows = sources.listed(conn)
+    return [SourceInfo(r.name, r.kind, r.location, r.config, r.items, r.state, r.synced_at, r.seconds, r.error,
+                       r.cursor) for r in rows]
+
+
+def remove_source(app: App, name: str) -> RemovedSource:
+    """Forget a source: its documents, its mirror and its record (and its sync jobs), unless a sync runs."""
+    from ragvps.db import sources, sync_jobs
+    from ragvps.ingest.remote.sync import forget
+
+    with app.connection() as conn:
+        if name not in {r.name for r in sources.listed(conn)}:
+            raise NotFoundError(f"no source named {name} in knowledge base {app.kb_name} (`ragvps source list`)")
+        running = sync_jobs.running(conn, name)
+        if running is not None:
+            raise ConflictError(f"source {name} is being synced (job {running}): cancel it (DELETE /jobs/{running}) "
+                                "or wait for it to end, then remove the source")
+        documents = forget(conn, app.settings, name)
+        sources.remove(conn, name)
+    return RemovedSource(name, documents)
+
+
+def queue_sync(app: App, name: str) -> QueuedSync:
+    """A sync of the source queued for a worker (or the source's sync that is open already)."""
+    from ragvps.app.documents import new_job_id
+    from ragvps.db import sync_jobs
+
+    made = new_job_id(app)
+    with app.connection() as conn:
+        _rows(conn, app, [name])
+        job, _ = sync_jobs.create(conn, made, name)
+    return QueuedSync(job, name, job == made)
+
+
+def _rows(conn: psycopg.Connection, app: App, names: Sequence[str]) -> list[SourceRow]:
+    from ragvps.db import sources
+
+    rows = sources.listed(conn)
+    missing = sorted(set(names) - {r.name for r in rows})
+    if missing:
+        raise NotFoundError(f"no source named {', '.join(missing)} in knowledge base {app.kb_name} "
+                            "(`ragvps source list`)")
+    return [r for r in rows if not names or r.name in names]
+
+
+def sync_sources(app: App, names: Sequence[str], progress: Progress, warn: Warn) -> list[SyncReport]:
+    """Sync the named sources (all when none is named), one after another, each as a job run here (or, when
+    a worker runs one already, that one waited for); each one's failure is in its report."""
+    from ragvps.db import store
+
+    with app.connection() as conn:
+        rows = _rows(conn, app, names)
+        store.check_model(store.active_set(conn), app.spec, app.settings.index.vector_type, "sync")
+    return [run_sync(app, row.name, progress, warn) for row in rows]
+
+
+def run_sync(app: App, name: str, progress: Progress, warn: Warn) -> SyncReport:
+    """Make the source's sync job and run it in this process, with a second connection for its lease; when
+    another worker holds the source's open sync, wait for it (and take it over if its lease runs out)."""
+    from ragvps.app.documents import new_job_id
+    from ragvps.db import sync_jobs
+    from ragvps.db.connections import SingleConnection
+    from ragvps.embed.registry import make_lanes
+    from ragvps.generate import cache as answer_cache
+    from ragvps.ingest.remote.sync import SyncReport
+    from ragvps.ingest.sync_job import SyncJob
+    from ragvps.ingest.worker import default_name
+
+    worker, lease = default_name(), float(app.settings.embed.worker_lease)
+    lanes = lambda: make_lanes(app.settings, app.spec, lambda: app.embedder, progress, warn)  # noqa: E731
+    with app.connection() as conn:
+        job, token = sync_jobs.create(conn, new_job_id(app), name, worker)
+        if token is None:
+            warn(f"source {name}: a sync of it is queued or running already (job {job}); waiting for it")
+        while token is None and (token := sync_jobs.claim(conn, job, worker, lease)) is None:
+            if (ended := _ended(conn, job, name)) is not None:
+                return ended
+            time.sleep(POLL_S)
+        second = SingleConnection(app.settings)
+        try:
+            report = SyncJob(second.connection, conn, app.settings, app.spec, lanes, job, token, name).run(
+                threading.Event(), progress, warn, answer_cache.prune)
+        except BaseException:  # Ctrl-C: the job is given back at once, not held until its lease runs out
+            _give_back(conn, job, token)
+            raise
+        finally:
+            second.close()
+    if report is None:
+        return SyncReport(name, "", app.kb_name, "failed", f"this process lost job {job}'s lease (it ran out) and "
+                          f"another worker took the sync over: GET /jobs/{job} shows how it ends", job=job)
+    report.job = job
+    return report
+
+
+def _ended(conn: psycopg.Connection, job: str, name: str) -> SyncReport | None:
+    """The report of the source's sync that another worker ran, once it ended; None while it runs."""
+    from ragvps.db import sync_jobs
+    from ragvps.ingest.remote.sync import SyncReport
+    from ragvps.ingest.sync_job import report_of
+
+    row = sync_jobs.read(conn, job)
+    if row is not None and row.state in ("queued", "running"):
+        return None
+    if row is not None and row.report is not None:
+        return report_of(row.report)
+    why = f"job {job} was {row.state} before it ran" if row else f"job {job} is gone (its source was removed)"
+    return SyncReport(name, "", state="failed" if row is None else row.state, error=why, job=job)
+
+
+def _give_back(conn: psycopg.Connection, job: str, token: str) -> None:
+    from ragvps.db import jobs
+    from ragvps.errors import DatabaseError
+
+    with contextlib.suppress(DatabaseError):  # else its lease runs out instead
+        jobs.release(conn, job, token)
+
+
+def sync_every_kb(settings: Settings, progress: Progress, warn: Warn) -> list[SyncReport]:
+    """Every knowledge base's sources synced (the nightly job's `ragvps sync --all`)."""
+    from ragvps.app.bundles import backup_names
+    from ragvps.app.core import App
+
+    reports: list[SyncReport] = []
+    for name in backup_names(settings, None, True):
+        with App.open(settings.replace(kb=name)) as app:
+            reports += sync_sources(app, [], progress, warn)
+    return reports

@@ -1,0 +1,139 @@
+"""OCR: the text of scanned pages and images, by Tesseract (Debian's `tesseract-ocr`) run as a process.
+
+Only what has no text layer is read this way: image files (png, jpg, tiff, webp) and the pages of a PDF whose
+text layer is empty. Tesseract reads the image bytes on stdin on one thread (OMP_THREAD_LIMIT=1): an ingest
+is already parallel across its stages, and one page takes about a second (bench/ocr_bench.py, which also
+measures rapidocr-onnxruntime, the engine not chosen). Nothing is downloaded: the languages are Debian's
+`tesseract-ocr-<lang>` packages.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ragvps.records import Document
+
+IMAGE_KINDS = {".png": "image", ".jpg": "image", ".jpeg": "image", ".tif": "image", ".tiff": "image",
+               ".webp": "image"}
+INSTALL = "install Tesseract (`apt-get install tesseract-ocr tesseract-ocr-eng`, `brew install tesseract`)"
+MAX_PIXELS = 80_000_000  # a page image larger than this (a decompression bomb, a poster) is not read
+
+
+@dataclass
+class OcrStats:
+    pages: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class OcrOptions:
+    """How scanned pages are read: Tesseract's languages (`eng`, `eng+deu`), a time limit per page, and
+    where the pages read are reported (a progress stage `ocr`)."""
+
+    languages: str = "eng"
+    timeout: float = 120.0
+    progress: Callable[[str, int, int], None] | None = None
+    stats: OcrStats = field(default_factory=OcrStats, compare=False)
+
+
+class OcrFailed(Exception):
+    """The page or image could not be read: `reason` is the skip reason counted, the message names the file."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+def tesseract() -> str | None:
+    return shutil.which("tesseract")
+
+
+def image_text(data: bytes, rel: str, options: OcrOptions, page: int | None = None) -> str:
+    """The text Tesseract reads in one encoded image (PNG, JPEG, TIFF, WebP...); its file (and page of it) are
+    named in messages, which start with the file's name."""
+    name = f"{rel}: page {page}" if page else rel
+    exe = tesseract()
+    if exe is None:
+        raise OcrFailed("needs tesseract", f"{name}: reading scanned pages and images needs Tesseract, which is "
+                                           f"not on PATH: {INSTALL}; skipped")
+    started = time.monotonic()
+    env = {**os.environ, "OMP_THREAD_LIMIT": "1"}
+    try:
+        done = subprocess.run([exe, "stdin", "stdout", "-l", options.languages, "--psm", "3"], input=data,
+                              capture_output=True, timeout=options.timeout, env=env, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise OcrFailed("OCR timeout", f"{name}: OCR took longer than {options.timeout:g} s, skipped") from exc
+    finally:
+        options.stats.seconds += time.monotonic() - started
+    if done.returncode != 0:
+        said = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        if any("Failed loading language" in line for line in said):
+            raise OcrFailed("OCR language missing", f"{name}: Tesseract has no data for ocr_languages="
+                                                    f"{options.languages!r}: install its packages (e.g. "
+                                                    "`apt-get install tesseract-ocr-deu`) or change "
+                                                    "ocr_languages; skipped")
+        raise OcrFailed("unreadable image", f"{name}: Tesseract could not read it ({(said or ['?'])[-1][:200]}), "
+                                            "skipped")
+    options.stats.pages += 1
+    return done.stdout.decode("utf-8", "replace").replace("\x00", "").strip()
+
+
+def read_image(path: Path, rel: str, options: OcrOptions) -> Document:
+    """The image file `path` (`rel` in its folder) as a document of the text OCR reads in it (one page)."""
+    _check_size(path, rel)
+    if options.progress:
+        options.progress("ocr", 0, 1)
+    text = image_text(path.read_bytes(), rel, options)
+    if options.progress:
+        options.progress("ocr", 1, 1)
+    if not text:
+        raise OcrFailed("no text", f"{rel}: OCR found no text in the image, skipped")
+    return Document(rel, rel, Path(rel).stem, text, "image", {"ocr": options.languages})
+
+
+def _check_size(path: Path, rel: str) -> None:
+    try:
+        from PIL import Image
+    except ImportError:  # Tesseract checks the image itself; Pillow only adds the early size check
+        return
+    try:
+        with Image.open(path) as im:
+            width, height = im.size
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise OcrFailed("unreadable image", f"{rel}: not a readable image ({exc}), skipped") from exc
+    if width * height > MAX_PIXELS:
+        raise OcrFailed("image too large", f"{rel}: {width}x{height} pixels, more than OCR reads "
+                                           f"({MAX_PIXELS:,}), skipped")
+
+
+def pdf_page_text(page: object, rel: str, number: int, count: int, options: OcrOptions) -> str:
+    """The text OCR reads in page `number` (of `count`) of a PDF, a page without a text layer: its images,
+    largest first (a scan is one image the size of the page). Empty when the page has no image."""
+    if options.progress:
+        options.progress("ocr", number - 1, count)
+    text = _page_images_text(page, rel, number, options)
+    if options.progress:
+        options.progress("ocr", number, count)
+    return text
+
+
+def _page_images_text(page: object, rel: str, number: int, options: OcrOptions) -> str:
+    try:
+        images = list(page.images)  # type: ignore[attr-defined]
+    except ImportError as exc:  # pypdf decodes most image filters with Pillow
+        raise OcrFailed("needs ragvps[ocr]", f"{rel}: reading its scanned pages needs Pillow: install "
+                                             "`pip install 'ragvps[ocr]'`; skipped") from exc
+    except Exception:  # a damaged image stream is a page without text, not a failed file
+        return ""
+    texts = []
+    for image in sorted(images, key=lambda im: -len(im.data))[:4]:
+        text = image_text(image.data, rel, options, number)
+        if text:
+            texts.append(text)
+    return "\n\n".join(texts)

@@ -1,0 +1,157 @@
+"""A git repository as a source: a URL or a path, a branch, include and exclude globs. The git CLI keeps a bare
+copy beside the mirror (`KB_DIR/sources/<name>.git`); a sync fetches the branch, lists the commit's files with
+their blob ids (`git ls-tree`), and reads only the blobs whose id changed (`git cat-file --batch`), so a commit
+that changes one file reads one file. Files are read from git's objects, never from a checkout: a symlink is
+a blob holding its target's name and is never followed (a link out of the repository reads nothing), and a
+submodule is not entered. Each file links to `<repository>/blob/<commit>/<path>` (a web host's URL) or to
+`<path>@<commit>:<path>` (a local repository), or to the source's own `link` template.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+from ragvps.db.sources import Item
+from ragvps.errors import UnavailableError, UsageError
+from ragvps.ingest.remote import Fetch, Fetched
+from ragvps.ingest.remote.mirror import remove, safe_rel, write
+from ragvps.ingest.sources import KINDS
+
+# Never a transport that runs a command (ext::) or reads another protocol than these.
+_ENV = {"GIT_ALLOW_PROTOCOL": "file:git:http:https:ssh", "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "echo",
+        "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C"}
+_FILE, _LINK, _MODULE = ("100644", "100755"), "120000", "160000"
+
+
+def _git(fetch: Fetch, *args: str, repo: Path | None = None, data: bytes | None = None) -> bytes:
+    cmd = ["git", *(["--git-dir", str(repo)] if repo else []), *args]
+    try:
+        done = subprocess.run(cmd, input=data, capture_output=True, timeout=max(fetch.timeout * 20, 60),
+                              env={**os.environ, **_ENV}, check=False)
+    except FileNotFoundError as exc:
+        raise UnavailableError("a git source needs the git command: install git (`apt-get install git`)") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise UnavailableError(f"source {fetch.name}: `git {args[0]}` took too long; sync again later") from exc
+    if done.returncode != 0:
+        said = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise UnavailableError(f"source {fetch.name}: `git {args[0]}` failed: {(said or ['?'])[-1][:300]}")
+    return done.stdout
+
+
+def _location(location: str) -> str:
+    """A path as git's file URL (an absolute path); a URL as it is."""
+    if "://" in location or location.startswith("git@"):
+        return location
+    path = Path(location).expanduser().resolve()
+    if not path.exists():
+        raise UsageError(f"git source {location}: no such repository folder; give a URL or an existing path")
+    return str(path)
+
+
+def link(fetch: Fetch, commit: str, path: str) -> str:
+    template = fetch.text("link")
+    if template:
+        return template.format(commit=commit, path=quote(path))
+    location = fetch.location
+    if location.startswith(("http://", "https://")):
+        return f"{location.removesuffix('/').removesuffix('.git')}/blob/{commit}/{quote(path)}"
+    return f"{location}@{commit}:{path}"
+
+
+def fetch(fetch: Fetch) -> Fetched:
+    """Sync a git branch into the mirror, reading only the blobs that changed since the last sync."""
+    branch = fetch.text("branch") or "main"
+    repo = fetch.mirror.with_name(fetch.mirror.name + ".git")
+    if not (repo / "HEAD").exists():
+        _git(fetch, "init", "--bare", "--quiet", str(repo))
+    _git(fetch, "fetch", "--quiet", "--no-tags", "--prune", _location(fetch.location),
+         f"+refs/heads/{branch}:refs/heads/{branch}", repo=repo)
+    commit = _git(fetch, "rev-parse", f"refs/heads/{branch}^{{commit}}", repo=repo).decode().strip()
+    out = Fetched(cursor=commit)
+    if commit == fetch.cursor and all((fetch.mirror / i.rel).exists() for i in fetch.known.values()):
+        out.items, out.unchanged = dict(fetch.known), len(fetch.known)
+        return out
+    wanted = _listed(fetch, repo, commit, out)
+    changed = {path: blob for path, (blob, _) in wanted.items() if _changed(fetch, path, blob)}
+    for path in wanted:
+        if path not in changed:
+            out.items[path] = fetch.known[path]
+            out.unchanged += 1
+    for n, (path, data) in enumerate(_blobs(fetch, repo, changed), start=1):
+        rel = safe_rel(path)
+        assert rel is not None  # _listed kept only safe paths
+        write(fetch.mirror, rel, data)
+        out.items[path] = Item(rel, link(fetch, commit, path), changed[path])
+        out.read += 1
+        fetch.progress("fetch", n, len(changed))
+    for path, old in fetch.known.items():
+        if path not in out.items:
+            remove(fetch.mirror, old.rel)
+            out.deleted += 1
+    return out
+
+
+def _changed(fetch: Fetch, path: str, blob: str) -> bool:
+    old = fetch.known.get(path)
+    return old is None or old.version != blob or not (fetch.mirror / old.rel).exists()
+
+
+def _listed(fetch: Fetch, repo: Path, commit: str, out: Fetched) -> dict[str, tuple[str, int]]:
+    """The commit's files this source reads: path -> (blob id, size); the rest counted by why they are not read."""
+    include, exclude = fetch.strings("include") or ["*"], fetch.strings("exclude")
+    wanted: dict[str, tuple[str, int]] = {}
+    listing = _git(fetch, "ls-tree", "-r", "-l", "-z", "--full-tree", commit, repo=repo)
+    for entry in listing.split(b"\0"):
+        if not entry:
+            continue
+        head, _, raw = entry.partition(b"\t")
+        mode, _kind, blob, size = head.decode().split()
+        path = raw.decode("utf-8", "surrogateescape")
+        if not _matches(path, include) or _matches(path, exclude):
+            continue
+        if mode in (_LINK, _MODULE):
+            what = "symlink, not followed" if mode == _LINK else "submodule, not entered"
+            out.skip(what, f"{fetch.name}: {path}: a {what}", fetch.warn, path)
+        elif mode not in _FILE or Path(path).suffix.lower() not in KINDS or safe_rel(path) is None:
+            out.skipped["unsupported type"] += 1
+        elif int(size) > fetch.max_item_bytes:
+            out.skip("too large", f"{fetch.name}: {path}: {int(size):,} bytes, more than max_item_bytes "
+                                  f"({fetch.max_item_bytes:,}), skipped", fetch.warn, path)
+        elif len(wanted) >= fetch.max_items:
+            out.skip("over max_items", f"{fetch.name}: more than {fetch.max_items:,} files; {path} and the rest "
+                                       "skipped (raise the source's max_items)", fetch.warn)
+        else:
+            wanted[path] = (blob, int(size))
+    return wanted
+
+
+def _matches(path: str, globs: list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(path, g) for g in globs)
+
+
+def _blobs(fetch: Fetch, repo: Path, blobs: dict[str, str]) -> Iterator[tuple[str, bytes]]:
+    """(path, content) of each blob, read by one `git cat-file --batch` process."""
+    if not blobs:
+        return
+    paths = list(blobs)
+    proc = subprocess.Popen(["git", "--git-dir", str(repo), "cat-file", "--batch"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, env={**os.environ, **_ENV})
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        for path in paths:
+            proc.stdin.write(f"{blobs[path]}\n".encode())
+            proc.stdin.flush()
+            header = proc.stdout.readline().split()
+            if len(header) < 3 or header[1] != b"blob":
+                raise UnavailableError(f"source {fetch.name}: git has no blob for {path}")
+            data = proc.stdout.read(int(header[2]))
+            proc.stdout.read(1)  # the newline after each object
+            yield path, data
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)

@@ -1,0 +1,135 @@
+"""An S3-compatible bucket as a source: the objects under a prefix, listed with ListObjectsV2 and read with
+GetObject only when their ETag changed, over httpx with Signature V4 (sigv4.py). Credentials and the region come
+from the usual environment (AWS_ACCESS_KEY_ID ..., AWS_REGION, AWS_ENDPOINT_URL or AWS_ENDPOINT_URL_S3, the shared
+credentials file); the endpoint (path-style URLs: MinIO, Ceph, Garage, moto) may be the source's own. An object
+whose key is not a safe relative path (`../x`, `/x`, `a//b`) is skipped and named, never written outside the
+mirror. Each object links to `<endpoint>/<bucket>/<key>`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+import httpx
+from defusedxml import ElementTree
+
+from ragvps.db.sources import Item
+from ragvps.errors import UnavailableError
+from ragvps.ingest.remote import Fetch, Fetched
+from ragvps.ingest.remote.http import Refused, get
+from ragvps.ingest.remote.mirror import remove, safe_rel, write
+from ragvps.ingest.remote.sigv4 import Credentials, credentials, encode, signed_headers
+from ragvps.ingest.sources import KINDS
+
+_NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
+
+
+@dataclass(frozen=True)
+class Bucket:
+    endpoint: str
+    name: str
+    region: str
+    creds: Credentials | None
+
+    def url(self, key: str = "", query: str = "") -> str:
+        path = f"/{self.name}" + (f"/{encode(key, safe='/-_.~')}" if key else "")
+        return f"{self.endpoint}{path}" + (f"?{query}" if query else "")
+
+    def headers(self, url: str) -> dict[str, str]:
+        return signed_headers(url, self.region, self.creds) if self.creds else {}
+
+
+def bucket(fetch: Fetch) -> Bucket:
+    region = fetch.text("region") or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    endpoint = (fetch.text("endpoint") or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+                or f"https://s3.{region}.amazonaws.com")
+    return Bucket(endpoint.rstrip("/"), fetch.location, region, credentials())
+
+
+def _listing(fetch: Fetch, client: httpx.Client, b: Bucket) -> Iterator[tuple[str, str, int]]:
+    """(key, ETag, size) of each object under the prefix, page by page."""
+    token = ""
+    while True:
+        query = "list-type=2&max-keys=1000&prefix=" + encode(fetch.text("prefix"))
+        query += f"&continuation-token={encode(token)}" if token else ""
+        url = b.url(query=query)
+        try:
+            response = client.get(url, headers=b.headers(url))
+        except httpx.HTTPError as exc:
+            raise UnavailableError(f"source {fetch.name}: S3 at {b.endpoint} unreachable ({exc}); sync again "
+                                   "later") from exc
+        if response.status_code != 200:
+            code = ElementTree.fromstring(response.content).findtext("Code") if response.content else ""
+            raise UnavailableError(f"source {fetch.name}: listing bucket {b.name} at {b.endpoint}: HTTP "
+                                   f"{response.status_code} {code or ''}; check the bucket, the endpoint and the "
+                                   "credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_PROFILE)")
+        root = ElementTree.fromstring(response.content)
+        for entry in root.iter(f"{_NS}Contents"):
+            yield (entry.findtext(f"{_NS}Key") or "", (entry.findtext(f"{_NS}ETag") or "").strip('"'),
+                   int(entry.findtext(f"{_NS}Size") or 0))
+        token = root.findtext(f"{_NS}NextContinuationToken") or ""
+        if root.findtext(f"{_NS}IsTruncated") != "true" or not token:
+            return
+
+
+def fetch(fetch: Fetch) -> Fetched:
+    """Sync the bucket's objects under the prefix into the mirror, reading only those whose ETag changed."""
+    b = bucket(fetch)
+    out = Fetched()
+    with httpx.Client(timeout=fetch.timeout, follow_redirects=False) as client:
+        wanted = _wanted(fetch, client, b, out)
+        changed = [k for k, etag in wanted.items() if (old := fetch.known.get(k)) is None or old.version != etag
+                   or not (fetch.mirror / old.rel).exists()]
+        for key in wanted:
+            if key not in changed:
+                out.items[key] = fetch.known[key]
+                out.unchanged += 1
+        for n, key in enumerate(changed, start=1):
+            _read(fetch, client, b, key, wanted[key], out)
+            fetch.progress("fetch", n, len(changed))
+    for key, old in fetch.known.items():
+        if key not in out.items:
+            remove(fetch.mirror, old.rel)
+            out.deleted += 1
+    return out
+
+
+def _wanted(fetch: Fetch, client: httpx.Client, b: Bucket, out: Fetched) -> dict[str, str]:
+    wanted: dict[str, str] = {}
+    for key, etag, size in _listing(fetch, client, b):
+        if key.endswith("/"):
+            continue  # a folder marker
+        if safe_rel(key) is None:
+            out.skip("unsafe key", f"{fetch.name}: object key {key!r} is not a safe relative path, skipped", fetch.warn,
+                     key)
+        elif PurePosixPath(key).suffix.lower() not in KINDS:
+            out.skipped["unsupported type"] += 1
+        elif size > fetch.max_item_bytes:
+            out.skip("too large", f"{fetch.name}: {key}: {size:,} bytes, more than max_item_bytes "
+                                  f"({fetch.max_item_bytes:,}), skipped", fetch.warn, key)
+        elif len(wanted) >= fetch.max_items:
+            out.skip("over max_items", f"{fetch.name}: more than {fetch.max_items:,} objects; {key} and the rest "
+                                       "skipped (raise max_items)", fetch.warn)
+            break
+        else:
+            wanted[key] = etag
+    return wanted
+
+
+def _read(fetch: Fetch, client: httpx.Client, b: Bucket, key: str, etag: str, out: Fetched) -> None:
+    url = b.url(key)
+    try:
+        got = get(client, url, fetch.max_item_bytes, extra=b.headers(url))
+    except Refused as exc:
+        if (old := fetch.known.get(key)) is not None and not exc.gone:
+            out.items[key] = old
+        out.skip(exc.reason, f"{fetch.name}: {exc}", fetch.warn, url)
+        return
+    rel = safe_rel(key)
+    assert rel is not None  # _wanted kept only safe keys
+    write(fetch.mirror, rel, got.body)
+    out.items[key] = Item(rel, url, etag)
+    out.read += 1

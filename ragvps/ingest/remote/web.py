@@ -1,0 +1,208 @@
+"""A web site as a source: a sitemap (a URL ending in .xml) or a start page and the same-site links from it,
+breadth first, to `max_depth` links and `max_pages` pages; robots.txt honoured. Each page is asked for with its
+last ETag or Last-Modified, so an unchanged page answers 304 and is not read again. A page's main text is kept
+by trafilatura (the extra `web`) as Markdown; without it, the page's HTML is read by ragvps's own HTML reader.
+Limits, each reported by URL: a page over max_item_bytes, a redirect to another site, a sitemap past
+max_pages URLs (read as a stream and cut there).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import urldefrag, urljoin, urlsplit
+from urllib.robotparser import RobotFileParser
+
+import httpx
+
+from ragvps.db.sources import Item
+from ragvps.ingest.remote import Fetch, Fetched
+from ragvps.ingest.remote.http import AGENT, Got, Refused, get, robots, site, sitemap_urls
+from ragvps.ingest.remote.mirror import hashed_rel, remove, write
+
+PAGE_BYTES = 10 << 20  # a page's default limit (max_item_bytes)
+_TYPES = {"text/html": ".html", "application/xhtml+xml": ".html", "text/plain": ".txt", "text/markdown": ".md",
+          "application/pdf": ".pdf"}
+RAW = ".raw"  # the pages' HTML as served, for their links when they answer 304 (a dot folder: never ingested)
+
+
+class _Links(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            href = dict(attrs).get("href")
+            if href:
+                self.links.append(href)
+
+
+def links_of(url: str, html: bytes, base: str) -> list[str]:
+    parser = _Links()
+    parser.feed(html.decode("utf-8", "replace"))
+    out = []
+    for href in parser.links:
+        target = urldefrag(urljoin(url, href.strip()))[0]
+        if urlsplit(target).scheme in ("http", "https") and site(target) == base:
+            out.append(target)
+    return out
+
+
+@dataclass
+class _Crawl:
+    fetch: Fetch
+    client: httpx.Client
+    out: Fetched
+    base: str
+    limit: int
+    pages: int
+
+    def page(self, url: str) -> Got | None:
+        """Read one page into the mirror (or find it unchanged); None when it is not kept."""
+        known = self.fetch.known.get(url)
+        try:
+            got = get(self.client, url, self.limit, known.version if known else "", self.base)
+        except Refused as exc:
+            if known is not None and not exc.gone:  # a passing failure keeps the page as it was
+                self.out.items[url] = known
+            self.out.skip(exc.reason, f"{self.fetch.name}: {exc}", self.fetch.warn, url)
+            return None
+        if got.status == 304 and known is not None and (self.fetch.mirror / known.rel).exists():
+            self.out.items[url] = known
+            self.out.unchanged += 1
+            return got
+        suffix = _TYPES.get(got.content_type)
+        if suffix is None:
+            self.out.skipped[f"type {got.content_type or 'unknown'}"] += 1
+            return None
+        version = got.version or "sha256:" + hashlib.sha256(got.body).hexdigest()
+        if known is not None and known.version == version and (self.fetch.mirror / known.rel).exists():
+            self.out.items[url] = known
+            self.out.unchanged += 1
+            return got
+        rel = hashed_rel(url, suffix)
+        data = got.body
+        if suffix == ".html":
+            write(self.fetch.mirror, f"{RAW}/{rel}", got.body)
+            rel, data = main_text(url, got.body, rel)
+        if known is not None and known.rel != rel:
+            remove(self.fetch.mirror, known.rel)
+        write(self.fetch.mirror, rel, data)
+        self.out.items[url] = Item(rel, url, version)
+        self.out.read += 1
+        return got
+
+    def html(self, url: str, got: Got) -> bytes:
+        if got.status != 304:
+            return got.body if _TYPES.get(got.content_type) == ".html" else b""
+        raw = self.fetch.mirror / RAW / hashed_rel(url, ".html")
+        return raw.read_bytes() if raw.exists() else b""
+
+
+def main_text(url: str, html: bytes, rel: str) -> tuple[str, bytes]:
+    """The page's main text as Markdown (trafilatura), or its HTML as it is when trafilatura is not installed
+    or finds no main text (ragvps's HTML reader then drops scripts, styles and navigation)."""
+    try:
+        import trafilatura
+    except ImportError:
+        return rel, html
+    text = trafilatura.extract(html.decode("utf-8", "replace"), url=url, output_format="markdown",
+                               include_tables=True, favor_recall=True)
+    if not text or not text.strip():
+        return rel, html
+    meta = trafilatura.extract_metadata(html.decode("utf-8", "replace"))
+    title = (meta.title if meta is not None and meta.title else "").strip()
+    if title and not text.lstrip().startswith("# "):
+        text = f"# {title}\n\n{text}"
+    return str(Path(rel).with_suffix(".md")), text.encode()
+
+
+def fetch(fetch: Fetch) -> Fetched:
+    """Sync a site (its sitemap, or a crawl from its start page) into the mirror."""
+    start = fetch.location
+    base = site(start)
+    out = Fetched()
+    pages = fetch.number("max_pages", min(fetch.max_items, 1000))
+    limit = fetch.number("max_item_bytes", PAGE_BYTES)
+    with httpx.Client(timeout=fetch.timeout, follow_redirects=False) as client:
+        crawl = _Crawl(fetch, client, out, base, limit, pages)
+        rules = robots(client, base)
+        if urlsplit(start).path.lower().endswith(".xml"):
+            _from_sitemap(crawl, rules)
+        else:
+            _from_links(crawl, rules, fetch.number("max_depth", 3))
+    for url, old in fetch.known.items():
+        if url not in out.items:
+            remove(fetch.mirror, old.rel)
+            remove(fetch.mirror, f"{RAW}/{hashed_rel(url, '.html')}")
+            out.deleted += 1
+    return out
+
+
+def _allowed(crawl: _Crawl, rules: RobotFileParser, url: str) -> bool:
+    if rules.can_fetch(AGENT, url):
+        return True
+    crawl.out.skipped["disallowed by robots.txt"] += 1
+    return False
+
+
+def _from_links(crawl: _Crawl, rules: RobotFileParser, depth: int) -> None:
+    queue = deque([(crawl.fetch.location, 0)])
+    seen = {crawl.fetch.location}
+    done = 0
+    while queue:
+        url, level = queue.popleft()
+        if not _allowed(crawl, rules, url):
+            continue
+        if done >= crawl.pages:
+            crawl.out.skip("over max_pages", f"{crawl.fetch.name}: more than {crawl.pages:,} pages; {url} and the "
+                                             "rest not read (raise max_pages)", crawl.fetch.warn)
+            _keep_unreached(crawl, [url] + [u for u, _ in queue])
+            return
+        got = crawl.page(url)
+        done += 1
+        crawl.fetch.progress("fetch", done, done + len(queue))
+        if got is None or level >= depth:
+            continue
+        for link in links_of(got.url, crawl.html(url, got), crawl.base):
+            if link not in seen:
+                seen.add(link)
+                queue.append((link, level + 1))
+
+
+def _keep_unreached(crawl: _Crawl, urls: list[str]) -> None:
+    """Pages beyond a limit are not read this time, and not deleted either."""
+    for url in urls:
+        if url in crawl.fetch.known and url not in crawl.out.items:
+            crawl.out.items[url] = crawl.fetch.known[url]
+
+
+def _from_sitemap(crawl: _Crawl, rules: RobotFileParser) -> None:
+    sitemaps: list[str] = [crawl.fetch.location]
+    urls: list[str] = []
+    while sitemaps and len(urls) <= crawl.pages:
+        sitemap = sitemaps.pop(0)
+        try:
+            for url, nested in sitemap_urls(crawl.client, sitemap, crawl.pages + 1 - len(urls), crawl.base):
+                if site(url) != crawl.base:
+                    crawl.out.skipped["off-site URL in sitemap"] += 1
+                elif nested and len(sitemaps) < 50:
+                    sitemaps.append(url)
+                elif not nested:
+                    urls.append(url)
+        except Refused as exc:
+            crawl.out.skip(exc.reason, f"{crawl.fetch.name}: sitemap {exc}", crawl.fetch.warn, sitemap)
+            _keep_unreached(crawl, list(crawl.fetch.known))
+    if len(urls) > crawl.pages:
+        crawl.out.skip("over max_pages", f"{crawl.fetch.name}: the sitemap lists more than {crawl.pages:,} URLs; "
+                                         f"the first {crawl.pages:,} read (raise max_pages)", crawl.fetch.warn)
+        urls = urls[:crawl.pages]
+        _keep_unreached(crawl, [u for u in crawl.fetch.known if u not in set(urls)])
+    for n, url in enumerate(dict.fromkeys(urls), start=1):
+        if _allowed(crawl, rules, url):
+            crawl.page(url)
+        crawl.fetch.progress("fetch", n, len(urls))
