@@ -32,7 +32,7 @@ from ragvps.app.identity import User
 from ragvps.app.library import Library
 from ragvps.config import load_settings
 from ragvps.db.embedded import embedded_url
-from ragvps.serve.session import SESSION_COOKIE, Signer, session_payload
+from ragvps.serve.gate.session import SESSION_COOKIE, Signer, session_payload
 
 KEY = "bench-settings-key-0123456789"
 
@@ -65,7 +65,7 @@ def main() -> None:
     from starlette.testclient import TestClient
 
     from ragvps.serve.http import create_app
-    from ragvps.serve.lifecycle import for_serving
+    from ragvps.serve.shared.lifecycle import for_serving
 
     data = BENCH_OUT / "auth"
     base = load_settings(env={"RAGVPS_DATA_DIR": str(data)})

@@ -252,10 +252,10 @@ def report(r: dict) -> str:
         f"{dur['accepted_s']:.2f} s during the searches; the rest is the job (read, chunk, embed, store).",
         "",
         "How to read it: the job runs in a `ragvps worker --jobs` child of the server in the SCHED_IDLE class "
-        "(serve/runner.py), and so do its database backends (db/priority.py), with all cores for onnxruntime: it "
-        "gets only CPU time nothing else wants, and a search that wakes up takes a core from it at once. So the "
-        "upload's rate is what the searches and anything else on the machine leave (a load average above the "
-        "bench's own ~2 means another process took its share), while the CLI rows run at normal priority (and take "
+        "(serve/documents/runner.py), and so do its database backends (db/priority.py), with all cores for "
+        "onnxruntime: it gets only CPU time nothing else wants, and a search that wakes up takes a core from it at "
+        "once. So the upload's rate is what the searches and anything else on the machine leave (a load average above "
+        "the bench's own ~2 means another process took its share), while the CLI rows run at normal priority (and take "
         "their share from the searches: see the p95 during `ragvps ingest` above). The job's own work is the CLI's: "
         "in process, unniced, its cProfile (run_jobs in one process on these files) is embedding 87%, chunking 9%, "
         "storing 1%, marking files 1%. Upload batches are 256 files or 16 MB (each batch embedded, then stored in one "

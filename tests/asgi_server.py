@@ -56,7 +56,7 @@ class InProcess:
 
         from ragvps.config import load_settings
         from ragvps.serve.http import create_app
-        from ragvps.serve.lifecycle import for_serving
+        from ragvps.serve.shared.lifecycle import for_serving
 
         settings = for_serving(load_settings(env=self.env))
         # The server's own answer to an unexpected error (500 JSON), not the exception raised into the test.
@@ -149,7 +149,7 @@ def api(serve_env: dict[str, str]) -> Iterator[InProcess]:
     API keys (KEY and SECOND_KEY): what the `server` fixture serves, without its process."""
     from ragvps.app import App
     from ragvps.config import load_settings
-    from ragvps.serve.lifecycle import for_serving
+    from ragvps.serve.shared.lifecycle import for_serving
 
     env = serve_env | {"RAGVPS_API_KEYS": f"{KEY},{SECOND_KEY}"}
     with App.open(for_serving(load_settings(env=env)), pooled=True) as app:

@@ -32,7 +32,7 @@ def free_port() -> int:
 def embed_threads() -> str:
     """The setting threads (onnxruntime's intra-op threads) for a test's ragvps: one in an xdist worker, where `-n 3`
     runs three workers on two cores and a second thread each would spin against the other workers (as `ragvps serve`
-    takes one per request, serve/lifecycle.py for_serving); else 0, the default (one per core)."""
+    takes one per request, serve/shared/lifecycle.py for_serving); else 0, the default (one per core)."""
     return "1" if os.environ.get("PYTEST_XDIST_WORKER") else "0"
 
 

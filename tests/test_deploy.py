@@ -369,7 +369,7 @@ def test_the_server_needs_a_key_and_gets_it_from_env():
     with pytest.raises(InterpolationError, match="RAGVPS_API_KEYS"):
         interpolate(raw_compose(), env)
     from ragvps.config import load_settings
-    from ragvps.serve.auth import check_bind, load_keys
+    from ragvps.serve.gate.auth import check_bind, load_keys
 
     service = compose()["services"]["serve"]
     settings = load_settings(config_file=None, env=service_env(service))
@@ -733,7 +733,7 @@ def test_systemd_serve_unit_runs_the_server_on_loopback_with_keys_as_a_credentia
     words = shlex.split(service["ExecStart"][0])
     assert words[0] == "/opt/ragvps/venv/bin/ragvps" and words[1] == "serve"
     host = words[words.index("--host") + 1]
-    from ragvps.serve.auth import is_loopback
+    from ragvps.serve.gate.auth import is_loopback
 
     assert is_loopback(host)
     assert words[words.index("--port") + 1] == "8765"

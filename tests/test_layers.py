@@ -1,6 +1,6 @@
 """The house as drawn in docs/architecture.md: no import runs upward, no cycle between packages or modules,
-and psycopg's errors stay inside db/. Run as a script to print the drawing's edges:
-`python tests/test_layers.py`."""
+psycopg's errors stay inside db/, and serve/'s doors never import each other. Run as a script to print the
+drawing's edges: `python tests/test_layers.py`."""
 
 from __future__ import annotations
 
@@ -140,11 +140,6 @@ def test_driver_errors_stay_in_db() -> None:
 
 # --- imports at the top: one inside a function says why (`# lazy: <reason>`) ----------------------------------
 
-# serve/ is regrouped on its own branch (issue 45 item 1), which gives its lazy imports their reasons: until both
-# branches land, these files may hold in-function imports without one. Shrink this set to nothing, then drop it.
-UNREASONED_FOR_NOW = {f"ragvps/serve/{name}.py" for name in (
-    "bodies", "docs", "documents", "failures", "http", "lifecycle", "mcp", "mcp_mount", "metrics", "ollama_api",
-    "openai", "request_log", "routes", "runner", "signin", "stream", "uploads")}
 LAZY = re.compile(r"# lazy: \S")
 
 
@@ -177,10 +172,47 @@ def unreasoned_imports(path: Path) -> list[int]:
 def test_every_import_inside_a_function_says_why_it_is_lazy() -> None:
     found = {str(p.relative_to(ROOT.parent)): lines for p in sorted(ROOT.rglob("*.py"))
              if (lines := unreasoned_imports(p))}
-    unreasoned = [f"{name}:{line}" for name, lines in found.items() if name not in UNREASONED_FOR_NOW
-                  for line in lines]
+    unreasoned = [f"{name}:{line}" for name, lines in found.items() for line in lines]
     assert unreasoned == [], "move these imports to the top of their module, or say why not with `# lazy: ...`"
-    assert sorted(UNREASONED_FOR_NOW - found.keys()) == [], "these files have reasons now: drop them from the set"
+
+
+# --- serve/: doors behind one gate, mounted by one factory ------------------------------------------------------
+# serve/http.py (create_app, the one app factory, and serve) mounts every door; serve/protocol.py is the HTTP protocol
+# it runs. A door imports only itself, the gate and shared, never another door: what two doors need lives in shared/,
+# in one place. The gate imports only itself and shared; shared only itself.
+
+SERVE = ROOT / "serve"
+SERVE_DOORS = ("api", "documents", "openai", "ollama", "mcp")
+SERVE_MAY_IMPORT = {door: {door, "gate", "shared"} for door in SERVE_DOORS} | {"gate": {"gate", "shared"},
+                                                                                "shared": {"shared"}}
+
+
+def serve_imports() -> dict[str, list[str]]:
+    """serve/'s part (a door, gate, shared, or a top module such as http) -> `where: what` of each serve import."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(SERVE.rglob("*.py")):
+        part = path.relative_to(SERVE).with_suffix("").parts[0]
+        for name, line in _imports(path):
+            if name.startswith("ragvps.serve."):
+                found.setdefault(part, []).append(f"{path.relative_to(ROOT.parent)}:{line}: {name}")
+    return found
+
+
+def test_serve_holds_the_factory_the_gate_shared_and_the_doors() -> None:
+    top = {p.name for p in SERVE.iterdir() if p.name != "__pycache__"}
+    assert top == {"__init__.py", "http.py", "protocol.py", "web", *SERVE_MAY_IMPORT}, \
+        "a module of serve/ belongs in a door, the gate or shared (or it is a new door: add it to SERVE_DOORS)"
+
+
+def test_doors_never_import_each_other() -> None:
+    wrong = [where for part, imports in serve_imports().items() if part in SERVE_MAY_IMPORT
+             for where in imports if where.rsplit(": ", 1)[1].split(".")[2] not in SERVE_MAY_IMPORT[part]]
+    assert wrong == [], "a door imports only itself, the gate and shared (serve/shared/ holds what doors share)"
+
+
+def test_the_app_factory_mounts_every_door() -> None:
+    mounted = {where.rsplit(": ", 1)[1].split(".")[2] for where in serve_imports()["http"]}
+    assert set(SERVE_DOORS) <= mounted
 
 
 # --- bench/: the benches import the shared helpers in bench/common/, never each other ----------------------

@@ -224,7 +224,7 @@ def test_health_says_200_ready_and_empty_before_the_first_ingest(tmp_path: Path,
         assert body["ready"] is True and body["database"] is True and body["empty"] is True and body["chunks"] == 0
         done = ragvps_here(env, "ingest", str(REPO / "docs" / "serve.md"))
         assert done.returncode == 0, done.stderr
-        time.sleep(0.5)  # /health reuses its answer for 0.5 s (serve/health.py TTL_S)
+        time.sleep(0.5)  # /health reuses its answer for 0.5 s (serve/api/health.py TTL_S)
         body = c.get("/health").json()
         assert body["status"] == "ok" and body["empty"] is False and body["chunks"] > 0
 

@@ -18,7 +18,7 @@ from asgi_server import InProcess, in_process
 from serve_server import Server, free_port
 from support.browser import chromium
 
-from ragvps.serve.guard import HostRule, origin_allowed
+from ragvps.serve.gate.guard import HostRule, origin_allowed
 
 QUESTION = "what happens when I run ingest twice?"
 

@@ -9,8 +9,8 @@ import threading
 import pytest
 
 from ragvps.errors import UnavailableError
-from ragvps.serve import threads
-from ragvps.serve.threads import Emit, Emitted, Finished, TimedOut, in_thread, thread_events
+from ragvps.serve.shared import threads
+from ragvps.serve.shared.threads import Emit, Emitted, Finished, TimedOut, in_thread, thread_events
 
 
 def running(name: str) -> int:

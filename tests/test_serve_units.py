@@ -10,10 +10,10 @@ import pytest
 from ragvps.app.checks import check_strings
 from ragvps.config import Settings
 from ragvps.errors import ConfigError, UsageError
-from ragvps.serve.audit_log import AuditLog
-from ragvps.serve.auth import check_bind, is_loopback, key_matches, load_keys, presented_key
-from ragvps.serve.request_log import RequestRecord
-from ragvps.serve.stream import done_payload, sse
+from ragvps.serve.gate.audit_log import AuditLog
+from ragvps.serve.gate.auth import check_bind, is_loopback, key_matches, load_keys, presented_key
+from ragvps.serve.gate.request_log import RequestRecord
+from ragvps.serve.shared.stream import done_payload, sse
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.8.9.10", "::1", "[::1]", "localhost", "LOCALHOST"])
@@ -102,7 +102,7 @@ def test_the_audit_log_keeps_unwritten_rows_within_its_bound_the_oldest_dropped_
         audit.note(RequestRecord(f"r{n}", "POST", "/search", route="/search", status=200), {"state": {}})
     audit.flush()  # put back, ahead of what comes next
     audit.note(RequestRecord("r5", "POST", "/search", route="/search", status=200), {"state": {}})
-    with caplog.at_level("WARNING", logger="ragvps.serve.audit_log"):
+    with caplog.at_level("WARNING", logger="ragvps.serve.gate.audit_log"):
         audit.flush()
     assert [e.request for e in audit._pending] == ["r3", "r4", "r5"]
     said = [int(n) for n in re.findall(r"dropped (\d+) rows", caplog.text)]

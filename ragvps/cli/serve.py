@@ -49,7 +49,7 @@ def mcp(ctx: typer.Context) -> None:
         import mcp as _  # noqa: F401
     except ImportError:
         raise ConfigError("the MCP tools need the mcp extra: pip install 'ragvps[mcp]'") from None
-    from ragvps.serve.mcp import run_stdio  # lazy: the server (fastapi, uvicorn) loads only for `serve` and `mcp`
+    from ragvps.serve.mcp.tools import run_stdio  # lazy: the server (fastapi, uvicorn) loads only for `serve` and `mcp`
 
     logging.basicConfig(stream=sys.stderr)  # stdout carries the protocol
     exit_on_sigterm()

@@ -11,27 +11,52 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import resource
 import threading
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
+import uvicorn
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.routing import Route
+
 from ragvps.config import Settings
 from ragvps.errors import HTTP_STATUS, RagvpsError, kind_of_status
-from ragvps.serve.audit_log import AuditLog
-from ragvps.serve.auth import check_bind, load_keys
-from ragvps.serve.error_shapes import MCP_PATH
-from ragvps.serve.failures import error_body
-from ragvps.serve.lifecycle import Ready, for_serving
-from ragvps.serve.mcp_mount import LazyMcp, mcp_installed
-from ragvps.serve.signin import add_signin_routes
+from ragvps.serve.api.metrics import Metrics
+from ragvps.serve.api.routes import ERRORS, KB_ERRORS, add_metrics_route, add_routes
+from ragvps.serve.documents.routes import add_document_routes
+from ragvps.serve.documents.runner import JobRunner
+from ragvps.serve.documents.sources import add_source_routes
+from ragvps.serve.gate.access import Access, RequireKey
+from ragvps.serve.gate.audit_log import AuditLog
+from ragvps.serve.gate.auth import check_bind, load_keys
+from ragvps.serve.gate.guard import HostOriginGuard
+from ragvps.serve.gate.limits import LimitBody
+from ragvps.serve.gate.oidc import Provider
+from ragvps.serve.gate.people import People
+from ragvps.serve.gate.request_log import JsonLines, RequestLog
+from ragvps.serve.gate.signin import add_signin_routes
+from ragvps.serve.mcp.mount import LazyMcp, mcp_installed
+from ragvps.serve.ollama.routes import add_ollama_routes
+from ragvps.serve.openai.routes import add_openai_routes
+from ragvps.serve.openai.shapes import openai_path, translate, wrong_turn
+from ragvps.serve.protocol import bounded_protocol
+from ragvps.serve.shared.bodies import http_message, invalid_request
+from ragvps.serve.shared.docs import add_docs
+from ragvps.serve.shared.error_shapes import MCP_PATH, ShapedErrors, mcp_error, mcp_path
+from ragvps.serve.shared.failures import error_body
+from ragvps.serve.shared.lifecycle import Ready, for_serving
+from ragvps.version import package_version
 
 if TYPE_CHECKING:
-    from fastapi import FastAPI
     from starlette.types import ASGIApp
 
     from ragvps.app import App
-    from ragvps.serve.metrics import Metrics
-    from ragvps.serve.people import People
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +72,6 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
                on_fatal: Callable[[RagvpsError], None] | None = None) -> ASGIApp:
     """The ASGI application: routes, the page, /docs, /mcp when the mcp extra is installed; the Host and Origin
     checks, keys, limits, CORS."""
-    from fastapi import FastAPI
-
-    from ragvps.serve.docs import add_docs
-    from ragvps.serve.metrics import Metrics
-    from ragvps.serve.routes import add_metrics_route
-    from ragvps.serve.runner import JobRunner
-
     keys = load_keys(settings)
     host = host or settings.serve.host
     ready = Ready(settings, app, on_fatal)
@@ -78,25 +96,19 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
         if app is None:  # an App given by the caller is the caller's to close
             await asyncio.to_thread(ready.close)
 
-    api = FastAPI(title="ragvps", version=_version(), lifespan=lifespan, docs_url=None, redoc_url=None,
+    api = FastAPI(title="ragvps", version=package_version(), lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Search and ask a ragvps knowledge base. When the server has API keys, every path "
                               "but /health, the page and this description needs one (`Authorization: Bearer KEY` "
                               "or `X-API-Key: KEY`): Authorize takes it.")
     _errors(api)
-    from ragvps.serve.routes import add_routes
-
-    add_routes(api, ready, settings, runner)
+    add_routes(api, ready, settings)
+    add_document_routes(api, ready, settings, runner, ERRORS | KB_ERRORS)  # uploads, their jobs, the documents stored
+    add_source_routes(api, ready, settings, runner, ERRORS | KB_ERRORS)  # connected sources (issue 46)
     if metrics is not None:
         add_metrics_route(api, metrics, ready)
-    from ragvps.serve.openai import add_openai_routes
-
     add_openai_routes(api, ready, settings)  # /v1: OpenAI-compatible chat
-    from ragvps.serve.ollama_api import add_ollama_routes
-
     add_ollama_routes(api, ready, settings)  # /api: Ollama-compatible chat
-    if mcp is not None:  # the MCP server itself is built on the first request (serve/mcp_mount.py)
-        from starlette.routing import Route
-
+    if mcp is not None:  # the MCP server itself is built on the first request (serve/mcp/mount.py)
         api.router.routes.append(Route(MCP_PATH, endpoint=mcp))
     add_signin_routes(api, settings, ready, people)  # /auth: sign-in with the identity provider
     add_docs(api, bool(keys))
@@ -105,10 +117,7 @@ def create_app(settings: Settings, app: App | None = None, *, host: str | None =
 
 
 def people_of(settings: Settings, ready: Ready) -> People | None:
-    """Who besides keys may come in (serve/people.py): None when no sign-in, proxy or forwarding is set up."""
-    from ragvps.serve.oidc import Provider
-    from ragvps.serve.people import People
-
+    """Who besides keys may come in (serve/gate/people.py): None when no sign-in, proxy or forwarding is set up."""
     auth = settings.auth
     if not (auth.oidc or auth.trusted_proxies or auth.forward_user_keys):
         return None
@@ -119,15 +128,6 @@ def _middleware(api: FastAPI, settings: Settings, ready: Ready, keys: tuple[str,
                 metrics: Metrics | None, people: People | None, audit: AuditLog) -> ASGIApp:
     """The layers around the routes, innermost first: keys, body limits, CORS, the Host and Origin checks,
     the error shapes of /v1 and /mcp, and outermost the request log (its id, line, counts and audit row)."""
-    from starlette.middleware.cors import CORSMiddleware
-
-    from ragvps.serve.access import Access, RequireKey
-    from ragvps.serve.error_shapes import ShapedErrors, mcp_error, mcp_path
-    from ragvps.serve.guard import HostOriginGuard
-    from ragvps.serve.limits import LimitBody
-    from ragvps.serve.openai_shapes import openai_path, translate
-    from ragvps.serve.request_log import RequestLog
-
     asgi: ASGIApp = LimitBody(RequireKey(api, Access(keys, ready, people)), settings.serve.max_body_bytes,
                               settings.serve.request_timeout)
     if settings.serve.cors_origins:
@@ -143,8 +143,6 @@ def _middleware(api: FastAPI, settings: Settings, ready: Ready, keys: tuple[str,
 
 def serve(settings: Settings, host: str | None = None, port: int | None = None) -> None:
     """Run the server until interrupted; refuses a non-loopback address without an API key."""
-    import uvicorn
-
     host = host or settings.serve.host
     port = settings.serve.port if port is None else port
     auth = settings.auth
@@ -156,8 +154,6 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
         fatal.append(exc)
         if server is not None:
             server.should_exit = True
-
-    from ragvps.serve.protocol import bounded_protocol
 
     raise_open_files_limit()
     asgi = create_app(for_serving(settings), host=host, on_fatal=stop)
@@ -172,10 +168,8 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
 
 
 def log_requests(log_format: str) -> None:
-    """The request log (serve/request_log.py) on stderr, one line a request, in its format (none when off); it
+    """The request log (serve/gate/request_log.py) on stderr, one line a request, in its format (none when off); it
     replaces uvicorn's access line."""
-    from ragvps.serve.request_log import JsonLines
-
     if log_format == "off":
         return
     handler = logging.StreamHandler()
@@ -189,8 +183,6 @@ def log_requests(log_format: str) -> None:
 def raise_open_files_limit(most: int = 1 << 16) -> None:
     """Every connection, idle or not, holds a file descriptor: raise the soft limit (often 1,024) to the hard
     one (at most `most`), so a thousand idle clients do not stop the server from accepting new ones."""
-    import resource
-
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = most if hard == resource.RLIM_INFINITY else min(hard, most)
     if soft != resource.RLIM_INFINITY and soft < target:
@@ -199,13 +191,6 @@ def raise_open_files_limit(most: int = 1 << 16) -> None:
 
 
 def _errors(api: FastAPI) -> None:
-    from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse
-    from starlette.exceptions import HTTPException
-    from starlette.requests import Request
-
-    from ragvps.serve.bodies import http_message, invalid_request
-
     @api.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         status, message = invalid_request(exc.errors(), exc.body, request.headers.get("content-type"))
@@ -217,7 +202,7 @@ def _errors(api: FastAPI) -> None:
         status = exc.status_code if exc.status_code < 500 else HTTP_STATUS[kind]
         headers = getattr(exc, "headers", None)
         message = http_message(exc.status_code, str(exc.detail), request.method, request.url.path,
-                               (headers or {}).get("Allow"))
+                               (headers or {}).get("Allow"), wrong_turn)
         return JSONResponse({"error": message, "kind": kind}, status_code=status, headers=headers)
 
     @api.exception_handler(RagvpsError)
@@ -230,11 +215,3 @@ def _errors(api: FastAPI) -> None:
         status, body = error_body(exc)
         return JSONResponse(body, status_code=status)
 
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("ragvps")
-    except PackageNotFoundError:
-        return "0"

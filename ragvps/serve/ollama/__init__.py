@@ -1,0 +1,1 @@
+"""Ollama's API, emulated under /api: /api/version, /api/tags, /api/show, /api/chat."""
