@@ -22,7 +22,7 @@ from pathlib import Path
 from common import DATA as SHARED_DATA
 from common import ROOT
 from common.results import markers, write_section
-from llm_server import FakeLLM
+from support.llm_server import FakeLLM
 
 from ragvps.app import App, AskRequest
 from ragvps.config import Settings
@@ -153,8 +153,9 @@ def main() -> None:
         f"| extractive: questions with a gold citation | {any_gold / max(1, answered):.1%} of {answered} | - |",
         f"| extractive answer latency (no cache) | median {median(ask_ms):.0f} ms | - |",
         "",
-        "The misses go to the stand-in server (tests/llm_server.py); answering at once, it measures ragvps's own "
-        "work (retrieve, budget, HTTP, stream, cache write); a real model adds its generation time to a miss and "
+        "The misses go to the stand-in server (tests/support/llm_server.py); answering at once, it measures "
+        "ragvps's own work (retrieve, budget, HTTP, stream, cache write); a real model adds its generation time to a "
+        "miss and "
         "nothing to a hit, which still retrieves first (the key is the chunks sent), so a hit costs one search. "
         "The stable prefix is the system block alone (instructions, citation rule, refusal sentence): short, and "
         "below the 1,024 tokens OpenAI and Anthropic need before they cache a prefix, so across different "

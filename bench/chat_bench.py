@@ -33,8 +33,8 @@ from common import ROOT
 if os.environ.get("CHAT_BENCH_CHECKOUT"):  # the baseline's measuring process imports that checkout's ragvps
     sys.path.insert(0, os.environ["CHAT_BENCH_CHECKOUT"])
 from common.results import markers, write_section
-from llm_server import FakeLLM
-from serve_server import Server
+from support.llm_server import FakeLLM
+from support.serve_server import Server
 
 from ragvps.app import App, ChatRequest, SearchRequest
 from ragvps.app.chat import conversation, standalone

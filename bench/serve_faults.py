@@ -5,7 +5,7 @@
     python bench/serve_faults.py --before before.json                # ... put beside this run's figures
 
 A dedicated embedded PostgreSQL (under bench/out/serve_faults, so it can be stopped and started), the docs folder
-ingested, a stand-in LLM in this process (tests/llm_server.py), and one `ragvps serve` with request_timeout 5 s,
+ingested, a stand-in LLM in this process (tests/support/llm_server.py), and one `ragvps serve` with request_timeout 5 s,
 header_timeout 5 s and pool_size 4. First 20 MCP tool calls (the server's memory with MCP in use), then paced
 /search alone for 30 s (the baseline p95). Cases:
   1. clients that leave mid-stream (/ask, stream: true, closed after the first token);
@@ -60,8 +60,8 @@ from common.fault_cases import (
     under,
 )
 from common.results import markers, write_section
-from llm_server import FakeLLM
-from serve_server import Server, ragvps, ragvps_env
+from support.llm_server import FakeLLM
+from support.serve_server import Server, ragvps, ragvps_env
 
 START, END = markers("serve_faults")
 BASELINE_S = 30.0

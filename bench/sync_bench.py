@@ -50,7 +50,7 @@ def make_site(folder: Path, pages: int) -> None:
 
 
 def make_repo(folder: Path, files: int) -> None:
-    from sites import commit_all, git
+    from support.sites import commit_all, git
 
     texts = paragraphs()
     folder.mkdir(parents=True)
@@ -89,7 +89,7 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=1000)
     parser.add_argument("--no-write", action="store_true", help="Print the section, leave RESULTS.md alone.")
     args = parser.parse_args()
-    from sites import commit_all, served
+    from support.sites import commit_all, served
 
     shutil.rmtree(WORK, ignore_errors=True)
     make_site(WORK / "site", args.items)

@@ -38,7 +38,7 @@ from common.databases import fresh
 from common.load import KEY, Run, load
 from common.results import write_section
 from common.scifact import unseen_questions
-from serve_server import Server
+from support.serve_server import Server
 
 from ragvps.config import load_settings
 from ragvps.db.embedded import embedded_url

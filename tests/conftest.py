@@ -46,9 +46,12 @@ DEFAULT_SCHEMA = "kb_1"  # the schema of the knowledge base `default` in every t
 
 # The stand-ins' fixtures, for every module: `ollama`/`ollama_server` (a fake Ollama), `llm`/`llm_server`
 # (a stand-in LLM API), `serve_env`/`server` (a real `ragvps serve` process over an ingested database), `api`
-# (the same server in this process, tests/asgi_server.py); and the local model's vectors shared by the xdist
-# workers of a run (tests/shared_vectors.py).
-pytest_plugins = ["ollama_server", "llm_server", "serve_server", "asgi_server", "shared_vectors"]
+# (the same server in this process, tests/support/asgi_server.py); and the local model's vectors shared by the xdist
+# workers of a run (tests/support/shared_vectors.py).
+pytest_plugins = [
+    "support.ollama_server", "support.llm_server", "support.serve_server", "support.asgi_server",
+    "support.shared_vectors",
+]
 
 # Fixtures that mean a running PostgreSQL (or a server process over one): a test using any is `integration`.
 INTEGRATION_FIXTURES = {"pg_admin_url", "server", "serve_env", "api"}
@@ -285,7 +288,7 @@ class Cli:
 @pytest.fixture
 def cli(db_url: str, tmp_path: Path) -> Cli:
     """The CLI with its own data directory and the test's database: a clean slate per test."""
-    from serve_server import embed_threads  # not at import: pytest_plugins registers serve_server first
+    from support.serve_server import embed_threads  # not at import: pytest_plugins registers serve_server first
 
     (tmp_path / "empty.toml").write_text("")  # an empty config file: no ./ragvps.toml is picked up
     return Cli({"RAGVPS_DATABASE_URL": db_url, "RAGVPS_DATA_DIR": str(tmp_path / "data"),

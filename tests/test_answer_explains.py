@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import pytest
-from asgi_server import InProcess, in_process
+from support.asgi_server import InProcess, in_process
 
 from ragvps.generate.prompt import REFUSAL
 

@@ -9,7 +9,7 @@ import json
 
 import psycopg
 import pytest
-from ollama_server import FakeModel
+from support.ollama_server import FakeModel
 
 from ragvps.embed.registry import forget_specs
 

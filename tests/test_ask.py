@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from llm_server import FakeLLM
+from support.llm_server import FakeLLM
 
 from ragvps.app import App, AskRequest, Overrides
 from ragvps.config import Settings

@@ -1,4 +1,5 @@
-"""People besides keys, against `create_app` in this process and a provider of the test's own (tests/oidc_provider.py):
+"""People besides keys, against `create_app` in this process and a provider of the test's own
+(support/oidc_provider.py):
 bearer tokens from the identity provider (good, expired, for another audience, from another issuer, tampered, from a
 rotated key), roles from groups with wildcards, a user whose groups map to nothing, a chat front end's forwarded
 user (the openai SDK's view of /v1/models), the audit log and `ragvps audit`."""
@@ -13,9 +14,9 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from asgi_server import InProcess
-from oidc_provider import TokenIssuer, two_teams
-from serve_server import KEY, ragvps_here
+from support.asgi_server import InProcess
+from support.oidc_provider import TokenIssuer, two_teams
+from support.serve_server import KEY, ragvps_here
 
 ROLES = "eng=docs:read,people=hr:write,admins=*:admin,role:user=docs:read"
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 import pytest
-from oidc_provider import mock_provider, set_user, two_teams
-from serve_server import KEY, Server, ragvps_here
+from support.oidc_provider import mock_provider, set_user, two_teams
+from support.serve_server import KEY, Server, ragvps_here
 
 pytestmark = pytest.mark.xdist_group("auth-signin")
 

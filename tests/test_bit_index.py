@@ -9,8 +9,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from inflight import queries_in_flight
 from pgvector.psycopg import register_vector
+from support.inflight import queries_in_flight
 
 from ragvps.app import App
 from ragvps.config import Settings

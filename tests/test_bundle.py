@@ -21,7 +21,7 @@ import numpy as np
 import psycopg
 import pytest
 from conftest import DOCS, Cli, NewDatabase
-from serve_server import embed_threads
+from support.serve_server import embed_threads
 from test_eval import GOLD
 
 from ragvps.db.bundle_file import manifest_sum

@@ -8,7 +8,7 @@ import random
 from pathlib import Path
 
 import pytest
-from serve_server import ragvps_env
+from support.serve_server import ragvps_env
 from typer.testing import CliRunner
 
 from ragvps.cli import app as cli_app

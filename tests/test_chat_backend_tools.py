@@ -1,6 +1,6 @@
 """Tools and structured output through the Anthropic and Ollama generators: a chat client's OpenAI-shaped `tools`,
 `tool_choice`, `response_format` and tool history go to each backend in its own protocol (the stand-in in
-tests/llm_server.py speaks Anthropic's Messages SSE and Ollama's NDJSON, tool calls included), the calls come
+tests/support/llm_server.py speaks Anthropic's Messages SSE and Ollama's NDJSON, tool calls included), the calls come
 back in OpenAI's shape, and what a backend cannot do is a 400 `unsupported_parameter` naming the field and the
 backend. Through the official `openai` SDK against the server in this process."""
 
@@ -10,10 +10,10 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-import client_bodies as cb
 import pytest
-from asgi_server import InProcess, in_process
-from llm_server import FakeLLM
+from support import client_bodies as cb
+from support.asgi_server import InProcess, in_process
+from support.llm_server import FakeLLM
 
 openai = pytest.importorskip("openai", reason="the openai SDK is a test dependency: pip install -e '.[test]'")
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serve_server import KEY, Server, free_port
 from support.browser import chromium, playwright
+from support.serve_server import KEY, Server, free_port
 
 QUESTION = "how do I stop the embedded database?"
 OPENAI_NPM = "openai@5"

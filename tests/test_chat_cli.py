@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llm_server import REWRITE_SYSTEM
+from support.llm_server import REWRITE_SYSTEM
 from typer.testing import CliRunner
 
 DOC = ("# Backups\n\nBackups run every night at 02:00 on the second disk. Each backup is kept for thirty days.\n\n"

@@ -1,4 +1,4 @@
-"""What the chat front ends send besides a question (tests/client_bodies.py, after their source), against the server
+"""What the chat front ends send besides a question (support/client_bodies.py, after their source), against the server
 in this process with no LLM: Open WebUI's background tasks and LibreChat's title answered in the format they ask
 for, never the refusal and never a source list."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import client_bodies as cb
 import pytest
-from asgi_server import InProcess
+from support import client_bodies as cb
+from support.asgi_server import InProcess
 
 from ragvps.generate.prompt import REFUSAL
 

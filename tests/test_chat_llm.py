@@ -1,5 +1,5 @@
-"""/v1/chat/completions with an LLM configured (the stand-in in tests/llm_server.py), through the official `openai`
-SDK against the server (in this process, tests/asgi_server.py): the follow-up rewriting call (cached, counted in
+"""/v1/chat/completions with an LLM configured (the stand-in in support/llm_server.py), through the official `openai`
+SDK against the server (in this process, tests/support/asgi_server.py): the follow-up rewriting call (cached, counted in
 usage), earlier turns before the new sources in the prompt, temperature and max_tokens passed through, the answer
 cache."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from asgi_server import InProcess, in_process
-from llm_server import REWRITE_SYSTEM, FakeLLM
+from support.asgi_server import InProcess, in_process
+from support.llm_server import REWRITE_SYSTEM, FakeLLM
 
 openai = pytest.importorskip("openai", reason="the openai SDK is a test dependency: pip install -e '.[test]'")
 
@@ -130,7 +130,7 @@ def test_a_failing_llm_is_an_openai_error_with_its_status(llm_srv: InProcess, ll
 
 
 def test_a_client_task_goes_to_the_llm_unchanged_and_is_counted(llm_srv: InProcess, llm: FakeLLM):
-    import client_bodies as cb
+    from support import client_bodies as cb
 
     llm.reply = '{"title": "Ingest Twice"}'
     body = cb.owui_task_body(cb.owui_title(cb.history(("user", FIRST))))
@@ -150,7 +150,7 @@ def test_a_client_task_goes_to_the_llm_unchanged_and_is_counted(llm_srv: InProce
 
 
 def test_an_attached_file_is_a_numbered_source_of_the_prompt(llm_srv: InProcess, llm: FakeLLM):
-    import client_bodies as cb
+    from support import client_bodies as cb
 
     notes = "The blue widget ships in boxes of twelve."
     done = client(llm_srv).chat.completions.create(model="ragvps", messages=[
@@ -162,7 +162,7 @@ def test_an_attached_file_is_a_numbered_source_of_the_prompt(llm_srv: InProcess,
 
 
 def test_tools_pass_through_and_the_tool_call_comes_back_in_openais_shape(llm_srv: InProcess, llm: FakeLLM):
-    import client_bodies as cb
+    from support import client_bodies as cb
 
     llm.tool_call = ("builtin_read_file", '{"filepath": "docs/serve.md"}')
     done = client(llm_srv).chat.completions.create(model="ragvps", messages=[{"role": "user", "content": FIRST}],

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import client_bodies as cb
 import pytest
-from asgi_server import InProcess
-from serve_server import SECOND_KEY
+from support import client_bodies as cb
+from support.asgi_server import InProcess
+from support.serve_server import SECOND_KEY
 
 ollama = pytest.importorskip("ollama", reason="the ollama client is a test dependency: pip install -e '.[test]'")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from asgi_server import InProcess
+from support.asgi_server import InProcess
 
 openai = pytest.importorskip("openai", reason="the openai SDK is a test dependency: pip install -e '.[test]'")
 
@@ -153,8 +153,8 @@ def test_the_ragvps_routes_keep_their_own_error_shape(api: InProcess):
 
 
 def test_what_only_an_llm_gives_is_a_clear_400_naming_the_field(api: InProcess):
-    import client_bodies as cb
     from pydantic import BaseModel
+    from support import client_bodies as cb
 
     class Reply(BaseModel):
         answer: str
@@ -176,7 +176,7 @@ def test_what_only_an_llm_gives_is_a_clear_400_naming_the_field(api: InProcess):
 
 
 def test_continues_agent_request_and_tool_history_read_as_conversation(api: InProcess):
-    import client_bodies as cb
+    from support import client_bodies as cb
 
     chunks = list(client(api).chat.completions.create(**cb.continue_agent(FIRST)))
     assert "[1]" in "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)

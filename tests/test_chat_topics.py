@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import client_bodies as cb
 import pytest
-from asgi_server import InProcess
+from support import client_bodies as cb
+from support.asgi_server import InProcess
 
 from ragvps.generate import rewrite
 

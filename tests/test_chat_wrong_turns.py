@@ -8,7 +8,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from asgi_server import InProcess
+from support.asgi_server import InProcess
 
 openai = pytest.importorskip("openai", reason="the openai SDK is a test dependency: pip install -e '.[test]'")
 

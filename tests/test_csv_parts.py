@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from asgi_server import in_process
-from serve_server import ragvps_env
+from support.asgi_server import in_process
+from support.serve_server import ragvps_env
 
 from ragvps.app import App
 from ragvps.config import load_settings

@@ -19,7 +19,7 @@ import httpx
 import numpy as np
 import pytest
 import yaml
-from serve_server import free_port
+from support.serve_server import free_port
 
 from ragvps.embed.models import model_spec
 from ragvps.embed.ollama import OllamaEmbedder

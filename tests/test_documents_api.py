@@ -1,4 +1,4 @@
-"""The documents API in this process (tests/asgi_server.py): uploads streamed to disk and ingested by the
+"""The documents API in this process (tests/support/asgi_server.py): uploads streamed to disk and ingested by the
 server's job runner, their progress (JSON and Server-Sent Events), cancel, the documents listed and deleted,
 hostile uploads (names that try to leave the folder, sizes and counts over the limits, a body cut off, a zip
 bomb beside good files), and who may see a job. Real PostgreSQL, the real local model, real files."""
@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import psycopg
 import pytest
-from asgi_server import InProcess
-from office_files import zip_bomb
-from serve_server import KEY, ragvps_env
+from support.asgi_server import InProcess
+from support.office_files import zip_bomb
+from support.serve_server import KEY, ragvps_env
 from typer.testing import CliRunner
 
 from ragvps.cli import app as cli_app

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
-from serve_server import REPO, ragvps_env
+from support.serve_server import REPO, ragvps_env
 from typer.testing import CliRunner
 
 from ragvps.cli import app as cli_app
@@ -151,7 +151,7 @@ def test_a_file_that_kills_every_worker_fails_by_name_after_the_limit_and_the_ot
                          poll=0.02)
     time.sleep(1.1)  # the second worker's lease runs out
 
-    from asgi_server import in_process
+    from support.asgi_server import in_process
 
     from ragvps.app import App
     from ragvps.app import documents as d

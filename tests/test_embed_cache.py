@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import psycopg
-from ollama_server import FakeOllama
+from support.ollama_server import FakeOllama
 
 from tests.test_end_to_end import N_DOCS
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from serve_server import embed_threads
+from support.serve_server import embed_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.integration  # each test runs ragvps, and its embedded PostgreSQL, as a subprocess

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from llm_server import FakeLLM
+from support.llm_server import FakeLLM
 
 from ragvps import tokens
 from ragvps.config import Settings

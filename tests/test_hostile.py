@@ -1,4 +1,4 @@
-"""Hostile files, names and bundles (issue 42), from tests/hostile_files.py: bombs by reuse fail by name beside
+"""Hostile files, names and bundles (issue 42), from tests/support/hostile_files.py: bombs by reuse fail by name beside
 good files, links out of the folder are not followed, hostile names fail alone or are made safe and unique,
 failed and cancelled uploads are never stored later, and tampered bundles are refused before anything is written.
 Real PostgreSQL, the real local model, the real CLI, the server in this process."""
@@ -14,8 +14,8 @@ import time
 import httpx
 import psycopg
 import pytest
-from asgi_server import InProcess
-from hostile_files import (
+from support.asgi_server import InProcess
+from support.hostile_files import (
     HOSTILE_NAMES,
     bundle_members,
     corpus,
@@ -26,7 +26,7 @@ from hostile_files import (
     odt_repeat_bomb,
     xlsx_shared_string_bomb,
 )
-from serve_server import KEY, ragvps_env
+from support.serve_server import KEY, ragvps_env
 from test_documents_api import page, run_cli
 
 from ragvps.ingest import sources

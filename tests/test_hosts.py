@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ollama_server import FakeOllama
+from support.ollama_server import FakeOllama
 
 from ragvps.config import Settings
 from ragvps.embed.models import spec_for

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from asgi_server import InProcess
+from support.asgi_server import InProcess
 
 from ragvps.text import introduced
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from asgi_server import InProcess, in_process
-from serve_server import KEY, ragvps_env
+from support.asgi_server import InProcess, in_process
+from support.serve_server import KEY, ragvps_env
 from typer.testing import CliRunner
 
 from ragvps.cli import app as cli_app

@@ -14,8 +14,8 @@ from typing import Any
 
 import httpx
 import pytest
-from serve_server import KEY, Server, ragvps_env
 from support.browser import playwright
+from support.serve_server import KEY, Server, ragvps_env
 from typer.testing import CliRunner
 
 from ragvps.cli import app as cli_app

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psycopg
 from psycopg import sql
-from serve_server import embed_threads
+from support.serve_server import embed_threads
 
 from tests.conftest import Cli, drop_databases, with_dbname
 

@@ -1,4 +1,4 @@
-"""ragvps's OpenAI-compatible generator against a real LLM server: llama.cpp's (tests/llama_cpp_server.py, Gemma 3
+"""ragvps's OpenAI-compatible generator against a real LLM server: llama.cpp's (support/llama_cpp_server.py, Gemma 3
 270M). Slow and optional: skipped unless `llama-cpp-python[server]` and the model package are installed. It checks
 the plumbing no stand-in proves: the answer streams in pieces, max_tokens cuts it (finish "length"), usage is
 counted when the server sends none, and a refusal the model writes is detected. It does not judge answers (this
@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from llama_cpp_server import MODEL, llama_server, missing
+from support.llama_cpp_server import MODEL, llama_server, missing
 
 from ragvps.config import Settings
 from ragvps.generate import budget, citations

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from asgi_server import InProcess
 from prometheus_client.parser import text_string_to_metric_families
-from serve_server import KEY, ragvps_env
+from support.asgi_server import InProcess
+from support.serve_server import KEY, ragvps_env
 from typer.testing import CliRunner
 
 from ragvps.cli import app as cli_app
@@ -196,7 +196,7 @@ def test_log_questions_puts_the_question_in_and_a_hostile_path_cannot_forge_a_fi
 
 
 def test_json_lines_from_a_real_server_with_verbose_hold_no_secret(corpus_env: dict[str, str], tmp_path: Path):
-    from serve_server import Server
+    from support.serve_server import Server
 
     env = corpus_env | {"RAGVPS_API_KEYS": KEY, "RAGVPS_LOG_FORMAT": "json"}
     srv = Server(env, tmp_path / "serve.log", options=("--verbose",))
@@ -218,7 +218,7 @@ def test_json_lines_from_a_real_server_with_verbose_hold_no_secret(corpus_env: d
 def test_every_metric_the_dashboard_and_docs_name_is_served(server: InProcess):
     import re
 
-    from serve_server import REPO
+    from support.serve_server import REPO
 
     with server.client() as c:
         c.post("/search", json={"query": "lamp"})

@@ -9,9 +9,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from support.scanned import docs_paragraphs, page_image, scanned_pdf
 
 from ragvps.ingest import sources
-from tests.scanned import docs_paragraphs, page_image, scanned_pdf
 from tests.test_pdf_pages import text_pdf
 
 pytestmark = pytest.mark.skipif(shutil.which("tesseract") is None, reason="needs Debian's tesseract-ocr")

@@ -7,7 +7,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from office_files import docx_file, pptx_file, xlsx_file, zip_of
+from support.office_files import docx_file, pptx_file, xlsx_file, zip_of
 
 from ragvps.ingest.chunk import ChunkerConfig, chunk_document
 from ragvps.ingest.sources import KINDS, SkipFile, SourceFile, load

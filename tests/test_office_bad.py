@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from office_files import docx_file, encrypted_docx, with_entity, xlsx_file, zip_bomb, zip_of
+from support.office_files import docx_file, encrypted_docx, with_entity, xlsx_file, zip_bomb, zip_of
 
 from ragvps.ingest.formats import zipguard
 from ragvps.ingest.sources import KINDS, SkipFile, SourceFile, load

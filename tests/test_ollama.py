@@ -6,7 +6,7 @@ import socket
 
 import numpy as np
 import pytest
-from ollama_server import FakeOllama
+from support.ollama_server import FakeOllama
 
 from ragvps.embed import embed_documents, embed_queries
 from ragvps.embed.local import LocalEmbedder

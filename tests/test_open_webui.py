@@ -19,8 +19,8 @@ from typing import Any
 
 import httpx
 import pytest
-from serve_server import REPO, Server, free_port
 from support.browser import chromium, playwright
+from support.serve_server import REPO, Server, free_port
 
 pytestmark = pytest.mark.slow
 

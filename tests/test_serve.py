@@ -1,5 +1,5 @@
 """`ragvps serve` over a real database with the docs ingested, the real model, and the real CLI to compare
-against: the routes, keys, limits and errors in this process (`api`, tests/asgi_server.py), what needs a process
+against: the routes, keys, limits and errors in this process (`api`, tests/support/asgi_server.py), what needs a process
 (its log, its exit at start) with a real server process."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from asgi_server import InProcess, in_process
-from serve_server import KEY, SECOND_KEY, Server, free_port, ragvps, ragvps_env, ragvps_here
+from support.asgi_server import InProcess, in_process
+from support.serve_server import KEY, SECOND_KEY, Server, free_port, ragvps, ragvps_env, ragvps_here
 
 REPO = Path(__file__).resolve().parents[1]
 QUESTION = "what happens when I run ingest twice?"

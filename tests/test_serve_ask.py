@@ -1,6 +1,6 @@
 """/ask over HTTP: the same answer as `ragvps ask --json`, Server-Sent Events in order (in this process, `api`),
 and, over a real server process, a client that leaves closes the upstream LLM request (the stand-in LLM in
-tests/llm_server.py sees the connection drop) and request_timeout ends answers still waiting."""
+tests/support/llm_server.py sees the connection drop) and request_timeout ends answers still waiting."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from asgi_server import InProcess, in_process
-from llm_server import FakeLLM
-from serve_server import Server, ragvps_here
+from support.asgi_server import InProcess, in_process
+from support.llm_server import FakeLLM
+from support.serve_server import Server, ragvps_here
 
 QUESTION = "what happens when I run ingest twice?"
 STABLE = ("answer", "answered", "extractive", "citations", "invalid_citations", "sources", "left_out", "generator",

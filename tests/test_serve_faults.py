@@ -19,8 +19,8 @@ from pathlib import Path
 import httpx
 import psycopg
 import pytest
-from llm_server import FakeLLM
-from serve_server import Server
+from support.llm_server import FakeLLM
+from support.serve_server import Server
 
 TIMEOUT = 4  # the server's request_timeout (an ask takes ~30 ms here; 4 s leaves room for a loaded machine)
 BOUND = TIMEOUT + 20  # what "within request_timeout" is allowed on a loaded 2-core machine
@@ -252,7 +252,7 @@ def test_health_says_the_database_is_unreachable_while_postgresql_is_down(tmp_pa
     be reached (at once, not after a pool timeout), /search fails with JSON, and both recover by themselves."""
     import warnings
 
-    from serve_server import ragvps_env, ragvps_here
+    from support.serve_server import ragvps_env, ragvps_here
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -300,7 +300,7 @@ def test_after_postgresql_restarts_under_load_every_request_succeeds_again_withi
     request ends within the bound."""
     import warnings
 
-    from serve_server import ragvps_env, ragvps_here
+    from support.serve_server import ragvps_env, ragvps_here
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

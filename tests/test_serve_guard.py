@@ -14,9 +14,9 @@ from typing import Any
 
 import httpx
 import pytest
-from asgi_server import InProcess, in_process
-from serve_server import Server, free_port
+from support.asgi_server import InProcess, in_process
 from support.browser import chromium
+from support.serve_server import Server, free_port
 
 from ragvps.serve.gate.guard import HostRule, origin_allowed
 

@@ -9,8 +9,8 @@ import sys
 from typing import Any
 
 import pytest
-from asgi_server import InProcess
-from serve_server import REPO
+from support.asgi_server import InProcess
+from support.serve_server import REPO
 
 from ragvps.generate.prompt import REFUSAL
 

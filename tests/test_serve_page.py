@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from serve_server import Server
+from support.serve_server import Server
 
 QUESTION = "what happens when I run ingest twice?"
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from serve_server import KEY, Server, ragvps_env
+from support.serve_server import KEY, Server, ragvps_env
 from typer.testing import CliRunner
 
 from ragvps.cli import app as cli_app

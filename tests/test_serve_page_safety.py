@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from serve_server import REPO, Server, ragvps_env, ragvps_here
+from support.serve_server import REPO, Server, ragvps_env, ragvps_here
 
 SHOTS = REPO / "tests" / "output" / "screenshots"
 QUESTION = "what happens when I run ingest twice?"

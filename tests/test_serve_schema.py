@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from serve_server import KEY, Server, ragvps_env, ragvps_here
+from support.serve_server import KEY, Server, ragvps_env, ragvps_here
 
 CHECKS = ["not_a_server_error", "status_code_conformance", "content_type_conformance",
           "response_headers_conformance", "response_schema_conformance", "negative_data_rejection"]

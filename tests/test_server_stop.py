@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import psutil
-from serve_server import REPO, embed_threads, free_port
+from support.serve_server import REPO, embed_threads, free_port
 
 
 def _env(tmp_path: Path) -> dict[str, str]:

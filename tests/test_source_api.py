@@ -6,12 +6,12 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from asgi_server import InProcess
-from serve_server import KEY, ragvps_env
+from support.asgi_server import InProcess
+from support.serve_server import KEY, ragvps_env
+from support.sites import git, new_repo, served
 from typer.testing import CliRunner
 
 from ragvps.cli import app as cli_app
-from tests.sites import git, new_repo, served
 from tests.test_source_jobs import wait
 
 A = "# Ferries\n\nThe night ferry to Brindle Island leaves at eleven from pier four.\n"

@@ -9,8 +9,8 @@ import shutil
 import subprocess
 
 import pytest
+from support.sites import new_repo
 
-from tests.sites import new_repo
 from tests.test_deploy import DEPLOY, cli_commands, compose, service_env, unit_file
 
 UNIT = DEPLOY / "systemd" / "ragvps-sync.service"

@@ -8,7 +8,7 @@ import json
 import shutil
 import subprocess
 
-from tests.sites import commit_all, git, new_repo, served
+from support.sites import commit_all, git, new_repo, served
 
 A = "# Ferries\n\nThe night ferry to Brindle Island leaves at eleven from pier four.\n"
 B = "# Lighthouse\n\nThe lighthouse keeper logs forty ships each week in the harbour book.\n"

@@ -13,10 +13,9 @@ import time
 import httpx
 import psycopg
 import pytest
-from asgi_server import InProcess
-from serve_server import KEY, ragvps_env
-
-from tests.sites import git, new_repo, served
+from support.asgi_server import InProcess
+from support.serve_server import KEY, ragvps_env
+from support.sites import git, new_repo, served
 
 A = "# Ferries\n\nThe night ferry to Brindle Island leaves at eleven from pier four.\n"
 PAGES = 16

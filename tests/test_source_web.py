@@ -8,8 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from tests.sites import served
+from support.sites import served
 
 pytest.importorskip("trafilatura")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from inflight import queries_in_flight
+from support.inflight import queries_in_flight
 
 from ragvps.app import App, SearchRequest
 from ragvps.config import Settings

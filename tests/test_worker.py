@@ -23,7 +23,7 @@ from urllib.parse import parse_qs, urlsplit
 import numpy as np
 import psycopg
 import pytest
-from ollama_server import FakeOllama
+from support.ollama_server import FakeOllama
 
 REPO = Path(__file__).resolve().parents[1]
 QUERIES = ["how do I stop the embedded database server?", "which settings change the chunk size?",

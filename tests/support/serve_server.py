@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 KEY = "test-key-0123456789abcdef"
 SECOND_KEY = "second-key-0123456789"
 
@@ -134,7 +134,7 @@ def serve_env(new_database: Callable[[str], str], tmp_path_factory: pytest.TempP
     from ragvps.cli import app
 
     # The real CLI, in this process, with a data directory of this worker's own. The first worker here embeds the
-    # pages; the others read its vectors (tests/shared_vectors.py), and each process then remembers them
+    # pages; the others read its vectors (tests/support/shared_vectors.py), and each process then remembers them
     # (ragvps/embed/local.py), so that its other ingests of the user guide run no model.
     env = ragvps_env(new_database("serve"), tmp_path_factory.mktemp("serve-data") / "data")
     done = CliRunner().invoke(app, ["ingest", str(REPO / "docs")], catch_exceptions=False,

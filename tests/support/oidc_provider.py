@@ -21,7 +21,8 @@ from typing import Any
 import httpx
 from joserfc import jwt
 from joserfc.jwk import KeySet, RSAKey
-from serve_server import ragvps_env, ragvps_here
+
+from support.serve_server import ragvps_env, ragvps_here
 
 
 class TokenIssuer:

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 import pytest
-from serve_server import KEY, SECOND_KEY, free_port
+
+from support.serve_server import KEY, SECOND_KEY, free_port
 
 if TYPE_CHECKING:
     from starlette.testclient import TestClient
