@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from ragvps.config import GenerateSettings
     from ragvps.db.connections import PoolStats
     from ragvps.retrieve.modes import Mode
-    from ragvps.retrieve.search import Hit
+    from ragvps.retrieve.search import Hit as Hit  # re-exported: the server renders hits
 
 
 class ToJson(Protocol):

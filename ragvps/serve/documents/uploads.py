@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 from urllib.parse import unquote
 
+from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect
 
 from ragvps.app import documents as uploads
@@ -104,9 +105,6 @@ class Multipart:
         self.ended = False
 
     async def receive(self) -> list[StagedFile]:
-        # lazy: python-multipart comes with the mcp extra, not with ragvps's own dependencies
-        from python_multipart.multipart import MultipartParser, parse_options_header
-
         _, params = parse_options_header(self.request.headers.get("content-type", ""))
         boundary = params.get(b"boundary")
         if not boundary:
@@ -143,8 +141,6 @@ class Multipart:
         self.header, self.value = [], []
 
     def _open(self) -> None:
-        from python_multipart.multipart import parse_options_header  # lazy: as in receive()
-
         _, params = parse_options_header(self.disposition)
         star = _FILENAME_STAR.search(self.disposition)
         raw = unquote(star.group(1).decode("latin-1")) if star else params.get(b"filename", b"").decode(

@@ -180,7 +180,8 @@ def _arguments_model(name: str, fn: Callable[P, object]) -> type[BaseModel]:
     fields: dict[str, tuple[object, object]] = {
         p.name: (p.annotation, ... if p.default is inspect.Parameter.empty else p.default)
         for p in inspect.signature(fn, eval_str=True).parameters.values() if p.name != "ctx"}
-    return create_model(f"{name}_arguments", **fields)  # type: ignore[call-overload]  # fields typed object, not Any
+    model: type[BaseModel] = create_model(f"{name}_arguments", **fields)  # type: ignore[call-overload]  # fields: object
+    return model
 
 
 
