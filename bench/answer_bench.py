@@ -77,17 +77,24 @@ def main() -> None:
     prompt_tokens = [p.prompt_tokens for p in previews]
     shares = [p.system_tokens / p.prompt_tokens for p in previews]
     per_chunk = [(p.prompt_tokens - p.system_tokens) / max(1, len(p.sources)) for p in previews]
-    guide = Budget(corpus_chunks=0, tokens_per_chunk=400, questions=1, chunks_per_answer=8,
-                   prompt_tokens=100).generation_input_per_question
-    planned = Budget(corpus_chunks=0, tokens_per_chunk=round(statistics.mean(per_chunk)), questions=1,
-                     chunks_per_answer=8, prompt_tokens=previews[0].system_tokens).generation_input_per_question
+    guide = Budget(
+        corpus_chunks=0, tokens_per_chunk=400, questions=1, chunks_per_answer=8, prompt_tokens=100
+    ).generation_input_per_question
+    planned = Budget(
+        corpus_chunks=0,
+        tokens_per_chunk=round(statistics.mean(per_chunk)),
+        questions=1,
+        chunks_per_answer=8,
+        prompt_tokens=previews[0].system_tokens,
+    ).generation_input_per_question
 
     # 2. cache hit against miss, through the stand-in OpenAI-compatible server
     fake = FakeLLM().start()
     miss_ms, hit_ms, hit_retrieve_ms, hit_cache_ms, slow_miss_ms = [], [], [], [], []
     try:
-        with App.open(base.replace(generator="openai", generator_url=fake.url + "/v1",
-                                   generator_model="gpt-4o-mini")) as app:
+        with App.open(
+            base.replace(generator="openai", generator_url=fake.url + "/v1", generator_model="gpt-4o-mini")
+        ) as app:
             with app.connection() as conn:
                 cache.clear(conn)
             for _, text, _ in questions[:30]:
@@ -123,49 +130,54 @@ def main() -> None:
             sent += len(sent_docs)
             sent_gold += sum(d in gold for d in sent_docs)
 
-    section = "\n".join([
-        START,
-        "## answer_bench: the answer stage (`ragvps ask`)",
-        "",
-        f"`python bench/answer_bench.py --questions {args.questions}` ({datetime.date.today().isoformat()}; "
-        f"{platform.node()}, {os.cpu_count()} cores, shared: load average {load_before[0]:.1f} before, "
-        f"{os.getloadavg()[0]:.1f} after). SciFact train ({ingest.documents:,} documents, {ingest.chunks:,} chunks, "
-        f"local model; ingest step {ingest_s:.0f} s, mostly cached), the first {len(questions)} queries with "
-        "judgments.",
-        "",
-        "| figure | ragvps (defaults) | the guide / baseline |",
-        "|---|---|---|",
-        f"| prompt tokens per answer (o200k_base, 8 chunks) | median {median(prompt_tokens):,.0f}, max "
-        f"{max(prompt_tokens):,} | {guide:,} (8 x 400 + 100, `plan.Budget`): "
-        f"{median(prompt_tokens) / guide:.2f}x |",
-        f"| tokens per sent chunk (with its header) | mean {statistics.mean(per_chunk):.0f} | 400 |",
-        f"| stable prefix share of each prompt | median {median(shares):.1%} ({previews[0].system_tokens} tokens, "
-        "byte-identical) | - |",
-        f"| `plan.Budget` at the measured chunk size | {planned:,} | {guide:,} |",
-        f"| cache hit latency, end to end (30 questions) | median {median(hit_ms):.1f} ms (retrieval "
-        f"{median(hit_retrieve_ms):.1f} ms, cache lookup {median(hit_cache_ms):.1f} ms) | miss, stand-in answering "
-        f"at once: {median(miss_ms):.1f} ms ({median(miss_ms) / median(hit_ms):.1f}x) |",
-        f"| the same miss with the stand-in streaming {SIMULATED_PIECES_PER_S} pieces/s (10 questions) | hit "
-        f"{median(hit_ms):.1f} ms | {median(slow_miss_ms):,.0f} ms ({median(slow_miss_ms) / median(hit_ms):.0f}x) |",
-        f"| LLM requests for 30 misses + 30 hits | {requests} | 60 without the cache |",
-        f"| extractive: cited chunks from a gold document | {cited_gold / max(1, cited):.1%} of {cited:,} | "
-        f"sent chunks: {sent_gold / max(1, sent):.1%} of {sent:,} |",
-        f"| extractive: questions with a gold citation | {any_gold / max(1, answered):.1%} of {answered} | - |",
-        f"| extractive answer latency (no cache) | median {median(ask_ms):.0f} ms | - |",
-        "",
-        "The misses go to the stand-in server (tests/support/llm_server.py); answering at once, it measures "
-        "ragvps's own work (retrieve, budget, HTTP, stream, cache write); a real model adds its generation time to a "
-        "miss and "
-        "nothing to a hit, which still retrieves first (the key is the chunks sent), so a hit costs one search. "
-        "The stable prefix is the system block alone (instructions, citation rule, refusal sentence): short, and "
-        "below the 1,024 tokens OpenAI and Anthropic need before they cache a prefix, so across different "
-        "questions their prompt caches save nothing; llama.cpp's prefix reuse (`cache_prompt`) does take it. "
-        f"Prompts are {median(prompt_tokens) / guide:.2f}x the guide's figure because the local model's chunks are "
-        f"~{statistics.mean(per_chunk):.0f} LLM tokens, not 400. Extractive answers cite a gold document's chunk "
-        f"{(cited_gold / max(1, cited)) / max(1e-9, sent_gold / max(1, sent)):.1f}x as often as the sent chunks "
-        "hold one.",
-        END,
-    ])
+    section = "\n".join(
+        [
+            START,
+            "## answer_bench: the answer stage (`ragvps ask`)",
+            "",
+            f"`python bench/answer_bench.py --questions {args.questions}` ({datetime.date.today().isoformat()}; "
+            f"{platform.node()}, {os.cpu_count()} cores, shared: load average {load_before[0]:.1f} before, "
+            f"{os.getloadavg()[0]:.1f} after). SciFact train ({ingest.documents:,} documents, {ingest.chunks:,} "
+            f"chunks, "
+            f"local model; ingest step {ingest_s:.0f} s, mostly cached), the first {len(questions)} queries with "
+            "judgments.",
+            "",
+            "| figure | ragvps (defaults) | the guide / baseline |",
+            "|---|---|---|",
+            f"| prompt tokens per answer (o200k_base, 8 chunks) | median {median(prompt_tokens):,.0f}, max "
+            f"{max(prompt_tokens):,} | {guide:,} (8 x 400 + 100, `plan.Budget`): "
+            f"{median(prompt_tokens) / guide:.2f}x |",
+            f"| tokens per sent chunk (with its header) | mean {statistics.mean(per_chunk):.0f} | 400 |",
+            f"| stable prefix share of each prompt | median {median(shares):.1%} ({previews[0].system_tokens} tokens, "
+            "byte-identical) | - |",
+            f"| `plan.Budget` at the measured chunk size | {planned:,} | {guide:,} |",
+            f"| cache hit latency, end to end (30 questions) | median {median(hit_ms):.1f} ms (retrieval "
+            f"{median(hit_retrieve_ms):.1f} ms, cache lookup {median(hit_cache_ms):.1f} ms) | miss, stand-in answering "
+            f"at once: {median(miss_ms):.1f} ms ({median(miss_ms) / median(hit_ms):.1f}x) |",
+            f"| the same miss with the stand-in streaming {SIMULATED_PIECES_PER_S} pieces/s (10 questions) | hit "
+            f"{median(hit_ms):.1f} ms | {median(slow_miss_ms):,.0f} ms ({median(slow_miss_ms) / median(hit_ms):.0f}x) "
+            f"|",
+            f"| LLM requests for 30 misses + 30 hits | {requests} | 60 without the cache |",
+            f"| extractive: cited chunks from a gold document | {cited_gold / max(1, cited):.1%} of {cited:,} | "
+            f"sent chunks: {sent_gold / max(1, sent):.1%} of {sent:,} |",
+            f"| extractive: questions with a gold citation | {any_gold / max(1, answered):.1%} of {answered} | - |",
+            f"| extractive answer latency (no cache) | median {median(ask_ms):.0f} ms | - |",
+            "",
+            "The misses go to the stand-in server (tests/support/llm_server.py); answering at once, it measures "
+            "ragvps's own work (retrieve, budget, HTTP, stream, cache write); a real model adds its generation time "
+            "to a "
+            "miss and "
+            "nothing to a hit, which still retrieves first (the key is the chunks sent), so a hit costs one search. "
+            "The stable prefix is the system block alone (instructions, citation rule, refusal sentence): short, and "
+            "below the 1,024 tokens OpenAI and Anthropic need before they cache a prefix, so across different "
+            "questions their prompt caches save nothing; llama.cpp's prefix reuse (`cache_prompt`) does take it. "
+            f"Prompts are {median(prompt_tokens) / guide:.2f}x the guide's figure because the local model's chunks are "
+            f"~{statistics.mean(per_chunk):.0f} LLM tokens, not 400. Extractive answers cite a gold document's chunk "
+            f"{(cited_gold / max(1, cited)) / max(1e-9, sent_gold / max(1, sent)):.1f}x as often as the sent chunks "
+            "hold one.",
+            END,
+        ]
+    )
     print(section)
     if not args.no_write:
         write_section("answer_bench", section)

@@ -82,8 +82,14 @@ with App.open(Settings.of(data_dir=job["data_dir"], embedder="local", **job.get(
 """
 
 
-def run(code: Path, db: Path, questions: list[dict[str, Any]], record: Path, limit_s: float,
-        settings: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def run(
+    code: Path,
+    db: Path,
+    questions: list[dict[str, Any]],
+    record: Path,
+    limit_s: float,
+    settings: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
     """Ask every question with the checkout at `code`, at most `limit_s` seconds; the answers are recorded in
     `record` as they come, and a rerun asks only the questions not recorded yet (delete it to ask again)."""
     wanted = {q["id"] for q in questions}
@@ -93,10 +99,16 @@ def run(code: Path, db: Path, questions: list[dict[str, Any]], record: Path, lim
     if not todo or record.with_suffix(".done").exists():
         return done
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")} | {"PYTHONPATH": str(code)}
-    job = json.dumps({"data_dir": str(db), "questions": [{"id": q["id"], "text": q["text"]} for q in todo],
-                      "settings": settings or {}})
-    proc = subprocess.Popen([sys.executable, "-c", WORKER], env=env, cwd=code, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    job = json.dumps(
+        {
+            "data_dir": str(db),
+            "questions": [{"id": q["id"], "text": q["text"]} for q in todo],
+            "settings": settings or {},
+        }
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WORKER], env=env, cwd=code, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(job)
     proc.stdin.close()
@@ -118,17 +130,32 @@ def run(code: Path, db: Path, questions: list[dict[str, Any]], record: Path, lim
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--baseline", type=Path, default=Path("/work/baseline"),
-                        help="a checkout of the code before issue 18 (git worktree add DIR COMMIT)")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=Path("/work/baseline"),
+        help="a checkout of the code before issue 18 (git worktree add DIR COMMIT)",
+    )
     parser.add_argument("--limit", type=float, default=1800, help="seconds per set and version at most")
-    parser.add_argument("--before-limit", type=float, default=240,
-                        help="seconds per set the code before must refuse (it has no gate: it refuses nothing)")
-    parser.add_argument("--signals", action="store_true",
-                        help="record every question's relevance signals (both halves, retrieval only)")
-    parser.add_argument("--calibrate", action="store_true",
-                        help=f"run this checkout on the calibration half with the gate at {LOW_GATE}, print the grid")
-    parser.add_argument("--curve", action="store_true",
-                        help=f"run this checkout on the evaluation half with the gate at {LOW_GATE} (held-out curve)")
+    parser.add_argument(
+        "--before-limit",
+        type=float,
+        default=240,
+        help="seconds per set the code before must refuse (it has no gate: it refuses nothing)",
+    )
+    parser.add_argument(
+        "--signals", action="store_true", help="record every question's relevance signals (both halves, retrieval only)"
+    )
+    parser.add_argument(
+        "--calibrate",
+        action="store_true",
+        help=f"run this checkout on the calibration half with the gate at {LOW_GATE}, print the grid",
+    )
+    parser.add_argument(
+        "--curve",
+        action="store_true",
+        help=f"run this checkout on the evaluation half with the gate at {LOW_GATE} (held-out curve)",
+    )
     parser.add_argument("--gate-cost", action="store_true", help="time the gate (under the exclusive quiet lock)")
     parser.add_argument("--only", choices=("before", "after"), default=None)
     parser.add_argument("--sets", default="", help="comma-separated subset of the sets (default: all)")
@@ -159,8 +186,11 @@ def main() -> None:
         return
     if args.calibrate or args.curve:
         kind = "calib" if args.calibrate else "curve"
-        records = {n: run(ROOT, dbs[db], qs, OUT / f"{kind}-{n}.jsonl", args.limit, {"answer_min_evidence": LOW_GATE})
-                   for n, (db, qs) in sets.items() if not args.no_run or (OUT / f"{kind}-{n}.jsonl").exists()}
+        records = {
+            n: run(ROOT, dbs[db], qs, OUT / f"{kind}-{n}.jsonl", args.limit, {"answer_min_evidence": LOW_GATE})
+            for n, (db, qs) in sets.items()
+            if not args.no_run or (OUT / f"{kind}-{n}.jsonl").exists()
+        }
         questions = {n: qs for n, (_, qs) in sets.items()}
         for line in signals.answer_curve(records, questions, score):
             print(line)

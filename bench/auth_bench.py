@@ -41,8 +41,11 @@ def provider(key: RSAKey) -> tuple[ThreadingHTTPServer, str]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             url = f"http://127.0.0.1:{self.server.server_address[1]}"
-            body = {"issuer": url, "jwks_uri": url + "/jwks"} if "openid" in self.path \
+            body = (
+                {"issuer": url, "jwks_uri": url + "/jwks"}
+                if "openid" in self.path
                 else KeySet([key]).as_dict(private=False)
+            )
             data = json.dumps(body).encode()
             self.send_response(200)
             self.send_header("content-length", str(len(data)))
@@ -72,22 +75,34 @@ def main() -> None:
     url = fresh(embedded_url(base), "auth_bench")
     signing = RSAKey.generate_key(2048, parameters={"kid": "k1"})
     server, issuer = provider(signing)
-    env = {"RAGVPS_DATA_DIR": str(data), "RAGVPS_DATABASE_URL": url, "RAGVPS_API_KEYS": KEY,
-           "RAGVPS_OIDC_ISSUER": issuer, "RAGVPS_OIDC_CLIENT_ID": "ragvps", "RAGVPS_GROUP_ROLES": "eng=docs:read",
-           "RAGVPS_TRUSTED_PROXIES": "127.0.0.1/32", "RAGVPS_LOG_FORMAT": "off"}
+    env = {
+        "RAGVPS_DATA_DIR": str(data),
+        "RAGVPS_DATABASE_URL": url,
+        "RAGVPS_API_KEYS": KEY,
+        "RAGVPS_OIDC_ISSUER": issuer,
+        "RAGVPS_OIDC_CLIENT_ID": "ragvps",
+        "RAGVPS_GROUP_ROLES": "eng=docs:read",
+        "RAGVPS_TRUSTED_PROXIES": "127.0.0.1/32",
+        "RAGVPS_LOG_FORMAT": "off",
+    }
     settings = for_serving(load_settings(env=env))
     with Library.open(settings) as library:
         library.create("docs", {})
         catalog_key = library.keys().create("bench", [("docs", "read")])
     now = int(time.time())
-    token = jwt.encode({"alg": "RS256", "kid": "k1"}, {"iss": issuer, "sub": "ana", "aud": "ragvps", "iat": now,
-                                                     "exp": now + 3600, "groups": ["eng"]}, signing)
+    token = jwt.encode(
+        {"alg": "RS256", "kid": "k1"},
+        {"iss": issuer, "sub": "ana", "aud": "ragvps", "iat": now, "exp": now + 3600, "groups": ["eng"]},
+        signing,
+    )
     cookie = Signer.for_settings(settings).dump(session_payload(User("ana", "ana@x", None, ("eng",))), 3600)
-    ways = {"settings key": {"Authorization": f"Bearer {KEY}"},
-            "catalog key": {"Authorization": f"Bearer {catalog_key}"},
-            "session cookie": {"Cookie": f"{SESSION_COOKIE}={cookie}"},
-            "bearer JWT": {"Authorization": f"Bearer {token}"},
-            "proxy headers": {"Remote-User": "ana", "Remote-Groups": "eng"}}
+    ways = {
+        "settings key": {"Authorization": f"Bearer {KEY}"},
+        "catalog key": {"Authorization": f"Bearer {catalog_key}"},
+        "session cookie": {"Cookie": f"{SESSION_COOKIE}={cookie}"},
+        "bearer JWT": {"Authorization": f"Bearer {token}"},
+        "proxy headers": {"Remote-User": "ana", "Remote-Groups": "eng"},
+    }
     timings: dict[str, list[float]] = {name: [] for name in ways}
     load_before = os.getloadavg()
     with TestClient(create_app(settings), base_url="http://127.0.0.1:8765", client=("127.0.0.1", 50000)) as client:
@@ -97,32 +112,49 @@ def main() -> None:
             assert client.get("/kb", headers=headers).status_code == 200
         names = list(ways)
         for r in range(args.rounds * len(names)):  # each way first in turn: blocks of requests, interleaved
-            for name in names[r % len(names):] + names[:r % len(names)]:
+            for name in names[r % len(names) :] + names[: r % len(names)]:
                 start = time.perf_counter()
                 for _ in range(args.requests // len(names)):
                     client.get("/kb", headers=ways[name])
                 timings[name].append((time.perf_counter() - start) / (args.requests // len(names)) * 1000)
         cold = []
         for i in range(20):  # a token never seen: the RS256 signature checked
-            fresh_token = jwt.encode({"alg": "RS256", "kid": "k1"}, {"iss": issuer, "sub": f"u{i}", "aud": "ragvps",
-                                     "iat": now, "exp": now + 3600, "groups": ["eng"]}, signing)
+            fresh_token = jwt.encode(
+                {"alg": "RS256", "kid": "k1"},
+                {"iss": issuer, "sub": f"u{i}", "aud": "ragvps", "iat": now, "exp": now + 3600, "groups": ["eng"]},
+                signing,
+            )
             start = time.perf_counter()
             assert client.get("/kb", headers={"Authorization": f"Bearer {fresh_token}"}).status_code == 200
             cold.append((time.perf_counter() - start) * 1000)
     server.shutdown()
     base_ms = statistics.median(timings["settings key"])
-    rows = [f"| {name} | {statistics.median(t):.3f} | {statistics.median(t) - base_ms:+.3f} |"
-            for name, t in timings.items()]
-    rows.append(f"| bearer JWT never seen (RS256 checked), median of 20 | {statistics.median(cold):.3f} | "
-                f"{statistics.median(cold) - base_ms:+.3f} |")
-    section = "\n".join([
-        "<!-- auth_bench:start -->", "## auth_bench: what a person costs over a key (issue 44)", "",
-        f"`python bench/auth_bench.py --requests {args.requests} --rounds {args.rounds}`, {time.strftime('%Y-%m-%d')}, "
-        f"2 cores, under `flock -x /work/quiet.lock`; load average before {load_before[0]:.2f}, after "
-        f"{os.getloadavg()[0]:.2f}. GET /kb through create_app in process (starlette's TestClient), median ms per "
-        "request over the rounds; the difference is from the settings key.", "",
-        "| credentials | ms per request | over a settings key |", "|---|---|---|", *rows, "",
-        "<!-- auth_bench:end -->"])
+    rows = [
+        f"| {name} | {statistics.median(t):.3f} | {statistics.median(t) - base_ms:+.3f} |"
+        for name, t in timings.items()
+    ]
+    rows.append(
+        f"| bearer JWT never seen (RS256 checked), median of 20 | {statistics.median(cold):.3f} | "
+        f"{statistics.median(cold) - base_ms:+.3f} |"
+    )
+    section = "\n".join(
+        [
+            "<!-- auth_bench:start -->",
+            "## auth_bench: what a person costs over a key (issue 44)",
+            "",
+            f"`python bench/auth_bench.py --requests {args.requests} --rounds {args.rounds}`, "
+            f"{time.strftime('%Y-%m-%d')}, "
+            f"2 cores, under `flock -x /work/quiet.lock`; load average before {load_before[0]:.2f}, after "
+            f"{os.getloadavg()[0]:.2f}. GET /kb through create_app in process (starlette's TestClient), median ms per "
+            "request over the rounds; the difference is from the settings key.",
+            "",
+            "| credentials | ms per request | over a settings key |",
+            "|---|---|---|",
+            *rows,
+            "",
+            "<!-- auth_bench:end -->",
+        ]
+    )
     write_section("auth_bench", section)
     print(section)
 

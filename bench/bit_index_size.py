@@ -34,20 +34,31 @@ START, END = markers("bit_index_size")
 DIMS = 384
 DEPTHS = (200, 400, 800)
 INDEXES = {  # name: (CREATE INDEX ... USING <this>, the candidates query's ORDER BY, its settings)
-    "HNSW halfvec, m 16": ("hnsw (v halfvec_cosine_ops) WITH (m = 16, ef_construction = 64)",
-                           "v <=> %(q)s::halfvec", "SET hnsw.ef_search = {depth}"),
-    "HNSW bit, m 16": ("hnsw ((binary_quantize(v)::bit(384)) bit_hamming_ops) WITH (m = 16, ef_construction = 64)",
-                       "binary_quantize(v)::bit(384) <~> binary_quantize(%(q)s::halfvec)",
-                       "SET hnsw.ef_search = {depth}"),
-    "HNSW bit, m 8": ("hnsw ((binary_quantize(v)::bit(384)) bit_hamming_ops) WITH (m = 8, ef_construction = 64)",
-                      "binary_quantize(v)::bit(384) <~> binary_quantize(%(q)s::halfvec)",
-                      "SET hnsw.ef_search = {depth}"),
-    "HNSW bit, m 4": ("hnsw ((binary_quantize(v)::bit(384)) bit_hamming_ops) WITH (m = 4, ef_construction = 64)",
-                      "binary_quantize(v)::bit(384) <~> binary_quantize(%(q)s::halfvec)",
-                      "SET hnsw.ef_search = {depth}"),
-    "IVFFlat bit": ("ivfflat ((binary_quantize(v)::bit(384)) bit_hamming_ops) WITH (lists = {lists})",
-                    "binary_quantize(v)::bit(384) <~> binary_quantize(%(q)s::halfvec)",
-                    "SET ivfflat.probes = {probes}"),
+    "HNSW halfvec, m 16": (
+        "hnsw (v halfvec_cosine_ops) WITH (m = 16, ef_construction = 64)",
+        "v <=> %(q)s::halfvec",
+        "SET hnsw.ef_search = {depth}",
+    ),
+    "HNSW bit, m 16": (
+        "hnsw ((binary_quantize(v)::bit(384)) bit_hamming_ops) WITH (m = 16, ef_construction = 64)",
+        "binary_quantize(v)::bit(384) <~> binary_quantize(%(q)s::halfvec)",
+        "SET hnsw.ef_search = {depth}",
+    ),
+    "HNSW bit, m 8": (
+        "hnsw ((binary_quantize(v)::bit(384)) bit_hamming_ops) WITH (m = 8, ef_construction = 64)",
+        "binary_quantize(v)::bit(384) <~> binary_quantize(%(q)s::halfvec)",
+        "SET hnsw.ef_search = {depth}",
+    ),
+    "HNSW bit, m 4": (
+        "hnsw ((binary_quantize(v)::bit(384)) bit_hamming_ops) WITH (m = 4, ef_construction = 64)",
+        "binary_quantize(v)::bit(384) <~> binary_quantize(%(q)s::halfvec)",
+        "SET hnsw.ef_search = {depth}",
+    ),
+    "IVFFlat bit": (
+        "ivfflat ((binary_quantize(v)::bit(384)) bit_hamming_ops) WITH (lists = {lists})",
+        "binary_quantize(v)::bit(384) <~> binary_quantize(%(q)s::halfvec)",
+        "SET ivfflat.probes = {probes}",
+    ),
 }
 
 
@@ -59,8 +70,11 @@ def queries(n: int) -> np.ndarray:
     from ragvps.embed import embed_queries
     from ragvps.embed.registry import make_embedder
 
-    texts = [json.loads(line)["text"] for line in
-             (DATA / "scifact-dev" / "queries.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()][:n]
+    texts = [
+        json.loads(line)["text"]
+        for line in (DATA / "scifact-dev" / "queries.jsonl").read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ][:n]
     return np.asarray(embed_queries(make_embedder(Settings.of(embedder="local")), texts), dtype=np.float32)
 
 
@@ -90,16 +104,23 @@ def load(conn: psycopg.Connection, vectors: np.ndarray) -> None:
     conn.execute("VACUUM ANALYZE t")
 
 
-def overlap(conn: psycopg.Connection, order: str, setting: str, queries_: np.ndarray, exact: np.ndarray,
-            vectors: np.ndarray, depth: int, probes: int) -> float:
+def overlap(
+    conn: psycopg.Connection,
+    order: str,
+    setting: str,
+    queries_: np.ndarray,
+    exact: np.ndarray,
+    vectors: np.ndarray,
+    depth: int,
+    probes: int,
+) -> float:
     from pgvector import HalfVector
 
     conn.execute(setting.format(depth=depth, probes=probes))
     conn.execute("SET enable_seqscan = off")
     scores = []
     for q, truth in zip(queries_, exact, strict=True):
-        ids = [r[0] for r in conn.execute(f"SELECT id FROM t ORDER BY {order} LIMIT {depth}",
-                                          {"q": HalfVector(q)})]
+        ids = [r[0] for r in conn.execute(f"SELECT id FROM t ORDER BY {order} LIMIT {depth}", {"q": HalfVector(q)})]
         ranked = np.array(ids)[np.argsort(-(vectors[ids] @ q))][:10]
         scores.append(len(set(ranked.tolist()) & set(truth.tolist())) / 10)
     return statistics.mean(scores)
@@ -129,8 +150,10 @@ def main() -> None:
                 built = time.monotonic() - began
                 size = conn.execute("SELECT pg_relation_size('ix')").fetchone()[0]  # type: ignore[index]
                 probes = max(1, lists // 10)
-                found = {d: overlap(conn, order, setting, qs, exact, vectors, d, probes)
-                         for d in (DEPTHS[:1] if "halfvec" in name else DEPTHS)}
+                found = {
+                    d: overlap(conn, order, setting, qs, exact, vectors, d, probes)
+                    for d in (DEPTHS[:1] if "halfvec" in name else DEPTHS)
+                }
                 rows.append((name, size / args.rows, built, found, size))
                 print(name, f"{size / args.rows:.0f} B/entry", found, flush=True)
                 conn.execute("DROP INDEX ix")
@@ -143,25 +166,44 @@ def main() -> None:
         write_section("bit_index_size", section)
 
 
-def render(rows: list[tuple[str, float, float, dict[int, float], float]], args: argparse.Namespace, lists: int,
-           before: float, after: float) -> str:
+def render(
+    rows: list[tuple[str, float, float, dict[int, float], float]],
+    args: argparse.Namespace,
+    lists: int,
+    before: float,
+    after: float,
+) -> str:
     half = rows[0][1]
-    lines = [START, "## Quantized index entries: bytes and recall (`python bench/bit_index_size.py`)", "",
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {before:.1f} before / "
-             f"{after:.1f} after. {args.rows:,} halfvec(384) rows made as bench/common/scale_data.py makes them; "
-             f"{args.queries} SciFact queries; top-10 overlap with exact cosine after re-ranking the index's "
-             f"`depth` nearest candidates by exact cosine (HNSW: ef_search = depth; IVFFlat: {lists} lists, "
-             f"probes {max(1, lists // 10)}).", "",
-             "| index | bytes an entry | halfvec / this | build s | top-10 overlap at depth " +
-             " / ".join(str(d) for d in DEPTHS) + " |", "|---|---|---|---|---|"]
+    lines = [
+        START,
+        "## Quantized index entries: bytes and recall (`python bench/bit_index_size.py`)",
+        "",
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {before:.1f} before / "
+        f"{after:.1f} after. {args.rows:,} halfvec(384) rows made as bench/common/scale_data.py makes them; "
+        f"{args.queries} SciFact queries; top-10 overlap with exact cosine after re-ranking the index's "
+        f"`depth` nearest candidates by exact cosine (HNSW: ef_search = depth; IVFFlat: {lists} lists, "
+        f"probes {max(1, lists // 10)}).",
+        "",
+        "| index | bytes an entry | halfvec / this | build s | top-10 overlap at depth "
+        + " / ".join(str(d) for d in DEPTHS)
+        + " |",
+        "|---|---|---|---|---|",
+    ]
     for name, per, built, found, _ in rows:
-        lines.append(f"| {name} | {per:.0f} | {half / per:.1f}x | {built:.1f} | "
-                     + " / ".join(f"{found[d]:.3f}" for d in found) + " |")
-    lines += ["", "An HNSW entry in pgvector is an element tuple (its 10 heap TIDs, 60 bytes, whatever the table "
-              "holds, plus the vector) and a neighbour tuple of 2m TIDs on layer 0 (6 bytes each: 192 bytes at "
-              "m 16). A 384-bit vector is 48 bytes, so the graph, not the vector, is most of a bit entry, and "
-              "halfvec's ~1,000 bytes cannot be divided by 8 by quantizing the vector alone. IVFFlat keeps no "
-              "graph: an entry is the bit vector and one TID.", END]  # the conclusion is written by hand
+        lines.append(
+            f"| {name} | {per:.0f} | {half / per:.1f}x | {built:.1f} | "
+            + " / ".join(f"{found[d]:.3f}" for d in found)
+            + " |"
+        )
+    lines += [
+        "",
+        "An HNSW entry in pgvector is an element tuple (its 10 heap TIDs, 60 bytes, whatever the table "
+        "holds, plus the vector) and a neighbour tuple of 2m TIDs on layer 0 (6 bytes each: 192 bytes at "
+        "m 16). A 384-bit vector is 48 bytes, so the graph, not the vector, is most of a bit entry, and "
+        "halfvec's ~1,000 bytes cannot be divided by 8 by quantizing the vector alone. IVFFlat keeps no "
+        "graph: an entry is the bit vector and one TID.",
+        END,
+    ]  # the conclusion is written by hand
     return "\n".join(lines)
 
 

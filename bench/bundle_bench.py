@@ -49,8 +49,13 @@ def log(msg: str) -> None:
 def env_for(data: Path) -> dict[str, str]:
     (OUT / "empty.toml").write_text("")
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")}
-    return env | {"PYTHONPATH": str(ROOT), "RAGVPS_DATA_DIR": str(data), "RAGVPS_EMBEDDER": "local",
-                  "RAGVPS_CONFIG": str(OUT / "empty.toml"), "RAGVPS_INDEX_MIN_ROWS": "0"}
+    return env | {
+        "PYTHONPATH": str(ROOT),
+        "RAGVPS_DATA_DIR": str(data),
+        "RAGVPS_EMBEDDER": "local",
+        "RAGVPS_CONFIG": str(OUT / "empty.toml"),
+        "RAGVPS_INDEX_MIN_ROWS": "0",
+    }
 
 
 def run(env: dict[str, str], *args: str) -> tuple[float, int, str]:
@@ -87,8 +92,9 @@ def stop(data: Path) -> None:
         own.cleanup_mode = "stop"
         own.cleanup()
     if (data / "pg" / "postmaster.pid").exists():
-        subprocess.run([sys.executable, "-m", "ragvps", "server", "stop"], env=env_for(data), cwd=ROOT,
-                       capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "ragvps", "server", "stop"], env=env_for(data), cwd=ROOT, capture_output=True
+        )
 
 
 def raw_bytes(env: dict[str, str], kb: str = "default") -> int:
@@ -100,14 +106,24 @@ def raw_bytes(env: dict[str, str], kb: str = "default") -> int:
             from ragvps.db import catalog
 
             catalog.bind(conn, catalog.require(conn, kb).schema)
-            text = conn.execute("SELECT coalesce(sum(octet_length(text) + octet_length(heading_path) + "
-                                "octet_length(metadata::text)), 0) FROM chunks").fetchone()[0]
-            docs = conn.execute("SELECT coalesce(sum(octet_length(root) + octet_length(doc_id) + octet_length(source)"
-                                " + octet_length(title) + octet_length(metadata::text)), 0) FROM documents")\
-                .fetchone()[0]
-            vectors = sum(int(conn.execute(psycopg.sql.SQL("SELECT count(*) FROM {}").format(
-                psycopg.sql.Identifier(t))).fetchone()[0]) * dims * 4
-                for t, dims in conn.execute("SELECT table_name, dims FROM embedding_sets").fetchall())
+            text = conn.execute(
+                "SELECT coalesce(sum(octet_length(text) + octet_length(heading_path) + "
+                "octet_length(metadata::text)), 0) FROM chunks"
+            ).fetchone()[0]
+            docs = conn.execute(
+                "SELECT coalesce(sum(octet_length(root) + octet_length(doc_id) + octet_length(source)"
+                " + octet_length(title) + octet_length(metadata::text)), 0) FROM documents"
+            ).fetchone()[0]
+            vectors = sum(
+                int(
+                    conn.execute(
+                        psycopg.sql.SQL("SELECT count(*) FROM {}").format(psycopg.sql.Identifier(t))
+                    ).fetchone()[0]
+                )
+                * dims
+                * 4
+                for t, dims in conn.execute("SELECT table_name, dims FROM embedding_sets").fetchall()
+            )
     finally:
         connections.close()
     return int(text) + int(docs) + vectors
@@ -127,8 +143,11 @@ def scifact(n_docs: int, n_queries: int) -> dict[str, object]:
     corpus.parent.mkdir(parents=True, exist_ok=True)
     lines = [line for line in (DATA / "scifact-dev" / "corpus.jsonl").read_text().splitlines() if line.strip()]
     corpus.write_text("\n".join(lines[:n_docs]) + "\n")
-    queries = [json.loads(line)["text"] for line in (DATA / "scifact-dev" / "queries.jsonl").read_text().splitlines()
-               if line.strip()][:n_queries]
+    queries = [
+        json.loads(line)["text"]
+        for line in (DATA / "scifact-dev" / "queries.jsonl").read_text().splitlines()
+        if line.strip()
+    ][:n_queries]
     a, env_a = fresh("scifact-a")
     log(f"ingest of {n_docs} SciFact documents ...")
     ingest_s, ingest_rss, out = run(env_a, "ingest", str(corpus.parent))
@@ -146,9 +165,21 @@ def scifact(n_docs: int, n_queries: int) -> dict[str, object]:
     chunks = json.loads(run(env_a, "kb", "list", "--json")[2])[0]["chunks"]
     for d in (a, b):
         stop(d)
-    return {"docs": n_docs, "chunks": chunks, "ingest_s": ingest_s, "ingest_rss": ingest_rss, "export_s": export_s,
-            "import_s": import_s, "import_rss": import_rss, "speedup": ingest_s / import_s, "queries": len(queries),
-            "same_top10": same, "overlap": overlap, "bundle_bytes": bundle.stat().st_size, "raw_bytes": raw}
+    return {
+        "docs": n_docs,
+        "chunks": chunks,
+        "ingest_s": ingest_s,
+        "ingest_rss": ingest_rss,
+        "export_s": export_s,
+        "import_s": import_s,
+        "import_rss": import_rss,
+        "speedup": ingest_s / import_s,
+        "queries": len(queries),
+        "same_top10": same,
+        "overlap": overlap,
+        "bundle_bytes": bundle.stat().st_size,
+        "raw_bytes": raw,
+    }
 
 
 def fill(env: dict[str, str], n: int) -> None:
@@ -166,10 +197,17 @@ def fill(env: dict[str, str], n: int) -> None:
                 batch = []
                 for d in range(0, BATCH, CHUNKS_PER_DOC):
                     doc_id = f"d{(start + d) // CHUNKS_PER_DOC}"
-                    chunks = [Chunk(doc_id, s, "Section", t, 0, len(t), len(t.split()), len(t.split()))
-                              for s, t in enumerate(texts[d:d + CHUNKS_PER_DOC])]
-                    batch.append((Document(doc_id, f"{doc_id}.txt", "", "", "text", {"lang": "en"}), chunks,
-                                  vecs[d:d + CHUNKS_PER_DOC]))
+                    chunks = [
+                        Chunk(doc_id, s, "Section", t, 0, len(t), len(t.split()), len(t.split()))
+                        for s, t in enumerate(texts[d : d + CHUNKS_PER_DOC])
+                    ]
+                    batch.append(
+                        (
+                            Document(doc_id, f"{doc_id}.txt", "", "", "text", {"lang": "en"}),
+                            chunks,
+                            vecs[d : d + CHUNKS_PER_DOC],
+                        )
+                    )
                 store.replace_documents(conn, eset, "/bench", "k", "english", batch)
                 conn.commit()
             index.ensure_index(conn, eset, settings)
@@ -205,45 +243,67 @@ def scale(n: int) -> dict[str, object]:
     raw = raw_bytes(env_c)
     for data in (c, d):
         stop(data)
-    return {"chunks": n, "export_s": export_s, "export_rss": export_rss, "import_s": import_s,
-            "import_rss": import_rss, "bundle_bytes": bundle.stat().st_size, "raw_bytes": raw}
+    return {
+        "chunks": n,
+        "export_s": export_s,
+        "export_rss": export_rss,
+        "import_s": import_s,
+        "import_rss": import_rss,
+        "bundle_bytes": bundle.stat().st_size,
+        "raw_bytes": raw,
+    }
 
 
 def report(r: dict[str, dict[str, object]], load: list[float], args: argparse.Namespace) -> str:
     mib = 2**20
-    lines = ["<!-- bundle_bench:start -->", "## bundle_bench: export, import, backups (issue 32)", "",
-             f"`python bench/bundle_bench.py --scifact-docs {args.scifact_docs} --chunks {args.chunks}` on "
-             f"{time.strftime('%Y-%m-%d')}, 2 cores, run under `flock -x /work/quiet.lock`; load average "
-             f"{load[0]:.2f} before, {load[-1]:.2f} after (`uptime`). Every figure is a real `ragvps` process's wall "
-             "time (embedded PostgreSQL 18, started before the timed command; local MiniLM int8 model).", ""]
+    lines = [
+        "<!-- bundle_bench:start -->",
+        "## bundle_bench: export, import, backups (issue 32)",
+        "",
+        f"`python bench/bundle_bench.py --scifact-docs {args.scifact_docs} --chunks {args.chunks}` on "
+        f"{time.strftime('%Y-%m-%d')}, 2 cores, run under `flock -x /work/quiet.lock`; load average "
+        f"{load[0]:.2f} before, {load[-1]:.2f} after (`uptime`). Every figure is a real `ragvps` process's wall "
+        "time (embedded PostgreSQL 18, started before the timed command; local MiniLM int8 model).",
+        "",
+    ]
     s = r.get("scifact")
     if s:
-        lines += [f"SciFact, the first {s['docs']:,} documents ({s['chunks']:,} chunks), HNSW index built on both "
-                  "sides:", "",
-                  "| step | wall | peak RSS |", "|---|---:|---:|",
-                  f"| `ragvps ingest` (chunk, embed, store, index) | {s['ingest_s']:.1f} s | "
-                  f"{int(s['ingest_rss']) / mib:.0f} MiB |",
-                  f"| `ragvps export` | {s['export_s']:.1f} s | |",
-                  f"| `ragvps import` (verify, load, index) | {s['import_s']:.1f} s | "
-                  f"{int(s['import_rss']) / mib:.0f} MiB |", "",
-                  f"Import is **{s['speedup']:.0f}x** faster than the ingest (goal >= 30x). Top-10 of {s['queries']} "
-                  f"SciFact queries (vector mode, through each side's own HNSW index): {s['same_top10']} identical "
-                  f"lists, {float(s['overlap']):.3f} overlap. Bundle {int(s['bundle_bytes']) / mib:.1f} MiB for "
-                  f"{int(s['raw_bytes']) / mib:.1f} MiB of raw text, metadata and float32 vectors: "
-                  f"**{int(s['bundle_bytes']) / int(s['raw_bytes']):.2f}x** (goal <= 1.3x).", ""]
+        lines += [
+            f"SciFact, the first {s['docs']:,} documents ({s['chunks']:,} chunks), HNSW index built on both sides:",
+            "",
+            "| step | wall | peak RSS |",
+            "|---|---:|---:|",
+            f"| `ragvps ingest` (chunk, embed, store, index) | {s['ingest_s']:.1f} s | "
+            f"{int(s['ingest_rss']) / mib:.0f} MiB |",
+            f"| `ragvps export` | {s['export_s']:.1f} s | |",
+            f"| `ragvps import` (verify, load, index) | {s['import_s']:.1f} s | {int(s['import_rss']) / mib:.0f} MiB |",
+            "",
+            f"Import is **{s['speedup']:.0f}x** faster than the ingest (goal >= 30x). Top-10 of {s['queries']} "
+            f"SciFact queries (vector mode, through each side's own HNSW index): {s['same_top10']} identical "
+            f"lists, {float(s['overlap']):.3f} overlap. Bundle {int(s['bundle_bytes']) / mib:.1f} MiB for "
+            f"{int(s['raw_bytes']) / mib:.1f} MiB of raw text, metadata and float32 vectors: "
+            f"**{int(s['bundle_bytes']) / int(s['raw_bytes']):.2f}x** (goal <= 1.3x).",
+            "",
+        ]
     c = r.get("scale")
     if c:
         total = float(c["export_s"]) + float(c["import_s"])
-        lines += [f"{int(c['chunks']):,} synthetic chunks (bench/common/scale_data.py), 384 dims:", "",
-                  "| step | wall | peak RSS |", "|---|---:|---:|",
-                  f"| `ragvps export` | {c['export_s']:.1f} s | {int(c['export_rss']) / mib:.0f} MiB |",
-                  f"| `ragvps import` (verify, load, HNSW build) | {c['import_s']:.1f} s | "
-                  f"{int(c['import_rss']) / mib:.0f} MiB |", "",
-                  f"Export + import **{total:.0f} s** (goal < 180 s), peak RSS of either process "
-                  f"**{max(int(c['export_rss']), int(c['import_rss'])) / mib:.0f} MiB** (goal < 500 MB; the "
-                  "PostgreSQL server's own memory, bounded by its settings, is not in it). Bundle "
-                  f"{int(c['bundle_bytes']) / mib:.1f} MiB for {int(c['raw_bytes']) / mib:.1f} MiB raw: "
-                  f"**{int(c['bundle_bytes']) / int(c['raw_bytes']):.2f}x**.", ""]
+        lines += [
+            f"{int(c['chunks']):,} synthetic chunks (bench/common/scale_data.py), 384 dims:",
+            "",
+            "| step | wall | peak RSS |",
+            "|---|---:|---:|",
+            f"| `ragvps export` | {c['export_s']:.1f} s | {int(c['export_rss']) / mib:.0f} MiB |",
+            f"| `ragvps import` (verify, load, HNSW build) | {c['import_s']:.1f} s | "
+            f"{int(c['import_rss']) / mib:.0f} MiB |",
+            "",
+            f"Export + import **{total:.0f} s** (goal < 180 s), peak RSS of either process "
+            f"**{max(int(c['export_rss']), int(c['import_rss'])) / mib:.0f} MiB** (goal < 500 MB; the "
+            "PostgreSQL server's own memory, bounded by its settings, is not in it). Bundle "
+            f"{int(c['bundle_bytes']) / mib:.1f} MiB for {int(c['raw_bytes']) / mib:.1f} MiB raw: "
+            f"**{int(c['bundle_bytes']) / int(c['raw_bytes']):.2f}x**.",
+            "",
+        ]
     lines.append("<!-- bundle_bench:end -->")
     return "\n".join(lines)
 
@@ -256,8 +316,11 @@ def main() -> None:
     parser.add_argument("--skip-scifact", action="store_true")
     parser.add_argument("--skip-scale", action="store_true")
     parser.add_argument("--no-write", action="store_true", help="print the section instead of writing RESULTS.md")
-    parser.add_argument("--prepare", action="store_true", help="only store the scale bench's source (not timed; "
-                                                                 "under `flock -s`, before the timed run under -x)")
+    parser.add_argument(
+        "--prepare",
+        action="store_true",
+        help="only store the scale bench's source (not timed; under `flock -s`, before the timed run under -x)",
+    )
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     if args.prepare:

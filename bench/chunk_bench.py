@@ -52,8 +52,12 @@ def fit(texts: list[str]) -> dict[str, float]:
     """How the chunks fit the local model: share over its input, tokens it would silently drop."""
     counts = tokens.count_many(texts)
     over = [n + 2 - LIMIT for n in counts if n + 2 > LIMIT]
-    return {"over_limit_pct": 100 * len(over) / len(counts), "tokens_dropped_pct": 100 * sum(over) / sum(counts),
-            "median_tokens": statistics.median(counts), "max_tokens": max(counts)}
+    return {
+        "over_limit_pct": 100 * len(over) / len(counts),
+        "tokens_dropped_pct": 100 * sum(over) / sum(counts),
+        "median_tokens": statistics.median(counts),
+        "max_tokens": max(counts),
+    }
 
 
 def run(docs: list[Document], repeat: int, check_fit: bool) -> list[dict[str, object]]:
@@ -75,10 +79,12 @@ def run(docs: list[Document], repeat: int, check_fit: bool) -> list[dict[str, ob
         return [" ".join(w[i : i + 300]) for t in texts for w in [t.split()] for i in range(0, len(w), 300)]
 
     methods: dict[str, Callable[[], list[str]]] = {
-        "tokenize once (batch, offsets)": lambda: [str(len(e.ids)) for e in wp.encode_batch(
-            texts, add_special_tokens=False)],
+        "tokenize once (batch, offsets)": lambda: [
+            str(len(e.ids)) for e in wp.encode_batch(texts, add_special_tokens=False)
+        ],
         "langchain RecursiveCharacterTextSplitter 1000/200 chars": lambda: [
-            c for t in texts for c in chars.split_text(t)],
+            c for t in texts for c in chars.split_text(t)
+        ],
         f"semchunk {SIZE} WordPiece tokens": lambda: [c for t in texts for c in semchunker(t)],
         "300-word recipe": words300,
         f"ragvps structure {SIZE}/{OVERLAP} (exact, + cl100k)": ragvps("structure"),
@@ -88,8 +94,13 @@ def run(docs: list[Document], repeat: int, check_fit: bool) -> list[dict[str, ob
     rows = []
     for name, fn in methods.items():
         wall, cpu, out = timed(fn, repeat)
-        row: dict[str, object] = {"method": name, "MB/s": round(mb / wall, 2), "MB/s cpu": round(mb / cpu, 2),
-                                  "seconds": round(wall, 2), "chunks": len(out) if "tokenize" not in name else None}
+        row: dict[str, object] = {
+            "method": name,
+            "MB/s": round(mb / wall, 2),
+            "MB/s cpu": round(mb / cpu, 2),
+            "seconds": round(wall, 2),
+            "chunks": len(out) if "tokenize" not in name else None,
+        }
         if check_fit and "tokenize" not in name:
             row |= {k: round(v, 1) for k, v in fit(out).items()}
         rows.append(row)

@@ -25,8 +25,14 @@ QUESTION = "what happens when I run ingest twice?"
 
 def run(source: Path, args: list[str], env: dict[str, str]) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "ragvps", *args], cwd=OUT / "cli-work", env=env | {"PYTHONPATH": str(source)},
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "ragvps", *args],
+        cwd=OUT / "cli-work",
+        env=env | {"PYTHONPATH": str(source)},
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     return time.perf_counter() - start
 
 
@@ -38,14 +44,20 @@ def main() -> None:
     base = OUT / "cli-baseline"
     if base.exists():
         subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, check=False)
-    subprocess.run(["git", "worktree", "add", "--detach", str(base), args.baseline], cwd=ROOT, check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["git", "worktree", "add", "--detach", str(base), args.baseline], cwd=ROOT, check=True, capture_output=True
+    )
     work = OUT / "cli-work"
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(ROOT / "docs", work / "docs")
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")} | {"RAGVPS_DATA_DIR": str(work / "data")}
-    subprocess.run([sys.executable, "-m", "ragvps", "ingest", "docs"], cwd=work, env=env | {"PYTHONPATH": str(ROOT)},
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "ragvps", "ingest", "docs"],
+        cwd=work,
+        env=env | {"PYTHONPATH": str(ROOT)},
+        check=True,
+        capture_output=True,
+    )
     commands = {"--help": ["--help"], "query": ["query", QUESTION]}
     times: dict[tuple[str, str], list[float]] = {}
     for name, cmd in commands.items():

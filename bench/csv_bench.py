@@ -45,16 +45,23 @@ def make_csv(path: Path, rows: int) -> int:
     with path.open("w", encoding="utf-8", newline="") as f:
         f.write("id,city,product,amount,date\n")
         for n in range(rows):
-            f.write(f"{n},city {n % 97},product {n % 1013},{(n * 37) % 100000 / 100:.2f},"
-                    f"2024-{n % 12 + 1:02d}-{n % 28 + 1:02d}\n")
+            f.write(
+                f"{n},city {n % 97},product {n % 1013},{(n * 37) % 100000 / 100:.2f},"
+                f"2024-{n % 12 + 1:02d}-{n % 28 + 1:02d}\n"
+            )
     return path.stat().st_size
 
 
 def env_for(url: str, data_dir: Path, root: Path = ROOT) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")}
     (WORK / "no-config.toml").touch()
-    return env | {"PYTHONPATH": str(root), "RAGVPS_DATABASE_URL": url, "RAGVPS_DATA_DIR": str(data_dir),
-                  "RAGVPS_EMBEDDER": "local", "RAGVPS_CONFIG": str(WORK / "no-config.toml")}
+    return env | {
+        "PYTHONPATH": str(root),
+        "RAGVPS_DATABASE_URL": url,
+        "RAGVPS_DATA_DIR": str(data_dir),
+        "RAGVPS_EMBEDDER": "local",
+        "RAGVPS_CONFIG": str(WORK / "no-config.toml"),
+    }
 
 
 def measured(args: list[str], env: dict[str, str], stop_after: float | None = None) -> tuple[float, float, str]:
@@ -99,11 +106,24 @@ def child(folder: Path) -> None:
     stages = {}
     for stage, times in seen.items():
         marks = [0.0, *times]
-        stages[stage] = {"updates": len(times), "last_s": round(times[-1], 1),
-                         "longest_gap_s": round(max(b - a for a, b in zip(marks, marks[1:], strict=False)), 1)}
-    print(json.dumps({"seconds": seconds, "chunks": report.chunks, "documents": report.documents,
-                      "start_mb": start_mb, "ingest_peak_mb": ingest_peak_mb,
-                      "queued": report.queued, "stages": stages}))
+        stages[stage] = {
+            "updates": len(times),
+            "last_s": round(times[-1], 1),
+            "longest_gap_s": round(max(b - a for a, b in zip(marks, marks[1:], strict=False)), 1),
+        }
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "chunks": report.chunks,
+                "documents": report.documents,
+                "start_mb": start_mb,
+                "ingest_peak_mb": ingest_peak_mb,
+                "queued": report.queued,
+                "stages": stages,
+            }
+        )
+    )
 
 
 def status_mb(field: str) -> float:
@@ -131,8 +151,7 @@ def one_size(rows: int, admin: str, root: Path = ROOT, label: str = "this") -> d
     shutil.rmtree(WORK / f"data-{rows}", ignore_errors=True)
     env = env_for(fresh(admin, f"csv_{rows}"), WORK / f"data-{rows}", root) | {"CSV_BENCH_CODE": str(root)}
     log(f"{label}: {rows:,} rows ({size / 1e6:.1f} MB): ingest with defer_embedding")
-    seconds, peak, out = measured([sys.executable, str(ROOT / "bench" / "csv_bench.py"), "--child", str(folder)],
-                                  env)
+    seconds, peak, out = measured([sys.executable, str(ROOT / "bench" / "csv_bench.py"), "--child", str(folder)], env)
     figures = json.loads(out.strip().splitlines()[-1])
     log(f"  {seconds:.1f} s, peak RSS {peak:.0f} MB, {figures['chunks']:,} chunks")
     return {"rows": rows, "bytes": size, "wall_s": seconds, "peak_mb": peak, "env": env, "label": label} | figures
@@ -161,8 +180,9 @@ def main() -> None:
     WORK.mkdir(parents=True, exist_ok=True)
     uptime = [subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()]
     admin = embedded_url(load_settings(env={"RAGVPS_DATA_DIR": str(WORK / "pg-home")}))
-    before = ([one_size(rows, admin, args.before, "before") for rows in (args.rows // 10, args.rows)]
-              if args.before else [])
+    before = (
+        [one_size(rows, admin, args.before, "before") for rows in (args.rows // 10, args.rows)] if args.before else []
+    )
     sizes = [one_size(rows, admin) for rows in (args.rows // 10, args.rows)]
     embed = embed_sample(sizes[-1]["env"], args.embed_seconds)
     uptime.append(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
@@ -179,47 +199,56 @@ def growth(sizes: list[dict]) -> float:
 
 
 def table_row(s: dict) -> str:
-    gaps = ", ".join(f"`{name}` {v['updates']:,} updates (longest gap {v['longest_gap_s']:.1f} s)"
-                     for name, v in s["stages"].items())
-    return (f"| {s['label']} | {s['rows']:,} | {s['bytes'] / 1e6:.1f} | {s['wall_s']:.1f} | "
-            f"{s['rows'] / s['seconds']:,.0f} | {s['chunks']:,} | {s['documents']:,} | {s['peak_mb']:,.0f} | "
-            f"{s['start_mb']:,.0f} | {s['ingest_peak_mb']:,.0f} | {gaps} |")
+    gaps = ", ".join(
+        f"`{name}` {v['updates']:,} updates (longest gap {v['longest_gap_s']:.1f} s)" for name, v in s["stages"].items()
+    )
+    return (
+        f"| {s['label']} | {s['rows']:,} | {s['bytes'] / 1e6:.1f} | {s['wall_s']:.1f} | "
+        f"{s['rows'] / s['seconds']:,.0f} | {s['chunks']:,} | {s['documents']:,} | {s['peak_mb']:,.0f} | "
+        f"{s['start_mb']:,.0f} | {s['ingest_peak_mb']:,.0f} | {gaps} |"
+    )
 
 
 def report(before: list[dict], sizes: list[dict], embed: dict, uptime: list[str]) -> str:
     big = sizes[-1]
     rate = embed["embedded"] / embed["wall_s"]
-    then = (f" Before (--before, the checkout measured beside): {growth(before):.1f} MB for each further MB."
-            if before else "")
-    return "\n".join([
-        "<!-- csv_bench:start -->",
-        "## A 1,000,000-row CSV (`python bench/csv_bench.py`)",
-        "",
-        f"Generated CSVs (id, city, product, amount, date), each ingested by a process of its own into a fresh "
-        f"database with defer_embedding (read, chunk with the header row repeated in every chunk, store: keyword-"
-        f"searchable at once, queued for `ragvps worker`). Peak RSS is the kernel's for that process (wait4). "
-        f"`uptime` before: {uptime[0]}; after: {uptime[1]}.",
-        "",
-        "| code | rows | MB | seconds (process) | rows/s (ingest) | chunks | documents | peak RSS MB (process) "
-        "| RSS MB at the ingest's start | peak RSS MB during the ingest | progress |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-        *[table_row(s) for s in before + sizes],
-        "",
-        "The process's peak includes loading the tokenizers and libraries, which can hide the table's own memory; "
-        "so the child also restarts its peak (Linux clear_refs) once the tokenizers are loaded and reads it at the "
-        "ingest's end (VmHWM).",
-        "",
-        f"Peak RSS during the ingest for each further MB of CSV: {growth(sizes):.1f} MB.{then} A CSV over 4 MB is "
-        "read in parts of 5,000 rows (ragvps/ingest/parts.py), each a document whose table repeats the header row, "
-        "chunked, embedded (or queued) and stored before the next part is read; progress `rows big.csv` moves once "
-        "a part.",
-        "",
-        f"Embedding, `ragvps worker` for {embed['wall_s']:.0f} s (SIGINT, its batch finished first): "
-        f"{embed['embedded']:,} chunks, {rate:.1f} chunks/s including its start, peak RSS {embed['peak_mb']:,.0f} MB; "
-        f"the {big['chunks']:,} chunks of {big['rows']:,} rows would take about "
-        f"{big['chunks'] / max(rate, 1e-9) / 60:,.0f} minutes on this machine.",
-        "<!-- csv_bench:end -->",
-    ])
+    then = (
+        f" Before (--before, the checkout measured beside): {growth(before):.1f} MB for each further MB."
+        if before
+        else ""
+    )
+    return "\n".join(
+        [
+            "<!-- csv_bench:start -->",
+            "## A 1,000,000-row CSV (`python bench/csv_bench.py`)",
+            "",
+            f"Generated CSVs (id, city, product, amount, date), each ingested by a process of its own into a fresh "
+            f"database with defer_embedding (read, chunk with the header row repeated in every chunk, store: keyword-"
+            f"searchable at once, queued for `ragvps worker`). Peak RSS is the kernel's for that process (wait4). "
+            f"`uptime` before: {uptime[0]}; after: {uptime[1]}.",
+            "",
+            "| code | rows | MB | seconds (process) | rows/s (ingest) | chunks | documents | peak RSS MB (process) "
+            "| RSS MB at the ingest's start | peak RSS MB during the ingest | progress |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+            *[table_row(s) for s in before + sizes],
+            "",
+            "The process's peak includes loading the tokenizers and libraries, which can hide the table's own memory; "
+            "so the child also restarts its peak (Linux clear_refs) once the tokenizers are loaded and reads it at the "
+            "ingest's end (VmHWM).",
+            "",
+            f"Peak RSS during the ingest for each further MB of CSV: {growth(sizes):.1f} MB.{then} A CSV over 4 MB is "
+            "read in parts of 5,000 rows (ragvps/ingest/parts.py), each a document whose table repeats the header row, "
+            "chunked, embedded (or queued) and stored before the next part is read; progress `rows big.csv` moves once "
+            "a part.",
+            "",
+            f"Embedding, `ragvps worker` for {embed['wall_s']:.0f} s (SIGINT, its batch finished first): "
+            f"{embed['embedded']:,} chunks, {rate:.1f} chunks/s including its start, peak RSS {embed['peak_mb']:,.0f} "
+            f"MB; "
+            f"the {big['chunks']:,} chunks of {big['rows']:,} rows would take about "
+            f"{big['chunks'] / max(rate, 1e-9) / 60:,.0f} minutes on this machine.",
+            "<!-- csv_bench:end -->",
+        ]
+    )
 
 
 if __name__ == "__main__":

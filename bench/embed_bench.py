@@ -72,8 +72,12 @@ def overhead(n: int, batch: int) -> dict:
             start = time.perf_counter()
             embed_stage(cache, chunks, spec, lambda: OneLane(embedder), batch, lambda *a: None)
             stage.append(time.perf_counter() - start)
-    return {"chunks": len(texts), "pure_s": [round(x, 2) for x in pure], "stage_s": [round(x, 2) for x in stage],
-            "ratio": round(sum(stage) / sum(pure), 3)}
+    return {
+        "chunks": len(texts),
+        "pure_s": [round(x, 2) for x in pure],
+        "stage_s": [round(x, 2) for x in stage],
+        "ratio": round(sum(stage) / sum(pure), 3),
+    }
 
 
 def batched_vs_single(n: int, latency: float, real_vectors: bool) -> dict:
@@ -118,10 +122,17 @@ def local_run(texts_file: Path, threads: int, sub_batch: int, arena: bool) -> di
         embed_documents(embedder, texts[lo : lo + 32])
     took = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"threads": threads, "sub_batch": sub_batch, "arena": arena, "chunks": len(texts),
-            "chunks_per_s": round(len(texts) / took, 1), "tokens_per_s": round(n_tokens / took),
-            "mean_tokens": round(n_tokens / len(texts)), "rss_after_load_mb": round(loaded),
-            "peak_rss_mb": round(peak)}
+    return {
+        "threads": threads,
+        "sub_batch": sub_batch,
+        "arena": arena,
+        "chunks": len(texts),
+        "chunks_per_s": round(len(texts) / took, 1),
+        "tokens_per_s": round(n_tokens / took),
+        "mean_tokens": round(n_tokens / len(texts)),
+        "rss_after_load_mb": round(loaded),
+        "peak_rss_mb": round(peak),
+    }
 
 
 def sweep(n: int, configs: list[tuple[int, int, bool]]) -> list[dict]:
@@ -184,12 +195,18 @@ def padding(n: int, rounds: int) -> dict:
             start = time.perf_counter()
             embed_stage(cache, chunks, spec, lambda: OneLane(embedder), 32, lambda *a: None)
             ragvps_s.append(time.perf_counter() - start)
-    out = {"chunks": len(texts), "real_tokens": real, "mean_tokens": round(real / len(texts)),
-           "naive_padding": _pad(counts, naive_groups), "ragvps_padding": _pad(counts, ragvps_groups),
-           "naive_s": [round(x, 2) for x in naive_s], "ragvps_s": [round(x, 2) for x in ragvps_s],
-           "naive_real_tokens_per_s": round(real * len(naive_s) / sum(naive_s)),
-           "ragvps_real_tokens_per_s": round(real * len(ragvps_s) / sum(ragvps_s)),
-           "ratio": round(sum(naive_s) / sum(ragvps_s), 3)}
+    out = {
+        "chunks": len(texts),
+        "real_tokens": real,
+        "mean_tokens": round(real / len(texts)),
+        "naive_padding": _pad(counts, naive_groups),
+        "ragvps_padding": _pad(counts, ragvps_groups),
+        "naive_s": [round(x, 2) for x in naive_s],
+        "ragvps_s": [round(x, 2) for x in ragvps_s],
+        "naive_real_tokens_per_s": round(real * len(naive_s) / sum(naive_s)),
+        "ragvps_real_tokens_per_s": round(real * len(ragvps_s) / sum(ragvps_s)),
+        "ratio": round(sum(naive_s) / sum(ragvps_s), 3),
+    }
     with tempfile.TemporaryDirectory() as tmp:  # the chunks in a file: the fresh process loads no corpus
         saved = Path(tmp) / "chunks.json"
         saved.write_text(json.dumps([dataclasses.asdict(c) for c in chunks]))
@@ -219,8 +236,14 @@ def padding_alone(side: str, saved: Path) -> dict:
             embedder.embed(texts[lo : lo + 8])
     else:
         with tempfile.TemporaryDirectory() as tmp:
-            embed_stage(VectorCache(Path(tmp), spec.identity, spec.dims), chunks, spec, lambda: OneLane(embedder), 32,
-                        lambda *a: None)
+            embed_stage(
+                VectorCache(Path(tmp), spec.identity, spec.dims),
+                chunks,
+                spec,
+                lambda: OneLane(embedder),
+                32,
+                lambda *a: None,
+            )
     return {"side": side, "peak_rss_mb": round(_vm_hwm_kib() / 1024)}
 
 
@@ -258,8 +281,9 @@ def main() -> None:
         report["overhead"] = overhead(args.chunks, args.batch)
         print(json.dumps(report["overhead"]), file=sys.stderr)
     if args.only in (None, "ollama"):
-        report["ollama"] = [batched_vs_single(args.ollama_chunks, args.latency_ms / 1000, real)
-                            for real in (False, True)]
+        report["ollama"] = [
+            batched_vs_single(args.ollama_chunks, args.latency_ms / 1000, real) for real in (False, True)
+        ]
         print(json.dumps(report["ollama"]), file=sys.stderr)
     if args.only in (None, "local"):
         configs = [(2, 8, False), (1, 8, False), (2, 4, False), (2, 32, False), (2, 8, True)]

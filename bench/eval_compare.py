@@ -30,16 +30,23 @@ def run_eval(tree: Path, data_dir: Path) -> str:
     data_dir.mkdir(parents=True, exist_ok=True)
     (data_dir / "no-config.toml").touch()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")} | {"PYTHONPATH": str(tree)}
-    done = subprocess.run([sys.executable, "bench/eval_bench.py", "--data-dir", str(data_dir), "--no-write"],
-                          cwd=tree, env=env, capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "bench/eval_bench.py", "--data-dir", str(data_dir), "--no-write"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return done.stdout
 
 
 def stop_embedded(data_dir: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")}
     env |= {"RAGVPS_DATA_DIR": str(data_dir), "RAGVPS_CONFIG": str(data_dir / "no-config.toml")}
-    subprocess.run([sys.executable, "-m", "ragvps", "server", "stop"], cwd=ROOT, env=env, check=True,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "ragvps", "server", "stop"], cwd=ROOT, env=env, check=True, capture_output=True
+    )
 
 
 def table(section: str) -> list[str]:
@@ -67,21 +74,28 @@ def main() -> None:
     subprocess.run(["cp", "-a", str(args.data_dir), str(copy)], check=True)  # owners kept (the embedded server's)
     this = run_eval(ROOT, copy)
     stop_embedded(copy)
-    commit = subprocess.run(["git", "-C", str(args.baseline), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "-C", str(args.baseline), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
     rows = [f"| baseline {commit} |{row[1:]}" for row in table(base)] + [f"| this |{row[1:]}" for row in table(this)]
-    section = "\n".join([
-        "<!-- eval_compare:start -->",
-        "## Retrieval quality beside the baseline (`python bench/eval_compare.py --baseline ...`)", "",
-        f"{datetime.date.today().isoformat()}; load average {load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} "
-        "after (shared machine). SciFact train (809 queries), default settings, local model. The baseline "
-        "ingested and evaluated; this checkout evaluated a copy of its data directory, upgraded in place into the "
-        "knowledge base `default`.", "",
-        "| checkout | mode | recall@10 | MRR@10 | nDCG@10 | no hit in top 40 chunks |", "|---|---|---|---|---|---|",
-        *rows, "",
-        f"Baseline: {ingest_line(base)} This checkout, on the upgraded copy: {ingest_line(this)}",
-        "<!-- eval_compare:end -->",
-    ])
+    section = "\n".join(
+        [
+            "<!-- eval_compare:start -->",
+            "## Retrieval quality beside the baseline (`python bench/eval_compare.py --baseline ...`)",
+            "",
+            f"{datetime.date.today().isoformat()}; load average {load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} "
+            "after (shared machine). SciFact train (809 queries), default settings, local model. The baseline "
+            "ingested and evaluated; this checkout evaluated a copy of its data directory, upgraded in place into the "
+            "knowledge base `default`.",
+            "",
+            "| checkout | mode | recall@10 | MRR@10 | nDCG@10 | no hit in top 40 chunks |",
+            "|---|---|---|---|---|---|",
+            *rows,
+            "",
+            f"Baseline: {ingest_line(base)} This checkout, on the upgraded copy: {ingest_line(this)}",
+            "<!-- eval_compare:end -->",
+        ]
+    )
     print(section)
     if not args.no_write:
         write_section("eval_compare", section)

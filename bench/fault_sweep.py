@@ -37,12 +37,50 @@ from common import ROOT
 OUT = BENCH_OUT / "faults"
 TREE = ROOT  # the checkout whose CLI runs (--tree)
 
-WORDS = ("harbour", "crane", "vessel", "cargo", "quay", "berth", "tide", "anchor", "lighthouse", "keeper",
-         "lamp", "signal", "rope", "winch", "hull", "deck", "mast", "sail", "chart", "compass", "storm", "fog",
-         "buoy", "pilot", "tug", "barge", "dock", "freight", "manifest", "customs")
-QUERIES = ["harbour crane cargo", "lighthouse keeper lamp", "storm fog buoy", "pilot tug barge",
-           "customs freight manifest", "deck mast sail", "chart compass", "rope winch hull",
-           "tide anchor berth", "signal lamp storm"]
+WORDS = (
+    "harbour",
+    "crane",
+    "vessel",
+    "cargo",
+    "quay",
+    "berth",
+    "tide",
+    "anchor",
+    "lighthouse",
+    "keeper",
+    "lamp",
+    "signal",
+    "rope",
+    "winch",
+    "hull",
+    "deck",
+    "mast",
+    "sail",
+    "chart",
+    "compass",
+    "storm",
+    "fog",
+    "buoy",
+    "pilot",
+    "tug",
+    "barge",
+    "dock",
+    "freight",
+    "manifest",
+    "customs",
+)
+QUERIES = [
+    "harbour crane cargo",
+    "lighthouse keeper lamp",
+    "storm fog buoy",
+    "pilot tug barge",
+    "customs freight manifest",
+    "deck mast sail",
+    "chart compass",
+    "rope winch hull",
+    "tide anchor berth",
+    "signal lamp storm",
+]
 
 
 # --- inputs -----------------------------------------------------------------------------------------------
@@ -56,8 +94,10 @@ def good_corpus(folder: Path, n: int) -> list[str]:
         rel = f"part{i % 7}/doc{i:04}.md"
         path = folder / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        sections = [f"## Section {s}\n\n" + " ".join(rng.choice(WORDS) for _ in range(rng.randint(90, 170))) + "."
-                    for s in range(3)]
+        sections = [
+            f"## Section {s}\n\n" + " ".join(rng.choice(WORDS) for _ in range(rng.randint(90, 170))) + "."
+            for s in range(3)
+        ]
         path.write_text(f"# Document {i}\n\n" + "\n\n".join(sections) + "\n")
         names.append(rel)
     return names
@@ -79,15 +119,18 @@ def bad_files(folder: Path) -> list[str]:
         "bad/blank.md": b"  \n\n\t \n",
         "bad/empty.md": b"",
         "bad/script.html": b"<html><head><script>var x = 1;</script></head><body><script>f()</script></body></html>",
-        "bad/records.jsonl": "\n".join([
-            json.dumps({"_id": "r1", "title": "One", "text": "the first record"}),
-            json.dumps({"_id": "r2", "text": None}),
-            json.dumps({"_id": "r3", "title": "Ze\u0000ro", "text": "a zero \u0000 byte"}),
-            json.dumps({"_id": "r1", "text": "duplicate id"}),
-            "not json at all",
-            json.dumps([1, 2, 3]),
-            json.dumps({"text": "no id"}),
-        ]).encode() + b"\n",
+        "bad/records.jsonl": "\n".join(
+            [
+                json.dumps({"_id": "r1", "title": "One", "text": "the first record"}),
+                json.dumps({"_id": "r2", "text": None}),
+                json.dumps({"_id": "r3", "title": "Ze\u0000ro", "text": "a zero \u0000 byte"}),
+                json.dumps({"_id": "r1", "text": "duplicate id"}),
+                "not json at all",
+                json.dumps([1, 2, 3]),
+                json.dumps({"text": "no id"}),
+            ]
+        ).encode()
+        + b"\n",
         "bad/only-null.jsonl": json.dumps({"_id": "n", "text": None}).encode() + b"\n",
         "bad/damaged.pdf": b"%PDF-1.4\n" + bytes(rng.randrange(256) for _ in range(3000)),
         "bad/notes.docx": b"PK\x03\x04 not supported",
@@ -140,14 +183,29 @@ class Sandbox:
         self.dir.mkdir(parents=True)
         (self.dir / "empty.toml").write_text("")
         base = {k: v for k, v in os.environ.items() if not k.startswith(("RAGVPS_", "OLLAMA_"))}
-        self.env = base | {"PYTHONPATH": str(TREE), "RAGVPS_DATA_DIR": str(self.dir / "data"),
-                           "RAGVPS_CONFIG": str(self.dir / "empty.toml"), "RAGVPS_EMBEDDER": "ollama",
-                           "RAGVPS_OLLAMA_URL": ollama_url, "RAGVPS_EMBED_MODEL": "all-minilm",
-                           "RAGVPS_INDEX_MIN_ROWS": "1000"} | (extra or {})
+        self.env = (
+            base
+            | {
+                "PYTHONPATH": str(TREE),
+                "RAGVPS_DATA_DIR": str(self.dir / "data"),
+                "RAGVPS_CONFIG": str(self.dir / "empty.toml"),
+                "RAGVPS_EMBEDDER": "ollama",
+                "RAGVPS_OLLAMA_URL": ollama_url,
+                "RAGVPS_EMBED_MODEL": "all-minilm",
+                "RAGVPS_INDEX_MIN_ROWS": "1000",
+            }
+            | (extra or {})
+        )
 
     def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-        return subprocess.Popen([sys.executable, "-m", "ragvps", *args], env=self.env | (env or {}), text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.dir)
+        return subprocess.Popen(
+            [sys.executable, "-m", "ragvps", *args],
+            env=self.env | (env or {}),
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=self.dir,
+        )
 
     def run(self, *args: str, env: dict[str, str] | None = None, timeout: float = 900) -> Outcome:
         start = time.monotonic()
@@ -184,8 +242,15 @@ class Sandbox:
 def outcome(args: str, code: int | None, seconds: float, out: str, err: str) -> Outcome:
     text = out + err
     errors = [line for line in err.splitlines() if line.startswith("error:")]
-    return Outcome(args, code, round(seconds, 1), text.count("Traceback"), text.count("unexpected error"),
-                   " ".join(" ".join(errors[:1]).split())[:300], out)
+    return Outcome(
+        args,
+        code,
+        round(seconds, 1),
+        text.count("Traceback"),
+        text.count("unexpected error"),
+        " ".join(" ".join(errors[:1]).split())[:300],
+        out,
+    )
 
 
 # --- the final state --------------------------------------------------------------------------------------
@@ -195,17 +260,21 @@ def state(box: Sandbox, folder: Path) -> dict[str, Any]:
     root = str(folder.resolve())
     chunks = box.sql(
         "SELECT d.doc_id, c.seq, c.content_hash FROM chunks c JOIN documents d ON d.id = c.document_id "
-        f"WHERE d.root = '{root}'")
+        f"WHERE d.root = '{root}'"
+    )
     active = box.sql("SELECT table_name FROM embedding_sets WHERE active")
     table = active[0][0] if active else None
     orphans = 0
     if table:
-        orphans += box.sql(f"SELECT count(*) FROM chunks c LEFT JOIN {table} v ON v.chunk_id = c.id "
-                           "WHERE v.chunk_id IS NULL")[0][0]
-        orphans += box.sql(f"SELECT count(*) FROM {table} v LEFT JOIN chunks c ON c.id = v.chunk_id "
-                           "WHERE c.id IS NULL")[0][0]
-    orphans += box.sql("SELECT count(*) FROM documents d WHERE NOT EXISTS "
-                       "(SELECT 1 FROM chunks c WHERE c.document_id = d.id)")[0][0]
+        orphans += box.sql(
+            f"SELECT count(*) FROM chunks c LEFT JOIN {table} v ON v.chunk_id = c.id WHERE v.chunk_id IS NULL"
+        )[0][0]
+        orphans += box.sql(
+            f"SELECT count(*) FROM {table} v LEFT JOIN chunks c ON c.id = v.chunk_id WHERE c.id IS NULL"
+        )[0][0]
+    orphans += box.sql(
+        "SELECT count(*) FROM documents d WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.document_id = d.id)"
+    )[0][0]
     duplicates = box.sql("SELECT count(*) - count(DISTINCT (document_id, seq)) FROM chunks")[0][0]
     sets = box.sql("SELECT count(*) FROM embedding_sets")[0][0]
     invalid = box.sql("SELECT count(*) FROM pg_index WHERE NOT indisvalid")[0][0]
@@ -214,17 +283,40 @@ def state(box: Sandbox, folder: Path) -> dict[str, Any]:
     for q in QUERIES:
         result = box.run("query", q, "--k", "5", "--json", timeout=120)
         top5[q] = [h["chunk_id"] for h in json.loads(result.stdout)] if result.code == 0 else None
-    return {"chunks": sorted(map(tuple, chunks)), "orphans": orphans, "duplicates": duplicates,
-            "embedding_sets": sets, "index": bool(index), "invalid_indexes": invalid, "top5": top5}
+    return {
+        "chunks": sorted(map(tuple, chunks)),
+        "orphans": orphans,
+        "duplicates": duplicates,
+        "embedding_sets": sets,
+        "index": bool(index),
+        "invalid_indexes": invalid,
+        "top5": top5,
+    }
 
 
 def compare(got: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
     if "unavailable" in got:
-        return {"same_chunks": False, "chunks": None, "duplicates": None, "orphans": None, "same_top5": False,
-                "index": None, "invalid_indexes": None, "embedding_sets": None, "unavailable": got["unavailable"]}
-    return {"same_chunks": got["chunks"] == ref["chunks"], "chunks": len(got["chunks"]),
-            "duplicates": got["duplicates"], "orphans": got["orphans"], "same_top5": got["top5"] == ref["top5"],
-            "index": got["index"], "invalid_indexes": got["invalid_indexes"], "embedding_sets": got["embedding_sets"]}
+        return {
+            "same_chunks": False,
+            "chunks": None,
+            "duplicates": None,
+            "orphans": None,
+            "same_top5": False,
+            "index": None,
+            "invalid_indexes": None,
+            "embedding_sets": None,
+            "unavailable": got["unavailable"],
+        }
+    return {
+        "same_chunks": got["chunks"] == ref["chunks"],
+        "chunks": len(got["chunks"]),
+        "duplicates": got["duplicates"],
+        "orphans": got["orphans"],
+        "same_top5": got["top5"] == ref["top5"],
+        "index": got["index"],
+        "invalid_indexes": got["invalid_indexes"],
+        "embedding_sets": got["embedding_sets"],
+    }
 
 
 # --- scenarios --------------------------------------------------------------------------------------------
@@ -245,8 +337,16 @@ def wait_for(check: Any, proc: subprocess.Popen[str], timeout: float = 300) -> b
     return False
 
 
-def kill_run(name: str, target: str, stage: str, folder: Path, ollama_url: str, n_files: int,
-             n_chunks: int, command: str = "ingest") -> dict[str, Any]:
+def kill_run(
+    name: str,
+    target: str,
+    stage: str,
+    folder: Path,
+    ollama_url: str,
+    n_files: int,
+    n_chunks: int,
+    command: str = "ingest",
+) -> dict[str, Any]:
     """Run `command` (ingest FOLDER, or reindex after a full ingest), kill -9 it or the embedded PostgreSQL
     once it reaches `stage`, run the same command again, and read the final state."""
     box = Sandbox(name, ollama_url)
@@ -294,10 +394,19 @@ def kill_run(name: str, target: str, stage: str, folder: Path, ollama_url: str, 
     except (psycopg.Error, OSError, ValueError, IndexError) as exc:  # the rerun never brought the server up
         got = {"unavailable": f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"}
     box.stop()
-    return {"name": name, "command": command, "target": target, "stage": stage, "killed": hit,
-            "killed_at": killed_at,
-            "first": asdict(first) | {"stdout": ""}, "rerun": asdict(rerun) | {"stdout": ""},
-            "reruns_needed": reruns, "failed_reruns": failed, "state": got}
+    return {
+        "name": name,
+        "command": command,
+        "target": target,
+        "stage": stage,
+        "killed": hit,
+        "killed_at": killed_at,
+        "first": asdict(first) | {"stdout": ""},
+        "rerun": asdict(rerun) | {"stdout": ""},
+        "reruns_needed": reruns,
+        "failed_reruns": failed,
+        "state": got,
+    }
 
 
 SETTINGS_CASES: list[tuple[str, dict[str, str], tuple[str, ...]]] = [
@@ -314,8 +423,11 @@ SETTINGS_CASES: list[tuple[str, dict[str, str], tuple[str, ...]]] = [
     ("hnsw_ef_construction 2", {"RAGVPS_HNSW_EF_CONSTRUCTION": "2"}, ("reindex",)),
     ("ollama_url http://[::1", {"RAGVPS_OLLAMA_URL": "http://[::1"}, ("query", "crane")),
     ("ollama_url no scheme", {"RAGVPS_OLLAMA_URL": "127.0.0.1:9"}, ("query", "crane")),
-    ("ollama_url unreachable", {"RAGVPS_OLLAMA_URL": "http://127.0.0.1:9", "RAGVPS_OLLAMA_RETRIES": "0"},
-     ("query", "crane")),
+    (
+        "ollama_url unreachable",
+        {"RAGVPS_OLLAMA_URL": "http://127.0.0.1:9", "RAGVPS_OLLAMA_RETRIES": "0"},
+        ("query", "crane"),
+    ),
     ("chunk_size abc", {"RAGVPS_CHUNK_SIZE": "abc"}, ("ingest", "{good}")),
     ("embed_model unknown", {"RAGVPS_EMBED_MODEL": "no-such-model"}, ("query", "crane")),
     ("eval gold with NUL", {}, ("eval", "{gold}")),
@@ -330,8 +442,12 @@ def settings_runs(box: Sandbox, good: Path) -> list[dict[str, Any]]:
     (box.dir / "a-file").write_text("")
     gold = box.dir / "gold.jsonl"
     gold.write_text(json.dumps({"question": "harbour\u0000crane", "doc": "part0/doc0000.md"}) + "\n")
-    values = {"{good}": str(good), "{file}": str(box.dir / "a-file"), "{five}": str(box.dir / "five.toml"),
-              "{gold}": str(gold)}
+    values = {
+        "{good}": str(good),
+        "{file}": str(box.dir / "a-file"),
+        "{five}": str(box.dir / "five.toml"),
+        "{gold}": str(gold),
+    }
     rows = []
     for name, env, args in SETTINGS_CASES:
         env = {k: values.get(v, v) for k, v in env.items()}
@@ -368,8 +484,12 @@ def main() -> None:
             raise SystemExit(f"the clean ingest failed: {first.error_line}")
         report = json.loads(first.stdout)
         ref = state(clean, good)
-        result["clean"] = {"ingest": asdict(first) | {"stdout": ""}, "chunks": len(ref["chunks"]),
-                           "index": ref["index"], "report": report}
+        result["clean"] = {
+            "ingest": asdict(first) | {"stdout": ""},
+            "chunks": len(ref["chunks"]),
+            "index": ref["index"],
+            "report": report,
+        }
         print(f"clean ingest: {args.docs} files, {len(ref['chunks'])} chunks, {first.seconds} s", flush=True)
 
         # bad files beside the good ones
@@ -381,13 +501,18 @@ def main() -> None:
         result["mixed"] = {
             "runs": [asdict(r) | {"stdout": ""} for r in runs],
             "reports": [json.loads(r.stdout) if r.code == 0 and r.stdout.strip() else None for r in runs],
-            "good_files_stored": sum(n in stored_docs for n in names), "good_files": len(names),
+            "good_files_stored": sum(n in stored_docs for n in names),
+            "good_files": len(names),
             "good_chunks_as_clean": good_chunks == ref["chunks"],
             "bad_documents_stored": sorted(d for d in stored_docs if d not in set(names)),
-            "orphans": got["orphans"], "duplicates": got["duplicates"],
+            "orphans": got["orphans"],
+            "duplicates": got["duplicates"],
         }
-        print(f"bad beside good: {result['mixed']['good_files_stored']}/{len(names)} good files stored, "
-              f"chunks as clean: {result['mixed']['good_chunks_as_clean']}", flush=True)
+        print(
+            f"bad beside good: {result['mixed']['good_files_stored']}/{len(names)} good files stored, "
+            f"chunks as clean: {result['mixed']['good_chunks_as_clean']}",
+            flush=True,
+        )
         result["settings"] = settings_runs(box, good)
         for row in result["settings"]:
             print(f"  {row['case']:<28} exit {row['code']}  {row['error_line'][:110]}", flush=True)
@@ -395,18 +520,31 @@ def main() -> None:
 
         # kill -9 at each stage, then the same command again
         kills = []
-        plan = [("ingest", target, stage) for target in ("ingest", "postgres")
-                for stage in ("chunk", "embed", "store", "index")]
+        plan = [
+            ("ingest", target, stage)
+            for target in ("ingest", "postgres")
+            for stage in ("chunk", "embed", "store", "index")
+        ]
         plan += [("reindex", target, "index") for target in ("reindex", "postgres")]
         for command, target, stage in plan:
-            k = kill_run(f"kill-{command}-{target}-{stage}", "postgres" if target == "postgres" else "process",
-                         stage, good, fake.url, args.docs, len(ref["chunks"]), command)
+            k = kill_run(
+                f"kill-{command}-{target}-{stage}",
+                "postgres" if target == "postgres" else "process",
+                stage,
+                good,
+                fake.url,
+                args.docs,
+                len(ref["chunks"]),
+                command,
+            )
             k["compare"] = compare(k.pop("state"), ref)
             kills.append(k)
-            print(f"  {command:<7} kill -9 {target:<8} at {stage:<5} killed={k['killed']!s:<5} first exit "
-                  f"{k['first']['code']} rerun exit {k['rerun']['code']} (x{k['reruns_needed']}) {k['compare']}  "
-                  f"{k['first']['error_line'][:100]}"
-                  + "".join(f"\n      failed rerun: {e}" for e in k["failed_reruns"]), flush=True)
+            print(
+                f"  {command:<7} kill -9 {target:<8} at {stage:<5} killed={k['killed']!s:<5} first exit "
+                f"{k['first']['code']} rerun exit {k['rerun']['code']} (x{k['reruns_needed']}) {k['compare']}  "
+                f"{k['first']['error_line'][:100]}" + "".join(f"\n      failed rerun: {e}" for e in k["failed_reruns"]),
+                flush=True,
+            )
         result["kills"] = kills
         clean.stop()
     finally:
@@ -416,21 +554,35 @@ def main() -> None:
 
 
 def summary(result: dict[str, Any]) -> None:
-    outcomes = ([result["clean"]["ingest"]] + result["mixed"]["runs"] + result["settings"]
-                + [k[w] for k in result["kills"] for w in ("first", "rerun")])
+    outcomes = (
+        [result["clean"]["ingest"]]
+        + result["mixed"]["runs"]
+        + result["settings"]
+        + [k[w] for k in result["kills"] for w in ("first", "rerun")]
+    )
     tracebacks = sum(o["tracebacks"] for o in outcomes)
     unexpected = sum(o["unexpected"] for o in outcomes)
     kills = result["kills"]
     print(f"\n{len(outcomes)} commands: {tracebacks} tracebacks, {unexpected} 'unexpected error' lines")
     m = result["mixed"]
-    print(f"bad beside good: {m['good_files_stored']}/{m['good_files']} good files stored "
-          f"(chunks as a clean ingest: {m['good_chunks_as_clean']}), {len(result['bad_files'])} bad inputs, "
-          f"{m['orphans']} orphans, {m['duplicates']} duplicates")
-    same = sum(k["compare"]["same_chunks"] and k["compare"]["same_top5"] and not k["compare"]["orphans"]
-               and not k["compare"]["duplicates"] and not k["compare"]["invalid_indexes"] for k in kills)
-    print(f"kill -9: {sum(k['killed'] for k in kills)}/{len(kills)} landed in their stage; final state equal to "
-          f"the clean ingest after {same}/{len(kills)}; reruns that failed first: "
-          f"{sum(k['reruns_needed'] > 1 for k in kills)}")
+    print(
+        f"bad beside good: {m['good_files_stored']}/{m['good_files']} good files stored "
+        f"(chunks as a clean ingest: {m['good_chunks_as_clean']}), {len(result['bad_files'])} bad inputs, "
+        f"{m['orphans']} orphans, {m['duplicates']} duplicates"
+    )
+    same = sum(
+        k["compare"]["same_chunks"]
+        and k["compare"]["same_top5"]
+        and not k["compare"]["orphans"]
+        and not k["compare"]["duplicates"]
+        and not k["compare"]["invalid_indexes"]
+        for k in kills
+    )
+    print(
+        f"kill -9: {sum(k['killed'] for k in kills)}/{len(kills)} landed in their stage; final state equal to "
+        f"the clean ingest after {same}/{len(kills)}; reruns that failed first: "
+        f"{sum(k['reruns_needed'] > 1 for k in kills)}"
+    )
 
 
 if __name__ == "__main__":

@@ -66,8 +66,12 @@ def listing(data: Path) -> set[str]:
         dirs[:] = [d for d in dirs if (here / d) not in (data, WORK / "pg-home", WORK / "made")]
         found |= {str(here / f) for f in files if here != WORK or f not in OWN}
         found |= {str(here / d) for d in dirs if (here / d).is_symlink()}
-    found |= {str(p) for top in (Path("/tmp"), Path("/")) for p in top.iterdir() if "escape" in p.name
-              or p.name.startswith(("coll.md", "good-", "n" * 20, "é"))}
+    found |= {
+        str(p)
+        for top in (Path("/tmp"), Path("/"))
+        for p in top.iterdir()
+        if "escape" in p.name or p.name.startswith(("coll.md", "good-", "n" * 20, "é"))
+    }
     return found | {str(p) for p in (Path("/etc/escape-abs.md"), WORK.parent / "escape-dotdot.md") if p.exists()}
 
 
@@ -90,8 +94,16 @@ class Peak(threading.Thread):
 
 
 def good_files(n: int) -> list[tuple[str, bytes]]:
-    return [(f"good-{i:03d}.md", (f"# Good note {i}\n\nNote {i} tells how crate {i} is shelved in aisle {i % 9} "
-                                  f"and checked by the night shift on day {i % 7}.\n").encode()) for i in range(n)]
+    return [
+        (
+            f"good-{i:03d}.md",
+            (
+                f"# Good note {i}\n\nNote {i} tells how crate {i} is shelved in aisle {i % 9} "
+                f"and checked by the night shift on day {i % 7}.\n"
+            ).encode(),
+        )
+        for i in range(n)
+    ]
 
 
 def hostile_files(folder: Path) -> tuple[list[tuple[str, bytes]], dict[str, str]]:
@@ -110,6 +122,7 @@ def hostile_files(folder: Path) -> tuple[list[tuple[str, bytes]], dict[str, str]
 
 def json_flood(server: Server) -> list[int]:
     """Four concurrent 64 MiB JSON bodies, chunked (no Content-Length): each answer's status."""
+
     def body() -> Iterator[bytes]:
         yield b'{"path": "flood.md", "text": "'
         for _ in range(JSON_MB):
@@ -117,8 +130,9 @@ def json_flood(server: Server) -> list[int]:
         yield b'"}'
 
     def one(_: int) -> int:
-        with httpx.Client(base_url=server.url, headers=server.headers | {"Content-Type": "application/json"},
-                          timeout=120) as c:
+        with httpx.Client(
+            base_url=server.url, headers=server.headers | {"Content-Type": "application/json"}, timeout=120
+        ) as c:
             try:
                 return c.post("/kb/default/documents", content=body()).status_code
             except httpx.HTTPError:
@@ -136,8 +150,12 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     data = WORK / "data"
     admin = embedded_url(load_settings(env={"RAGVPS_DATA_DIR": str(WORK / "pg-home")}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")} | {
-        "PYTHONPATH": str(ROOT), "RAGVPS_DATABASE_URL": fresh(admin, "hostile_bench"), "RAGVPS_DATA_DIR": str(data),
-        "RAGVPS_EMBEDDER": "local", "RAGVPS_CONFIG": str(WORK / "no-config.toml")}
+        "PYTHONPATH": str(ROOT),
+        "RAGVPS_DATABASE_URL": fresh(admin, "hostile_bench"),
+        "RAGVPS_DATA_DIR": str(data),
+        "RAGVPS_EMBEDDER": "local",
+        "RAGVPS_CONFIG": str(WORK / "no-config.toml"),
+    }
     hostile, want = hostile_files(WORK / "made")
     good = good_files(args.good)
     before = listing(data)
@@ -173,21 +191,35 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     r["reindex"] = ragvps(env, "reindex").stderr
     ragvps(env, "export", str(WORK / "b.ragvps"))
     members = bundle_members(WORK / "b.ragvps")
-    ragvps(env, "import", str(foreign_root(WORK / "foreign.ragvps", dict(members), str(WORK / "outside"))),
-           "--kb", "forged")
+    ragvps(
+        env,
+        "import",
+        str(foreign_root(WORK / "foreign.ragvps", dict(members), str(WORK / "outside"))),
+        "--kb",
+        "forged",
+    )
     r["forged_reindex"] = ragvps(env, "reindex", "--kb", "forged").stderr
-    r["lying"] = ragvps(env, "import", str(extra_chunk(WORK / "lying.ragvps", dict(members))), "--kb", "lying",
-                        ok=False)
+    r["lying"] = ragvps(
+        env, "import", str(extra_chunk(WORK / "lying.ragvps", dict(members))), "--kb", "lying", ok=False
+    )
     r["sources"] = stored(env)
     r["after"] = listing(data) - before
     r |= {"good": [n for n, _ in good], "want": want}
     r["uptime"].append(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())  # type: ignore
     # The embedded PostgreSQL the bench started is stopped once this process (which holds it) has exited.
     stop_env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")}
-    subprocess.Popen(["sh", "-c", f"while kill -0 {os.getpid()} 2>/dev/null; do sleep 0.2; done; "
-                      f"{sys.executable} -m ragvps server stop"], cwd=ROOT, start_new_session=True,
-                     env=stop_env | {"PYTHONPATH": str(ROOT), "RAGVPS_DATA_DIR": str(WORK / "pg-home")},
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.Popen(
+        [
+            "sh",
+            "-c",
+            f"while kill -0 {os.getpid()} 2>/dev/null; do sleep 0.2; done; {sys.executable} -m ragvps server stop",
+        ],
+        cwd=ROOT,
+        start_new_session=True,
+        env=stop_env | {"PYTHONPATH": str(ROOT), "RAGVPS_DATA_DIR": str(WORK / "pg-home")},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     return r
 
 
@@ -210,53 +242,76 @@ def check(r: dict) -> list[tuple[str, bool, str]]:
     bombs = [n for n, w in r["want"].items() if w == "failed"]
     failed_ok = all(files[n]["state"] == "failed" and n not in default for n in bombs)
     names = [f for f in files.values() if f["name"] not in r["good"] and f["name"] not in bombs]
-    names_ok = all(f["state"] == "done" and all(len(p.encode()) <= 255 for p in f["name"].split("/"))
-                   for f in names) and len({f["name"] for f in files.values()}) == len(files)
+    names_ok = all(
+        f["state"] == "done" and all(len(p.encode()) <= 255 for p in f["name"].split("/")) for f in names
+    ) and len({f["name"] for f in files.values()}) == len(files)
     forged = r["sources"].get("forged", set())
     return [
         (f"{len(r['good'])} good files stored", good_ok, f"{sum(files[n]['state'] == 'done' for n in r['good'])} done"),
-        ("every bomb failed by name, nothing of it stored", failed_ok,
-         "; ".join(f"{n}: {files[n]['error'][:70]}..." for n in bombs)),
-        ("hostile names stored under safe unique names", names_ok, ", ".join(
-            (f["name"][:12] + "..." + f["name"][-10:]) if len(f["name"]) > 30 else f["name"] for f in names)),
-        ("the link planted in uploads/ not stored by reindex", "planted.md" not in default,
-         next((ln.strip() for ln in r["reindex"].splitlines() if "planted.md" in ln), "")[:110]),
+        (
+            "every bomb failed by name, nothing of it stored",
+            failed_ok,
+            "; ".join(f"{n}: {files[n]['error'][:70]}..." for n in bombs),
+        ),
+        (
+            "hostile names stored under safe unique names",
+            names_ok,
+            ", ".join((f["name"][:12] + "..." + f["name"][-10:]) if len(f["name"]) > 30 else f["name"] for f in names),
+        ),
+        (
+            "the link planted in uploads/ not stored by reindex",
+            "planted.md" not in default,
+            next((ln.strip() for ln in r["reindex"].splitlines() if "planted.md" in ln), "")[:110],
+        ),
         ("4 concurrent 64 MiB JSON bodies refused (413)", all(s in (413, 0) for s in r["json"]), str(r["json"])),
-        ("a bundle's foreign root never read by reindex", all(s.startswith("bundle:") for s in forged)
-         and not any("vault" in s for s in forged),
-         f"{len(forged)} documents, roots {sorted({s.split('|')[0] for s in forged})[:1]}"),
-        ("a re-checksummed bundle that under-counts refused", r["lying"].returncode != 0,
-         r["lying"].stderr.strip().splitlines()[-1][:120] if r["lying"].stderr.strip() else ""),
-        ("nothing written outside the data directory", not r["after"], ", ".join(sorted(r["after"]))[:200] or
-         "no new file under bench/out/hostile but data/, none aimed at in /tmp, / or /etc"),
+        (
+            "a bundle's foreign root never read by reindex",
+            all(s.startswith("bundle:") for s in forged) and not any("vault" in s for s in forged),
+            f"{len(forged)} documents, roots {sorted({s.split('|')[0] for s in forged})[:1]}",
+        ),
+        (
+            "a re-checksummed bundle that under-counts refused",
+            r["lying"].returncode != 0,
+            r["lying"].stderr.strip().splitlines()[-1][:120] if r["lying"].stderr.strip() else "",
+        ),
+        (
+            "nothing written outside the data directory",
+            not r["after"],
+            ", ".join(sorted(r["after"]))[:200]
+            or "no new file under bench/out/hostile but data/, none aimed at in /tmp, / or /etc",
+        ),
     ]
 
 
 def report(r: dict, checks: list[tuple[str, bool, str]]) -> str:
     status = r["status"]
     mib = 1 << 20
-    return "\n".join([
-        "<!-- hostile_bench:start -->",
-        "## Hostile files, names and bundles (`python bench/hostile_bench.py`, issue 42)",
-        "",
-        f"One multipart upload of {len(r['good'])} good Markdown files and {len(status['files']) - len(r['good'])} "
-        "hostile ones (tests/support/hostile_files.py's bombs by reuse, a ratio zip bomb, hostile names) to a real "
-        "`ragvps serve` (embedded PostgreSQL 18, local MiniLM int8), a symbolic link planted in the uploads folder, "
-        f"four concurrent {JSON_MB} MiB JSON bodies sent chunked, two forged bundles. Job: {status['state']}, "
-        f"{status['files_done']} files with an outcome, {status['files_failed']} failed, "
-        f"{status['chunks_embedded']:,} chunks embedded, {r['job_s']:.1f} s. `uptime` before: {r['uptime'][0]}; "
-        f"after: {r['uptime'][1]}.",
-        "",
-        "| claim | held | seen |",
-        "|---|---|---|",
-        *[f"| {claim} | {'yes' if ok else '**NO**'} | {seen.replace('|', '/')} |" for claim, ok, seen in checks],
-        "",
-        f"Peak RSS, sampled every 50 ms through the upload and the JSON flood: the server {r['server_rss'] / mib:.0f} "
-        f"MiB, its job worker (with its children) {r['worker_rss'] / mib:.0f} MiB. A JSON body is refused past "
-        "upload_max_json_bytes (16 MiB), so the flood cost at most 4 x 16 MiB of body; each bomb failed by the "
-        "text bound (max_text_ratio, max_text_chars) before its text was chunked.",
-        "<!-- hostile_bench:end -->",
-    ])
+    return "\n".join(
+        [
+            "<!-- hostile_bench:start -->",
+            "## Hostile files, names and bundles (`python bench/hostile_bench.py`, issue 42)",
+            "",
+            f"One multipart upload of {len(r['good'])} good Markdown files and {len(status['files']) - len(r['good'])} "
+            "hostile ones (tests/support/hostile_files.py's bombs by reuse, a ratio zip bomb, hostile names) to a real "
+            "`ragvps serve` (embedded PostgreSQL 18, local MiniLM int8), a symbolic link planted in the uploads "
+            "folder, "
+            f"four concurrent {JSON_MB} MiB JSON bodies sent chunked, two forged bundles. Job: {status['state']}, "
+            f"{status['files_done']} files with an outcome, {status['files_failed']} failed, "
+            f"{status['chunks_embedded']:,} chunks embedded, {r['job_s']:.1f} s. `uptime` before: {r['uptime'][0]}; "
+            f"after: {r['uptime'][1]}.",
+            "",
+            "| claim | held | seen |",
+            "|---|---|---|",
+            *[f"| {claim} | {'yes' if ok else '**NO**'} | {seen.replace('|', '/')} |" for claim, ok, seen in checks],
+            "",
+            f"Peak RSS, sampled every 50 ms through the upload and the JSON flood: the server "
+            f"{r['server_rss'] / mib:.0f} "
+            f"MiB, its job worker (with its children) {r['worker_rss'] / mib:.0f} MiB. A JSON body is refused past "
+            "upload_max_json_bytes (16 MiB), so the flood cost at most 4 x 16 MiB of body; each bomb failed by the "
+            "text bound (max_text_ratio, max_text_chars) before its text was chunked.",
+            "<!-- hostile_bench:end -->",
+        ]
+    )
 
 
 def main() -> None:

@@ -38,8 +38,16 @@ def run(n_hosts: int, chunks: list, delay: float) -> dict:
     from ragvps.ingest.artifacts import VectorCache
     from ragvps.ingest.embedding import embed_stage
 
-    procs = [subprocess.Popen([sys.executable, __file__, "--serve", str(delay)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, cwd=REPO) for _ in range(n_hosts)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--serve", str(delay)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        for _ in range(n_hosts)
+    ]
     try:
         urls = [p.stdout.readline().strip() for p in procs]  # type: ignore[union-attr]
         settings = Settings.of(embedder="ollama", ollama_url=",".join(urls), batch_size=32)
@@ -47,13 +55,23 @@ def run(n_hosts: int, chunks: list, delay: float) -> dict:
         with tempfile.TemporaryDirectory() as tmp:
             cache = VectorCache(Path(tmp), spec.identity, spec.dims)
             start = time.perf_counter()
-            outcome = embed_stage(cache, chunks, spec, lambda: make_lanes(settings, spec, lambda: None),  # type: ignore[arg-type,return-value]
-                                  settings.embed.batch_size, lambda *a: None)
+            outcome = embed_stage(
+                cache,
+                chunks,
+                spec,
+                lambda: make_lanes(settings, spec, lambda: None),  # type: ignore[arg-type,return-value]
+                settings.embed.batch_size,
+                lambda *a: None,
+            )
             took = time.perf_counter() - start
         sent = [outcome.hosts[u]["chunks"] for u in urls]
         assert outcome.embedded == len(chunks) == sum(sent), (outcome.embedded, sent)
-        return {"hosts": n_hosts, "seconds": round(took, 2), "chunks_per_s": round(len(chunks) / took, 1),
-                "per_host": sent}
+        return {
+            "hosts": n_hosts,
+            "seconds": round(took, 2),
+            "chunks_per_s": round(len(chunks) / took, 1),
+            "per_host": sent,
+        }
     finally:
         for p in procs:
             p.communicate(timeout=30)
@@ -76,8 +94,13 @@ def main() -> None:
     for i in range(args.chunks):
         text = " ".join(words[(i * 7 + j) % len(words)] for j in range(40 + i % 60)) + f" number {i}"
         chunks.append(Chunk(f"doc{i // 10}.md", i % 10, "", text, 0, len(text), 0, 0))
-    report: dict = {"load": os.getloadavg(), "cores": os.cpu_count(), "chunks": args.chunks,
-                    "delay_ms_per_input": args.delay_ms, "runs": []}
+    report: dict = {
+        "load": os.getloadavg(),
+        "cores": os.cpu_count(),
+        "chunks": args.chunks,
+        "delay_ms_per_input": args.delay_ms,
+        "runs": [],
+    }
     for _ in range(min(args.rounds, 5)):
         for n in (1, 2, 3):
             report["runs"].append(run(n, chunks, args.delay_ms / 1000))

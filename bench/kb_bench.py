@@ -60,9 +60,11 @@ def fill(conn: psycopg.Connection, settings: Settings, gen: Generator, lo: int, 
         batch = []
         for d in range(0, BATCH, CHUNKS_PER_DOC):
             doc_id = f"d{(start + d) // CHUNKS_PER_DOC}"
-            chunks = [Chunk(doc_id, s, "", t, 0, len(t), len(t.split()), len(t.split()))
-                      for s, t in enumerate(texts[d:d + CHUNKS_PER_DOC])]
-            batch.append((Document(doc_id, f"{doc_id}.txt", "", "", "text"), chunks, vecs[d:d + CHUNKS_PER_DOC]))
+            chunks = [
+                Chunk(doc_id, s, "", t, 0, len(t), len(t.split()), len(t.split()))
+                for s, t in enumerate(texts[d : d + CHUNKS_PER_DOC])
+            ]
+            batch.append((Document(doc_id, f"{doc_id}.txt", "", "", "text"), chunks, vecs[d : d + CHUNKS_PER_DOC]))
         store.replace_documents(conn, eset, "/bench", "k", "english", batch)
         conn.commit()
     index.ensure_index(conn, eset, settings)
@@ -72,14 +74,18 @@ def fill(conn: psycopg.Connection, settings: Settings, gen: Generator, lo: int, 
 
 
 def schema_bytes(conn: psycopg.Connection, schema: str) -> int:
-    return int(conn.execute("SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
-                            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind IN "
-                            "('r', 'm', 't')", (schema,)).fetchone()[0])
+    return int(
+        conn.execute(
+            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind IN "
+            "('r', 'm', 't')",
+            (schema,),
+        ).fetchone()[0]
+    )
 
 
 def connections(conn: psycopg.Connection) -> int:
-    return int(conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
-               .fetchone()[0])
+    return int(conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()").fetchone()[0])
 
 
 def timed_searches(apps: list[App], questions: Iterator[str], n: int) -> list[float]:
@@ -128,8 +134,10 @@ def main() -> None:
         with library.connections.connection() as conn:
             after = connections(conn)
             empty = schema_bytes(conn, catalog.require(conn, names[-1]).schema)
-        log(f"kb create: median {statistics.median(creates) * 1000:.0f} ms, max {max(creates) * 1000:.0f} ms; "
-            f"an empty one {empty / 1024:.0f} KiB; connections {before} -> {after}")
+        log(
+            f"kb create: median {statistics.median(creates) * 1000:.0f} ms, max {max(creates) * 1000:.0f} ms; "
+            f"an empty one {empty / 1024:.0f} KiB; connections {before} -> {after}"
+        )
         for i, name in enumerate(names):
             app = library.app(name)
             with app.connection() as conn:
@@ -138,13 +146,20 @@ def main() -> None:
         middle = library.app(names[len(names) // 2])
         one_ms = timed_searches([middle], questions, args.queries)
         rotating_ms = timed_searches([library.app(n) for n in names], questions, args.queries)
-    log(f"one of many: p50 {pct(one_ms, 50):.2f}, p95 {pct(one_ms, 95):.2f}; rotating: p50 "
-        f"{pct(rotating_ms, 50):.2f}, p95 {pct(rotating_ms, 95):.2f}")
+    log(
+        f"one of many: p50 {pct(one_ms, 50):.2f}, p95 {pct(one_ms, 95):.2f}; rotating: p50 "
+        f"{pct(rotating_ms, 50):.2f}, p95 {pct(rotating_ms, 95):.2f}"
+    )
     load.append(os.getloadavg()[0])
-    r |= {"single_ms": [pct(single_ms, 50), pct(single_ms, 95)], "one_of_many_ms": [pct(one_ms, 50), pct(one_ms, 95)],
-          "rotating_ms": [pct(rotating_ms, 50), pct(rotating_ms, 95)],
-          "create_ms": [statistics.median(creates) * 1000, max(creates) * 1000], "empty_kb_bytes": empty,
-          "connections": [before, after], "load": load}
+    r |= {
+        "single_ms": [pct(single_ms, 50), pct(single_ms, 95)],
+        "one_of_many_ms": [pct(one_ms, 50), pct(one_ms, 95)],
+        "rotating_ms": [pct(rotating_ms, 50), pct(rotating_ms, 95)],
+        "create_ms": [statistics.median(creates) * 1000, max(creates) * 1000],
+        "empty_kb_bytes": empty,
+        "connections": [before, after],
+        "load": load,
+    }
     (OUT / "kb_bench.json").write_text(json.dumps(r, indent=2))
     write_section("kb_bench", report(r))
 
@@ -152,28 +167,32 @@ def main() -> None:
 def report(r: dict) -> str:
     s, o, rot = r["single_ms"], r["one_of_many_ms"], r["rotating_ms"]
     c = r["create_ms"]
-    return "\n".join([
-        "<!-- kb_bench:start -->",
-        "## Knowledge bases: one among many against one alone (`python bench/kb_bench.py`)",
-        "",
-        f"{r['kbs']} knowledge bases of {r['chunks']:,} synthetic chunks each (bench/scale_data.py) beside a single "
-        f"one of {r['chunks']:,}, in one embedded PostgreSQL 18, HNSW on `vector`; hybrid search DB time of "
-        f"{r['queries']} questions after {r['queries']} others warm (SciFact's claims and Chroma's questions, none "
-        "twice: common.scifact.unseen_questions). "
-        f"Load average {r['load'][0]:.1f} before, {r['load'][1]:.1f} after.",
-        "",
-        "| search | p50 ms | p95 ms | p50 / single | p95 / single |",
-        "|---|---:|---:|---:|---:|",
-        f"| single knowledge base | {s[0]:.2f} | {s[1]:.2f} | 1.00 | 1.00 |",
-        f"| one of {r['kbs']}, the same each time | {o[0]:.2f} | {o[1]:.2f} | {o[0] / s[0]:.2f} | {o[1] / s[1]:.2f} |",
-        f"| one of {r['kbs']}, the next each time (search_path switched) | {rot[0]:.2f} | {rot[1]:.2f} | "
-        f"{rot[0] / s[0]:.2f} | {rot[1] / s[1]:.2f} |",
-        "",
-        f"`kb create`: median {c[0]:.0f} ms, slowest {c[1]:.0f} ms (goal < 1 s). An empty knowledge base takes "
-        f"{r['empty_kb_bytes'] / 1024:.0f} KiB of tables and indexes (goal < 1 MB) and no connection: "
-        f"{r['connections'][0]} connections before making {r['kbs']}, {r['connections'][1]} after.",
-        "<!-- kb_bench:end -->",
-    ])
+    return "\n".join(
+        [
+            "<!-- kb_bench:start -->",
+            "## Knowledge bases: one among many against one alone (`python bench/kb_bench.py`)",
+            "",
+            f"{r['kbs']} knowledge bases of {r['chunks']:,} synthetic chunks each (bench/scale_data.py) beside a "
+            f"single "
+            f"one of {r['chunks']:,}, in one embedded PostgreSQL 18, HNSW on `vector`; hybrid search DB time of "
+            f"{r['queries']} questions after {r['queries']} others warm (SciFact's claims and Chroma's questions, none "
+            "twice: common.scifact.unseen_questions). "
+            f"Load average {r['load'][0]:.1f} before, {r['load'][1]:.1f} after.",
+            "",
+            "| search | p50 ms | p95 ms | p50 / single | p95 / single |",
+            "|---|---:|---:|---:|---:|",
+            f"| single knowledge base | {s[0]:.2f} | {s[1]:.2f} | 1.00 | 1.00 |",
+            f"| one of {r['kbs']}, the same each time | {o[0]:.2f} | {o[1]:.2f} | {o[0] / s[0]:.2f} | "
+            f"{o[1] / s[1]:.2f} |",
+            f"| one of {r['kbs']}, the next each time (search_path switched) | {rot[0]:.2f} | {rot[1]:.2f} | "
+            f"{rot[0] / s[0]:.2f} | {rot[1] / s[1]:.2f} |",
+            "",
+            f"`kb create`: median {c[0]:.0f} ms, slowest {c[1]:.0f} ms (goal < 1 s). An empty knowledge base takes "
+            f"{r['empty_kb_bytes'] / 1024:.0f} KiB of tables and indexes (goal < 1 MB) and no connection: "
+            f"{r['connections'][0]} connections before making {r['kbs']}, {r['connections'][1]} after.",
+            "<!-- kb_bench:end -->",
+        ]
+    )
 
 
 if __name__ == "__main__":

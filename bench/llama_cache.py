@@ -32,12 +32,14 @@ from ragvps.generate.prompt import Source
 from ragvps.generate.registry import make_generator
 
 START, END = markers("llama_cache")
-TEXTS = ["Backups run every night at 02:00. They are kept for 30 days on the second disk, then deleted. A restore "
-         "takes the newest backup unless you name another one with `ragvps restore --at`.",
-         "The API key rotates when you run `ragvps keys rotate`. Old keys stop working after one hour, so clients "
-         "have time to pick up the new one from the key file.",
-         "Logs go to the journal. They rotate daily and are compressed after a week; set log_format=json for one "
-         "JSON object a line."]
+TEXTS = [
+    "Backups run every night at 02:00. They are kept for 30 days on the second disk, then deleted. A restore "
+    "takes the newest backup unless you name another one with `ragvps restore --at`.",
+    "The API key rotates when you run `ragvps keys rotate`. Old keys stop working after one hour, so clients "
+    "have time to pick up the new one from the key file.",
+    "Logs go to the journal. They rotate daily and are compressed after a week; set log_format=json for one "
+    "JSON object a line.",
+]
 SOURCES = [Source(0, f"doc{i}.md#0", f"doc{i}.md", "Operations", 0, len(t), 0.03, t) for i, t in enumerate(TEXTS)]
 
 
@@ -59,21 +61,31 @@ def main() -> None:
         raise SystemExit(reason)
     times: dict[str, list[float]] = {"cold": [], "repeated": [], "other question": []}
     with tempfile.TemporaryDirectory() as tmp, llama_server(Path(tmp) / "server.log") as url:
-        settings = Settings.of(generator="openai", generator_url=url, generator_model=MODEL, generator_retries=0,
-                               context_window=4096, answer_reserve=16)
+        settings = Settings.of(
+            generator="openai",
+            generator_url=url,
+            generator_model=MODEL,
+            generator_retries=0,
+            context_window=4096,
+            answer_reserve=16,
+        )
         gen = make_generator(settings, lambda: None)  # type: ignore[arg-type,return-value]
         first_piece(gen, settings, "warm up: what is this?")
         for r in range(args.rounds):
-            httpx.post(url + "/chat/completions", timeout=120, json={
-                "model": MODEL, "max_tokens": 1, "messages": [{"role": "user", "content": f"Count to {r}."}]})
+            httpx.post(
+                url + "/chat/completions",
+                timeout=120,
+                json={"model": MODEL, "max_tokens": 1, "messages": [{"role": "user", "content": f"Count to {r}."}]},
+            )
             question = f"When do backups run on server {r + 17}?"
             cold, tokens, counted = first_piece(gen, settings, question)
             times["cold"].append(cold)
             times["repeated"].append(first_piece(gen, settings, question)[0])
             times["other question"].append(first_piece(gen, settings, f"How do I rotate the key of server {r}?")[0])
     load = os.getloadavg()
-    rows = "\n".join(f"| {name} | {statistics.median(v):.3f} | {min(v):.3f} | {max(v):.3f} |"
-                     for name, v in times.items())
+    rows = "\n".join(
+        f"| {name} | {statistics.median(v):.3f} | {min(v):.3f} | {max(v):.3f} |" for name, v in times.items()
+    )
     ratio = statistics.median(times["cold"]) / statistics.median(times["repeated"])
     section = f"""{START}
 ## llama.cpp's prefix cache through the OpenAI-compatible generator (`python bench/llama_cache.py`)

@@ -27,9 +27,44 @@ from common import ROOT
 OUT = BENCH_OUT / "memory"
 GOAL_MB = 600
 
-WORDS = ("the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "with", "was", "on", "be", "by",
-         "this", "are", "from", "at", "or", "an", "have", "not", "which", "database", "index", "vector",
-         "chunk", "embedding", "server", "query", "search", "token", "model", "memory", "document")
+WORDS = (
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "that",
+    "for",
+    "it",
+    "as",
+    "with",
+    "was",
+    "on",
+    "be",
+    "by",
+    "this",
+    "are",
+    "from",
+    "at",
+    "or",
+    "an",
+    "have",
+    "not",
+    "which",
+    "database",
+    "index",
+    "vector",
+    "chunk",
+    "embedding",
+    "server",
+    "query",
+    "search",
+    "token",
+    "model",
+    "memory",
+    "document",
+)
 
 
 def _words(rng: random.Random, n: int) -> str:
@@ -84,12 +119,21 @@ SHAPES = ("one_line", "no_spaces", "paragraphs", "table_row", "lines", "word_lin
 def run_chunk(tree: Path, file: Path, timeout: float) -> dict[str, object]:
     """`ragvps chunk FILE` from `tree` in a child process: peak RSS (MB), seconds, exit status, chunks."""
     data = Path(tempfile.mkdtemp(prefix="membench-"))
-    env = os.environ | {"PYTHONPATH": str(tree), "RAGVPS_DATA_DIR": str(data / "data"),
-                        "RAGVPS_CONFIG": str(data / "empty.toml"), "RAGVPS_EMBEDDER": "local"}
+    env = os.environ | {
+        "PYTHONPATH": str(tree),
+        "RAGVPS_DATA_DIR": str(data / "data"),
+        "RAGVPS_CONFIG": str(data / "empty.toml"),
+        "RAGVPS_EMBEDDER": "local",
+    }
     (data / "empty.toml").write_text("")
     start = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "ragvps", "chunk", str(file), "--json"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=data)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ragvps", "chunk", str(file), "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=data,
+    )
     deadline = start + timeout
     status, usage = None, None
     while status is None:
@@ -111,8 +155,13 @@ def run_chunk(tree: Path, file: Path, timeout: float) -> dict[str, object]:
         import json
 
         chunks = json.loads(out)["chunks"]
-    return {"peak_mb": usage.ru_maxrss / 1024 if usage else None, "seconds": seconds,
-            "status": status, "chunks": chunks, "stderr": err.strip().splitlines()[-1:] if status else []}
+    return {
+        "peak_mb": usage.ru_maxrss / 1024 if usage else None,
+        "seconds": seconds,
+        "status": status,
+        "chunks": chunks,
+        "stderr": err.strip().splitlines()[-1:] if status else [],
+    }
 
 
 def main() -> None:
@@ -134,8 +183,11 @@ def main() -> None:
         for name, tree in trees:
             r = rows[name] = run_chunk(tree, file, args.timeout)
             verdict = ("ok" if r["peak_mb"] <= GOAL_MB else "OVER") if r["status"] == 0 else f"exit {r['status']}"
-            print(f"{shape:<11} {name:<9} {r['peak_mb']:>12.0f} {r['seconds']:>8.1f} {r['chunks'] or '-':>8}  "
-                  f"{verdict} {' '.join(r['stderr'])}", flush=True)
+            print(
+                f"{shape:<11} {name:<9} {r['peak_mb']:>12.0f} {r['seconds']:>8.1f} {r['chunks'] or '-':>8}  "
+                f"{verdict} {' '.join(r['stderr'])}",
+                flush=True,
+            )
         if "baseline" in rows and rows["baseline"]["peak_mb"]:
             print(f"{shape:<11} ratio     {rows['this']['peak_mb'] / rows['baseline']['peak_mb']:>12.2f}")
 

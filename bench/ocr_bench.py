@@ -61,6 +61,7 @@ def rapidocr_engine():
     def read(data: bytes) -> str:
         result, _ = engine(data)
         return " ".join(r[1] for r in result or [])
+
     return read
 
 
@@ -104,15 +105,25 @@ def main() -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
     samples = pages()
     load = [os.getloadavg()]
-    rows = [("Tesseract 5 (tesseract-ocr, eng), ragvps's engine", measure(tesseract_engine(), samples, args.rounds),
-             f"{debian_mb(['tesseract-ocr', 'tesseract-ocr-eng', 'libtesseract5', 'liblept5']):.0f} MB "
-             "(Debian packages)")]
+    rows = [
+        (
+            "Tesseract 5 (tesseract-ocr, eng), ragvps's engine",
+            measure(tesseract_engine(), samples, args.rounds),
+            f"{debian_mb(['tesseract-ocr', 'tesseract-ocr-eng', 'libtesseract5', 'liblept5']):.0f} MB "
+            "(Debian packages)",
+        )
+    ]
     rapid = rapidocr_engine()
     if rapid is not None:
         rapid(samples[0][2])  # the first call loads the models
         size = installed_mb(["rapidocr-onnxruntime", "opencv-python", "shapely", "pyclipper"])
-        rows.append(("rapidocr-onnxruntime 1.4.4 (PP-OCRv4 det/rec in the wheel)",
-                     measure(rapid, samples, args.rounds), f"{size:.0f} MB (wheel and its new dependencies)"))
+        rows.append(
+            (
+                "rapidocr-onnxruntime 1.4.4 (PP-OCRv4 det/rec in the wheel)",
+                measure(rapid, samples, args.rounds),
+                f"{size:.0f} MB (wheel and its new dependencies)",
+            )
+        )
     load.append(os.getloadavg())
     section = report(rows, len(samples), args.rounds, load)
     print(section)
@@ -122,16 +133,27 @@ def main() -> None:
 
 def report(rows, pages: int, rounds: int, load) -> str:
     loads = " -> ".join(f"{a:.2f}/{b:.2f}/{c:.2f}" for a, b, c in load)
-    lines = ["<!-- ocr_bench:start -->", "## OCR of a scanned page (`python bench/ocr_bench.py`)", "",
-             f"{pages} pages of docs/ (prose drawn by Pillow on A4 at 200 dpi, 1654 x 2339 px PNG), each read "
-             f"{rounds} times on one thread. Recall: the share of the page's distinct words read back exactly. "
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, 2 cores, load {loads}.", "",
-             "| engine | median s/page | slowest s/page | word recall | install |", "|---|---|---|---|---|"]
-    lines += [f"| {name} | {r['median_s']:.2f} | {r['max_s']:.2f} | {r['recall']:.3f} | {size} |"
-              for name, r, size in rows]
-    lines += ["", "Goal: a page within 3 s on one core. Tesseract is the engine: it meets the goal with room, reads "
-              "English prose better (rapidocr's Chinese-English recognition model drops the spaces between words), "
-              "and costs a Debian package instead of opencv in the Python environment.", "<!-- ocr_bench:end -->"]
+    lines = [
+        "<!-- ocr_bench:start -->",
+        "## OCR of a scanned page (`python bench/ocr_bench.py`)",
+        "",
+        f"{pages} pages of docs/ (prose drawn by Pillow on A4 at 200 dpi, 1654 x 2339 px PNG), each read "
+        f"{rounds} times on one thread. Recall: the share of the page's distinct words read back exactly. "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, 2 cores, load {loads}.",
+        "",
+        "| engine | median s/page | slowest s/page | word recall | install |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {name} | {r['median_s']:.2f} | {r['max_s']:.2f} | {r['recall']:.3f} | {size} |" for name, r, size in rows
+    ]
+    lines += [
+        "",
+        "Goal: a page within 3 s on one core. Tesseract is the engine: it meets the goal with room, reads "
+        "English prose better (rapidocr's Chinese-English recognition model drops the spaces between words), "
+        "and costs a Debian package instead of opencv in the Python environment.",
+        "<!-- ocr_bench:end -->",
+    ]
     return "\n".join(lines)
 
 

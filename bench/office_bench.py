@@ -35,9 +35,18 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 DATA = ROOT.parent / "shared" / "data" / "office"
 GOLD = ROOT / "bench" / "data" / "office_tables_gold.jsonl"
-TABLE_FILES = ["2023-half-year-analyses-by-segment.xlsx", "vodafone.xlsx", "stanley-cups.xlsx", "stanley-cups.csv",
-               "fake-power-point-table.pptx", "fake.odt", "docx-tables.docx", "fake_table.docx",
-               "tables-with-incomplete-rows.docx", "semicolon-delimited.csv"]
+TABLE_FILES = [
+    "2023-half-year-analyses-by-segment.xlsx",
+    "vodafone.xlsx",
+    "stanley-cups.xlsx",
+    "stanley-cups.csv",
+    "fake-power-point-table.pptx",
+    "fake.odt",
+    "docx-tables.docx",
+    "fake_table.docx",
+    "tables-with-incomplete-rows.docx",
+    "semicolon-delimited.csv",
+]
 
 
 def rss_mb() -> float:
@@ -46,6 +55,7 @@ def rss_mb() -> float:
 
 
 # --- readers -------------------------------------------------------------------------------------------
+
 
 def read_ragvps(path: Path) -> str:
     """The documents' text; headings kept as metadata (EPUB's, from HTML) are written as `#` lines for the count."""
@@ -69,8 +79,10 @@ def read_ebooklib(path: Path) -> str:
     from ragvps.ingest.htmltext import extract
 
     book = epub.read_epub(str(path))
-    return "\n\n".join(extract(item.get_content().decode("utf-8", "replace")).text
-                       for item in book.get_items_of_type(ebooklib.ITEM_DOCUMENT))
+    return "\n\n".join(
+        extract(item.get_content().decode("utf-8", "replace")).text
+        for item in book.get_items_of_type(ebooklib.ITEM_DOCUMENT)
+    )
 
 
 def read_odfpy(path: Path) -> str:
@@ -88,18 +100,33 @@ def read_docx_plain(path: Path) -> str:
     return "\n\n".join(p.text for p in docx.Document(str(path)).paragraphs)
 
 
-READERS = {"ragvps": read_ragvps, "markitdown": read_markitdown, "ebooklib": read_ebooklib, "odfpy": read_odfpy,
-           "python-docx paragraphs": read_docx_plain}
-CANDIDATES = {".docx": ["ragvps", "markitdown", "python-docx paragraphs"], ".pptx": ["ragvps", "markitdown"],
-              ".xlsx": ["ragvps", "markitdown"], ".csv": ["ragvps", "markitdown"], ".tsv": ["ragvps"],
-              ".epub": ["ragvps", "ebooklib", "markitdown"], ".odt": ["ragvps", "odfpy"], ".rtf": ["ragvps"]}
+READERS = {
+    "ragvps": read_ragvps,
+    "markitdown": read_markitdown,
+    "ebooklib": read_ebooklib,
+    "odfpy": read_odfpy,
+    "python-docx paragraphs": read_docx_plain,
+}
+CANDIDATES = {
+    ".docx": ["ragvps", "markitdown", "python-docx paragraphs"],
+    ".pptx": ["ragvps", "markitdown"],
+    ".xlsx": ["ragvps", "markitdown"],
+    ".csv": ["ragvps", "markitdown"],
+    ".tsv": ["ragvps"],
+    ".epub": ["ragvps", "ebooklib", "markitdown"],
+    ".odt": ["ragvps", "odfpy"],
+    ".rtf": ["ragvps"],
+}
 IMPORTS = {"markitdown": "markitdown", "ebooklib": "ebooklib", "odfpy": "odf", "python-docx paragraphs": "docx"}
 
 
 def structure(text: str) -> dict[str, int]:
-    return {"headings": len(re.findall(r"(?m)^#{1,6} ", text)),
-            "tables": len(re.findall(r"(?m)^\|? *:?-{3,}", text)),
-            "table_rows": len(re.findall(r"(?m)^\|.*\|\s*$", text)), "chars": len(text)}
+    return {
+        "headings": len(re.findall(r"(?m)^#{1,6} ", text)),
+        "tables": len(re.findall(r"(?m)^\|? *:?-{3,}", text)),
+        "table_rows": len(re.findall(r"(?m)^\|.*\|\s*$", text)),
+        "chars": len(text),
+    }
 
 
 def child_read(reader: str, name: str) -> dict[str, object]:
@@ -120,13 +147,24 @@ def child_read(reader: str, name: str) -> dict[str, object]:
             break
         best = min(best, time.perf_counter() - t)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"reader": reader, "file": name, "seconds": best if not error else None,
-            "peak_mb": round(max(peak - base, 0), 1), "error": error, **structure(text)}
+    return {
+        "reader": reader,
+        "file": name,
+        "seconds": best if not error else None,
+        "peak_mb": round(max(peak - base, 0), 1),
+        "error": error,
+        **structure(text),
+    }
 
 
 def run_child(*args: str) -> dict[str, object]:
-    out = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=1800)
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=1800,
+    )
     if out.returncode:
         return {"error": (out.stderr.strip().splitlines() or ["failed"])[-1][:100]}
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -144,20 +182,25 @@ def libs() -> str:
         for reader in CANDIDATES.get(path.suffix.lower(), []):
             if importable(reader):
                 rows.append({"reader": reader, "file": path.name, **run_child("read", reader, path.name)})
-    lines = ["| file | reader | seconds (best of 3) | peak MB over imports | headings | tables | table rows | chars |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| file | reader | seconds (best of 3) | peak MB over imports | headings | tables | table rows | chars |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         if r.get("error"):
             lines.append(f"| {r['file']} | {r['reader']} | failed: {r['error']} | | | | | |")
             continue
-        lines.append(f"| {r['file']} | {r['reader']} | {r['seconds']:.3f} | {r['peak_mb']} | {r['headings']} | "
-                     f"{r['tables']} | {r['table_rows']} | {r['chars']:,} |")
+        lines.append(
+            f"| {r['file']} | {r['reader']} | {r['seconds']:.3f} | {r['peak_mb']} | {r['headings']} | "
+            f"{r['tables']} | {r['table_rows']} | {r['chars']:,} |"
+        )
     skipped = [r for r in ("markitdown", "ebooklib", "odfpy") if not importable(r)]
     note = f"\nNot installed, so not measured: {', '.join(skipped)}.\n" if skipped else ""
     return "\n".join(lines) + "\n" + note
 
 
 # --- tables ----------------------------------------------------------------------------------------------
+
 
 def _norm(text: str) -> str:
     return " ".join(text.replace("|", " ").replace("\\", "").split()).casefold()
@@ -171,8 +214,9 @@ def _plain(doc: object) -> object:
     for line in doc.text.splitlines():  # type: ignore[attr-defined]
         if re.match(r"^\|? *:?-{3,}", line):
             continue
-        lines.append(" ".join(c.strip() for c in line.strip().strip("|").split(" | ")) if line.startswith("|")
-                     else line)
+        lines.append(
+            " ".join(c.strip() for c in line.strip().strip("|").split(" | ")) if line.startswith("|") else line
+        )
     return replace(doc, text="\n".join(lines), kind="text", metadata={})
 
 
@@ -188,8 +232,16 @@ def _bm25(texts: list[str], query: str, k1: float = 1.2, b: float = 0.75) -> lis
     out = []
     for d in docs:
         size = sum(d.values())
-        out.append(sum(math.log(1 + (len(docs) - df[t] + 0.5) / (df[t] + 0.5)) * d[t] * (k1 + 1)
-                       / (d[t] + k1 * (1 - b + b * size / avg)) for t in terms if d[t]))
+        out.append(
+            sum(
+                math.log(1 + (len(docs) - df[t] + 0.5) / (df[t] + 0.5))
+                * d[t]
+                * (k1 + 1)
+                / (d[t] + k1 * (1 - b + b * size / avg))
+                for t in terms
+                if d[t]
+            )
+        )
     return out
 
 
@@ -217,8 +269,9 @@ def tables() -> tuple[str, dict[str, Any]]:
 
     spec = KNOWN_MODELS[LOCAL_MODEL]
     config = ChunkerConfig("structure", spec.chunk_size, spec.chunk_overlap, spec.max_tokens, spec.document_prefix)
-    docs = [d for name in TABLE_FILES for d in load(SourceFile(DATA / name, name, KINDS[Path(name).suffix]),
-                                                     lambda m: None)]
+    docs = [
+        d for name in TABLE_FILES for d in load(SourceFile(DATA / name, name, KINDS[Path(name).suffix]), lambda m: None)
+    ]
     gold = [json.loads(line) for line in GOLD.read_text().splitlines() if line.strip()]
     embedder = LocalEmbedder(spec=spec)
     queries = embedder.embed([spec.query_prefix + g["question"] for g in gold])
@@ -241,21 +294,31 @@ def tables() -> tuple[str, dict[str, Any]]:
                     for i in top:
                         print("    ", chunks[i].text[:300].replace("\n", " / "), file=sys.stderr)
                 header_hits += any(row in t and header in t for t in texts)
-            results[f"{variant}, {mode}"] = {"chunks": len(chunks), "row@3": row_hits / len(gold),
-                                             "row+header@3": header_hits / len(gold), "missed": missed}
-    lines = [f"{len(gold)} questions ({GOLD.relative_to(ROOT)}), {len(TABLE_FILES)} files, model {spec.name}, "
-             f"chunk size {config.size}; search in memory over every chunk of these files: vector (cosine) alone, "
-             "and hybrid "
-             "(cosine and BM25 fused by reciprocal rank, k = 60, as ragvps's default mode).", "",
-             "| extraction, search | chunks | right row in top 3 | row and its header in one top-3 chunk | missed |",
-             "|---|---:|---:|---:|---|"]
+            results[f"{variant}, {mode}"] = {
+                "chunks": len(chunks),
+                "row@3": row_hits / len(gold),
+                "row+header@3": header_hits / len(gold),
+                "missed": missed,
+            }
+    lines = [
+        f"{len(gold)} questions ({GOLD.relative_to(ROOT)}), {len(TABLE_FILES)} files, model {spec.name}, "
+        f"chunk size {config.size}; search in memory over every chunk of these files: vector (cosine) alone, "
+        "and hybrid "
+        "(cosine and BM25 fused by reciprocal rank, k = 60, as ragvps's default mode).",
+        "",
+        "| extraction, search | chunks | right row in top 3 | row and its header in one top-3 chunk | missed |",
+        "|---|---:|---:|---:|---|",
+    ]
     for variant, r in results.items():
-        lines.append(f"| {variant} | {r['chunks']} | {r['row@3']:.0%} | {r['row+header@3']:.0%} | "
-                     f"{', '.join(r['missed']) or '-'} |")
+        lines.append(
+            f"| {variant} | {r['chunks']} | {r['row@3']:.0%} | {r['row+header@3']:.0%} | "
+            f"{', '.join(r['missed']) or '-'} |"
+        )
     return "\n".join(lines) + "\n", results["ragvps (header repeated), hybrid"]
 
 
 # --- handbook --------------------------------------------------------------------------------------------
+
 
 def child_ingest(path: str) -> dict[str, object]:
     """Read, chunk and embed one file; seconds per stage and peak RSS."""
@@ -275,11 +338,17 @@ def child_ingest(path: str) -> dict[str, object]:
     read_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     embedder = LocalEmbedder(spec=spec)
     for i in range(0, len(chunks), 32):
-        embedder.embed([spec.document_prefix + c.embed_text for c in chunks[i:i + 32]])
+        embedder.embed([spec.document_prefix + c.embed_text for c in chunks[i : i + 32]])
     t3 = time.perf_counter()
-    return {"read": t1 - t0, "chunk": t2 - t1, "embed": t3 - t2, "chunks": len(chunks),
-            "chars": sum(len(d.text) for d in docs), "peak_before_embed_mb": round(read_peak),
-            "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+    return {
+        "read": t1 - t0,
+        "chunk": t2 - t1,
+        "embed": t3 - t2,
+        "chunks": len(chunks),
+        "chars": sum(len(d.text) for d in docs),
+        "peak_before_embed_mb": round(read_peak),
+        "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+    }
 
 
 def handbook() -> tuple[str, dict[str, float]]:
@@ -291,21 +360,28 @@ def handbook() -> tuple[str, dict[str, float]]:
         md = Path(tmp) / "handbook-872p.md"
         md.write_text(text, encoding="utf-8")
         runs = {"the .docx": run_child("ingest", str(source)), "the same text as .md": run_child("ingest", str(md))}
-    lines = ["| input | chars | chunks | read s | chunk s | embed s | chunks/s (read+chunk+embed) | peak RSS before "
-             "embedding MB | peak RSS MB |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| input | chars | chunks | read s | chunk s | embed s | chunks/s (read+chunk+embed) | peak RSS before "
+        "embedding MB | peak RSS MB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for name, r in runs.items():
         total = float(r["read"]) + float(r["chunk"]) + float(r["embed"])
-        lines.append(f"| {name} | {r['chars']:,} | {r['chunks']:,} | {r['read']:.2f} | {r['chunk']:.2f} | "
-                     f"{r['embed']:.1f} | {int(r['chunks']) / total:.1f} | {r['peak_before_embed_mb']} | "
-                     f"{r['peak_mb']} |")
+        lines.append(
+            f"| {name} | {r['chars']:,} | {r['chunks']:,} | {r['read']:.2f} | {r['chunk']:.2f} | "
+            f"{r['embed']:.1f} | {int(r['chunks']) / total:.1f} | {r['peak_before_embed_mb']} | "
+            f"{r['peak_mb']} |"
+        )
     docx, md_run = runs["the .docx"], runs["the same text as .md"]
     conversion = float(docx["read"]) - float(md_run["read"])
     embed = max(float(docx["embed"]), float(md_run["embed"]))
     share = conversion / min(float(docx["embed"]), float(md_run["embed"]))
     lines.append("")
-    lines.append(f"Conversion (the .docx read less the .md read): {conversion:.2f} s = {share:.1%} of the shorter "
-                 f"embedding time, {conversion / embed:.1%} of the longer (goal < 20%). The two embedding times "
-                 "differ by the machine's load only: the chunks are the same.")
+    lines.append(
+        f"Conversion (the .docx read less the .md read): {conversion:.2f} s = {share:.1%} of the shorter "
+        f"embedding time, {conversion / embed:.1%} of the longer (goal < 20%). The two embedding times "
+        "differ by the machine's load only: the chunks are the same."
+    )
     return "\n".join(lines) + "\n", {"share": share}
 
 
@@ -332,6 +408,7 @@ numbers. The goal of 90% is not reached on this set.
 
 # --- main ------------------------------------------------------------------------------------------------
 
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=["libs", "tables", "handbook"])
@@ -354,8 +431,10 @@ def main() -> None:
         text, _ = handbook()
         body += ["### The 872-page handbook, read to vectors", "", text]
     load = os.getloadavg()
-    head = (f"## Office formats (`python bench/office_bench.py`)\n\n{time.strftime('%Y-%m-%d')}, "
-            f"this machine ({os.cpu_count()} cores, {platform.python_version()}), load {load[0]:.2f} at the end.\n")
+    head = (
+        f"## Office formats (`python bench/office_bench.py`)\n\n{time.strftime('%Y-%m-%d')}, "
+        f"this machine ({os.cpu_count()} cores, {platform.python_version()}), load {load[0]:.2f} at the end.\n"
+    )
     section = "\n".join([head, *body])
     print(section)
     if not args.only:

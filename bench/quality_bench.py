@@ -37,10 +37,6 @@ SELECT c.id FROM chunks c, q WHERE c.tsv @@ q.query
 ORDER BY ts_rank_cd(c.tsv, q.query) DESC, c.id LIMIT %(candidates)s"""
 
 
-
-
-
-
 def ingest(settings: Settings, dataset: Path) -> None:
     from ragvps.app import App
 
@@ -54,8 +50,11 @@ def ingest(settings: Settings, dataset: Path) -> None:
     t0 = time.perf_counter()
     with App.open(settings) as app:
         report = app.ingest(dataset / "corpus.jsonl", progress, lambda m: print("warning:", m, file=sys.stderr))
-    print(f"ingest: {report.documents} documents, {report.chunks} chunks, embedded {report.embedded}, "
-          f"stored {report.stored} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    print(
+        f"ingest: {report.documents} documents, {report.chunks} chunks, embedded {report.embedded}, "
+        f"stored {report.stored} in {time.perf_counter() - t0:.1f} s",
+        file=sys.stderr,
+    )
 
 
 Leg = Callable[[object, str, np.ndarray], list[int]]
@@ -146,8 +145,10 @@ def main() -> None:
                 ranked[leg].append(run_legs[leg](conn, text, vec))
                 times[leg].append((time.perf_counter() - t0) * 1000)
 
-    print(f"SciFact dev: {len(qids)} queries, {n_chunks} chunks, doc-level; candidates {settings.search.candidates} "
-          f"per leg, RRF k={settings.search.rrf_k}\n")
+    print(
+        f"SciFact dev: {len(qids)} queries, {n_chunks} chunks, doc-level; candidates {settings.search.candidates} "
+        f"per leg, RRF k={settings.search.rrf_k}\n"
+    )
     print("| variant | nDCG@10 | recall@10 | MRR@10 | found anything | DB ms p50 | DB ms p95 |")
     print("|---|---|---|---|---|---|---|")
     for name, names in chosen.items():
@@ -163,8 +164,10 @@ def main() -> None:
             scores["mrr"].append(metrics.mrr_at(docs, qrels[qid], 10))
         total = [sum(parts) for parts in zip(*(times[leg] for leg in names), strict=True)]
         p50, p95 = statistics.median(total), float(np.percentile(total, 95))
-        print(f"| {name} | {np.mean(scores['ndcg']):.3f} | {np.mean(scores['recall']):.3f} | "
-              f"{np.mean(scores['mrr']):.3f} | {found}/{len(qids)} | {p50:.1f} | {p95:.1f} |")
+        print(
+            f"| {name} | {np.mean(scores['ndcg']):.3f} | {np.mean(scores['recall']):.3f} | "
+            f"{np.mean(scores['mrr']):.3f} | {found}/{len(qids)} | {p50:.1f} | {p95:.1f} |"
+        )
 
 
 if __name__ == "__main__":

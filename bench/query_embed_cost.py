@@ -60,7 +60,8 @@ def main() -> None:
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(lambda t, e=e: e._run([t]), texts))
         out[f"8 threads, one question a call, {threads} thread(s) each: questions/s"] = round(
-            len(texts) / (time.perf_counter() - t0), 1)
+            len(texts) / (time.perf_counter() - t0), 1
+        )
     for size in (4, 8, 16):
         e = local.LocalEmbedder(threads=2, sub_batch=size)
         t0 = time.perf_counter()
@@ -73,10 +74,13 @@ def main() -> None:
         fast = local.LocalEmbedder(threads=threads, graph=local.QUESTIONS)
         fast.session.run(None, inputs[0])
         out[f"questions' graph session.run ms p50/p95, {threads} thread(s)"] = per_call(
-            lambda f, e=fast: e.session.run(None, f), inputs)
+            lambda f, e=fast: e.session.run(None, f), inputs
+        )
     cosines = (exact._run(texts) * fast._run(texts)).sum(axis=1)
-    out["questions' graph: cosine to the float graph, mean / min"] = (round(float(cosines.mean()), 4),
-                                                                       round(float(cosines.min()), 4))
+    out["questions' graph: cosine to the float graph, mean / min"] = (
+        round(float(cosines.mean()), 4),
+        round(float(cosines.min()), 4),
+    )
     out["load after"] = os.getloadavg()[0]
     print(json.dumps(out, indent=1))
 

@@ -79,8 +79,11 @@ def start_pg(data_dir: Path, limit: str) -> tuple[str, Settings, str]:
     wanted = vps_settings()
     with psycopg.connect(admin, autocommit=True) as conn:
         for name, value in wanted.items():
-            conn.execute(psycopg.sql.SQL("ALTER SYSTEM SET {} = {}").format(psycopg.sql.Identifier(name),
-                                                                            psycopg.sql.Literal(value)))
+            conn.execute(
+                psycopg.sql.SQL("ALTER SYSTEM SET {} = {}").format(
+                    psycopg.sql.Identifier(name), psycopg.sql.Literal(value)
+                )
+            )
         restart = conn.execute("SHOW shared_buffers").fetchone()[0] != wanted["shared_buffers"]  # type: ignore[index]
         conn.execute("SELECT pg_reload_conf()")
     if restart:
@@ -156,8 +159,12 @@ class Peak(Periodic):
     def _run(self) -> None:
         with psycopg.connect(self.admin, autocommit=True) as conn:
             while not self.done.wait(self.every):
-                pids = [self.pid] + [r[0] for r in conn.execute(
-                    "SELECT pid FROM pg_stat_activity WHERE leader_pid = %s AND pid <> %s", (self.pid, self.pid))]
+                pids = [self.pid] + [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT pid FROM pg_stat_activity WHERE leader_pid = %s AND pid <> %s", (self.pid, self.pid)
+                    )
+                ]
                 anon, shmem = 0, 0
                 for p in pids:
                     try:
@@ -177,8 +184,10 @@ def documents(lo: int, texts: list[str], vecs: np.ndarray) -> list[tuple[Documen
         doc_id = f"d{(lo + d) // CHUNKS_PER_DOC}"
         doc = Document(doc_id, f"{doc_id}.txt", "", "", "text")
         part = texts[d : d + CHUNKS_PER_DOC]
-        chunks = [Chunk(doc_id, s, "", t, 0, len(t), int(len(t.split()) * 1.3), int(len(t.split()) * 1.3))
-                  for s, t in enumerate(part)]
+        chunks = [
+            Chunk(doc_id, s, "", t, 0, len(t), int(len(t.split()) * 1.3), int(len(t.split()) * 1.3))
+            for s, t in enumerate(part)
+        ]
         batch.append((doc, chunks, vecs[d : d + len(part)]))
     return batch
 
@@ -206,8 +215,14 @@ def _bulk_worker(job: tuple[str, list[int], int, int]) -> None:
         assert eset is not None
         for start in starts:
             n = min(STORE_BATCH_CHUNKS, hi - start)
-            store.replace_documents(conn, eset, ROOT_PATH, "k", "english",
-                                    documents(start, gen.texts_at(start, n), gen.vectors_at(start, n)))
+            store.replace_documents(
+                conn,
+                eset,
+                ROOT_PATH,
+                "k",
+                "english",
+                documents(start, gen.texts_at(start, n), gen.vectors_at(start, n)),
+            )
 
 
 def bulk_load(conn: psycopg.Connection, url: str, hi: int, args: argparse.Namespace) -> dict[str, float]:
@@ -259,8 +274,13 @@ def timed(fn) -> float:  # type: ignore[no-untyped-def]
     return time.perf_counter() - t
 
 
-def db_queries(conn: psycopg.Connection, sets: dict[str, store.EmbeddingSet], settings: Settings,
-               texts: list[str], qvecs: np.ndarray) -> dict[str, list[float]]:
+def db_queries(
+    conn: psycopg.Connection,
+    sets: dict[str, store.EmbeddingSet],
+    settings: Settings,
+    texts: list[str],
+    qvecs: np.ndarray,
+) -> dict[str, list[float]]:
     """p50/p95 (ms) of each leg and the hybrid query, per vector type, after a warm-up pass."""
     out: dict[str, list[float]] = {}
     kw = [timed(lambda t=t: search.keyword_leg(conn, t, settings)) for t in texts]  # warm
@@ -270,18 +290,23 @@ def db_queries(conn: psycopg.Connection, sets: dict[str, store.EmbeddingSet], se
         for t, v in zip(texts[:50], qvecs[:50], strict=True):
             search.search(conn, es, t, v, settings)
         vec = [timed(lambda v=v, es=es: search.vector_leg(conn, es, v, settings)) for v in qvecs]
-        hyb = [timed(lambda t=t, v=v, es=es: search.search(conn, es, t, v, settings))
-               for t, v in zip(texts, qvecs, strict=True)]
+        hyb = [
+            timed(lambda t=t, v=v, es=es: search.search(conn, es, t, v, settings))
+            for t, v in zip(texts, qvecs, strict=True)
+        ]
         out[f"vector {name}"] = [pct(vec, 50), pct(vec, 95)]
         out[f"hybrid {name}"] = [pct(hyb, 50), pct(hyb, 95)]
         out[f"hybrid as served {name}"], out[f"legs {name}"] = served_path(conn, es, settings, texts)
-        log(f"queries {name}: vector {out[f'vector {name}']}, hybrid {out[f'hybrid {name}']} (legs in turn), "
-            f"{out[f'hybrid as served {name}']} (as served: {out[f'legs {name}']})")
+        log(
+            f"queries {name}: vector {out[f'vector {name}']}, hybrid {out[f'hybrid {name}']} (legs in turn), "
+            f"{out[f'hybrid as served {name}']} (as served: {out[f'legs {name}']})"
+        )
     return out
 
 
-def served_path(conn: psycopg.Connection, eset: store.EmbeddingSet, settings: Settings,
-                texts: list[str]) -> tuple[list[float], dict[str, int]]:
+def served_path(
+    conn: psycopg.Connection, eset: store.EmbeddingSet, settings: Settings, texts: list[str]
+) -> tuple[list[float], dict[str, int]]:
     """p50/p95 (ms) of the hybrid search as the product runs it: App.search over a pool, the keyword leg on a spare
     connection beside the vector leg (`legs`: how often, by SearchResult.legs), one request at a time, the set
     active. The questions' vectors are in the embedder's memo first, so this is the search's time, not the model's
@@ -305,8 +330,14 @@ def served_path(conn: psycopg.Connection, eset: store.EmbeddingSet, settings: Se
     return [pct(times, 50), pct(times, 95)], legs
 
 
-def overlaps(conn: psycopg.Connection, sets: dict[str, store.EmbeddingSet], settings: Settings, qvecs: np.ndarray,
-             vectors: np.ndarray, ids: np.ndarray) -> dict[str, float]:
+def overlaps(
+    conn: psycopg.Connection,
+    sets: dict[str, store.EmbeddingSet],
+    settings: Settings,
+    qvecs: np.ndarray,
+    vectors: np.ndarray,
+    ids: np.ndarray,
+) -> dict[str, float]:
     """Mean top-10 overlap with the exact top 10 (numpy, float32, over every stored vector)."""
     exact = []
     for lo in range(0, len(qvecs), 50):
@@ -318,8 +349,9 @@ def overlaps(conn: psycopg.Connection, sets: dict[str, store.EmbeddingSet], sett
     trials: list[tuple[str, store.EmbeddingSet, Settings]] = []
     for name, es in sets.items():
         if name == "bit":
-            trials += [(f"bit, bit_rerank_depth {d}", es, s10.replace(bit_rerank_depth=d))
-                       for d in (100, 200, 400, 800)]
+            trials += [
+                (f"bit, bit_rerank_depth {d}", es, s10.replace(bit_rerank_depth=d)) for d in (100, 200, 400, 800)
+            ]
         else:
             trials += [(f"{name}, ef_search {ef}", es, s10.replace(ef_search=ef)) for ef in (40, 100, 200, 400)]
     for label, es, s in trials:
@@ -338,8 +370,9 @@ def serve(url: str, esets: list[store.EmbeddingSet], args: argparse.Namespace, d
     from common.scifact import unseen_questions
     from support.serve_server import Server, ragvps_env
 
-    env = ragvps_env(url, args.out / f"serve-data-{args.pg.name}", vector_type=esets[-1].vector_type,
-                     index_memory=args.index_memory) | {"RAGVPS_API_KEYS": KEY}
+    env = ragvps_env(
+        url, args.out / f"serve-data-{args.pg.name}", vector_type=esets[-1].vector_type, index_memory=args.index_memory
+    ) | {"RAGVPS_API_KEYS": KEY}
     unseen, warmup = unseen_questions()
     bodies = [{"query": t, "mode": "hybrid"} for t in unseen]
     out: dict[str, object] = {"reindex_type": esets[-1].vector_type, "questions": "unseen", "requests_cap": len(bodies)}
@@ -357,24 +390,36 @@ def serve(url: str, esets: list[store.EmbeddingSet], args: argparse.Namespace, d
         for name, rate in (("closed", None), ("paced", args.rate)):
             server = started()
             try:
-                run = asyncio.run(load(server.url, "/search", bodies, 8, min(args.requests, len(bodies)), 90, rate,
-                                       name))
+                run = asyncio.run(
+                    load(server.url, "/search", bodies, 8, min(args.requests, len(bodies)), 90, rate, name)
+                )
             finally:
                 server.stop()
-            out[f"{name} {eset.vector_type}"] = {"requests": run.n, "rps": run.n / run.seconds,
-                                                 "p50": run.pct(50), "p95": run.pct(95),
-                                                 "errors": sum(run.errors.values())}
+            out[f"{name} {eset.vector_type}"] = {
+                "requests": run.n,
+                "rps": run.n / run.seconds,
+                "p50": run.pct(50),
+                "p95": run.pct(95),
+                "errors": sum(run.errors.values()),
+            }
             log(f"serve {name} {eset.vector_type}: {out[f'{name} {eset.vector_type}']}")
     if not args.no_reindex and time.monotonic() < deadline:
         server = started()
         try:
-            ns = argparse.Namespace(clients=8, requests=args.requests, max_seconds=args.max_reindex_seconds / 4,
-                                    rate=args.rate)
+            ns = argparse.Namespace(
+                clients=8, requests=args.requests, max_seconds=args.max_reindex_seconds / 4, rate=args.rate
+            )
             run, seconds, code = asyncio.run(under_reindex(server.url, bodies, ns, env, "reindex"))
         finally:
             server.stop()
-        out["reindex"] = {"seconds": seconds, "exit": code, "requests": run.n, "p50": run.pct(50),
-                          "p95": run.pct(95), "errors": sum(run.errors.values())}
+        out["reindex"] = {
+            "seconds": seconds,
+            "exit": code,
+            "requests": run.n,
+            "p50": run.pct(50),
+            "p95": run.pct(95),
+            "errors": sum(run.errors.values()),
+        }
         log(f"serve during reindex: {out['reindex']}")
     return out
 
@@ -403,8 +448,9 @@ def size_database(admin: str, n: int) -> tuple[str, str]:
     return name, named(admin, name)
 
 
-def run_size(args: argparse.Namespace, admin: str, base: Settings, gen: Generator, n: int, texts: list[str],
-             qvecs: np.ndarray) -> dict[str, object]:
+def run_size(
+    args: argparse.Namespace, admin: str, base: Settings, gen: Generator, n: int, texts: list[str], qvecs: np.ndarray
+) -> dict[str, object]:
     """--phase all: build, then measure; build: the database loaded and indexed, kept, its figures in
     scale-N-build.json (no bench lock needed); measure: the queries, overlap and serve on that database."""
     name, url = size_database(admin, n)
@@ -433,8 +479,12 @@ def build_size(args: argparse.Namespace, admin: str, settings: Settings, gen: Ge
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
     spec = spec_for(settings)
-    r: dict[str, object] = {"rows": n, "uptime": [os.getloadavg()], "index_memory": args.index_memory,
-                            "index_workers": settings.index.workers}
+    r: dict[str, object] = {
+        "rows": n,
+        "uptime": [os.getloadavg()],
+        "index_memory": args.index_memory,
+        "index_workers": settings.index.workers,
+    }
     with connect(settings) as conn:
         sets = {"vector": store.ensure_set(conn, spec, "vector", activate=True)}
         conn.commit()
@@ -448,8 +498,9 @@ def build_size(args: argparse.Namespace, admin: str, settings: Settings, gen: Ge
         log(f"rows {bulk:,}-{n:,} stored at {r['store_rows_per_s']:,.0f} rows/s")
         for t in ("halfvec", "bit"):
             sets[t] = store.ensure_set(conn, spec, t, activate=False)
-            conn.execute(f"INSERT INTO {sets[t].table_name} SELECT chunk_id, embedding::halfvec "
-                         f"FROM {sets['vector'].table_name}")
+            conn.execute(
+                f"INSERT INTO {sets[t].table_name} SELECT chunk_id, embedding::halfvec FROM {sets['vector'].table_name}"
+            )
             conn.commit()
         conn.autocommit = True
         t0 = time.perf_counter()
@@ -490,19 +541,28 @@ def build_size(args: argparse.Namespace, admin: str, settings: Settings, gen: Ge
     return r
 
 
-def measure_size(args: argparse.Namespace, settings: Settings, gen: Generator, n: int, texts: list[str],
-                 qvecs: np.ndarray, r: dict[str, object]) -> None:
+def measure_size(
+    args: argparse.Namespace,
+    settings: Settings,
+    gen: Generator,
+    n: int,
+    texts: list[str],
+    qvecs: np.ndarray,
+    r: dict[str, object],
+) -> None:
     """Query times (cold, then --warm), overlap with exact search and the served figures, into `r`."""
     deadline = time.monotonic() + args.max_minutes * 60
     spec = spec_for(settings)
     with connect(settings) as conn:
         sets = {t: store.ensure_set(conn, spec, t, activate=t == "vector") for t in TYPES}
         built = {t: dataclasses.replace(sets[t], indexed=True) for t in r["builds"]}  # type: ignore[attr-defined]
-        vectors = np.concatenate([gen.vectors_at(lo, min(STORE_BATCH_CHUNKS, n - lo))
-                                  for lo in range(0, n, STORE_BATCH_CHUNKS)])
+        vectors = np.concatenate(
+            [gen.vectors_at(lo, min(STORE_BATCH_CHUNKS, n - lo)) for lo in range(0, n, STORE_BATCH_CHUNKS)]
+        )
         ids = np.zeros(n, dtype=np.int64)  # row -> chunk id (parallel writers interleave the ids)
-        for cid, doc_id, seq in conn.execute("SELECT c.id, d.doc_id, c.seq FROM chunks c "
-                                             "JOIN documents d ON d.id = c.document_id"):
+        for cid, doc_id, seq in conn.execute(
+            "SELECT c.id, d.doc_id, c.seq FROM chunks c JOIN documents d ON d.id = c.document_id"
+        ):
             ids[int(doc_id[1:]) * CHUNKS_PER_DOC + seq] = cid
         conn.commit()
         r["query_ms"] = db_queries(conn, built, settings, texts[: args.queries], qvecs[: args.queries])
@@ -522,8 +582,11 @@ def measure_size(args: argparse.Namespace, settings: Settings, gen: Generator, n
 
 
 def query_set(settings: Settings, n: int) -> tuple[list[str], np.ndarray]:
-    texts = [search.check_query(json.loads(line)["text"]) for line in
-             (DATASET / "queries.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()][:n]
+    texts = [
+        search.check_query(json.loads(line)["text"])
+        for line in (DATASET / "queries.jsonl").read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ][:n]
     cache = OUT / f"queries-{n}.npy"
     if cache.exists():
         return texts, np.load(cache)
@@ -543,25 +606,40 @@ def main() -> None:
     parser.add_argument("--types", default="vector,halfvec,bit")
     parser.add_argument("--index-memory", default="1GB", help="setting index_memory for every build")
     parser.add_argument("--memory-limit", default="3584MB", help="PostgreSQL's cgroup: a 4 GB VPS less the app")
-    parser.add_argument("--serve-types", default="halfvec,bit",
-                        help="the sets `ragvps serve` searches in turn; reindex rebuilds the last one's index")
+    parser.add_argument(
+        "--serve-types",
+        default="halfvec,bit",
+        help="the sets `ragvps serve` searches in turn; reindex rebuilds the last one's index",
+    )
     parser.add_argument("--pg", type=Path, default=OUT, help="the embedded PostgreSQL's data dir (its pg/ folder)")
     parser.add_argument("--requests", type=int, default=3000, help="per served phase")
     parser.add_argument("--rate", type=float, default=48.0, help="paced phases, req/s over 8 clients")
     parser.add_argument("--max-reindex-seconds", type=float, default=1200)
     parser.add_argument("--max-minutes", type=float, default=75, help="per size: no new build or phase after it")
     parser.add_argument("--build-minutes", type=float, default=60, help="per size: every index built by then")
-    parser.add_argument("--warm", default="", metavar="TYPES",
-                        help="e.g. halfvec,bit: each type's index and vector table read into PostgreSQL's page "
-                             "cache first, then its queries timed again (\"with the index in memory\")")
-    parser.add_argument("--phase", choices=("all", "build", "measure"), default="all",
-                        help="build: load and index each size's database and keep it (run it without the bench "
-                             "lock); measure: time queries and serve on the database a build phase kept")
+    parser.add_argument(
+        "--warm",
+        default="",
+        metavar="TYPES",
+        help="e.g. halfvec,bit: each type's index and vector table read into PostgreSQL's page "
+        'cache first, then its queries timed again ("with the index in memory")',
+    )
+    parser.add_argument(
+        "--phase",
+        choices=("all", "build", "measure"),
+        default="all",
+        help="build: load and index each size's database and keep it (run it without the bench "
+        "lock); measure: time queries and serve on the database a build phase kept",
+    )
     parser.add_argument("--no-serve", action="store_true")
     parser.add_argument("--no-reindex", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep each size's database")
-    parser.add_argument("--bulk-above", type=int, default=200_000,
-                        help="sizes above this load all but --tail rows the fast way (see bulk_load)")
+    parser.add_argument(
+        "--bulk-above",
+        type=int,
+        default=200_000,
+        help="sizes above this load all but --tail rows the fast way (see bulk_load)",
+    )
     parser.add_argument("--tail", type=int, default=50_000, help="rows stored last through the real path, timed")
     parser.add_argument("--workers", type=int, default=2, help="bulk load processes")
     args = parser.parse_args()
@@ -577,8 +655,12 @@ def main() -> None:
         for n in (int(s) for s in args.sizes.split(",")):
             log(f"size {n:,}")
             r = run_size(args, admin, base, gen, n, texts, qvecs)
-            r |= {"base_passages": len(btexts), "pg": vps_settings(), "confined": confined,
-                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+            r |= {
+                "base_passages": len(btexts),
+                "pg": vps_settings(),
+                "confined": confined,
+                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            }
             (OUT / f"scale-{n}.json").write_text(json.dumps(r, indent=1))
             log(f"size {n:,} done: {OUT / f'scale-{n}.json'}")
     finally:

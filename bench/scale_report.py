@@ -42,15 +42,26 @@ def point(r: dict) -> dict:
         "gin_bytes": sizes.get("chunk_terms_tsv_idx", sizes.get("chunks_tsv_idx")),
         "keyword_table_bytes": sizes.get("chunk_terms"),  # migration 010's narrow table, its indexes included
         "keyword_ms": {"p50": round(q["keyword"][0], 1), "p95": round(q["keyword"][1], 1)},
-        "keyword_after_ms": ({"p50": r["keyword_after_ms"][0], "p95": r["keyword_after_ms"][1]}
-                             if "keyword_after_ms" in r else None),
-        "vector_ms": {t: {"p50": round(q[f"vector {t}"][0], 1), "p95": round(q[f"vector {t}"][1], 1)}
-                      for t in TYPES if f"vector {t}" in q},
-        "hybrid_ms": {t: {"p50": round(q[f"hybrid {t}"][0], 1), "p95": round(q[f"hybrid {t}"][1], 1)}
-                      for t in TYPES if f"hybrid {t}" in q},
-        "warm_ms": {t: {leg: {"p50": round(w[key][0], 1), "p95": round(w[key][1], 1)}
-                        for leg, key in (("keyword", "keyword"), ("vector", f"vector {t}"), ("hybrid", f"hybrid {t}"))}
-                    for t, w in r.get("warm_query_ms", {}).items()},
+        "keyword_after_ms": (
+            {"p50": r["keyword_after_ms"][0], "p95": r["keyword_after_ms"][1]} if "keyword_after_ms" in r else None
+        ),
+        "vector_ms": {
+            t: {"p50": round(q[f"vector {t}"][0], 1), "p95": round(q[f"vector {t}"][1], 1)}
+            for t in TYPES
+            if f"vector {t}" in q
+        },
+        "hybrid_ms": {
+            t: {"p50": round(q[f"hybrid {t}"][0], 1), "p95": round(q[f"hybrid {t}"][1], 1)}
+            for t in TYPES
+            if f"hybrid {t}" in q
+        },
+        "warm_ms": {
+            t: {
+                leg: {"p50": round(w[key][0], 1), "p95": round(w[key][1], 1)}
+                for leg, key in (("keyword", "keyword"), ("vector", f"vector {t}"), ("hybrid", f"hybrid {t}"))
+            }
+            for t, w in r.get("warm_query_ms", {}).items()
+        },
         "overlap": {k: round(v, 3) for k, v in r["overlap"].items()},
         "served": r.get("serve"),
         "load": [round(x[0], 1) for x in r["uptime"]],
@@ -77,8 +88,11 @@ def table(points: list[dict]) -> list[str]:
         growth = f"N^{exponent(series):.2f}" if exp and len(series) >= 2 else ""
         rows.append(f"| {label} | " + " | ".join(cells) + f" | {growth} |")
 
-    row("store stage, rows/s (COPY, tsvector, GIN, BM25 statistics)", lambda p: p["store_rows_per_s"],
-        lambda v: f"{v:,.0f}")
+    row(
+        "store stage, rows/s (COPY, tsvector, GIN, BM25 statistics)",
+        lambda p: p["store_rows_per_s"],
+        lambda v: f"{v:,.0f}",
+    )
     for t in TYPES:
         row(f"HNSW build {t}, s", lambda p, t=t: p["build_s"][t])
     for t in TYPES:
@@ -97,24 +111,40 @@ def table(points: list[dict]) -> list[str]:
         row(f"hybrid {t} p50, ms", lambda p, t=t: p["hybrid_ms"][t]["p50"])
         row(f"**hybrid {t} p95, ms**", lambda p, t=t: p["hybrid_ms"][t]["p95"])
     for t in ("halfvec", "bit"):
-        row(f"index and vector table read into memory first (bench/scale_bench.py --warm): vector leg {t} p95, ms",
-            lambda p, t=t: p["warm_ms"][t]["vector"]["p95"])
-        row(f"the same: BM25 leg p95 / hybrid {t} p50, ms", lambda p, t=t: f"{p['warm_ms'][t]['keyword']['p95']:.1f} / "
-            f"{p['warm_ms'][t]['hybrid']['p50']:.1f}", str, exp=False)
+        row(
+            f"index and vector table read into memory first (bench/scale_bench.py --warm): vector leg {t} p95, ms",
+            lambda p, t=t: p["warm_ms"][t]["vector"]["p95"],
+        )
+        row(
+            f"the same: BM25 leg p95 / hybrid {t} p50, ms",
+            lambda p, t=t: f"{p['warm_ms'][t]['keyword']['p95']:.1f} / {p['warm_ms'][t]['hybrid']['p50']:.1f}",
+            str,
+            exp=False,
+        )
         row(f"**the same: hybrid {t} p95, ms**", lambda p, t=t: p["warm_ms"][t]["hybrid"]["p95"])
-    labels = sorted({k for p in points for k in p["overlap"]},
-                    key=lambda k: (TYPES.index(k.split(",")[0]), int(k.split()[-1])))
+    labels = sorted(
+        {k for p in points for k in p["overlap"]}, key=lambda k: (TYPES.index(k.split(",")[0]), int(k.split()[-1]))
+    )
     for k in labels:
         row(f"top-10 overlap with exact, {k}", lambda p, k=k: p["overlap"][k], lambda v: f"{v:.3f}", exp=False)
     for t in ("halfvec", "bit"):
         row(f"served /search {t}, closed loop (8 clients), req/s", lambda p, t=t: p["served"][f"closed {t}"]["rps"])
         row(f"served /search {t}, closed loop p95, ms", lambda p, t=t: p["served"][f"closed {t}"]["p95"])
-        row(f"served /search {t}, paced at 48 req/s: achieved req/s", lambda p, t=t: p["served"][f"paced {t}"]["rps"],
-            exp=False)
-        row(f"served /search {t}, paced p95 (from the scheduled send), ms",
-            lambda p, t=t: p["served"][f"paced {t}"]["p95"])
-        row(f"served /search {t}, errors", lambda p, t=t: p["served"][f"paced {t}"]["errors"]
-            + p["served"][f"closed {t}"]["errors"], lambda v: f"{v:,.0f}", exp=False)
+        row(
+            f"served /search {t}, paced at 48 req/s: achieved req/s",
+            lambda p, t=t: p["served"][f"paced {t}"]["rps"],
+            exp=False,
+        )
+        row(
+            f"served /search {t}, paced p95 (from the scheduled send), ms",
+            lambda p, t=t: p["served"][f"paced {t}"]["p95"],
+        )
+        row(
+            f"served /search {t}, errors",
+            lambda p, t=t: p["served"][f"paced {t}"]["errors"] + p["served"][f"closed {t}"]["errors"],
+            lambda v: f"{v:,.0f}",
+            exp=False,
+        )
     row("`nice -n 19 ragvps reindex` (rebuilds the bit index) wall, s", lambda p: p["served"]["reindex"]["seconds"])
     row("served /search p95 during reindex, ms", lambda p: p["served"]["reindex"]["p95"])
     return rows
@@ -144,10 +174,12 @@ def svg(points: list[dict]) -> str:
 
     colours = {"vector": "#1f77b4", "halfvec": "#2ca02c", "bit": "#d62728"}
     dash = {"hybrid": "", "HNSW": "6,3", "index": "2,3", "BM25": ""}
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" '
-           'font-size="11">', f'<rect width="{w}" height="{h}" fill="white"/>',
-           f'<text x="{pad}" y="20" font-size="13">ragvps at 10k-1M chunks (384 dims, 4 GB PostgreSQL settings, '
-           'log-log)</text>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">',
+        f'<rect width="{w}" height="{h}" fill="white"/>',
+        f'<text x="{pad}" y="20" font-size="13">ragvps at 10k-1M chunks (384 dims, 4 GB PostgreSQL settings, '
+        "log-log)</text>",
+    ]
     for e in range(int(y0), int(y1) + 1):
         y = py(10**e)
         out.append(f'<line x1="{pad}" y1="{y:.1f}" x2="{w - pad - 160}" y2="{y:.1f}" stroke="#ddd"/>')
@@ -167,8 +199,10 @@ def svg(points: list[dict]) -> str:
         out.append(f'<path d="{path}" fill="none" stroke="{colour}" stroke-width="2" stroke-dasharray="{d}"/>')
         out += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{colour}"/>' for x, y in pts]
         lx = w - pad - 150
-        out.append(f'<line x1="{lx}" y1="{legend_y}" x2="{lx + 22}" y2="{legend_y}" stroke="{colour}" '
-                   f'stroke-width="2" stroke-dasharray="{d}"/>')
+        out.append(
+            f'<line x1="{lx}" y1="{legend_y}" x2="{lx + 22}" y2="{legend_y}" stroke="{colour}" '
+            f'stroke-width="2" stroke-dasharray="{d}"/>'
+        )
         out.append(f'<text x="{lx + 28}" y="{legend_y + 4}">{name}</text>')
         legend_y += 16
     out.append("</svg>")
@@ -183,9 +217,11 @@ def main() -> None:
     points = [point(r) for r in runs]
     last = runs[-1]
     sizes = ", ".join(f"{p['rows']:,}" for p in points)
-    measured = (f"bench/scale_bench.py, {sizes} chunks of 384 dims "
-                f"(all-MiniLM-L6-v2-int8), {last['date']}, 2 cores, nothing else running (load {points[-1]['load']}), "
-                f"PostgreSQL with 4 GB VPS settings, index_memory {last['index_memory']}")
+    measured = (
+        f"bench/scale_bench.py, {sizes} chunks of 384 dims "
+        f"(all-MiniLM-L6-v2-int8), {last['date']}, 2 cores, nothing else running (load {points[-1]['load']}), "
+        f"PostgreSQL with 4 GB VPS settings, index_memory {last['index_memory']}"
+    )
     curve = {"measured": measured, "dims": 384, "points": points}
     section = render(runs, points)
     print(section)
@@ -200,34 +236,40 @@ def sizing_section(curve: dict) -> str:
     """docs/sizing.md's table: what `ragvps plan --chunks N --ram 4GB` prints, for a few N."""
     start, end = markers("sizing")
     ram = 4 * sizing.GIB
-    rows = ["| chunks | vector_type | disk | HNSW index | fits in 4 GB | HNSW build, 2 cores | hybrid p50 / p95 (DB) |",
-            "|---|---|---|---|---|---|---|"]
+    rows = [
+        "| chunks | vector_type | disk | HNSW index | fits in 4 GB | HNSW build, 2 cores | hybrid p50 / p95 (DB) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for n in (10_000, 100_000, 1_000_000, 3_000_000):
         preds = [sizing.predict(curve, n, 384, t) for t in sizing.TYPES]
         for p in preds:
             fits, _ = sizing.ram_verdict(p.index_bytes, ram, p.vector_type, {})
             mark = " (extrapolated)" if p.extrapolated else ""
-            rows.append(f"| {n:,} | {p.vector_type} | {sizing.gib(p.disk_bytes)} | {sizing.gib(p.index_bytes)} | "
-                        f"{'yes' if fits else 'no'} | {p.build_s / 60:,.1f} min | "
-                        f"{p.hybrid_p50_ms:.0f} / {p.hybrid_p95_ms:.0f} ms{mark} |")
+            rows.append(
+                f"| {n:,} | {p.vector_type} | {sizing.gib(p.disk_bytes)} | {sizing.gib(p.index_bytes)} | "
+                f"{'yes' if fits else 'no'} | {p.build_s / 60:,.1f} min | "
+                f"{p.hybrid_p50_ms:.0f} / {p.hybrid_p95_ms:.0f} ms{mark} |"
+            )
     return "\n".join([start, f"From: {curve['measured']}.", "", *rows, "", end])
 
 
-DATA = ("**Data.** Text: each synthetic chunk takes one of 2,400 real passages (SciFact abstracts with titles, "
-        "the Chroma chunking study's documents and the NASA pages cut into 200-word passages, all from "
-        "../shared/data) and draws as many words as it has (+-25%): 60% from the passage's own words, as often "
-        "as the passage has them, 40% from the unigram distribution of all passages, so term frequencies, "
-        "document lengths and a Zipf tail are real ones, while the vocabulary does not grow with N as a real "
-        "corpus's would (the rarest words' document frequencies grow linearly: pessimistic for the BM25 leg). "
-        "Vectors: the passages embedded once with the local model (all-MiniLM-L6-v2 int8), each chunk "
-        "normalise(w * e_passage + (1 - w) * e_neighbour + noise), with one of the passage's 10 nearest "
-        "passages, w ~ U(0.6, 1) and Gaussian noise 0.03 per dimension. Queries: the first 200 SciFact "
-        "queries, embedded with the same model. Documents of 4 chunks. Sizes up to 200k go through the store "
-        "stage's own writes (`replace_documents`) from the first row; 1M loads its first 950k rows with two "
-        "processes through the same function but with the BM25 statistics trigger off and no GIN index, then "
-        "builds the GIN index and the statistics once, then stores the last 50k rows through the real path "
-        "(the store rate at 1M is those 50k rows). Top-10 overlap is against an exact numpy search over "
-        "every stored vector.")
+DATA = (
+    "**Data.** Text: each synthetic chunk takes one of 2,400 real passages (SciFact abstracts with titles, "
+    "the Chroma chunking study's documents and the NASA pages cut into 200-word passages, all from "
+    "../shared/data) and draws as many words as it has (+-25%): 60% from the passage's own words, as often "
+    "as the passage has them, 40% from the unigram distribution of all passages, so term frequencies, "
+    "document lengths and a Zipf tail are real ones, while the vocabulary does not grow with N as a real "
+    "corpus's would (the rarest words' document frequencies grow linearly: pessimistic for the BM25 leg). "
+    "Vectors: the passages embedded once with the local model (all-MiniLM-L6-v2 int8), each chunk "
+    "normalise(w * e_passage + (1 - w) * e_neighbour + noise), with one of the passage's 10 nearest "
+    "passages, w ~ U(0.6, 1) and Gaussian noise 0.03 per dimension. Queries: the first 200 SciFact "
+    "queries, embedded with the same model. Documents of 4 chunks. Sizes up to 200k go through the store "
+    "stage's own writes (`replace_documents`) from the first row; 1M loads its first 950k rows with two "
+    "processes through the same function but with the BM25 statistics trigger off and no GIN index, then "
+    "builds the GIN index and the statistics once, then stores the last 50k rows through the real path "
+    "(the store rate at 1M is those 50k rows). Top-10 overlap is against an exact numpy search over "
+    "every stored vector."
+)
 
 
 NOTES = """**This run (2026-12-02, 01:34-02:14 UTC) had the machine to itself**: no other agent, test run or bench,
@@ -311,12 +353,16 @@ def goals(run: dict, p: dict) -> list[str]:
     for key, s in served.items():
         if isinstance(s, dict) and key.startswith("paced"):
             ok = s["p95"] <= 60 and s["rps"] >= 40 and s["errors"] == 0
-            out.append(f"- served /search {key.split()[-1]}: p95 {s['p95']:.1f} ms at {s['rps']:.1f} req/s, "
-                       f"{s['errors']} errors (goal <= 60 ms at >= 40 req/s, 0 errors): {'met' if ok else 'missed'}")
+            out.append(
+                f"- served /search {key.split()[-1]}: p95 {s['p95']:.1f} ms at {s['rps']:.1f} req/s, "
+                f"{s['errors']} errors (goal <= 60 ms at >= 40 req/s, 0 errors): {'met' if ok else 'missed'}"
+            )
     for k, v in p["overlap"].items():
         if k in ("halfvec, ef_search 100", "vector, ef_search 100", "bit, bit_rerank_depth 200"):
-            out.append(f"- top-10 overlap with exact, {k} (the default): {v:.3f} (goal >= 0.95): "
-                       f"{'met' if v >= 0.95 else 'missed'}")
+            out.append(
+                f"- top-10 overlap with exact, {k} (the default): {v:.3f} (goal >= 0.95): "
+                f"{'met' if v >= 0.95 else 'missed'}"
+            )
         elif k in ("halfvec, ef_search 400", "vector, ef_search 400", "bit, bit_rerank_depth 800"):
             out.append(f"- top-10 overlap with exact, {k}: {v:.3f} (goal >= 0.95): {'met' if v >= 0.95 else 'missed'}")
     bit, half = p["index_bytes"].get("bit"), p["index_bytes"].get("halfvec")
@@ -327,8 +373,10 @@ def goals(run: dict, p: dict) -> list[str]:
         out.append(f"- halfvec HNSW build {build / 60:.1f} min (goal <= 15 min)")
     after = p.get("keyword_after_ms")
     if after:
-        out.append(f"- BM25 leg alone: p95 {p['keyword_ms']['p95']:,.0f} ms as it was, {after['p95']:,.0f} ms after "
-                   "the fix, on the same database under the same load")
+        out.append(
+            f"- BM25 leg alone: p95 {p['keyword_ms']['p95']:,.0f} ms as it was, {after['p95']:,.0f} ms after "
+            "the fix, on the same database under the same load"
+        )
     cut = run.get("builds_cut") or {}
     for t, s in cut.items():
         out.append(f"- {t} HNSW build not finished: stopped after {s / 60:.1f} min (see below)")
@@ -336,19 +384,30 @@ def goals(run: dict, p: dict) -> list[str]:
 
 
 def render(runs: list[dict], points: list[dict]) -> str:
-    checked = [line for r, p in zip(runs, points, strict=True) if p["rows"] >= 100_000
-               for line in [*goals(r, p), ""]]
+    checked = [line for r, p in zip(runs, points, strict=True) if p["rows"] >= 100_000 for line in [*goals(r, p), ""]]
     pg = runs[-1]["pg"]
-    each = "; ".join(f"{r['rows']:,} chunks on {r['date']}, load {[round(x[0], 1) for x in r['uptime']]}"
-                     for r in runs)
-    lines = [START, "## One box from 10k to 1M chunks (`python bench/scale_bench.py`)", "",
-             f"Runs: {each} (uptime's 1-minute load average at the start and after each phase; 2 cores, "
-             "nothing else running: see below).",
-             f"PostgreSQL 18 (embedded) with deploy/postgres/ragvps.conf at its 4 GB values: shared_buffers "
-             f"{pg['shared_buffers']}, effective_cache_size {pg['effective_cache_size']}, maintenance_work_mem "
-             f"{pg['maintenance_work_mem']}, work_mem {pg['work_mem']}; {runs[-1]['confined']}. Builds with "
-             f"index_memory {runs[-1]['index_memory']} and index_workers {runs[-1]['index_workers']} (the default).",
-             "", DATA, "", "![scale curve](scale.svg)", "", *table(points), "", *checked, NOTES, ""]
+    each = "; ".join(f"{r['rows']:,} chunks on {r['date']}, load {[round(x[0], 1) for x in r['uptime']]}" for r in runs)
+    lines = [
+        START,
+        "## One box from 10k to 1M chunks (`python bench/scale_bench.py`)",
+        "",
+        f"Runs: {each} (uptime's 1-minute load average at the start and after each phase; 2 cores, "
+        "nothing else running: see below).",
+        f"PostgreSQL 18 (embedded) with deploy/postgres/ragvps.conf at its 4 GB values: shared_buffers "
+        f"{pg['shared_buffers']}, effective_cache_size {pg['effective_cache_size']}, maintenance_work_mem "
+        f"{pg['maintenance_work_mem']}, work_mem {pg['work_mem']}; {runs[-1]['confined']}. Builds with "
+        f"index_memory {runs[-1]['index_memory']} and index_workers {runs[-1]['index_workers']} (the default).",
+        "",
+        DATA,
+        "",
+        "![scale curve](scale.svg)",
+        "",
+        *table(points),
+        "",
+        *checked,
+        NOTES,
+        "",
+    ]
     lines.append(END)
     return "\n".join(lines)
 

@@ -43,28 +43,25 @@ from support.serve_server import Server
 START, END = markers("serve_bench")
 
 
-
-
-
-
-
-
 def baseline(env: dict[str, str], texts: list[str]) -> Run:
     """What the server replaces: `ragvps query --json` as a new process per question, one after another."""
     run = Run("baseline: `ragvps query --json`, a new process per question")
     start = time.perf_counter()
     for text in texts:
         t = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "ragvps", "query", text, "--json"], env=env, cwd=ROOT,
-                              capture_output=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", "ragvps", "query", text, "--json"],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            timeout=120,
+        )
         if done.returncode == 0:
             run.latencies.append(time.perf_counter() - t)
         else:
             run.errors[f"exit {done.returncode}"] = run.errors.get(f"exit {done.returncode}", 0) + 1
     run.seconds = time.perf_counter() - start
     return run
-
-
 
 
 def database(args: argparse.Namespace) -> str:
@@ -103,8 +100,9 @@ def build(args: argparse.Namespace, admin: str, url: str) -> None:
     settings = base.replace(database_url=url)
     docs, chunks, vectors = base_corpus(base)
     rows = enlarge(docs, chunks, vectors, args.rows, 0.03)
-    print(f"building {sum(len(c) for _, c, _ in rows):,} chunks from {len(chunks):,} SciFact chunks ...",
-          file=sys.stderr)
+    print(
+        f"building {sum(len(c) for _, c, _ in rows):,} chunks from {len(chunks):,} SciFact chunks ...", file=sys.stderr
+    )
     with connect(settings) as conn:
         eset = store.ensure_set(conn, spec_for(settings), "vector", activate=True)
         conn.commit()
@@ -144,8 +142,13 @@ def main() -> None:
     url = database(args)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")}
     (args.data_dir / "no-config.toml").touch()
-    env |= {"PYTHONPATH": str(ROOT), "RAGVPS_DATABASE_URL": url, "RAGVPS_DATA_DIR": str(args.data_dir),
-            "RAGVPS_EMBEDDER": "local", "RAGVPS_CONFIG": str(args.data_dir / "no-config.toml")}
+    env |= {
+        "PYTHONPATH": str(ROOT),
+        "RAGVPS_DATABASE_URL": url,
+        "RAGVPS_DATA_DIR": str(args.data_dir),
+        "RAGVPS_EMBEDDER": "local",
+        "RAGVPS_CONFIG": str(args.data_dir / "no-config.toml"),
+    }
     unseen, warm = unseen_questions()
     search_bodies = [{"query": t, "mode": "hybrid"} for t in unseen]
     requests = min(args.requests, len(search_bodies))
@@ -162,11 +165,20 @@ def main() -> None:
                 c.post("/search", json={"query": text, "mode": "hybrid"}).raise_for_status()
         return server, health
 
-    phases = [("search, closed loop (as fast as 8 clients go)", None, None),
-              (f"search, paced at {args.rate:g} req/s", args.rate, None)]
+    phases = [
+        ("search, closed loop (as fast as 8 clients go)", None, None),
+        (f"search, paced at {args.rate:g} req/s", args.rate, None),
+    ]
     if not args.no_reindex:
-        phases += [(f"search, paced, during `nice -n 19 ragvps reindex` (index_workers={workers}"
-                    f"{', the default' if workers == '1' else ''})", args.rate, workers) for workers in ("1", "0")]
+        phases += [
+            (
+                f"search, paced, during `nice -n 19 ragvps reindex` (index_workers={workers}"
+                f"{', the default' if workers == '1' else ''})",
+                args.rate,
+                workers,
+            )
+            for workers in ("1", "0")
+        ]
     server = None
     try:
         for name, rate, workers in phases:
@@ -174,29 +186,49 @@ def main() -> None:
                 server.stop()
             server, health = started()
             if workers is None:
-                runs.append(asyncio.run(load(server.url, "/search", search_bodies, args.clients, requests,
-                                             args.max_seconds, rate, name)))
+                runs.append(
+                    asyncio.run(
+                        load(server.url, "/search", search_bodies, args.clients, requests, args.max_seconds, rate, name)
+                    )
+                )
                 continue
-            run, seconds, code = asyncio.run(under_reindex(server.url, search_bodies, args,
-                                                           env | {"RAGVPS_INDEX_WORKERS": workers}, name))
+            run, seconds, code = asyncio.run(
+                under_reindex(server.url, search_bodies, args, env | {"RAGVPS_INDEX_WORKERS": workers}, name)
+            )
             runs.append(run)
             repeated = max(0, run.n - len(search_bodies))
-            notes.append(f"reindex with index_workers={workers} ran {seconds:.0f} s (exit code {code}) beside "
-                         f"the load; of its {run.n:,} requests {repeated:,} repeated a question of the phase (the "
-                         f"{len(search_bodies):,} unseen ones sent in turn), which the question memo answered.")
+            notes.append(
+                f"reindex with index_workers={workers} ran {seconds:.0f} s (exit code {code}) beside "
+                f"the load; of its {run.n:,} requests {repeated:,} repeated a question of the phase (the "
+                f"{len(search_bodies):,} unseen ones sent in turn), which the question memo answered."
+            )
         assert server is not None and server.proc is not None
         question = {"question": unseen[0], "stream": False}
         with httpx.Client(base_url=server.url, headers=server.headers, timeout=120) as c:
             first, again = c.post("/ask", json=question), c.post("/ask", json=question)
         if first.status_code == again.status_code == 200:
-            notes.append(f"/ask: the first answer was a cache {first.json().get('cache')}, the second a cache "
-                         f"{again.json().get('cache')} (generator {again.json().get('generator')}).")
-            runs.append(asyncio.run(load(server.url, "/ask", [question], 1, args.ask, args.max_seconds, None,
-                                         "ask, answer-cache hit, 1 client")))
+            notes.append(
+                f"/ask: the first answer was a cache {first.json().get('cache')}, the second a cache "
+                f"{again.json().get('cache')} (generator {again.json().get('generator')})."
+            )
+            runs.append(
+                asyncio.run(
+                    load(
+                        server.url,
+                        "/ask",
+                        [question],
+                        1,
+                        args.ask,
+                        args.max_seconds,
+                        None,
+                        "ask, answer-cache hit, 1 client",
+                    )
+                )
+            )
         else:
             notes.append(f"/ask not measured: it answered {again.status_code} {again.text[:200]}")
         rss = rss_peak_mb(server.proc.pid)
-        runs.append(baseline(env, unseen[:args.baseline]))
+        runs.append(baseline(env, unseen[: args.baseline]))
     finally:
         if server is not None:
             server.stop()
@@ -208,11 +240,20 @@ def main() -> None:
         print(f"written to {RESULTS}", file=sys.stderr)
 
 
-def render(args: argparse.Namespace, health: dict, runs: list[Run], notes: list[str], rss: float,
-           before: tuple[float, ...], after: tuple[float, ...]) -> str:
+def render(
+    args: argparse.Namespace,
+    health: dict,
+    runs: list[Run],
+    notes: list[str],
+    rss: float,
+    before: tuple[float, ...],
+    after: tuple[float, ...],
+) -> str:
     today = datetime.date.today().isoformat()
     lines = [
-        START, "## Server under load (`python bench/serve_bench.py`)", "",
+        START,
+        "## Server under load (`python bench/serve_bench.py`)",
+        "",
         f"{today}, {platform.machine()} with {os.cpu_count()} cores, Python {platform.python_version()}; load average "
         f"{before[0]:.2f} / {before[1]:.2f} / {before[2]:.2f} before, {after[0]:.2f} / {after[1]:.2f} / {after[2]:.2f} "
         f"after (the machine is shared with other work). The load generator (httpx, asyncio, {args.clients} "
@@ -221,11 +262,17 @@ def render(args: argparse.Namespace, health: dict, runs: list[Run], notes: list[
         "hybrid search with the query embedded per request. Each phase has a server of its own (an empty question "
         "memo), warmed with 50 questions, then sent questions it has not seen (SciFact's claims and Chroma's "
         "questions, none twice: common.scifact.unseen_questions; a phase ends at the last of them). Latency of paced "
-        "runs counts from the scheduled send time.", "",
-        "| phase | requests | req/s | p50 ms | p95 ms | p99 ms | errors |", "|---|---|---|---|---|---|---|",
-        *[r.row() for r in runs], "",
-        f"Peak RSS of the last phase's server process (VmHWM, after the reindex phases and /ask): {rss:.0f} MB.", "",
-        *[f"- {n}" for n in notes], "", END,
+        "runs counts from the scheduled send time.",
+        "",
+        "| phase | requests | req/s | p50 ms | p95 ms | p99 ms | errors |",
+        "|---|---|---|---|---|---|---|",
+        *[r.row() for r in runs],
+        "",
+        f"Peak RSS of the last phase's server process (VmHWM, after the reindex phases and /ask): {rss:.0f} MB.",
+        "",
+        *[f"- {n}" for n in notes],
+        "",
+        END,
     ]
     return "\n".join(lines)
 

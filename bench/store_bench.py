@@ -37,12 +37,6 @@ from ragvps.retrieve import search
 BATCH = STORE_BATCH_CHUNKS  # chunks per transaction, as the store stage writes them
 
 
-
-
-
-
-
-
 def timed(fn) -> float:
     t0 = time.perf_counter()
     fn()
@@ -57,12 +51,12 @@ def copy_variants(conn: psycopg.Connection, rows: list[tuple]) -> dict[str, floa
         "plain rows (no tsvector)": "CREATE TABLE v_plain (LIKE chunks INCLUDING DEFAULTS)",
         "+ generated tsvector": "CREATE TABLE v_tsv (LIKE chunks INCLUDING DEFAULTS INCLUDING GENERATED)",
         "+ tsvector + GIN index": "CREATE TABLE v_gin (LIKE chunks INCLUDING DEFAULTS INCLUDING GENERATED);"
-                                  "CREATE INDEX ON v_gin USING gin (tsv)",
-        "+ tsvector + GIN index + BM25 statistics trigger (the chunks table)":
-            "CREATE TABLE v_all (LIKE chunks INCLUDING DEFAULTS INCLUDING GENERATED);"
-            "CREATE INDEX ON v_all USING gin (tsv);"
-            "CREATE TRIGGER s AFTER INSERT ON v_all REFERENCING NEW TABLE AS new_rows "
-            "FOR EACH STATEMENT EXECUTE FUNCTION ragvps_chunks_stats()",
+        "CREATE INDEX ON v_gin USING gin (tsv)",
+        "+ tsvector + GIN index + BM25 statistics trigger (the chunks table)": "CREATE TABLE v_all (LIKE chunks "
+        "INCLUDING DEFAULTS INCLUDING GENERATED);"
+        "CREATE INDEX ON v_all USING gin (tsv);"
+        "CREATE TRIGGER s AFTER INSERT ON v_all REFERENCING NEW TABLE AS new_rows "
+        "FOR EACH STATEMENT EXECUTE FUNCTION ragvps_chunks_stats()",
     }
     out = {}
     for name, ddl in variants.items():
@@ -71,14 +65,46 @@ def copy_variants(conn: psycopg.Connection, rows: list[tuple]) -> dict[str, floa
         conn.commit()
         t0 = time.perf_counter()
         for lo in range(0, len(flat), BATCH):
-            with conn.transaction(), conn.cursor().copy(
+            with (
+                conn.transaction(),
+                conn.cursor().copy(
                     f"COPY {table} (id, document_id, seq, heading_path, text, content_hash, tokens, llm_tokens, "
-                    "start_offset, end_offset, metadata, language) FROM STDIN WITH (FORMAT BINARY)") as cp:
-                cp.set_types(["bigint", "bigint", "integer", "text", "text", "text", "integer", "integer",
-                              "integer", "integer", "jsonb", "oid"])
+                    "start_offset, end_offset, metadata, language) FROM STDIN WITH (FORMAT BINARY)"
+                ) as cp,
+            ):
+                cp.set_types(
+                    [
+                        "bigint",
+                        "bigint",
+                        "integer",
+                        "text",
+                        "text",
+                        "text",
+                        "integer",
+                        "integer",
+                        "integer",
+                        "integer",
+                        "jsonb",
+                        "oid",
+                    ]
+                )
                 for i, (doc_i, c) in enumerate(flat[lo : lo + BATCH], start=lo):
-                    cp.write_row((i, doc_i, c.seq, c.heading_path, c.text, c.content_hash, c.tokens, c.llm_tokens,
-                                  c.start, c.end, psycopg.types.json.Jsonb(c.metadata), lang))
+                    cp.write_row(
+                        (
+                            i,
+                            doc_i,
+                            c.seq,
+                            c.heading_path,
+                            c.text,
+                            c.content_hash,
+                            c.tokens,
+                            c.llm_tokens,
+                            c.start,
+                            c.end,
+                            psycopg.types.json.Jsonb(c.metadata),
+                            lang,
+                        )
+                    )
         out[name] = len(flat) / (time.perf_counter() - t0)
         conn.execute(f"DROP TABLE {table}")
         conn.commit()
@@ -103,8 +129,9 @@ def exact_top(conn: psycopg.Connection, eset: store.EmbeddingSet, vec: np.ndarra
     # prepare=False: a prepared plan would ignore enable_indexscan and quietly use HNSW.
     with conn.transaction():
         conn.execute("SET LOCAL enable_indexscan = off", prepare=False)
-        rows = conn.execute(compose("vector_search", table=eset.table, candidates=sql.Literal(k)), {"embedding": vec},
-                            prepare=False)
+        rows = conn.execute(
+            compose("vector_search", table=eset.table, candidates=sql.Literal(k)), {"embedding": vec}, prepare=False
+        )
         return [r[0] for r in rows]
 
 
@@ -133,8 +160,11 @@ def main() -> None:
     docs, chunks, vectors = base_corpus(base)
     rows = enlarge(docs, chunks, vectors, args.rows, args.noise)
     n = sum(len(c) for _, c, _ in rows)
-    print(f"corpus: {len(chunks):,} real SciFact chunks with cached embeddings, enlarged to {n:,} chunks "
-          f"({len(rows):,} documents), {spec.dims} dims, noise {args.noise}", file=sys.stderr)
+    print(
+        f"corpus: {len(chunks):,} real SciFact chunks with cached embeddings, enlarged to {n:,} chunks "
+        f"({len(rows):,} documents), {spec.dims} dims, noise {args.noise}",
+        file=sys.stderr,
+    )
 
     report: dict[str, object] = {"rows": n, "base_chunks": len(chunks)}
     with connect(settings) as conn:
@@ -154,8 +184,10 @@ def main() -> None:
         t = time.perf_counter()
         conn.execute(f"CREATE TABLE vec_copy (LIKE {eset.table_name})")
         all_vecs = np.concatenate([v for _, _, v in rows])
-        with conn.transaction(), conn.cursor().copy("COPY vec_copy (chunk_id, embedding) FROM STDIN (FORMAT BINARY)") \
-                as cp:
+        with (
+            conn.transaction(),
+            conn.cursor().copy("COPY vec_copy (chunk_id, embedding) FROM STDIN (FORMAT BINARY)") as cp,
+        ):
             cp.set_types(["bigint", "vector"])
             for cid, v in zip(vec_ids, all_vecs, strict=True):
                 cp.write_row((cid, v))
@@ -198,8 +230,9 @@ def main() -> None:
             timings["vector"].append(timed(lambda v=vec: search.vector_leg(conn, eset, v, settings)))
             timings["keyword"].append(timed(lambda t=text: search.keyword_leg(conn, t, settings)))
             timings["hybrid"].append(timed(lambda t=text, v=vec: search.search(conn, eset, t, v, settings)))
-        report["query_ms"] = {k: (statistics.median(v) * 1000, float(np.percentile(v, 95)) * 1000)
-                              for k, v in timings.items()}
+        report["query_ms"] = {
+            k: (statistics.median(v) * 1000, float(np.percentile(v, 95)) * 1000) for k, v in timings.items()
+        }
 
         overlap: dict[str, float] = {}
         for name, es in (("vector", eset), ("halfvec", hset)):
@@ -228,15 +261,21 @@ def sql_insert_half(half: str, full: str) -> str:
 def print_report(r: dict, args: argparse.Namespace) -> None:
     print(f"{r['rows']:,} chunks ({r['base_chunks']:,} real SciFact chunks + perturbed copies), 384 dims\n")
     print("| measure | value |\n|---|---|")
-    print(f"| store stage (replace_documents: documents, chunks COPY + tsvector + GIN + BM25 stats trigger, "
-          f"vectors COPY), rows/s | {r['store_rows_per_s']:,.0f} |")
+    print(
+        f"| store stage (replace_documents: documents, chunks COPY + tsvector + GIN + BM25 stats trigger, "
+        f"vectors COPY), rows/s | {r['store_rows_per_s']:,.0f} |"
+    )
     for name, v in r["chunk_copy_rows_per_s"].items():
         print(f"| chunks COPY into a bare table: {name}, rows/s | {v:,.0f} |")
     print(f"| vectors COPY (vector(384)), rows/s | {r['vector_copy_rows_per_s']:,.0f} |")
-    print(f"| term statistics recomputed from scratch (ts_stat, {r['lexemes']:,} lexemes), s | "
-          f"{r['ts_stat_full_recompute_s']:.1f} |")
-    print(f"| HNSW build, vector (m 16, ef_construction 64, {r['index_memory']}, {r['index_workers']} worker), s | "
-          f"{r['hnsw_build_s_vector']:.1f} |")
+    print(
+        f"| term statistics recomputed from scratch (ts_stat, {r['lexemes']:,} lexemes), s | "
+        f"{r['ts_stat_full_recompute_s']:.1f} |"
+    )
+    print(
+        f"| HNSW build, vector (m 16, ef_construction 64, {r['index_memory']}, {r['index_workers']} worker), s | "
+        f"{r['hnsw_build_s_vector']:.1f} |"
+    )
     print(f"| HNSW build, halfvec, s | {r['hnsw_build_s_halfvec']:.1f} |")
     for k, (p50, p95) in r["query_ms"].items():
         print(f"| {k} query DB time p50 / p95, ms ({args.queries} SciFact queries) | {p50:.1f} / {p95:.1f} |")

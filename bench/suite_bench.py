@@ -44,8 +44,14 @@ def env_for(where: Path) -> dict[str, str]:
 
 def check_imports(where: Path) -> str:
     """Where `ragvps` comes from for a run in `where`; stops the bench if it is not that checkout."""
-    found = subprocess.run([sys.executable, "-c", "import ragvps; print(ragvps.__file__)"], cwd=where,
-                           env=env_for(where), capture_output=True, text=True, check=True).stdout.strip()
+    found = subprocess.run(
+        [sys.executable, "-c", "import ragvps; print(ragvps.__file__)"],
+        cwd=where,
+        env=env_for(where),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     if not Path(found).resolve().is_relative_to(where.resolve()):
         sys.exit(f"a run in {where} imports ragvps from {found}")
     return found
@@ -53,8 +59,13 @@ def check_imports(where: Path) -> str:
 
 def collected(where: Path) -> list[str]:
     """The node ids pytest collects in `where` (the default selection: `-m 'not slow'`)."""
-    done = subprocess.run([sys.executable, "-m", "pytest", *BASE_ARGS, "--collect-only"], cwd=where, env=env_for(where),
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", *BASE_ARGS, "--collect-only"],
+        cwd=where,
+        env=env_for(where),
+        capture_output=True,
+        text=True,
+    )
     return [line for line in done.stdout.splitlines() if "::" in line and not line.startswith(" ")]
 
 
@@ -71,13 +82,17 @@ def added_since(baseline: Path) -> list[str]:
 def run(where: Path, extra: list[str]) -> dict[str, object]:
     before = load()
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "pytest", *BASE_ARGS, *extra], cwd=where, capture_output=True,
-                          text=True, env=env_for(where))
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", *BASE_ARGS, *extra],
+        cwd=where,
+        capture_output=True,
+        text=True,
+        env=env_for(where),
+    )
     took = time.monotonic() - start
     summary = (done.stdout.strip().splitlines() or [""])[-1]
     counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected)", summary)}
-    return {"seconds": took, "load": before, "summary": summary.strip("= "), "counts": counts,
-            "rc": done.returncode}
+    return {"seconds": took, "load": before, "summary": summary.strip("= "), "counts": counts, "rc": done.returncode}
 
 
 def main() -> None:
@@ -86,8 +101,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--args", default="-n 3", help="pytest arguments for this checkout (default: -n 3)")
     parser.add_argument("--baseline-args", default="-n 2", help="pytest arguments for the baseline (default: -n 2)")
-    parser.add_argument("--like-for-like", action="store_true",
-                        help="also run this checkout's suite cut to the test functions the baseline has")
+    parser.add_argument(
+        "--like-for-like",
+        action="store_true",
+        help="also run this checkout's suite cut to the test functions the baseline has",
+    )
     parser.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md alone")
     opts = parser.parse_args()
     extra = shlex.split(opts.args)
@@ -98,31 +116,44 @@ def main() -> None:
     new: list[str] = []
     if opts.like_for_like:
         new = added_since(opts.baseline)
-        print(f"like for like: {len(new)} tests of this checkout deselected (test functions the baseline lacks)",
-              flush=True)
+        print(
+            f"like for like: {len(new)} tests of this checkout deselected (test functions the baseline lacks)",
+            flush=True,
+        )
         runs.append(("this, like for like", HERE, extra + [a for n in new for a in ("--deselect", n)]))
     rows = []
     for i in range(opts.rounds):
         for label, where, args in runs:
             result = run(where, args)
             rows.append((i + 1, label, result))
-            print(f"round {i + 1} {label}: {result['seconds']:.0f} s, load {result['load']}: {result['summary']}",
-                  flush=True)
+            print(
+                f"round {i + 1} {label}: {result['seconds']:.0f} s, load {result['load']}: {result['summary']}",
+                flush=True,
+            )
     seconds = {label: [r["seconds"] for _, lab, r in rows if lab == label] for label, _, _ in runs}
     base = seconds["baseline"]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
-                            text=True).stdout.strip()
-    base_commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=opts.baseline, capture_output=True,
-                                 text=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True
+    ).stdout.strip()
+    base_commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=opts.baseline, capture_output=True, text=True
+    ).stdout.strip()
     start, end = markers("test suite")
-    lines = [start, "## test suite: the whole suite, side by side (`python bench/suite_bench.py`)", "",
-             f"Baseline {base_commit} (`python -m pytest {' '.join(BASE_ARGS + base_extra)}`) against {commit} "
-             f"(`python -m pytest {' '.join(BASE_ARGS + extra)}`), interleaved on this 2-core machine "
-             "(load average before each run), each side with PYTHONPATH set to its own checkout."]
+    lines = [
+        start,
+        "## test suite: the whole suite, side by side (`python bench/suite_bench.py`)",
+        "",
+        f"Baseline {base_commit} (`python -m pytest {' '.join(BASE_ARGS + base_extra)}`) against {commit} "
+        f"(`python -m pytest {' '.join(BASE_ARGS + extra)}`), interleaved on this 2-core machine "
+        "(load average before each run), each side with PYTHONPATH set to its own checkout.",
+    ]
     if opts.like_for_like:
-        lines += ["", f"Like for like: {commit}'s suite without the {len(new)} tests whose test function the baseline "
-                      "lacks (a node id without its parameters; deselected by node id), against the baseline's whole "
-                      "suite."]
+        lines += [
+            "",
+            f"Like for like: {commit}'s suite without the {len(new)} tests whose test function the baseline "
+            "lacks (a node id without its parameters; deselected by node id), against the baseline's whole "
+            "suite.",
+        ]
     lines += ["", "| round | checkout | wall s | load (1, 5, 15 min) | pytest says |", "|---|---|---|---|---|"]
     for i, label, r in rows:
         lines.append(f"| {i} | {label} | {r['seconds']:.0f} | {r['load']} | {r['summary']} |")
@@ -131,8 +162,10 @@ def main() -> None:
         if label == "baseline":
             continue
         rounds = ", ".join(f"{b / t:.2f}x" for b, t in zip(base, this, strict=False))
-        lines.append(f"- {label}: baseline {sum(base):.0f} s, this {sum(this):.0f} s: **{sum(base) / sum(this):.2f}x** "
-                     f"as fast (round by round: {rounds}).")
+        lines.append(
+            f"- {label}: baseline {sum(base):.0f} s, this {sum(this):.0f} s: **{sum(base) / sum(this):.2f}x** "
+            f"as fast (round by round: {rounds})."
+        )
     lines.append(end)
     section = "\n".join(lines)
     print(section)

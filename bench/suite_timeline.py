@@ -28,8 +28,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     if not path:
         return
     group = next((str(m.args[0]) for m in item.iter_markers("xdist_group") if m.args), "")
-    line = {"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "test": item.nodeid, "when": call.when,
-            "start": call.start, "stop": call.stop, "group": group}
+    line = {
+        "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+        "test": item.nodeid,
+        "when": call.when,
+        "start": call.start,
+        "stop": call.stop,
+        "group": group,
+    }
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(line) + "\n")
     outcome.get_result()
@@ -53,8 +59,10 @@ def report(path: Path, top: int = 25) -> None:
             groups[r["group"] or "-"] += r["stop"] - r["start"]
             files[r["test"].split("::")[0]] += r["stop"] - r["start"]
         print("  groups: " + ", ".join(f"{g} {s:.1f}" for g, s in sorted(groups.items(), key=lambda x: -x[1])))
-        print("  files:  " + ", ".join(f"{Path(f).stem} {s:.1f}" for f, s in
-                                       sorted(files.items(), key=lambda x: -x[1])[:12]))
+        print(
+            "  files:  "
+            + ", ".join(f"{Path(f).stem} {s:.1f}" for f, s in sorted(files.items(), key=lambda x: -x[1])[:12])
+        )
     print(f"\nlongest {top} phases:")
     for r in sorted(rows, key=lambda r: r["start"] - r["stop"])[:top]:
         print(f"  {r['stop'] - r['start']:6.1f} s  {r['worker']:5} {r['when']:8} {r['test']} {r['group']}")

@@ -31,8 +31,11 @@ WORK = OUT / "sync_bench"
 def paragraphs() -> list[str]:
     out = []
     for path in sorted((ROOT / "docs").glob("*.md")):
-        out += [" ".join(p.split()) for p in path.read_text().split("\n\n")
-                if len(p.split()) > 30 and not p.lstrip().startswith(("#", "```", "|", "<!--"))]
+        out += [
+            " ".join(p.split())
+            for p in path.read_text().split("\n\n")
+            if len(p.split()) > 30 and not p.lstrip().startswith(("#", "```", "|", "<!--"))
+        ]
     return out
 
 
@@ -42,8 +45,10 @@ def make_site(folder: Path, pages: int) -> None:
     links = []
     for n in range(pages):
         name = f"page-{n:04d}.html"
-        (folder / name).write_text(f"<html><head><title>Page {n}</title></head><body><article><h1>Page {n}</h1>"
-                                   f"<p>{texts[n % len(texts)]} (page {n})</p></article></body></html>")
+        (folder / name).write_text(
+            f"<html><head><title>Page {n}</title></head><body><article><h1>Page {n}</h1>"
+            f"<p>{texts[n % len(texts)]} (page {n})</p></article></body></html>"
+        )
         links.append(f'<a href="{name}">Page {n}</a>')
     (folder / "index.html").write_text(f"<html><body><h1>Index</h1><p>{' '.join(links)}</p></body></html>")
     (folder / "robots.txt").write_text("User-agent: *\nAllow: /\n")
@@ -64,8 +69,9 @@ def make_repo(folder: Path, files: int) -> None:
 
 def ragvps(env: dict[str, str], *args: str) -> tuple[float, object]:
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "ragvps", *args], env=env, capture_output=True, text=True,
-                          cwd=ROOT, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "ragvps", *args], env=env, capture_output=True, text=True, cwd=ROOT, check=False
+    )
     wall = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"ragvps {' '.join(args)} failed ({done.returncode}): {done.stderr[-2000:]}")
@@ -79,8 +85,16 @@ def three_syncs(env: dict[str, str], name: str, change) -> list[dict]:
             change()
         wall, reports = ragvps(env, "sync", name, "--json")
         report = reports[0]  # type: ignore[index]
-        rows.append({"label": label, "wall_s": wall, **{k: report[k] for k in
-                     ("seconds", "items", "read", "unchanged", "deleted", "documents_stored", "chunks_embedded")}})
+        rows.append(
+            {
+                "label": label,
+                "wall_s": wall,
+                **{
+                    k: report[k]
+                    for k in ("seconds", "items", "read", "unchanged", "deleted", "documents_stored", "chunks_embedded")
+                },
+            }
+        )
     return rows
 
 
@@ -94,18 +108,34 @@ def main() -> None:
     shutil.rmtree(WORK, ignore_errors=True)
     make_site(WORK / "site", args.items)
     make_repo(WORK / "repo", args.items)
-    env = {**os.environ, "RAGVPS_DATA_DIR": str(WORK / "data"), "RAGVPS_EMBEDDER": "local", "RAGVPS_DATABASE_URL": "",
-           "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "RAGVPS_DATA_DIR": str(WORK / "data"),
+        "RAGVPS_EMBEDDER": "local",
+        "RAGVPS_DATABASE_URL": "",
+        "PYTHONPATH": str(ROOT),
+    }
     load = [os.getloadavg()]
     results = {}
     try:
         with served(WORK / "site") as base:
-            ragvps(env, "source", "add", "web", "site", f"{base}/index.html", "--max-pages", str(args.items + 1),
-                   "--max-depth", "1")
+            ragvps(
+                env,
+                "source",
+                "add",
+                "web",
+                "site",
+                f"{base}/index.html",
+                "--max-pages",
+                str(args.items + 1),
+                "--max-depth",
+                "1",
+            )
 
             def touch_page() -> None:
                 page = WORK / "site" / "page-0007.html"
                 page.write_text(page.read_text().replace("(page 7)", "(page 7, changed)"))
+
             results["web site"] = three_syncs(env, "site", touch_page)
         ragvps(env, "source", "add", "git", "repo", str(WORK / "repo"))
 
@@ -113,6 +143,7 @@ def main() -> None:
             note = WORK / "repo" / "part-00" / "note-0007.md"
             note.write_text(note.read_text() + "\nChanged.\n")
             commit_all(WORK / "repo", "one change")
+
         results["git repository"] = three_syncs(env, "repo", touch_file)
     finally:
         subprocess.run([sys.executable, "-m", "ragvps", "server", "stop"], env=env, capture_output=True, check=False)
@@ -125,21 +156,28 @@ def main() -> None:
 
 def report(results: dict[str, list[dict]], items: int, load) -> str:
     loads = " -> ".join(f"{a:.2f}/{b:.2f}/{c:.2f}" for a, b, c in load)
-    lines = ["<!-- sync_bench:start -->", "## Connected sources synced again (`python bench/sync_bench.py`)", "",
-             f"A {items:,}-page web site (served on 127.0.0.1, with its start page) and a {items:,}-file git "
-             "repository "
-             "(a path), each synced three times by `ragvps sync` with the local embedder: first, again with nothing "
-             "changed, again after one page or file changed. Wall: the whole `ragvps sync` process (Python start, "
-             "database open); sync: the sync's own seconds. "
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, 2 cores, load {loads}.", "",
-             "| source | sync | wall s | sync s | of the first | items | read | unchanged | stored | chunks embedded |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "<!-- sync_bench:start -->",
+        "## Connected sources synced again (`python bench/sync_bench.py`)",
+        "",
+        f"A {items:,}-page web site (served on 127.0.0.1, with its start page) and a {items:,}-file git "
+        "repository "
+        "(a path), each synced three times by `ragvps sync` with the local embedder: first, again with nothing "
+        "changed, again after one page or file changed. Wall: the whole `ragvps sync` process (Python start, "
+        "database open); sync: the sync's own seconds. "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, 2 cores, load {loads}.",
+        "",
+        "| source | sync | wall s | sync s | of the first | items | read | unchanged | stored | chunks embedded |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, rows in results.items():
         first = rows[0]["seconds"]
         for r in rows:
-            lines.append(f"| {name} | {r['label']} | {r['wall_s']:.1f} | {r['seconds']:.2f} | "
-                         f"{100 * r['seconds'] / first:.1f}% | {r['items']:,} | {r['read']:,} | {r['unchanged']:,} | "
-                         f"{r['documents_stored']:,} | {r['chunks_embedded']:,} |")
+            lines.append(
+                f"| {name} | {r['label']} | {r['wall_s']:.1f} | {r['seconds']:.2f} | "
+                f"{100 * r['seconds'] / first:.1f}% | {r['items']:,} | {r['read']:,} | {r['unchanged']:,} | "
+                f"{r['documents_stored']:,} | {r['chunks_embedded']:,} |"
+            )
     lines += ["", "Goal: a second sync with nothing changed under 10% of the first.", "<!-- sync_bench:end -->"]
     return "\n".join(lines)
 

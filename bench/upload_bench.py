@@ -71,8 +71,13 @@ def make_files(folder: Path, n: int, max_chars: int) -> list[Path]:
 def env_for(url: str, data_dir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")}
     (WORK / "no-config.toml").touch()
-    return env | {"PYTHONPATH": str(ROOT), "RAGVPS_DATABASE_URL": url, "RAGVPS_DATA_DIR": str(data_dir),
-                  "RAGVPS_EMBEDDER": "local", "RAGVPS_CONFIG": str(WORK / "no-config.toml")}
+    return env | {
+        "PYTHONPATH": str(ROOT),
+        "RAGVPS_DATABASE_URL": url,
+        "RAGVPS_DATA_DIR": str(data_dir),
+        "RAGVPS_EMBEDDER": "local",
+        "RAGVPS_CONFIG": str(WORK / "no-config.toml"),
+    }
 
 
 def ragvps(env: dict[str, str], *args: str) -> float:
@@ -91,8 +96,10 @@ def upload(server: Server, kb: str, files: list[Path], max_seconds: float) -> di
     with httpx.Client(base_url=server.url, headers=server.headers, timeout=600) as c:
         handles = [p.open("rb") for p in files]
         try:
-            r = c.post(f"/kb/{kb}/documents", files=[("files", (p.name, h, "text/markdown"))
-                                                     for p, h in zip(files, handles, strict=True)])
+            r = c.post(
+                f"/kb/{kb}/documents",
+                files=[("files", (p.name, h, "text/markdown")) for p, h in zip(files, handles, strict=True)],
+            )
         finally:
             for h in handles:
                 h.close()
@@ -107,10 +114,17 @@ def upload(server: Server, kb: str, files: list[Path], max_seconds: float) -> di
                 break
             time.sleep(0.25)
     total = time.perf_counter() - start
-    return {"load": f"{load_before:.1f} -> {os.getloadavg()[0]:.1f}",
-            "seconds": total, "accepted_s": accepted, "files": status["files_done"], "failed": status["files_failed"],
-            "chunks": status["chunks_embedded"], "state": status["state"], "files_per_s": status["files_done"] / total,
-            "job_s": status["seconds"]}
+    return {
+        "load": f"{load_before:.1f} -> {os.getloadavg()[0]:.1f}",
+        "seconds": total,
+        "accepted_s": accepted,
+        "files": status["files_done"],
+        "failed": status["files_failed"],
+        "chunks": status["chunks_embedded"],
+        "state": status["state"],
+        "files_per_s": status["files_done"] / total,
+        "job_s": status["seconds"],
+    }
 
 
 def question_bodies() -> tuple[list[dict], Iterator[dict]]:
@@ -126,13 +140,21 @@ def question_bodies() -> tuple[list[dict], Iterator[dict]]:
     return [{"query": q, "mode": "hybrid", "k": 8} for q in warm], fresh()
 
 
-def searches(server: Server, bodies: list[dict], rate: float, total: int, max_seconds: float, name: str,
-             stop: asyncio.Event | None = None) -> Run:
+def searches(
+    server: Server,
+    bodies: list[dict],
+    rate: float,
+    total: int,
+    max_seconds: float,
+    name: str,
+    stop: asyncio.Event | None = None,
+) -> Run:
     return asyncio.run(load(server.url, "/search", bodies, 8, total, max_seconds, rate, name, stop))
 
 
-def during(server: Server, bodies: Iterator[dict], args: argparse.Namespace, work: Callable[[], dict],
-           name: str) -> tuple[Run, dict]:
+def during(
+    server: Server, bodies: Iterator[dict], args: argparse.Namespace, work: Callable[[], dict], name: str
+) -> tuple[Run, dict]:
     """The paced searches while `work` runs (an upload, or `ragvps ingest`); they stop when it ends (or at their
     bounds)."""
     result: dict[str, object] = {}
@@ -142,8 +164,19 @@ def during(server: Server, bodies: Iterator[dict], args: argparse.Namespace, wor
         thread = threading.Thread(target=lambda: result.update(work()))
         thread.start()
         total = args.searches * 10
-        task = asyncio.create_task(load(server.url, "/search", list(itertools.islice(bodies, total)), 8, total,
-                                        args.max_seconds, args.rate, name, stop))
+        task = asyncio.create_task(
+            load(
+                server.url,
+                "/search",
+                list(itertools.islice(bodies, total)),
+                8,
+                total,
+                args.max_seconds,
+                args.rate,
+                name,
+                stop,
+            )
+        )
         await asyncio.to_thread(thread.join)
         stop.set()
         return await task
@@ -156,8 +189,11 @@ def cli_ingest(env: dict[str, str], folder: Path) -> dict[str, object]:
     load_before = os.getloadavg()[0]
     seconds = ragvps(env, "ingest", str(folder))
     files = len(list(folder.glob("*.md")))
-    return {"seconds": seconds, "files_per_s": files / seconds,
-            "load": f"{load_before:.1f} -> {os.getloadavg()[0]:.1f}"}
+    return {
+        "seconds": seconds,
+        "files_per_s": files / seconds,
+        "load": f"{load_before:.1f} -> {os.getloadavg()[0]:.1f}",
+    }
 
 
 def main() -> None:
@@ -188,17 +224,20 @@ def main() -> None:
     server = Server(api_env | {"RAGVPS_API_KEYS": KEY}, WORK / "serve.log", key=KEY).start(timeout=300)
     try:
         searches(server, warm, args.rate, len(warm), 30, "warm-up")
-        idle = searches(server, list(itertools.islice(bodies, args.searches)), args.rate, args.searches,
-                        args.max_seconds, "idle")
+        idle = searches(
+            server, list(itertools.islice(bodies, args.searches)), args.rate, args.searches, args.max_seconds, "idle"
+        )
         log(idle.row())
         r["alone"] = upload(server, "alone", files, args.max_seconds)
         log(f"upload alone: {r['alone']}")
-        busy, r["during"] = during(server, bodies, args,
-                                   lambda: upload(server, "during", files, args.max_seconds), "during the upload")
+        busy, r["during"] = during(
+            server, bodies, args, lambda: upload(server, "during", files, args.max_seconds), "during the upload"
+        )
         log(busy.row())
         log(f"upload during searches: {r['during']}")
-        busy_cli, r["cli_busy"] = during(server, bodies, args, lambda: cli_ingest(cli_busy_env, WORK / "files"),
-                                         "during `ragvps ingest`")
+        busy_cli, r["cli_busy"] = during(
+            server, bodies, args, lambda: cli_ingest(cli_busy_env, WORK / "files"), "during `ragvps ingest`"
+        )
         log(busy_cli.row())
         log(f"ragvps ingest during searches: {r['cli_busy']}")
     finally:
@@ -216,52 +255,60 @@ def main() -> None:
 def report(r: dict) -> str:
     idle, busy, alone, dur, cli, cli_dur = r["idle"], r["busy"], r["alone"], r["during"], r["cli"], r["cli_busy"]
     failed = sum(busy.errors.values()) + sum(idle.errors.values())
-    return "\n".join([
-        "<!-- upload_bench:start -->",
-        "## Uploading 1,000 files through the API while /search runs (`python bench/upload_bench.py`)",
-        "",
-        f"{r['files']:,} Markdown files ({r['bytes'] / 1024:.0f} KiB: sections of docs/, each unique) sent in one "
-        f"multipart POST /kb/NAME/documents to a real `ragvps serve` (embedded PostgreSQL 18, local MiniLM int8, "
-        f"the server's onnxruntime at 1 thread per call), followed to the job's end; /search hybrid k=8 on the "
-        f"knowledge base `default` (docs/) paced at {r['rate']:g} req/s over 8 clients, questions the server has "
-        f"not seen (SciFact's claims and Chroma's questions, none twice; then each again with a number appended). "
-        f"`uptime` before: {r['uptime'][0]}; after: {r['uptime'][1]}.",
-        "",
-        "| /search | requests | req/s | p50 ms | p95 ms | p99 ms | failed |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-        idle.row(), busy.row(), r["busy_cli"].row(),
-        "",
-        f"Failed searches: {failed}. Search p95 during the upload / idle: {busy.pct(95) / idle.pct(95):.2f}x "
-        "(goal < 2x).",
-        "",
-        "| ingest of the same files | seconds | files/s | chunks embedded | files failed | vs `ragvps ingest` "
-        "alone | vs `ragvps ingest` during the searches | load avg (1 min) before -> after |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
-        f"| `ragvps ingest` (CLI, all cores, normal priority) | {cli['seconds']:.1f} | {cli['files_per_s']:.1f} "
-        f"| all | 0 | 1.00 | | {cli['load']} |",
-        f"| `ragvps ingest` during the searches | {cli_dur['seconds']:.1f} | {cli_dur['files_per_s']:.1f} "
-        f"| all | 0 | {cli_dur['files_per_s'] / cli['files_per_s']:.2f} | 1.00 | {cli_dur['load']} |",
-        f"| API upload, no search load (POST to job end) | {alone['seconds']:.1f} | {alone['files_per_s']:.1f} | "
-        f"{alone['chunks']:,} | {alone['failed']} | {alone['files_per_s'] / cli['files_per_s']:.2f} | | "
-        f"{alone['load']} |",
-        f"| API upload during the searches | {dur['seconds']:.1f} | {dur['files_per_s']:.1f} | {dur['chunks']:,} | "
-        f"{dur['failed']} | {dur['files_per_s'] / cli['files_per_s']:.2f} | "
-        f"{dur['files_per_s'] / cli_dur['files_per_s']:.2f} | {dur['load']} |",
-        "",
-        f"The POST itself (the files streamed to disk, the job queued) took {alone['accepted_s']:.2f} s alone and "
-        f"{dur['accepted_s']:.2f} s during the searches; the rest is the job (read, chunk, embed, store).",
-        "",
-        "How to read it: the job runs in a `ragvps worker --jobs` child of the server in the SCHED_IDLE class "
-        "(serve/documents/runner.py), and so do its database backends (db/priority.py), with all cores for "
-        "onnxruntime: it gets only CPU time nothing else wants, and a search that wakes up takes a core from it at "
-        "once. So the upload's rate is what the searches and anything else on the machine leave (a load average above "
-        "the bench's own ~2 means another process took its share), while the CLI rows run at normal priority (and take "
-        "their share from the searches: see the p95 during `ragvps ingest` above). The job's own work is the CLI's: "
-        "in process, unniced, its cProfile (run_jobs in one process on these files) is embedding 87%, chunking 9%, "
-        "storing 1%, marking files 1%. Upload batches are 256 files or 16 MB (each batch embedded, then stored in one "
-        "transaction, then its files marked).",
-        "<!-- upload_bench:end -->",
-    ])
+    return "\n".join(
+        [
+            "<!-- upload_bench:start -->",
+            "## Uploading 1,000 files through the API while /search runs (`python bench/upload_bench.py`)",
+            "",
+            f"{r['files']:,} Markdown files ({r['bytes'] / 1024:.0f} KiB: sections of docs/, each unique) sent in one "
+            f"multipart POST /kb/NAME/documents to a real `ragvps serve` (embedded PostgreSQL 18, local MiniLM int8, "
+            f"the server's onnxruntime at 1 thread per call), followed to the job's end; /search hybrid k=8 on the "
+            f"knowledge base `default` (docs/) paced at {r['rate']:g} req/s over 8 clients, questions the server has "
+            f"not seen (SciFact's claims and Chroma's questions, none twice; then each again with a number appended). "
+            f"`uptime` before: {r['uptime'][0]}; after: {r['uptime'][1]}.",
+            "",
+            "| /search | requests | req/s | p50 ms | p95 ms | p99 ms | failed |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+            idle.row(),
+            busy.row(),
+            r["busy_cli"].row(),
+            "",
+            f"Failed searches: {failed}. Search p95 during the upload / idle: {busy.pct(95) / idle.pct(95):.2f}x "
+            "(goal < 2x).",
+            "",
+            "| ingest of the same files | seconds | files/s | chunks embedded | files failed | vs `ragvps ingest` "
+            "alone | vs `ragvps ingest` during the searches | load avg (1 min) before -> after |",
+            "|---|---:|---:|---:|---:|---:|---:|---|",
+            f"| `ragvps ingest` (CLI, all cores, normal priority) | {cli['seconds']:.1f} | {cli['files_per_s']:.1f} "
+            f"| all | 0 | 1.00 | | {cli['load']} |",
+            f"| `ragvps ingest` during the searches | {cli_dur['seconds']:.1f} | {cli_dur['files_per_s']:.1f} "
+            f"| all | 0 | {cli_dur['files_per_s'] / cli['files_per_s']:.2f} | 1.00 | {cli_dur['load']} |",
+            f"| API upload, no search load (POST to job end) | {alone['seconds']:.1f} | {alone['files_per_s']:.1f} | "
+            f"{alone['chunks']:,} | {alone['failed']} | {alone['files_per_s'] / cli['files_per_s']:.2f} | | "
+            f"{alone['load']} |",
+            f"| API upload during the searches | {dur['seconds']:.1f} | {dur['files_per_s']:.1f} | {dur['chunks']:,} | "
+            f"{dur['failed']} | {dur['files_per_s'] / cli['files_per_s']:.2f} | "
+            f"{dur['files_per_s'] / cli_dur['files_per_s']:.2f} | {dur['load']} |",
+            "",
+            f"The POST itself (the files streamed to disk, the job queued) took {alone['accepted_s']:.2f} s alone and "
+            f"{dur['accepted_s']:.2f} s during the searches; the rest is the job (read, chunk, embed, store).",
+            "",
+            "How to read it: the job runs in a `ragvps worker --jobs` child of the server in the SCHED_IDLE class "
+            "(serve/documents/runner.py), and so do its database backends (db/priority.py), with all cores for "
+            "onnxruntime: it gets only CPU time nothing else wants, and a search that wakes up takes a core from it at "
+            "once. So the upload's rate is what the searches and anything else on the machine leave (a load average "
+            "above "
+            "the bench's own ~2 means another process took its share), while the CLI rows run at normal priority (and "
+            "take "
+            "their share from the searches: see the p95 during `ragvps ingest` above). The job's own work is the "
+            "CLI's: "
+            "in process, unniced, its cProfile (run_jobs in one process on these files) is embedding 87%, chunking 9%, "
+            "storing 1%, marking files 1%. Upload batches are 256 files or 16 MB (each batch embedded, then stored in "
+            "one "
+            "transaction, then its files marked).",
+            "<!-- upload_bench:end -->",
+        ]
+    )
 
 
 if __name__ == "__main__":

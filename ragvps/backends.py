@@ -39,23 +39,40 @@ def _by_name(*backends: Backend) -> dict[str, Backend]:
 
 
 EMBEDDERS = _by_name(
-    Backend("local", "ragvps.embed.registry:LOCAL", f"{LOCAL_MODEL} in-process (onnxruntime), no server",
-            model=LOCAL_MODEL, memory_bytes=512 * 1024**2,  # ~0.5 GB peak RSS with sub-batches of 8
-            memory_note="peak RSS while embedding, measured"),
-    Backend("ollama", "ragvps.embed.registry:OLLAMA", "an Ollama server's /api/embed, one or several hosts",
-            memory_note="held by the Ollama server: see `ollama ps`"),
+    Backend(
+        "local",
+        "ragvps.embed.registry:LOCAL",
+        f"{LOCAL_MODEL} in-process (onnxruntime), no server",
+        model=LOCAL_MODEL,
+        memory_bytes=512 * 1024**2,  # ~0.5 GB peak RSS with sub-batches of 8
+        memory_note="peak RSS while embedding, measured",
+    ),
+    Backend(
+        "ollama",
+        "ragvps.embed.registry:OLLAMA",
+        "an Ollama server's /api/embed, one or several hosts",
+        memory_note="held by the Ollama server: see `ollama ps`",
+    ),
 )
 GENERATORS = _by_name(
     Backend("extractive", "ragvps.generate.registry:extractive", "the best-matching sentences, quoted; no LLM"),
-    Backend("openai", "ragvps.generate.registry:openai", "an OpenAI-compatible /chat/completions API",
-            key_env="OPENAI_API_KEY"),
-    Backend("anthropic", "ragvps.generate.registry:anthropic", "Anthropic's /v1/messages API",
-            key_env="ANTHROPIC_API_KEY"),
-    Backend("ollama", "ragvps.generate.registry:ollama", "an Ollama server's /api/chat",
-            missing_model="run `ollama pull {model}`"),
+    Backend(
+        "openai",
+        "ragvps.generate.registry:openai",
+        "an OpenAI-compatible /chat/completions API",
+        key_env="OPENAI_API_KEY",
+    ),
+    Backend(
+        "anthropic", "ragvps.generate.registry:anthropic", "Anthropic's /v1/messages API", key_env="ANTHROPIC_API_KEY"
+    ),
+    Backend(
+        "ollama",
+        "ragvps.generate.registry:ollama",
+        "an Ollama server's /api/chat",
+        missing_model="run `ollama pull {model}`",
+    ),
 )
 RERANKERS = _by_name(
     Backend("none", "ragvps.retrieve.reranking:none", "the search's own order", reorders=False),
     Backend("api", "ragvps.retrieve.reranking:api", "a rerank API (Cohere, Jina, TEI, llama.cpp) at reranker_url"),
 )
-

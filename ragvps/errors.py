@@ -32,18 +32,43 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-Kind = Literal["usage", "unauthorized", "forbidden", "config", "not_found", "conflict", "unavailable", "too_long",
-               "corrupt", "failed"]
+Kind = Literal[
+    "usage",
+    "unauthorized",
+    "forbidden",
+    "config",
+    "not_found",
+    "conflict",
+    "unavailable",
+    "too_long",
+    "corrupt",
+    "failed",
+]
 
 EXIT_CODES: dict[str, int] = {
-    "usage": 2, "unauthorized": 2, "forbidden": 2, "config": 2, "not_found": 1, "conflict": 1, "unavailable": 1,
-    "too_long": 1, "corrupt": 1, "failed": 1,
+    "usage": 2,
+    "unauthorized": 2,
+    "forbidden": 2,
+    "config": 2,
+    "not_found": 1,
+    "conflict": 1,
+    "unavailable": 1,
+    "too_long": 1,
+    "corrupt": 1,
+    "failed": 1,
 }
 HTTP_STATUS: dict[str, int] = {
-    "usage": 400, "unauthorized": 401, "forbidden": 403, "config": 500, "not_found": 404, "conflict": 409,
-    "unavailable": 503, "too_long": 413, "corrupt": 422, "failed": 500,
+    "usage": 400,
+    "unauthorized": 401,
+    "forbidden": 403,
+    "config": 500,
+    "not_found": 404,
+    "conflict": 409,
+    "unavailable": 503,
+    "too_long": 413,
+    "corrupt": 422,
+    "failed": 500,
 }
-
 
 
 def kind_of_status(status: int) -> Kind:

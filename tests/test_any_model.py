@@ -22,8 +22,14 @@ def fresh_specs():
 
 
 def use(cli, fake, model: str) -> None:
-    cli.env.update({"RAGVPS_EMBEDDER": "ollama", "RAGVPS_OLLAMA_URL": fake.url, "RAGVPS_EMBED_MODEL": model,
-                    "RAGVPS_OLLAMA_RETRIES": "0"})
+    cli.env.update(
+        {
+            "RAGVPS_EMBEDDER": "ollama",
+            "RAGVPS_OLLAMA_URL": fake.url,
+            "RAGVPS_EMBED_MODEL": model,
+            "RAGVPS_OLLAMA_RETRIES": "0",
+        }
+    )
 
 
 def chunks_stored(db_url: str) -> int:
@@ -89,8 +95,21 @@ def test_a_halved_batch_keeps_the_vectors_answered_for_its_neighbours(cli, tmp_p
     cli.env["RAGVPS_BATCH_SIZE"] = "8"
     folder = tmp_path / "own"  # its own pages, so the batches do not depend on how docs/ chunks
     folder.mkdir()
-    for i, topic in enumerate(["restores", "retention", "encryption", "monitoring", "rotation", "quotas",
-                               "snapshots", "replicas", "alerts", "upgrades", "audits"]):
+    for i, topic in enumerate(
+        [
+            "restores",
+            "retention",
+            "encryption",
+            "monitoring",
+            "rotation",
+            "quotas",
+            "snapshots",
+            "replicas",
+            "alerts",
+            "upgrades",
+            "audits",
+        ]
+    ):
         (folder / f"page-{i:02}.md").write_text(f"# {topic.title()}\n\nHow {topic} work on the backup host.\n")
     body = "Backups run every night at two and are kept for a week. " * 40
     (folder / "zz-long.md").write_text("# Backups\n\n" + body)
@@ -102,7 +121,8 @@ def test_a_halved_batch_keeps_the_vectors_answered_for_its_neighbours(cli, tmp_p
     ollama.models["nomic-embed-text"].num_ctx = 300  # /api/show says 2048; the runner takes 300
     result = cli("ingest", str(folder), "--json", expect=1)
     assert "has 4" in result.stderr or "tokens, more than model nomic-embed-text takes" in " ".join(
-        result.stderr.split())
+        result.stderr.split()
+    )
     answered = set(ollama.inputs)
     halved = [b for b in ollama.embed_requests() if len(b["input"]) < 8]
     assert any(t in answered for b in halved for t in b["input"]), "no neighbour was answered in a halved batch"

@@ -91,7 +91,8 @@ def test_a_pooled_app_serves_threads_with_one_embedder(settings: Settings, tmp_p
 
 
 def test_a_model_switched_under_an_app_is_refused_and_the_next_search_before_its_embedding(
-        settings: Settings, tmp_path: Path):
+    settings: Settings, tmp_path: Path
+):
     shutil.copytree(DOCS, tmp_path / "docs")
     with App.open(settings) as app:
         app.ingest(tmp_path / "docs")
@@ -119,6 +120,11 @@ def test_help_and_plan_import_neither_the_database_driver_nor_the_model():
         "        pass\n"
         "print(json.dumps([m for m in ('psycopg', 'onnxruntime', 'tokenizers', 'httpx') if m in sys.modules]))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[1]).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[1],
+    ).stdout
     assert json.loads(out.strip().splitlines()[-1]) == []

@@ -19,11 +19,11 @@ from ragvps.retrieve.filters import Filters
 
 DOCS = {
     "backups.md": "# Backups\n\nBackups run every night at 02:00 on the second disk. "
-                  "Each backup is kept for thirty days and then deleted.\n",
+    "Each backup is kept for thirty days and then deleted.\n",
     "keys.md": "# Keys\n\nThe signing key rotates when an operator runs the rotate command. "
-               "An old signing key stops working one hour after the rotation.\n",
+    "An old signing key stops working one hour after the rotation.\n",
     "logs.md": "# Logs\n\nApplication logs are written to the journal. "
-               "The journal is compressed weekly and trimmed when it reaches two gigabytes.\n",
+    "The journal is compressed weekly and trimmed when it reaches two gigabytes.\n",
 }
 Q_BACKUP = "When do the nightly backups run?"
 Q_KEYS = "When does an old signing key stop working after rotation?"
@@ -43,8 +43,12 @@ def corpus(tmp_path_factory: pytest.TempPathFactory, module_db_url: str) -> Iter
 
 def open_app(settings: Settings, fake: FakeLLM | None = None, **flat: object) -> App:
     if fake is not None:
-        flat = {"generator": "openai", "generator_url": fake.url + "/v1", "generator_model": "gpt-4o-mini",
-                "generator_retries": 0} | flat
+        flat = {
+            "generator": "openai",
+            "generator_url": fake.url + "/v1",
+            "generator_model": "gpt-4o-mini",
+            "generator_retries": 0,
+        } | flat
     return App.open(settings.replace(**flat)).__enter__()
 
 
@@ -57,8 +61,10 @@ def clean_cache(corpus: tuple[Path, Settings]) -> None:
 def chunk_text(app: App, chunk_id: str) -> str:
     doc, seq = chunk_id.rsplit("#", 1)
     with app.connection() as conn:
-        row = conn.execute("SELECT c.text FROM chunks c JOIN documents d ON d.id = c.document_id "
-                           "WHERE d.doc_id = %s AND c.seq = %s", (doc, int(seq))).fetchone()
+        row = conn.execute(
+            "SELECT c.text FROM chunks c JOIN documents d ON d.id = c.document_id WHERE d.doc_id = %s AND c.seq = %s",
+            (doc, int(seq)),
+        ).fetchone()
         conn.commit()
     assert row is not None
     return str(row[0])
@@ -99,8 +105,11 @@ def test_llm_answer_cites_the_chunk_holding_the_text_and_a_repeat_is_a_hit(corpu
     assert off.cache == "off" and len(llm.llm_requests()) == 2
     with app.connection() as conn:
         st = cache.stats(conn)
-    assert st["entries"] == 1 and st["hits"] == 1 and st["tokens_saved"] == a.usage.prompt_tokens + \
-        a.usage.completion_tokens
+    assert (
+        st["entries"] == 1
+        and st["hits"] == 1
+        and st["tokens_saved"] == a.usage.prompt_tokens + a.usage.completion_tokens
+    )
 
 
 def test_invalid_markers_are_dropped_and_counted(corpus, clean_cache, llm):
@@ -119,8 +128,7 @@ def test_nothing_relevant_is_the_refusal_without_a_request(corpus, clean_cache, 
     assert llm.llm_requests() == []
 
 
-def test_off_topic_is_refused_by_the_gate_before_any_llm_request_and_the_refusal_is_cached(
-        corpus, clean_cache, llm):
+def test_off_topic_is_refused_by_the_gate_before_any_llm_request_and_the_refusal_is_cached(corpus, clean_cache, llm):
     app = open_app(corpus[1], llm)
     a = app.ask(AskRequest(Q_OFF_TOPIC))
     assert a.answer == REFUSAL and not a.answered and a.sources == () and a.cache == "miss"
@@ -139,8 +147,14 @@ def test_off_topic_is_refused_by_the_gate_before_any_llm_request_and_the_refusal
 def test_the_gate_refuses_for_every_generator(corpus, clean_cache):
     for generator in ("extractive", "anthropic", "ollama", "openai"):
         # URLs no server listens on: a request would fail, so a refusal proves none was made
-        app = open_app(corpus[1], generator=generator, generator_url="http://127.0.0.1:9",
-                       generator_model="m", generator_api_key="k", answer_cache=False)
+        app = open_app(
+            corpus[1],
+            generator=generator,
+            generator_url="http://127.0.0.1:9",
+            generator_model="m",
+            generator_api_key="k",
+            answer_cache=False,
+        )
         a = app.ask(AskRequest(Q_OFF_TOPIC))
         assert a.answer == REFUSAL and not a.answered and a.generator == generator
 
@@ -224,8 +238,9 @@ def test_on_sources_comes_first_and_may_cancel_before_any_request(corpus, clean_
     with pytest.raises(KeyboardInterrupt):
         app.ask(AskRequest(Q_BACKUP), on_sources=refuse, on_token=lambda _: seen.append("token"))
     assert seen == ["sources"] and llm.llm_requests() == []
-    a = app.ask(AskRequest(Q_BACKUP), on_sources=lambda _: seen.append("sources"),
-                on_token=lambda _: seen.append("token"))
+    a = app.ask(
+        AskRequest(Q_BACKUP), on_sources=lambda _: seen.append("sources"), on_token=lambda _: seen.append("token")
+    )
     assert seen[1] == "sources" and seen[2:] and set(seen[2:]) == {"token"}
     assert a.generator == "anthropic" and a.cache == "miss" and a.usage.cache_creation_tokens > 0
 

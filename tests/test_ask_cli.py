@@ -13,8 +13,10 @@ from ragvps.generate.prompt import REFUSAL
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "sk-live-DO-NOT-SHOW-7731"
-DOC = ("# Backups\n\nBackups run every night at 02:00 on the second disk. Each backup is kept for thirty days.\n\n"
-       "## Restore\n\nA restore reads the newest backup and replays the journal on top of it.\n")
+DOC = (
+    "# Backups\n\nBackups run every night at 02:00 on the second disk. Each backup is kept for thirty days.\n\n"
+    "## Restore\n\nA restore reads the newest backup and replays the journal on top of it.\n"
+)
 
 
 def _ingest(cli, tmp_path: Path) -> Path:
@@ -30,8 +32,13 @@ def test_ask_extractive_json_and_text(cli, tmp_path):
     out = json.loads(cli("ask", "When do backups run?", "--json").stdout)
     assert out["extractive"] and out["answered"] and out["cache"] == "miss" and out["generator"] == "extractive"
     assert out["citations"][0]["path"] == "backups.md" and out["prompt_version"]
-    assert set(out["usage"]) == {"prompt_tokens", "completion_tokens", "cached_tokens", "cache_creation_tokens",
-                                 "counted"}
+    assert set(out["usage"]) == {
+        "prompt_tokens",
+        "completion_tokens",
+        "cached_tokens",
+        "cache_creation_tokens",
+        "counted",
+    }
     text = cli("ask", "When do backups run?")
     assert "Extractive answer" in text.stdout and "Sources:" in text.stdout
     assert "backups.md | Backups" in text.stdout and "(backups.md#" in text.stdout
@@ -60,8 +67,11 @@ def test_off_topic_is_refused_on_the_cli_with_the_threshold_from_the_setting(cli
 
 def test_show_prompt_prints_the_prompt_and_its_count_and_sends_nothing(cli, tmp_path, llm):
     _ingest(cli, tmp_path)
-    cli.env |= {"RAGVPS_GENERATOR": "openai", "RAGVPS_GENERATOR_URL": llm.url + "/v1",
-                "RAGVPS_GENERATOR_MODEL": "gpt-4o-mini"}
+    cli.env |= {
+        "RAGVPS_GENERATOR": "openai",
+        "RAGVPS_GENERATOR_URL": llm.url + "/v1",
+        "RAGVPS_GENERATOR_MODEL": "gpt-4o-mini",
+    }
     r = cli("ask", "How does a restore work?", "--show-prompt")
     assert r.stdout.rstrip().endswith("Question: How does a restore work?")
     assert "--- system ---" in r.stdout and "[1] backups.md" in r.stdout
@@ -71,8 +81,12 @@ def test_show_prompt_prints_the_prompt_and_its_count_and_sends_nothing(cli, tmp_
 
 def test_usage_the_llm_server_does_not_send_is_counted_on_the_cli(cli, tmp_path, llm):
     _ingest(cli, tmp_path)
-    cli.env |= {"RAGVPS_GENERATOR": "openai", "RAGVPS_GENERATOR_URL": llm.url + "/v1",
-                "RAGVPS_GENERATOR_MODEL": "gemma-3-270m", "RAGVPS_GENERATOR_RETRIES": "0"}
+    cli.env |= {
+        "RAGVPS_GENERATOR": "openai",
+        "RAGVPS_GENERATOR_URL": llm.url + "/v1",
+        "RAGVPS_GENERATOR_MODEL": "gemma-3-270m",
+        "RAGVPS_GENERATOR_RETRIES": "0",
+    }
     llm.no_usage = True  # as llama.cpp's server streams
     usage = json.loads(cli("ask", "When do backups run?", "--json").stdout)["usage"]
     assert usage["counted"] is True and usage["prompt_tokens"] > 100 and usage["completion_tokens"] > 0
@@ -83,12 +97,24 @@ def test_usage_the_llm_server_does_not_send_is_counted_on_the_cli(cli, tmp_path,
 def test_errors_are_one_line_and_the_key_never_shows(cli, tmp_path, llm):
     _ingest(cli, tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAGVPS_", "OPENAI_", "ANTHROPIC_"))}
-    env |= cli.env | {"PYTHONPATH": str(ROOT), "RAGVPS_GENERATOR": "openai", "RAGVPS_GENERATOR_URL": llm.url + "/v1",
-                      "RAGVPS_GENERATOR_MODEL": "gpt-4o-mini", "OPENAI_API_KEY": KEY, "RAGVPS_GENERATOR_RETRIES": "0"}
+    env |= cli.env | {
+        "PYTHONPATH": str(ROOT),
+        "RAGVPS_GENERATOR": "openai",
+        "RAGVPS_GENERATOR_URL": llm.url + "/v1",
+        "RAGVPS_GENERATOR_MODEL": "gpt-4o-mini",
+        "OPENAI_API_KEY": KEY,
+        "RAGVPS_GENERATOR_RETRIES": "0",
+    }
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "ragvps", "--verbose", *args], env=env, cwd=tmp_path,
-                              capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "ragvps", "--verbose", *args],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     llm.fail(401, f"Incorrect API key provided: {KEY}")
     refused = run("ask", "When do backups run?")

@@ -33,9 +33,16 @@ def env(module_db_url: str, tmp_path_factory: pytest.TempPathFactory, issuer: To
     env = two_teams(module_db_url, tmp_path_factory.mktemp("people"))
     made = ragvps_here(env, "key", "create", "--kb", "docs", "--kb", "hr", "--role", "read", "--name", "owui")
     other = ragvps_here(env, "key", "create", "--kb", "docs", "--kb", "hr", "--role", "read", "--name", "plain")
-    return env | {"RAGVPS_API_KEYS": KEY, "RAGVPS_OIDC_ISSUER": issuer.url, "RAGVPS_OIDC_CLIENT_ID": "ragvps",
-                  "RAGVPS_GROUP_ROLES": ROLES, "RAGVPS_FORWARD_USER_KEYS": "owui", "RAGVPS_LOG_QUESTIONS": "false",
-                  "OWUI_KEY": made.stdout.strip(), "PLAIN_KEY": other.stdout.strip()}
+    return env | {
+        "RAGVPS_API_KEYS": KEY,
+        "RAGVPS_OIDC_ISSUER": issuer.url,
+        "RAGVPS_OIDC_CLIENT_ID": "ragvps",
+        "RAGVPS_GROUP_ROLES": ROLES,
+        "RAGVPS_FORWARD_USER_KEYS": "owui",
+        "RAGVPS_LOG_QUESTIONS": "false",
+        "OWUI_KEY": made.stdout.strip(),
+        "PLAIN_KEY": other.stdout.strip(),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +97,9 @@ def test_bad_tokens_are_refused_with_the_reason(srv: InProcess, issuer: TokenIss
         "audience": lambda: issuer.token("ana", groups=["admins"], aud="another-app"),
         "issuer": lambda: issuer.token("ana", groups=["admins"], iss="http://127.0.0.1:9/other"),
         "tampered": lambda: _tamper(good),
-        "foreign key": lambda: issuer.token("ana", groups=["admins"],
-                                            key=RSAKey.generate_key(2048, parameters={"kid": "key-1"})),
+        "foreign key": lambda: issuer.token(
+            "ana", groups=["admins"], key=RSAKey.generate_key(2048, parameters={"kid": "key-1"})
+        ),
         "alg none": lambda: _unsigned(good),
     }[case]()
     refused = kbs_of(srv, bearer(token))
@@ -138,6 +146,7 @@ def _unsigned(token: str) -> str:
 
 # --- a chat front end that forwards its user ---------------------------------------------------------------
 
+
 def owui_models(srv: InProcess, key: str, **user: str) -> list[str]:
     headers = {f"X-OpenWebUI-User-{k.title()}": v for k, v in user.items()}
     with srv.keyless(headers=headers) as http:
@@ -145,8 +154,7 @@ def owui_models(srv: InProcess, key: str, **user: str) -> list[str]:
         return sorted(m.id for m in client.models.list())
 
 
-def test_a_forwarded_user_sees_only_what_their_groups_allow(srv: InProcess, env: dict[str, str],
-                                                            issuer: TokenIssuer):
+def test_a_forwarded_user_sees_only_what_their_groups_allow(srv: InProcess, env: dict[str, str], issuer: TokenIssuer):
     # ana signed in once with the group eng (a bearer token counts as a sign-in to remember only via the page; here
     # the users table is filled as the page's sign-in fills it)
     from ragvps.app.identity import User
@@ -166,8 +174,9 @@ def test_a_forwarded_user_sees_only_what_their_groups_allow(srv: InProcess, env:
     with srv.keyless(headers={"Authorization": f"Bearer {key}", "X-OpenWebUI-User-Email": "cy@example.org"}) as c:
         assert c.post("/kb/docs/documents", files={"files": ("x.md", b"# x\n\ntext\n")}).status_code in (403, 404)
     with srv.keyless(headers={"Authorization": f"Bearer {key}", "X-OpenWebUI-User-Email": "ana@example.org"}) as c:
-        chat = c.post("/v1/chat/completions", json={"model": "hr", "messages": [{"role": "user",
-                                                                                   "content": "paid leave?"}]})
+        chat = c.post(
+            "/v1/chat/completions", json={"model": "hr", "messages": [{"role": "user", "content": "paid leave?"}]}
+        )
         assert chat.status_code == 404 and "twenty-five" not in chat.text
 
 
@@ -185,8 +194,10 @@ def test_no_credentials_asks_for_a_key_or_a_sign_in(srv: InProcess):
 
 # --- the audit log -----------------------------------------------------------------------------------------
 
-def test_the_audit_names_who_did_what_where_and_never_the_question(srv: InProcess, env: dict[str, str],
-                                                                   issuer: TokenIssuer):
+
+def test_the_audit_names_who_did_what_where_and_never_the_question(
+    srv: InProcess, env: dict[str, str], issuer: TokenIssuer
+):
     with srv.keyless(headers=bearer(issuer.token("auditee", groups=["eng"]))) as c:
         assert c.post("/kb/docs/search", json={"query": "secret-question-words rollback"}).status_code == 200
         assert c.post("/kb/hr/search", json={"query": "leave"}).status_code == 404

@@ -17,7 +17,6 @@ from support.serve_server import KEY, Server, ragvps_here
 pytestmark = pytest.mark.xdist_group("auth-signin")
 
 
-
 @pytest.fixture(scope="module")
 def issuer() -> Iterator[str]:
     with mock_provider() as url:
@@ -28,10 +27,15 @@ def issuer() -> Iterator[str]:
 def served(module_db_url: str, tmp_path_factory: pytest.TempPathFactory, issuer: str) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("signin")
     env = two_teams(module_db_url, root)
-    env |= {"RAGVPS_API_KEYS": KEY, "RAGVPS_OIDC_ISSUER": issuer, "RAGVPS_OIDC_CLIENT_ID": "ragvps",
-            "RAGVPS_OIDC_CLIENT_SECRET": "client-secret-for-tests",
-            "RAGVPS_GROUP_ROLES": "eng=docs:read,people=hr:read",
-            "RAGVPS_TRUSTED_PROXIES": "127.0.0.2/32", "RAGVPS_PROXY_GROUPS_HEADER": "X-Forwarded-Groups"}
+    env |= {
+        "RAGVPS_API_KEYS": KEY,
+        "RAGVPS_OIDC_ISSUER": issuer,
+        "RAGVPS_OIDC_CLIENT_ID": "ragvps",
+        "RAGVPS_OIDC_CLIENT_SECRET": "client-secret-for-tests",
+        "RAGVPS_GROUP_ROLES": "eng=docs:read,people=hr:read",
+        "RAGVPS_TRUSTED_PROXIES": "127.0.0.2/32",
+        "RAGVPS_PROXY_GROUPS_HEADER": "X-Forwarded-Groups",
+    }
     srv = Server(env, root / "serve.log").start()
     yield srv
     srv.stop()
@@ -53,8 +57,9 @@ def knowledge_bases(page: Any) -> list[str]:
     return sorted(page.eval_on_selector_all("#kb option", "options => options.map(o => o.textContent)"))
 
 
-def test_the_page_signs_in_through_the_provider_and_searches_what_the_groups_allow(browser: Any, served: Server,
-                                                                                     issuer: str):
+def test_the_page_signs_in_through_the_provider_and_searches_what_the_groups_allow(
+    browser: Any, served: Server, issuer: str
+):
     set_user(issuer, "alice", groups=["eng"])
     context = browser.new_context()
     page = context.new_page()

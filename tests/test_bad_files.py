@@ -29,14 +29,20 @@ def _bad_folder(tmp_path):
     with open(os.fsencode(folder) + b"/caf\xe9.md", "w") as f:
         f.write("# Cafe\n\nLatin-1 named file about espresso.\n")
     (folder / "blank.md").write_text("  \n\n\t \n")
-    (folder / "script.html").write_text("<html><head><script>var x = 1;</script></head><body>"
-                                        "<script>alert(1)</script><style>p {}</style></body></html>")
-    (folder / "records.jsonl").write_text("\n".join([
-        json.dumps({"_id": "r1", "title": "One", "text": "the first record"}),
-        json.dumps({"_id": "r2", "title": "Null", "text": None}),
-        json.dumps({"_id": "r3", "title": "Ze\u0000ro", "text": "a zero \u0000 byte", "x": 1}),
-        json.dumps({"_id": "r4", "text": "   "}),
-    ]) + "\n")
+    (folder / "script.html").write_text(
+        "<html><head><script>var x = 1;</script></head><body><script>alert(1)</script><style>p {}</style></body></html>"
+    )
+    (folder / "records.jsonl").write_text(
+        "\n".join(
+            [
+                json.dumps({"_id": "r1", "title": "One", "text": "the first record"}),
+                json.dumps({"_id": "r2", "title": "Null", "text": None}),
+                json.dumps({"_id": "r3", "title": "Ze\u0000ro", "text": "a zero \u0000 byte", "x": 1}),
+                json.dumps({"_id": "r4", "text": "   "}),
+            ]
+        )
+        + "\n"
+    )
     (folder / "nothing.jsonl").write_text(json.dumps({"_id": "n", "text": None}) + "\n")
     return folder
 
@@ -59,11 +65,24 @@ def test_bad_files_beside_good_ones(cli, tmp_path, db_url):
     assert "stray.md: 1 NUL characters removed" in err and "title.md: 1 NUL characters removed" in err
     with psycopg.connect(db_url) as conn:
         docs = dict(conn.execute("SELECT doc_id, title FROM documents").fetchall())
-        texts = {r[0]: r[1] for r in conn.execute(
-            "SELECT d.doc_id, string_agg(c.text, ' ') FROM chunks c JOIN documents d ON d.id = c.document_id "
-            "GROUP BY d.doc_id")}
-    assert sorted(docs) == ["bom8.txt", "caf\\xe9.md", "good.md", "plain.txt", "r1", "r3", "sixteen.md", "stray.md",
-                            "title.md"]
+        texts = {
+            r[0]: r[1]
+            for r in conn.execute(
+                "SELECT d.doc_id, string_agg(c.text, ' ') FROM chunks c JOIN documents d ON d.id = c.document_id "
+                "GROUP BY d.doc_id"
+            )
+        }
+    assert sorted(docs) == [
+        "bom8.txt",
+        "caf\\xe9.md",
+        "good.md",
+        "plain.txt",
+        "r1",
+        "r3",
+        "sixteen.md",
+        "stray.md",
+        "title.md",
+    ]
     assert docs["title.md"] == "Title"
     assert docs["sixteen.md"] == "Sixteen" and "written in utf sixteen" in texts["sixteen.md"]
     assert texts["bom8.txt"] == "an eight bit mark"

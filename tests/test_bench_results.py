@@ -21,8 +21,10 @@ def test_results_name_no_absolute_path_of_this_machine():
 
 def test_a_section_written_with_absolute_paths_is_written_relative(tmp_path):
     results = tmp_path / "RESULTS.md"
-    section = (f"<!-- x:start -->\nreport at `{ROOT}/bench/out/x/report.html`, data in `{ROOT.parent}/shared/data` "
-               "<!-- x:end -->")
+    section = (
+        f"<!-- x:start -->\nreport at `{ROOT}/bench/out/x/report.html`, data in `{ROOT.parent}/shared/data` "
+        "<!-- x:end -->"
+    )
     write_section("x", section, results)
     text = results.read_text()
     assert "`bench/out/x/report.html`" in text and "`../shared/data`" in text and str(ROOT) not in text
@@ -44,8 +46,8 @@ def test_results_hold_one_section_per_benchmark_each_listed_in_the_index():
     text = (ROOT / "bench" / "RESULTS.md").read_text(encoding="utf-8")
     names = re.findall(r"<!-- (.+?):start -->", text)
     assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
-    index = text[:text.index("<!--")]
+    index = text[: text.index("<!--")]
     for name in names:
         start, end = markers(name)
         assert f"| {name} |" in index, f"{name} is not in the index at the top of bench/RESULTS.md"
-        assert text[text.index(start):text.index(end)].count(PREVIOUS) <= 1, f"{name} keeps more than one run"
+        assert text[text.index(start) : text.index(end)].count(PREVIOUS) <= 1, f"{name} keeps more than one run"

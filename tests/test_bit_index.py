@@ -18,17 +18,23 @@ from ragvps.db import store
 from ragvps.measure import inspect
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-QUESTIONS = ["how do I stop the embedded database server?", "what happens when I run ingest twice?",
-             "reciprocal rank fusion", "which settings can I change?"]
+QUESTIONS = [
+    "how do I stop the embedded database server?",
+    "what happens when I run ingest twice?",
+    "reciprocal rank fusion",
+    "which settings can I change?",
+]
 
 
 def _index_def(db_url: str) -> tuple[str, str, str]:
     with psycopg.connect(db_url) as conn:
-        row = conn.execute("SELECT s.vector_type, format_type(a.atttypid, a.atttypmod), i.indexdef "
-                           "FROM embedding_sets s JOIN pg_attribute a ON a.attrelid = s.table_name::regclass "
-                           "AND a.attname = 'embedding' "
-                           "LEFT JOIN pg_indexes i ON i.indexname = s.table_name || '_hnsw' "
-                           "WHERE s.active").fetchone()
+        row = conn.execute(
+            "SELECT s.vector_type, format_type(a.atttypid, a.atttypmod), i.indexdef "
+            "FROM embedding_sets s JOIN pg_attribute a ON a.attrelid = s.table_name::regclass "
+            "AND a.attname = 'embedding' "
+            "LEFT JOIN pg_indexes i ON i.indexname = s.table_name || '_hnsw' "
+            "WHERE s.active"
+        ).fetchone()
     return row[0], row[1], row[2] or ""
 
 
@@ -52,15 +58,20 @@ def test_bit_index_end_to_end(cli, tmp_path, db_url):
         plan = "\n".join(inspect.nearest(conn, eset, vector, 10, exact=False, ef_search=40, explain=True))
         assert f"Index Scan using {eset.index_name}" in plan
         # Re-ranked by cosine: the chunk's own vector is its nearest, at any depth that reaches it.
-        assert inspect.nearest(conn, eset, vector, 1, exact=False, ef_search=40) == \
-            inspect.nearest(conn, eset, vector, 1, exact=True)
+        assert inspect.nearest(conn, eset, vector, 1, exact=False, ef_search=40) == inspect.nearest(
+            conn, eset, vector, 1, exact=True
+        )
         # The depth bounds the candidates: one Hamming neighbour re-ranked is one row.
         assert len(inspect.nearest(conn, eset, vector, 10, exact=False, ef_search=1)) == 10
         with conn.transaction():
             conn.execute("SELECT set_config('hnsw.ef_search', '1', true); SET LOCAL enable_seqscan = off")
-            one = conn.execute(psycopg.sql.SQL(
-                "SELECT chunk_id FROM {t} ORDER BY binary_quantize(embedding)::bit(384) <~> binary_quantize(%s) "
-                "LIMIT 10").format(t=eset.table), (store.as_param(eset, vector),)).fetchall()
+            one = conn.execute(
+                psycopg.sql.SQL(
+                    "SELECT chunk_id FROM {t} ORDER BY binary_quantize(embedding)::bit(384) <~> binary_quantize(%s) "
+                    "LIMIT 10"
+                ).format(t=eset.table),
+                (store.as_param(eset, vector),),
+            ).fetchall()
         assert len(one) == 1  # the index answers (ef_search 1), not a scan
 
     check = json.loads(cli("check-index", "--json").stdout)

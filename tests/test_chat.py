@@ -12,14 +12,17 @@ from ragvps.generate import budget, rewrite
 from ragvps.generate.prompt import Source, build
 from ragvps.generate.records import Citation
 
-CITATIONS = [Citation(source=Source(1, "docs/serve.md#0", "docs/serve.md", "Serving > Keys", 0, 10, 1.0, "...")),
-             Citation(source=Source(3, "docs/answers.md#2", "docs/answers.md", "", 0, 10, 1.0, "..."))]
+CITATIONS = [
+    Citation(source=Source(1, "docs/serve.md#0", "docs/serve.md", "Serving > Keys", 0, 10, 1.0, "...")),
+    Citation(source=Source(3, "docs/answers.md#2", "docs/answers.md", "", 0, 10, 1.0, "...")),
+]
 
 
 def test_the_source_list_is_markdown_with_path_and_heading():
     # one separator throughout: the path's heading path is joined with › too
-    assert source_list(CITATIONS) == ("\n\n**Sources**\n- [1] `docs/serve.md` \u203a Serving \u203a Keys\n"
-                                      "- [3] `docs/answers.md`")
+    assert source_list(CITATIONS) == (
+        "\n\n**Sources**\n- [1] `docs/serve.md` \u203a Serving \u203a Keys\n- [3] `docs/answers.md`"
+    )
     assert source_list([]) == ""
 
 
@@ -30,8 +33,17 @@ def test_an_earlier_answer_loses_its_source_list_and_markers():
 
 
 def test_a_conversation_is_alternating_turns_and_the_last_question():
-    turns, question = conversation([("system", "be brief"), ("user", "q1"), ("assistant", "a1 [1]"),
-                                    ("user", "q2a"), ("user", "q2b"), ("assistant", "a2"), ("user", " last ")])
+    turns, question = conversation(
+        [
+            ("system", "be brief"),
+            ("user", "q1"),
+            ("assistant", "a1 [1]"),
+            ("user", "q2a"),
+            ("user", "q2b"),
+            ("assistant", "a2"),
+            ("user", " last "),
+        ]
+    )
     assert turns == [("user", "q1"), ("assistant", "a1"), ("user", "q2a\n\nq2b"), ("assistant", "a2")]
     assert question == "last"
     turns, _ = conversation([("assistant", "Hello! Ask me."), ("user", "q")])
@@ -40,9 +52,17 @@ def test_a_conversation_is_alternating_turns_and_the_last_question():
     assert turns == [("user", "q1"), ("assistant", "the file's text")]  # a tool's result reads as conversation
 
 
-@pytest.mark.parametrize("messages", [[], [("assistant", "a")], [("user", "q"), ("assistant", "a")],
-                                      [("user", "  ")], [("critic", "x"), ("user", "q")],
-                                      [("user", "q"), ("tool", "r")]])
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [],
+        [("assistant", "a")],
+        [("user", "q"), ("assistant", "a")],
+        [("user", "  ")],
+        [("critic", "x"), ("user", "q")],
+        [("user", "q"), ("tool", "r")],
+    ],
+)
 def test_a_conversation_without_a_last_question_is_a_usage_error(messages):
     with pytest.raises(UsageError):
         conversation(messages)
@@ -57,8 +77,7 @@ def test_the_rule_puts_the_earlier_question_before_a_follow_up():
 
 
 def test_the_rewriters_reply_is_cleaned_or_refused():
-    assert rewrite.clean('Standalone question: "How do I undo an ingest?"', "undo that?") == \
-        "How do I undo an ingest?"
+    assert rewrite.clean('Standalone question: "How do I undo an ingest?"', "undo that?") == "How do I undo an ingest?"
     assert rewrite.clean("", "undo that?") == "undo that?"
     assert rewrite.clean("x " * 2000, "undo that?") == "undo that?"
 

@@ -23,8 +23,13 @@ USER = [{"role": "user", "content": QUESTION}]
 
 
 def _server(serve_env: dict[str, str], llm: FakeLLM, kind: str) -> Iterator[InProcess]:
-    env = serve_env | {"RAGVPS_GENERATOR": kind, "RAGVPS_GENERATOR_URL": llm.url, "RAGVPS_GENERATOR_MODEL": "m-1",
-                       "RAGVPS_GENERATOR_API_KEY": "sk-test-0123456789", "RAGVPS_GENERATOR_RETRIES": "0"}
+    env = serve_env | {
+        "RAGVPS_GENERATOR": kind,
+        "RAGVPS_GENERATOR_URL": llm.url,
+        "RAGVPS_GENERATOR_MODEL": "m-1",
+        "RAGVPS_GENERATOR_API_KEY": "sk-test-0123456789",
+        "RAGVPS_GENERATOR_RETRIES": "0",
+    }
     with in_process(env) as srv:
         yield srv
 
@@ -40,8 +45,13 @@ def ollama_srv(serve_env: dict[str, str], llm_server: FakeLLM) -> Iterator[InPro
 
 
 def client(server: InProcess) -> Any:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused-0123456789", max_retries=0, timeout=60,
-                         http_client=server.keyless())
+    return openai.OpenAI(
+        base_url=server.url + "/v1",
+        api_key="unused-0123456789",
+        max_retries=0,
+        timeout=60,
+        http_client=server.keyless(),
+    )
 
 
 def called(srv: InProcess, llm: FakeLLM, **asked: Any) -> tuple[Any, dict[str, Any]]:
@@ -53,8 +63,11 @@ def called(srv: InProcess, llm: FakeLLM, **asked: Any) -> tuple[Any, dict[str, A
     call = choice.message.tool_calls[0]
     assert call.function.name == "builtin_read_file" and json.loads(call.function.arguments) == json.loads(ARGS)
     sent = llm.llm_requests()[-1]["body"]
-    chunks = list(client(srv).chat.completions.create(model="ragvps", messages=USER, tools=cb.CONTINUE_TOOLS,
-                                                      stream=True, **asked))
+    chunks = list(
+        client(srv).chat.completions.create(
+            model="ragvps", messages=USER, tools=cb.CONTINUE_TOOLS, stream=True, **asked
+        )
+    )
     deltas = [c.choices[0] for c in chunks if c.choices]
     assert deltas[-1].finish_reason == "tool_calls"
     streamed = [d.delta.tool_calls[0] for d in deltas if d.delta.tool_calls]
@@ -65,8 +78,11 @@ def called(srv: InProcess, llm: FakeLLM, **asked: Any) -> tuple[Any, dict[str, A
 def go_on(srv: InProcess, llm: FakeLLM, call: Any) -> dict[str, Any]:
     """The tool's result last: the backend gets the conversation in its own shapes and goes on."""
     llm.tool_call, llm.reply = None, "The file says to run ragvps serve."
-    history = [*USER, {"role": "assistant", "content": None, "tool_calls": [call.model_dump(exclude_none=True)]},
-               {"role": "tool", "tool_call_id": call.id, "content": "# Serving\nrun `ragvps serve`"}]
+    history = [
+        *USER,
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump(exclude_none=True)]},
+        {"role": "tool", "tool_call_id": call.id, "content": "# Serving\nrun `ragvps serve`"},
+    ]
     done = client(srv).chat.completions.create(model="ragvps", messages=history, tools=cb.CONTINUE_TOOLS)
     assert done.choices[0].message.content == "The file says to run ragvps serve."
     return dict(llm.llm_requests()[-1]["body"])
@@ -95,17 +111,21 @@ def test_anthropic_takes_tools_in_its_own_shapes(anthropic_srv: InProcess, llm: 
     call, sent = called(anthropic_srv, llm, tool_choice="required", parallel_tool_calls=False)
     assert call.id == "toolu_1"
     function = cb.CONTINUE_TOOLS[0]["function"]
-    assert sent["tools"] == [{"name": function["name"], "description": function["description"],
-                              "input_schema": function["parameters"]}]
+    assert sent["tools"] == [
+        {"name": function["name"], "description": function["description"], "input_schema": function["parameters"]}
+    ]
     assert sent["tool_choice"] == {"type": "any", "disable_parallel_tool_use": True}
     named = {"type": "function", "function": {"name": "builtin_read_file"}}
-    assert called(anthropic_srv, llm, tool_choice=named)[1]["tool_choice"] == {"type": "tool",
-                                                                              "name": "builtin_read_file"}
+    assert called(anthropic_srv, llm, tool_choice=named)[1]["tool_choice"] == {
+        "type": "tool",
+        "name": "builtin_read_file",
+    }
     body = go_on(anthropic_srv, llm, call)
     assistant, result = body["messages"][-2:]
-    assert assistant == {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1",
-                                                           "name": "builtin_read_file",
-                                                           "input": json.loads(ARGS)}]}
+    assert assistant == {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "toolu_1", "name": "builtin_read_file", "input": json.loads(ARGS)}],
+    }
     assert result["role"] == "user" and result["content"][0]["type"] == "tool_result"
     assert result["content"][0]["tool_use_id"] == "toolu_1" and "ragvps serve" in result["content"][0]["content"]
 
@@ -114,7 +134,8 @@ def test_anthropic_structured_output_and_what_it_cannot_take(anthropic_srv: InPr
     body = parsed(anthropic_srv, llm)
     schema = body["output_config"]["format"]
     assert schema["type"] == "json_schema" and schema["schema"]["properties"] == {
-        "answer": {"title": "Answer", "type": "string"}}
+        "answer": {"title": "Answer", "type": "string"}
+    }
     said = refused(anthropic_srv, "response_format", response_format={"type": "json_object"})
     assert "generator=anthropic" in said and "json_schema" in said
     assert llm.llm_requests()[-1]["body"].get("output_config")  # the refused request never reached it

@@ -52,8 +52,12 @@ def openai_package() -> Path:
     if npm is None:
         pytest.skip("no npm to install the openai package with: apt-get install -y npm")
     cache.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run([npm, "install", "--prefix", str(cache), "--no-audit", "--no-fund", OPENAI_NPM],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [npm, "install", "--prefix", str(cache), "--no-audit", "--no-fund", OPENAI_NPM],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if done.returncode != 0 or not (package / "index.mjs").exists():
         pytest.skip(f"npm could not install {OPENAI_NPM} into {cache}: {done.stderr.strip()[-300:]}")
     return package
@@ -79,15 +83,17 @@ def page_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     site.server_close()
 
 
-def test_the_openai_npm_package_calls_the_server_from_another_origin(page_site: str, serve_env: dict[str, str],
-                                                                     tmp_path: Path):
+def test_the_openai_npm_package_calls_the_server_from_another_origin(
+    page_site: str, serve_env: dict[str, str], tmp_path: Path
+):
     playwright()  # skipped here, before a server starts, where chromium or Playwright is missing
     env = serve_env | {"RAGVPS_API_KEYS": KEY, "RAGVPS_CORS_ORIGINS": page_site}
     srv = Server(env, tmp_path / "serve.log").start()
     try:
         with srv.client() as c:
-            whole = c.post("/v1/chat/completions", json={"model": "ragvps", "messages": [
-                {"role": "user", "content": QUESTION}]}).json()["choices"][0]["message"]["content"]
+            whole = c.post(
+                "/v1/chat/completions", json={"model": "ragvps", "messages": [{"role": "user", "content": QUESTION}]}
+            ).json()["choices"][0]["message"]["content"]
         with chromium() as browser:
             page = browser.new_page()
             query = f"?base={srv.url}/v1&key={KEY}&question={QUESTION.replace(' ', '+').replace('?', '%3F')}"

@@ -8,9 +8,11 @@ from pathlib import Path
 from support.llm_server import REWRITE_SYSTEM
 from typer.testing import CliRunner
 
-DOC = ("# Backups\n\nBackups run every night at 02:00 on the second disk. Each backup is kept for thirty days.\n\n"
-       "## Restore\n\nA restore reads the newest backup and replays the journal on top of it.\n\n"
-       "# Keys\n\nAPI keys are rotated with the admin page. A rotated key stays valid for one more day.\n")
+DOC = (
+    "# Backups\n\nBackups run every night at 02:00 on the second disk. Each backup is kept for thirty days.\n\n"
+    "## Restore\n\nA restore reads the newest backup and replays the journal on top of it.\n\n"
+    "# Keys\n\nAPI keys are rotated with the admin page. A rotated key stays valid for one more day.\n"
+)
 
 
 def _ingest(cli, tmp_path: Path) -> None:
@@ -48,14 +50,16 @@ def test_a_bad_turn_says_why_and_the_conversation_goes_on(cli, tmp_path):
 
 def test_with_an_llm_the_follow_up_is_rewritten(cli, tmp_path, llm):
     _ingest(cli, tmp_path)
-    cli.env |= {"RAGVPS_GENERATOR": "openai", "RAGVPS_GENERATOR_URL": llm.url + "/v1",
-                "RAGVPS_GENERATOR_MODEL": "gpt-4o-mini"}
+    cli.env |= {
+        "RAGVPS_GENERATOR": "openai",
+        "RAGVPS_GENERATOR_URL": llm.url + "/v1",
+        "RAGVPS_GENERATOR_MODEL": "gpt-4o-mini",
+    }
     r = talk(cli, "How are API keys rotated?\nand how long does the old one stay valid?\n")
     assert r.exit_code == 0, r.stderr
     systems = [req["system"].startswith(REWRITE_SYSTEM) for req in llm.llm_requests()]
     assert systems == [False, True, False]
-    assert "searched for: and how long does the old one stay valid? (following: How are API keys rotated?)" \
-        in r.stderr
+    assert "searched for: and how long does the old one stay valid? (following: How are API keys rotated?)" in r.stderr
     assert "prompt tokens" in r.stderr
 
 

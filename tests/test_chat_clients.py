@@ -86,13 +86,16 @@ def test_librechat_title_is_a_plain_title(api: InProcess, first_answer: str, bod
     assert title == "Stop Embedded Database"
 
 
-NOTES = ("Meeting notes, 3 March. The blue widget ships in boxes of twelve. Marketing wants a new colour for the "
-         "spring catalogue, and the warehouse asked for labels in two languages. ")
+NOTES = (
+    "Meeting notes, 3 March. The blue widget ships in boxes of twelve. Marketing wants a new colour for the "
+    "spring catalogue, and the warehouse asked for labels in two languages. "
+)
 
 
 @pytest.mark.parametrize(("size", "user_query"), [(3_000, False), (28_000, False), (3_000, True)])
-def test_an_attached_file_is_one_more_source_and_the_question_is_asked_alone(api: InProcess, size: int,
-                                                                             user_query: bool):
+def test_an_attached_file_is_one_more_source_and_the_question_is_asked_alone(
+    api: InProcess, size: int, user_query: bool
+):
     alone = post(api, {"model": "ragvps", "messages": [{"role": "user", "content": FIRST}]})
     context = (NOTES * (size // len(NOTES) + 1))[:size]
     body = cb.owui_chat_body([{"role": "user", "content": cb.owui_rag(context, FIRST, "notes.txt", user_query)}])

@@ -17,8 +17,9 @@ FIRST = "how do I stop the embedded database?"
 
 
 def client(api: InProcess, key: str | None = None) -> Any:
-    return ollama.Client(host=api.url, headers={"Authorization": f"Bearer {key or api.key}"}, timeout=60,
-                         transport=api.transport())
+    return ollama.Client(
+        host=api.url, headers={"Authorization": f"Bearer {key or api.key}"}, timeout=60, transport=api.transport()
+    )
 
 
 def test_version_tags_and_show_describe_the_knowledge_base(api: InProcess):
@@ -41,16 +42,26 @@ def test_chat_answers_whole_and_streamed_alike(api: InProcess):
     pieces = list(client(api).chat(model="ragvps:latest", messages=messages, stream=True))
     assert pieces[-1].done and all(not p.done for p in pieces[:-1]) and len(pieces) >= 2
     assert "".join(p.message.content for p in pieces) == whole.message.content
-    follow = api.client().post("/api/chat", json={"model": "ragvps", "stream": False, "messages": [
-        *messages, {"role": "assistant", "content": whole.message.content},
-        {"role": "user", "content": "and what starts it again?"}]})
+    follow = api.client().post(
+        "/api/chat",
+        json={
+            "model": "ragvps",
+            "stream": False,
+            "messages": [
+                *messages,
+                {"role": "assistant", "content": whole.message.content},
+                {"role": "user", "content": "and what starts it again?"},
+            ],
+        },
+    )
     info = follow.json()["ragvps"]  # the one extra field (the ollama client's types drop it)
     assert info["rewrite"] == "rule" and "embedded" in info["standalone_question"]
 
 
 def test_open_webui_tasks_through_the_ollama_connection(api: InProcess):
-    title = client(api).chat(model="ragvps", stream=False, messages=[
-        {"role": "user", "content": cb.owui_title(cb.history(("user", FIRST)))}])
+    title = client(api).chat(
+        model="ragvps", stream=False, messages=[{"role": "user", "content": cb.owui_title(cb.history(("user", FIRST)))}]
+    )
     assert json.loads(title.message.content) == {"title": "Stop Embedded Database"}
 
 

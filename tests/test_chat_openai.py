@@ -16,8 +16,14 @@ FOLLOW_UP = "and how do I stop it from re-embedding?"
 
 
 def client(server: InProcess, key: str | None = None, **kwargs: Any) -> Any:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=key or server.key, max_retries=0, timeout=60,
-                         http_client=server.keyless(), **kwargs)
+    return openai.OpenAI(
+        base_url=server.url + "/v1",
+        api_key=key or server.key,
+        max_retries=0,
+        timeout=60,
+        http_client=server.keyless(),
+        **kwargs,
+    )
 
 
 def extra(completion: Any) -> dict[str, Any]:
@@ -55,8 +61,9 @@ def test_a_completion_cites_and_lists_its_sources_and_is_marked_extractive(api: 
 def test_streaming_follows_the_chunk_format_and_says_the_same(api: InProcess):
     messages = [{"role": "user", "content": FIRST}]
     whole = client(api).chat.completions.create(model="ragvps", messages=messages)
-    stream = client(api).chat.completions.create(model="ragvps", messages=messages, stream=True,
-                                                    stream_options={"include_usage": True})
+    stream = client(api).chat.completions.create(
+        model="ragvps", messages=messages, stream=True, stream_options={"include_usage": True}
+    )
     chunks = list(stream)
     assert chunks[0].choices[0].delta.role == "assistant"
     assert all(c.object == "chat.completion.chunk" and c.id == chunks[0].id for c in chunks)
@@ -71,8 +78,9 @@ def test_streaming_follows_the_chunk_format_and_says_the_same(api: InProcess):
 
 
 def test_streaming_without_usage_sends_no_usage_chunk(api: InProcess):
-    chunks = list(client(api).chat.completions.create(
-        model="ragvps", messages=[{"role": "user", "content": FIRST}], stream=True))
+    chunks = list(
+        client(api).chat.completions.create(model="ragvps", messages=[{"role": "user", "content": FIRST}], stream=True)
+    )
     assert chunks[-1].choices and chunks[-1].choices[0].finish_reason == "stop"
     assert all(c.usage is None for c in chunks)
 
@@ -80,9 +88,12 @@ def test_streaming_without_usage_sends_no_usage_chunk(api: InProcess):
 def test_a_follow_up_is_retrieved_with_the_history(api: InProcess):
     c = client(api)
     first = c.chat.completions.create(model="ragvps", messages=[{"role": "user", "content": FIRST}])
-    messages = [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": FIRST},
-                {"role": "assistant", "content": first.choices[0].message.content},
-                {"role": "user", "content": FOLLOW_UP}]
+    messages = [
+        {"role": "system", "content": "You are helpful."},
+        {"role": "user", "content": FIRST},
+        {"role": "assistant", "content": first.choices[0].message.content},
+        {"role": "user", "content": FOLLOW_UP},
+    ]
     done = c.chat.completions.create(model="ragvps", messages=messages)
     info = extra(done)
     assert info["question"] == FOLLOW_UP and info["rewrite"] == "rule"
@@ -97,7 +108,8 @@ def test_a_follow_up_is_retrieved_with_the_history(api: InProcess):
 def test_a_wrong_or_missing_key_raises_authentication_error(api: InProcess):
     with pytest.raises(openai.AuthenticationError) as caught:
         client(api, key="not-the-key-0123456789").chat.completions.create(
-            model="ragvps", messages=[{"role": "user", "content": FIRST}])
+            model="ragvps", messages=[{"role": "user", "content": FIRST}]
+        )
     assert caught.value.status_code == 401 and caught.value.code == "invalid_api_key"
     assert "not valid" in caught.value.message
     with pytest.raises(openai.AuthenticationError):
@@ -118,23 +130,28 @@ def test_an_over_long_request_raises_bad_request_error(api: InProcess):
 def test_an_over_long_question_is_refused_before_the_stream_starts(api: InProcess, stream: bool):
     question = "why is the index slow " * 1000  # 22,000 characters: under max_body_bytes, over the question's limit
     with pytest.raises(openai.BadRequestError) as caught:
-        client(api).chat.completions.create(model="ragvps", messages=[{"role": "user", "content": question}],
-                                            stream=stream)
+        client(api).chat.completions.create(
+            model="ragvps", messages=[{"role": "user", "content": question}], stream=stream
+        )
     assert caught.value.status_code == 400 and caught.value.code == "context_length_exceeded"
     assert "20,000" in caught.value.message
 
 
-@pytest.mark.parametrize(("messages", "says"), [
-    ([{"role": "assistant", "content": "hello"}], "last message must be the user's question"),
-    ([{"role": "user", "content": FIRST}, {"role": "assistant", "content": "an answer"}], "last message"),
-    ([{"role": "user", "content": "   "}], "last message"),
-    ([], "messages"),
-    ([{"role": "tool", "content": "x"}], "last message must be the user's question"),
-    ([{"role": "critic", "content": "x"}], "role"),
-])
+@pytest.mark.parametrize(
+    ("messages", "says"),
+    [
+        ([{"role": "assistant", "content": "hello"}], "last message must be the user's question"),
+        ([{"role": "user", "content": FIRST}, {"role": "assistant", "content": "an answer"}], "last message"),
+        ([{"role": "user", "content": "   "}], "last message"),
+        ([], "messages"),
+        ([{"role": "tool", "content": "x"}], "last message must be the user's question"),
+        ([{"role": "critic", "content": "x"}], "role"),
+    ],
+)
 @pytest.mark.parametrize("stream", [False, True])
-def test_bad_conversations_raise_bad_request_error(api: InProcess, messages: list[dict[str, Any]], says: str,
-                                                   stream: bool):
+def test_bad_conversations_raise_bad_request_error(
+    api: InProcess, messages: list[dict[str, Any]], says: str, stream: bool
+):
     with pytest.raises(openai.BadRequestError) as caught:
         client(api).chat.completions.create(model="ragvps", messages=messages, stream=stream)  # type: ignore
     assert says in caught.value.message
@@ -166,12 +183,19 @@ def test_what_only_an_llm_gives_is_a_clear_400_naming_the_field(api: InProcess):
     assert "language model" in caught.value.message
     for choice in ("required", {"type": "function", "function": {"name": "builtin_read_file"}}):
         with pytest.raises(openai.BadRequestError) as caught:
-            client(api).chat.completions.create(model="ragvps", messages=asked, tools=cb.CONTINUE_TOOLS,
-                                                tool_choice=choice, stream=True)
+            client(api).chat.completions.create(
+                model="ragvps", messages=asked, tools=cb.CONTINUE_TOOLS, tool_choice=choice, stream=True
+            )
         assert caught.value.code == "unsupported_parameter" and caught.value.param == "tool_choice"
     # hints are accepted and ignored: tools offered, a text response_format, logprobs
-    done = client(api).chat.completions.create(model="ragvps", messages=asked, tools=cb.CONTINUE_TOOLS,
-                                               tool_choice="auto", response_format={"type": "text"}, logprobs=True)
+    done = client(api).chat.completions.create(
+        model="ragvps",
+        messages=asked,
+        tools=cb.CONTINUE_TOOLS,
+        tool_choice="auto",
+        response_format={"type": "text"},
+        logprobs=True,
+    )
     assert done.choices[0].finish_reason == "stop" and "[1]" in done.choices[0].message.content
 
 
@@ -180,11 +204,25 @@ def test_continues_agent_request_and_tool_history_read_as_conversation(api: InPr
 
     chunks = list(client(api).chat.completions.create(**cb.continue_agent(FIRST)))
     assert "[1]" in "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    history = [{"role": "user", "content": FIRST},
-               {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
-                   "name": "builtin_read_file", "arguments": '{"filepath": "docs/incremental-ingest.md"}'}}]},
-               {"role": "tool", "tool_call_id": "call_1", "content": "Re-running ingest skips unchanged files."},
-               {"role": "user", "content": FOLLOW_UP}]
+    history = [
+        {"role": "user", "content": FIRST},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {
+                        "name": "builtin_read_file",
+                        "arguments": '{"filepath": "docs/incremental-ingest.md"}',
+                    },
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "Re-running ingest skips unchanged files."},
+        {"role": "user", "content": FOLLOW_UP},
+    ]
     done = client(api).chat.completions.create(model="ragvps", messages=history)
     info = extra(done)
     assert info["question"] == FOLLOW_UP and info["rewrite"] == "rule" and "ingest" in info["standalone_question"]

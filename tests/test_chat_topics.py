@@ -20,30 +20,50 @@ FORMATS = "what file formats can I ingest?"
 
 
 def oa(api: InProcess) -> Any:
-    return openai.OpenAI(base_url=api.url + "/v1", api_key=api.key, max_retries=0, timeout=60,
-                         http_client=api.keyless())
+    return openai.OpenAI(
+        base_url=api.url + "/v1", api_key=api.key, max_retries=0, timeout=60, http_client=api.keyless()
+    )
 
 
 def ol(api: InProcess) -> Any:
-    return ollama.Client(host=api.url, headers={"Authorization": f"Bearer {api.key}"}, timeout=60,
-                         transport=api.transport())
+    return ollama.Client(
+        host=api.url, headers={"Authorization": f"Bearer {api.key}"}, timeout=60, transport=api.transport()
+    )
 
 
-@pytest.mark.parametrize("question", [FORMATS, "Where does ragvps keep its data directory?",
-                                      "How do I create a key that can only read one knowledge base?",
-                                      "What happens to a file that cannot be parsed?"])
+@pytest.mark.parametrize(
+    "question",
+    [
+        FORMATS,
+        "Where does ragvps keep its data directory?",
+        "How do I create a key that can only read one knowledge base?",
+        "What happens to a file that cannot be parsed?",
+    ],
+)
 def test_a_question_that_stands_alone_is_searched_as_itself(question: str):
     history = [("user", KEYS), ("assistant", "Keys are listed in api_key_file.")]
     assert rewrite.stands_alone(question)
     assert rewrite.rule(history, question) == question
 
 
-@pytest.mark.parametrize("question", ["How do I stop it?", "And what should a team use instead?", "Is that private, "
-                                      "then?", "How do I see what did not fit?", "How long does a batch wait for one "
-                                      "that died?", "Which API shapes does it speak?"])
+@pytest.mark.parametrize(
+    "question",
+    [
+        "How do I stop it?",
+        "And what should a team use instead?",
+        "Is that private, then?",
+        "How do I see what did not fit?",
+        "How long does a batch wait for one that died?",
+        "Which API shapes does it speak?",
+    ],
+)
 def test_a_question_that_leans_on_the_history_goes_after_it(question: str):
-    history = [("user", "How does the embedded PostgreSQL start?"), ("assistant", "On first use."),
-               ("user", "Can I watch it?"), ("assistant", "Yes.")]
+    history = [
+        ("user", "How does the embedded PostgreSQL start?"),
+        ("assistant", "On first use."),
+        ("user", "Can I watch it?"),
+        ("assistant", "Yes."),
+    ]
     assert not rewrite.stands_alone(question)
     # back to the latest user turn that stands alone, in order
     assert rewrite.rule(history, question) == f"How does the embedded PostgreSQL start? Can I watch it? {question}"
@@ -52,9 +72,14 @@ def test_a_question_that_leans_on_the_history_goes_after_it(question: str):
 def test_a_new_topic_after_another_gets_the_answer_it_gets_alone(api: InProcess):
     first = oa(api).chat.completions.create(model="ragvps", messages=[{"role": "user", "content": KEYS}])
     alone = oa(api).chat.completions.create(model="ragvps", messages=[{"role": "user", "content": FORMATS}])
-    after = oa(api).chat.completions.create(model="ragvps", messages=[
-        {"role": "user", "content": KEYS}, {"role": "assistant", "content": first.choices[0].message.content},
-        {"role": "user", "content": FORMATS}])
+    after = oa(api).chat.completions.create(
+        model="ragvps",
+        messages=[
+            {"role": "user", "content": KEYS},
+            {"role": "assistant", "content": first.choices[0].message.content},
+            {"role": "user", "content": FORMATS},
+        ],
+    )
     info = dict((after.model_extra or {})["ragvps"])
     assert info["standalone_question"] == FORMATS
     assert after.choices[0].message.content == alone.choices[0].message.content
@@ -87,8 +112,9 @@ def test_the_ollama_connections_36_tools_leave_the_sources_listed(api: InProcess
     asked = [{"role": "user", "content": KEYS}]
     whole = ol(api).chat(model="ragvps", messages=asked, tools=cb.owui_tools(36), stream=False)
     assert sources_named(whole.message.content) and not whole.message.tool_calls
-    streamed = "".join(p.message.content for p in ol(api).chat(model="ragvps", messages=asked,
-                                                                tools=cb.owui_tools(36), stream=True))
+    streamed = "".join(
+        p.message.content for p in ol(api).chat(model="ragvps", messages=asked, tools=cb.owui_tools(36), stream=True)
+    )
     assert streamed == whole.message.content
 
 
@@ -99,8 +125,10 @@ def test_a_json_response_format_still_gets_no_list():
     assert not wants_json('{"tools": [{"type": "function"}]}') and not wants_json("")
 
 
-NOTES = ("Meeting notes, 3 March. The blue widget ships in boxes of twelve. Marketing wants a new colour for the "
-         "spring catalogue, and the warehouse asked for labels in two languages.")
+NOTES = (
+    "Meeting notes, 3 March. The blue widget ships in boxes of twelve. Marketing wants a new colour for the "
+    "spring catalogue, and the warehouse asked for labels in two languages."
+)
 WIDGETS = "how many blue widgets does a box hold?"
 
 

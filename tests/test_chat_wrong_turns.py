@@ -14,8 +14,9 @@ openai = pytest.importorskip("openai", reason="the openai SDK is a test dependen
 
 
 def sdk(server: InProcess, base_url: str, key: str | None = None) -> Any:
-    return openai.OpenAI(base_url=base_url, api_key=key or server.key, max_retries=0, timeout=60,
-                         http_client=server.keyless())
+    return openai.OpenAI(
+        base_url=base_url, api_key=key or server.key, max_retries=0, timeout=60, http_client=server.keyless()
+    )
 
 
 def test_a_base_url_without_v1_is_told_to_add_it(api: InProcess):
@@ -73,9 +74,11 @@ def test_an_mcp_client_without_the_key_is_told_what_to_send(api: InProcess):
     from mcp.shared.exceptions import MCPError
 
     async def connect(headers: dict[str, str]) -> str:
-        async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=api.asgi), headers=headers, timeout=60) \
-                as http, streamable_http_client(api.url + "/mcp", http_client=http) as (read, write), \
-                ClientSession(read, write) as session:
+        async with (
+            httpx2.AsyncClient(transport=httpx2.ASGITransport(app=api.asgi), headers=headers, timeout=60) as http,
+            streamable_http_client(api.url + "/mcp", http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
             try:
                 await session.initialize()
             except MCPError as exc:

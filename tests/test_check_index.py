@@ -47,8 +47,12 @@ def test_check_index_on_chunk_vectors_and_questions(cli, indexed, tmp_path):
 
     # Gold questions instead of chunk vectors; a higher ef_search is measured as the current one.
     gold = tmp_path / "gold.jsonl"
-    gold.write_text("".join(json.dumps({"question": q, "doc": "search.md"}) + "\n"
-                            for q in ("how does fusion work?", "what is vector search?", "stop the server")))
+    gold.write_text(
+        "".join(
+            json.dumps({"question": q, "doc": "search.md"}) + "\n"
+            for q in ("how does fusion work?", "what is vector search?", "stop the server")
+        )
+    )
     cli.env["RAGVPS_EF_SEARCH"] = "200"
     out = json.loads(cli("check-index", "--questions", str(gold), "--sample", "2", "--json").stdout)
     assert out["sample"] == 2 and out["source"] == str(gold) and out["current_ef_search"] == 200

@@ -10,8 +10,34 @@ from ragvps.ingest.chunk import ChunkerConfig, chunk_document
 from ragvps.records import Document
 from ragvps.text import sentences
 
-WORDS = ["the", "model", "embeds", "chunks", "unbelievably", "Tokenisation", "cost", "3.5", "e.g.", "Dr.", "naïve",
-         "café", "日本語", "x" * 120, "##", "#", "`", "*", "-", "\ufffd", "\x00", "résumé", "(see", "Fig.", "1)", "—"]
+WORDS = [
+    "the",
+    "model",
+    "embeds",
+    "chunks",
+    "unbelievably",
+    "Tokenisation",
+    "cost",
+    "3.5",
+    "e.g.",
+    "Dr.",
+    "naïve",
+    "café",
+    "日本語",
+    "x" * 120,
+    "##",
+    "#",
+    "`",
+    "*",
+    "-",
+    "\ufffd",
+    "\x00",
+    "résumé",
+    "(see",
+    "Fig.",
+    "1)",
+    "—",
+]
 ENDS = [".", "!", "?", ",", ";", "", "", ""]
 
 
@@ -22,20 +48,28 @@ def markdown(draw: st.DrawFn) -> str:
     for _ in range(draw(st.integers(0, 12))):
         kind = draw(st.sampled_from(["h", "p", "p", "p", "code", "list", "raw", "table"]))
         if kind == "h":
-            parts.append("#" * draw(st.integers(1, 4)) + " " + " ".join(draw(st.lists(st.sampled_from(WORDS),
-                                                                                      min_size=1, max_size=30))))
+            parts.append(
+                "#" * draw(st.integers(1, 4))
+                + " "
+                + " ".join(draw(st.lists(st.sampled_from(WORDS), min_size=1, max_size=30)))
+            )
         elif kind == "p":
             words = draw(st.lists(st.tuples(st.sampled_from(WORDS), st.sampled_from(ENDS)), max_size=400))
             parts.append(" ".join(w + e for w, e in words))
         elif kind == "code":
-            parts.append("```\n# not a heading\n" + "\n".join(draw(st.lists(st.sampled_from(WORDS), max_size=60)))
-                         + "\n```")
+            parts.append(
+                "```\n# not a heading\n" + "\n".join(draw(st.lists(st.sampled_from(WORDS), max_size=60))) + "\n```"
+            )
         elif kind == "table":
             width = draw(st.integers(1, 4))
             cell = st.lists(st.sampled_from(WORDS), max_size=6).map(" ".join)
             rows = draw(st.lists(st.lists(cell, min_size=width, max_size=width), min_size=1, max_size=80))
-            parts.append("\n".join(["| " + " | ".join(rows[0]) + " |", "|" + " --- |" * width]
-                                   + ["| " + " | ".join(r) + " |" for r in rows[1:]]))
+            parts.append(
+                "\n".join(
+                    ["| " + " | ".join(rows[0]) + " |", "|" + " --- |" * width]
+                    + ["| " + " | ".join(r) + " |" for r in rows[1:]]
+                )
+            )
         elif kind == "list":
             parts.append("\n".join("- " + w for w in draw(st.lists(st.sampled_from(WORDS), max_size=30))))
         else:
@@ -43,15 +77,17 @@ def markdown(draw: st.DrawFn) -> str:
     return draw(st.sampled_from(["\n\n", "\n", "\r\n\r\n"])).join(parts)
 
 
-CONFIGS = st.sampled_from([
-    ChunkerConfig("structure", 200, 30, 256),
-    ChunkerConfig("structure", 40, 10, 64, "search_document: "),
-    ChunkerConfig("structure", 400, 50, 2048, "search_document: "),
-    ChunkerConfig("sentences", 200, 30, 256),
-    ChunkerConfig("fixed", 200, 30, 256),
-    ChunkerConfig("fixed", 30, 0, 48, "search_document: "),
-    ChunkerConfig("structure", 16, 4, 24),
-])
+CONFIGS = st.sampled_from(
+    [
+        ChunkerConfig("structure", 200, 30, 256),
+        ChunkerConfig("structure", 40, 10, 64, "search_document: "),
+        ChunkerConfig("structure", 400, 50, 2048, "search_document: "),
+        ChunkerConfig("sentences", 200, 30, 256),
+        ChunkerConfig("fixed", 200, 30, 256),
+        ChunkerConfig("fixed", 30, 0, 48, "search_document: "),
+        ChunkerConfig("structure", 16, 4, 24),
+    ]
+)
 
 
 def _lead(doc: Document, c) -> str:
@@ -82,8 +118,12 @@ def _check(doc: Document, config: ChunkerConfig) -> None:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(text=markdown(), config=CONFIGS, kind=st.sampled_from(["markdown", "text", "csv"]),
-       title=st.sampled_from(["", "Guide", "A very long title " * 12]))
+@given(
+    text=markdown(),
+    config=CONFIGS,
+    kind=st.sampled_from(["markdown", "text", "csv"]),
+    title=st.sampled_from(["", "Guide", "A very long title " * 12]),
+)
 def test_guarantees_hold_for_any_document(text, config, kind, title):
     _check(Document("d", "d", title, text, kind), config)
 
@@ -130,7 +170,11 @@ def test_markdown_structure_and_heading_paths():
     config = ChunkerConfig("structure", 200, 30, 256)
     chunks = chunk_document(Document("guide.md", "guide.md", "Guide", GUIDE, "markdown"), config)
     assert [c.heading_path for c in chunks] == [
-        "Guide", "Guide > Billing", "Guide > Billing > Cancelling", "Guide > Support"]
+        "Guide",
+        "Guide > Billing",
+        "Guide > Billing > Cancelling",
+        "Guide > Support",
+    ]
     billing = chunks[1]
     assert "# this comment is not a heading" in billing.text and billing.text.startswith("## Billing")
     assert billing.embed_text == "Guide > Billing\n\n" + billing.text
@@ -157,14 +201,22 @@ def test_a_heading_followed_by_a_subheading_joins_the_subsection():
 def test_sentences_mode_gives_one_sentence_per_chunk():
     text = "The first one. The second one! Is this the third? Yes, at 3.5 p.m. on the dot."
     chunks = chunk_document(Document("d", "d", "", text, "text"), ChunkerConfig("sentences", 200, 30, 256))
-    assert [c.text for c in chunks] == ["The first one.", "The second one!", "Is this the third?",
-                                        "Yes, at 3.5 p.m. on the dot."]
+    assert [c.text for c in chunks] == [
+        "The first one.",
+        "The second one!",
+        "Is this the third?",
+        "Yes, at 3.5 p.m. on the dot.",
+    ]
 
 
 def test_sentence_splitter_keeps_abbreviations_and_decimals():
     text = "Dr. Smith paid 3.5 dollars, e.g. for tea (see Fig. 2). Then the U.S. team left. 終わり。次の文。"
     assert [text[a:b] for a, b in sentences(text, 0, len(text))] == [
-        "Dr. Smith paid 3.5 dollars, e.g. for tea (see Fig. 2).", "Then the U.S. team left.", "終わり。", "次の文。"]
+        "Dr. Smith paid 3.5 dollars, e.g. for tea (see Fig. 2).",
+        "Then the U.S. team left.",
+        "終わり。",
+        "次の文。",
+    ]
 
 
 def test_a_long_heading_path_is_shortened_for_embedding_only():

@@ -42,8 +42,11 @@ def test_errors_name_the_setting_and_its_origin(tmp_path: Path):
 
 
 def test_a_value_out_of_range_names_where_it_came_from(tmp_path: Path):
-    with pytest.raises(ConfigError, match=r"hnsw_m=500 is out of range: use 2 to 100 \(from environment variable "
-                                          r"RAGVPS_HNSW_M\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"hnsw_m=500 is out of range: use 2 to 100 \(from environment variable "
+        r"RAGVPS_HNSW_M\)",
+    ):
         load_settings(env={"RAGVPS_HNSW_M": "500"})
     toml = tmp_path / "ragvps.toml"
     toml.write_text("[ragvps]\nhnsw_m = 1\n")
@@ -51,8 +54,11 @@ def test_a_value_out_of_range_names_where_it_came_from(tmp_path: Path):
         load_settings(toml, env={})
     with pytest.raises(ConfigError, match=r"hnsw_m=0 is out of range.*\(from option --hnsw-m\)"):
         load_settings(toml, env={}, hnsw_m=0)
-    with pytest.raises(ConfigError, match=r"chunk_overlap=200 must be smaller than chunk_size=100 \(chunk_overlap "
-                                          r"from option --chunk-overlap; chunk_size from environment variable"):
+    with pytest.raises(
+        ConfigError,
+        match=r"chunk_overlap=200 must be smaller than chunk_size=100 \(chunk_overlap "
+        r"from option --chunk-overlap; chunk_size from environment variable",
+    ):
         load_settings(env={"RAGVPS_CHUNK_SIZE": "100"}, chunk_overlap=200)
 
 
@@ -68,9 +74,17 @@ def test_every_setting_declares_its_facts_beside_its_field():
 
     from ragvps import config
 
-    groups = {"database": ("database",), "embed": ("embed", "ollama"), "chunk": ("chunk",), "index": ("index",),
-              "search": (), "rerank": ("reranker", "rerank"), "generate": ("generator", "answer"), "serve": (),
-              "auth": ()}
+    groups = {
+        "database": ("database",),
+        "embed": ("embed", "ollama"),
+        "chunk": ("chunk",),
+        "index": ("index",),
+        "search": (),
+        "rerank": ("reranker", "rerank"),
+        "generate": ("generator", "answer"),
+        "serve": (),
+        "auth": (),
+    }
     kinds = {"embed": "embedder", "rerank": "reranker", "generate": "generator"}
     seen = set()
     for group in fields(Settings):
@@ -91,20 +105,27 @@ def test_every_setting_declares_its_facts_beside_its_field():
 def test_backend_choices_come_from_the_backends_and_each_backend_builds():
     from ragvps import backends
 
-    for setting, table in (("embedder", backends.EMBEDDERS), ("generator", backends.GENERATORS),
-                           ("reranker", backends.RERANKERS)):
+    for setting, table in (
+        ("embedder", backends.EMBEDDERS),
+        ("generator", backends.GENERATORS),
+        ("reranker", backends.RERANKERS),
+    ):
         for name, backend in table.items():
             assert Settings.of(**{setting: name}).get(setting) == name
             assert callable(backend.load()) or hasattr(backend.load(), "embedder")
-        with pytest.raises(ConfigError, match=f"{setting}='nope' from environment variable "
-                                              f"RAGVPS_{setting.upper()} must be one of: {' | '.join(table)}"):
+        with pytest.raises(
+            ConfigError,
+            match=f"{setting}='nope' from environment variable "
+            f"RAGVPS_{setting.upper()} must be one of: {' | '.join(table)}",
+        ):
             load_settings(env={f"RAGVPS_{setting.upper()}": "nope"})
     assert Settings.of(embedder="local").embed.model_name == backends.LOCAL_MODEL
     assert Settings.of(embedder="ollama", embed_model="bge-m3").embed.model_name == "bge-m3"
 
 
-def test_an_old_flat_name_still_works_with_a_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                     caplog: pytest.LogCaptureFixture):
+def test_an_old_flat_name_still_works_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
     from ragvps import config
 
     monkeypatch.setitem(config.ALIASES, "results", "top_k")  # as answer_min_score -> answer_min_evidence
@@ -124,9 +145,15 @@ def test_no_code_branches_on_a_backends_name():
     from ragvps import backends
 
     names = {*backends.EMBEDDERS, *backends.GENERATORS, *backends.RERANKERS}
-    pattern = re.compile(r'(\.kind|\.name|embedder|generator|reranker)\s*[!=]=\s*"(' + "|".join(names) + r')"'
-                         r'|"(' + "|".join(names) + r')" if \w+ else')
+    pattern = re.compile(
+        r'(\.kind|\.name|embedder|generator|reranker)\s*[!=]=\s*"(' + "|".join(names) + r')"'
+        r'|"(' + "|".join(names) + r')" if \w+ else'
+    )
     root = Path(__file__).resolve().parents[1] / "ragvps"
-    found = [f"{path.relative_to(root)}:{n}: {line.strip()}" for path in sorted(root.rglob("*.py"))
-             for n, line in enumerate(path.read_text().splitlines(), start=1) if pattern.search(line)]
+    found = [
+        f"{path.relative_to(root)}:{n}: {line.strip()}"
+        for path in sorted(root.rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), start=1)
+        if pattern.search(line)
+    ]
     assert found == []

@@ -25,8 +25,7 @@ def small_parts(monkeypatch):
 
 
 def write_csv(path, rows: int) -> None:
-    path.write_text("sku,aisle,count\n" + "".join(f"SKU-{i:05},aisle {i % 17},{i * 7 % 1000}\n"
-                                                  for i in range(rows)))
+    path.write_text("sku,aisle,count\n" + "".join(f"SKU-{i:05},aisle {i % 17},{i * 7 % 1000}\n" for i in range(rows)))
 
 
 def stored(db_url: str) -> tuple[list[str], list[str], int]:
@@ -34,8 +33,13 @@ def stored(db_url: str) -> tuple[list[str], list[str], int]:
     with psycopg.connect(db_url) as conn:
         table = conn.execute("SELECT table_name FROM kb_1.embedding_sets WHERE active").fetchone()[0]
         docs = [r[0] for r in conn.execute("SELECT doc_id FROM kb_1.documents ORDER BY doc_id")]
-        texts = [r[0] for r in conn.execute("SELECT c.text FROM kb_1.chunks c JOIN kb_1.documents d "
-                                            "ON d.id = c.document_id ORDER BY d.doc_id, c.seq")]
+        texts = [
+            r[0]
+            for r in conn.execute(
+                "SELECT c.text FROM kb_1.chunks c JOIN kb_1.documents d "
+                "ON d.id = c.document_id ORDER BY d.doc_id, c.seq"
+            )
+        ]
         vectors = conn.execute(f"SELECT count(*) FROM kb_1.{table}").fetchone()[0]
     return docs, texts, vectors
 
@@ -55,8 +59,13 @@ def test_a_large_csv_is_stored_in_parts_each_headed_and_again_embeds_nothing(db_
     rows = [(done, total) for stage, done, total in seen if stage == "rows stock.csv"]
     assert rows == [(0, 450), (100, 450), (200, 450), (300, 450), (400, 450), (450, 450)]
     docs, texts, vectors = stored(db_url)
-    assert docs == ["stock.csv#rows-1-100", "stock.csv#rows-101-200", "stock.csv#rows-201-300",
-                    "stock.csv#rows-301-400", "stock.csv#rows-401-450"]
+    assert docs == [
+        "stock.csv#rows-1-100",
+        "stock.csv#rows-101-200",
+        "stock.csv#rows-201-300",
+        "stock.csv#rows-301-400",
+        "stock.csv#rows-401-450",
+    ]
     assert all(t.startswith(HEADER) for t in texts) and vectors == len(texts)
     assert sum(t.count("| SKU-") for t in texts) == 450  # every row once
     assert (report.documents, report.chunks, report.embedded, report.stored) == (5, len(texts), len(texts), 5)
@@ -66,8 +75,9 @@ def test_a_large_csv_is_stored_in_parts_each_headed_and_again_embeds_nothing(db_
     assert stored(db_url) == (docs, texts, vectors)
 
 
-def test_a_run_cut_short_goes_on_to_the_same_state_and_a_shorter_file_loses_its_last_parts(db_url, new_database,
-                                                                                             tmp_path):
+def test_a_run_cut_short_goes_on_to_the_same_state_and_a_shorter_file_loses_its_last_parts(
+    db_url, new_database, tmp_path
+):
     folder = tmp_path / "files"
     folder.mkdir()
     write_csv(folder / "stock.csv", 450)
@@ -125,8 +135,10 @@ def test_a_file_being_read_in_parts_counts_its_rows_read_in_the_bytes_done():
 
     now = datetime.now(UTC)
     row = JobRow("running", False, now, now, None, "w", 1, 0, None, 10.0)
-    files = [FileRow(0, "a.md", 100, "done", None, 1, 2, None, None),
-             FileRow(1, "big.csv", 1000, "pending", None, 0, 0, 250, 1000)]
+    files = [
+        FileRow(0, "a.md", 100, "done", None, 1, 2, None, None),
+        FileRow(1, "big.csv", 1000, "pending", None, 0, 0, 250, 1000),
+    ]
     status = status_of("j1-x", row, files)
     assert (status.bytes_done, status.bytes_total, status.files_done) == (350, 1100, 1)
     assert (status.files[1].rows_done, status.files[1].rows_total) == (250, 1000)

@@ -39,6 +39,7 @@ LOCK = "/run/lock/ragvps-reindex.lock"
 
 # --- helpers -------------------------------------------------------------------------------------------
 
+
 def compose_schema() -> dict[str, Any]:
     """The Compose Specification schema, as vendored (with its licence) by check-jsonschema."""
     vendor = importlib.resources.files("check_jsonschema.builtin_schemas.vendor")
@@ -58,9 +59,7 @@ def raw_compose() -> dict[str, Any]:
     return yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
 
 
-_VAR = re.compile(
-    r"\$\$|\$\{(?P<name>[A-Za-z_]\w*)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}|\$(?P<bare>[A-Za-z_]\w*)"
-)
+_VAR = re.compile(r"\$\$|\$\{(?P<name>[A-Za-z_]\w*)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}|\$(?P<bare>[A-Za-z_]\w*)")
 
 
 class InterpolationError(Exception):
@@ -149,6 +148,7 @@ def cli_commands() -> set[str]:
 
 # --- docker-compose.yml --------------------------------------------------------------------------------
 
+
 def test_compose_file_matches_the_compose_specification():
     assert schema_errors(raw_compose()) == []
     assert schema_errors(compose()) == []  # after substitution too, as `docker compose config` checks it
@@ -166,8 +166,16 @@ def test_the_schema_check_rejects_a_broken_compose_file():
 
 
 def test_the_stack_is_postgres_ollama_the_model_pull_ragvps_and_the_server():
-    assert set(compose()["services"]) == {"postgres", "ollama", "ollama-pull", "ragvps", "serve", "watch", "backup",
-                                          "sync"}
+    assert set(compose()["services"]) == {
+        "postgres",
+        "ollama",
+        "ollama-pull",
+        "ragvps",
+        "serve",
+        "watch",
+        "backup",
+        "sync",
+    }
 
 
 def test_images_are_pinned_to_exact_versions():
@@ -217,7 +225,9 @@ def test_published_ports_are_bound_to_loopback_only():
     assert _published("5432:5432")[0] is None
     assert _published({"target": 5432, "published": "5432"})[0] is None
     assert [p for s in services.values() for p in s.get("ports", [])] == [
-        "127.0.0.1:5432:5432", "127.0.0.1:11434:11434", "127.0.0.1:8765:8765"
+        "127.0.0.1:5432:5432",
+        "127.0.0.1:11434:11434",
+        "127.0.0.1:8765:8765",
     ]
 
 
@@ -279,7 +289,9 @@ def one_shots_up_wait_races(command: str, services: dict[str, Any]) -> set[str]:
     service_completed_successfully; otherwise its exit before the wait ends fails the `up`."""
     started = started_by_up(command, services)
     waited_to_finish = {
-        dep for name in started for dep, spec in services[name].get("depends_on", {}).items()
+        dep
+        for name in started
+        for dep, spec in services[name].get("depends_on", {}).items()
         if spec.get("condition") == "service_completed_successfully"
     }
     return {name for name in started if services[name].get("restart") == "no"} - waited_to_finish
@@ -452,12 +464,15 @@ def test_docker_compose_config_accepts_the_file_where_docker_compose_exists(tmp_
     env_file.write_text("".join(f"{k}={v}\n" for k, v in filled_env().items()))
     done = subprocess.run(
         [docker, "compose", "--env-file", str(env_file), "-f", str(COMPOSE), "config", "--quiet"],
-        cwd=ROOT, capture_output=True, text=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stderr
 
 
 # --- deploy/Dockerfile ---------------------------------------------------------------------------------
+
 
 def dockerfile_instructions() -> list[tuple[str, str]]:
     text = DOCKERFILE.read_text(encoding="utf-8").replace("\\\n", " ")
@@ -520,8 +535,7 @@ def test_dockerfile_copies_only_what_exists_and_is_in_the_build_context(tmp_path
     for src in sources:
         target = tmp_path / src
         if (ROOT / src).is_dir():
-            shutil.copytree(ROOT / src, target, symlinks=True,
-                            ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(ROOT / src, target, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(ROOT / src, target)
     assert (tmp_path / "ragvps" / "sql" / "queries.sql").is_file()
@@ -543,6 +557,7 @@ def test_dockerfile_runs_ragvps_as_a_pinned_unprivileged_image():
 
 
 # --- deploy/postgres/ragvps.conf -----------------------------------------------------------------------
+
 
 def pg_settings() -> dict[str, str]:
     found = {}
@@ -611,18 +626,37 @@ def _check_settings_with(binary: Path, tmp_path: Path) -> None:
         runuser = shutil.which("runuser") or shutil.which("setpriv")
         if runuser is None:
             pytest.skip("running as root without runuser/setpriv to drop to nobody")
-        prefix = [runuser, "-u", "nobody", "--"] if runuser.endswith("runuser") else [
-            runuser, "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+        prefix = (
+            [runuser, "-u", "nobody", "--"]
+            if runuser.endswith("runuser")
+            else [runuser, "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+        )
 
     def show(name: str, path: Path = conf) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [*prefix, str(binary), "-D", str(tmp_path), "-c", f"config_file={path}",
-             "-c", "listen_addresses=*", "-C", name],
-            capture_output=True, text=True, timeout=30,
+            [
+                *prefix,
+                str(binary),
+                "-D",
+                str(tmp_path),
+                "-c",
+                f"config_file={path}",
+                "-c",
+                "listen_addresses=*",
+                "-C",
+                name,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
 
-    for name, expected in (("shared_buffers", "65536"), ("maintenance_work_mem", "131072"),
-                           ("max_connections", "20"), ("jit", "off")):
+    for name, expected in (
+        ("shared_buffers", "65536"),
+        ("maintenance_work_mem", "131072"),
+        ("max_connections", "20"),
+        ("jit", "off"),
+    ):
         done = show(name)
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == expected, (name, done.stdout)
@@ -635,6 +669,7 @@ def _check_settings_with(binary: Path, tmp_path: Path) -> None:
 
 
 # --- deploy/systemd and deploy/cron --------------------------------------------------------------------
+
 
 def _reindex_command(command: str) -> None:
     """A nightly command line: under `flock -n` on the shared lock, `nice -n 19 ragvps reindex` runs.
@@ -685,8 +720,7 @@ def test_systemd_analyze_verify_accepts_the_units():
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
         pytest.skip("systemd-analyze is not installed (Debian package systemd); the parse checks above ran")
-    done = subprocess.run([analyze, "verify", str(SERVICE), str(TIMER)], capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run([analyze, "verify", str(SERVICE), str(TIMER)], capture_output=True, text=True, timeout=60)
     ours = [line for line in (done.stdout + done.stderr).splitlines() if "ragvps-reindex" in line]
     assert done.returncode == 0 and ours == [], done.stdout + done.stderr
     calendar = unit_file(TIMER)["Timer"]["OnCalendar"][0]
@@ -717,15 +751,23 @@ def test_cron_alternative_is_one_valid_line_with_the_same_lock():
 
 # --- deploy/README.md ----------------------------------------------------------------------------------
 
+
 def test_readme_documents_use_sizing_and_what_was_exercised():
     readme = (DEPLOY / "README.md").read_text(encoding="utf-8")
-    for needle in ("cp .env.example .env", "docker compose up -d",
-                   "docker compose run --rm ragvps ingest /docs", 'docker compose run --rm ragvps query "',
-                   "ragvps-reindex.timer", "ragvps stats", "What was exercised"):
+    for needle in (
+        "cp .env.example .env",
+        "docker compose up -d",
+        "docker compose run --rm ragvps ingest /docs",
+        'docker compose run --rm ragvps query "',
+        "ragvps-reindex.timer",
+        "ragvps stats",
+        "What was exercised",
+    ):
         assert needle in readme, needle
 
 
 # --- deploy/systemd/ragvps-serve.service -----------------------------------------------------------------
+
 
 def test_systemd_serve_unit_runs_the_server_on_loopback_with_keys_as_a_credential():
     unit = unit_file(SERVE_UNIT)
@@ -741,8 +783,11 @@ def test_systemd_serve_unit_runs_the_server_on_loopback_with_keys_as_a_credentia
     assert service["Restart"] == ["on-failure"]
     assert service["LoadCredential"] == ["api-keys:/etc/ragvps/api-keys"]
     assert service["Environment"] == ["RAGVPS_API_KEY_FILE=%d/api-keys"]
-    assert not any(_SECRET_NAME.search(line) and "=" in line and "FILE" not in line
-                   for line in SERVE_UNIT.read_text().splitlines() if not line.startswith("#"))
+    assert not any(
+        _SECRET_NAME.search(line) and "=" in line and "FILE" not in line
+        for line in SERVE_UNIT.read_text().splitlines()
+        if not line.startswith("#")
+    )
     assert {"NoNewPrivileges", "ProtectSystem", "PrivateTmp"} <= set(service)
     assert unit["Install"]["WantedBy"] == ["multi-user.target"]
 
@@ -787,15 +832,27 @@ def test_nightly_backup_unit_timer_and_service_back_up_then_restore_check():
     alternative = re.search(r"^#ExecStart=(.*)$", BACKUP_UNIT.read_text(), re.MULTILINE)
     assert alternative
     host = shlex.split(alternative.group(1))
-    assert host[host.index("/opt/ragvps/venv/bin/ragvps") + 1:] == ["backup", "/var/backups/ragvps", "--all", "--keep",
-                                                                   "7", "--check"]
+    assert host[host.index("/opt/ragvps/venv/bin/ragvps") + 1 :] == [
+        "backup",
+        "/var/backups/ragvps",
+        "--all",
+        "--keep",
+        "7",
+        "--check",
+    ]
     timer = unit_file(BACKUP_TIMER)["Timer"]
     assert timer["Persistent"] == ["true"] and timer["OnCalendar"] == ["*-*-* 04:30:00"]
     assert BACKUP_TIMER.stem == BACKUP_UNIT.stem
     backup = compose()["services"]["backup"]
     assert backup["profiles"] == ["backup"] and backup["restart"] == "no"
-    assert backup["entrypoint"][-1] == "ragvps" and backup["command"] == ["backup", "/backups", "--all", "--keep",
-                                                                          "7", "--check"]
+    assert backup["entrypoint"][-1] == "ragvps" and backup["command"] == [
+        "backup",
+        "/backups",
+        "--all",
+        "--keep",
+        "7",
+        "--check",
+    ]
     assert any(v.endswith(":/backups") for v in backup["volumes"])
     assert {"backup", "restore-check", "export", "import"} <= cli_commands()
     cli = compose()["services"]["ragvps"]
@@ -806,7 +863,8 @@ def test_systemd_analyze_verify_accepts_the_backup_units(tmp_path):
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
         pytest.skip("systemd-analyze is not installed (Debian package systemd); the parse checks above ran")
-    done = subprocess.run([analyze, "verify", str(BACKUP_UNIT), str(BACKUP_TIMER)], capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(
+        [analyze, "verify", str(BACKUP_UNIT), str(BACKUP_TIMER)], capture_output=True, text=True, timeout=60
+    )
     ours = [line for line in (done.stdout + done.stderr).splitlines() if "ragvps-backup" in line]
     assert done.returncode == 0 and ours == [], done.stdout + done.stderr

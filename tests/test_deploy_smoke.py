@@ -29,8 +29,12 @@ ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ROOT / "deploy" / "smoke.sh"
 STAND_INS = ROOT / "deploy" / "smoke"
 OLLAMA = STAND_INS / "ollama" / "ollama"
-DOC_FILES = [ROOT / "README.md", ROOT / "docker-compose.yml", ROOT / "deploy" / "README.md",
-             *sorted((ROOT / "docs").glob("*.md"))]
+DOC_FILES = [
+    ROOT / "README.md",
+    ROOT / "docker-compose.yml",
+    ROOT / "deploy" / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+]
 
 
 def curl_commands(text: str) -> list[str]:
@@ -61,13 +65,18 @@ def test_the_curl_finder_sees_a_missing_header():
 def test_bash_parses_the_shell_scripts():
     bash = shutil.which("bash")
     assert bash is not None
-    for script in (SMOKE, STAND_INS / "postgres" / "docker-entrypoint.sh", STAND_INS / "systemd" / "check.sh",
-                   ROOT / ".ci" / "run"):
+    for script in (
+        SMOKE,
+        STAND_INS / "postgres" / "docker-entrypoint.sh",
+        STAND_INS / "systemd" / "check.sh",
+        ROOT / ".ci" / "run",
+    ):
         done = subprocess.run([bash, "-n", str(script)], capture_output=True, text=True)
         assert done.returncode == 0, (script, done.stderr)
 
 
 # --- the stand-in images ----------------------------------------------------------------------------------
+
 
 def from_images(dockerfile: Path) -> list[str]:
     return [line.split()[1] for line in dockerfile.read_text().splitlines() if line.upper().startswith("FROM ")]
@@ -100,11 +109,16 @@ def test_no_stand_in_turns_tls_checks_off():
 
 # --- the Ollama stand-in, run as a real process -------------------------------------------------------------
 
+
 @pytest.fixture
 def stand_in(tmp_path: Path) -> Iterator[dict[str, str]]:
     port = free_port()
-    env = {"PATH": "/usr/bin:/bin", "OLLAMA_HOST": f"0.0.0.0:{port}", "OLLAMA_MODELS": str(tmp_path / "models"),
-           "HOME": str(tmp_path)}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "OLLAMA_HOST": f"0.0.0.0:{port}",
+        "OLLAMA_MODELS": str(tmp_path / "models"),
+        "HOME": str(tmp_path),
+    }
     proc = subprocess.Popen([sys.executable, str(OLLAMA), "serve"], env=env, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 20
     while True:
@@ -141,7 +155,7 @@ def test_the_compose_healthcheck_and_pull_job_run_against_the_stand_in(stand_in:
     script = pull["command"][0].replace("$$", "$")  # type: ignore[index]
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    (bindir / "ollama").write_text(f"#!/bin/sh\nexec {sys.executable} {OLLAMA} \"$@\"\n")
+    (bindir / "ollama").write_text(f'#!/bin/sh\nexec {sys.executable} {OLLAMA} "$@"\n')
     (bindir / "ollama").chmod(0o755)
     env = stand_in | {"PATH": f"{bindir}:/usr/bin:/bin", "OLLAMA_HOST": stand_in["URL"], "RAGVPS_EMBED_MODEL": model}
     first = subprocess.run(["/bin/sh", "-c", script], env=env, capture_output=True, text=True, timeout=60)
@@ -161,8 +175,13 @@ def test_ragvps_embeds_through_the_stand_in(stand_in: dict[str, str]):
     assert ollama(stand_in, "pull", spec.name).returncode == 0
     info = client.show()
     assert (info.architecture, info.dims, info.context_length) == ("nomic-bert", 768, 2048)
-    vectors = client.embed(["search_document: ingest twice re-embeds nothing", "search_query: ingest twice",
-                            "search_query: PostgreSQL restart"])
+    vectors = client.embed(
+        [
+            "search_document: ingest twice re-embeds nothing",
+            "search_query: ingest twice",
+            "search_query: PostgreSQL restart",
+        ]
+    )
     assert vectors.shape == (3, 768)
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
     assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2]  # shared words are near
@@ -177,6 +196,7 @@ def test_the_healthcheck_fails_when_the_stand_in_is_down():
 
 
 # --- deploy/README.md's steps are the smoke test's ---------------------------------------------------------
+
 
 def readme_commands(*sections: str) -> list[str]:
     """The shell lines of the README's ```sh blocks in the given sections, `sudo -u ragvps` and comments dropped."""

@@ -24,22 +24,35 @@ LIMITS = {"upload_max_files": "50", "upload_max_file_bytes": str(64 << 10), "upl
 
 
 def run_cli(env: dict[str, str], *args: str) -> str:
-    done = CliRunner().invoke(cli_app, list(args), env={k: v for k, v in env.items() if k.startswith("RAGVPS_")},
-                              catch_exceptions=False)
+    done = CliRunner().invoke(
+        cli_app, list(args), env={k: v for k, v in env.items() if k.startswith("RAGVPS_")}, catch_exceptions=False
+    )
     assert done.exit_code == 0, done.output
     return done.stdout
 
 
 def page(topic: str, n: int = 3) -> bytes:
-    return (f"# {topic}\n\n" + "".join(f"## Part {i}\n\nThe {topic} section {i} explains step {i} of the "
-                                       f"{topic} procedure in plain words.\n\n" for i in range(n))).encode()
+    return (
+        f"# {topic}\n\n"
+        + "".join(
+            f"## Part {i}\n\nThe {topic} section {i} explains step {i} of the {topic} procedure in plain words.\n\n"
+            for i in range(n)
+        )
+    ).encode()
 
 
 def multipart(parts: list[tuple[bytes, bytes]], end: bool = True) -> tuple[bytes, dict[str, str]]:
     """A multipart body with file names exactly as given (httpx would escape them)."""
-    body = b"".join(b"--" + BOUNDARY.encode() + b"\r\nContent-Disposition: form-data; name=\"files\"; filename=\""
-                    + name + b"\"\r\nContent-Type: application/octet-stream\r\n\r\n" + data + b"\r\n"
-                    for name, data in parts)
+    body = b"".join(
+        b"--"
+        + BOUNDARY.encode()
+        + b'\r\nContent-Disposition: form-data; name="files"; filename="'
+        + name
+        + b'"\r\nContent-Type: application/octet-stream\r\n\r\n'
+        + data
+        + b"\r\n"
+        for name, data in parts
+    )
     if end:
         body += b"--" + BOUNDARY.encode() + b"--\r\n"
     return body, {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"}
@@ -55,8 +68,10 @@ def served(module_db_url: str, tmp_path_factory: pytest.TempPathFactory):
     (root / "seed" / "seed.md").write_bytes(page("seed"))
     run_cli(env, "ingest", str(root / "seed"))
     run_cli(env, "kb", "create", "other")
-    keys = {role: run_cli(env, "key", "create", "--kb", "default", "--role", role, "--name", f"{role}-app").strip()
-            for role in ("read", "write")}
+    keys = {
+        role: run_cli(env, "key", "create", "--kb", "default", "--role", role, "--name", f"{role}-app").strip()
+        for role in ("read", "write")
+    }
     keys["outsider"] = run_cli(env, "key", "create", "--kb", "other", "--role", "write", "--name", "out").strip()
     srv = InProcess(env | {"RAGVPS_API_KEYS": KEY}, key=KEY).start()
     srv.keys = keys  # type: ignore[attr-defined]
@@ -92,22 +107,30 @@ def counts(db_url: str, schema: str = "kb_1") -> dict[str, int]:
     with psycopg.connect(db_url) as conn:
         conn.execute(f"SET search_path TO {schema}, public")
         table = conn.execute("SELECT table_name FROM embedding_sets WHERE active").fetchone()[0]
-        return {"documents": conn.execute("SELECT count(*) FROM documents").fetchone()[0],
-                "chunks": conn.execute("SELECT count(*) FROM chunks").fetchone()[0],
-                "vectors": conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]}
+        return {
+            "documents": conn.execute("SELECT count(*) FROM documents").fetchone()[0],
+            "chunks": conn.execute("SELECT count(*) FROM chunks").fetchone()[0],
+            "vectors": conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0],
+        }
 
 
 def doc_chunks(db_url: str, source: str) -> list[int]:
     with psycopg.connect(db_url) as conn:
-        return [r[0] for r in conn.execute(
-            "SELECT c.id FROM kb_1.chunks c JOIN kb_1.documents d ON d.id = c.document_id WHERE d.source = %s "
-            "AND d.root LIKE '%%/uploads' ORDER BY c.id", (source,))]
+        return [
+            r[0]
+            for r in conn.execute(
+                "SELECT c.id FROM kb_1.chunks c JOIN kb_1.documents d ON d.id = c.document_id WHERE d.source = %s "
+                "AND d.root LIKE '%%/uploads' ORDER BY c.id",
+                (source,),
+            )
+        ]
 
 
 def test_an_upload_is_stored_searchable_and_listed(served, module_db_url):
     c = client(served, "write")
-    sent = upload(c, {"guide/alpaca.md": page("alpaca shearing"),
-                      "notes.txt": page("quokka feeding").replace(b"#", b"")})
+    sent = upload(
+        c, {"guide/alpaca.md": page("alpaca shearing"), "notes.txt": page("quokka feeding").replace(b"#", b"")}
+    )
     assert sent["job"].startswith("j1-") and [f["name"] for f in sent["files"]] == ["guide/alpaca.md", "notes.txt"]
     done = wait(c, sent["job"])
     assert done["state"] == "done" and done["files_done"] == done["files_total"] == 2, done
@@ -125,8 +148,13 @@ def test_an_upload_is_stored_searchable_and_listed(served, module_db_url):
 
 def test_json_texts_from_an_app(served):
     c = client(served, "write")
-    r = c.post("/kb/default/documents", json=[{"path": "tickets/4711", "text": "Printer on floor 3 jams daily."},
-                                              {"path": "tickets/4712.md", "text": "# VPN\n\nThe VPN drops at noon."}])
+    r = c.post(
+        "/kb/default/documents",
+        json=[
+            {"path": "tickets/4711", "text": "Printer on floor 3 jams daily."},
+            {"path": "tickets/4712.md", "text": "# VPN\n\nThe VPN drops at noon."},
+        ],
+    )
     assert r.status_code == 202, r.text
     assert [f["name"] for f in r.json()["files"]] == ["tickets/4711.txt", "tickets/4712.md"]
     assert wait(c, r.json()["job"])["files_done"] == 2
@@ -136,10 +164,14 @@ def test_json_texts_from_an_app(served):
 
 def test_names_that_try_to_leave_the_folder_are_reduced_inside_it(served):
     c = client(served, "write")
-    body, headers = multipart([(b"../../../../tmp/escape-dotdot.md", page("dotdot")),
-                               (b"/etc/escape-abs.md", page("absolute")),
-                               (b"..\\..\\win\\escape-back.md", page("backslash")),
-                               (b".hidden.md", page("hidden"))])
+    body, headers = multipart(
+        [
+            (b"../../../../tmp/escape-dotdot.md", page("dotdot")),
+            (b"/etc/escape-abs.md", page("absolute")),
+            (b"..\\..\\win\\escape-back.md", page("backslash")),
+            (b".hidden.md", page("hidden")),
+        ]
+    )
     r = c.post("/kb/default/documents", content=body, headers=headers)
     assert r.status_code == 202, r.text
     names = [f["name"] for f in r.json()["files"]]
@@ -166,16 +198,19 @@ def counts_of_incoming(served) -> int:
     return sum(1 for _ in incoming.rglob("*")) if incoming.exists() else 0
 
 
-@pytest.mark.parametrize(("files", "setting"), [
-    ({"big.md": b"x" * (65 << 10)}, "upload_max_file_bytes"),
-    ({f"f{i}.md": b"# f" for i in range(51)}, "upload_max_files"),
-    ({f"f{i}.md": b"y" * (60 << 10) for i in range(9)}, "upload_max_bytes"),
-])
+@pytest.mark.parametrize(
+    ("files", "setting"),
+    [
+        ({"big.md": b"x" * (65 << 10)}, "upload_max_file_bytes"),
+        ({f"f{i}.md": b"# f" for i in range(51)}, "upload_max_files"),
+        ({f"f{i}.md": b"y" * (60 << 10) for i in range(9)}, "upload_max_bytes"),
+    ],
+)
 def test_limits_answer_413_naming_the_setting(served, files, setting):
     before = counts_of_incoming(served)
     body, headers = multipart(list((n.encode(), d) for n, d in files.items()))
     for declared in (True, False):  # by Content-Length at once, and counted as the body streams
-        send = body if declared else iter([body[i:i + 8192] for i in range(0, len(body), 8192)])
+        send = body if declared else iter([body[i : i + 8192] for i in range(0, len(body), 8192)])
         r = client(served, "write").post("/kb/default/documents", content=send, headers=headers)
         assert r.status_code == 413 and r.json()["kind"] == "too_long", r.text
         assert setting in r.json()["error"]
@@ -259,8 +294,7 @@ def test_cancel_mid_batch_stores_nothing_half_and_a_reupload_resumes_from_the_ve
     c = client(served, "write")
     # long sections (about 200 tokens a chunk, 288 chunks): the batch takes seconds to embed, so that the cancel,
     # read on the job's next heartbeat, lands while it is being embedded rather than after
-    files = {f"c{i:02}.md": page(f"cancel topic {i} " + " ".join(f"w{i}x{j}" for j in range(60)), 4)
-             for i in range(16)}
+    files = {f"c{i:02}.md": page(f"cancel topic {i} " + " ".join(f"w{i}x{j}" for j in range(60)), 4) for i in range(16)}
     job = upload(c, files)["job"]
     deadline = time.monotonic() + 120
     while (status := c.get(f"/jobs/{job}").json())["chunks_embedded"] == 0:  # the batch is being embedded
@@ -274,8 +308,10 @@ def test_cancel_mid_batch_stores_nothing_half_and_a_reupload_resumes_from_the_ve
     stored = {n for n, s in states.items() if s == "done"}
     assert set(states.values()) <= {"done", "cancelled"} and "cancelled" in states.values()
     with psycopg.connect(module_db_url) as conn:  # exactly the files marked done are stored, each whole
-        rows = conn.execute("SELECT d.source, count(c.id) FROM kb_1.documents d JOIN kb_1.chunks c ON "
-                            "c.document_id = d.id WHERE d.source LIKE 'c__.md' GROUP BY d.source").fetchall()
+        rows = conn.execute(
+            "SELECT d.source, count(c.id) FROM kb_1.documents d JOIN kb_1.chunks c ON "
+            "c.document_id = d.id WHERE d.source LIKE 'c__.md' GROUP BY d.source"
+        ).fetchall()
     chunks = {f["name"]: f["chunks"] for f in end["files"]}
     assert {r[0]: r[1] for r in rows} == {n: chunks[n] for n in stored}
     resumed = wait(c, upload(c, files)["job"])
@@ -297,14 +333,18 @@ def test_documents_page_by_cursor_and_delete_removes_everything(served, module_d
         if cursor is None:
             break
     assert len(seen) == len(set(seen)) == counts(module_db_url)["documents"]
-    doc = next(d for d in c.get("/kb/default/documents", params={"limit": 1000}).json()["documents"]
-               if d["path"] == "pg3.md")
+    doc = next(
+        d for d in c.get("/kb/default/documents", params={"limit": 1000}).json()["documents"] if d["path"] == "pg3.md"
+    )
     before = counts(module_db_url)
     gone = c.delete(f"/kb/default/documents/{doc['id']}")
     assert gone.status_code == 200 and gone.json()["chunks"] == doc["chunks"] and gone.json()["file_removed"]
     after = counts(module_db_url)
-    assert after == {"documents": before["documents"] - 1, "chunks": before["chunks"] - doc["chunks"],
-                     "vectors": before["vectors"] - doc["chunks"]}
+    assert after == {
+        "documents": before["documents"] - 1,
+        "chunks": before["chunks"] - doc["chunks"],
+        "vectors": before["vectors"] - doc["chunks"],
+    }
     assert not (served.data / "kb/default/uploads/pg3.md").exists()
     assert c.delete(f"/kb/default/documents/{doc['id']}").status_code == 404
     assert c.get("/kb/default/documents", params={"cursor": "x"}).status_code == 400
@@ -319,22 +359,37 @@ def test_a_job_is_seen_only_by_keys_that_read_its_knowledge_base(served):
             assert r.status_code == 404 and "secret" not in r.text
     missing = outsider.get("/jobs/j1-0000000000000000")
     assert missing.status_code == 404 and missing.json()["error"] == outsider.get(f"/jobs/{job}").json()[
-        "error"].replace(job, "j1-0000000000000000")
+        "error"
+    ].replace(job, "j1-0000000000000000")
     assert reader.delete(f"/jobs/{job}").status_code == 404  # cancelling takes write
-    for r in (reader.post("/kb/default/documents", files=[("files", ("r.md", b"# r"))]),
-              outsider.post("/kb/default/documents", files=[("files", ("r.md", b"# r"))]),
-              reader.delete("/kb/default/documents/1")):
+    for r in (
+        reader.post("/kb/default/documents", files=[("files", ("r.md", b"# r"))]),
+        outsider.post("/kb/default/documents", files=[("files", ("r.md", b"# r"))]),
+        reader.delete("/kb/default/documents/1"),
+    ):
         assert r.status_code == 404
     assert outsider.get("/kb/default/documents").status_code == 404
     assert upload(outsider, {"o.md": page("other base")}, kb="other")["job"].startswith("j2-")
 
 
-@pytest.mark.parametrize(("sent", "kept"), [
-    ("report.pdf", "report.pdf"), ("notes/2024/q1.md", "notes/2024/q1.md"), ("../../etc/passwd", "etc/passwd"),
-    ("/abs/olute.md", "abs/olute.md"), ("C:\\Users\\me\\..\\x.docx", "C_/Users/me/x.docx"), ("a/./b//c.md", "a/b/c.md"),
-    (".env", "_env"), ("dir/.git/config", "dir/_git/config"), ("tab\there.md", "tab_here.md"), ("..", None),
-    ("/", None), ("", None), ("a\x00b.md", None),
-])
+@pytest.mark.parametrize(
+    ("sent", "kept"),
+    [
+        ("report.pdf", "report.pdf"),
+        ("notes/2024/q1.md", "notes/2024/q1.md"),
+        ("../../etc/passwd", "etc/passwd"),
+        ("/abs/olute.md", "abs/olute.md"),
+        ("C:\\Users\\me\\..\\x.docx", "C_/Users/me/x.docx"),
+        ("a/./b//c.md", "a/b/c.md"),
+        (".env", "_env"),
+        ("dir/.git/config", "dir/_git/config"),
+        ("tab\there.md", "tab_here.md"),
+        ("..", None),
+        ("/", None),
+        ("", None),
+        ("a\x00b.md", None),
+    ],
+)
 def test_safe_name_keeps_a_name_inside_its_folder(sent, kept):
     from ragvps.errors import UsageError
     from ragvps.ingest.uploads import safe_name

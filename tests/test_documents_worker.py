@@ -42,15 +42,21 @@ def staged_job(env: dict[str, str], folder: Path) -> str:
 
 def marked(db_url: str, job: str) -> int:
     with psycopg.connect(db_url) as conn:
-        return conn.execute("SELECT count(*) FROM kb_1.ingest_job_files WHERE job_id = %s AND state <> 'pending'",
-                            (job,)).fetchone()[0]
+        return conn.execute(
+            "SELECT count(*) FROM kb_1.ingest_job_files WHERE job_id = %s AND state <> 'pending'", (job,)
+        ).fetchone()[0]
 
 
 def kill_worker_when(env: dict[str, str], name: str, seen: Callable[[], bool], what: str, poll: float) -> None:
     """Start a real `ragvps worker --jobs --name NAME`, wait (at most 120 s) until `seen()` says it is at work, and
     SIGKILL it there, as an OOM killer would."""
-    worker = subprocess.Popen([sys.executable, "-m", "ragvps", "worker", "--jobs", "--name", name], env=env,
-                              cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "ragvps", "worker", "--jobs", "--name", name],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 120
         while not seen():
@@ -68,8 +74,10 @@ def test_a_killed_workers_job_is_taken_over_and_nothing_is_lost_or_stored_twice(
     folder = tmp_path / "files"
     folder.mkdir()
     for i in range(FILES):
-        (folder / f"note{i:03}.md").write_text(f"# Note {i}\n\nItem {i} of the inventory is a crate of {i * 7} "
-                                               f"widgets kept on shelf {i % 13} of aisle {i % 5}.\n")
+        (folder / f"note{i:03}.md").write_text(
+            f"# Note {i}\n\nItem {i} of the inventory is a crate of {i * 7} "
+            f"widgets kept on shelf {i % 13} of aisle {i % 5}.\n"
+        )
     env = ragvps_env(db_url, tmp_path / "data", worker_lease="2", upload_batch_files="64")
     job = staged_job(env, folder)
     kill_worker_when(env, "doomed", lambda: marked(db_url, job) > 0, "marked no file", poll=0.05)
@@ -88,8 +96,9 @@ def test_a_killed_workers_job_is_taken_over_and_nothing_is_lost_or_stored_twice(
     assert {f.state for f in status.files} <= {"done", "unchanged"}
 
     plain_url = new_database("plain")  # the same data directory: its vector cache, so nothing is embedded again
-    done = CliRunner().invoke(cli_app, ["ingest", str(folder)], env=env | {"RAGVPS_DATABASE_URL": plain_url},
-                              catch_exceptions=False)
+    done = CliRunner().invoke(
+        cli_app, ["ingest", str(folder)], env=env | {"RAGVPS_DATABASE_URL": plain_url}, catch_exceptions=False
+    )
     assert done.exit_code == 0, done.output
     uploaded, plain = facts(db_url), facts(plain_url)
     assert uploaded == plain and uploaded[0] == FILES and uploaded[1] == uploaded[2]
@@ -99,8 +108,10 @@ def facts(url: str) -> tuple[int, int, int]:
     """Documents, chunks, vectors of the knowledge base `default`."""
     with psycopg.connect(url) as conn:
         table = conn.execute("SELECT table_name FROM kb_1.embedding_sets WHERE active").fetchone()[0]
-        row = conn.execute(f"SELECT (SELECT count(*) FROM kb_1.documents), (SELECT count(*) FROM kb_1.chunks), "
-                           f"(SELECT count(*) FROM kb_1.{table})").fetchone()
+        row = conn.execute(
+            f"SELECT (SELECT count(*) FROM kb_1.documents), (SELECT count(*) FROM kb_1.chunks), "
+            f"(SELECT count(*) FROM kb_1.{table})"
+        ).fetchone()
     return row[0], row[1], row[2]
 
 
@@ -129,9 +140,11 @@ def test_a_job_that_cannot_run_ends_failed_and_its_files_fail_with_why(db_url, t
 def in_hand(db_url: str, job: str, name: str) -> str | None:
     """The worker holding the job while it reads file `name` (None when the file is not in anyone's hand)."""
     with psycopg.connect(db_url) as conn:
-        row = conn.execute("SELECT j.claimed_by FROM kb_1.ingest_job_files f JOIN kb_1.ingest_jobs j "
-                           "ON j.id = f.job_id WHERE f.job_id = %s AND f.name = %s AND f.in_hand = j.claim",
-                           (job, name)).fetchone()
+        row = conn.execute(
+            "SELECT j.claimed_by FROM kb_1.ingest_job_files f JOIN kb_1.ingest_jobs j "
+            "ON j.id = f.job_id WHERE f.job_id = %s AND f.name = %s AND f.in_hand = j.claim",
+            (job, name),
+        ).fetchone()
     return None if row is None else row[0]
 
 
@@ -141,14 +154,16 @@ def test_a_file_that_kills_every_worker_fails_by_name_after_the_limit_and_the_ot
     for name in ("a.md", "b.md", "z.md"):
         (folder / name).write_text(f"# Memo {name}\n\nThe memo {name} lists the crates of aisle {len(name)}.\n")
     # Large enough that a worker is seen reading it (the test kills the worker then, as an OOM killer would)
-    (folder / "huge.md").write_text("".join(f"## Part {i}\n\nShelf {i} holds {i * 3} crates of part {i}.\n\n"
-                                            for i in range(20_000)))
+    (folder / "huge.md").write_text(
+        "".join(f"## Part {i}\n\nShelf {i} holds {i * 3} crates of part {i}.\n\n" for i in range(20_000))
+    )
     env = ragvps_env(db_url, tmp_path / "data", worker_lease="1", worker_max_attempts="2")
     job = staged_job(env, folder)
     for attempt in (1, 2):  # the first has the four files in hand together, the second huge.md alone
         name = f"doomed{attempt}"
-        kill_worker_when(env, name, lambda name=name: in_hand(db_url, job, "huge.md") == name, "did not read huge.md",
-                         poll=0.02)
+        kill_worker_when(
+            env, name, lambda name=name: in_hand(db_url, job, "huge.md") == name, "did not read huge.md", poll=0.02
+        )
     time.sleep(1.1)  # the second worker's lease runs out
 
     from support.asgi_server import in_process
@@ -164,8 +179,12 @@ def test_a_file_that_kills_every_worker_fails_by_name_after_the_limit_and_the_ot
         status = c.get(f"/jobs/{job}").json()
     assert status["state"] == "done" and status["attempts"] == 3, status
     by_name = {f["name"]: f for f in status["files"]}
-    assert {n: f["state"] for n, f in by_name.items()} == {"a.md": "done", "b.md": "done", "huge.md": "failed",
-                                                           "z.md": "done"}
+    assert {n: f["state"] for n, f in by_name.items()} == {
+        "a.md": "done",
+        "b.md": "done",
+        "huge.md": "failed",
+        "z.md": "done",
+    }
     error = by_name["huge.md"]["error"]
     assert error.startswith("huge.md: a worker died 2 times while reading it") and "worker_max_attempts" in error
     assert status["errors"] == [{"file": "huge.md", "error": error}]

@@ -21,8 +21,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def use_ollama(cli, fake: FakeOllama, model: str = "nomic-embed-text") -> None:
-    cli.env.update({"RAGVPS_EMBEDDER": "ollama", "RAGVPS_OLLAMA_URL": fake.url, "RAGVPS_EMBED_MODEL": model,
-                    "RAGVPS_OLLAMA_RETRIES": "0"})
+    cli.env.update(
+        {
+            "RAGVPS_EMBEDDER": "ollama",
+            "RAGVPS_OLLAMA_URL": fake.url,
+            "RAGVPS_EMBED_MODEL": model,
+            "RAGVPS_OLLAMA_RETRIES": "0",
+        }
+    )
 
 
 def ingest(cli, folder: Path, expect: int = 0):
@@ -39,11 +45,14 @@ def state(db_url: str) -> tuple[list, int, int]:
     """What a user's database holds: (doc, seq, hash) rows, vectors, and vectors without a chunk."""
     with psycopg.connect(db_url) as conn:
         table = conn.execute("SELECT table_name FROM embedding_sets WHERE active").fetchone()[0]
-        rows = conn.execute("SELECT d.doc_id, c.seq, c.content_hash FROM chunks c JOIN documents d "
-                            "ON d.id = c.document_id ORDER BY 1, 2").fetchall()
+        rows = conn.execute(
+            "SELECT d.doc_id, c.seq, c.content_hash FROM chunks c JOIN documents d "
+            "ON d.id = c.document_id ORDER BY 1, 2"
+        ).fetchall()
         vectors = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-        orphans = conn.execute(f"SELECT count(*) FROM {table} e LEFT JOIN chunks c ON c.id = e.chunk_id "
-                               "WHERE c.id IS NULL").fetchone()[0]
+        orphans = conn.execute(
+            f"SELECT count(*) FROM {table} e LEFT JOIN chunks c ON c.id = e.chunk_id WHERE c.id IS NULL"
+        ).fetchone()[0]
     return rows, vectors, orphans
 
 
@@ -149,8 +158,13 @@ def test_killed_ingest_reruns_to_the_same_state_without_duplicates(cli, folder, 
     cli.env["RAGVPS_BATCH_SIZE"] = "2"
     ollama.latency = 0.3
     env = {**os.environ, **cli.env, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "ragvps", "ingest", str(folder)], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ragvps", "ingest", str(folder)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
         while len(ollama.inputs) < 4 and proc.poll() is None and time.monotonic() < deadline:

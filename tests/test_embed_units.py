@@ -35,8 +35,10 @@ def test_too_long_counts_the_prefix_and_special_tokens():
     over = Chunk("b.md", 3, "", "word " * 255, 0, 0, 255, 255)
     assert [(c.doc_id, n) for c, n in too_long([fits, over], spec)] == [("b.md", 257)]
     message = too_long_message(too_long([over], spec), 2, spec, "lower chunk_size")
-    assert message == ("1 of 2 chunks are longer than model all-minilm takes (256 tokens with its prefix): "
-                       "document b.md chunk 3: 257 tokens; lower chunk_size")
+    assert message == (
+        "1 of 2 chunks are longer than model all-minilm takes (256 tokens with its prefix): "
+        "document b.md chunk 3: 257 tokens; lower chunk_size"
+    )
     nomic = spec_for(load_settings(env={"RAGVPS_EMBEDDER": "ollama"}))
     assert too_long([fits, over], nomic) == []
 
@@ -44,8 +46,11 @@ def test_too_long_counts_the_prefix_and_special_tokens():
 def test_prefixes_are_the_models_by_default_and_configurable():
     nomic = spec_for(load_settings(env={"RAGVPS_EMBEDDER": "ollama"}))
     assert (nomic.document_prefix, nomic.query_prefix) == ("search_document: ", "search_query: ")
-    custom = spec_for(load_settings(env={"RAGVPS_EMBEDDER": "ollama", "RAGVPS_EMBED_MODEL": "all-minilm",
-                                         "RAGVPS_QUERY_PREFIX": "query: "}))
+    custom = spec_for(
+        load_settings(
+            env={"RAGVPS_EMBEDDER": "ollama", "RAGVPS_EMBED_MODEL": "all-minilm", "RAGVPS_QUERY_PREFIX": "query: "}
+        )
+    )
     assert (custom.document_prefix, custom.query_prefix) == ("", "query: ")
     assert custom.identity == "all-minilm||query: |384"
 

@@ -69,10 +69,13 @@ def test_deleting_a_file_removes_its_chunks(cli, folder, db_url):
     report = _ingest(cli, folder)
     assert report["deleted"] == 1 and report["embedded"] == 0
     with psycopg.connect(db_url) as conn:
-        paths = {r[0] for r in conn.execute(
-            "SELECT DISTINCT d.source FROM chunks c JOIN documents d ON d.id = c.document_id")}
-        orphans = conn.execute("SELECT count(*) FROM embeddings_1 e LEFT JOIN chunks c ON c.id = e.chunk_id "
-                               "WHERE c.id IS NULL").fetchone()[0]
+        paths = {
+            r[0]
+            for r in conn.execute("SELECT DISTINCT d.source FROM chunks c JOIN documents d ON d.id = c.document_id")
+        }
+        orphans = conn.execute(
+            "SELECT count(*) FROM embeddings_1 e LEFT JOIN chunks c ON c.id = e.chunk_id WHERE c.id IS NULL"
+        ).fetchone()[0]
     assert "search.md" not in paths and len(paths) == N_DOCS - 1
     assert orphans == 0
     hits = json.loads(cli("query", "reciprocal rank fusion", "--json").stdout)

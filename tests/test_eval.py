@@ -19,19 +19,37 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 # Hand-written questions about the repository's own docs/ pages.
 GOLD = [
-    {"question": "How do I stop the embedded database server?", "doc": "embedded-database.md",
-     "answer": "ragvps server stop"},
-    {"question": "Which Python version does ragvps need?", "doc": "getting-started.md",
-     "answer": "Python 3.11 or newer"},
-    {"question": "What happens if an ingest is interrupted by a reboot?", "doc": "incremental-ingest.md",
-     "answer": "run the same command again"},
-    {"question": "How are the vector and full-text result lists merged into one?", "doc": "search.md",
-     "answer": "reciprocal rank fusion"},
+    {
+        "question": "How do I stop the embedded database server?",
+        "doc": "embedded-database.md",
+        "answer": "ragvps server stop",
+    },
+    {
+        "question": "Which Python version does ragvps need?",
+        "doc": "getting-started.md",
+        "answer": "Python 3.11 or newer",
+    },
+    {
+        "question": "What happens if an ingest is interrupted by a reboot?",
+        "doc": "incremental-ingest.md",
+        "answer": "run the same command again",
+    },
+    {
+        "question": "How are the vector and full-text result lists merged into one?",
+        "doc": "search.md",
+        "answer": "reciprocal rank fusion",
+    },
     {"question": "Which environment variable points ragvps at my own PostgreSQL server?", "doc": "configuration.md"},
-    {"question": "Does the embedded server listen on a network port?", "doc": "./embedded-database.md",
-     "answer": "listens on a Unix socket only"},
-    {"question": "When should the nightly reindex job run?", "doc": "incremental-ingest.md",
-     "answer": "Run it from cron or a systemd timer at night."},
+    {
+        "question": "Does the embedded server listen on a network port?",
+        "doc": "./embedded-database.md",
+        "answer": "listens on a Unix socket only",
+    },
+    {
+        "question": "When should the nightly reindex job run?",
+        "doc": "incremental-ingest.md",
+        "answer": "Run it from cron or a systemd timer at night.",
+    },
     {"question": "Where does ragvps keep the embedding cache?", "doc": "getting-started.md"},
     # Never a hit: the page does not exist, and the quote is not in the page.
     {"question": "How do I deploy ragvps on Kubernetes?", "doc": "deployment.md"},
@@ -78,8 +96,11 @@ def test_gold_questions_over_the_docs(cli, docs, tmp_path):
     assert kw["no_hit"] >= 2 and kw["recall@10"] <= 0.8
 
     per = {q["question"]: q for q in out["per_question"]}
-    assert per["How do I deploy ragvps on Kubernetes?"]["first_rank"] == {"vector": None, "keyword": None,
-                                                                          "hybrid": None}
+    assert per["How do I deploy ragvps on Kubernetes?"]["first_rank"] == {
+        "vector": None,
+        "keyword": None,
+        "hybrid": None,
+    }
     assert per["How does search rank chunks?"]["ranks"]["vector"] == []
     assert per["How do I stop the embedded database server?"]["first_rank"]["hybrid"] == 1
     assert per["Does the embedded server listen on a network port?"]["relevant"] == ["embedded-database.md"]
@@ -87,8 +108,13 @@ def test_gold_questions_over_the_docs(cli, docs, tmp_path):
         for mode, ranks in q["ranks"].items():
             assert q["first_rank"][mode] == (ranks[0] if ranks else None)
     assert out["modes"]["vector"]["mrr@10"] == pytest.approx(
-        sum(1 / q["first_rank"]["vector"] for q in out["per_question"]
-            if q["first_rank"]["vector"] and q["first_rank"]["vector"] <= 10) / 10)
+        sum(
+            1 / q["first_rank"]["vector"]
+            for q in out["per_question"]
+            if q["first_rank"]["vector"] and q["first_rank"]["vector"] <= 10
+        )
+        / 10
+    )
 
     page = html.read_text()
     # One chart with every mode, so they compare at a glance; seen in a real browser when chromium is here.
@@ -110,7 +136,10 @@ def _look_in_chromium(html: Path, tmp_path: Path) -> None:
             box = page.locator(f"svg.curve polyline[data-mode={mode}]").bounding_box()
             assert box is not None and box["width"] > 100, (mode, box)
         assert [t.split()[0] for t in page.locator("svg.curve text.legend").all_text_contents()] == [
-            "vector", "keyword", "hybrid"]
+            "vector",
+            "keyword",
+            "hybrid",
+        ]
         shots = Path(__file__).resolve().parent / "output" / "screenshots"
         shots.mkdir(parents=True, exist_ok=True)
         page.locator("svg.curve").screenshot(path=str(shots / "eval-report-curves.png"))
@@ -134,18 +163,41 @@ def test_human_table_and_smaller_k(cli, docs, tmp_path):
 
 
 BEIR_CORPUS = [
-    {"_id": "d1", "title": "Volcanoes", "text": "Volcanic eruptions release ash and sulfur dioxide into the "
-     "stratosphere. Large eruptions cool the climate for a year or two. Magma chambers refill slowly."},
-    {"_id": "d2", "title": "Honey bees", "text": "Honey bees communicate the direction of flowers with a waggle "
-     "dance. Colonies collapse when mites and pesticides weaken the workers."},
-    {"_id": "d3", "title": "Pollination", "text": "Bees, moths and bats pollinate flowering plants. Without "
-     "pollinators many crops such as almonds would fail."},
-    {"_id": "d4", "title": "Sourdough", "text": "Sourdough bread rises with wild yeast and lactic acid "
-     "bacteria kept in a starter that is fed flour and water."},
-    {"_id": "d5", "title": "Tides", "text": "Ocean tides follow the moon's gravity; spring tides happen when the "
-     "sun and moon align at new and full moon."},
-    {"_id": "d6", "title": "Glaciers", "text": "Glaciers carve valleys as they flow; retreating glaciers leave "
-     "moraines of rock and gravel behind."},
+    {
+        "_id": "d1",
+        "title": "Volcanoes",
+        "text": "Volcanic eruptions release ash and sulfur dioxide into the "
+        "stratosphere. Large eruptions cool the climate for a year or two. Magma chambers refill slowly.",
+    },
+    {
+        "_id": "d2",
+        "title": "Honey bees",
+        "text": "Honey bees communicate the direction of flowers with a waggle "
+        "dance. Colonies collapse when mites and pesticides weaken the workers.",
+    },
+    {
+        "_id": "d3",
+        "title": "Pollination",
+        "text": "Bees, moths and bats pollinate flowering plants. Without "
+        "pollinators many crops such as almonds would fail.",
+    },
+    {
+        "_id": "d4",
+        "title": "Sourdough",
+        "text": "Sourdough bread rises with wild yeast and lactic acid "
+        "bacteria kept in a starter that is fed flour and water.",
+    },
+    {
+        "_id": "d5",
+        "title": "Tides",
+        "text": "Ocean tides follow the moon's gravity; spring tides happen when the "
+        "sun and moon align at new and full moon.",
+    },
+    {
+        "_id": "d6",
+        "title": "Glaciers",
+        "text": "Glaciers carve valleys as they flow; retreating glaciers leave moraines of rock and gravel behind.",
+    },
 ]
 
 
@@ -153,11 +205,14 @@ def _beir(tmp_path: Path) -> tuple[Path, Path, Path]:
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     _write_jsonl(corpus / "corpus.jsonl", BEIR_CORPUS)
-    queries = _write_jsonl(tmp_path / "queries.jsonl", [
-        {"_id": "q1", "text": "Do volcanic eruptions cool the climate?"},
-        {"_id": "q2", "text": "How do bees tell each other where flowers are, and which crops need them?"},
-        {"_id": "q3", "text": "How is bread leavened?"},
-    ])
+    queries = _write_jsonl(
+        tmp_path / "queries.jsonl",
+        [
+            {"_id": "q1", "text": "Do volcanic eruptions cool the climate?"},
+            {"_id": "q2", "text": "How do bees tell each other where flowers are, and which crops need them?"},
+            {"_id": "q3", "text": "How is bread leavened?"},
+        ],
+    )
     qrels = tmp_path / "qrels.tsv"
     qrels.write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t2\nq2\td3\t1\nq3\td4\t0\nq9\td5\t1\n")
     return corpus, queries, qrels
@@ -182,11 +237,13 @@ def test_beir_queries_and_qrels(cli, tmp_path):
         assert len(per["q2"]["ranks"][mode]) == 2
     assert per["q1"]["first_rank"]["vector"] == 1
 
-    keyword = json.loads(cli("eval", "--queries", str(queries), "--qrels", str(qrels), "--modes", "keyword",
-                             "--json").stdout)
+    keyword = json.loads(
+        cli("eval", "--queries", str(queries), "--qrels", str(qrels), "--modes", "keyword", "--json").stdout
+    )
     assert list(keyword["modes"]) == ["keyword"] and keyword["questions"] == 2
-    assert keyword["modes"]["keyword"] == out["modes"]["keyword"] | {"recall_curve": out["modes"]["keyword"][
-        "recall_curve"][:40]}  # the default depth, 40
+    assert keyword["modes"]["keyword"] == out["modes"]["keyword"] | {
+        "recall_curve": out["modes"]["keyword"]["recall_curve"][:40]
+    }  # the default depth, 40
 
     cli.env["RAGVPS_EMBEDDER"] = "ollama"  # another model than the index's: refused, nothing scored
     refused = cli("eval", "--queries", str(queries), "--qrels", str(qrels), expect=1)
@@ -214,10 +271,12 @@ def test_errors_name_the_file_and_line(cli, tmp_path):
     qrels = tmp_path / "qrels.tsv"
     qrels.write_text("query-id\tcorpus-id\tscore\nq1 d1\n")
     assert "qrels.tsv:2: expected `query-id corpus-id score`" in _flat(
-        cli("eval", "--queries", str(gold), "--qrels", str(qrels), expect=2).stderr)
+        cli("eval", "--queries", str(gold), "--qrels", str(qrels), expect=2).stderr
+    )
 
 
 # The pure core: loading and scoring without a database.
+
 
 @dataclass
 class _Hit:
@@ -227,8 +286,13 @@ class _Hit:
 
 
 def test_ranked_documents_dedupe_and_quote():
-    hits = [_Hit("b.md", "b.md", "x"), _Hit("a.md", "a.md", "no quote here"), _Hit("b.md", "b.md", "y"),
-            _Hit("c.md", "c.md", "the answer   is 42 indeed"), _Hit("a.md", "a.md", "so: the answer is 42.")]
+    hits = [
+        _Hit("b.md", "b.md", "x"),
+        _Hit("a.md", "a.md", "no quote here"),
+        _Hit("b.md", "b.md", "y"),
+        _Hit("c.md", "c.md", "the answer   is 42 indeed"),
+        _Hit("a.md", "a.md", "so: the answer is 42."),
+    ]
     ranked = ranked_documents(hits, Question("1", "?", {"a.md": 1}, answer="the answer is 42"))
     assert ranked == ["b.md", "a.md (chunk without the answer)", "c.md", "a.md"]
     assert ranked_documents(hits, Question("1", "?", {"a.md": 1}))[:2] == ["b.md", "a.md"]
@@ -238,8 +302,10 @@ def test_ranked_documents_dedupe_and_quote():
 
 def test_load_gold(tmp_path):
     path = tmp_path / "g.jsonl"
-    path.write_text('{"question": " Q? ", "doc": "./sub/a.md", "answer": "two\\n  lines"}\n\n'
-                    '{"id": "x", "question": "R?", "doc": "b.md"}\n')
+    path.write_text(
+        '{"question": " Q? ", "doc": "./sub/a.md", "answer": "two\\n  lines"}\n\n'
+        '{"id": "x", "question": "R?", "doc": "b.md"}\n'
+    )
     assert load_gold(path) == [Question("1", "Q?", {"sub/a.md": 1}, "two lines"), Question("x", "R?", {"b.md": 1})]
     path.write_text("")
     with pytest.raises(UsageError, match="holds no questions"):

@@ -78,7 +78,7 @@ def test_the_local_model_quotes_the_sentence_that_answers_with_its_span():
     out = gen.generate(fit, lambda _: None)
     assert out.quotes and "rotate one at a time" in out.quotes[0].text
     q = out.quotes[0]
-    assert DOC[q.start - src.start:q.end - src.start].startswith("Keys come from")
+    assert DOC[q.start - src.start : q.end - src.start].startswith("Keys come from")
     assert all(x.score >= FLOOR for x in out.quotes)  # no padding with sentences under the floor
     # an off-topic question whose chunk just passed the gate: no sentence of it answers, so the refusal
     barely = dataclasses.replace(src, evidence=settings.generate.min_evidence)

@@ -34,17 +34,20 @@ def docs(tmp_path):
     return folder
 
 
-@pytest.mark.parametrize(("env", "expected"), [
-    ({"RAGVPS_DATABASE_URL": "not-a-url"}, "database_url='not-a-url' is not a PostgreSQL connection string"),
-    ({"RAGVPS_DATABASE_URL": "mysql://u:pw@h/db"}, "database_url='mysql://u:***@h/db' is not a PostgreSQL"),
-    ({"RAGVPS_CHUNK_SIZE": "abc"}, "chunk_size must be a whole number"),
-    ({"RAGVPS_HNSW_M": "5000"}, "hnsw_m=5000 is out of range: use 2 to 100"),
-    ({"RAGVPS_HNSW_EF_CONSTRUCTION": "2"}, "hnsw_ef_construction=2 is out of range: use 4 to 1000"),
-    ({"RAGVPS_OLLAMA_URL": "http://[::1"}, "ollama_url='http://[::1' is not a valid URL"),
-    ({"RAGVPS_OLLAMA_URL": "127.0.0.1:9"}, "ollama_url='127.0.0.1:9' is not an http(s) URL with a host"),
-    ({"RAGVPS_CONFIG": "/nonexistent.toml"}, "config file /nonexistent.toml (from RAGVPS_CONFIG) does not exist"),
-    ({"RAGVPS_INDEX_MEMORY": "lots"}, "index_memory='lots' is not a PostgreSQL memory size"),
-])
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"RAGVPS_DATABASE_URL": "not-a-url"}, "database_url='not-a-url' is not a PostgreSQL connection string"),
+        ({"RAGVPS_DATABASE_URL": "mysql://u:pw@h/db"}, "database_url='mysql://u:***@h/db' is not a PostgreSQL"),
+        ({"RAGVPS_CHUNK_SIZE": "abc"}, "chunk_size must be a whole number"),
+        ({"RAGVPS_HNSW_M": "5000"}, "hnsw_m=5000 is out of range: use 2 to 100"),
+        ({"RAGVPS_HNSW_EF_CONSTRUCTION": "2"}, "hnsw_ef_construction=2 is out of range: use 4 to 1000"),
+        ({"RAGVPS_OLLAMA_URL": "http://[::1"}, "ollama_url='http://[::1' is not a valid URL"),
+        ({"RAGVPS_OLLAMA_URL": "127.0.0.1:9"}, "ollama_url='127.0.0.1:9' is not an http(s) URL with a host"),
+        ({"RAGVPS_CONFIG": "/nonexistent.toml"}, "config file /nonexistent.toml (from RAGVPS_CONFIG) does not exist"),
+        ({"RAGVPS_INDEX_MEMORY": "lots"}, "index_memory='lots' is not a PostgreSQL memory size"),
+    ],
+)
 def test_setting_mistakes_are_one_line(cli, docs, env, expected):
     cli.env.update(env | {"RAGVPS_INDEX_MIN_ROWS": "1"})
     err = _clean(cli("ingest", str(docs), expect=2))
@@ -95,14 +98,17 @@ def test_eval_question_with_nul(cli, docs, tmp_path):
 def _env(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "empty.toml").write_text("")
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")}
-    return env | {"PYTHONPATH": str(ROOT), "RAGVPS_DATA_DIR": str(tmp_path / "data"),
-                  "RAGVPS_CONFIG": str(tmp_path / "empty.toml"), "RAGVPS_EMBEDDER": "local",
-                  "RAGVPS_THREADS": embed_threads()}
+    return env | {
+        "PYTHONPATH": str(ROOT),
+        "RAGVPS_DATA_DIR": str(tmp_path / "data"),
+        "RAGVPS_CONFIG": str(tmp_path / "empty.toml"),
+        "RAGVPS_EMBEDDER": "local",
+        "RAGVPS_THREADS": embed_threads(),
+    }
 
 
 def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ragvps", *args], env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run([sys.executable, "-m", "ragvps", *args], env=env, capture_output=True, text=True, timeout=300)
 
 
 def _postmaster(tmp_path: Path) -> int:
@@ -123,8 +129,13 @@ def test_embedded_postgres_killed_mid_ingest(tmp_path):
     (folder / "first.md").write_text("# First\n\nthe first note\n")  # also ingested alone, as its own root
     assert _run(env, "ingest", str(folder / "first.md")).returncode == 0  # the server is up
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "ragvps", "ingest", str(folder)], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ragvps", "ingest", str(folder)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         vectors = tmp_path / "data" / "kb" / "default" / "embeddings"
         deadline = time.monotonic() + 120
         while not any(p.stat().st_size > 40_000 for p in vectors.rglob("*.f32")) and proc.poll() is None:
@@ -180,16 +191,26 @@ def test_rerun_right_after_an_ingest_killed_during_the_index_build(tmp_path, oll
     """The killed client's server process ends its CREATE INDEX within a second (and frees the write lock),
     and the rerun waits for the lock, so the same command run at once succeeds."""
     ollama.real_vectors = False
-    env = _env(tmp_path) | {"RAGVPS_EMBEDDER": "ollama", "RAGVPS_OLLAMA_URL": ollama.url,
-                            "RAGVPS_EMBED_MODEL": "all-minilm", "RAGVPS_INDEX_MIN_ROWS": "100",
-                            "RAGVPS_HNSW_M": "100", "RAGVPS_HNSW_EF_CONSTRUCTION": "1000"}
+    env = _env(tmp_path) | {
+        "RAGVPS_EMBEDDER": "ollama",
+        "RAGVPS_OLLAMA_URL": ollama.url,
+        "RAGVPS_EMBED_MODEL": "all-minilm",
+        "RAGVPS_INDEX_MIN_ROWS": "100",
+        "RAGVPS_HNSW_M": "100",
+        "RAGVPS_HNSW_EF_CONSTRUCTION": "1000",
+    }
     folder = tmp_path / "docs"
     folder.mkdir()
     words = ["vessel", "harbour", "crane", "container", "ship", "cargo", "quay", "berth", "tide", "anchor"]
     for i in range(3000):
         (folder / f"n{i:04}.md").write_text(f"# Note {i}\n\n" + " ".join(words[(i * j) % 10] for j in range(80)))
-    proc = subprocess.Popen([sys.executable, "-m", "ragvps", "ingest", str(folder)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ragvps", "ingest", str(folder)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 240
         building = False

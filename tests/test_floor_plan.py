@@ -13,8 +13,10 @@ README = ROOT / "README.md"
 ROW = re.compile(r"^\| `(ragvps/(?:[\w]+/)*)` \| (.*) \|$", re.M)  # | `ragvps/serve/api/` | ... `routes.py` ... |
 NAMED = re.compile(r"`([\w./]+(?:\.py|/))`")  # `core.py`, `formats/`, `ragvps/backends.py` in a row
 # a path to a module or a test anywhere in the text: serve/openai/routes.py, ragvps/app/chat.py, tests/test_layers.py
-PATH = re.compile(r"(?<![\w./-])((?:ragvps/)?(?:app|cli|config|data|db|embed|generate|ingest|measure|retrieve|serve)"
-                  r"/[\w/]*\.py|tests/\w+\.py|bench/\w+\.py)")
+PATH = re.compile(
+    r"(?<![\w./-])((?:ragvps/)?(?:app|cli|config|data|db|embed|generate|ingest|measure|retrieve|serve)"
+    r"/[\w/]*\.py|tests/\w+\.py|bench/\w+\.py)"
+)
 
 
 def packages() -> set[str]:
@@ -33,8 +35,12 @@ def rows() -> dict[str, str]:
 
 def test_every_package_has_its_row_or_is_named_in_its_parents() -> None:
     plan = rows()
-    missing = [p for p in sorted(packages()) if p not in plan
-               and f"`{p.rstrip('/').rsplit('/', 1)[1]}/`" not in plan.get(p.rstrip("/").rsplit("/", 1)[0] + "/", "")]
+    missing = [
+        p
+        for p in sorted(packages())
+        if p not in plan
+        and f"`{p.rstrip('/').rsplit('/', 1)[1]}/`" not in plan.get(p.rstrip("/").rsplit("/", 1)[0] + "/", "")
+    ]
     assert missing == [], f"docs/architecture.md's floor plan has no row for {missing}"
 
 

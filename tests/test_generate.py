@@ -32,14 +32,21 @@ TEXTS = [
 
 
 def sources(texts: list[str] = TEXTS) -> list[Source]:
-    return [Source(0, f"doc{i}.md#0", f"doc{i}.md", f"Doc {i} > Section", i * 10, i * 10 + len(t), 0.03 - i * 0.001, t)
-            for i, t in enumerate(texts)]
+    return [
+        Source(0, f"doc{i}.md#0", f"doc{i}.md", f"Doc {i} > Section", i * 10, i * 10 + len(t), 0.03 - i * 0.001, t)
+        for i, t in enumerate(texts)
+    ]
 
 
 def gen_settings(fake: FakeLLM, kind: str = "openai", **flat: object) -> Settings:
     url = {"openai": fake.url + "/v1", "anthropic": fake.url, "ollama": fake.url}[kind]
-    values: dict[str, object] = {"generator": kind, "generator_url": url, "generator_model": "test-model",
-                                 "generator_api_key": KEY, "generator_retries": 2}
+    values: dict[str, object] = {
+        "generator": kind,
+        "generator_url": url,
+        "generator_model": "test-model",
+        "generator_api_key": KEY,
+        "generator_retries": 2,
+    }
     return Settings.of(**(values | flat))
 
 
@@ -56,15 +63,24 @@ def fit(question: str = "When do backups run?", settings: Settings | None = None
 
 # --- prompt ----------------------------------------------------------------------------------------
 
+
 def test_system_block_is_byte_identical_across_questions_and_processes():
     a, b = fit("When do backups run?"), fit("Where do the logs go?")
     assert a.prompt.system.encode() == b.prompt.system.encode()
     assert REFUSAL in a.prompt.system
-    code = ("import hashlib; from ragvps.generate import budget; from ragvps.config import Settings; "
-            "print(hashlib.sha256(budget.fit('How are keys rotated?', [], Settings().generate)"
-            ".prompt.system.encode()).hexdigest())")
-    other = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, check=True).stdout.strip()
+    code = (
+        "import hashlib; from ragvps.generate import budget; from ragvps.config import Settings; "
+        "print(hashlib.sha256(budget.fit('How are keys rotated?', [], Settings().generate)"
+        ".prompt.system.encode()).hexdigest())"
+    )
+    other = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        check=True,
+    ).stdout.strip()
     assert other == hashlib.sha256(a.prompt.system.encode()).hexdigest()
 
 
@@ -81,6 +97,7 @@ def test_question_appears_once_and_last():
 
 
 # --- budget ----------------------------------------------------------------------------------------
+
 
 def test_budget_stops_at_answer_chunks_and_counts_what_is_left_out():
     s = Settings.of(answer_chunks=2).generate
@@ -104,14 +121,17 @@ def test_budget_never_exceeds_the_window_minus_the_reserve():
 def test_encoding_and_window_by_model_or_setting():
     assert budget.encoding_for(Settings.of(generator_model="gpt-4o-mini").generate) == "o200k_base"
     assert budget.encoding_for(Settings.of(generator_model="llama3.1:8b").generate) == "cl100k_base"
-    assert budget.encoding_for(Settings.of(generator_model="gpt-4o", token_encoding="cl100k_base").generate) \
+    assert (
+        budget.encoding_for(Settings.of(generator_model="gpt-4o", token_encoding="cl100k_base").generate)
         == "cl100k_base"
+    )
     assert budget.window_for(Settings.of(generator_model="claude-sonnet-4-5").generate) == 200_000
     assert budget.window_for(Settings.of(generator_model="unknown").generate) == budget.DEFAULT_WINDOW
     assert budget.window_for(Settings.of(context_window=4096).generate) == 4096
 
 
 # --- citations -------------------------------------------------------------------------------------
+
 
 def test_citations_map_to_sources_and_invalid_markers_are_dropped():
     sent = layout.build("q", sources()).sources
@@ -131,6 +151,7 @@ def test_refusal_sentence_is_detected():
 
 
 # --- the three clients -----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "ollama"])
 def test_each_provider_streams_an_answer_with_usage(llm: FakeLLM, kind: str):
@@ -240,8 +261,9 @@ def test_connection_refused_names_the_url():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    s = Settings.of(generator="openai", generator_url=f"http://127.0.0.1:{port}/v1", generator_model="m",
-                    generator_retries=1)
+    s = Settings.of(
+        generator="openai", generator_url=f"http://127.0.0.1:{port}/v1", generator_model="m", generator_retries=1
+    )
     with pytest.raises(GeneratorError, match=f"cannot connect to openai at http://127.0.0.1:{port}/v1.*generator_url"):
         client(s).generate(fit(), lambda _: None)
 

@@ -65,8 +65,9 @@ def sources_stored(db_url: str) -> set[str]:
         return {r[0] for r in conn.execute("SELECT source FROM kb_1.documents")}
 
 
-@pytest.mark.parametrize(("make", "suffix"), [(epub_spine_bomb, ".epub"), (odt_repeat_bomb, ".odt"),
-                                               (xlsx_shared_string_bomb, ".xlsx")])
+@pytest.mark.parametrize(
+    ("make", "suffix"), [(epub_spine_bomb, ".epub"), (odt_repeat_bomb, ".odt"), (xlsx_shared_string_bomb, ".xlsx")]
+)
 def test_a_reuse_bomb_is_refused_by_its_reader_naming_it(make, suffix, tmp_path):
     bomb = make(tmp_path / f"bomb{suffix}")
     with pytest.raises(sources.SkipFile) as refused:
@@ -131,8 +132,9 @@ def test_a_link_added_while_watching_is_not_followed(db_url, tmp_path):
     reports: list = []
     stop = threading.Event()
     with App.open(Settings.of(database_url=db_url, data_dir=tmp_path / "data")) as app:
-        thread = threading.Thread(target=app.watch, args=(folder, lambda r, n: reports.append(r)),
-                                  kwargs={"stop": stop, "debounce_ms": 200})
+        thread = threading.Thread(
+            target=app.watch, args=(folder, lambda r, n: reports.append(r)), kwargs={"stop": stop, "debounce_ms": 200}
+        )
         thread.start()
         try:
             deadline = time.monotonic() + 60
@@ -173,8 +175,9 @@ def test_hostile_names_fail_alone_or_are_shortened_keeping_their_extension_and_m
     assert done["state"] == "done" and done["files_failed"] == 0, done
     names = [f["name"] for f in done["files"]]
     assert len(set(names)) == len(names) == len(sent)
-    for name, (raw, keeps) in zip(names, [*HOSTILE_NAMES, ("n" * 300 + ".md", ".md"), ("plain.md", "plain.md")],
-                                  strict=True):
+    for name, (raw, keeps) in zip(
+        names, [*HOSTILE_NAMES, ("n" * 300 + ".md", ".md"), ("plain.md", "plain.md")], strict=True
+    ):
         assert name.endswith(keeps) and all(len(p.encode()) <= 255 for p in name.split("/")), (raw[:20], name)
     assert names[2] == "coll.md" and names[3] == "coll.md~2/inner.md"
     assert set(names) <= sources_stored(module_db_url)
@@ -193,8 +196,11 @@ def test_a_json_upload_over_its_bound_gets_413_naming_multipart(served):
     r = c.post("/kb/default/documents", json=big)
     assert r.status_code == 413, r.text
     assert "upload_max_json_bytes" in r.json()["error"] and "multipart/form-data" in r.json()["error"]
-    r = c.post("/kb/default/documents", content=json.dumps(big).encode(),  # no Content-Length: read, then refused
-               headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
+    r = c.post(
+        "/kb/default/documents",
+        content=json.dumps(big).encode(),  # no Content-Length: read, then refused
+        headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"},
+    )
     assert r.status_code == 413, r.text
     small = c.post("/kb/default/documents", json={"path": "small.md", "text": "# Small\n\nA small JSON text."})
     assert small.status_code == 202
@@ -202,8 +208,9 @@ def test_a_json_upload_over_its_bound_gets_413_naming_multipart(served):
 
 def test_cancelled_and_failed_uploads_are_never_stored_by_a_later_reindex(served, module_db_url):
     c = served.client()
-    files = [(f"cx{i:02}.md", page(f"cancel topic {i} " + " ".join(f"w{i}x{j}" for j in range(60)), 4))
-             for i in range(16)]
+    files = [
+        (f"cx{i:02}.md", page(f"cancel topic {i} " + " ".join(f"w{i}x{j}" for j in range(60)), 4)) for i in range(16)
+    ]
     r = c.post("/kb/default/documents", files=[("files", f) for f in files])
     job = r.json()["job"]
     deadline = time.monotonic() + 120

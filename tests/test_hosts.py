@@ -40,20 +40,40 @@ def chunks(n: int) -> list[Chunk]:
 
 
 def settings(servers: list[FakeOllama]) -> Settings:
-    return Settings.of(embedder="ollama", embed_model="nomic-embed-text", ollama_url=",".join(s.url for s in servers),
-                       ollama_retries=0, batch_size=4)
+    return Settings.of(
+        embedder="ollama",
+        embed_model="nomic-embed-text",
+        ollama_url=",".join(s.url for s in servers),
+        ollama_retries=0,
+        batch_size=4,
+    )
 
 
-def run(servers: list[FakeOllama], todo: list[Chunk], cache_dir: Path, warnings: list[str] | None = None,
-        progress: list[tuple[str, int, int]] | None = None):
+def run(
+    servers: list[FakeOllama],
+    todo: list[Chunk],
+    cache_dir: Path,
+    warnings: list[str] | None = None,
+    progress: list[tuple[str, int, int]] | None = None,
+):
     s = settings(servers)
     spec = spec_for(s)
     cache = VectorCache(cache_dir, spec.identity, spec.dims)
     seen = progress if progress is not None else []
-    outcome = embed_stage(cache, todo, spec, lambda: make_lanes(s, spec, lambda: None,  # type: ignore[arg-type,return-value]
-                                                                 lambda *a: seen.append(a),
-                                                                 (warnings if warnings is not None else []).append),
-                          s.embed.batch_size, lambda *a: None)
+    outcome = embed_stage(
+        cache,
+        todo,
+        spec,
+        lambda: make_lanes(
+            s,
+            spec,
+            lambda: None,  # type: ignore[arg-type,return-value]
+            lambda *a: seen.append(a),
+            (warnings if warnings is not None else []).append,
+        ),
+        s.embed.batch_size,
+        lambda *a: None,
+    )
     return cache, outcome
 
 
@@ -136,8 +156,15 @@ def test_no_host_left_is_one_line_naming_each_and_a_rerun_embeds_only_what_is_mi
 
 
 def use_hosts(cli, servers: list[FakeOllama]) -> None:
-    cli.env.update({"RAGVPS_EMBEDDER": "ollama", "RAGVPS_OLLAMA_URL": ",".join(s.url for s in servers),
-                    "RAGVPS_EMBED_MODEL": "nomic-embed-text", "RAGVPS_OLLAMA_RETRIES": "0", "RAGVPS_BATCH_SIZE": "2"})
+    cli.env.update(
+        {
+            "RAGVPS_EMBEDDER": "ollama",
+            "RAGVPS_OLLAMA_URL": ",".join(s.url for s in servers),
+            "RAGVPS_EMBED_MODEL": "nomic-embed-text",
+            "RAGVPS_OLLAMA_RETRIES": "0",
+            "RAGVPS_BATCH_SIZE": "2",
+        }
+    )
 
 
 def stored(db_url: str) -> tuple[int, int, int]:
@@ -169,7 +196,8 @@ def test_ingest_over_three_hosts_one_killed_midway(cli, folder, fakes, db_url):
 
 
 def test_ingest_with_every_host_down_fails_in_one_line_and_the_rerun_embeds_only_what_is_missing(
-        cli, folder, fakes, db_url):
+    cli, folder, fakes, db_url
+):
     import json
 
     use_hosts(cli, fakes)
@@ -204,9 +232,12 @@ def test_local_lanes_embed_every_chunk_once_with_the_one_thread_model_and_stop_a
     lanes = make_lanes(settings, spec, lambda: pytest.fail("the lanes load their own one-thread model"))
     assert isinstance(lanes, ThreadLanes) == ((os.cpu_count() or 1) > 1)
     texts = [f"{WORDS[i % 10]} {WORDS[(i * 3) % 10]} note {i}" for i in range(40)]
-    batches = [texts[i:i + 4] for i in range(0, 40, 4)]
-    got = {t: v for items, vectors in lanes.run(batches, lambda e, b, emit: emit(b, e.embed(b)))
-           for t, v in zip(items, vectors, strict=True)}
+    batches = [texts[i : i + 4] for i in range(0, 40, 4)]
+    got = {
+        t: v
+        for items, vectors in lanes.run(batches, lambda e, b, emit: emit(b, e.embed(b)))
+        for t, v in zip(items, vectors, strict=True)
+    }
     alone = LocalEmbedder(threads=1, spec=spec).embed(texts)
     assert sorted(got) == sorted(texts) and np.allclose(np.stack([got[t] for t in texts]), alone, atol=1e-5)
 

@@ -13,25 +13,40 @@ from support.asgi_server import InProcess
 
 from ragvps.text import introduced
 
-GOLD = [json.loads(line) for line in
-        (Path(__file__).resolve().parents[1] / "bench" / "data" / "introduced_gold.jsonl").read_text().splitlines()]
+GOLD = [
+    json.loads(line)
+    for line in (Path(__file__).resolve().parents[1] / "bench" / "data" / "introduced_gold.jsonl")
+    .read_text()
+    .splitlines()
+]
 
 
 def block(text: str) -> str | None:
     span = introduced(text, text.index(":") + 1)
-    return None if span is None else text[span[0]:span[1]]
+    return None if span is None else text[span[0] : span[1]]
 
 
 def test_a_colon_introduces_the_fence_list_or_table_below_it():
-    assert block("To stop it, run:\n\n```bash\nragvps server stop\n```\n\nThen more.") == \
-        "```bash\nragvps server stop\n```"
-    assert block("Refused:\n\n- a password file\n  on two lines\n- a zip bomb\n\nNext.") == \
-        "- a password file\n  on two lines\n- a zip bomb"
+    assert (
+        block("To stop it, run:\n\n```bash\nragvps server stop\n```\n\nThen more.")
+        == "```bash\nragvps server stop\n```"
+    )
+    assert (
+        block("Refused:\n\n- a password file\n  on two lines\n- a zip bomb\n\nNext.")
+        == "- a password file\n  on two lines\n- a zip bomb"
+    )
     assert block("Sizes:\n| a | b |\n|---|---|\n| 1 | 2 |\nAfter.") == "| a | b |\n|---|---|\n| 1 | 2 |"
 
 
-@pytest.mark.parametrize("text", ["Install the extra: `pip install x` first.", "Run:\n\n```bash\ncut off",
-                                  "It says:\n\nA plain paragraph.", "Ends here:"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Install the extra: `pip install x` first.",
+        "Run:\n\n```bash\ncut off",
+        "It says:\n\nA plain paragraph.",
+        "Ends here:",
+    ],
+)
 def test_nothing_is_introduced_without_a_whole_block_below(text: str):
     assert block(text) is None
 

@@ -21,15 +21,22 @@ openai = pytest.importorskip("openai", reason="the openai SDK is a test dependen
 ollama = pytest.importorskip("ollama", reason="the ollama client is a test dependency: pip install -e '.[test]'")
 mcp = pytest.importorskip("mcp", reason="the mcp extra is not installed: pip install '.[mcp]'")
 
-LIGHTHOUSE = ("# The lighthouse keeper's manual\n\n## Lamp\n\nThe lamp is lit at sunset and put out at sunrise by "
-              "the keeper on duty.\n\n## Starting the lamp\n\nStart the lamp with this command:\n\n```bash\n"
-              "lamp start --bright\n```\n")
+LIGHTHOUSE = (
+    "# The lighthouse keeper's manual\n\n## Lamp\n\nThe lamp is lit at sunset and put out at sunrise by "
+    "the keeper on duty.\n\n## Starting the lamp\n\nStart the lamp with this command:\n\n```bash\n"
+    "lamp start --bright\n```\n"
+)
 RUNBOOK = "# Disk full runbook\n\n## Free space\n\nWhen the disk is full, vacuum the journald logs first.\n"
 
 
 def run_cli(env: dict[str, str], *args: str, expect: int = 0, stdin: str | None = None) -> Any:
-    done = CliRunner().invoke(cli_app, list(args), env={k: v for k, v in env.items() if k.startswith("RAGVPS_")},
-                              input=stdin, catch_exceptions=False)
+    done = CliRunner().invoke(
+        cli_app,
+        list(args),
+        env={k: v for k, v in env.items() if k.startswith("RAGVPS_")},
+        input=stdin,
+        catch_exceptions=False,
+    )
     assert done.exit_code == expect, done.output
     return done
 
@@ -52,8 +59,11 @@ def kbs(module_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[st
     def key(*args: str) -> str:
         return str(run_cli(env, "key", "create", *args).stdout.strip())
 
-    return env | {"FAQ_KEY": key("--kb", "faq", "--name", "faq-app"), "ROOT": str(root),
-                  "TWO_KEY": key("--kb", "faq", "--kb", "runbooks", "--name", "two")}
+    return env | {
+        "FAQ_KEY": key("--kb", "faq", "--name", "faq-app"),
+        "ROOT": str(root),
+        "TWO_KEY": key("--kb", "faq", "--kb", "runbooks", "--name", "two"),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -70,10 +80,13 @@ def mcp_session(srv: InProcess, key: str, calls: list[tuple[str, dict[str, Any]]
     from mcp.client.streamable_http import streamable_http_client
 
     async def run() -> tuple[dict[str, Any], list[Any]]:
-        async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=srv.asgi), timeout=60,
-                                      headers={"Authorization": f"Bearer {key}"}) as http, \
-                streamable_http_client(srv.url + "/mcp", http_client=http) as (read, write), \
-                ClientSession(read, write) as session:
+        async with (
+            httpx2.AsyncClient(
+                transport=httpx2.ASGITransport(app=srv.asgi), timeout=60, headers={"Authorization": f"Bearer {key}"}
+            ) as http,
+            streamable_http_client(srv.url + "/mcp", http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
             await session.initialize()
             tools = {t.name: t for t in (await session.list_tools()).tools}
             return tools, [await session.call_tool(name, args) for name, args in calls]
@@ -82,8 +95,11 @@ def mcp_session(srv: InProcess, key: str, calls: list[tuple[str, dict[str, Any]]
 
 
 def test_mcp_without_kb_asks_the_keys_only_knowledge_base(served: InProcess, kbs: dict[str, str]):
-    tools, (found, answer) = mcp_session(served, kbs["FAQ_KEY"], [("search", {"query": "when is the lamp lit?"}),
-                                                                  ("ask", {"question": "when is the lamp lit?"})])
+    tools, (found, answer) = mcp_session(
+        served,
+        kbs["FAQ_KEY"],
+        [("search", {"query": "when is the lamp lit?"}), ("ask", {"question": "when is the lamp lit?"})],
+    )
     assert not found.is_error, found.content
     assert "faq.md" in found.content[0].text
     assert not answer.is_error and "sunset" in answer.content[0].text
@@ -99,17 +115,20 @@ def test_mcp_without_kb_for_a_key_of_several_says_which_it_may_read(served: InPr
 
 
 def test_an_empty_default_is_no_model(served: InProcess):
-    oa = openai.OpenAI(base_url=served.url + "/v1", api_key=KEY, max_retries=0, timeout=60,
-                       http_client=served.keyless())
+    oa = openai.OpenAI(
+        base_url=served.url + "/v1", api_key=KEY, max_retries=0, timeout=60, http_client=served.keyless()
+    )
     assert sorted(m.id for m in oa.models.list().data) == ["faq", "runbooks"]  # not the empty default (`ragvps`)
-    ol = ollama.Client(host=served.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=60,
-                       transport=served.transport())
+    ol = ollama.Client(
+        host=served.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=60, transport=served.transport()
+    )
     assert sorted(m.model for m in ol.list().models) == ["faq:latest", "runbooks:latest"]
 
 
 def test_api_ps_answers_as_ollama_does(served: InProcess):
-    ol = ollama.Client(host=served.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=60,
-                       transport=served.transport())
+    ol = ollama.Client(
+        host=served.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=60, transport=served.transport()
+    )
     running = ol.ps().models  # the loaded models
     assert sorted(m.model for m in running) == ["faq:latest", "runbooks:latest"] and running[0].expires_at
 
@@ -136,12 +155,14 @@ def test_docs_with_a_slash_goes_to_the_docs(served: InProcess):
 def test_an_over_long_question_is_400_on_both_chat_apis(served: InProcess):
     question = "lamp " * 5000
     asked = [{"role": "user", "content": question}]
-    oa = openai.OpenAI(base_url=served.url + "/v1", api_key=KEY, max_retries=0, timeout=60,
-                       http_client=served.keyless())
+    oa = openai.OpenAI(
+        base_url=served.url + "/v1", api_key=KEY, max_retries=0, timeout=60, http_client=served.keyless()
+    )
     with pytest.raises(openai.BadRequestError):
         oa.chat.completions.create(model="faq", messages=asked)
-    ol = ollama.Client(host=served.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=60,
-                       transport=served.transport())
+    ol = ollama.Client(
+        host=served.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=60, transport=served.transport()
+    )
     for stream in (False, True):
         with pytest.raises(ollama.ResponseError) as caught:
             result = ol.chat(model="faq", messages=asked, stream=stream)
@@ -157,8 +178,7 @@ def test_ragvps_chat_renders_markdown(kbs: dict[str, str]):
     assert "```" in plain and "**Sources**" in plain
 
 
-def test_import_into_the_empty_default_of_a_fresh_database(kbs: dict[str, str], new_database: Any,
-                                                           tmp_path: Path):
+def test_import_into_the_empty_default_of_a_fresh_database(kbs: dict[str, str], new_database: Any, tmp_path: Path):
     bundle = tmp_path / "faq.ragvps"
     run_cli(kbs, "export", "--kb", "faq", str(bundle))
     fresh = ragvps_env(new_database("edges_fresh"), tmp_path / "fresh")

@@ -24,14 +24,17 @@ pytestmark = pytest.mark.xdist_group("kb-serve")  # one server, its tests in ord
 
 SECRET = "journald"  # a word only the runbooks knowledge base holds
 LIGHTHOUSE = "# The lighthouse keeper's manual\n\n## Lamp\n\nThe lamp is lit at sunset and put out at sunrise.\n"
-RUNBOOK = (f"# Disk full runbook\n\n## Free space\n\nWhen the disk is full, vacuum the {SECRET} logs first, "
-           "then the package cache.\n")
+RUNBOOK = (
+    f"# Disk full runbook\n\n## Free space\n\nWhen the disk is full, vacuum the {SECRET} logs first, "
+    "then the package cache.\n"
+)
 DEFAULT_TEXT = "# Office hours\n\nThe office opens at nine and closes at five.\n"
 
 
 def run_cli(env: dict[str, str], *args: str) -> str:
-    done = CliRunner().invoke(cli_app, list(args), env={k: v for k, v in env.items() if k.startswith("RAGVPS_")},
-                              catch_exceptions=False)
+    done = CliRunner().invoke(
+        cli_app, list(args), env={k: v for k, v in env.items() if k.startswith("RAGVPS_")}, catch_exceptions=False
+    )
     assert done.exit_code == 0, done.output
     return done.stdout
 
@@ -71,6 +74,7 @@ def as_faq(served: Server, kbs: dict[str, str]) -> httpx.Client:
 def test_a_scoped_key_sees_nothing_of_another_knowledge_base(served: Server, kbs: dict[str, str]):
     bodies: list[str] = []
     with as_faq(served, kbs) as c:
+
         def call(method: str, path: str, **kw: object) -> httpx.Response:
             r = c.request(method, path, **kw)
             bodies.append(r.text)
@@ -83,23 +87,31 @@ def test_a_scoped_key_sees_nothing_of_another_knowledge_base(served: Server, kbs
             r = call("POST", path, json={"query": f"{SECRET} disk full"})
             assert r.status_code == 404 and r.json()["kind"] == "not_found"
             assert "the ones you may use: faq" in r.json()["error"]
-        hidden, missing = (call("POST", f"/kb/{n}/search", json={"query": "x y"}).json()["error"]
-                           for n in ("runbooks", "nothing"))
+        hidden, missing = (
+            call("POST", f"/kb/{n}/search", json={"query": "x y"}).json()["error"] for n in ("runbooks", "nothing")
+        )
         assert hidden.replace("runbooks", "NAME") == missing.replace("nothing", "NAME")  # the same answer
         assert call("POST", "/search", json={"query": "office hours"}).status_code == 404  # default: no role
         assert call("POST", "/search", json={"query": "disk", "kbs": ["faq", "runbooks"]}).status_code == 404
-        assert call("POST", "/kb/runbooks/ask", json={"question": "what to do when the disk is full?"}
-                    ).status_code == 404
+        assert (
+            call("POST", "/kb/runbooks/ask", json={"question": "what to do when the disk is full?"}).status_code == 404
+        )
         assert call("GET", "/kb/runbooks/stats").status_code == 404
         assert call("GET", "/kb/faq/stats").status_code == 200
         assert call("GET", "/stats").status_code == 404
         models = call("GET", "/v1/models").json()
         assert [m["id"] for m in models["data"]] == ["faq"]
-        chat = call("POST", "/v1/chat/completions", json={"model": "runbooks", "messages": [
-            {"role": "user", "content": "what to do when the disk is full?"}]})
+        chat = call(
+            "POST",
+            "/v1/chat/completions",
+            json={"model": "runbooks", "messages": [{"role": "user", "content": "what to do when the disk is full?"}]},
+        )
         assert chat.status_code == 404 and chat.json()["error"]["code"] == "model_not_found"
-        answer = call("POST", "/v1/chat/completions", json={"model": "faq", "messages": [
-            {"role": "user", "content": "when is the lamp lit?"}]}).json()
+        answer = call(
+            "POST",
+            "/v1/chat/completions",
+            json={"model": "faq", "messages": [{"role": "user", "content": "when is the lamp lit?"}]},
+        ).json()
         assert "sunset" in answer["choices"][0]["message"]["content"]
     assert all(SECRET not in body and "runbooks.md" not in body for body in bodies)
     assert all("Office hours" not in body for body in bodies)
@@ -108,20 +120,41 @@ def test_a_scoped_key_sees_nothing_of_another_knowledge_base(served: Server, kbs
 def test_names_bent_towards_another_knowledge_base_reach_nothing(served: Server, kbs: dict[str, str]):
     """Encoded traversal, case, spaces, NUL, look-alike letters, a schema's own name, several names at once: each
     is the same 404 as a name that does not exist, and nothing of runbooks comes back."""
-    bent = ["RUNBOOKS", "Runbooks", "runbooks%20", "%20runbooks", "runbooks%00", "runb%C3%B6oks", "r%D1%83nbooks",
-            "faq%2F..%2Frunbooks", "..%2Frunbooks", "faq%00runbooks", "kb_2", "ragvps", "runbooks;faq", "*", "%2A",
-            "faq,runbooks", "runbooks%0Afaq"]
+    bent = [
+        "RUNBOOKS",
+        "Runbooks",
+        "runbooks%20",
+        "%20runbooks",
+        "runbooks%00",
+        "runb%C3%B6oks",
+        "r%D1%83nbooks",
+        "faq%2F..%2Frunbooks",
+        "..%2Frunbooks",
+        "faq%00runbooks",
+        "kb_2",
+        "ragvps",
+        "runbooks;faq",
+        "*",
+        "%2A",
+        "faq,runbooks",
+        "runbooks%0Afaq",
+    ]
     with as_faq(served, kbs) as c:
         for name in bent:
-            for method, tail, body in (("POST", "search", {"query": f"{SECRET} disk full"}),
-                                       ("POST", "ask", {"question": "what to do when the disk is full?"}),
-                                       ("GET", "stats", None), ("GET", "documents", None)):
+            for method, tail, body in (
+                ("POST", "search", {"query": f"{SECRET} disk full"}),
+                ("POST", "ask", {"question": "what to do when the disk is full?"}),
+                ("GET", "stats", None),
+                ("GET", "documents", None),
+            ):
                 r = c.request(method, f"/kb/{name}/{tail}", json=body)
                 assert r.status_code in (404, 422), (name, tail, r.status_code, r.text)
                 assert SECRET not in r.text and "runbooks.md" not in r.text and "Disk full" not in r.text, (name, tail)
         for model in ("runbooks", "RUNBOOKS", "runbooks ", "ragvps:runbooks", "runbooks:latest", "faq/../runbooks"):
-            r = c.post("/v1/chat/completions", json={"model": model, "messages": [
-                {"role": "user", "content": "what to do when the disk is full?"}]})
+            r = c.post(
+                "/v1/chat/completions",
+                json={"model": model, "messages": [{"role": "user", "content": "what to do when the disk is full?"}]},
+            )
             assert r.status_code == 404 and SECRET not in r.text, (model, r.text)
         r = c.post("/search", json={"query": f"{SECRET} disk", "kbs": ["faq", "RUNBOOKS"]})
         assert r.status_code == 404 and SECRET not in r.text
@@ -135,9 +168,11 @@ def test_mcp_lists_and_serves_only_the_callers_knowledge_bases(served: Server, k
 
     async def run() -> tuple[list[str], str, str]:
         headers = {"Authorization": f"Bearer {kbs['FAQ_KEY']}"}
-        async with httpx2.AsyncClient(headers=headers, timeout=60) as http, \
-                streamable_http_client(served.url + "/mcp", http_client=http) as (read, write), \
-                ClientSession(read, write) as session:
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=60) as http,
+            streamable_http_client(served.url + "/mcp", http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
             await session.initialize()
             tools = (await session.list_tools()).tools
             hidden = await session.call_tool("search", {"query": "disk full", "kb": "runbooks"})
@@ -154,8 +189,9 @@ def test_an_admin_key_searches_several_knowledge_bases_fused_by_rank(served: Ser
     with served.client() as c:
         names = [k["name"] for k in c.get("/kb").json()["knowledge_bases"]]
         assert set(names) == {"default", "faq", "runbooks", "nomic"}
-        hits = c.post("/search", json={"query": "when is the lamp lit? disk full", "k": 6,
-                                       "kbs": ["faq", "runbooks", "nomic"]}).json()["hits"]
+        hits = c.post(
+            "/search", json={"query": "when is the lamp lit? disk full", "k": 6, "kbs": ["faq", "runbooks", "nomic"]}
+        ).json()["hits"]
         assert {h["kb"] for h in hits} == {"faq", "runbooks", "nomic"}
         assert [h["rank"] for h in hits] == list(range(1, len(hits) + 1))
         assert {m["id"] for m in c.get("/v1/models").json()["data"]} == {"ragvps", "faq", "runbooks", "nomic"}
@@ -174,7 +210,8 @@ def test_a_768_dimension_model_serves_beside_the_local_one(served: Server, ollam
 
 
 def test_queries_in_one_knowledge_base_do_not_notice_an_ingest_and_a_reindex_in_another(
-        served: Server, kbs: dict[str, str]):
+    served: Server, kbs: dict[str, str]
+):
     with served.client() as c:
         before = c.post("/kb/faq/search", json={"query": "when is the lamp lit?"}).json()["hits"]
     failures: list[str] = []
@@ -231,8 +268,7 @@ def test_the_page_offers_only_the_callers_knowledge_bases(browser: Any, served: 
     assert SECRET not in page.content() and "runbooks" not in page.content()
 
 
-def test_a_revoked_key_and_a_dropped_knowledge_base_stop_working_within_seconds(served: Server,
-                                                                               kbs: dict[str, str]):
+def test_a_revoked_key_and_a_dropped_knowledge_base_stop_working_within_seconds(served: Server, kbs: dict[str, str]):
     key = run_cli(kbs, "key", "create", "--kb", "nomic", "--role", "read", "--name", "short-lived").strip()
     headers = {"Authorization": f"Bearer {key}"}
     with httpx.Client(base_url=served.url, headers=headers, timeout=30) as c:

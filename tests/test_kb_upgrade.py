@@ -42,23 +42,38 @@ def test_a_database_of_main_before_knowledge_bases_upgrades_into_default(pg_admi
     with tarfile.open(LEGACY / "stage-files.tar.gz") as tar:
         tar.extractall(data, filter="data")
     with psycopg.connect(url) as conn:
-        before = conn.execute("SELECT count(*), md5(string_agg(embedding::text, ',' ORDER BY chunk_id)) "
-                              "FROM public.embeddings_1").fetchone()
-        lexemes = conn.execute("SELECT count(*), md5(string_agg(tsv::text, ',' ORDER BY id)) "
-                               "FROM public.chunks").fetchone()
+        before = conn.execute(
+            "SELECT count(*), md5(string_agg(embedding::text, ',' ORDER BY chunk_id)) FROM public.embeddings_1"
+        ).fetchone()
+        lexemes = conn.execute(
+            "SELECT count(*), md5(string_agg(tsv::text, ',' ORDER BY id)) FROM public.chunks"
+        ).fetchone()
     (tmp_path / "empty.toml").write_text("")
-    cli = Cli({"RAGVPS_DATABASE_URL": url, "RAGVPS_DATA_DIR": str(data), "RAGVPS_EMBEDDER": "local",
-               "RAGVPS_CONFIG": str(tmp_path / "empty.toml"), "RAGVPS_THREADS": embed_threads()})
+    cli = Cli(
+        {
+            "RAGVPS_DATABASE_URL": url,
+            "RAGVPS_DATA_DIR": str(data),
+            "RAGVPS_EMBEDDER": "local",
+            "RAGVPS_CONFIG": str(tmp_path / "empty.toml"),
+            "RAGVPS_THREADS": embed_threads(),
+        }
+    )
     try:
         hits = json.loads(cli("query", "when is the lamp lit?", "--json").stdout)
         assert hits and hits[0]["path"] == "lighthouse.md"
         with psycopg.connect(url) as conn:  # the upgrade itself: the very vectors main stored, in their schema
             schema = conn.execute("SELECT schema_name FROM ragvps.knowledge_bases").fetchone()
             assert schema is not None
-            moved = conn.execute(sql.SQL("SELECT count(*), md5(string_agg(embedding::text, ',' ORDER BY chunk_id)) "
-                                         "FROM {}.embeddings_1").format(sql.Identifier(schema[0]))).fetchone()
-            terms = conn.execute(sql.SQL("SELECT count(*), md5(string_agg(tsv::text, ',' ORDER BY id)) "
-                                         "FROM {}.chunk_terms").format(sql.Identifier(schema[0]))).fetchone()
+            moved = conn.execute(
+                sql.SQL(
+                    "SELECT count(*), md5(string_agg(embedding::text, ',' ORDER BY chunk_id)) FROM {}.embeddings_1"
+                ).format(sql.Identifier(schema[0]))
+            ).fetchone()
+            terms = conn.execute(
+                sql.SQL("SELECT count(*), md5(string_agg(tsv::text, ',' ORDER BY id)) FROM {}.chunk_terms").format(
+                    sql.Identifier(schema[0])
+                )
+            ).fetchone()
         assert moved == before
         assert terms == lexemes  # migration 010 moved the keyword leg's tsvectors into their own table
         again = cli("ingest", str(tmp_path / "corpus")).stdout

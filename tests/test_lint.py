@@ -14,9 +14,20 @@ pytestmark = pytest.mark.lint
 def test_ruff_is_clean():
     if shutil.which("ruff") is None:
         pytest.fail("ruff is not installed: pip install -e '.[test]'")
-    result = subprocess.run([sys.executable, "-m", "ruff", "check", "ragvps", "tests", "bench"],
-                            cwd=ROOT, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "ragvps", "tests", "bench"], cwd=ROOT, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_code_is_laid_out_by_ruff_format():
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "ragvps", "tests", "bench"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, "run `ruff format ragvps tests bench`:\n" + result.stdout + result.stderr
 
 
 def test_mypy_is_clean():
@@ -35,8 +46,9 @@ def test_no_any_written_in_app_and_serve():
     for package in ("app", "serve"):
         for path in sorted((ROOT / "ragvps" / package).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                named = ((isinstance(node, ast.ImportFrom) and any(a.name == "Any" for a in node.names))
-                         or (isinstance(node, ast.Attribute) and node.attr == "Any"))
+                named = (isinstance(node, ast.ImportFrom) and any(a.name == "Any" for a in node.names)) or (
+                    isinstance(node, ast.Attribute) and node.attr == "Any"
+                )
                 if named:
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert found == [], "Any written in app/ or serve/: " + ", ".join(found)

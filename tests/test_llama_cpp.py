@@ -20,8 +20,10 @@ from ragvps.generate.registry import make_generator
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(missing() is not None, reason=missing() or "")]
 
-TEXTS = ["Backups run every night at 02:00. They are kept for 30 days on the second disk.",
-         "The API key rotates when you run `ragvps keys rotate`. Old keys stop working after one hour."]
+TEXTS = [
+    "Backups run every night at 02:00. They are kept for 30 days on the second disk.",
+    "The API key rotates when you run `ragvps keys rotate`. Old keys stop working after one hour.",
+]
 SOURCES = [Source(0, f"doc{i}.md#0", f"doc{i}.md", "Operations", 0, len(t), 0.03, t) for i, t in enumerate(TEXTS)]
 
 
@@ -32,8 +34,19 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def generator(url: str, **flat: object) -> tuple[LLM, Settings]:
-    settings = Settings.of(**({"generator": "openai", "generator_url": url, "generator_model": MODEL,
-                               "generator_retries": 0, "context_window": 4096, "answer_reserve": 64} | flat))
+    settings = Settings.of(
+        **(
+            {
+                "generator": "openai",
+                "generator_url": url,
+                "generator_model": MODEL,
+                "generator_retries": 0,
+                "context_window": 4096,
+                "answer_reserve": 64,
+            }
+            | flat
+        )
+    )
     gen = make_generator(settings, lambda: None)  # type: ignore[arg-type,return-value]
     assert isinstance(gen, LLM)
     return gen, settings
@@ -55,11 +68,14 @@ def test_the_answer_streams_is_cut_at_max_tokens_and_its_usage_is_counted(llama:
 def test_a_refusal_the_model_writes_is_detected(llama: str):
     """A base model continues a pattern: two earlier turns answered with the refusal make it the likely reply."""
     gen, settings = generator(llama)
-    history = [("user", "Who wrote the backup policy?"), ("assistant", REFUSAL),
-               ("user", "What colour is the second disk?"), ("assistant", REFUSAL)]
+    history = [
+        ("user", "Who wrote the backup policy?"),
+        ("assistant", REFUSAL),
+        ("user", "What colour is the second disk?"),
+        ("assistant", REFUSAL),
+    ]
     fit = budget.fit("Which city is the data centre in?", SOURCES, settings.generate, history)
     reply = gen.generate(fit, lambda _: None).text
     assert citations.is_refusal(reply), reply
     parsed = citations.parse(reply + " [1]", list(fit.prompt.sources))
     assert not parsed.answered and parsed.citations == [] and parsed.text == REFUSAL
-

@@ -23,8 +23,9 @@ FOG = "# Fog\n\n## Horn\n\nIn fog the horn sounds twice a minute until the fog l
 
 
 def cli(env: dict[str, str], *args: str) -> str:
-    done = CliRunner().invoke(cli_app, list(args), env={k: v for k, v in env.items() if k.startswith("RAGVPS_")},
-                              catch_exceptions=False)
+    done = CliRunner().invoke(
+        cli_app, list(args), env={k: v for k, v in env.items() if k.startswith("RAGVPS_")}, catch_exceptions=False
+    )
     assert done.exit_code == 0, done.output
     return done.stdout
 
@@ -53,8 +54,11 @@ def scrape(server: InProcess, key: str | None = KEY) -> dict[tuple[str, tuple[tu
         r = c.get("/metrics")
     assert r.status_code == 200, r.text
     assert r.headers["content-type"].startswith("text/plain")
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(r.text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(r.text)
+        for s in family.samples
+    }
 
 
 def value(samples: dict, name: str, **labels: str) -> float:
@@ -117,8 +121,9 @@ def test_metrics_need_a_key_that_is_admin_on_every_knowledge_base(server: InProc
     with server.keyless() as c:
         assert c.get("/metrics").status_code == 401
     reader = cli(corpus_env, "key", "create", "--kb", "default", "--role", "read", "--name", "metrics-reader").strip()
-    admin_of_one = cli(corpus_env, "key", "create", "--kb", "default", "--role", "admin",
-                       "--name", "metrics-admin-one").strip()
+    admin_of_one = cli(
+        corpus_env, "key", "create", "--kb", "default", "--role", "admin", "--name", "metrics-admin-one"
+    ).strip()
     for key in (reader, admin_of_one):
         with server.keyless(headers={"Authorization": f"Bearer {key}"}) as c:
             r = c.get("/metrics")
@@ -163,7 +168,8 @@ def test_the_request_id_comes_back_and_a_proxys_is_kept_when_well_formed(server:
 
 
 def test_the_log_line_has_the_stages_and_outcome_but_no_question_and_no_key(
-        server: InProcess, caplog: pytest.LogCaptureFixture):
+    server: InProcess, caplog: pytest.LogCaptureFixture
+):
     question = "When is the lamp lit by the keeper?"
     with caplog.at_level(logging.INFO, logger="ragvps.requests"), server.client() as c:
         r = c.post("/kb/default/ask", json={"question": question}, headers={"X-Request-Id": "trace-1"})
@@ -174,14 +180,16 @@ def test_the_log_line_has_the_stages_and_outcome_but_no_question_and_no_key(
     fields = records[0].request  # type: ignore[attr-defined]
     assert fields["route"] == "/kb/{name}/ask" and fields["kb"] == "default" and fields["status"] == 200
     assert fields["outcome"] in ("extractive", "cached") and 0 < fields["evidence"] <= 1
-    assert {"question_embedding", "vector_leg", "keyword_leg", "fusion"} <= set(fields["stages"]) or \
-        fields["outcome"] == "cached"
+    assert {"question_embedding", "vector_leg", "keyword_leg", "fusion"} <= set(fields["stages"]) or fields[
+        "outcome"
+    ] == "cached"
     assert "lamp" not in line and KEY not in line and "question" not in fields
     assert question not in scrape(server).__repr__()
 
 
 def test_log_questions_puts_the_question_in_and_a_hostile_path_cannot_forge_a_field(
-        corpus_env: dict[str, str], caplog: pytest.LogCaptureFixture):
+    corpus_env: dict[str, str], caplog: pytest.LogCaptureFixture
+):
     srv = InProcess(corpus_env | {"RAGVPS_API_KEYS": KEY, "RAGVPS_LOG_QUESTIONS": "true"}).start()
     try:
         with caplog.at_level(logging.INFO, logger="ragvps.requests"), srv.client() as c:
@@ -189,8 +197,11 @@ def test_log_questions_puts_the_question_in_and_a_hostile_path_cannot_forge_a_fi
             c.get("/x%20status=200%0Aforged=1", headers={"X-Request-Id": "q-2"})  # decoded into the path
     finally:
         srv.stop()
-    lines = {rec.request["request_id"]: rec.getMessage() for rec in caplog.records  # type: ignore[attr-defined]
-             if rec.name == "ragvps.requests"}
+    lines = {
+        rec.request["request_id"]: rec.getMessage()
+        for rec in caplog.records  # type: ignore[attr-defined]
+        if rec.name == "ragvps.requests"
+    }
     assert '"lamp at sunset\\nstatus=200 kb=secret"' in lines["q-1"] and "\n" not in lines["q-1"]
     assert "\n" not in lines["q-2"] and " forged=1" not in lines["q-2"]
 
@@ -234,8 +245,13 @@ def test_every_metric_the_dashboard_and_docs_name_is_served(server: InProcess):
 
 
 def test_an_llms_tokens_and_answers_are_counted(corpus_env: dict[str, str], llm):
-    env = corpus_env | {"RAGVPS_API_KEYS": KEY, "RAGVPS_GENERATOR": "openai", "RAGVPS_GENERATOR_URL": llm.url + "/v1",
-                        "RAGVPS_GENERATOR_MODEL": "gpt-4o-mini", "RAGVPS_ANSWER_CACHE": "false"}
+    env = corpus_env | {
+        "RAGVPS_API_KEYS": KEY,
+        "RAGVPS_GENERATOR": "openai",
+        "RAGVPS_GENERATOR_URL": llm.url + "/v1",
+        "RAGVPS_GENERATOR_MODEL": "gpt-4o-mini",
+        "RAGVPS_ANSWER_CACHE": "false",
+    }
     srv = InProcess(env).start()
     try:
         before = scrape(srv)
@@ -247,7 +263,11 @@ def test_an_llms_tokens_and_answers_are_counted(corpus_env: dict[str, str], llm)
     assert answer["answered"] and not answer["extractive"]
     usage = answer["usage"]
     for kind, n in (("prompt", usage["prompt_tokens"]), ("completion", usage["completion_tokens"])):
-        assert n > 0 and value(after, "ragvps_llm_tokens_total", kb="default", kind=kind) - \
-            value(before, "ragvps_llm_tokens_total", kb="default", kind=kind) == n, kind
+        assert (
+            n > 0
+            and value(after, "ragvps_llm_tokens_total", kb="default", kind=kind)
+            - value(before, "ragvps_llm_tokens_total", kb="default", kind=kind)
+            == n
+        ), kind
     assert value(after, "ragvps_answers_total", kb="default", outcome="answered") == 1
     assert value(after, "ragvps_stage_duration_seconds_count", kb="default", stage="generation") >= 1

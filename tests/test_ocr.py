@@ -17,8 +17,10 @@ from tests.test_pdf_pages import text_pdf
 pytestmark = pytest.mark.skipif(shutil.which("tesseract") is None, reason="needs Debian's tesseract-ocr")
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-HARBOUR = ("The harbour master of Quillon counts eleven whaling boats each morning. The whaling boats leave "
-           "the harbour before sunrise and return at dusk with their catch.")
+HARBOUR = (
+    "The harbour master of Quillon counts eleven whaling boats each morning. The whaling boats leave "
+    "the harbour before sunrise and return at dusk with their catch."
+)
 
 
 def _source(path: Path) -> sources.SourceFile:

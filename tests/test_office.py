@@ -27,7 +27,7 @@ def _header_kept(doc: Document, config: ChunkerConfig) -> list:
     chunks = chunk_document(doc, config)
     for c in chunks:
         spans = [c.metadata[k] for k in ("table_header", "table_section") if k in c.metadata]
-        assert c.text == "".join(doc.text[a:b] + "\n" for a, b in spans) + doc.text[c.start:c.end]
+        assert c.text == "".join(doc.text[a:b] + "\n" for a, b in spans) + doc.text[c.start : c.end]
     return chunks
 
 
@@ -83,8 +83,9 @@ def test_a_section_row_inside_a_table_is_repeated_under_the_header():
     doc = Document("s.md", "s.md", "Sales", "\n".join(rows), "markdown")
     chunks = _header_kept(doc, SMALL)
     later = [c for c in chunks if "| region " in c.text and "table_header" in c.metadata]
-    assert later and all(c.text.startswith("| Region | Sales | Profit | Staff |\n| --- | --- | --- | --- |\n| Year ")
-                         for c in later)
+    assert later and all(
+        c.text.startswith("| Region | Sales | Profit | Staff |\n| --- | --- | --- | --- |\n| Year ") for c in later
+    )
     for c in chunks:  # every row is under its own year's section row
         year = 2023 if c.start < doc.text.index("| Year 2022") else 2022
         assert f"| Year {year} |" in c.text, c.text[:200]
@@ -101,14 +102,17 @@ def test_a_long_markdown_table_repeats_its_header_too(tmp_path):
     assert chunks[-1].text.endswith("After the table.")
 
 
-@pytest.mark.parametrize(("name", "data"), [
-    ("semi.csv", b"Name;City;Age\nAna;Porto;31\nBen;Oslo;42\n"),
-    ("tabs.tsv", b"Name\tCity\tAge\nAna\tPorto\t31\nBen\tOslo\t42\n"),
-    ("pipes.csv", b"Name|City|Age\nAna|Porto|31\nBen|Oslo|42\n"),
-    ("sixteen.csv", codecs.BOM_UTF16_LE + "Name,City,Age\nAna,Porto,31\nBen,Oslo,42\n".encode("utf-16-le")),
-    ("latin.csv", "Name,City,Age\nAna,Porto,31\nBen,Oslo,42\nZoë,Málaga,7\n".encode("cp1252")),
-    ("quoted.csv", b'Name,City,Age\n"Ana, Jr.","Porto\nNorth",31\nBen,Oslo,42\n'),
-])
+@pytest.mark.parametrize(
+    ("name", "data"),
+    [
+        ("semi.csv", b"Name;City;Age\nAna;Porto;31\nBen;Oslo;42\n"),
+        ("tabs.tsv", b"Name\tCity\tAge\nAna\tPorto\t31\nBen\tOslo\t42\n"),
+        ("pipes.csv", b"Name|City|Age\nAna|Porto|31\nBen|Oslo|42\n"),
+        ("sixteen.csv", codecs.BOM_UTF16_LE + "Name,City,Age\nAna,Porto,31\nBen,Oslo,42\n".encode("utf-16-le")),
+        ("latin.csv", "Name,City,Age\nAna,Porto,31\nBen,Oslo,42\nZoë,Málaga,7\n".encode("cp1252")),
+        ("quoted.csv", b'Name,City,Age\n"Ana, Jr.","Porto\nNorth",31\nBen,Oslo,42\n'),
+    ],
+)
 def test_csv_any_delimiter_and_encoding(tmp_path, name, data):
     path = tmp_path / name
     path.write_bytes(data)
@@ -122,20 +126,25 @@ def test_csv_any_delimiter_and_encoding(tmp_path, name, data):
 
 
 def test_epub_chapters_are_sections(tmp_path):
-    page = ("<?xml version='1.0'?><!DOCTYPE html PUBLIC '-//W3C//DTD XHTML 1.1//EN' "
-            "'http://www.w3.org/TR/xhtml11/DTD/xhtml11.dtd'><html><body>{}</body></html>")
-    path = zip_of(tmp_path / "book.epub", {
-        "mimetype": b"application/epub+zip",
-        "META-INF/container.xml": b"<?xml version='1.0'?><container xmlns='urn:oasis:names:tc:opendocument:xmlns:"
-                                  b"container'><rootfiles><rootfile full-path='OPS/book.opf'/></rootfiles></container>",
-        "OPS/book.opf": b"<?xml version='1.0'?><package xmlns='http://www.idpf.org/2007/opf' "
-                        b"xmlns:dc='http://purl.org/dc/elements/1.1/'><metadata><dc:title>Sea Stories</dc:title>"
-                        b"</metadata><manifest><item id='a' href='one.xhtml' media-type='application/xhtml+xml'/>"
-                        b"<item id='b' href='two.xhtml' media-type='application/xhtml+xml'/></manifest>"
-                        b"<spine><itemref idref='b'/><itemref idref='a'/></spine></package>",
-        "OPS/one.xhtml": page.format("<h1>The Storm</h1><p>Waves broke the mast.</p>").encode(),
-        "OPS/two.xhtml": page.format("<p>Calm water at dawn.</p>").encode(),
-    })
+    page = (
+        "<?xml version='1.0'?><!DOCTYPE html PUBLIC '-//W3C//DTD XHTML 1.1//EN' "
+        "'http://www.w3.org/TR/xhtml11/DTD/xhtml11.dtd'><html><body>{}</body></html>"
+    )
+    path = zip_of(
+        tmp_path / "book.epub",
+        {
+            "mimetype": b"application/epub+zip",
+            "META-INF/container.xml": b"<?xml version='1.0'?><container xmlns='urn:oasis:names:tc:opendocument:xmlns:"
+            b"container'><rootfiles><rootfile full-path='OPS/book.opf'/></rootfiles></container>",
+            "OPS/book.opf": b"<?xml version='1.0'?><package xmlns='http://www.idpf.org/2007/opf' "
+            b"xmlns:dc='http://purl.org/dc/elements/1.1/'><metadata><dc:title>Sea Stories</dc:title>"
+            b"</metadata><manifest><item id='a' href='one.xhtml' media-type='application/xhtml+xml'/>"
+            b"<item id='b' href='two.xhtml' media-type='application/xhtml+xml'/></manifest>"
+            b"<spine><itemref idref='b'/><itemref idref='a'/></spine></package>",
+            "OPS/one.xhtml": page.format("<h1>The Storm</h1><p>Waves broke the mast.</p>").encode(),
+            "OPS/two.xhtml": page.format("<p>Calm water at dawn.</p>").encode(),
+        },
+    )
     [doc] = _load(path)
     assert doc.title == "Sea Stories" and doc.text.index("Calm water") < doc.text.index("Waves broke")
     paths = {c.heading_path: c.text for c in chunk_document(doc, SMALL)}
@@ -144,22 +153,32 @@ def test_epub_chapters_are_sections(tmp_path):
 
 
 def test_odt_and_rtf(tmp_path):
-    ns = ('xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" '
-          'xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0" '
-          'xmlns:table="urn:oasis:names:tc:opendocument:xmlns:table:1.0"')
-    content = (f'<?xml version="1.0"?><office:document-content {ns}><office:body><office:text>'
-               '<text:h text:outline-level="1">Tides</text:h><text:p>High<text:s text:c="2"/>water.</text:p>'
-               '<text:list><text:list-item><text:p>spring tide</text:p></text:list-item></text:list>'
-               '<table:table><table:table-row><table:table-cell><text:p>Port</text:p></table:table-cell>'
-               '<table:table-cell><text:p>Range</text:p></table:table-cell></table:table-row><table:table-row>'
-               '<table:table-cell table:number-columns-repeated="2"><text:p>x</text:p></table:table-cell>'
-               '</table:table-row></table:table></office:text></office:body></office:document-content>')
-    [odt] = _load(zip_of(tmp_path / "tides.odt", {"mimetype": b"application/vnd.oasis.opendocument.text",
-                                                   "content.xml": content.encode()}))
+    ns = (
+        'xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" '
+        'xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0" '
+        'xmlns:table="urn:oasis:names:tc:opendocument:xmlns:table:1.0"'
+    )
+    content = (
+        f'<?xml version="1.0"?><office:document-content {ns}><office:body><office:text>'
+        '<text:h text:outline-level="1">Tides</text:h><text:p>High<text:s text:c="2"/>water.</text:p>'
+        "<text:list><text:list-item><text:p>spring tide</text:p></text:list-item></text:list>"
+        "<table:table><table:table-row><table:table-cell><text:p>Port</text:p></table:table-cell>"
+        "<table:table-cell><text:p>Range</text:p></table:table-cell></table:table-row><table:table-row>"
+        '<table:table-cell table:number-columns-repeated="2"><text:p>x</text:p></table:table-cell>'
+        "</table:table-row></table:table></office:text></office:body></office:document-content>"
+    )
+    [odt] = _load(
+        zip_of(
+            tmp_path / "tides.odt",
+            {"mimetype": b"application/vnd.oasis.opendocument.text", "content.xml": content.encode()},
+        )
+    )
     assert odt.text == "# Tides\n\nHigh  water.\n\n- spring tide\n\n| Port | Range |\n| --- | --- |\n| x | x |"
     rtf = tmp_path / "note.rtf"
-    rtf.write_text(r"{\rtf1\ansi{\b Ship log}\par The crew rested.\par"
-                   r"{\trowd\cellx1000\cellx2000\intbl Day\cell Miles\cell\row\intbl Mon\cell 40\cell\row}}")
+    rtf.write_text(
+        r"{\rtf1\ansi{\b Ship log}\par The crew rested.\par"
+        r"{\trowd\cellx1000\cellx2000\intbl Day\cell Miles\cell\row\intbl Mon\cell 40\cell\row}}"
+    )
     [doc] = _load(rtf)
     assert "Ship log" in doc.text and "The crew rested." in doc.text
     assert "| Day | Miles |\n| --- | --- |\n| Mon | 40 |" in doc.text
@@ -172,8 +191,11 @@ def test_empty_documents_are_skipped_with_a_reason(tmp_path):
     docx.Document().save(tmp_path / "empty.docx")
     openpyxl.Workbook().save(tmp_path / "empty.xlsx")
     (tmp_path / "empty.csv").write_text("\n\n ,, \n")
-    for name, why in [("empty.docx", "an empty Word document"), ("empty.xlsx", "every sheet is empty"),
-                      ("empty.csv", "an empty table")]:
+    for name, why in [
+        ("empty.docx", "an empty Word document"),
+        ("empty.xlsx", "every sheet is empty"),
+        ("empty.csv", "an empty table"),
+    ]:
         with pytest.raises(SkipFile, match=f"{name}: {why}") as exc:
             _load(tmp_path / name)
         assert exc.value.reason == "no text"
@@ -185,8 +207,11 @@ def test_a_missing_extra_names_the_install(tmp_path, monkeypatch):
     path = docx_file(tmp_path / "manual.docx")
     monkeypatch.setitem(sys.modules, "docx", None)  # as if python-docx were not installed
     monkeypatch.delitem(sys.modules, "ragvps.ingest.formats.docx", raising=False)
-    with pytest.raises(SkipFile, match=r"manual.docx: reading .docx files needs docx: install "
-                                       r"`pip install 'ragvps\[office\]'`") as exc:
+    with pytest.raises(
+        SkipFile,
+        match=r"manual.docx: reading .docx files needs docx: install "
+        r"`pip install 'ragvps\[office\]'`",
+    ) as exc:
         _load(path)
     assert exc.value.reason == "needs ragvps[office]"
 

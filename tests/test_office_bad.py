@@ -115,7 +115,7 @@ def test_macros_are_data_only(tmp_path):
     src = docx_file(tmp_path / "src.docx")
     with zipfile.ZipFile(src) as z:
         members = {n: z.read(n) for n in z.namelist()}
-    members["word/vbaProject.bin"] = b"Attribute VB_Name = \"AutoOpen\"\nShell \"rm -rf /\""
+    members["word/vbaProject.bin"] = b'Attribute VB_Name = "AutoOpen"\nShell "rm -rf /"'
     path = zip_of(tmp_path / "macro.docm", members)
     warnings: list[str] = []
     [doc] = _load(path, warnings)
@@ -164,8 +164,14 @@ def test_bad_office_files_beside_good_ones(cli, tmp_path, db_url):
     assert "Traceback" not in err and SECRET not in err + result.stdout
     for name in ["locked.docx", "report.docx", "cut.pptx", "bomb.xlsx", "xxe.docx", "empty.docx"]:
         assert f"{name}: " in err, name
-    assert report["skipped"] == {"encrypted": 1, "not the format its name says": 1, "corrupt file": 1,
-                                 "too large when unpacked": 1, "unsafe XML": 1, "no text": 1}
+    assert report["skipped"] == {
+        "encrypted": 1,
+        "not the format its name says": 1,
+        "corrupt file": 1,
+        "too large when unpacked": 1,
+        "unsafe XML": 1,
+        "no text": 1,
+    }
     with psycopg.connect(db_url) as conn:
         docs = dict(conn.execute("SELECT doc_id, title FROM documents").fetchall())
         texts = " ".join(r[0] for r in conn.execute("SELECT text FROM chunks"))

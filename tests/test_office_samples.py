@@ -35,14 +35,16 @@ def test_every_sample_is_read_or_skipped_with_its_name(name):
     for d in docs:
         for c in chunk_document(d, CONFIG):
             spans = [c.metadata[k] for k in ("table_header", "table_section") if k in c.metadata]
-            assert c.text == "".join(d.text[a:b] + "\n" for a, b in spans) + d.text[c.start:c.end]
+            assert c.text == "".join(d.text[a:b] + "\n" for a, b in spans) + d.text[c.start : c.end]
 
 
 def test_structure_of_the_samples():
     [book] = _load("handbook-872p.docx")
     paths = {c.heading_path for c in chunk_document(book, CONFIG)}
-    assert ("handbook-872p > CHAPTER 3 - ADMINISTRATION OF CHAPTER 13 CASES > A. INITIAL REVIEW OF CHAPTER 13 "
-            "CASES > 1. CONFLICTS OF INTEREST") in paths
+    assert (
+        "handbook-872p > CHAPTER 3 - ADMINISTRATION OF CHAPTER 13 CASES > A. INITIAL REVIEW OF CHAPTER 13 "
+        "CASES > 1. CONFLICTS OF INTEREST"
+    ) in paths
     [deck] = _load("fake-power-point-malformed.pptx")  # the malformed deck still gives its slide
     assert "## Slide 1: Test Slide" in deck.text
     [table] = _load("fake-power-point-table.pptx")

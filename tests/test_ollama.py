@@ -28,8 +28,12 @@ def test_embed_sends_one_batched_request_with_prefixes_and_returns_real_vectors(
     vectors = embed_documents(client, texts)
     assert vectors.shape == (3, 768) and vectors.dtype == np.float32
     [body] = ollama.embed_requests()
-    assert body == {"model": "nomic-embed-text", "input": ["search_document: " + t for t in texts],
-                    "truncate": False, "keep_alive": "30m"}
+    assert body == {
+        "model": "nomic-embed-text",
+        "input": ["search_document: " + t for t in texts],
+        "truncate": False,
+        "keep_alive": "30m",
+    }
     local = LocalEmbedder(threads=1).embed(texts)
     # 768 = the 384-dim MiniLM vector twice, renormalised: cosines are MiniLM's own.
     np.testing.assert_allclose(vectors @ vectors.T, local @ local.T, atol=1e-4)

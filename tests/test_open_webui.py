@@ -28,8 +28,11 @@ START_S = 300  # Open WebUI's first start (its database migrations) takes about 
 
 
 def open_webui_bin() -> Path | None:
-    for candidate in (os.environ.get("OPEN_WEBUI"), shutil.which("open-webui"),
-                      str(REPO.parent / "owui-venv" / "bin" / "open-webui")):
+    for candidate in (
+        os.environ.get("OPEN_WEBUI"),
+        shutil.which("open-webui"),
+        str(REPO.parent / "owui-venv" / "bin" / "open-webui"),
+    ):
         if candidate and Path(candidate).exists():
             return Path(candidate)
     return None
@@ -39,18 +42,33 @@ def open_webui_bin() -> Path | None:
 def open_webui(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     found = open_webui_bin()
     if found is None:
-        pytest.skip("Open WebUI is not installed: `python -m venv ../owui-venv && ../owui-venv/bin/pip install "
-                    "open-webui==0.12.4` (or set OPEN_WEBUI to its `open-webui` command)")
+        pytest.skip(
+            "Open WebUI is not installed: `python -m venv ../owui-venv && ../owui-venv/bin/pip install "
+            "open-webui==0.12.4` (or set OPEN_WEBUI to its `open-webui` command)"
+        )
     playwright()  # skipped before Open WebUI starts where chromium or Playwright is missing
     data = tmp_path_factory.mktemp("open-webui")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")} | {
-        "DATA_DIR": str(data), "WEBUI_AUTH": "False", "OFFLINE_MODE": "true", "HF_HUB_OFFLINE": "1",
-        "ENABLE_OLLAMA_API": "false", "OPENAI_API_BASE_URL": server.url + "/v1", "OPENAI_API_KEY": server.key,
-        "WEBUI_SECRET_KEY": "test-secret", "PORT": str(port)}
+        "DATA_DIR": str(data),
+        "WEBUI_AUTH": "False",
+        "OFFLINE_MODE": "true",
+        "HF_HUB_OFFLINE": "1",
+        "ENABLE_OLLAMA_API": "false",
+        "OPENAI_API_BASE_URL": server.url + "/v1",
+        "OPENAI_API_KEY": server.key,
+        "WEBUI_SECRET_KEY": "test-secret",
+        "PORT": str(port),
+    }
     log = (data / "open-webui.log").open("wb")
-    proc = subprocess.Popen([str(found), "serve", "--host", "127.0.0.1", "--port", str(port)], cwd=data, env=env,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(found), "serve", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=data,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + START_S

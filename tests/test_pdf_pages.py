@@ -17,8 +17,10 @@ def text_pdf(path: Path, pages: list[str]) -> Path:
     for text in pages:
         stream = f"BT /F1 12 Tf 72 700 Td ({text}) Tj ET".encode()
         objects.append(f"<< /Length {len(stream)} >>\nstream\n{stream.decode()}\nendstream")
-        objects.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {len(objects)} 0 R "
-                       "/Resources << /Font << /F1 3 0 R >> >> >>")
+        objects.append(
+            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {len(objects)} 0 R "
+            "/Resources << /Font << /F1 3 0 R >> >> >>"
+        )
         kids.append(f"{len(objects)} 0 R")
     objects[1] = f"<< /Type /Pages /Kids [{' '.join(kids)}] /Count {len(kids)} >>"
     out = bytearray(b"%PDF-1.4\n")
@@ -46,8 +48,10 @@ def test_cite_label():
 def test_search_and_ask_show_the_page(cli, tmp_path):
     folder = tmp_path / "docs"
     folder.mkdir()
-    text_pdf(folder / "report.pdf", ["The harbour opened in spring.", "The lighthouse keeper counts forty ships.",
-                                     "Winter closes the harbour."])
+    text_pdf(
+        folder / "report.pdf",
+        ["The harbour opened in spring.", "The lighthouse keeper counts forty ships.", "Winter closes the harbour."],
+    )
     cli.env["RAGVPS_CHUNK_SIZE"] = "8"  # one page a chunk
     cli("ingest", str(folder))
     hits = json.loads(cli("query", "lighthouse keeper ships", "--json").stdout)

@@ -45,8 +45,14 @@ def versions(conn: psycopg.Connection) -> tuple[int, tuple[int, ...]]:
 def filled(conn: psycopg.Connection, rows: int = 3000, spec: ModelSpec = SPEC) -> store.EmbeddingSet:
     eset = store.ensure_set(conn, spec, "vector", activate=True)
     vectors = np.random.default_rng(3).normal(size=(rows, spec.dims)).astype(np.float32)
-    batch = [(Document(f"d{i}", f"{i}.md", "", f"text {i}", "txt", {}),
-              [Chunk(f"d{i}", 0, "", f"text {i}", 0, 6, 1, 1)], vectors[i][None, :]) for i in range(rows)]
+    batch = [
+        (
+            Document(f"d{i}", f"{i}.md", "", f"text {i}", "txt", {}),
+            [Chunk(f"d{i}", 0, "", f"text {i}", 0, 6, 1, 1)],
+            vectors[i][None, :],
+        )
+        for i in range(rows)
+    ]
     store.replace_documents(conn, eset, "/root", "k", "english", batch)
     conn.commit()
     return eset
@@ -66,8 +72,10 @@ def test_the_server_has_what_ragvps_uses(conn: psycopg.Connection) -> None:
 
 def test_quantizing_and_casting_give_the_same_values(conn: psycopg.Connection) -> None:
     # bit sets search binary_quantize(embedding) (0.8.1 made it faster, not different); halfvec sets store casts.
-    row = conn.execute("SELECT binary_quantize('[0.5,-1,0,2]'::vector)::text, '[0.1,0.2]'::vector::halfvec::text, "
-                       "'[1,0]'::vector <=> '[0,1]'::vector").fetchone()
+    row = conn.execute(
+        "SELECT binary_quantize('[0.5,-1,0,2]'::vector)::text, '[0.1,0.2]'::vector::halfvec::text, "
+        "'[1,0]'::vector <=> '[0,1]'::vector"
+    ).fetchone()
     assert row == ("1001", "[0.099975586,0.19995117]", 1.0)
 
 
@@ -103,8 +111,9 @@ def test_the_exact_pass_stays_exact_when_a_savepoint_left_a_scan_disabled(conn: 
     assert (eset.index_name in plan) == (major < 18), (major, plan)
     exact = inspect.nearest(conn, eset, vector, 10, exact=True)
     assert len(exact) == 10 and len(inspect.nearest(conn, eset, vector, 10, exact=False, ef_search=1)) == 1
-    stored = {cid: v.to_numpy() for cid, v in
-              conn.execute(sql.SQL("SELECT chunk_id, embedding FROM {}").format(eset.table))}
+    stored = {
+        cid: v.to_numpy() for cid, v in conn.execute(sql.SQL("SELECT chunk_id, embedding FROM {}").format(eset.table))
+    }
     cosine = {cid: float(v @ vector) / float(np.linalg.norm(v) * np.linalg.norm(vector)) for cid, v in stored.items()}
     assert exact == sorted(cosine, key=lambda cid: -cosine[cid])[:10]
 

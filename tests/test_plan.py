@@ -70,8 +70,12 @@ def test_200k_tokens_size_512(
 
 @pytest.mark.parametrize(
     ("dims", "vector", "halfvec", "mib_vector", "mib_halfvec"),
-    [(384, 1544, 776, 147, 74), (768, 3080, 1544, 294, 147), (1024, 4104, 2056, 391, 196),
-     (1536, 6152, 3080, 587, 294)],
+    [
+        (384, 1544, 776, 147, 74),
+        (768, 3080, 1544, 294, 147),
+        (1024, 4104, 2056, 391, 196),
+        (1536, 6152, 3080, 587, 294),
+    ],
 )
 def test_pgvector_sizes(dims: int, vector: int, halfvec: int, mib_vector: int, mib_halfvec: int) -> None:
     assert plan.pgvector_bytes(dims) == plan.pgvector_bytes(dims, "vector") == vector
@@ -85,15 +89,21 @@ TOTALS = {"embedding": 200_000, "generation_input": 33_000_000, "generation_outp
 
 
 def test_budget_figures() -> None:
-    b = Budget(corpus_chunks=100_000, tokens_per_chunk=400, questions=10_000, question_tokens=20,
-               chunks_per_answer=8, prompt_tokens=100, answer_tokens=400)
+    b = Budget(
+        corpus_chunks=100_000,
+        tokens_per_chunk=400,
+        questions=10_000,
+        question_tokens=20,
+        chunks_per_answer=8,
+        prompt_tokens=100,
+        answer_tokens=400,
+    )
     assert b.corpus_embed_tokens == 40_000_000
     assert b.generation_input_per_question == 3300
     assert b.totals() == TOTALS
     assert b.amortised() == 4000
     assert b.amortised(100_000) == 400
-    assert [plan.millions(n) for n in (40_000_000, 200_000, 33_000_000, 4_000_000)] == [
-        "40 M", "0.2 M", "33 M", "4 M"]
+    assert [plan.millions(n) for n in (40_000_000, 200_000, 33_000_000, 4_000_000)] == ["40 M", "0.2 M", "33 M", "4 M"]
 
 
 def test_common_models_match_the_models_ragvps_knows() -> None:
@@ -118,8 +128,16 @@ def test_raw_vector_bytes_by_type() -> None:
 
 @pytest.mark.parametrize(
     ("text", "size", "tokens"),
-    [("200", 800, 200), ("12%", 800, 96), ("25%", 800, 200), ("10%", 512, 51), ("12.5%", 800, 100),
-     (" 0% ", 800, 0), ("50%", 512, 256), ("0.1%", 500, 1)],
+    [
+        ("200", 800, 200),
+        ("12%", 800, 96),
+        ("25%", 800, 200),
+        ("10%", 512, 51),
+        ("12.5%", 800, 100),
+        (" 0% ", 800, 0),
+        ("50%", 512, 256),
+        ("0.1%", 500, 1),
+    ],
 )
 def test_parse_overlap(text: str, size: int, tokens: int) -> None:
     assert plan.parse_overlap(text, size) == tokens
@@ -301,9 +319,10 @@ def test_cli_json_2500() -> None:
     assert "excludes the chunk text" in out["note"]
 
 
-@pytest.mark.parametrize(("overlap", "chunks", "processed", "pct"),
-                         [("64", 447, 228_544, 14.27), ("128", 521, 266_560, 33.28),
-                          ("256", 781, 399_680, 99.84)])
+@pytest.mark.parametrize(
+    ("overlap", "chunks", "processed", "pct"),
+    [("64", 447, 228_544, 14.27), ("128", 521, 266_560, 33.28), ("256", 781, 399_680, 99.84)],
+)
 def test_cli_json_200k(overlap: str, chunks: int, processed: int, pct: float) -> None:
     out = json.loads(run("--tokens", "200000", "--chunk-size", "512", "--overlap", overlap, "--json").stdout)
     assert (out["chunks"], out["processed_tokens"], out["overhead_pct"]) == (chunks, processed, pct)
@@ -358,13 +377,22 @@ def test_cli_compare_json() -> None:
     assert result.exit_code == 0
     out = json.loads(result.stdout)
     rows = [(o["overlap"], o["step"], o["chunks"], o["processed_tokens"]) for o in out["overlaps"]]
-    assert rows == [(0, 512, 391, 200_000), (51, 461, 434, 222_083), (128, 384, 521, 266_560),
-                    (256, 256, 781, 399_680)]
-    models = {m["dims"]: (m["vector_bytes_per_vector"], round(m["vector_mib_per_100k"]),
-                          m["halfvec_bytes_per_vector"], round(m["halfvec_mib_per_100k"]))
-              for m in out["models"]}
-    assert models == {384: (1544, 147, 776, 74), 768: (3080, 294, 1544, 147), 1024: (4104, 391, 2056, 196),
-                      1536: (6152, 587, 3080, 294)}
+    assert rows == [(0, 512, 391, 200_000), (51, 461, 434, 222_083), (128, 384, 521, 266_560), (256, 256, 781, 399_680)]
+    models = {
+        m["dims"]: (
+            m["vector_bytes_per_vector"],
+            round(m["vector_mib_per_100k"]),
+            m["halfvec_bytes_per_vector"],
+            round(m["halfvec_mib_per_100k"]),
+        )
+        for m in out["models"]
+    }
+    assert models == {
+        384: (1544, 147, 776, 74),
+        768: (3080, 294, 1544, 147),
+        1024: (4104, 391, 2056, 196),
+        1536: (6152, 587, 3080, 294),
+    }
     assert "above a third" not in flat(result.stderr)  # the 50% row is the comparison's own, not the user's
     mine = run("--tokens", "200000", "--chunk-size", "512", "--overlap", "50%", "--compare")
     assert mine.exit_code == 0 and "overlap 256 is above a third" in flat(mine.stderr)
@@ -397,9 +425,23 @@ def test_cli_compare_table() -> None:
     assert row("hosted")[1:] == ["1536", "6,152", "3,080", "587", "294"]
 
 
-BUDGET = ("--budget", "--corpus-chunks", "100000", "--tokens-per-chunk", "400", "--questions", "10000",
-          "--question-tokens", "20", "--chunks-per-answer", "8", "--prompt-tokens", "100",
-          "--answer-tokens", "400")
+BUDGET = (
+    "--budget",
+    "--corpus-chunks",
+    "100000",
+    "--tokens-per-chunk",
+    "400",
+    "--questions",
+    "10000",
+    "--question-tokens",
+    "20",
+    "--chunks-per-answer",
+    "8",
+    "--prompt-tokens",
+    "100",
+    "--answer-tokens",
+    "400",
+)
 
 
 def test_cli_budget() -> None:
@@ -408,8 +450,10 @@ def test_cli_budget() -> None:
     out = flat(result.stdout)
     assert "100,000 chunks x 400 tokens = 40,000,000 (40 M) tokens" in out
     assert "embedding 20; generation input 3,300 (8 chunks x 400 + 100); generation output 400" in out
-    assert ("for 10,000 questions: embedding 200,000 (0.2 M); generation input 33,000,000 (33 M); "
-            "generation output 4,000,000 (4 M)") in out
+    assert (
+        "for 10,000 questions: embedding 200,000 (0.2 M); generation input 33,000,000 (33 M); "
+        "generation output 4,000,000 (4 M)"
+    ) in out
     assert "4,000 tokens per question at 10,000 questions, 400 at 100,000" in out
 
 
@@ -437,8 +481,10 @@ def test_cli_budget_needs_its_inputs() -> None:
         (("--compare", "--budget"), "--compare and --budget are separate modes"),
         (("--tokens", "10", "--chunk-size", "8", "--bytes-per-dim", "3"), "--bytes-per-dim 3 must be 4"),
         (("--tokens", "10", "--chunk-size", "8", "--model", "nope"), "--model 'nope' is not a model"),
-        (("--tokens", "10", "--chunk-size", "8", "--model", "nomic-embed-text", "--dims", "384"),
-         "--dims 384 contradicts --model nomic-embed-text, which has 768 dimensions"),
+        (
+            ("--tokens", "10", "--chunk-size", "8", "--model", "nomic-embed-text", "--dims", "384"),
+            "--dims 384 contradicts --model nomic-embed-text, which has 768 dimensions",
+        ),
     ],
 )
 def test_cli_usage_errors(args: tuple[str, ...], message: str) -> None:

@@ -35,8 +35,9 @@ single.close()
 
 
 def probe(db_url: str, *lowering: str) -> dict[str, list[int] | None]:
-    done = subprocess.run([*lowering, sys.executable, "-c", PROBE, db_url], capture_output=True, text=True,
-                          timeout=60, check=True)
+    done = subprocess.run(
+        [*lowering, sys.executable, "-c", PROBE, db_url], capture_output=True, text=True, timeout=60, check=True
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

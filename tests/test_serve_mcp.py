@@ -31,8 +31,15 @@ async def _session_calls(read: Any, write: Any) -> dict[str, Any]:
         invalid = await session.call_tool("search", {"k": "many", "mode": "fuzzy"})
         answer = await session.call_tool("ask", {"question": QUESTION, "k": 3})
         off = await session.call_tool("ask", {"question": OFF_TOPIC})
-        return {"tools": tools, "search": found, "bad": bad, "ask": answer, "off": off, "invalid": invalid,
-                "version": init.server_info.version}
+        return {
+            "tools": tools,
+            "search": found,
+            "bad": bad,
+            "ask": answer,
+            "off": off,
+            "invalid": invalid,
+            "version": init.server_info.version,
+        }
 
 
 def _structured(result: Any) -> Any:
@@ -100,16 +107,21 @@ def test_mcp_tools_over_http_behind_the_key(api: InProcess):
     async def run(headers: dict[str, str]) -> dict[str, Any]:
         # The SDK's client over the application itself, on the loop where its lifespan (the MCP session
         # manager) runs.
-        async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=api.asgi), headers=headers, timeout=60) \
-                as http, streamable_http_client(api.url + "/mcp", http_client=http) as (read, write):
+        async with (
+            httpx2.AsyncClient(transport=httpx2.ASGITransport(app=api.asgi), headers=headers, timeout=60) as http,
+            streamable_http_client(api.url + "/mcp", http_client=http) as (read, write),
+        ):
             return await _session_calls(read, write)
 
     _check(api.call(lambda: asyncio.wait_for(run(api.headers), 120)), api)
 
     # Without the key the endpoint answers 401 before any MCP message is read, as a JSON-RPC error (which the
     # SDK's client shows: tests/test_chat_wrong_turns.py).
-    r = api.keyless().post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-                           headers={"Accept": "application/json, text/event-stream"})
+    r = api.keyless().post(
+        "/mcp",
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        headers={"Accept": "application/json, text/event-stream"},
+    )
     assert r.status_code == 401 and r.json()["error"]["data"]["kind"] == "unauthorized"
     assert r.headers["www-authenticate"] == 'Bearer realm="ragvps"'
 
@@ -119,10 +131,13 @@ def test_the_mcp_sdk_loads_on_the_first_call_to_mcp_and_concurrent_first_calls_s
     from concurrent.futures import ThreadPoolExecutor
 
     # Building the server's application imports no part of the SDK (about 0.45 s of a start, and its memory).
-    probe = ("import sys; from ragvps.config import load_settings; from ragvps.serve.http import create_app; "
-             "create_app(load_settings()); print(sorted(m for m in sys.modules if m.split('.')[0] == 'mcp'))")
-    done = subprocess.run([sys.executable, "-c", probe], env=api.env, cwd=str(REPO), capture_output=True,
-                          text=True, timeout=120)
+    probe = (
+        "import sys; from ragvps.config import load_settings; from ragvps.serve.http import create_app; "
+        "create_app(load_settings()); print(sorted(m for m in sys.modules if m.split('.')[0] == 'mcp'))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], env=api.env, cwd=str(REPO), capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr[-2000:]
 
     # A server no MCP client has called yet: four clients call at once, and each gets the tools.

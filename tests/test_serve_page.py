@@ -81,7 +81,7 @@ def test_ask_streams_the_answer_and_a_citation_opens_its_chunk(browser: Any, ser
     marked = " ".join(words(" ".join(m.text_content() for m in page.locator("#results li mark.quote").all())))
     for q in expected["quotes"]:
         s = next(s for s in expected["sources"] if s["chunk_id"] == q["chunk_id"])
-        assert " ".join(words(s["text"][q["start"] - s["start"]:q["end"] - s["start"]])) in marked
+        assert " ".join(words(s["text"][q["start"] - s["start"] : q["end"] - s["start"]])) in marked
     card = page.locator("#results > li").first.inner_text()  # the cited card's Markdown rendered, quote and all
     assert "```" not in card and "## " not in card
     page.close()

@@ -13,8 +13,10 @@ from typer.testing import CliRunner
 
 from ragvps.cli import app as cli_app
 
-TABLE = ("# Ports\n\nThe ports each service listens on are these.\n\n| service | port |\n|---|---|\n"
-         "| gazebo | 7411 |\n| pergola | 7412 |\n")
+TABLE = (
+    "# Ports\n\nThe ports each service listens on are these.\n\n| service | port |\n|---|---|\n"
+    "| gazebo | 7411 |\n| pergola | 7412 |\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +65,16 @@ def test_the_last_uploads_panel_goes_when_the_knowledge_base_changes(browser: An
     page.fill("#key", own_server.key)
     page.dispatch_event("#key", "change")
     page.wait_for_function("() => document.getElementById('drop-kb').textContent === 'default'")
-    page.set_input_files("#files", files=[{"name": "arbour.md", "mimeType": "text/markdown",
-                                           "buffer": b"# Arbour\n\nThe arbour stands by the east gate.\n"}])
+    page.set_input_files(
+        "#files",
+        files=[
+            {
+                "name": "arbour.md",
+                "mimeType": "text/markdown",
+                "buffer": b"# Arbour\n\nThe arbour stands by the east gate.\n",
+            }
+        ],
+    )
     page.wait_for_selector("#upload[data-state=done], #upload[data-state=error]", timeout=60_000)
     assert page.locator("#upload").is_visible() and page.locator("#upload-cancel").is_visible()
     page.select_option("#kb", "faq")

@@ -74,8 +74,7 @@ def watched_page(browser: Any, port: int, **kwargs: Any) -> tuple[Any, dict[str,
     return page, seen
 
 
-def test_untrusted_markdown_is_rendered_without_running_or_loading_anything(browser: Any,
-                                                                           untrusted_server: Server):
+def test_untrusted_markdown_is_rendered_without_running_or_loading_anything(browser: Any, untrusted_server: Server):
     page, seen = watched_page(browser, untrusted_server.port)
     page.goto(untrusted_server.url + "/")
     page.fill("#query", "script image link payloads")
@@ -91,8 +90,14 @@ def test_untrusted_markdown_is_rendered_without_running_or_loading_anything(brow
     for tag in ("script", "img", "svg", "b", "iframe"):
         assert results.locator(tag).count() == 0, tag
     text = results.text_content()
-    for shown in ('<script>window.pwned = "script"</script>', "<img src=x onerror=", '<svg onload=',
-                  '<script>window.pwned = "fenced"</script>', "<b>code</b>", "tracker"):
+    for shown in (
+        '<script>window.pwned = "script"</script>',
+        "<img src=x onerror=",
+        "<svg onload=",
+        '<script>window.pwned = "fenced"</script>',
+        "<b>code</b>",
+        "tracker",
+    ):
         assert shown in text, shown
     # Links keep only http(s) targets, opened without a referrer.
     hrefs = [a.get_attribute("href") for a in results.locator("a").all()]

@@ -22,8 +22,12 @@ def own_server(new_database, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     env = ragvps_env(new_database("page_upload"), tmp_path / "data", upload_batch_files="64")
     (tmp_path / "seed").mkdir()
     (tmp_path / "seed" / "seed.md").write_text("# Seed\n\nThe seed page keeps the server ready.\n")
-    done = CliRunner().invoke(cli_app, ["ingest", str(tmp_path / "seed")],
-                              env={k: v for k, v in env.items() if k.startswith("RAGVPS_")}, catch_exceptions=False)
+    done = CliRunner().invoke(
+        cli_app,
+        ["ingest", str(tmp_path / "seed")],
+        env={k: v for k, v in env.items() if k.startswith("RAGVPS_")},
+        catch_exceptions=False,
+    )
     assert done.exit_code == 0, done.output
     srv = Server(env | {"RAGVPS_API_KEYS": KEY}, tmp_path / "serve.log").start()
     yield srv
@@ -39,8 +43,9 @@ DROP = """() => {
 }"""
 
 
-def test_dropped_files_upload_with_progress_errors_by_name_and_a_listed_document_deletes(browser: Any,
-                                                                                          own_server: Server):
+def test_dropped_files_upload_with_progress_errors_by_name_and_a_listed_document_deletes(
+    browser: Any, own_server: Server
+):
     page = browser.new_page()
     page.goto(own_server.url + "/")
     page.fill("#key", own_server.key)
@@ -92,8 +97,9 @@ def test_cancel_stops_the_upload_and_the_files_stored_stay(browser: Any, own_ser
     page.dispatch_event("#drop", "drop", {"dataTransfer": page.evaluate_handle(MANY)})
     page.wait_for_selector("#upload-files li.done", timeout=120_000)  # a first batch is stored
     page.click("#upload-cancel")
-    page.wait_for_selector("#upload[data-state=cancelled], #upload[data-state=done], #upload[data-state=error]",
-                           timeout=120_000)
+    page.wait_for_selector(
+        "#upload[data-state=cancelled], #upload[data-state=done], #upload[data-state=error]", timeout=120_000
+    )
     text = page.text_content("#upload-text")
     assert page.get_attribute("#upload", "data-state") == "cancelled", text
     done = page.locator("#upload-files li.done").count()
@@ -102,5 +108,6 @@ def test_cancel_stops_the_upload_and_the_files_stored_stay(browser: Any, own_ser
     with own_server.client() as c:
         listed = [d["path"] for d in c.get("/kb/default/documents", params={"limit": 1000}).json()["documents"]]
     assert sorted(p for p in listed if p.startswith("crate-")) == sorted(
-        page.eval_on_selector_all("#upload-files li.done", "ls => ls.map((l) => l.dataset.name)"))
+        page.eval_on_selector_all("#upload-files li.done", "ls => ls.map((l) => l.dataset.name)")
+    )
     page.close()

@@ -39,8 +39,9 @@ def test_keys_from_the_setting_and_the_file(tmp_path):
     assert load_keys(Settings()) == ()
 
 
-@pytest.mark.parametrize("content, message", [(None, "cannot read api_key_file"), ("# only a comment\n", "no key"),
-                                              ("short\n", "too short")])
+@pytest.mark.parametrize(
+    "content, message", [(None, "cannot read api_key_file"), ("# only a comment\n", "no key"), ("short\n", "too short")]
+)
 def test_bad_key_files_and_keys_are_refused_with_what_to_do(tmp_path, content, message):
     path = tmp_path / "keys"
     if content is not None:
@@ -77,13 +78,30 @@ def test_server_sent_events_are_one_json_line_each():
     from ragvps.app.requests import Answer, Retrieval
     from ragvps.generate.records import Usage
 
-    refused = Answer(answer="x", answered=False, extractive=True, citations=(), invalid_citations=0,
-                     retrieval=Retrieval(shown=(), left_out={}, evidence=0.1, retrieved=()), usage=Usage(),
-                     cache="off", generator="extractive", model="m", prompt_version="1", timings={}, min_evidence=0.4)
+    refused = Answer(
+        answer="x",
+        answered=False,
+        extractive=True,
+        citations=(),
+        invalid_citations=0,
+        retrieval=Retrieval(shown=(), left_out={}, evidence=0.1, retrieved=()),
+        usage=Usage(),
+        cache="off",
+        generator="extractive",
+        model="m",
+        prompt_version="1",
+        timings={},
+        min_evidence=0.4,
+    )
     done = done_payload(refused)  # the sources went first, the text as tokens: the rest, citations always a list
     assert "sources" not in done and done["citations"] == [] and done["answer"] == "x"
-    assert done["usage"] == {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0,
-                             "cache_creation_tokens": 0, "counted": False}
+    assert done["usage"] == {
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "cached_tokens": 0,
+        "cache_creation_tokens": 0,
+        "counted": False,
+    }
 
 
 def test_every_status_the_server_sends_names_its_kind():
@@ -91,8 +109,15 @@ def test_every_status_the_server_sends_names_its_kind():
 
     assert kind_of_status(401) == "unauthorized" and HTTP_STATUS["unauthorized"] == 401
     assert [kind_of_status(s) for s in (400, 404, 405, 409, 413, 415, 500, 503)] == [
-        "usage", "not_found", "usage", "conflict", "too_long", "usage", "failed", "unavailable"]
-
+        "usage",
+        "not_found",
+        "usage",
+        "conflict",
+        "too_long",
+        "usage",
+        "failed",
+        "unavailable",
+    ]
 
 
 def test_the_audit_log_keeps_unwritten_rows_within_its_bound_the_oldest_dropped_first(caplog):

@@ -20,21 +20,31 @@ from support.serve_server import REPO, embed_threads, free_port
 def _env(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "empty.toml").write_text("")
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")}
-    return env | {"PYTHONPATH": str(REPO), "RAGVPS_DATA_DIR": str(tmp_path / "data"),
-                  "RAGVPS_CONFIG": str(tmp_path / "empty.toml"), "RAGVPS_EMBEDDER": "local",
-                  "RAGVPS_THREADS": embed_threads()}
+    return env | {
+        "PYTHONPATH": str(REPO),
+        "RAGVPS_DATA_DIR": str(tmp_path / "data"),
+        "RAGVPS_CONFIG": str(tmp_path / "empty.toml"),
+        "RAGVPS_EMBEDDER": "local",
+        "RAGVPS_THREADS": embed_threads(),
+    }
 
 
 def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ragvps", *args], env=env, cwd=REPO, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "ragvps", *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+    )
 
 
 def _serve(env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "ragvps", "serve", "--port", str(port)], env=env, cwd=REPO,
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ragvps", "serve", "--port", str(port)],
+            env=env,
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

@@ -25,8 +25,9 @@ def test_plan_chunks_at_a_measured_size_prints_the_measurement(cli):
     assert set(by_type) == {"vector", "halfvec", "bit"}
     for t, p in by_type.items():  # at a measured size the prediction is the measurement itself
         assert p["index_bytes"] == pytest.approx(point["index_bytes"][t], rel=1e-6)
-        assert p["disk_bytes"] == pytest.approx(point["text_bytes"] + point["table_bytes"][t]
-                                                + point["index_bytes"][t], rel=1e-6)
+        assert p["disk_bytes"] == pytest.approx(
+            point["text_bytes"] + point["table_bytes"][t] + point["index_bytes"][t], rel=1e-6
+        )
         assert p["build_s"] == pytest.approx(point["build_s"][t], rel=1e-6)
         assert p["hybrid_p95_ms"] == pytest.approx(point["hybrid_ms"][t]["p95"], rel=1e-6)
     assert by_type["bit"]["index_bytes"] < by_type["halfvec"]["index_bytes"] < by_type["vector"]["index_bytes"]
@@ -59,9 +60,19 @@ def test_plan_chunks_at_a_measured_size_prints_the_measurement(cli):
 
 
 def test_search_depth_is_the_smallest_measured_one_reaching_the_goal():
-    curve = {"points": [{"rows": 100, "overlap": {"halfvec, ef_search 40": 0.9, "halfvec, ef_search 100": 0.96,
-                                                  "halfvec, ef_search 200": 0.99}},
-                        {"rows": 1000, "overlap": {"halfvec, ef_search 100": 0.8, "halfvec, ef_search 400": 0.9}}]}
+    curve = {
+        "points": [
+            {
+                "rows": 100,
+                "overlap": {
+                    "halfvec, ef_search 40": 0.9,
+                    "halfvec, ef_search 100": 0.96,
+                    "halfvec, ef_search 200": 0.99,
+                },
+            },
+            {"rows": 1000, "overlap": {"halfvec, ef_search 100": 0.8, "halfvec, ef_search 400": 0.9}},
+        ]
+    }
     assert sizing.search_depth(curve, 50, "halfvec") == (100, 0.96, 100)  # the first measured size >= chunks
     assert sizing.search_depth(curve, 500, "halfvec") == (None, 0.9, 1000)  # none reaches it: the deepest's
     assert sizing.search_depth(curve, 5000, "halfvec") == (None, 0.9, 1000)  # beyond: the largest size

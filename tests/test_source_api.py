@@ -18,8 +18,9 @@ A = "# Ferries\n\nThe night ferry to Brindle Island leaves at eleven from pier f
 
 
 def run_cli(env: dict[str, str], *args: str) -> str:
-    done = CliRunner().invoke(cli_app, list(args), env={k: v for k, v in env.items() if k.startswith("RAGVPS_")},
-                              catch_exceptions=False)
+    done = CliRunner().invoke(
+        cli_app, list(args), env={k: v for k, v in env.items() if k.startswith("RAGVPS_")}, catch_exceptions=False
+    )
     assert done.exit_code == 0, done.output
     return done.stdout
 
@@ -37,8 +38,9 @@ def test_sources_over_http(server, tmp_path):
     srv, reader = server
     new_repo(tmp_path / "work", {"guide.md": A})
     (tmp_path / "site").mkdir()
-    subprocess.run(["git", "clone", "-q", "--bare", str(tmp_path / "work"), str(tmp_path / "site" / "h.git")],
-                   check=True)
+    subprocess.run(
+        ["git", "clone", "-q", "--bare", str(tmp_path / "work"), str(tmp_path / "site" / "h.git")], check=True
+    )
     git(tmp_path / "site" / "h.git", "update-server-info")
     admin = srv.client()
     read = srv.keyless(headers={"Authorization": f"Bearer {reader}"})

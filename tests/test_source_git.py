@@ -20,8 +20,15 @@ def _sync(cli, *names: str, expect: int = 0) -> list[dict]:
 
 def test_git_path_incremental_deletions_and_links(cli, tmp_path):
     repo = tmp_path / "handbook"
-    first = new_repo(repo, {"docs/ferries.md": A, "docs/lighthouse.md": B, "logo.bin": "x",
-                            "notes/skip.md": "# Skipped\n\nexcluded by a glob.\n"})
+    first = new_repo(
+        repo,
+        {
+            "docs/ferries.md": A,
+            "docs/lighthouse.md": B,
+            "logo.bin": "x",
+            "notes/skip.md": "# Skipped\n\nexcluded by a glob.\n",
+        },
+    )
     (tmp_path / "secret.md").write_text("# Secret\n\nThe vault code is 8841.\n")
     (repo / "docs" / "escape.md").symlink_to(tmp_path / "secret.md")
     first = commit_all(repo, "a link out")

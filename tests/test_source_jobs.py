@@ -52,8 +52,12 @@ def test_a_sync_over_http_is_a_job_with_counts_and_its_failed_item_named(server,
     git(tmp_path / "site" / "h.git", "update-server-info")
     c = server.client()
     with served(tmp_path / "site") as base:
-        assert c.post("/kb/default/sources", json={"kind": "git", "name": "handbook",
-                                                   "location": f"{base}/h.git"}).status_code == 201
+        assert (
+            c.post(
+                "/kb/default/sources", json={"kind": "git", "name": "handbook", "location": f"{base}/h.git"}
+            ).status_code
+            == 201
+        )
         queued = c.post("/kb/default/sources/handbook/sync")
         assert queued.status_code == 202 and queued.json()["created"], queued.text
         job = queued.json()["job"]
@@ -74,8 +78,10 @@ def _slow_site(folder, slow: list[bool]):
     links = " ".join(f'<a href="p{n}.html">page {n}</a>' for n in range(PAGES))
     (folder / "index.html").write_text(f"<html><body><h1>Harbour</h1><p>All the pages.</p>{links}</body></html>")
     for n in range(PAGES):
-        (folder / f"p{n}.html").write_text(f"<html><head><title>Pier {n}</title></head><body><h1>Pier {n}</h1><p>"
-                                           f"Pier {n} of the harbour takes boats of {n + 3} metres.</p></body></html>")
+        (folder / f"p{n}.html").write_text(
+            f"<html><head><title>Pier {n}</title></head><body><h1>Pier {n}</h1><p>"
+            f"Pier {n} of the harbour takes boats of {n + 3} metres.</p></body></html>"
+        )
 
     def delayed(handler) -> bool:
         if slow[0]:
@@ -90,8 +96,12 @@ def test_a_cancelled_sync_stops_between_items_and_a_rerun_ends_as_a_whole_one(se
     special = _slow_site(tmp_path / "site", slow)
     c = server.client()
     with served(tmp_path / "site", special) as base:
-        assert c.post("/kb/default/sources", json={"kind": "web", "name": "piers",
-                                                   "location": f"{base}/index.html"}).status_code == 201
+        assert (
+            c.post(
+                "/kb/default/sources", json={"kind": "web", "name": "piers", "location": f"{base}/index.html"}
+            ).status_code
+            == 201
+        )
         job = c.post("/kb/default/sources/piers/sync").json()["job"]
         again = c.post("/kb/default/sources/piers/sync").json()  # one sync of a source at a time: the same job
         assert again["job"] == job and not again["created"], again
@@ -121,8 +131,7 @@ def test_a_cancelled_sync_stops_between_items_and_a_rerun_ends_as_a_whole_one(se
     assert (source["state"], source["items"]) == ("ok", PAGES + 1), source
 
 
-def test_the_cli_waits_for_a_sync_another_worker_holds_and_takes_it_over_when_its_lease_runs_out(cli, db_url,
-                                                                                                   tmp_path):
+def test_the_cli_waits_for_a_sync_another_worker_holds_and_takes_it_over_when_its_lease_runs_out(cli, db_url, tmp_path):
     from ragvps.app import App
     from ragvps.app.sources import queue_sync
     from ragvps.config import load_settings
@@ -141,8 +150,9 @@ def test_the_cli_waits_for_a_sync_another_worker_holds_and_takes_it_over_when_it
         [report] = json.loads(result.stdout)
         assert report["job"] == queued.job and report["read"] == 1, report
         assert waited >= 1.5 and "waiting for it" in result.stderr, (waited, result.stderr)
-        row = conn.execute("SELECT kind, state, attempts, claimed_by FROM ingest_jobs WHERE id = %s",
-                           (queued.job,)).fetchone()
+        row = conn.execute(
+            "SELECT kind, state, attempts, claimed_by FROM ingest_jobs WHERE id = %s", (queued.job,)
+        ).fetchone()
         assert row[:3] == ("sync", "done", 2) and row[3] != "elsewhere", row
         [again] = json.loads(cli("sync", "--json").stdout)  # a new job, run here at once
         assert again["job"] != queued.job and again["read"] == 0 and again["unchanged"] == 1, again

@@ -23,8 +23,13 @@ def s3():
     server.start()
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"
-    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
-                          aws_secret_access_key="testing")
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
     client.create_bucket(Bucket="handbook")
     try:
         yield endpoint, client
@@ -39,8 +44,14 @@ def test_a_bucket_synced_incrementally(cli, tmp_path, s3):
     client.put_object(Bucket="handbook", Key="docs/../../../escape.md", Body=b"# Escape\n\nThe vault code is 8841.\n")
     client.put_object(Bucket="handbook", Key="docs/logo.bin", Body=b"\x00\x01")
     client.put_object(Bucket="handbook", Key="other/skip.md", Body=b"# Elsewhere\n\nNot under the prefix.\n")
-    cli.env.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
-                    "AWS_ENDPOINT_URL": endpoint})
+    cli.env.update(
+        {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": endpoint,
+        }
+    )
     cli("source", "add", "s3", "bucket", "handbook", "--prefix", "docs/")
     [first] = json.loads(cli("sync", "--json").stdout)
     assert first["read"] == 2 and first["items"] == 2, first
@@ -86,8 +97,10 @@ def test_signature_is_botocores():
 def test_credentials_from_the_environment_and_the_shared_file(tmp_path):
     assert credentials({"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"}) == Credentials("a", "b")
     shared = tmp_path / "credentials"
-    shared.write_text("[default]\naws_access_key_id = x\naws_secret_access_key = y\n"
-                      "[work]\naws_access_key_id = w\naws_secret_access_key = z\naws_session_token = t\n")
+    shared.write_text(
+        "[default]\naws_access_key_id = x\naws_secret_access_key = y\n"
+        "[work]\naws_access_key_id = w\naws_secret_access_key = z\naws_session_token = t\n"
+    )
     assert credentials({"AWS_SHARED_CREDENTIALS_FILE": str(shared)}) == Credentials("x", "y")
     work = {"AWS_SHARED_CREDENTIALS_FILE": str(shared), "AWS_PROFILE": "work"}
     assert credentials(work) == Credentials("w", "z", "t")

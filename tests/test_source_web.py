@@ -16,18 +16,23 @@ NAV = '<nav><a href="/index.html">Home</a> | <a href="/about.html">About</a></na
 
 
 def page(title: str, body: str, links: str = "") -> str:
-    return (f"<html><head><title>{title}</title></head><body>{NAV}<article><h1>{title}</h1><p>{body}</p>"
-            f"{links}</article><footer>Harbour guide, 2026</footer></body></html>")
+    return (
+        f"<html><head><title>{title}</title></head><body>{NAV}<article><h1>{title}</h1><p>{body}</p>"
+        f"{links}</article><footer>Harbour guide, 2026</footer></body></html>"
+    )
 
 
 def _site(folder):
     folder.mkdir()
-    links = ('<a href="ferries.html">Ferries</a> <a href="/lighthouse.html#top">Lighthouse</a> '
-             '<a href="private/vault.html">Vault</a> <a href="/moved">Moved</a> <a href="/huge">Huge</a> '
-             '<a href="http://elsewhere.invalid/x.html">Elsewhere</a>')
+    links = (
+        '<a href="ferries.html">Ferries</a> <a href="/lighthouse.html#top">Lighthouse</a> '
+        '<a href="private/vault.html">Vault</a> <a href="/moved">Moved</a> <a href="/huge">Huge</a> '
+        '<a href="http://elsewhere.invalid/x.html">Elsewhere</a>'
+    )
     (folder / "index.html").write_text(page("Harbour guide", "Everything about the harbour.", links))
-    (folder / "ferries.html").write_text(page("Ferries", "The night ferry to Brindle Island leaves at eleven "
-                                                         "from pier four."))
+    (folder / "ferries.html").write_text(
+        page("Ferries", "The night ferry to Brindle Island leaves at eleven from pier four.")
+    )
     (folder / "lighthouse.html").write_text(page("Lighthouse", "The lighthouse keeper logs forty ships each week."))
     (folder / "private").mkdir()
     (folder / "private" / "vault.html").write_text(page("Vault", "The vault code is 8841."))

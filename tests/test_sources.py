@@ -119,8 +119,9 @@ def test_chunk_command_summary_and_reuse(cli, tmp_path):
     (folder / "guide.md").write_text("# Guide\n\n## Billing\n\n" + "Invoices are sent monthly. " * 80)
     (folder / "page.html").write_text(PAGE)
     (folder / "notes.txt").write_text("Backups run nightly.\n\nRestores take an hour.\n")
-    (folder / "corpus.jsonl").write_text('{"_id": "a1", "title": "Alpha", "text": "First."}\n'
-                                         '{"_id": "b2", "title": "", "text": "Second."}\n')
+    (folder / "corpus.jsonl").write_text(
+        '{"_id": "a1", "title": "Alpha", "text": "First."}\n{"_id": "b2", "title": "", "text": "Second."}\n'
+    )
     (folder / "image.gif").write_bytes(b"GIF89a")
     first = _chunk(cli, str(folder))
     assert first["files"] == 4 and first["documents"] == 5 and first["rechunked_files"] == 4
@@ -206,8 +207,14 @@ def test_a_large_text_file_is_chunked_in_bounded_memory(tmp_path):
         "print(json.dumps([len(chunks), max(c.tokens for c in chunks), chunks[-1].end,"
         " resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024]))"
     )
-    out = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[1], env=os.environ | {"PYTHONPATH": "."})
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[1],
+        env=os.environ | {"PYTHONPATH": "."},
+    )
     n, biggest, end, peak = json.loads(out.stdout.splitlines()[-1])
     assert n > size // 2000 and biggest <= 254 and end == len(path.read_text().rstrip())
     assert peak < 150 * 2**20 + 5 * size, f"peak {peak >> 20} MB for a {size >> 20} MB file"

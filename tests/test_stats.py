@@ -26,8 +26,12 @@ def test_stats_json(cli, tmp_path, db_url):
     n = report["chunks"]
     assert s["rows"] == {"documents": len(list(DOCS.glob("*.md"))), "chunks": n, "vectors": n, "roots": 1}
     assert s["answer_cache"] == {"entries": 0, "hits": 0, "tokens_saved": 0}
-    assert s["embedding_set"] == {"model": "all-MiniLM-L6-v2-int8", "dims": 384, "vector_type": "vector",
-                                  "table": "embeddings_1"}
+    assert s["embedding_set"] == {
+        "model": "all-MiniLM-L6-v2-int8",
+        "dims": 384,
+        "vector_type": "vector",
+        "table": "embeddings_1",
+    }
     assert set(s["tables"]) == {"documents", "chunks", "chunk_terms", "embeddings_1"}
     chunks = s["tables"]["chunks"]
     assert set(chunks["indexes"]) == {"chunks_pkey", "chunks_document_id_seq_key"}
@@ -39,14 +43,19 @@ def test_stats_json(cli, tmp_path, db_url):
         assert t["total_bytes"] >= t["heap_bytes"] + t["toast_bytes"] + t["indexes_bytes"] > 0
     vec = s["tables"]["embeddings_1"]
     assert vec["indexes"]["embeddings_1_hnsw"]["method"] == "hnsw"
-    assert s["vector_index"] == {"name": "embeddings_1_hnsw", "exists": True,
-                                 "bytes": vec["indexes"]["embeddings_1_hnsw"]["bytes"]}
+    assert s["vector_index"] == {
+        "name": "embeddings_1_hnsw",
+        "exists": True,
+        "bytes": vec["indexes"]["embeddings_1_hnsw"]["bytes"],
+    }
     assert s["vectors"]["plan_raw_bytes"] == n * 384 * 4
     assert s["vectors"]["measured_heap_bytes"] >= s["vectors"]["plan_raw_bytes"]  # pages, headers, padding
     assert s["vectors"]["measured_table_bytes"] == vec["total_bytes"]
     with psycopg.connect(db_url) as conn:
-        assert s["tables"]["chunks"]["total_bytes"] == conn.execute(
-            "SELECT pg_total_relation_size('chunks')").fetchone()[0]
+        assert (
+            s["tables"]["chunks"]["total_bytes"]
+            == conn.execute("SELECT pg_total_relation_size('chunks')").fetchone()[0]
+        )
     assert s["memory"]["ram_total_bytes"] >= s["memory"]["ram_available_bytes"] > 0
     assert s["postgres"]["shared_buffers"] == "128MB" and s["postgres"]["shared_buffers_bytes"] == 128 * 1024**2
     assert s["postgres"]["maintenance_work_mem_bytes"] > 0
@@ -77,9 +86,12 @@ def test_nothing_ingested(cli):
 
 
 def _figures(index: int | None, available: int | None, maintenance: int, free: int | None, rebuild: int) -> dict:
-    return {"vector_index": {"bytes": index}, "memory": {"ram_available_bytes": available},
-            "postgres": {"maintenance_work_mem": "64MB", "maintenance_work_mem_bytes": maintenance},
-            "disk": {"free_bytes": free, "rebuild_bytes": rebuild}}
+    return {
+        "vector_index": {"bytes": index},
+        "memory": {"ram_available_bytes": available},
+        "postgres": {"maintenance_work_mem": "64MB", "maintenance_work_mem_bytes": maintenance},
+        "disk": {"free_bytes": free, "rebuild_bytes": rebuild},
+    }
 
 
 def test_warnings():

@@ -43,7 +43,9 @@ def _indexes(conn: psycopg.Connection, table: str) -> list[tuple[str, bool, str]
     return conn.execute(
         "SELECT c.relname, i.indisvalid, pg_get_indexdef(i.indexrelid) FROM pg_index i "
         "JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = %s::regclass AND c.relname LIKE '%%hnsw%%' "
-        "ORDER BY 1", (table,)).fetchall()
+        "ORDER BY 1",
+        (table,),
+    ).fetchall()
 
 
 def test_a_second_writer_stops_with_a_clear_message(cli, folder, db_url, monkeypatch: pytest.MonkeyPatch):
@@ -78,8 +80,9 @@ def test_halfvec_store_index_and_query(cli, folder, db_url):
     assert json.loads(cli("ingest", str(folder), "--json").stdout)["index_built"] is True
     with psycopg.connect(db_url) as conn:
         [(_, _, definition)] = _indexes(conn, "embeddings_1")
-        storage = conn.execute("SELECT attstorage FROM pg_attribute WHERE attrelid = 'embeddings_1'::regclass "
-                               "AND attname = 'embedding'").fetchone()[0]
+        storage = conn.execute(
+            "SELECT attstorage FROM pg_attribute WHERE attrelid = 'embeddings_1'::regclass AND attname = 'embedding'"
+        ).fetchone()[0]
     assert "halfvec_cosine_ops" in definition and storage == "p"
     hits = json.loads(cli("query", "how do I stop the embedded database server?", "--mode", "vector", "--json").stdout)
     assert hits[0]["path"] == "embedded-database.md"
@@ -118,8 +121,7 @@ def test_rebuild_swaps_the_index_while_queries_keep_answering(conn, db_url):
             with connect(settings) as reader:
                 while not stop.is_set():
                     text_hits = search.keyword_leg(reader, "text", settings)
-                    vec_hits = search.vector_leg(reader, eset, rng.normal(size=SPEC.dims).astype(np.float32),
-                                                 settings)
+                    vec_hits = search.vector_leg(reader, eset, rng.normal(size=SPEC.dims).astype(np.float32), settings)
                     answers.append(min(len(text_hits), len(vec_hits)))
         except BaseException as exc:  # reported by the assertion below
             errors.append(exc)

@@ -14,8 +14,12 @@ from ragvps.app import App, SearchRequest
 from ragvps.config import Settings
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-QUESTIONS = ["how do I stop the embedded database server?", "what happens when I run ingest twice?",
-             "reciprocal rank fusion", "which settings can I change?"]
+QUESTIONS = [
+    "how do I stop the embedded database server?",
+    "what happens when I run ingest twice?",
+    "reciprocal rank fusion",
+    "which settings can I change?",
+]
 
 
 @pytest.fixture

@@ -62,9 +62,11 @@ def test_jsonl_corpus_documents(tmp_path):
     from ragvps.ingest.sources import SourceFile, load
 
     path = tmp_path / "corpus.jsonl"
-    path.write_text('{"_id": "4983", "title": "Microstructural development", "text": "Alterations of the '
-                    'architecture of cerebral white matter."}\n\nnot json\n{"_id": "4983", "text": "dup"}\n'
-                    '{"_id": "5", "title": "no text"}\n[1, 2]\n')
+    path.write_text(
+        '{"_id": "4983", "title": "Microstructural development", "text": "Alterations of the '
+        'architecture of cerebral white matter."}\n\nnot json\n{"_id": "4983", "text": "dup"}\n'
+        '{"_id": "5", "title": "no text"}\n[1, 2]\n'
+    )
     warnings: list[str] = []
     skipped: Counter[str] = Counter()
     docs = load(SourceFile(path, "corpus.jsonl", "jsonl"), warnings.append, skipped)

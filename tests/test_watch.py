@@ -34,8 +34,11 @@ def test_watch_follows_adds_moves_and_deletes(db_url: str, tmp_path: Path):
     reports: list = []
     stop = threading.Event()
     with App.open(settings) as app:
-        thread = threading.Thread(target=app.watch, args=(folder, lambda r, n: reports.append((r, n))),
-                                  kwargs={"stop": stop, "debounce_ms": 200})
+        thread = threading.Thread(
+            target=app.watch,
+            args=(folder, lambda r, n: reports.append((r, n))),
+            kwargs={"stop": stop, "debounce_ms": 200},
+        )
         thread.start()
         try:
             _wait(reports, 1)
@@ -64,6 +67,8 @@ def test_watch_follows_adds_moves_and_deletes(db_url: str, tmp_path: Path):
 
 def test_watch_needs_a_folder(db_url: str, tmp_path: Path):
     (tmp_path / "one.md").write_text("# One\n\ntext\n")
-    with App.open(Settings.of(database_url=db_url, data_dir=tmp_path / "data")) as app, \
-            pytest.raises(UsageError, match="is not a folder"):
+    with (
+        App.open(Settings.of(database_url=db_url, data_dir=tmp_path / "data")) as app,
+        pytest.raises(UsageError, match="is not a folder"),
+    ):
         app.watch(tmp_path / "one.md", lambda r, n: None)

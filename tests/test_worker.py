@@ -26,8 +26,12 @@ import pytest
 from support.ollama_server import FakeOllama
 
 REPO = Path(__file__).resolve().parents[1]
-QUERIES = ["how do I stop the embedded database server?", "which settings change the chunk size?",
-           "filter search results by path", "what happens when a file is edited?"]
+QUERIES = [
+    "how do I stop the embedded database server?",
+    "which settings change the chunk size?",
+    "filter search results by path",
+    "what happens when a file is edited?",
+]
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +48,15 @@ def ollama(fake: FakeOllama) -> FakeOllama:
 
 
 def ollama_env(url: str) -> dict[str, str]:
-    return {"RAGVPS_EMBEDDER": "ollama", "RAGVPS_OLLAMA_URL": url, "RAGVPS_EMBED_MODEL": "nomic-embed-text",
-            "RAGVPS_OLLAMA_RETRIES": "0", "RAGVPS_BATCH_SIZE": "4", "RAGVPS_WORKER_LEASE": "3",
-            "RAGVPS_INDEX_MIN_ROWS": "1"}
+    return {
+        "RAGVPS_EMBEDDER": "ollama",
+        "RAGVPS_OLLAMA_URL": url,
+        "RAGVPS_EMBED_MODEL": "nomic-embed-text",
+        "RAGVPS_OLLAMA_RETRIES": "0",
+        "RAGVPS_BATCH_SIZE": "4",
+        "RAGVPS_WORKER_LEASE": "3",
+        "RAGVPS_INDEX_MIN_ROWS": "1",
+    }
 
 
 @dataclass
@@ -59,8 +69,14 @@ class Hop:
 
 
 def start_worker(cli, hop: Hop, tmp_path: Path, name: str, *extra: str) -> subprocess.Popen[str]:
-    env = {**os.environ, **cli.env, **ollama_env(hop.ollama_url), "PYTHONPATH": str(REPO),
-           "RAGVPS_DATABASE_URL": hop.db_url, "RAGVPS_DATA_DIR": str(tmp_path / f"data-{name}")}
+    env = {
+        **os.environ,
+        **cli.env,
+        **ollama_env(hop.ollama_url),
+        "PYTHONPATH": str(REPO),
+        "RAGVPS_DATABASE_URL": hop.db_url,
+        "RAGVPS_DATA_DIR": str(tmp_path / f"data-{name}"),
+    }
     cmd = [*hop.prefix, sys.executable, "-m", "ragvps", "worker", "--name", name, "--json", *extra]
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -82,8 +98,10 @@ def snapshot(url: str) -> dict[tuple[str, int], tuple[str, np.ndarray | None]]:
     """(doc, seq) -> (content hash, vector or None), from the active set."""
     with psycopg.connect(url) as conn:
         table = conn.execute("SELECT table_name FROM embedding_sets WHERE active").fetchone()[0]
-        rows = conn.execute(f"SELECT d.doc_id, c.seq, c.content_hash, e.embedding::text FROM chunks c "
-                            f"JOIN documents d ON d.id = c.document_id LEFT JOIN {table} e ON e.chunk_id = c.id")
+        rows = conn.execute(
+            f"SELECT d.doc_id, c.seq, c.content_hash, e.embedding::text FROM chunks c "
+            f"JOIN documents d ON d.id = c.document_id LEFT JOIN {table} e ON e.chunk_id = c.id"
+        )
         return {(r[0], r[1]): (r[2], np.array(json.loads(r[3]), np.float32) if r[3] else None) for r in rows}
 
 
@@ -93,8 +111,9 @@ def queue_rows(url: str) -> int:
 
 
 def top10(cli) -> list[list[tuple[str, int]]]:
-    return [[(h["doc_id"], h["start"]) for h in json.loads(cli("query", q, "--k", "10", "--json").stdout)]
-            for q in QUERIES]
+    return [
+        [(h["doc_id"], h["start"]) for h in json.loads(cli("query", q, "--k", "10", "--json").stdout)] for q in QUERIES
+    ]
 
 
 def document_inputs(ollama: FakeOllama) -> Counter[str]:
@@ -116,8 +135,15 @@ def equals_plain_ingest(cli, folder: Path, db_url: str, new_database: Callable[[
     assert deferred_top == plain_top
 
 
-def two_workers(cli, folder: Path, ollama: FakeOllama, hops: list[Hop], db_url: str,
-                new_database: Callable[[str], str], tmp_path: Path) -> None:
+def two_workers(
+    cli,
+    folder: Path,
+    ollama: FakeOllama,
+    hops: list[Hop],
+    db_url: str,
+    new_database: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
     report = deferred_ingest(cli, folder, ollama)
     # Before any worker: the keyword leg finds the chunks, the vector leg finds nothing.
     keyword = json.loads(cli("query", "embedded database server", "--mode", "keyword", "--json").stdout)
@@ -141,13 +167,15 @@ def two_workers(cli, folder: Path, ollama: FakeOllama, hops: list[Hop], db_url: 
     stats = json.loads(cli("stats", "--json").stdout)
     assert (stats["queue"]["pending"], stats["queue"]["claimed"], stats["queue"]["done"]) == (0, 0, report["chunks"])
     assert {n: w["done"] for n, w in stats["queue"]["workers"].items()} == {
-        f"w{i}": r["embedded"] for i, r in enumerate(reports)}
+        f"w{i}": r["embedded"] for i, r in enumerate(reports)
+    }
     assert stats["vector_index"]["exists"] and stats["rows"]["vectors"] == report["chunks"]
     equals_plain_ingest(cli, folder, db_url, new_database, tmp_path)
 
 
-def test_two_workers_embed_every_chunk_once_and_match_a_plain_ingest(cli, folder, ollama, db_url, new_database,
-                                                                      tmp_path):
+def test_two_workers_embed_every_chunk_once_and_match_a_plain_ingest(
+    cli, folder, ollama, db_url, new_database, tmp_path
+):
     hops = [Hop(db_url, ollama.url.replace("0.0.0.0", "127.0.0.1"))] * 2
     two_workers(cli, folder, ollama, hops, db_url, new_database, tmp_path)
 
@@ -184,17 +212,31 @@ def test_a_worker_killed_mid_batch_loses_nothing(cli, folder, ollama, db_url, ne
     with psycopg.connect(db_url) as conn:
         table = conn.execute("SELECT table_name FROM embedding_sets WHERE active").fetchone()[0]
         assert conn.execute(f"SELECT count(*), count(DISTINCT chunk_id) FROM {table}").fetchone() == (
-            report["chunks"], report["chunks"])
+            report["chunks"],
+            report["chunks"],
+        )
     equals_plain_ingest(cli, folder, db_url, new_database, tmp_path)
 
 
 def test_a_worker_with_another_model_refuses_to_start_by_name(cli, folder, ollama, db_url, tmp_path):
     deferred_ingest(cli, folder, ollama)
     hop = Hop(db_url, ollama.url.replace("0.0.0.0", "127.0.0.1"))
-    env = {**os.environ, **cli.env, **ollama_env(hop.ollama_url), "PYTHONPATH": str(REPO),
-           "RAGVPS_EMBED_MODEL": "mxbai-embed-large", "RAGVPS_DATA_DIR": str(tmp_path / "data-other")}
-    result = subprocess.run([sys.executable, "-m", "ragvps", "worker", "--exit-when-empty"], cwd=REPO, env=env,
-                            capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        **cli.env,
+        **ollama_env(hop.ollama_url),
+        "PYTHONPATH": str(REPO),
+        "RAGVPS_EMBED_MODEL": "mxbai-embed-large",
+        "RAGVPS_DATA_DIR": str(tmp_path / "data-other"),
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "ragvps", "worker", "--exit-when-empty"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     message = " ".join(result.stderr.split())
     assert result.returncode == 1
     assert "this worker embeds with model mxbai-embed-large (1024 dimensions)" in message
@@ -287,18 +329,27 @@ def namespaces(db_url: str, fake: FakeOllama) -> Iterator[list[Hop]]:
         for i in (1, 2):
             ns, host_if, ns_if = f"rvw{os.getpid() % 10000}{i}", f"rvh{os.getpid() % 10000}{i}", "eth0"
             net = f"10.213.{i}"
-            for cmd in (["ip", "netns", "add", ns],
-                        ["ip", "link", "add", host_if, "type", "veth", "peer", "name", ns_if, "netns", ns],
-                        ["ip", "addr", "add", f"{net}.1/30", "dev", host_if], ["ip", "link", "set", host_if, "up"],
-                        ["ip", "-n", ns, "addr", "add", f"{net}.2/30", "dev", ns_if],
-                        ["ip", "-n", ns, "link", "set", ns_if, "up"], ["ip", "-n", ns, "link", "set", "lo", "up"]):
+            for cmd in (
+                ["ip", "netns", "add", ns],
+                ["ip", "link", "add", host_if, "type", "veth", "peer", "name", ns_if, "netns", ns],
+                ["ip", "addr", "add", f"{net}.1/30", "dev", host_if],
+                ["ip", "link", "set", host_if, "up"],
+                ["ip", "-n", ns, "addr", "add", f"{net}.2/30", "dev", ns_if],
+                ["ip", "-n", ns, "link", "set", ns_if, "up"],
+                ["ip", "-n", ns, "link", "set", "lo", "up"],
+            ):
                 subprocess.run(cmd, check=True, capture_output=True)
                 if cmd[2] == "add" and cmd[1] == "netns":
                     made.append((ns, host_if))
             forwarder = Forwarder(f"{net}.1", f"{socket_dir}/.s.PGSQL.{parts.port or 5432}")
             forwarders.append(forwarder)
-            hops.append(Hop(f"postgresql://postgres@{net}.1:{forwarder.port}/{dbname}",
-                            f"http://{net}.1:{fake.port}", ["ip", "netns", "exec", ns]))
+            hops.append(
+                Hop(
+                    f"postgresql://postgres@{net}.1:{forwarder.port}/{dbname}",
+                    f"http://{net}.1:{fake.port}",
+                    ["ip", "netns", "exec", ns],
+                )
+            )
         yield hops
     finally:
         for f in forwarders:
@@ -308,8 +359,7 @@ def namespaces(db_url: str, fake: FakeOllama) -> Iterator[list[Hop]]:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
-def test_two_workers_in_their_own_network_namespaces(cli, folder, ollama, namespaces, db_url, new_database,
-                                                       tmp_path):
+def test_two_workers_in_their_own_network_namespaces(cli, folder, ollama, namespaces, db_url, new_database, tmp_path):
     for hop in namespaces:  # the namespace reaches nothing but its veth peer
         assert hop.prefix and "127.0.0.1" not in hop.db_url
     two_workers(cli, folder, ollama, namespaces, db_url, new_database, tmp_path)

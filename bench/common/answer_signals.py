@@ -66,20 +66,35 @@ def collect(db: Path, questions: list[dict[str, Any]], out: Path, embed_sentence
                 pos = 0
                 for ss in sentences[:TOP_FOR_COSINE]:
                     n = sum(len(s.split()) >= 4 for s in ss)
-                    cosines.append([round(x, 4) for x in sims[pos:pos + n]])
+                    cosines.append([round(x, 4) for x in sims[pos : pos + n]])
                     pos += n
-            row = {"id": q["id"], "gold": q["gold"], "terms": terms,
-                   "hits": [{"chunk_id": h.chunk_id, "vector_rank": h.vector_rank, "keyword_rank": h.keyword_rank,
-                             "cosine": h.cosine, "terms": h.terms, "evidence": h.evidence,
-                             "sentences": per_hit[i], "lexemes": sorted({x for s in per_hit[i] for x in s})}
-                            for i, h in enumerate(hits)],
-                   "sentence_cosines": cosines, "sentence_ms": round(ms, 2),
-                   "sentences_embedded": sum(map(len, cosines))}
+            row = {
+                "id": q["id"],
+                "gold": q["gold"],
+                "terms": terms,
+                "hits": [
+                    {
+                        "chunk_id": h.chunk_id,
+                        "vector_rank": h.vector_rank,
+                        "keyword_rank": h.keyword_rank,
+                        "cosine": h.cosine,
+                        "terms": h.terms,
+                        "evidence": h.evidence,
+                        "sentences": per_hit[i],
+                        "lexemes": sorted({x for s in per_hit[i] for x in s}),
+                    }
+                    for i, h in enumerate(hits)
+                ],
+                "sentence_cosines": cosines,
+                "sentence_ms": round(ms, 2),
+                "sentences_embedded": sum(map(len, cosines)),
+            }
             f.write(json.dumps(row) + "\n")
             f.flush()
 
 
 # --- the signals, offline, from the records ------------------------------------------------------------
+
 
 def scaled(cosine: float | None) -> float:
     from ragvps.retrieve.evidence import scaled as s
@@ -105,12 +120,18 @@ def hit_features(row: dict[str, Any]) -> list[dict[str, float]]:
     for i, h in enumerate(row["hits"]):
         sents = [share(terms, s) for s in h["sentences"]] or [0.0]
         sc = row["sentence_cosines"][i] if i < len(row["sentence_cosines"]) else []
-        out.append({"cosine": scaled(h["cosine"]), "terms": h["terms"] or 0.0, "evidence": h["evidence"],
-                    "sentence_terms": max(sents), "rare": rare_share(terms, h["lexemes"] or
-                                                                    [x for s in h["sentences"] for x in s]),
-                    "margin": min(1.0, max(0.0, ((h["cosine"] or 0.0) - low) / MARGIN_SPAN)),
-                    "sentence_cosine": max(sc, default=0.0) if i < TOP_FOR_COSINE else 0.0,
-                    "raw_cosine": h["cosine"] or 0.0})
+        out.append(
+            {
+                "cosine": scaled(h["cosine"]),
+                "terms": h["terms"] or 0.0,
+                "evidence": h["evidence"],
+                "sentence_terms": max(sents),
+                "rare": rare_share(terms, h["lexemes"] or [x for s in h["sentences"] for x in s]),
+                "margin": min(1.0, max(0.0, ((h["cosine"] or 0.0) - low) / MARGIN_SPAN)),
+                "sentence_cosine": max(sc, default=0.0) if i < TOP_FOR_COSINE else 0.0,
+                "raw_cosine": h["cosine"] or 0.0,
+            }
+        )
     return out
 
 
@@ -148,8 +169,10 @@ def load(out: Path, names: list[str]) -> dict[str, list[dict[str, Any]]]:
 
 def split(rows: dict[str, list[dict[str, Any]]], half: str) -> dict[str, list[list[dict[str, float]]]]:
     """Per set, each question's per-hit features, of one half of the questions."""
-    return {n: [hit_features(r) for r in rs if half == "all" or calibration(r["id"]) == (half == "calib")]
-            for n, rs in rows.items()}
+    return {
+        n: [hit_features(r) for r in rs if half == "all" or calibration(r["id"]) == (half == "calib")]
+        for n, rs in rows.items()
+    }
 
 
 POSITIVE, NEGATIVE = ("answerable", "quotes"), ("unanswerable", "off_topic_scifact", "off_topic_chroma")
@@ -160,8 +183,9 @@ def rates(feats: dict[str, list[list[dict[str, float]]]], weights: dict[str, flo
     return {n: sum(question_score(f, weights) >= t for f in qs) / max(1, len(qs)) for n, qs in feats.items()}
 
 
-def fit(feats: dict[str, list[list[dict[str, float]]]], grid: list[dict[str, float]], min_pass: float,
-        min_off_topic: float) -> list[tuple[float, dict[str, float], float, dict[str, float]]]:
+def fit(
+    feats: dict[str, list[list[dict[str, float]]]], grid: list[dict[str, float]], min_pass: float, min_off_topic: float
+) -> list[tuple[float, dict[str, float], float, dict[str, float]]]:
     """For each weighting, the highest threshold that lets min_pass of the answerable questions through, and
     what it does there; sorted by on-topic unanswerable refused, among those that refuse min_off_topic of
     both off-topic sets (the others after them)."""
@@ -178,6 +202,7 @@ def fit(feats: dict[str, list[list[dict[str, float]]]], grid: list[dict[str, flo
 
 
 # --- replaying a run with the gate low, at other settings ------------------------------------------------
+
 
 def simulate(row: dict[str, Any], threshold: float, floor: float | None = None) -> dict[str, Any]:
     """A record of a run with the gate low (candidates recorded), as the gate at `threshold` and the extractive
@@ -199,9 +224,15 @@ def simulate(row: dict[str, Any], threshold: float, floor: float | None = None) 
         if score(c) < floor or score(c) < ex.RELATIVE * best or len(chosen) >= ex.MAX_QUOTES:
             break
         chosen.append(c)
-    return {"id": row["id"], "answered": bool(chosen), "ms": row["ms"], "citations": [c[1] for c in chosen],
-            "answer": "".join(f'\n- "{c[7]}" [{c[0]}]' for c in chosen), "sources": row["sources"],
-            "quotes": [{"chunk_id": c[1], "start": c[2], "end": c[3]} for c in chosen]}
+    return {
+        "id": row["id"],
+        "answered": bool(chosen),
+        "ms": row["ms"],
+        "citations": [c[1] for c in chosen],
+        "answer": "".join(f'\n- "{c[7]}" [{c[0]}]' for c in chosen),
+        "sources": row["sources"],
+        "quotes": [{"chunk_id": c[1], "start": c[2], "end": c[3]} for c in chosen],
+    }
 
 
 def gate_cost(db: Path, questions: list[dict[str, Any]]) -> dict[str, float]:
@@ -234,15 +265,26 @@ def gate_cost(db: Path, questions: list[dict[str, Any]]) -> dict[str, float]:
                 embed_documents(app.embedder, [x for x in said if len(x.split()) >= 4] or ["-"])
                 wall["sentences"].append((time.perf_counter() - t) * 1000)
             with app.connection() as conn:
-                ids = [r[0] for r in conn.execute("SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id"
-                                                  " WHERE d.doc_id || '#' || c.seq = ANY(%s)",
-                                                  ([h.chunk_id for h in hits],))]
+                ids = [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id"
+                        " WHERE d.doc_id || '#' || c.seq = ANY(%s)",
+                        ([h.chunk_id for h in hits],),
+                    )
+                ]
                 eset = app.active_set(conn, "query")
                 conn.commit()
-                params = {"language": app.settings.search.language, "text": text, "ids": ids,
-                          "embedding": as_param(eset, vector)}
-                queries = {"details": sql.SQL(q("chunk_details")),
-                           "evidence": compose("chunk_evidence", cosine=compose("chunk_cosine", table=eset.table))}
+                params = {
+                    "language": app.settings.search.language,
+                    "text": text,
+                    "ids": ids,
+                    "embedding": as_param(eset, vector),
+                }
+                queries = {
+                    "details": sql.SQL(q("chunk_details")),
+                    "evidence": compose("chunk_evidence", cosine=compose("chunk_cosine", table=eset.table)),
+                }
                 for name in ("details", "evidence"):
                     t = time.perf_counter()
                     if name == "details":
@@ -251,8 +293,9 @@ def gate_cost(db: Path, questions: list[dict[str, Any]]) -> dict[str, float]:
                         rows = chunk_evidence(conn, eset, ids, text, vector, app.settings)
                         _ = [i for i, r in rows.items() if combine(r[-2], r[-1]) >= floor]
                     wall[name].append((time.perf_counter() - t) * 1000)
-                    plan = conn.execute(sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + queries[name], params,
-                                        prepare=False).fetchone()
+                    plan = conn.execute(
+                        sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + queries[name], params, prepare=False
+                    ).fetchone()
                     server[name].append(plan[0][0]["Execution Time"] if plan else 0.0)
                 conn.commit()
 
@@ -260,23 +303,31 @@ def gate_cost(db: Path, questions: list[dict[str, Any]]) -> dict[str, float]:
         values = sorted(values)
         return values[min(len(values) - 1, int(len(values) * share))]
 
-    return {"n": len(questions),
-            "wall_p50": p(wall["evidence"], 0.5) - p(wall["details"], 0.5),
-            "wall_details_p50": p(wall["details"], 0.5), "wall_evidence_p50": p(wall["evidence"], 0.5),
-            "server_p50": p(server["evidence"], 0.5) - p(server["details"], 0.5),
-            "server_details_p50": p(server["details"], 0.5), "server_evidence_p50": p(server["evidence"], 0.5),
-            "server_evidence_p95": p(server["evidence"], 0.95), "sentences_p50": p(wall["sentences"], 0.5),
-            "sentences_n": len(wall["sentences"])}
-
-
+    return {
+        "n": len(questions),
+        "wall_p50": p(wall["evidence"], 0.5) - p(wall["details"], 0.5),
+        "wall_details_p50": p(wall["details"], 0.5),
+        "wall_evidence_p50": p(wall["evidence"], 0.5),
+        "server_p50": p(server["evidence"], 0.5) - p(server["details"], 0.5),
+        "server_details_p50": p(server["details"], 0.5),
+        "server_evidence_p50": p(server["evidence"], 0.5),
+        "server_evidence_p95": p(server["evidence"], 0.95),
+        "sentences_p50": p(wall["sentences"], 0.5),
+        "sentences_n": len(wall["sentences"]),
+    }
 
 
 # --- tables -----------------------------------------------------------------------------------------------
 
-LABELS = {"cosine": "query-chunk cosine (mapped 0.15..0.75)", "terms": "IDF share of the query in the chunk",
-          "sentence_terms": "IDF share in the chunk's best sentence", "rare": "share of the 2 rarest terms",
-          "margin": "cosine above the k-th hit's (over 0.4)", "sentence_cosine": "best query-sentence cosine, top 3",
-          "evidence": "evidence as shipped (0.6 cosine + 0.4 terms)"}
+LABELS = {
+    "cosine": "query-chunk cosine (mapped 0.15..0.75)",
+    "terms": "IDF share of the query in the chunk",
+    "sentence_terms": "IDF share in the chunk's best sentence",
+    "rare": "share of the 2 rarest terms",
+    "margin": "cosine above the k-th hit's (over 0.4)",
+    "sentence_cosine": "best query-sentence cosine, top 3",
+    "evidence": "evidence as shipped (0.6 cosine + 0.4 terms)",
+}
 
 
 def signal_table(rows: dict[str, list[dict[str, Any]]]) -> list[str]:
@@ -284,51 +335,85 @@ def signal_table(rows: dict[str, list[dict[str, Any]]]) -> list[str]:
     and its median per set (the off-topic sets too). The sentence cosine counts only the questions whose
     sentences were embedded (the answerable and unanswerable ones, while the machine allowed)."""
     import numpy as np
+
     names = [n for n in ("answerable", "unanswerable", "off_topic_scifact", "off_topic_chroma") if n in rows]
-    out = ["| signal (best hit) | AUC answerable vs unanswerable, calibration half | evaluation half | "
-           + " | ".join(f"median {n}" for n in names) + " |", "|---" * (3 + len(names)) + "|"]
+    out = [
+        "| signal (best hit) | AUC answerable vs unanswerable, calibration half | evaluation half | "
+        + " | ".join(f"median {n}" for n in names)
+        + " |",
+        "|---" * (3 + len(names)) + "|",
+    ]
 
     def best(k: str, name: str, half: str) -> list[float]:
-        return [max((f[k] for f in hit_features(r)), default=0.0) for r in rows.get(name, [])
-                if (k != "sentence_cosine" or r["sentence_cosines"])
-                and (half == "all" or calibration(r["id"]) == (half == "calib"))]
+        return [
+            max((f[k] for f in hit_features(r)), default=0.0)
+            for r in rows.get(name, [])
+            if (k != "sentence_cosine" or r["sentence_cosines"])
+            and (half == "all" or calibration(r["id"]) == (half == "calib"))
+        ]
 
     for k in LABELS:
         aucs = [auc(best(k, "answerable", h), best(k, "unanswerable", h)) for h in ("calib", "eval")]
         med = [f"{np.median(v):.3f}" if (v := best(k, n, "all")) else "-" for n in names]
-        n = f" ({len(best(k, 'answerable', 'all'))} / {len(best(k, 'unanswerable', 'all'))} questions)" \
-            if k == "sentence_cosine" else ""
+        n = (
+            f" ({len(best(k, 'answerable', 'all'))} / {len(best(k, 'unanswerable', 'all'))} questions)"
+            if k == "sentence_cosine"
+            else ""
+        )
         out.append(f"| {LABELS[k]}{n} | {aucs[0]:.3f} | {aucs[1]:.3f} | " + " | ".join(med) + " |")
     return out
 
 
-def answer_curve(records: dict[str, list[dict[str, Any]]], questions: dict[str, list[dict[str, Any]]],
-                 score: Any, thresholds: tuple[float, ...] = (0.25, 0.30, 0.35, 0.40, 0.45, 0.50, 0.55, 0.60),
-                 floors: tuple[float | None, ...] = (None,)) -> list[str]:
+def answer_curve(
+    records: dict[str, list[dict[str, Any]]],
+    questions: dict[str, list[dict[str, Any]]],
+    score: Any,
+    thresholds: tuple[float, ...] = (0.25, 0.30, 0.35, 0.40, 0.45, 0.50, 0.55, 0.60),
+    floors: tuple[float | None, ...] = (None,),
+) -> list[str]:
     """The figures at each threshold (and extractive floor), from the records of a run with the gate low."""
     from ragvps.generate.extractive import FLOOR
 
-    cols = [("answerable", "answered"), ("answerable", "gold_cited"), ("unanswerable", "refused"),
-            ("off_topic_scifact", "refused"), ("off_topic_chroma", "refused"), ("biomedical_scifact", "refused"),
-            ("claims_chroma", "refused"), ("quotes", "answered"), ("quotes", "span_precision")]
+    cols = [
+        ("answerable", "answered"),
+        ("answerable", "gold_cited"),
+        ("unanswerable", "refused"),
+        ("off_topic_scifact", "refused"),
+        ("off_topic_chroma", "refused"),
+        ("biomedical_scifact", "refused"),
+        ("claims_chroma", "refused"),
+        ("quotes", "answered"),
+        ("quotes", "span_precision"),
+    ]
     cols = [(n, k) for n, k in cols if n in records]
-    out = ["| answer_min_evidence | floor | " + " | ".join(f"{n}: {k}" for n, k in cols) + " |",
-           "|---" * (2 + len(cols)) + "|"]
+    out = [
+        "| answer_min_evidence | floor | " + " | ".join(f"{n}: {k}" for n, k in cols) + " |",
+        "|---" * (2 + len(cols)) + "|",
+    ]
     for floor in floors:
         for t in thresholds:
             f = {n: score([simulate(r, t, floor) for r in rows], questions[n]) for n, rows in records.items()}
-            out.append(f"| {t:.2f} | {FLOOR if floor is None else floor:.2f} | "
-                       + " | ".join(f"{f[n].get(k, 0.0):.2f}" for n, k in cols) + " |")
+            out.append(
+                f"| {t:.2f} | {FLOOR if floor is None else floor:.2f} | "
+                + " | ".join(f"{f[n].get(k, 0.0):.2f}" for n, k in cols)
+                + " |"
+            )
     return out
 
 
-GRID = {"evidence_weight": (0.0, 0.3, 0.5), "floor": (0.34, 0.36, 0.38, 0.40, 0.42, 0.45),
-        "threshold": (0.30, 0.35, 0.40, 0.45, 0.50),
-        "quotes": (1, 2)}
+GRID = {
+    "evidence_weight": (0.0, 0.3, 0.5),
+    "floor": (0.34, 0.36, 0.38, 0.40, 0.42, 0.45),
+    "threshold": (0.30, 0.35, 0.40, 0.45, 0.50),
+    "quotes": (1, 2),
+}
 
 
-def choose(records: dict[str, list[dict[str, Any]]], questions: dict[str, list[dict[str, Any]]], score: Any,
-           ) -> tuple[dict[str, float], list[str]]:
+def choose(
+    records: dict[str, list[dict[str, Any]]],
+    questions: dict[str, list[dict[str, Any]]],
+    score: Any,
+) -> tuple[dict[str, float], list[str]]:
     """The rule the defaults follow, on the calibration half: the highest on-topic refusal among the settings that
     answer >= 0.91 of the answerable claims and refuse >= 0.95 of both off-topic sets; among those within 0.02
     of it, the highest gold-cited + quote span precision (then refusal). Returns the choice and the grid's lines."""
@@ -345,21 +430,32 @@ def choose(records: dict[str, list[dict[str, Any]]], questions: dict[str, list[d
         ex.EVIDENCE_WEIGHT, ex.MAX_QUOTES = keep
 
     def ok(f: dict[str, dict[str, float]]) -> bool:
-        return (f["answerable"]["answered"] >= 0.91 and f["off_topic_scifact"]["refused"] >= 0.95
-                and f["off_topic_chroma"]["refused"] >= 0.95)
+        return (
+            f["answerable"]["answered"] >= 0.91
+            and f["off_topic_scifact"]["refused"] >= 0.95
+            and f["off_topic_chroma"]["refused"] >= 0.95
+        )
 
     fine = [(p, f) for p, f in table if ok(f)]
     best = max((f["unanswerable"]["refused"] for _, f in fine), default=0.0)
     near = [(p, f) for p, f in fine if f["unanswerable"]["refused"] >= best - 0.02]
+
     def merit(x: tuple[dict[str, float], dict[str, dict[str, float]]]) -> tuple[float, float]:
         f = x[1]
         total = f["answerable"]["gold_cited"] + f["quotes"].get("span_precision", 0.0)
         return round(total, 3), f["unanswerable"]["refused"]
 
     chosen = max(near, key=merit, default=table[0])[0]
-    lines = [f"{p} " + " ".join(f"{n} {f[n]['answered']:.3f}/{f[n].get('gold_cited', 0):.3f}"
-                                + (f" P {f[n]['span_precision']:.3f}" if "span_precision" in f[n] else "")
-                                for n in f) + (" <- chosen" if p == chosen else "") for p, f in table]
+    lines = [
+        f"{p} "
+        + " ".join(
+            f"{n} {f[n]['answered']:.3f}/{f[n].get('gold_cited', 0):.3f}"
+            + (f" P {f[n]['span_precision']:.3f}" if "span_precision" in f[n] else "")
+            for n in f
+        )
+        + (" <- chosen" if p == chosen else "")
+        for p, f in table
+    ]
     return chosen, lines
 
 
@@ -367,9 +463,11 @@ def held_out_weights(rows: dict[str, list[dict[str, Any]]], min_pass: float = 0.
     """The best weighting of the gate's signals on the calibration half (off-topic refusal no worse than the
     shipped evidence's), and what it and the shipped one do on the evaluation half: the gate alone."""
     names = ["cosine", "terms", "sentence_terms", "margin", "rare"]
-    grid = [dict(zip(names, w, strict=True)) for w in itertools.product((0, 1, 2, 3, 4, 6), (0, 1, 2, 3, 4, 6),
-                                                                         (0, 1, 2, 3, 4, 6), (0, 1, 2), (0, 1))
-            if sum(w)]
+    grid = [
+        dict(zip(names, w, strict=True))
+        for w in itertools.product((0, 1, 2, 3, 4, 6), (0, 1, 2, 3, 4, 6), (0, 1, 2, 3, 4, 6), (0, 1, 2), (0, 1))
+        if sum(w)
+    ]
     shipped = {"cosine": 6.0, "terms": 4.0, "sentence_terms": 0.0, "margin": 0.0, "rare": 0.0}
     calib, held = split(rows, "calib"), split(rows, "eval")
     fitted = fit(calib, grid, min_pass, 0.0)
@@ -383,8 +481,10 @@ def held_out_weights(rows: dict[str, list[dict[str, Any]]], min_pass: float = 0.
     for label, r in (("the best weighting on the calibration half", best), ("the shipped evidence", ours)):
         e = rates(held, r[1], r[2])
         w = ", ".join(f"{k} {v:g}" for k, v in r[1].items() if v)
-        out.append(f"{label} ({w}; threshold {r[2]:.2f}, fitted to let {min_pass:.2f} of the calibration half's "
-                   f"answerable claims through) lets {e['answerable']:.2f} of the held-out answerable claims through "
-                   f"and refuses {1 - e['unanswerable']:.2f} of the on-topic unanswerable ones and "
-                   f"{1 - e['off_topic_scifact']:.2f} / {1 - e['off_topic_chroma']:.2f} of the off-topic ones")
+        out.append(
+            f"{label} ({w}; threshold {r[2]:.2f}, fitted to let {min_pass:.2f} of the calibration half's "
+            f"answerable claims through) lets {e['answerable']:.2f} of the held-out answerable claims through "
+            f"and refuses {1 - e['unanswerable']:.2f} of the on-topic unanswerable ones and "
+            f"{1 - e['off_topic_scifact']:.2f} / {1 - e['off_topic_chroma']:.2f} of the off-topic ones"
+        )
     return "; ".join(out)

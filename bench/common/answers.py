@@ -36,8 +36,10 @@ def prepare(out: Path, needed: set[str]) -> dict[str, Path]:
         folder.mkdir(parents=True, exist_ok=True)
     lines = (DATA / "scifact-dev" / "corpus.jsonl").read_text().splitlines()
     chroma = (DATA / "chroma_chunking" / "corpus.jsonl").read_text().splitlines()
-    for path, text in ((half / "corpus.jsonl", [x for i, x in enumerate(lines) if ingested(i, json.loads(x))]),
-                       (other / "corpus.jsonl", [x for x in chroma if json.loads(x)["_id"] != BIOMEDICAL])):
+    for path, text in (
+        (half / "corpus.jsonl", [x for i, x in enumerate(lines) if ingested(i, json.loads(x))]),
+        (other / "corpus.jsonl", [x for x in chroma if json.loads(x)["_id"] != BIOMEDICAL]),
+    ):
         body = "\n".join(text) + "\n"
         if not path.exists() or path.read_text() != body:
             path.write_text(body)
@@ -45,8 +47,11 @@ def prepare(out: Path, needed: set[str]) -> dict[str, Path]:
     cache, seeded = dbs["chroma"] / "embeddings", dbs["chroma_other"] / "embeddings"
     if "chroma_other" in needed and not seeded.exists() and cache.exists():
         shutil.copytree(cache, seeded)
-    for name, path in (("scifact", half), ("chroma", DATA / "chroma_chunking" / "corpus.jsonl"),
-                       ("chroma_other", other)):
+    for name, path in (
+        ("scifact", half),
+        ("chroma", DATA / "chroma_chunking" / "corpus.jsonl"),
+        ("chroma_other", other),
+    ):
         if name in needed:
             with App.open(Settings.of(data_dir=dbs[name], embedder="local")) as app:
                 app.ingest(path)
@@ -89,8 +94,12 @@ def question_sets(half: str = "eval") -> dict[str, tuple[str, list[dict[str, Any
         return {"id": q["_id"], "text": q["text"], "gold": sorted(gold[q["_id"]])}
 
     def chr_(q: dict[str, Any]) -> dict[str, Any]:
-        return {"id": q["_id"], "text": q["text"], "gold": sorted({d for d, _, _ in refs[q["_id"]]}),
-                "refs": refs[q["_id"]]}
+        return {
+            "id": q["_id"],
+            "text": q["text"],
+            "gold": sorted({d for d, _, _ in refs[q["_id"]]}),
+            "refs": refs[q["_id"]],
+        }
 
     return {
         "answerable": ("scifact", [sci(q) for q in claims if gold[q["_id"]] <= ours and keep(q)]),
@@ -136,11 +145,16 @@ def score(rows: list[dict[str, Any]], questions: list[dict[str, Any]]) -> dict[s
     gold_cited = [r for r in answered if set(map(doc_of, r["citations"])) & set(by_id[r["id"]]["gold"])]
     cited = [c for r in answered for c in r["citations"]]
     cited_gold = [c for r in answered for c in r["citations"] if doc_of(c) in by_id[r["id"]]["gold"]]
-    out = {"n": len(rows), "answered": len(answered) / n, "refused": 1 - len(answered) / n,
-           "gold_cited": len(gold_cited) / n, "gold_cited_of_answered": len(gold_cited) / max(1, len(answered)),
-           "citation_precision": len(cited_gold) / max(1, len(cited)),
-           "quotes_per_answer": sum(r["answer"].count('\n- "') for r in answered) / max(1, len(answered)),
-           "ms_p50": sorted(r["ms"] for r in rows)[len(rows) // 2] if rows else 0.0}
+    out = {
+        "n": len(rows),
+        "answered": len(answered) / n,
+        "refused": 1 - len(answered) / n,
+        "gold_cited": len(gold_cited) / n,
+        "gold_cited_of_answered": len(gold_cited) / max(1, len(answered)),
+        "citation_precision": len(cited_gold) / max(1, len(cited)),
+        "quotes_per_answer": sum(r["answer"].count('\n- "') for r in answered) / max(1, len(answered)),
+        "ms_p50": sorted(r["ms"] for r in rows)[len(rows) // 2] if rows else 0.0,
+    }
     if all("refs" in q for q in questions):
         hit = quoted = ref = 0
         for r in rows:
@@ -150,10 +164,16 @@ def score(rows: list[dict[str, Any]], questions: list[dict[str, Any]]) -> dict[s
     return out
 
 
-SETS = ("answerable", "unanswerable", "off_topic_scifact", "off_topic_chroma", "biomedical_scifact", "claims_chroma",
-        "quotes")
+SETS = (
+    "answerable",
+    "unanswerable",
+    "off_topic_scifact",
+    "off_topic_chroma",
+    "biomedical_scifact",
+    "claims_chroma",
+    "quotes",
+)
 
 
 LOW_GATE = 0.25  # the calibration and curve runs: the gate this low, so the records hold every candidate that
 # any threshold worth trying would send (their replay at a higher threshold is exact)
-

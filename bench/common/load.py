@@ -39,8 +39,10 @@ class Run:
         rate = self.n / self.seconds if self.seconds else 0.0
         errors = sum(self.errors.values())
         detail = f" ({', '.join(f'{k}: {v}' for k, v in sorted(self.errors.items()))})" if errors else ""
-        return (f"| {self.name} | {self.n:,} | {rate:.1f} | {self.pct(50):.1f} | {self.pct(95):.1f} | "
-                f"{self.pct(99):.1f} | {errors}{detail} |")
+        return (
+            f"| {self.name} | {self.n:,} | {rate:.1f} | {self.pct(50):.1f} | {self.pct(95):.1f} | "
+            f"{self.pct(99):.1f} | {errors}{detail} |"
+        )
 
 
 class Http11:
@@ -61,8 +63,11 @@ class Http11:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         assert self.reader is not None
         try:
-            self.writer.write(f"POST {path} HTTP/1.1\r\n{self.head}Content-Type: application/json\r\n"
-                              f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            self.writer.write(
+                f"POST {path} HTTP/1.1\r\n{self.head}Content-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
             status_line = await self.reader.readuntil(b"\r\n")
             status = int(status_line.split(b" ", 2)[1])
             length, chunked, close = 0, False, False
@@ -94,8 +99,17 @@ class Http11:
         self.reader = self.writer = None
 
 
-async def load(url: str, path: str, bodies: list[dict], clients: int, total: int, max_seconds: float,
-               rate: float | None, name: str, stop: asyncio.Event | None = None) -> Run:
+async def load(
+    url: str,
+    path: str,
+    bodies: list[dict],
+    clients: int,
+    total: int,
+    max_seconds: float,
+    rate: float | None,
+    name: str,
+    stop: asyncio.Event | None = None,
+) -> Run:
     """`clients` concurrent connections sending `total` requests; paced to `rate` req/s in all, or closed loop."""
     run = Run(name)
     counter = iter(range(total))
@@ -120,8 +134,13 @@ async def load(url: str, path: str, bodies: list[dict], clients: int, total: int
                         run.latencies.append(time.perf_counter() - scheduled)
                     else:
                         run.errors[str(status)] = run.errors.get(str(status), 0) + 1
-                except (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError,
-                        asyncio.LimitOverrunError) as exc:
+                except (
+                    OSError,
+                    TimeoutError,
+                    ValueError,
+                    asyncio.IncompleteReadError,
+                    asyncio.LimitOverrunError,
+                ) as exc:
                     run.errors[type(exc).__name__] = run.errors.get(type(exc).__name__, 0) + 1
         finally:
             http.close()
@@ -131,12 +150,23 @@ async def load(url: str, path: str, bodies: list[dict], clients: int, total: int
     return run
 
 
-async def under_reindex(url: str, bodies: list[dict], args: argparse.Namespace, env: dict[str, str],
-                        name: str) -> tuple[Run, float, int]:
+async def under_reindex(
+    url: str, bodies: list[dict], args: argparse.Namespace, env: dict[str, str], name: str
+) -> tuple[Run, float, int]:
     """The paced load while `nice -n 19 ragvps reindex` runs; stops when reindex ends (or at the bounds)."""
-    proc = await asyncio.create_subprocess_exec("nice", "-n", "19", sys.executable, "-m", "ragvps", "reindex",
-                                                env=env, cwd=str(ROOT), stdout=asyncio.subprocess.DEVNULL,
-                                                stderr=asyncio.subprocess.PIPE)
+    proc = await asyncio.create_subprocess_exec(
+        "nice",
+        "-n",
+        "19",
+        sys.executable,
+        "-m",
+        "ragvps",
+        "reindex",
+        env=env,
+        cwd=str(ROOT),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
     stop = asyncio.Event()
     started = time.perf_counter()
 
@@ -148,8 +178,9 @@ async def under_reindex(url: str, bodies: list[dict], args: argparse.Namespace, 
         return code
 
     watcher = asyncio.create_task(watch())
-    run = await load(url, "/search", bodies, args.clients, args.requests * 4, args.max_seconds * 4, args.rate,
-                     name, stop)
+    run = await load(
+        url, "/search", bodies, args.clients, args.requests * 4, args.max_seconds * 4, args.rate, name, stop
+    )
     if proc.returncode is None:
         proc.kill()
     code = await watcher

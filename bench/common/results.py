@@ -25,9 +25,9 @@ def folded(old: str) -> str:
     """The run a new one replaces, folded beneath it: its text without its markers, its heading and its own previous
     run (one run back is kept here; older ones are in git)."""
     start, end = old.splitlines()[0], old.splitlines()[-1]
-    body = old[len(start):len(old) - len(end)].strip("\n")
+    body = old[len(start) : len(old) - len(end)].strip("\n")
     if PREVIOUS in body:
-        body = body[:body.index(PREVIOUS)].rstrip("\n")
+        body = body[: body.index(PREVIOUS)].rstrip("\n")
     lines = body.splitlines()
     if lines and lines[0].startswith("## "):
         lines = lines[1:]
@@ -41,9 +41,9 @@ def write_section(name: str, section: str, results: Path = RESULTS) -> None:
     section = relative(section)
     text = results.read_text(encoding="utf-8") if results.exists() else "# Benchmark results\n"
     if start in text and end in text:
-        old = text[text.index(start):text.index(end) + len(end)]
+        old = text[text.index(start) : text.index(end) + len(end)]
         new = section.rstrip("\n").removesuffix(end).rstrip("\n") + folded(old) + end
-        text = text[:text.index(start)] + new + text[text.index(end) + len(end):]
+        text = text[: text.index(start)] + new + text[text.index(end) + len(end) :]
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
     results.write_text(text, encoding="utf-8")

@@ -40,10 +40,14 @@ def passages(limit: int, data: Path = DATA) -> list[str]:
         if line.strip():
             doc = json.loads(line)
             out.append(f"{doc['title']}. {doc['text']}".strip())
-    long_texts = [json.loads(line)["text"] for line in
-                  (data / "chroma_chunking" / "corpus.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
-    long_texts += [p.read_text(encoding="utf-8", errors="replace")
-                   for p in sorted((data / "pdf_sample").rglob("*.txt"))]
+    long_texts = [
+        json.loads(line)["text"]
+        for line in (data / "chroma_chunking" / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
+    long_texts += [
+        p.read_text(encoding="utf-8", errors="replace") for p in sorted((data / "pdf_sample").rglob("*.txt"))
+    ]
     for text in long_texts:
         words = text.split()
         out += [" ".join(words[i : i + PASSAGE_WORDS]) for i in range(0, len(words), PASSAGE_WORDS)]

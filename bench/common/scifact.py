@@ -119,8 +119,9 @@ def enlarge(docs: list[Document], chunks: list[Chunk], vectors: np.ndarray, rows
             new_doc, new_chunks = doc, [chunks[i] for i in idx]
             if copy:
                 new_doc = dataclasses.replace(doc, doc_id=f"{doc.doc_id}~{copy}", source=f"copy{copy}/{doc.source}")
-                new_chunks = [dataclasses.replace(c, doc_id=new_doc.doc_id, text=perturb_text(c.text, rng))
-                              for c in new_chunks]
+                new_chunks = [
+                    dataclasses.replace(c, doc_id=new_doc.doc_id, text=perturb_text(c.text, rng)) for c in new_chunks
+                ]
                 vecs = vecs + rng.normal(scale=noise, size=vecs.shape).astype(np.float32)
                 vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
             out.append((new_doc, new_chunks, vecs.astype(np.float32)))

@@ -35,15 +35,50 @@ if TYPE_CHECKING:
     from ragvps.retrieve.filters import Filters
 
 _WHERE = {
-    "MAX_QUERY_CHARS": "ragvps.app.checks", "MODES": "ragvps.app.checks", "Mode": "ragvps.app.checks",
-    "App": "ragvps.app.core", "existing_path": "ragvps.app.core", "Filters": "ragvps.retrieve.filters",
+    "MAX_QUERY_CHARS": "ragvps.app.checks",
+    "MODES": "ragvps.app.checks",
+    "Mode": "ragvps.app.checks",
+    "App": "ragvps.app.core",
+    "existing_path": "ragvps.app.core",
+    "Filters": "ragvps.retrieve.filters",
     "IngestReport": "ragvps.ingest.pipeline",
-    **dict.fromkeys(("Answer", "AskRequest", "ChatAnswer", "ChatRequest", "Health", "Overrides", "PromptPreview",
-                     "SearchRequest", "SearchResult", "json_object", "jsonable"), "ragvps.app.requests"),
+    **dict.fromkeys(
+        (
+            "Answer",
+            "AskRequest",
+            "ChatAnswer",
+            "ChatRequest",
+            "Health",
+            "Overrides",
+            "PromptPreview",
+            "SearchRequest",
+            "SearchResult",
+            "json_object",
+            "jsonable",
+        ),
+        "ragvps.app.requests",
+    ),
 }
-__all__ = ["MAX_QUERY_CHARS", "MODES", "Answer", "App", "AskRequest", "ChatAnswer", "ChatRequest", "Filters", "Health",
-           "IngestReport", "Mode", "Overrides", "PromptPreview", "SearchRequest", "SearchResult", "existing_path",
-           "json_object", "jsonable"]
+__all__ = [
+    "MAX_QUERY_CHARS",
+    "MODES",
+    "Answer",
+    "App",
+    "AskRequest",
+    "ChatAnswer",
+    "ChatRequest",
+    "Filters",
+    "Health",
+    "IngestReport",
+    "Mode",
+    "Overrides",
+    "PromptPreview",
+    "SearchRequest",
+    "SearchResult",
+    "existing_path",
+    "json_object",
+    "jsonable",
+]
 
 
 def __getattr__(name: str) -> object:

@@ -84,22 +84,37 @@ def prepare(app: App, request: AskRequest, conn: psycopg.Connection, clock: _Clo
     candidates = [_source(h) for h in kept]
     candidates = [_completed(conn, c) for c in candidates]
     if request.attached:  # the client's own context: one more source, within answer_chunks and the window
-        candidates.insert(min(len(candidates), max(0, s.generate.answer_chunks - 1)),
-                          _attached(request.attached, o.generation(s.generate), s.generate.min_evidence))
+        candidates.insert(
+            min(len(candidates), max(0, s.generate.answer_chunks - 1)),
+            _attached(request.attached, o.generation(s.generate), s.generate.min_evidence),
+        )
     fit = budget.fit(result.query, candidates, o.generation(s.generate), request.history)
     if request.tools:
         fit.prompt = dataclasses.replace(fit.prompt, tools=request.tools)
     left.update(fit.left_out)
     clock.lap("budget_ms")
-    retrieval = Retrieval(shown=fit.prompt.sources, left_out=dict(left),
-                          evidence=max((h.evidence for h in hits), default=0.0),
-                          retrieved=tuple(_retrieved(h) for h in hits))
+    retrieval = Retrieval(
+        shown=fit.prompt.sources,
+        left_out=dict(left),
+        evidence=max((h.evidence for h in hits), default=0.0),
+        retrieved=tuple(_retrieved(h) for h in hits),
+    )
     return Prepared(fit, retrieval, hits)
 
 
 def _source(h: Hit) -> Source:
-    return Source(number=0, chunk_id=h.chunk_id, path=h.path, heading_path=h.heading_path, start=h.start,
-                  end=h.end, score=h.score, text=h.text, evidence=h.evidence, pages=h.pages)
+    return Source(
+        number=0,
+        chunk_id=h.chunk_id,
+        path=h.path,
+        heading_path=h.heading_path,
+        start=h.start,
+        end=h.end,
+        score=h.score,
+        text=h.text,
+        evidence=h.evidence,
+        pages=h.pages,
+    )
 
 
 def _completed(conn: psycopg.Connection, source: Source) -> Source:
@@ -118,7 +133,7 @@ def _completed(conn: psycopg.Connection, source: Source) -> Source:
     span = introduced(text, len(source.text.rstrip()))
     if span is None:
         return source
-    return dataclasses.replace(source, text=text[:span[1]], end=source.end + span[1] - len(source.text))
+    return dataclasses.replace(source, text=text[: span[1]], end=source.end + span[1] - len(source.text))
 
 
 def _attached(attached: tuple[tuple[str, str], ...], settings: GenerateSettings, evidence: float) -> Source:
@@ -126,30 +141,62 @@ def _attached(attached: tuple[tuple[str, str], ...], settings: GenerateSettings,
     one = joined(tuple(Attached(name, text) for name, text in attached))
     assert one is not None
     text = budget.clip(one.text, settings)
-    return Source(number=0, chunk_id="client#1", path=one.name, heading_path="", start=0, end=len(text), score=0.0,
-                  text=text, evidence=evidence)
+    return Source(
+        number=0,
+        chunk_id="client#1",
+        path=one.name,
+        heading_path="",
+        start=0,
+        end=len(text),
+        score=0.0,
+        text=text,
+        evidence=evidence,
+    )
 
 
 def _retrieved(h: Hit) -> Retrieved:
-    return Retrieved(chunk_id=h.chunk_id, path=h.path, heading_path=h.heading_path, score=h.score,
-                     cosine=h.cosine, terms=h.terms, evidence=h.evidence)
+    return Retrieved(
+        chunk_id=h.chunk_id,
+        path=h.path,
+        heading_path=h.heading_path,
+        score=h.score,
+        cosine=h.cosine,
+        terms=h.terms,
+        evidence=h.evidence,
+    )
 
 
 def build_prompt(app: App, request: AskRequest) -> PromptPreview:
     with app.connection() as conn:
         prepared = prepare(app, check_ask(request, app.settings.serve.max_k), conn)
     fit, g, p = prepared.fit, app.generator, prepared.fit.prompt
-    return PromptPreview(system=p.system, user=p.user, text=p.as_text(), prompt_tokens=fit.prompt_tokens,
-                         system_tokens=fit.system_tokens, window=fit.window, reserve=fit.reserve,
-                         encoding=fit.encoding, sources=p.sources, left_out=prepared.retrieval.left_out,
-                         generator=g.name, model=g.model, prompt_version=p.version)
+    return PromptPreview(
+        system=p.system,
+        user=p.user,
+        text=p.as_text(),
+        prompt_tokens=fit.prompt_tokens,
+        system_tokens=fit.system_tokens,
+        window=fit.window,
+        reserve=fit.reserve,
+        encoding=fit.encoding,
+        sources=p.sources,
+        left_out=prepared.retrieval.left_out,
+        generator=g.name,
+        model=g.model,
+        prompt_version=p.version,
+    )
 
 
 def generation_settings(app: App, request: AskRequest | None = None) -> dict[str, object]:
     """The settings that shape an answer, for the cache key (never the API key)."""
     g = app.settings.generate if request is None else request.overrides.generation(app.settings.generate)
-    return {"url": g.url, "temperature": g.temperature, "answer_reserve": g.answer_reserve,
-            "version": app.generator.version, "min_evidence": app.settings.generate.min_evidence}
+    return {
+        "url": g.url,
+        "temperature": g.temperature,
+        "answer_reserve": g.answer_reserve,
+        "version": app.generator.version,
+        "min_evidence": app.settings.generate.min_evidence,
+    }
 
 
 class _Asking:
@@ -188,8 +235,13 @@ class _Asking:
 
     def cache_key(self, prepared: Prepared) -> str:
         gen = self.app.generator
-        return cache.key(prepared.fit.prompt.question, gen.name, gen.model,
-                         generation_settings(self.app, self.request), prepared.fit.prompt.sources)
+        return cache.key(
+            prepared.fit.prompt.question,
+            gen.name,
+            gen.model,
+            generation_settings(self.app, self.request),
+            prepared.fit.prompt.sources,
+        )
 
     def cached(self, conn: psycopg.Connection, prepared: Prepared) -> Answer | None:
         """The answer cached for these sources, if the cache is used and has it (sources shown first)."""
@@ -213,16 +265,37 @@ class _Asking:
         if self.use_cache:
             key = self.cache_key(prepared)
             with app.connection() as conn:
-                cache.put(conn, key, prepared.fit.prompt.question, gen.name, gen.model, sources,
-                          Cached(text=generation.text, finish=generation.finish, usage=generation.usage,
-                                 quotes=generation.quotes))
+                cache.put(
+                    conn,
+                    key,
+                    prepared.fit.prompt.question,
+                    gen.name,
+                    gen.model,
+                    sources,
+                    Cached(
+                        text=generation.text, finish=generation.finish, usage=generation.usage, quotes=generation.quotes
+                    ),
+                )
                 self.remember(conn, prepared.retrieval, key)
             self.clock.lap("cache_ms")
-        return self.answer(generation.text, prepared.retrieval, generation.usage,
-                           "miss" if self.use_cache else "off", generation.quotes, generation.tool_calls)
+        return self.answer(
+            generation.text,
+            prepared.retrieval,
+            generation.usage,
+            "miss" if self.use_cache else "off",
+            generation.quotes,
+            generation.tool_calls,
+        )
 
-    def answer(self, text: str, retrieval: Retrieval, usage: Usage, status: CacheStatus,
-               quotes: tuple[Quote, ...] = (), tool_calls: tuple[ToolCall, ...] = ()) -> Answer:
+    def answer(
+        self,
+        text: str,
+        retrieval: Retrieval,
+        usage: Usage,
+        status: CacheStatus,
+        quotes: tuple[Quote, ...] = (),
+        tool_calls: tuple[ToolCall, ...] = (),
+    ) -> Answer:
         """The Answer of a text and what it was retrieved from (the memo keeps the same retrieval)."""
         gen = self.app.generator
         parsed = citations.parse(text, retrieval.shown, gen.extractive)
@@ -231,23 +304,39 @@ class _Asking:
             note = unquoted_note(retrieval, minimum)
             self.on_token("\n\n" + note)
             answer += "\n\n" + note
-        return Answer(answer=answer, answered=parsed.answered, extractive=gen.extractive,
-                      citations=tuple(parsed.citations), invalid_citations=parsed.invalid, retrieval=retrieval,
-                      usage=usage, cache=status, generator=gen.name, model=gen.model, prompt_version=PROMPT_VERSION,
-                      timings=self.clock.total(), min_evidence=minimum, quotes=quotes, tool_calls=tool_calls)
+        return Answer(
+            answer=answer,
+            answered=parsed.answered,
+            extractive=gen.extractive,
+            citations=tuple(parsed.citations),
+            invalid_citations=parsed.invalid,
+            retrieval=retrieval,
+            usage=usage,
+            cache=status,
+            generator=gen.name,
+            model=gen.model,
+            prompt_version=PROMPT_VERSION,
+            timings=self.clock.total(),
+            min_evidence=minimum,
+            quotes=quotes,
+            tool_calls=tool_calls,
+        )
 
 
 def unquoted_note(retrieval: Retrieval, minimum: float) -> str:
     """Why a refusal came although sources passed the evidence gate, and which sources came closest (the page's
     explanation, said in the answer itself so that chat clients and MCP show it too)."""
-    closest = "; ".join(f"`{s.path}`" + (f" \u203a {s.heading_path}" if s.heading_path else "") + f" [{s.number}]"
-                        for s in retrieval.shown[:3])
-    return (f"No sentence in the sources answers this directly, though they passed the evidence check (evidence "
-            f"{retrieval.evidence:.2f}, enough to search: {minimum:.2f}). The closest: {closest}.")
+    closest = "; ".join(
+        f"`{s.path}`" + (f" \u203a {s.heading_path}" if s.heading_path else "") + f" [{s.number}]"
+        for s in retrieval.shown[:3]
+    )
+    return (
+        f"No sentence in the sources answers this directly, though they passed the evidence check (evidence "
+        f"{retrieval.evidence:.2f}, enough to search: {minimum:.2f}). The closest: {closest}."
+    )
 
 
-def ask(app: App, request: AskRequest, on_sources: OnSources | None = None,
-        on_token: OnToken | None = None) -> Answer:
+def ask(app: App, request: AskRequest, on_sources: OnSources | None = None, on_token: OnToken | None = None) -> Answer:
     asking = _Asking(app, check_ask(request, app.settings.serve.max_k), on_sources or ignore, on_token or ignore)
     with app.connection() as conn:  # one connection for the reading half: the memo, the search, the cache
         if asking.use_cache and (remembered := asking.remembered(conn)) is not None:
@@ -265,18 +354,34 @@ def memo_parts(app: App, request: AskRequest) -> dict[str, object]:
     answer (the embedder, index, search, reranker and generator groups), secrets left out."""
     s, o = app.settings, request.overrides
     gen = app.generator
-    groups = {name: {f.name: getattr(group, f.name) for f in dataclasses.fields(group)
-                     if not f.metadata.get("secret")}
-              for name, group in (("embed", s.embed), ("index", s.index), ("search", s.search),
-                                  ("rerank", s.rerank), ("generate", s.generate))}
-    return {"question": request.question, "attached": request.attached, "k": o.k, "mode": o.mode,
-            "filters": jsonable(o.filters), "history": request.history, "temperature": o.temperature,
-            "max_tokens": o.max_tokens, "max_k": s.serve.max_k, "generator": [gen.name, gen.model, gen.version],
-            "settings": groups}
+    groups = {
+        name: {f.name: getattr(group, f.name) for f in dataclasses.fields(group) if not f.metadata.get("secret")}
+        for name, group in (
+            ("embed", s.embed),
+            ("index", s.index),
+            ("search", s.search),
+            ("rerank", s.rerank),
+            ("generate", s.generate),
+        )
+    }
+    return {
+        "question": request.question,
+        "attached": request.attached,
+        "k": o.k,
+        "mode": o.mode,
+        "filters": jsonable(o.filters),
+        "history": request.history,
+        "temperature": o.temperature,
+        "max_tokens": o.max_tokens,
+        "max_k": s.serve.max_k,
+        "generator": [gen.name, gen.model, gen.version],
+        "settings": groups,
+    }
 
 
-def _refusal_cache(app: App, conn: psycopg.Connection, question: str, hits: tuple[Hit, ...],
-                   use_cache: bool) -> tuple[CacheStatus, str]:
+def _refusal_cache(
+    app: App, conn: psycopg.Connection, question: str, hits: tuple[Hit, ...], use_cache: bool
+) -> tuple[CacheStatus, str]:
     """A refusal is cached like an answer, keyed on the chunks retrieved (a changed chunk misses): ("hit" when
     this refusal was cached already, "miss" when it is now, "off" when the cache is not used; its key)."""
     if not use_cache:

@@ -56,8 +56,14 @@ class Audit:
             if due:
                 identity.audit_prune(conn, self.keep_days)
 
-    def query(self, since: timedelta, who: str | None = None, kb: str | None = None, action: str | None = None,
-              limit: int = 1000) -> list[AuditEntry]:
+    def query(
+        self,
+        since: timedelta,
+        who: str | None = None,
+        kb: str | None = None,
+        action: str | None = None,
+        limit: int = 1000,
+    ) -> list[AuditEntry]:
         with self.connections.connection() as conn:
             identity.audit_prune(conn, self.keep_days)
             rows = identity.audit_query(conn, datetime.now(UTC) - since, who, kb, action, limit)

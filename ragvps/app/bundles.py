@@ -55,8 +55,15 @@ def _raw(settings: Settings) -> Iterator[psycopg.Connection]:
         connections.close()
 
 
-def export(app: App, path: Path, *, with_cache: bool = False, probe: bool = False, progress: Progress = _quiet,
-           warn: Warn = _quiet) -> ExportReport:
+def export(
+    app: App,
+    path: Path,
+    *,
+    with_cache: bool = False,
+    probe: bool = False,
+    progress: Progress = _quiet,
+    warn: Warn = _quiet,
+) -> ExportReport:
     """The App's knowledge base into a new bundle at `path`, from one snapshot."""
     if path.exists():
         raise ConflictError(f"{path} exists already: name a new file, or delete that one first")
@@ -95,12 +102,20 @@ def bundle_settings(settings: Settings, bundle: Bundle) -> tuple[Settings, dict[
         kept = pinned(kept)
         return settings.replace(**kept), kept
     except RagvpsError as exc:
-        raise BadBundleError(f"{bundle.path}: its knowledge-base settings are refused here ({exc}); nothing was "
-                             "written") from None
+        raise BadBundleError(
+            f"{bundle.path}: its knowledge-base settings are refused here ({exc}); nothing was written"
+        ) from None
 
 
-def import_(settings: Settings, path: Path, name: str | None = None, *, replace: bool = False,
-            progress: Progress = _quiet, warn: Warn = _quiet) -> ImportReport:
+def import_(
+    settings: Settings,
+    path: Path,
+    name: str | None = None,
+    *,
+    replace: bool = False,
+    progress: Progress = _quiet,
+    warn: Warn = _quiet,
+) -> ImportReport:
     """Load a bundle as a knowledge base (its own name unless `name`); nothing is embedded."""
     with opened(path, progress) as bundle:
         name = name or bundle.manifest.kb_name
@@ -110,6 +125,7 @@ def import_(settings: Settings, path: Path, name: str | None = None, *, replace:
 
 
 # --- backups ------------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class BackupReport:
@@ -129,8 +145,14 @@ def backup_names(settings: Settings, kb: str | None, every: bool) -> list[str]:
         return [name for name in catalog.names(conn) if not name.startswith(SCRATCH_PREFIX)]
 
 
-def backup(settings: Settings, folder: Path, names: Sequence[str], keep: int | None, progress: Progress = _quiet,
-           warn: Warn = _quiet) -> list[BackupReport]:
+def backup(
+    settings: Settings,
+    folder: Path,
+    names: Sequence[str],
+    keep: int | None,
+    progress: Progress = _quiet,
+    warn: Warn = _quiet,
+) -> list[BackupReport]:
     """A dated bundle per knowledge base in `folder` (with a probe when it has no gold questions), then the oldest
     beyond the `keep` newest of each deleted."""
     if keep is not None and keep < 1:
@@ -143,8 +165,10 @@ def backup(settings: Settings, folder: Path, names: Sequence[str], keep: int | N
         with App.open(settings.replace(kb=name)) as app:
             made = export(app, path, probe=True, progress=progress, warn=warn)
             with app.connection() as conn:
-                conn.execute(bundle_sql("backup_insert"), {"kb": name, "file": str(path), "bytes": made.bytes,
-                                                   "chunks": made.chunks})
+                conn.execute(
+                    bundle_sql("backup_insert"),
+                    {"kb": name, "file": str(path), "bytes": made.bytes, "chunks": made.chunks},
+                )
         reports.append(BackupReport(name, path, made.bytes, made.chunks, tuple(prune(settings, folder, name, keep))))
     return reports
 
@@ -153,8 +177,11 @@ def prune(settings: Settings, folder: Path, name: str, keep: int | None) -> list
     """Delete the oldest dated bundles of `name` in `folder` beyond the `keep` newest."""
     if keep is None:
         return []
-    dated = sorted((p for p in folder.iterdir() if (m := _DATED.match(p.name)) and m["kb"] == name),
-                   key=lambda p: p.name, reverse=True)
+    dated = sorted(
+        (p for p in folder.iterdir() if (m := _DATED.match(p.name)) and m["kb"] == name),
+        key=lambda p: p.name,
+        reverse=True,
+    )
     gone = dated[keep:]
     with _raw(settings) as conn:
         for path in gone:

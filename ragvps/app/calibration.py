@@ -57,10 +57,18 @@ class Calibration:
         return kept
 
     def to_json(self) -> dict[str, object]:
-        return {"kb": self.kb, "questions": self.questions, "gold": self.gold, "target": self.target,
-                "applied": self.applied, "at": self.at, "chosen": dataclasses.asdict(self.chosen),
-                "current": dataclasses.asdict(self.current), "fusion": dataclasses.asdict(self.fusion),
-                "curve": [dataclasses.asdict(p) for p in self.curve]}
+        return {
+            "kb": self.kb,
+            "questions": self.questions,
+            "gold": self.gold,
+            "target": self.target,
+            "applied": self.applied,
+            "at": self.at,
+            "chosen": dataclasses.asdict(self.chosen),
+            "current": dataclasses.asdict(self.current),
+            "fusion": dataclasses.asdict(self.fusion),
+            "curve": [dataclasses.asdict(p) for p in self.curve],
+        }
 
 
 def calibrate(app: App, n: int, target: float, apply: bool, progress: Progress, gold: Gold | None) -> Calibration:
@@ -72,9 +80,11 @@ def calibrate(app: App, n: int, target: float, apply: bool, progress: Progress, 
         found = measure.probes(conn, app.settings.search.language, n, held_out, answerable)
         conn.commit()
         if sum(p.kind == "answerable" for p in found) < 10:
-            raise UsageError(f"knowledge base {app.kb_name!r} gives fewer than 10 answerable questions to calibrate "
-                             "on: " + ("give more gold questions whose documents are in it" if gold else
-                                       "ingest more documents first"))
+            raise UsageError(
+                f"knowledge base {app.kb_name!r} gives fewer than 10 answerable questions to calibrate "
+                "on: "
+                + ("give more gold questions whose documents are in it" if gold else "ingest more documents first")
+            )
         observed = []
         asked = measure.observe_all(conn, eset, app.settings, found, app.embed_queries, held_out)
         for i, seen in enumerate(asked, 1):
@@ -83,12 +93,18 @@ def calibrate(app: App, n: int, target: float, apply: bool, progress: Progress, 
         conn.commit()
     curve = tuple(measure.curve(observed))
     now = min(curve, key=lambda p: abs(p.line - app.settings.generate.min_evidence))
-    done = Calibration(kb=app.kb_name, questions={k: sum(p.kind == k for p in found)
-                                                  for k in ("answerable", "unanswerable", "off_topic")},
-                       curve=curve, chosen=measure.choose(curve, target), current=now, target=target,
-                       fusion=fit_fusion(app, n, [p for p in found if p.kind == "answerable"] if gold else None),
-                       applied=apply,
-                       at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), gold=gold.source if gold else None)
+    done = Calibration(
+        kb=app.kb_name,
+        questions={k: sum(p.kind == k for p in found) for k in ("answerable", "unanswerable", "off_topic")},
+        curve=curve,
+        chosen=measure.choose(curve, target),
+        current=now,
+        target=target,
+        fusion=fit_fusion(app, n, [p for p in found if p.kind == "answerable"] if gold else None),
+        applied=apply,
+        at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        gold=gold.source if gold else None,
+    )
     if apply:
         keep(app, done)
     return done
@@ -99,8 +115,11 @@ def fit_fusion(app: App, n: int, gold: list[Probe] | None) -> Fusion:
     (measure/fusion_fit.py)."""
     with app.connection() as conn:
         eset = app.active_set(conn, "calibrate")
-        probes = ([fusion_fit.FusionProbe(p.question, p.gold) for p in gold] if gold is not None
-                  else fusion_fit.sentence_probes(conn, n))
+        probes = (
+            [fusion_fit.FusionProbe(p.question, p.gold) for p in gold]
+            if gold is not None
+            else fusion_fit.sentence_probes(conn, n)
+        )
         conn.commit()
         vectors = app.embed_queries([p.question for p in probes])
         observed = list(fusion_fit.observe(conn, eset, app.settings, probes, vectors))
@@ -128,10 +147,13 @@ def refusal_line(app: App) -> dict[str, object]:
         chosen = data.get("chosen", {})
         if abs(float(chosen.get("line", -1)) - line) < 1e-9:
             q = data.get("questions", {})
-            return {"line": line, "from": f"ragvps calibrate --apply on {data.get('at')}: {sum(q.values())} "
-                    f"questions; answers {chosen.get('answered')} of the answerable, refuses "
-                    f"{chosen.get('refused_unanswerable')} of the held-out and {chosen.get('refused_off_topic')} "
-                    "of the off-topic ones"}
+            return {
+                "line": line,
+                "from": f"ragvps calibrate --apply on {data.get('at')}: {sum(q.values())} "
+                f"questions; answers {chosen.get('answered')} of the answerable, refuses "
+                f"{chosen.get('refused_unanswerable')} of the held-out and {chosen.get('refused_off_topic')} "
+                "of the off-topic ones",
+            }
     if "answer_min_evidence" in kept:
         return {"line": line, "from": "the knowledge base's setting"}
     if line != Settings().generate.min_evidence:
@@ -150,9 +172,11 @@ def fusion_in_force(app: App) -> dict[str, object]:
         data = json.loads(record.read_text(encoding="utf-8"))
         fitted = data.get("fusion", {})
         if data.get("applied") and all(fitted.get(k) == v for k, v in now.items()):
-            return now | {"from": f"ragvps calibrate --apply on {data.get('at')}: fitted on {fitted.get('questions')} "
-                          f"{'gold questions' if fitted.get('source') == 'gold' else 'sentences of the chunks'}, "
-                          f"MRR@10 {fitted.get('mrr')} against {fitted.get('current_mrr')} before"}
+            return now | {
+                "from": f"ragvps calibrate --apply on {data.get('at')}: fitted on {fitted.get('questions')} "
+                f"{'gold questions' if fitted.get('source') == 'gold' else 'sentences of the chunks'}, "
+                f"MRR@10 {fitted.get('mrr')} against {fitted.get('current_mrr')} before"
+            }
     if kept.keys() & now.keys():
         return now | {"from": "the knowledge base's settings"}
     default = Settings().search

@@ -42,8 +42,11 @@ def conversation(messages: Sequence[tuple[str, str]]) -> tuple[list[Turn], str]:
     for role, _ in messages:
         if role not in ROLES:
             raise UsageError(f"message role {role!r} is not one of: {', '.join(ROLES)}")
-    talk = [("assistant" if role == "tool" else role, text) for role, text in messages
-            if role in ("user", "assistant", "tool")]
+    talk = [
+        ("assistant" if role == "tool" else role, text)
+        for role, text in messages
+        if role in ("user", "assistant", "tool")
+    ]
     if not talk or talk[-1][0] != "user" or not talk[-1][1].strip():
         raise UsageError("the last message must be the user's question (role user, with text)")
     turns: list[Turn] = []
@@ -68,9 +71,11 @@ def check_conversation(messages: Sequence[tuple[str, str]], llm: bool = False) -
     if detect(messages) is None:
         _, question = conversation(take_context(messages)[0])
         if len(question) > MAX_QUERY_CHARS:
-            raise InputTooLongError(f"the question is {len(question):,} characters long; ask in at most "
-                                    f"{MAX_QUERY_CHARS:,} (context sent with it, such as an attached file, may be "
-                                    "longer)")
+            raise InputTooLongError(
+                f"the question is {len(question):,} characters long; ask in at most "
+                f"{MAX_QUERY_CHARS:,} (context sent with it, such as an attached file, may be "
+                "longer)"
+            )
 
 
 def take_context(messages: Sequence[tuple[str, str]]) -> tuple[list[tuple[str, str]], tuple[tuple[str, str], ...]]:
@@ -124,8 +129,7 @@ class Standalone:
     usage: Usage = Usage()
 
 
-def standalone(app: App, turns: Sequence[Turn], question: str, use_cache: bool,
-               history: bool = True) -> Standalone:
+def standalone(app: App, turns: Sequence[Turn], question: str, use_cache: bool, history: bool = True) -> Standalone:
     """The follow-up made standalone: none (a first turn), by the rule (no LLM), or by one short LLM call."""
     if not history or not any(role == "user" for role, _ in turns):
         return Standalone(question, "none")
@@ -135,8 +139,13 @@ def standalone(app: App, turns: Sequence[Turn], question: str, use_cache: bool,
 
     fit = rewrite.rewrite_fit(turns, question, app.settings.generate)
     use_cache = use_cache and app.settings.generate.cache
-    key = cache.key(fit.prompt.user, gen.name, gen.model, {"task": "rewrite", "version": rewrite.REWRITE_VERSION,
-                                                           "url": app.settings.generate.url}, [])
+    key = cache.key(
+        fit.prompt.user,
+        gen.name,
+        gen.model,
+        {"task": "rewrite", "version": rewrite.REWRITE_VERSION, "url": app.settings.generate.url},
+        [],
+    )
     if use_cache:
         with app.connection() as conn:
             hit = cache.get(conn, key)
@@ -146,30 +155,44 @@ def standalone(app: App, turns: Sequence[Turn], question: str, use_cache: bool,
     text = rewrite.clean(generation.text, question)
     if use_cache:
         with app.connection() as conn:
-            cache.put(conn, key, fit.prompt.user, gen.name, gen.model, [],
-                      cache.Cached(text=text, usage=generation.usage))
+            cache.put(
+                conn, key, fit.prompt.user, gen.name, gen.model, [], cache.Cached(text=text, usage=generation.usage)
+            )
     return Standalone(text, "llm", "miss" if use_cache else "off", generation.usage)
 
 
-def chat(app: App, request: ChatRequest, on_sources: OnSources | None = None,
-         on_token: OnToken | None = None) -> ChatAnswer:
+def chat(
+    app: App, request: ChatRequest, on_sources: OnSources | None = None, on_token: OnToken | None = None
+) -> ChatAnswer:
     """Answer the conversation's last question; `on_token` also receives the source list at the end. A chat
     client's background task (a title, tags) is answered as it asks instead (app/task_answers.py)."""
     task = detect(request.messages)
     after_tool = bool(request.messages) and request.messages[-1][0] == "tool" and not app.generator.extractive
     if task is not None or after_tool:  # a background task, or a tool's result for the LLM to go on from
-
         return answer_task(app, task, request, on_token or ignore)
     messages, attached = take_context(request.messages)
     turns, question = conversation(messages)
     made = standalone(app, turns, question, request.use_cache, request.history)
     with_turns = tuple(turns) if request.history and not app.generator.extractive else ()
-    ask = AskRequest(made.question, request.overrides, use_cache=request.use_cache, history=with_turns,
-                     attached=attached, tools=request.tools)
+    ask = AskRequest(
+        made.question,
+        request.overrides,
+        use_cache=request.use_cache,
+        history=with_turns,
+        attached=attached,
+        tools=request.tools,
+    )
     answer = app.ask(ask, on_sources, on_token)
     footer = "" if answer.tool_calls or wants_json(request.tools) else source_list(answer.citations)
     if footer and on_token is not None:
         on_token(footer)
-    return ChatAnswer(content=answer.answer + footer, answer=answer, question=question, standalone=made.question,
-                      rewrite=made.how, rewrite_cache=made.cache, rewrite_usage=made.usage,
-                      usage=answer.usage + made.usage)
+    return ChatAnswer(
+        content=answer.answer + footer,
+        answer=answer,
+        question=question,
+        standalone=made.question,
+        rewrite=made.how,
+        rewrite_cache=made.cache,
+        rewrite_usage=made.usage,
+        usage=answer.usage + made.usage,
+    )

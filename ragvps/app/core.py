@@ -151,16 +151,28 @@ class App:
             report.answers_pruned = _prune_answers(conn, [report])
             return report
 
-    def watch(self, path: Path | str, on_report: Callable[[IngestReport, int], None], *,
-              stop: threading.Event | None = None, progress: Progress = _quiet, warn: Warn = _quiet,
-              debounce_ms: int | None = None) -> int:
+    def watch(
+        self,
+        path: Path | str,
+        on_report: Callable[[IngestReport, int], None],
+        *,
+        stop: threading.Event | None = None,
+        progress: Progress = _quiet,
+        warn: Warn = _quiet,
+        debounce_ms: int | None = None,
+    ) -> int:
         """Ingest a folder, then again after each batch of changes in it, until `stop` is set (or Ctrl-C)."""
         # lazy: ingest and measure stages load for their own commands (`query` start-up)
         from ragvps.ingest.watch import DEBOUNCE_MS, watch
 
         root = existing_path(path)
-        return watch(root, lambda: self.ingest(root, progress, warn), on_report, stop,
-                     DEBOUNCE_MS if debounce_ms is None else debounce_ms)
+        return watch(
+            root,
+            lambda: self.ingest(root, progress, warn),
+            on_report,
+            stop,
+            DEBOUNCE_MS if debounce_ms is None else debounce_ms,
+        )
 
     def reindex(self, progress: Progress = _quiet, warn: Warn = _quiet) -> ReindexReport:
         """Switch models if the configured one differs, re-sync every ingested folder, rebuild the index."""
@@ -172,15 +184,31 @@ class App:
             _prune_answers(conn, list(report.roots.values()))
             return report
 
-    def work(self, *, name: str | None = None, exit_when_empty: bool = False, stop: threading.Event | None = None,
-             progress: Progress = _quiet, warn: Warn = _quiet) -> WorkReport:
+    def work(
+        self,
+        *,
+        name: str | None = None,
+        exit_when_empty: bool = False,
+        stop: threading.Event | None = None,
+        progress: Progress = _quiet,
+        warn: Warn = _quiet,
+    ) -> WorkReport:
         """Embed queued chunks (from an ingest with defer_embedding) until `stop` is set, or until the queue
         is empty with exit_when_empty; the model must be the one the queue fills vectors for."""
         # lazy: ingest and measure stages load for their own commands (`query` start-up)
         from ragvps.ingest.worker import work
 
-        return work(self.connection, self.settings, self.spec, lambda: self.embedder, name=name,
-                    exit_when_empty=exit_when_empty, stop=stop, progress=progress, warn=warn)
+        return work(
+            self.connection,
+            self.settings,
+            self.spec,
+            lambda: self.embedder,
+            name=name,
+            exit_when_empty=exit_when_empty,
+            stop=stop,
+            progress=progress,
+            warn=warn,
+        )
 
     def _lanes(self, progress: Progress, warn: Warn) -> Callable[[], Lanes]:
         return lambda: make_lanes(self.settings, self.spec, lambda: self.embedder, progress, warn)
@@ -196,7 +224,7 @@ class App:
         size = max(self.settings.embed.batch_size, 64)
         out = []
         for lo in range(0, len(texts), size):
-            out.append(embed_queries(self.embedder, texts[lo:lo + size]))
+            out.append(embed_queries(self.embedder, texts[lo : lo + size]))
             progress("embed", min(lo + size, len(texts)), len(texts))
         return np.concatenate(out) if out else np.zeros((0, self.spec.dims), dtype=np.float32)
 
@@ -214,16 +242,16 @@ class App:
                 self._generator = make_generator(self.settings, lambda: self.embedder)
             return self._generator
 
-    def ask(self, request: AskRequest, on_sources: OnSources | None = None,
-            on_token: OnToken | None = None) -> Answer:
+    def ask(self, request: AskRequest, on_sources: OnSources | None = None, on_token: OnToken | None = None) -> Answer:
         """An answer with citations; `on_sources` once before generation, `on_token` per streamed piece.
         Either callback may raise to cancel: the upstream request is closed and nothing is cached."""
         answer = ask(self, request, on_sources, on_token)
         self.observer.answered(self.kb_name, answer)
         return answer
 
-    def chat(self, request: ChatRequest, on_sources: OnSources | None = None,
-             on_token: OnToken | None = None) -> ChatAnswer:
+    def chat(
+        self, request: ChatRequest, on_sources: OnSources | None = None, on_token: OnToken | None = None
+    ) -> ChatAnswer:
         """The answer to a conversation's last question, retrieved for it made standalone; callbacks as `ask`."""
         return chat(self, request, on_sources, on_token)
 
@@ -242,8 +270,16 @@ class App:
 
     # --- measure -------------------------------------------------------------------------------------
 
-    def evaluate(self, questions: Sequence[Question], source: str, modes: Sequence[str], k: int, depth: int,
-                 progress: Progress = _quiet, warn: Warn = _quiet) -> EvalReport:
+    def evaluate(
+        self,
+        questions: Sequence[Question],
+        source: str,
+        modes: Sequence[str],
+        k: int,
+        depth: int,
+        progress: Progress = _quiet,
+        warn: Warn = _quiet,
+    ) -> EvalReport:
         """Recall, MRR and nDCG of each search mode over gold questions."""
         # lazy: ingest and measure stages load for their own commands (`query` start-up)
         from ragvps.measure import evaluate
@@ -261,18 +297,30 @@ class App:
             eset = self.active_set(conn, "evaluate")
             missing = evaluate.missing_documents(questions, evaluate.known_documents(conn, questions))
             if missing:
-                record(f"{len(missing)} gold documents are not ingested (e.g. {missing[0]!r}): their questions "
-                       "count as misses; `doc` is a path relative to the ingested folder (or a BEIR _id)")
+                record(
+                    f"{len(missing)} gold documents are not ingested (e.g. {missing[0]!r}): their questions "
+                    "count as misses; `doc` is a path relative to the ingested folder (or a BEIR _id)"
+                )
             conn.commit()
-            embeddings = (self.embed_queries([q.text for q in questions], progress)
-                          if any(m != "keyword" for m in modes) else None)
+            embeddings = (
+                self.embed_queries([q.text for q in questions], progress)
+                if any(m != "keyword" for m in modes)
+                else None
+            )
             ranked = evaluate.retrieve(conn, eset, questions, embeddings, settings, modes, depth, progress)
         result = evaluate.score(questions, ranked, k, depth)
         result.warnings, result.source = warnings, source
         return result
 
-    def check_index(self, questions: Sequence[Question] | None, sample: int, k: int, target: float,
-                    progress: Progress = _quiet, source: str = "questions") -> IndexCheck:
+    def check_index(
+        self,
+        questions: Sequence[Question] | None,
+        sample: int,
+        k: int,
+        target: float,
+        progress: Progress = _quiet,
+        source: str = "questions",
+    ) -> IndexCheck:
         """How much of the exact top-k the HNSW index finds; with no index, the exact search says so."""
         # lazy: ingest and measure stages load for their own commands (`query` start-up)
         from ragvps.measure import inspect
@@ -282,8 +330,9 @@ class App:
             eset = self.active_set(conn, "check the index")
             current = bit_depth(self.settings) if eset.vector_type == "bit" else current
             if not index.index_exists(conn, eset):
-                return inspect.exact_only(eset, store.chunk_count(conn), self.settings.index.min_rows, k,
-                                          current, target)
+                return inspect.exact_only(
+                    eset, store.chunk_count(conn), self.settings.index.min_rows, k, current, target
+                )
             if questions is not None:  # sampled here as the chunks are, the same sample each run
                 questions = inspect.sample_questions(questions, sample)
                 vectors = self.embed_queries([q.text for q in questions], progress)
@@ -305,8 +354,14 @@ class App:
             report = inspect.stats(conn, self.active_set(conn, "show stats"), self.settings)
         return dataclasses.replace(report, refusal=refusal_line(self), fusion=fusion_in_force(self))
 
-    def calibrate(self, n: int = 200, target: float = 0.90, apply: bool = False, progress: Progress = _quiet,
-                  gold: Gold | None = None) -> Calibration:
+    def calibrate(
+        self,
+        n: int = 200,
+        target: float = 0.90,
+        apply: bool = False,
+        progress: Progress = _quiet,
+        gold: Gold | None = None,
+    ) -> Calibration:
         """The refusal line and the fusion fitted on this knowledge base's own questions (or on `gold`'s as the
         answerable ones); kept with `apply`."""
         # lazy: ingest and measure stages load for their own commands (`query` start-up)
@@ -337,8 +392,15 @@ class App:
 
         return chunk_summary(self.settings, self.spec, existing_path(path), progress, warn)
 
-    def plan_measure(self, path: Path | str, spec: ModelSpec | None, overlap: str | None, dims: int | None,
-                     bytes_per_dim: int, warn: Warn = _quiet) -> PlanMeasurement:
+    def plan_measure(
+        self,
+        path: Path | str,
+        spec: ModelSpec | None,
+        overlap: str | None,
+        dims: int | None,
+        bytes_per_dim: int,
+        warn: Warn = _quiet,
+    ) -> PlanMeasurement:
         """`ragvps plan --path`: real token counts and the real chunker over a folder; `overlap` may be a
         percentage of the chunk size that ingest would use. A plan asks no server: the model is one ragvps knows."""
         # lazy: ingest and measure stages load for their own commands (`query` start-up)

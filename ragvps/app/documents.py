@@ -113,33 +113,55 @@ def status_of(job: str, row: JobRow, files: list[FileRow], synced: SyncJobRow | 
         return status
 
     total = max(synced.items_total or 0, synced.items_read)
-    return dataclasses.replace(status, kind="sync", source=synced.source, files_total=total,
-                               files_done=synced.items_read, files_per_s=round(synced.items_read / status.seconds, 3)
-                               if status.seconds > 0 else 0.0, eta_s=None if status.state == "running" else 0.0,
-                               sync=report_of(synced.report) if synced.report else None)
+    return dataclasses.replace(
+        status,
+        kind="sync",
+        source=synced.source,
+        files_total=total,
+        files_done=synced.items_read,
+        files_per_s=round(synced.items_read / status.seconds, 3) if status.seconds > 0 else 0.0,
+        eta_s=None if status.state == "running" else 0.0,
+        sync=report_of(synced.report) if synced.report else None,
+    )
 
 
 def _upload_status(job: str, row: JobRow, files: list[FileRow]) -> JobStatus:
     done = [f for f in files if f.state != "pending"]
     total_bytes = sum(f.size for f in files)
-    done_bytes = sum(f.size for f in done) + sum(f.size * f.rows_done // f.rows_total for f in files
-                                                 if f.state == "pending" and f.rows_done and f.rows_total)
+    done_bytes = sum(f.size for f in done) + sum(
+        f.size * f.rows_done // f.rows_total for f in files if f.state == "pending" and f.rows_done and f.rows_total
+    )
     seconds = max(row.seconds, 0.0)
     rate = done_bytes / seconds if seconds > 0 else 0.0
     running = row.state in ("queued", "running")
     eta = (total_bytes - done_bytes) / rate if running and rate > 0 else (0.0 if not running else None)
     failed = [f for f in files if f.state == "failed"]
     return JobStatus(
-        id=job, state=row.state, cancel_requested=row.cancel, files_total=len(files), files_done=len(done),
-        files_failed=len(failed), bytes_total=total_bytes, bytes_done=done_bytes,
-        chunks_stored=sum(f.chunks for f in files if f.state == "done"), chunks_embedded=row.embedded,
-        seconds=round(seconds, 3), files_per_s=round(len(done) / seconds, 3) if seconds > 0 else 0.0,
+        id=job,
+        state=row.state,
+        cancel_requested=row.cancel,
+        files_total=len(files),
+        files_done=len(done),
+        files_failed=len(failed),
+        bytes_total=total_bytes,
+        bytes_done=done_bytes,
+        chunks_stored=sum(f.chunks for f in files if f.state == "done"),
+        chunks_embedded=row.embedded,
+        seconds=round(seconds, 3),
+        files_per_s=round(len(done) / seconds, 3) if seconds > 0 else 0.0,
         chunks_per_s=round(row.embedded / seconds, 3) if seconds > 0 else 0.0,
-        eta_s=None if eta is None else round(eta, 1), worker=row.worker, attempts=row.attempts,
-        created_at=row.created_at.isoformat(), finished_at=_iso(row.finished_at), error=row.error,
+        eta_s=None if eta is None else round(eta, 1),
+        worker=row.worker,
+        attempts=row.attempts,
+        created_at=row.created_at.isoformat(),
+        finished_at=_iso(row.finished_at),
+        error=row.error,
         errors=tuple({"file": f.name, "error": f.error or "failed"} for f in failed),
-        files=tuple(FileStatus(f.name, f.size, f.state, f.documents, f.chunks, f.error, f.rows_done, f.rows_total)
-                    for f in files))
+        files=tuple(
+            FileStatus(f.name, f.size, f.state, f.documents, f.chunks, f.error, f.rows_done, f.rows_total)
+            for f in files
+        ),
+    )
 
 
 def _iso(when: datetime | None) -> str | None:
@@ -152,8 +174,10 @@ def job_status(app: App, job: str) -> JobStatus:
         found = jobs.read(conn, job)
         synced = sync_jobs.read(conn, job) if found else None
     if found is None:
-        raise NotFoundError(f"no job {job!r}: jobs are listed by the upload or sync that made them (POST "
-                            "/kb/{name}/documents and POST /kb/{name}/sources/{source}/sync answer with the id)")
+        raise NotFoundError(
+            f"no job {job!r}: jobs are listed by the upload or sync that made them (POST "
+            "/kb/{name}/documents and POST /kb/{name}/sources/{source}/sync answer with the id)"
+        )
     return status_of(job, *found, synced)
 
 
@@ -168,16 +192,36 @@ def cancel_job(app: App, job: str) -> JobStatus:
     return job_status(app, job)
 
 
-def run_jobs(app: App, worker: str | None, stop: threading.Event, *, exit_when_empty: bool = False,
-             wake: threading.Event | None = None, poll: float = 1.0, linger: float = 0.0) -> JobsReport:
+def run_jobs(
+    app: App,
+    worker: str | None,
+    stop: threading.Event,
+    *,
+    exit_when_empty: bool = False,
+    wake: threading.Event | None = None,
+    poll: float = 1.0,
+    linger: float = 0.0,
+) -> JobsReport:
     """Take this knowledge base's jobs (uploads, and syncs of its sources) until `stop` (or none has been left for
     `linger` seconds, exit_when_empty). The lease is renewed on a second connection: the App's connections must be
     pooled."""
+
     def lanes() -> Lanes:
         return make_lanes(app.settings, app.spec, lambda: app.embedder, lambda *_: None, lambda _: None)
 
-    return run(app.connection, app.settings, app.spec, lanes, worker or default_name(), stop=stop,
-               exit_when_empty=exit_when_empty, poll=poll, wake=wake, linger=linger, settled=answer_cache.prune)
+    return run(
+        app.connection,
+        app.settings,
+        app.spec,
+        lanes,
+        worker or default_name(),
+        stop=stop,
+        exit_when_empty=exit_when_empty,
+        poll=poll,
+        wake=wake,
+        linger=linger,
+        settled=answer_cache.prune,
+    )
 
 
 def open_job_count(app: App) -> int:
@@ -186,6 +230,7 @@ def open_job_count(app: App) -> int:
 
 
 # --- the documents stored -------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class DocumentInfo:
@@ -219,8 +264,20 @@ def list_documents(app: App, limit: int = 100, cursor: str | None = None) -> Doc
     for r in rows[:limit]:
         file = Path(r.root) / r.source if Path(r.root).is_dir() else Path(r.root)
         size = file.stat().st_size if file.is_file() else None
-        out.append(DocumentInfo(r.id, r.source, r.doc_id, r.title, r.kind, size, r.chunks, r.ingested_at.isoformat(),
-                                "queued" if r.queued else "embedded", r.root == uploads))
+        out.append(
+            DocumentInfo(
+                r.id,
+                r.source,
+                r.doc_id,
+                r.title,
+                r.kind,
+                size,
+                r.chunks,
+                r.ingested_at.isoformat(),
+                "queued" if r.queued else "embedded",
+                r.root == uploads,
+            )
+        )
     return DocumentPage(tuple(out), str(rows[limit - 1].id) if len(rows) > limit else None)
 
 
@@ -241,8 +298,10 @@ def delete_document(app: App, doc: int) -> DeletedDocument:
     with app.connection() as conn, store.write_lock(conn):
         found = jobs.document(conn, doc)
         if found is None:
-            raise NotFoundError(f"no document {doc} in knowledge base {app.settings.database.kb}: "
-                                "GET /kb/{name}/documents lists them with their ids")
+            raise NotFoundError(
+                f"no document {doc} in knowledge base {app.settings.database.kb}: "
+                "GET /kb/{name}/documents lists them with their ids"
+            )
         root, source, doc_id, chunks = found
         store.delete_documents(conn, root, [doc_id])
         pruned = answer_cache.prune(conn)

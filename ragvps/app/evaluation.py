@@ -19,8 +19,17 @@ if TYPE_CHECKING:
     from ragvps.app.core import App
     from ragvps.measure.evaluate import EvalReport
 
-__all__ = ["EVAL_MODES", "check_modes", "eval_html", "index_check_dict", "load_queries", "mib", "questions_from",
-           "record", "report_dict"]
+__all__ = [
+    "EVAL_MODES",
+    "check_modes",
+    "eval_html",
+    "index_check_dict",
+    "load_queries",
+    "mib",
+    "questions_from",
+    "record",
+    "report_dict",
+]
 
 
 def check_modes(modes: str) -> list[str]:
@@ -31,8 +40,9 @@ def check_modes(modes: str) -> list[str]:
     return chosen
 
 
-def questions_from(gold: Path | None, queries: Path | None, qrels: Path | None,
-                   warn: Callable[[str], None]) -> tuple[list[Question], str]:
+def questions_from(
+    gold: Path | None, queries: Path | None, qrels: Path | None, warn: Callable[[str], None]
+) -> tuple[list[Question], str]:
     """The judged questions of a gold file or of BEIR queries with qrels, and where they came from."""
     if gold is not None and (queries or qrels):
         raise UsageError("give either a gold file or --queries with --qrels, not both")
@@ -47,7 +57,9 @@ def record(app: App, questions: Sequence[Question], result: EvalReport) -> None:
     """Keep the gold questions and their scores in the knowledge base: a bundle carries them, and restore-check
     measures a restored copy with them."""
     gold = [GoldRow(q.id, q.text, dict(q.relevant), q.answer) for q in questions]
-    scores = [ScoreRow(mode, result.k, result.depth, s.recall, s.mrr, s.ndcg, result.questions)
-              for mode, s in result.modes.items()]
+    scores = [
+        ScoreRow(mode, result.k, result.depth, s.recall, s.mrr, s.ndcg, result.questions)
+        for mode, s in result.modes.items()
+    ]
     with app.connection() as conn:
         keep(conn, gold, scores)

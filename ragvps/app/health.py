@@ -22,9 +22,11 @@ def pool_problem(pool: PoolStats | None) -> str | None:
     """What is wrong with the pool, or None: every connection held while requests wait and none comes free."""
     if pool is None or not pool.waiting or pool.stalled_s < POOL_STALLED_S:
         return None
-    return (f"all {pool.size} database connections (setting pool_size) are busy and {pool.waiting} requests have "
-            f"waited {pool.stalled_s:g} s with none coming free: slow requests hold them (a long query or a locked "
-            "table, see pg_stat_activity); raise pool_size, or end what holds them")
+    return (
+        f"all {pool.size} database connections (setting pool_size) are busy and {pool.waiting} requests have "
+        f"waited {pool.stalled_s:g} s with none coming free: slow requests hold them (a long query or a locked "
+        "table, see pg_stat_activity); raise pool_size, or end what holds them"
+    )
 
 
 def health(settings: Settings, connections: Connections, schema: str | None) -> Health:
@@ -41,8 +43,10 @@ def health(settings: Settings, connections: Connections, schema: str | None) -> 
         stuck = pool_problem(pool := connections.stats())
         if not connected:  # the database cannot be reached (down, restarting, refusing)
             return Health(False, False, error="; ".join(filter(None, [str(exc), stuck])), pool=pool)
-        slow = ("the database answers, but reading the chunks did not finish within a few seconds (a lock or a "
-                f"long query holds them): {exc}")
+        slow = (
+            "the database answers, but reading the chunks did not finish within a few seconds (a lock or a "
+            f"long query holds them): {exc}"
+        )
         return Health(False, True, error="; ".join(filter(None, [stuck, slow])), pool=pool)
     stuck = pool_problem(pool := connections.stats())  # after the check: a stall has grown meanwhile
     if stuck:

@@ -65,13 +65,18 @@ class RoleMap:
             kb, colon, role = target.partition(":")
             group, kb, role = group.strip(), kb.strip(), role.strip()
             if not (eq and colon and group and kb) or (kb != EVERY_KB and not KB_NAME.fullmatch(kb)):
-                raise ConfigError(f"group_roles entry {entry!r} is not `group=kb:role` (kb: a knowledge base's "
-                                  "name or * for all), e.g. `engineering=docs:read`", settings=("group_roles",))
+                raise ConfigError(
+                    f"group_roles entry {entry!r} is not `group=kb:role` (kb: a knowledge base's "
+                    "name or * for all), e.g. `engineering=docs:read`",
+                    settings=("group_roles",),
+                )
             try:
                 grants.setdefault(group, []).append((kb, check_role(role)))
             except RagvpsError:
-                raise ConfigError(f"group_roles entry {entry!r}: the role must be one of {', '.join(ROLES)}",
-                                  settings=("group_roles",)) from None
+                raise ConfigError(
+                    f"group_roles entry {entry!r}: the role must be one of {', '.join(ROLES)}",
+                    settings=("group_roles",),
+                ) from None
         return cls({g: tuple(v) for g, v in grants.items()})
 
     def principal(self, user: User, within: Principal | None = None) -> Principal:
@@ -92,9 +97,11 @@ def _best(held: Role | None, role: Role) -> Role:
 
 def no_role_message(user: User) -> str:
     groups = ", ".join(user.groups) or "none"
-    return (f"signed in as {user.email or user.name or user.subject}, but none of your groups ({groups}) maps to a "
-            "knowledge base: ask an administrator to add one of them to the setting group_roles "
-            "(e.g. `GROUP=KB:read`)")
+    return (
+        f"signed in as {user.email or user.name or user.subject}, but none of your groups ({groups}) maps to a "
+        "knowledge base: ask an administrator to add one of them to the setting group_roles "
+        "(e.g. `GROUP=KB:read`)"
+    )
 
 
 class Identities:

@@ -24,8 +24,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # What `kb create` may pin for a knowledge base; other settings stay global.
-KB_SETTINGS = ("embedder", "embed_model", "vector_type", "chunk_mode", "chunk_size", "chunk_overlap",
-               "answer_min_evidence", "fusion", "rrf_k", "vector_weight")
+KB_SETTINGS = (
+    "embedder",
+    "embed_model",
+    "vector_type",
+    "chunk_mode",
+    "chunk_size",
+    "chunk_overlap",
+    "answer_min_evidence",
+    "fusion",
+    "rrf_k",
+    "vector_weight",
+)
 
 
 def resolve(settings: Settings, connections: Connections) -> KnowledgeBase:
@@ -135,9 +145,18 @@ def listing(connections: Connections) -> list[KbInfo]:
         for kb in catalog.all_kbs(conn):
             catalog.bind(conn, kb.schema)
             facts = store.kb_facts(conn)
-            out.append(KbInfo(name=kb.name, documents=facts.documents, chunks=facts.chunks, model=facts.model,
-                              vector_type=facts.vector_type, index_bytes=facts.index_bytes,
-                              last_ingest=facts.last_ingest, created_at=kb.created_at))
+            out.append(
+                KbInfo(
+                    name=kb.name,
+                    documents=facts.documents,
+                    chunks=facts.chunks,
+                    model=facts.model,
+                    vector_type=facts.vector_type,
+                    index_bytes=facts.index_bytes,
+                    last_ingest=facts.last_ingest,
+                    created_at=kb.created_at,
+                )
+            )
         catalog.unbind(conn)
         conn.commit()
     return out

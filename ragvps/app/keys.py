@@ -87,8 +87,10 @@ class Keys:
         if not name.strip():
             raise UsageError("a key needs a name: --name app1", settings=("name",))
         if not grants and every_kb is None:
-            raise UsageError("a key needs a role on at least one knowledge base: --kb faq --role read, or on "
-                             "every one: --all-kbs --role admin")
+            raise UsageError(
+                "a key needs a role on at least one knowledge base: --kb faq --role read, or on "
+                "every one: --all-kbs --role admin"
+            )
         for _, role in grants:
             check_role(role)
         every = check_role(every_kb) if every_kb is not None else None
@@ -117,5 +119,8 @@ class Keys:
         if found is None:
             return None
         name, roles, every = found
-        return Principal(f"key {name}", {kb: check_role(role) for kb, role in roles.items()},
-                         every_kb=check_role(every) if every else None)
+        return Principal(
+            f"key {name}",
+            {kb: check_role(role) for kb, role in roles.items()},
+            every_kb=check_role(every) if every else None,
+        )

@@ -174,7 +174,8 @@ def search_many(apps: Sequence[App], request: SearchRequest) -> SearchResult:
         rrf_k = app.settings.search.rrf_k
         scored.extend((1.0 / (rrf_k + hit.rank), order, hit, name) for hit in result.hits)
     scored.sort(key=lambda t: (-t[0], t[1], t[2].rank))
-    hits = [dataclasses.replace(hit, rank=i, score=round(score, 6), kb=name)
-            for i, (score, _, hit, name) in enumerate(scored[:k], 1)]
-    return SearchResult(request.query, request.mode, hits, ",".join(dict.fromkeys(a.spec.name for a in apps)),
-                        timings)
+    hits = [
+        dataclasses.replace(hit, rank=i, score=round(score, 6), kb=name)
+        for i, (score, _, hit, name) in enumerate(scored[:k], 1)
+    ]
+    return SearchResult(request.query, request.mode, hits, ",".join(dict.fromkeys(a.spec.name for a in apps)), timings)

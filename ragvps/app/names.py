@@ -10,6 +10,10 @@ from ragvps.retrieve.modes import MODES
 
 
 def choices(kind: Literal["mode", "embedder", "generator", "reranker"]) -> str:
-    names = {"mode": MODES, "embedder": tuple(backends.EMBEDDERS), "generator": tuple(backends.GENERATORS),
-             "reranker": tuple(backends.RERANKERS)}[kind]
+    names = {
+        "mode": MODES,
+        "embedder": tuple(backends.EMBEDDERS),
+        "generator": tuple(backends.GENERATORS),
+        "reranker": tuple(backends.RERANKERS),
+    }[kind]
     return " | ".join(names)

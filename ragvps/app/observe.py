@@ -10,9 +10,16 @@ if TYPE_CHECKING:
     from ragvps.app.requests import Answer, SearchResult
 
 # A use case's timings (milliseconds, by key) -> the stage they measure; other keys are sums of these.
-STAGES = {"embed_ms": "question_embedding", "vector_ms": "vector_leg", "keyword_ms": "keyword_leg",
-          "fusion_ms": "fusion", "rerank_ms": "rerank", "generate_ms": "generation", "cache_ms": "answer_cache",
-          "memo_ms": "answer_memo"}
+STAGES = {
+    "embed_ms": "question_embedding",
+    "vector_ms": "vector_leg",
+    "keyword_ms": "keyword_leg",
+    "fusion_ms": "fusion",
+    "rerank_ms": "rerank",
+    "generate_ms": "generation",
+    "cache_ms": "answer_cache",
+    "memo_ms": "answer_memo",
+}
 ANSWER_STAGES = ("generate_ms", "cache_ms", "memo_ms")  # an answer's own; its search reports the others
 
 Outcome = Literal["answered", "extractive", "refused_gate", "refused_model", "cached"]

@@ -29,9 +29,29 @@ from ragvps.measure.planner import (
 )
 from ragvps.records import ModelSpec
 
-__all__ = ["BYTES_PER_DIM", "COMPARE_OVERLAPS", "PER_100K", "RAW_SIZE_NOTE", "VECTOR_TYPES", "Budget", "WindowPlan",
-           "check_limit", "common_models", "compare_overlaps", "default_dims", "human_bytes", "known_model", "mib",
-           "millions", "parse_overlap", "pgvector_bytes", "raw_vector_bytes", "sizing", "strip", "summary"]
+__all__ = [
+    "BYTES_PER_DIM",
+    "COMPARE_OVERLAPS",
+    "PER_100K",
+    "RAW_SIZE_NOTE",
+    "VECTOR_TYPES",
+    "Budget",
+    "WindowPlan",
+    "check_limit",
+    "common_models",
+    "compare_overlaps",
+    "default_dims",
+    "human_bytes",
+    "known_model",
+    "mib",
+    "millions",
+    "parse_overlap",
+    "pgvector_bytes",
+    "raw_vector_bytes",
+    "sizing",
+    "strip",
+    "summary",
+]
 
 
 def default_dims() -> int:

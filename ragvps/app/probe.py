@@ -41,9 +41,14 @@ def make_probe(app: App, warn: Callable[[str], None]) -> dict[str, object] | Non
         return None
     with app.connection() as conn:
         tops = [exact_top(conn, eset, vector, PROBE_K) for vector in vectors]
-    return {"model": eset.model, "k": PROBE_K, "queries": [
-        {"chunk": chunk_id, "text": text, "top": [i for i, _ in top], "distances": [d for _, d in top]}
-        for (chunk_id, _), text, top in zip(sample, texts, tops, strict=True)]}
+    return {
+        "model": eset.model,
+        "k": PROBE_K,
+        "queries": [
+            {"chunk": chunk_id, "text": text, "top": [i for i, _ in top], "distances": [d for _, d in top]}
+            for (chunk_id, _), text, top in zip(sample, texts, tops, strict=True)
+        ],
+    }
 
 
 def run_probe(app: App, probe: dict[str, object]) -> list[tuple[str, list[int], list[int], float]]:

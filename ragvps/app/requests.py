@@ -89,9 +89,11 @@ class Overrides:
         if self.max_tokens is not None:
             window = window_for(settings)
             if self.max_tokens >= window:  # the request's, not a setting: the asker's to change
-                raise UsageError(f"max_tokens={self.max_tokens:,} leaves no room for a prompt in the model's context "
-                                 f"window of {window:,} tokens (setting context_window): ask for fewer, e.g. "
-                                 f"{settings.answer_reserve:,}")
+                raise UsageError(
+                    f"max_tokens={self.max_tokens:,} leaves no room for a prompt in the model's context "
+                    f"window of {window:,} tokens (setting context_window): ask for fewer, e.g. "
+                    f"{settings.answer_reserve:,}"
+                )
             changed["answer_reserve"] = self.max_tokens
         return dataclasses.replace(settings, **changed) if changed else settings  # type: ignore[arg-type]
 
@@ -127,9 +129,15 @@ class Retrieved:
     @classmethod
     def from_json(cls, data: Json) -> Retrieved:
         cosine, terms = data.get("cosine"), data.get("terms")
-        return cls(chunk_id=str(data["chunk_id"]), path=str(data["path"]), heading_path=str(data["heading_path"]),
-                   score=float(str(data["score"])), cosine=None if cosine is None else float(str(cosine)),
-                   terms=None if terms is None else float(str(terms)), evidence=float(str(data["evidence"])))
+        return cls(
+            chunk_id=str(data["chunk_id"]),
+            path=str(data["path"]),
+            heading_path=str(data["heading_path"]),
+            score=float(str(data["score"])),
+            cosine=None if cosine is None else float(str(cosine)),
+            terms=None if terms is None else float(str(terms)),
+            evidence=float(str(data["evidence"])),
+        )
 
 
 @dataclass(frozen=True)
@@ -143,16 +151,23 @@ class Retrieval:
     retrieved: tuple[Retrieved, ...]
 
     def to_json(self) -> dict[str, object]:
-        return {"shown": [source_json(s) for s in self.shown], "left_out": dict(self.left_out),
-                "evidence": self.evidence, "retrieved": [r.to_json() for r in self.retrieved]}
+        return {
+            "shown": [source_json(s) for s in self.shown],
+            "left_out": dict(self.left_out),
+            "evidence": self.evidence,
+            "retrieved": [r.to_json() for r in self.retrieved],
+        }
 
     @classmethod
     def from_json(cls, data: Json) -> Retrieval:
         shown, left, retrieved = data["shown"], data["left_out"], data["retrieved"]
         assert isinstance(shown, list) and isinstance(left, dict) and isinstance(retrieved, list)
-        return cls(shown=tuple(source_from_json(d) for d in shown),
-                   left_out={str(k): int(v) for k, v in left.items()}, evidence=float(str(data["evidence"] or 0.0)),
-                   retrieved=tuple(Retrieved.from_json(d) for d in retrieved))
+        return cls(
+            shown=tuple(source_from_json(d) for d in shown),
+            left_out={str(k): int(v) for k, v in left.items()},
+            evidence=float(str(data["evidence"] or 0.0)),
+            retrieved=tuple(Retrieved.from_json(d) for d in retrieved),
+        )
 
 
 @dataclass(frozen=True)
@@ -192,14 +207,26 @@ class Answer:
         return self.retrieval.retrieved
 
     def to_json(self) -> dict[str, object]:
-        return {"answer": self.answer, "answered": self.answered, "extractive": self.extractive,
-                "citations": [c.to_json() for c in self.citations], "invalid_citations": self.invalid_citations,
-                "sources": [source_json(s) for s in self.sources], "left_out": dict(self.left_out),
-                "usage": self.usage.to_json(), "cache": self.cache, "generator": self.generator, "model": self.model,
-                "prompt_version": self.prompt_version, "timings": dict(self.timings), "evidence": self.evidence,
-                "min_evidence": self.min_evidence, "quotes": [q.to_json() for q in self.quotes],
-                "tool_calls": [t.to_json() for t in self.tool_calls],
-                "retrieved": [r.to_json() for r in self.retrieved]}
+        return {
+            "answer": self.answer,
+            "answered": self.answered,
+            "extractive": self.extractive,
+            "citations": [c.to_json() for c in self.citations],
+            "invalid_citations": self.invalid_citations,
+            "sources": [source_json(s) for s in self.sources],
+            "left_out": dict(self.left_out),
+            "usage": self.usage.to_json(),
+            "cache": self.cache,
+            "generator": self.generator,
+            "model": self.model,
+            "prompt_version": self.prompt_version,
+            "timings": dict(self.timings),
+            "evidence": self.evidence,
+            "min_evidence": self.min_evidence,
+            "quotes": [q.to_json() for q in self.quotes],
+            "tool_calls": [t.to_json() for t in self.tool_calls],
+            "retrieved": [r.to_json() for r in self.retrieved],
+        }
 
 
 @dataclass(frozen=True)

@@ -89,8 +89,9 @@ def _measure(app: App, manifest: Manifest, report: CheckReport, progress: Progre
         report.figures.append("no gold questions and no probe: counts and checksums checked only")
 
 
-def _compare_eval(app: App, gold: list[GoldRow], scores: list[ScoreRow], report: CheckReport,
-                  progress: Progress) -> None:
+def _compare_eval(
+    app: App, gold: list[GoldRow], scores: list[ScoreRow], report: CheckReport, progress: Progress
+) -> None:
     rows = gold
     recorded = {s.mode: s for s in scores}
     first = next(iter(recorded.values()))
@@ -99,8 +100,9 @@ def _compare_eval(app: App, gold: list[GoldRow], scores: list[ScoreRow], report:
     for mode, then in recorded.items():
         now = result.modes[mode]
         pairs = (("recall", then.recall, now.recall), ("MRR", then.mrr, now.mrr), ("nDCG", then.ndcg, now.ndcg))
-        report.figures.append(f"{mode}: " + ", ".join(f"{label}@{first.k} {b:.4f} (recorded {a:.4f})"
-                                                     for label, a, b in pairs))
+        report.figures.append(
+            f"{mode}: " + ", ".join(f"{label}@{first.k} {b:.4f} (recorded {a:.4f})" for label, a, b in pairs)
+        )
         for label, a, b in pairs:
             if abs(a - b) > SCORE_TOLERANCE:
                 report.fail(f"{mode} {label}@{first.k} is {b:.4f}, recorded {a:.4f} (tolerance {SCORE_TOLERANCE})")
@@ -110,8 +112,10 @@ def _compare_probe(app: App, probe: dict[str, object], report: CheckReport) -> N
     results = run_probe(app, probe)
     same = sum(1 for _, then, now, diff in results if then == now and diff <= DISTANCE_TOLERANCE)
     worst = max((diff for *_, diff in results), default=0.0)
-    report.figures.append(f"probe: {same} of {len(results)} chunks' first sentences find the same top-"
-                          f"{probe.get('k')} as at backup time (largest distance difference {worst:.2e})")
+    report.figures.append(
+        f"probe: {same} of {len(results)} chunks' first sentences find the same top-"
+        f"{probe.get('k')} as at backup time (largest distance difference {worst:.2e})"
+    )
     for text, then, now, diff in results:
         if then != now or diff > DISTANCE_TOLERANCE:
             report.fail(f"{text[:60]!r}: top {now[:5]}... now, {then[:5]}... at backup time")

@@ -138,9 +138,15 @@ def _executor() -> ThreadPoolExecutor:
     return _legs
 
 
-def _search(app: App, conn: psycopg.Connection, text: str, embedding: NDArray[np.float32] | None,
-            request: SearchRequest, timings: dict[str, float],
-            keyword: KeywordLeg | None) -> tuple[list[Hit], EmbeddingSet]:
+def _search(
+    app: App,
+    conn: psycopg.Connection,
+    text: str,
+    embedding: NDArray[np.float32] | None,
+    request: SearchRequest,
+    timings: dict[str, float],
+    keyword: KeywordLeg | None,
+) -> tuple[list[Hit], EmbeddingSet]:
     for attempt in range(3):
         try:
             # One transaction, not autocommit: the vector leg locks the embedding table before the evidence query
@@ -148,8 +154,18 @@ def _search(app: App, conn: psycopg.Connection, text: str, embedding: NDArray[np
             # query would take chunks first and deadlock with it (test_switch_queries found it).
             with driver_errors(app.settings), conn.transaction():
                 eset = app.active_set(conn, "query")
-                hits = search_legs(conn, eset, text, embedding, app.settings, request.mode, request.k,
-                                   request.filters, timings, keyword)
+                hits = search_legs(
+                    conn,
+                    eset,
+                    text,
+                    embedding,
+                    app.settings,
+                    request.mode,
+                    request.k,
+                    request.filters,
+                    timings,
+                    keyword,
+                )
             if keyword is not None:
                 timings["keyword_ms"] = keyword.ms  # its own time, on its connection, beside the embedding
             app.set_matched = True

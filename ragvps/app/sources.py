@@ -45,8 +45,11 @@ Warn = Callable[[str], None]
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 # The options each kind takes (beyond max_items and max_item_bytes, which every kind takes).
-OPTIONS = {"git": ("branch", "include", "exclude", "link"), "web": ("max_pages", "max_depth"),
-           "s3": ("prefix", "endpoint", "region")}
+OPTIONS = {
+    "git": ("branch", "include", "exclude", "link"),
+    "web": ("max_pages", "max_depth"),
+    "s3": ("prefix", "endpoint", "region"),
+}
 
 
 @dataclass(frozen=True)
@@ -95,8 +98,9 @@ def check(spec: SourceSpec) -> dict[str, object]:
         raise UsageError(f"source name {spec.name!r}: use lower-case letters, digits, - and _ (at most 63)")
     location = spec.location.strip()
     if spec.kind == "web" and not re.match(r"https?://[^/\s]+", location):
-        raise UsageError(f"web source {spec.name}: {location!r} is not an http(s) URL; give the start page or the "
-                         "sitemap's URL")
+        raise UsageError(
+            f"web source {spec.name}: {location!r} is not an http(s) URL; give the start page or the sitemap's URL"
+        )
     if spec.kind == "s3" and not BUCKET.fullmatch(location):
         raise UsageError(f"s3 source {spec.name}: {location!r} is not a bucket name (3-63 of a-z, 0-9, . and -)")
     if spec.kind == "git" and (not location or location.startswith(("-", "ext::"))):
@@ -104,8 +108,10 @@ def check(spec: SourceSpec) -> dict[str, object]:
     allowed = {*OPTIONS[spec.kind], "max_items", "max_item_bytes"}
     unknown = sorted(k for k, v in spec.options.items() if v not in (None, [], ()) and k not in allowed)
     if unknown:
-        raise UsageError(f"{spec.kind} source {spec.name}: {', '.join(unknown)} do not apply to a {spec.kind} "
-                         f"source (it takes {', '.join(sorted(allowed))})")
+        raise UsageError(
+            f"{spec.kind} source {spec.name}: {', '.join(unknown)} do not apply to a {spec.kind} "
+            f"source (it takes {', '.join(sorted(allowed))})"
+        )
     return {k: v for k, v in spec.options.items() if v not in (None, [], ())}
 
 
@@ -115,8 +121,10 @@ def add_source(app: App, spec: SourceSpec) -> SourceInfo:
     options = check(spec)
     with app.connection() as conn:
         if not sources.add(conn, spec.name, spec.kind, spec.location.strip(), options):
-            raise ConflictError(f"a source named {spec.name} exists in knowledge base {app.kb_name}: choose another "
-                                f"name, or `ragvps source remove {spec.name}` first")
+            raise ConflictError(
+                f"a source named {spec.name} exists in knowledge base {app.kb_name}: choose another "
+                f"name, or `ragvps source remove {spec.name}` first"
+            )
     return next(s for s in list_sources(app) if s.name == spec.name)
 
 
@@ -124,8 +132,10 @@ def list_sources(app: App) -> list[SourceInfo]:
 
     with app.connection() as conn:
         rows = sources.listed(conn)
-    return [SourceInfo(r.name, r.kind, r.location, r.config, r.items, r.state, r.synced_at, r.seconds, r.error,
-                       r.cursor) for r in rows]
+    return [
+        SourceInfo(r.name, r.kind, r.location, r.config, r.items, r.state, r.synced_at, r.seconds, r.error, r.cursor)
+        for r in rows
+    ]
 
 
 def remove_source(app: App, name: str) -> RemovedSource:
@@ -136,8 +146,10 @@ def remove_source(app: App, name: str) -> RemovedSource:
             raise NotFoundError(f"no source named {name} in knowledge base {app.kb_name} (`ragvps source list`)")
         running = sync_jobs.running(conn, name)
         if running is not None:
-            raise ConflictError(f"source {name} is being synced (job {running}): cancel it (DELETE /jobs/{running}) "
-                                "or wait for it to end, then remove the source")
+            raise ConflictError(
+                f"source {name} is being synced (job {running}): cancel it (DELETE /jobs/{running}) "
+                "or wait for it to end, then remove the source"
+            )
         documents = forget(conn, app.settings, name)
         sources.remove(conn, name)
     return RemovedSource(name, documents)
@@ -158,8 +170,9 @@ def _rows(conn: psycopg.Connection, app: App, names: Sequence[str]) -> list[Sour
     rows = sources.listed(conn)
     missing = sorted(set(names) - {r.name for r in rows})
     if missing:
-        raise NotFoundError(f"no source named {', '.join(missing)} in knowledge base {app.kb_name} "
-                            "(`ragvps source list`)")
+        raise NotFoundError(
+            f"no source named {', '.join(missing)} in knowledge base {app.kb_name} (`ragvps source list`)"
+        )
     return [r for r in rows if not names or r.name in names]
 
 
@@ -190,15 +203,23 @@ def run_sync(app: App, name: str, progress: Progress, warn: Warn) -> SyncReport:
         second = SingleConnection(app.settings)
         try:
             report = SyncJob(second.connection, conn, app.settings, app.spec, lanes, job, token, name).run(
-                threading.Event(), progress, warn, answer_cache.prune)
+                threading.Event(), progress, warn, answer_cache.prune
+            )
         except BaseException:  # Ctrl-C: the job is given back at once, not held until its lease runs out
             _give_back(conn, job, token)
             raise
         finally:
             second.close()
     if report is None:
-        return SyncReport(name, "", app.kb_name, "failed", f"this process lost job {job}'s lease (it ran out) and "
-                          f"another worker took the sync over: GET /jobs/{job} shows how it ends", job=job)
+        return SyncReport(
+            name,
+            "",
+            app.kb_name,
+            "failed",
+            f"this process lost job {job}'s lease (it ran out) and "
+            f"another worker took the sync over: GET /jobs/{job} shows how it ends",
+            job=job,
+        )
     report.job = job
     return report
 

@@ -39,14 +39,34 @@ def answer_task(app: App, task: client_tasks.Task | None, request: ChatRequest, 
         fit = budget.as_is(prompt, request.overrides.generation(app.settings.generate))
         generation = gen.generate(fit, on_token)
         text, usage, calls = generation.text, generation.usage, generation.tool_calls
-    answer = Answer(answer=text, answered=True, extractive=gen.extractive, citations=(), invalid_citations=0,
-                    retrieval=Retrieval(shown=(), left_out={}, evidence=0.0, retrieved=()), usage=usage,
-                    cache="off", generator=gen.name, model=gen.model, prompt_version=PROMPT_VERSION, timings={},
-                    min_evidence=app.settings.generate.min_evidence, tool_calls=calls)
+    answer = Answer(
+        answer=text,
+        answered=True,
+        extractive=gen.extractive,
+        citations=(),
+        invalid_citations=0,
+        retrieval=Retrieval(shown=(), left_out={}, evidence=0.0, retrieved=()),
+        usage=usage,
+        cache="off",
+        generator=gen.name,
+        model=gen.model,
+        prompt_version=PROMPT_VERSION,
+        timings={},
+        min_evidence=app.settings.generate.min_evidence,
+        tool_calls=calls,
+    )
     question = client_tasks.last_question(task) if task else ""
-    return ChatAnswer(content=text, answer=answer, question=question, standalone=question, rewrite="none",
-                      rewrite_cache="off", rewrite_usage=Usage(), usage=usage,
-                      task=task.kind if task else "tool_result")
+    return ChatAnswer(
+        content=text,
+        answer=answer,
+        question=question,
+        standalone=question,
+        rewrite="none",
+        rewrite_cache="off",
+        rewrite_usage=Usage(),
+        usage=usage,
+        task=task.kind if task else "tool_result",
+    )
 
 
 def values(app: App, task: client_tasks.Task) -> list[str]:

@@ -86,18 +86,39 @@ def _root(
     data_dir: Annotated[Path | None, typer.Option(help="Where stage files and the embedded database live.")] = None,
     database_url: Annotated[str | None, typer.Option(help="PostgreSQL DSN; empty: the embedded server.")] = None,
     embedder: Annotated[str | None, typer.Option(help=choices("embedder"))] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v",
-                                          help="Log details, and an unexpected error's traceback.")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Log details, and an unexpected error's traceback.")
+    ] = False,
 ) -> None:
-    ctx.obj = {"verbose": verbose, "config": config,
-               "flags": {"data_dir": data_dir, "database_url": database_url, "embedder": embedder}}
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
-                        format="%(levelname)s %(name)s: %(message)s")
+    ctx.obj = {
+        "verbose": verbose,
+        "config": config,
+        "flags": {"data_dir": data_dir, "database_url": database_url, "embedder": embedder},
+    }
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        stream=sys.stderr,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
 
 
 def _register() -> None:
-    for module in (ingest, worker, search, ask, chat, plan, measure, calibrate, kb, bundle, database, serve, audit,
-                   source):
+    for module in (
+        ingest,
+        worker,
+        search,
+        ask,
+        chat,
+        plan,
+        measure,
+        calibrate,
+        kb,
+        bundle,
+        database,
+        serve,
+        audit,
+        source,
+    ):
         module.register(app)
 
 

@@ -30,8 +30,9 @@ def ask(
     meta: MetaOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the answer, citations, usage as JSON.")] = False,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the answer cache.")] = False,
-    show_prompt: Annotated[bool, typer.Option(
-        "--show-prompt", help="Print the exact prompt and its token count; send nothing.")] = False,
+    show_prompt: Annotated[
+        bool, typer.Option("--show-prompt", help="Print the exact prompt and its token count; send nothing.")
+    ] = False,
     kb: KbOption = None,
 ) -> None:
     """Answer a question from the ingested documents, citing the chunks it used.
@@ -50,10 +51,12 @@ def ask(
                 return echo_json(preview)
             typer.echo(preview.text)
             left = ", ".join(f"{n} by {why}" for why, n in sorted(preview.left_out.items())) or "none"
-            err.print(f"{preview.prompt_tokens:,} prompt tokens ({preview.encoding}; stable prefix "
-                      f"{preview.system_tokens:,}) of {preview.window - preview.reserve:,} allowed "
-                      f"(context_window {preview.window:,} - answer_reserve {preview.reserve:,}); "
-                      f"{len(preview.sources)} sources, left out: {left}; nothing was sent")
+            err.print(
+                f"{preview.prompt_tokens:,} prompt tokens ({preview.encoding}; stable prefix "
+                f"{preview.system_tokens:,}) of {preview.window - preview.reserve:,} allowed "
+                f"(context_window {preview.window:,} - answer_reserve {preview.reserve:,}); "
+                f"{len(preview.sources)} sources, left out: {left}; nothing was sent"
+            )
             return None
         streaming = not as_json and sys.stdout.isatty()
 
@@ -73,8 +76,9 @@ def ask(
     spent = answer.usage.described() if not answer.extractive else "no LLM"
     notes = [f"{answer.generator}" + (f" {answer.model}" if answer.model else ""), f"cache {answer.cache}", spent]
     if not answer.answered and not answer.sources:
-        notes.append(f"evidence {answer.evidence:.2f} below answer_min_evidence {answer.min_evidence:.2f}: "
-                     "no source was sent")
+        notes.append(
+            f"evidence {answer.evidence:.2f} below answer_min_evidence {answer.min_evidence:.2f}: no source was sent"
+        )
     if answer.invalid_citations:
         notes.append(f"{answer.invalid_citations} invalid citation(s) dropped")
     err.print("; ".join(notes))

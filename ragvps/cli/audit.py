@@ -26,11 +26,13 @@ def span(text: str) -> timedelta:
 def audit(
     ctx: typer.Context,
     since: Annotated[str, typer.Option(help="How far back: 30m, 12h, 7d, 2w.")] = "1d",
-    who: Annotated[str | None, typer.Option(help="Only rows whose `who` contains this (a key's or a user's name).")]
-    = None,
+    who: Annotated[
+        str | None, typer.Option(help="Only rows whose `who` contains this (a key's or a user's name).")
+    ] = None,
     kb: Annotated[str | None, typer.Option("--kb", help="Only this knowledge base.")] = None,
-    action: Annotated[str | None, typer.Option(help="Only this action: search, ask, chat, upload, delete, cancel, "
-                                                    "mcp.")] = None,
+    action: Annotated[
+        str | None, typer.Option(help="Only this action: search, ask, chat, upload, delete, cancel, mcp.")
+    ] = None,
     limit: Annotated[int, typer.Option(help="At most this many rows, newest first.")] = 1000,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
@@ -45,12 +47,13 @@ def audit(
         return echo_json(rows)
     typer.echo(f"{'when (UTC)':<19}  {'who':<36} {'action':<7} {'kb':<20} {'status':>6}  request")
     for r in rows:
-        typer.echo(f"{r.at:%Y-%m-%d %H:%M:%S}  {r.who[:36]:<36} {r.action:<7} {(r.kb or '-')[:20]:<20} "
-                   f"{r.status:>6}  {r.request or '-'}" + (f"  {r.question!r}" if r.question else ""))
+        typer.echo(
+            f"{r.at:%Y-%m-%d %H:%M:%S}  {r.who[:36]:<36} {r.action:<7} {(r.kb or '-')[:20]:<20} "
+            f"{r.status:>6}  {r.request or '-'}" + (f"  {r.question!r}" if r.question else "")
+        )
 
 
-def users(ctx: typer.Context,
-          as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+def users(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """The people who signed in (or came through a trusted proxy), with their groups as last seen."""
     from ragvps.app.library import Library  # lazy: the use case loads when the command runs (--help start-up)
 
@@ -59,8 +62,10 @@ def users(ctx: typer.Context,
     if as_json:
         return echo_json(rows)
     for r in rows:
-        typer.echo(f"{r.email or r.name or r.subject:<40} {r.via:<6} {r.seen_at:%Y-%m-%d %H:%M}  "
-                   f"groups: {', '.join(r.groups) or '-'}")
+        typer.echo(
+            f"{r.email or r.name or r.subject:<40} {r.via:<6} {r.seen_at:%Y-%m-%d %H:%M}  "
+            f"groups: {', '.join(r.groups) or '-'}"
+        )
 
 
 def register(app: typer.Typer) -> None:

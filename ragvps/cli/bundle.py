@@ -32,16 +32,19 @@ def export(
         made = bundles.export(app, file, with_cache=with_cache, progress=bars, warn=warn)
     if as_json:
         return echo_json({k: v for k, v in vars(made).items() if k != "manifest"})
-    typer.echo(f"exported {made.documents:,} documents, {made.chunks:,} chunks, {made.vectors:,} vectors "
-               f"({made.vector_sets} vector set(s)) to {made.path} ({_mib(made.bytes)})")
+    typer.echo(
+        f"exported {made.documents:,} documents, {made.chunks:,} chunks, {made.vectors:,} vectors "
+        f"({made.vector_sets} vector set(s)) to {made.path} ({_mib(made.bytes)})"
+    )
     return None
 
 
 def import_(
     ctx: typer.Context,
     file: Annotated[Path, typer.Argument(help="A bundle made by `ragvps export` or `ragvps backup`.")],
-    kb: Annotated[str | None, typer.Option("--kb", help="The new knowledge base's name (default: the bundle's).")]
-    = None,
+    kb: Annotated[
+        str | None, typer.Option("--kb", help="The new knowledge base's name (default: the bundle's).")
+    ] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Replace a knowledge base of that name.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
@@ -57,8 +60,10 @@ def import_(
         typer.echo(f"{file} was imported as {done.name} already: nothing to do (--replace imports it again)")
         return None
     index = "HNSW index built" if done.index_built else "no HNSW index (exact search at this size)"
-    typer.echo(f"imported {done.documents:,} documents, {done.chunks:,} chunks, {done.vectors:,} vectors as "
-               f"knowledge base {done.name}; {index}; nothing re-embedded" + (" (resumed)" if done.resumed else ""))
+    typer.echo(
+        f"imported {done.documents:,} documents, {done.chunks:,} chunks, {done.vectors:,} vectors as "
+        f"knowledge base {done.name}; {index}; nothing re-embedded" + (" (resumed)" if done.resumed else "")
+    )
     return None
 
 
@@ -79,8 +84,10 @@ def backup(
     with Bars() as bars:
         made = bundles.backup(settings, folder, bundles.backup_names(settings, kb, every), keep, bars, warn)
     for b in made:
-        typer.echo(f"backed up {b.kb}: {b.chunks:,} chunks to {b.path} ({_mib(b.bytes)})"
-                   + (f"; deleted {len(b.pruned)} older" if b.pruned else ""))
+        typer.echo(
+            f"backed up {b.kb}: {b.chunks:,} chunks to {b.path} ({_mib(b.bytes)})"
+            + (f"; deleted {len(b.pruned)} older" if b.pruned else "")
+        )
         if check:
             with Bars() as bars:
                 report = restore_check(settings, b.path, bars, warn)

@@ -39,9 +39,15 @@ def chat(
     meta: MetaOption = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the answer cache.")] = False,
     kb: KbOption = None,
-    markdown: Annotated[bool | None, typer.Option("--markdown/--plain", help="Render the answers' Markdown (code "
-                                                  "blocks, lists, tables) or print it as it is (default: render on "
-                                                  "a terminal).")] = None,
+    markdown: Annotated[
+        bool | None,
+        typer.Option(
+            "--markdown/--plain",
+            help="Render the answers' Markdown (code "
+            "blocks, lists, tables) or print it as it is (default: render on "
+            "a terminal).",
+        ),
+    ] = None,
 ) -> None:
     """Talk to the knowledge base: a question, then follow-ups that refer to it ("and how do I undo that?").
 
@@ -76,8 +82,11 @@ def chat(
                 continue
             request = ChatRequest((*messages, ("user", question)), overrides, use_cache=not no_cache)
             try:
-                answer = rendered_chat(app, request, streaming) if rendered else \
-                    app.chat(request, on_token=show if streaming else None)
+                answer = (
+                    rendered_chat(app, request, streaming)
+                    if rendered
+                    else app.chat(request, on_token=show if streaming else None)
+                )
             except KeyboardInterrupt:
                 err.print("\n(stopped; ask again, or Ctrl-D to leave)")
                 continue
@@ -105,6 +114,7 @@ def rendered_chat(app: App, request: ChatRequest, live: bool) -> ChatAnswer:
         return answer
     text = ""
     with Live(Markdown(""), console=console, refresh_per_second=8, vertical_overflow="visible") as view:
+
         def show(piece: str) -> None:
             nonlocal text
             text += piece

@@ -27,12 +27,20 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 # The knowledge base a command reads or writes; default: the setting kb (RAGVPS_KB, ragvps.toml), or `default`.
 KbOption = Annotated[str | None, typer.Option("--kb", help="The knowledge base (setting kb; default: default).")]
 # The search flags of query, ask and chat, declared once.
-KOption = Annotated[int | None, typer.Option(
-    "--k", "-k", help="How many chunks (default: top_k for query, answer_chunks for ask and chat; at most max_k).")]
+KOption = Annotated[
+    int | None,
+    typer.Option(
+        "--k", "-k", help="How many chunks (default: top_k for query, answer_chunks for ask and chat; at most max_k)."
+    ),
+]
 ModeOption = Annotated[str, typer.Option(help=choices("mode"))]
 PathPrefixOption = Annotated[str, typer.Option(help="Only chunks from source files whose path starts so.")]
-MetaOption = Annotated[list[str] | None, typer.Option(
-    help="Only chunks whose document or chunk metadata has KEY=VALUE (VALUE as JSON, else text); repeatable.")]
+MetaOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Only chunks whose document or chunk metadata has KEY=VALUE (VALUE as JSON, else text); repeatable."
+    ),
+]
 
 
 def settings_from(ctx: typer.Context, **flags: Any) -> Settings:
@@ -114,8 +122,15 @@ class Bars:
         # lazy: only a command that draws bars loads them (--help start-up)
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.progress = Progress(TextColumn("{task.description:>6}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), _rate_column(), console=err, transient=False)
+        self.progress = Progress(
+            TextColumn("{task.description:>6}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            _rate_column(),
+            console=err,
+            transient=False,
+        )
         self.tasks: dict[str, Any] = {}
         self.started = False
         self.lock = threading.Lock()  # several embedding hosts report from their own threads

@@ -22,14 +22,20 @@ def ingest(
     path: Annotated[str, typer.Argument(help="Folder (or file) of documents.")],
     chunk_size: Annotated[int | None, typer.Option(help="Tokens per chunk (default: the model's).")] = None,
     chunk_overlap: Annotated[int | None, typer.Option(help="Tokens shared by neighbouring windows.")] = None,
-    defer_embedding: Annotated[bool | None, typer.Option(
-        "--defer-embedding", help="Store and queue the chunks; `ragvps worker` processes embed them.")] = None,
+    defer_embedding: Annotated[
+        bool | None,
+        typer.Option("--defer-embedding", help="Store and queue the chunks; `ragvps worker` processes embed them."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     kb: KbOption = None,
 ) -> None:
     """Chunk, embed and store a folder of documents; only what changed is redone."""
-    with open_app(ctx, kb=kb, chunk_size=chunk_size, chunk_overlap=chunk_overlap,
-                  defer_embedding=defer_embedding) as app, Bars() as bars:
+    with (
+        open_app(
+            ctx, kb=kb, chunk_size=chunk_size, chunk_overlap=chunk_overlap, defer_embedding=defer_embedding
+        ) as app,
+        Bars() as bars,
+    ):
         report = app.ingest(path, bars, warn)
     if as_json:
         return echo_json(report)
@@ -37,16 +43,20 @@ def ingest(
     if len(report.hosts) > 1:
         for url, h in report.hosts.items():
             rate = f"{h['chunks_per_s']:g} chunks/s" if h["chunks_per_s"] else "no rate"
-            typer.echo(f"  {url}: {h['chunks']} chunks in {h['batches']} batches, {rate}, {h['state']}"
-                       + (f" ({h['reason']})" if h["reason"] else ""))
+            typer.echo(
+                f"  {url}: {h['chunks']} chunks in {h['batches']} batches, {rate}, {h['state']}"
+                + (f" ({h['reason']})" if h["reason"] else "")
+            )
 
 
 def _summary(report: IngestReport) -> str:
-    return (f"{report.files} files, {report.documents} documents, {report.chunks} chunks; "
-            f"embedded {report.embedded}, stored {report.stored} documents, unchanged {report.unchanged}, "
-            f"deleted {report.deleted}"
-            + (f"; skipped {skipped_text(report.skipped)}" if report.skipped else "")
-            + (f"; queued {report.queued} for `ragvps worker`" if report.queued else ""))
+    return (
+        f"{report.files} files, {report.documents} documents, {report.chunks} chunks; "
+        f"embedded {report.embedded}, stored {report.stored} documents, unchanged {report.unchanged}, "
+        f"deleted {report.deleted}"
+        + (f"; skipped {skipped_text(report.skipped)}" if report.skipped else "")
+        + (f"; queued {report.queued} for `ragvps worker`" if report.queued else "")
+    )
 
 
 def watch(
@@ -98,8 +108,10 @@ def reindex(
             typer.echo(f"knowledge base {name}:")
         if result.switch:
             s = result.switch
-            typer.echo(f"switched from {s.old_model} to {s.new_model}: {s.chunks} chunks, embedded {s.embedded} "
-                       f"(the rest from the vector cache), no source re-read")
+            typer.echo(
+                f"switched from {s.old_model} to {s.new_model}: {s.chunks} chunks, embedded {s.embedded} "
+                f"(the rest from the vector cache), no source re-read"
+            )
         for root, report in result.roots.items():
             typer.echo(f"{root}: embedded {report.embedded}, stored {report.stored}, deleted {report.deleted}")
 
@@ -120,8 +132,10 @@ def chunk(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Run the chunk stage alone: write the chunk files and summarise them (no database, no embedding)."""
-    with open_app(ctx, database=False, chunk_mode=mode, chunk_size=chunk_size,
-                  chunk_overlap=chunk_overlap) as app, Bars() as bars:
+    with (
+        open_app(ctx, database=False, chunk_mode=mode, chunk_size=chunk_size, chunk_overlap=chunk_overlap) as app,
+        Bars() as bars,
+    ):
         s = app.chunk_summary(path, bars, warn)
     if as_json:
         return echo_json(s)

@@ -31,8 +31,13 @@ def open_library(ctx: typer.Context) -> Iterator[Library]:
 def kb_create(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Lower-case letters, digits and '-', at most 63.")],
-    model: Annotated[str | None, typer.Option(help="Its embedding model (an Ollama model, or the local "
-                                                   "model's name); default: the setting embed_model/embedder.")] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="Its embedding model (an Ollama model, or the local "
+            "model's name); default: the setting embed_model/embedder."
+        ),
+    ] = None,
     vector_type: Annotated[str | None, typer.Option(help="vector | halfvec | bit (default: the setting).")] = None,
     chunk_size: Annotated[int | None, typer.Option(help="Tokens per chunk (default: the model's).")] = None,
 ) -> None:
@@ -46,8 +51,7 @@ def kb_create(
 
 
 @kb.command("list")
-def kb_list(ctx: typer.Context,
-            as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+def kb_list(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """Every knowledge base: documents, chunks, model, index size, last ingest."""
     with open_library(ctx) as library:
         rows = library.listing()
@@ -57,8 +61,9 @@ def kb_list(ctx: typer.Context,
     for r in rows:
         model = f"{r.model} ({r.vector_type})" if r.model else "-"
         last = r.last_ingest.strftime("%Y-%m-%d %H:%M") if r.last_ingest else "never"
-        typer.echo(f"{r.name:<24} {r.documents:>9,} {r.chunks:>9,}  {model:<28} {r.index_bytes / 2**20:>8.1f}MB  "
-                   f"{last}")
+        typer.echo(
+            f"{r.name:<24} {r.documents:>9,} {r.chunks:>9,}  {model:<28} {r.index_bytes / 2**20:>8.1f}MB  {last}"
+        )
     return None
 
 
@@ -91,12 +96,17 @@ def kb_rename(ctx: typer.Context, old: Annotated[str, typer.Argument()], new: An
 @key.command("create")
 def key_create(
     ctx: typer.Context,
-    kb_names: Annotated[list[str] | None, typer.Option("--kb", help="A knowledge base the key may use; "
-                                                                    "repeatable.")] = None,
+    kb_names: Annotated[
+        list[str] | None, typer.Option("--kb", help="A knowledge base the key may use; repeatable.")
+    ] = None,
     role: Annotated[str, typer.Option(help="read (search, ask, chat) | write (also documents) | admin.")] = "read",
     name: Annotated[str | None, typer.Option(help="A name to list and revoke it by (default: generated).")] = None,
-    all_kbs: Annotated[bool, typer.Option("--all-kbs", help="The role on every knowledge base, present and "
-                                                            "future (instead of naming each with --kb).")] = False,
+    all_kbs: Annotated[
+        bool,
+        typer.Option(
+            "--all-kbs", help="The role on every knowledge base, present and future (instead of naming each with --kb)."
+        ),
+    ] = False,
 ) -> None:
     """Make an API key and print it once; only its hash is kept."""
     name = name or f"key-{secrets.token_hex(3)}"
@@ -109,8 +119,7 @@ def key_create(
 
 
 @key.command("list")
-def key_list(ctx: typer.Context,
-             as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+def key_list(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """Keys by name with their roles, when made and last used (never the key)."""
     with open_library(ctx) as library:
         rows = library.keys().listing()

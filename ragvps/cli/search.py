@@ -29,16 +29,19 @@ def query(
     path_prefix: PathPrefixOption = "",
     meta: MetaOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the hits as JSON.")] = False,
-    rerank: Annotated[bool, typer.Option(
-        "--rerank", help="Reorder the top rerank_candidates with the reranker API at reranker_url.")] = False,
+    rerank: Annotated[
+        bool, typer.Option("--rerank", help="Reorder the top rerank_candidates with the reranker API at reranker_url.")
+    ] = False,
     kb: KbOption = None,
 ) -> None:
     """Hybrid search: vector top-40 and BM25 full-text top-40, fused by reciprocal rank fusion."""
     from ragvps.app import Filters, SearchRequest  # lazy: the use case loads when the command runs (--help start-up)
 
     request = SearchRequest(text, k=k, mode=mode, filters=Filters(path_prefix, metadata_pairs(meta or [])))  # type: ignore[arg-type]
-    with flag_names({"mode": "--mode", "k": "--k"}), \
-            open_app(ctx, kb=kb, reranker=reranker_on() if rerank else None) as app:
+    with (
+        flag_names({"mode": "--mode", "k": "--k"}),
+        open_app(ctx, kb=kb, reranker=reranker_on() if rerank else None) as app,
+    ):
         result = app.search(request)
     if as_json:
         return echo_json(result.hits)

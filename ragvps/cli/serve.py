@@ -27,11 +27,17 @@ def exit_on_sigterm() -> None:
 
 def serve(
     ctx: typer.Context,
-    host: Annotated[str | None, typer.Option(help="Address to listen on (default 127.0.0.1; setting host). "
-                                                  "Anything but loopback needs an API key.")] = None,
+    host: Annotated[
+        str | None,
+        typer.Option(
+            help="Address to listen on (default 127.0.0.1; setting host). Anything but loopback needs an API key."
+        ),
+    ] = None,
     port: Annotated[int | None, typer.Option(help="Port (default 8765; setting port).")] = None,
-    log_format: Annotated[str | None, typer.Option(
-        "--log-format", help="The request log's lines on stderr: text, json or off (setting log_format).")] = None,
+    log_format: Annotated[
+        str | None,
+        typer.Option("--log-format", help="The request log's lines on stderr: text, json or off (setting log_format)."),
+    ] = None,
 ) -> None:
     """Serve the knowledge base: POST /search and /ask, the page at /, MCP at /mcp; the model loads once."""
     from ragvps.serve.http import serve as run  # lazy: the server (fastapi, uvicorn) loads only for `serve` and `mcp`

@@ -12,8 +12,10 @@ from ragvps.errors import UsageError
 if TYPE_CHECKING:
     from ragvps.app.sources import SyncReport
 
-source = typer.Typer(help="Connected sources: a git repository, a web site, an S3 bucket, kept in sync by "
-                          "`ragvps sync`.", no_args_is_help=True)
+source = typer.Typer(
+    help="Connected sources: a git repository, a web site, an S3 bucket, kept in sync by `ragvps sync`.",
+    no_args_is_help=True,
+)
 
 
 @source.command("add")
@@ -21,8 +23,12 @@ def source_add(
     ctx: typer.Context,
     kind: Annotated[str, typer.Argument(help="git | web | s3")],
     name: Annotated[str, typer.Argument(help="The source's name (lower-case letters, digits, - and _).")],
-    location: Annotated[str, typer.Argument(help="git: the repository's URL or path; web: the start page's or the "
-                                                 "sitemap's URL; s3: the bucket.")],
+    location: Annotated[
+        str,
+        typer.Argument(
+            help="git: the repository's URL or path; web: the start page's or the sitemap's URL; s3: the bucket."
+        ),
+    ],
     branch: Annotated[str | None, typer.Option(help="git: the branch (default main).")] = None,
     include: Annotated[list[str] | None, typer.Option(help="git: only paths matching this glob (repeatable).")] = None,
     exclude: Annotated[list[str] | None, typer.Option(help="git: not paths matching this glob (repeatable).")] = None,
@@ -30,8 +36,9 @@ def source_add(
     max_pages: Annotated[int | None, typer.Option(help="web: pages read at most (default 1000).")] = None,
     max_depth: Annotated[int | None, typer.Option(help="web: links followed from the start page (default 3).")] = None,
     prefix: Annotated[str | None, typer.Option(help="s3: only keys under this prefix.")] = None,
-    endpoint: Annotated[str | None, typer.Option(help="s3: the S3 API's URL (default: AWS_ENDPOINT_URL, or "
-                                                      "AWS's for the region).")] = None,
+    endpoint: Annotated[
+        str | None, typer.Option(help="s3: the S3 API's URL (default: AWS_ENDPOINT_URL, or AWS's for the region).")
+    ] = None,
     region: Annotated[str | None, typer.Option(help="s3: the region (default: AWS_REGION, or us-east-1).")] = None,
     max_items: Annotated[int | None, typer.Option(help="Items read at most (default 10000).")] = None,
     kb: KbOption = None,
@@ -42,17 +49,29 @@ def source_add(
         add_source,
     )
 
-    options = {"branch": branch, "include": include, "exclude": exclude, "link": link, "max_pages": max_pages,
-               "max_depth": max_depth, "prefix": prefix, "endpoint": endpoint, "region": region,
-               "max_items": max_items}
+    options = {
+        "branch": branch,
+        "include": include,
+        "exclude": exclude,
+        "link": link,
+        "max_pages": max_pages,
+        "max_depth": max_depth,
+        "prefix": prefix,
+        "endpoint": endpoint,
+        "region": region,
+        "max_items": max_items,
+    }
     with open_app(ctx, kb=kb) as app:
         added = add_source(app, SourceSpec(kind, name, location, options))
     typer.echo(f"added {added.kind} source {added.name} ({added.location}); run `ragvps sync {added.name}`")
 
 
 @source.command("list")
-def source_list(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-                kb: KbOption = None) -> None:
+def source_list(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    kb: KbOption = None,
+) -> None:
     """The knowledge base's sources: items, last sync, its outcome."""
     from ragvps.app.sources import list_sources  # lazy: the use case loads when the command runs (--help start-up)
 
@@ -64,13 +83,16 @@ def source_list(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--jso
         typer.echo("no sources; add one with `ragvps source add git|web|s3 NAME LOCATION`")
     for r in rows:
         last = f"synced {r.synced_at:%Y-%m-%d %H:%M} in {r.seconds or 0:.1f} s" if r.synced_at else "never synced"
-        typer.echo(f"{r.name} ({r.kind}) {r.location}: {r.items} items, {last}, {r.state}"
-                   + (f": {r.error}" if r.error else ""))
+        typer.echo(
+            f"{r.name} ({r.kind}) {r.location}: {r.items} items, {last}, {r.state}"
+            + (f": {r.error}" if r.error else "")
+        )
 
 
 @source.command("remove")
-def source_remove(ctx: typer.Context, name: Annotated[str, typer.Argument(help="The source's name.")],
-                  kb: KbOption = None) -> None:
+def source_remove(
+    ctx: typer.Context, name: Annotated[str, typer.Argument(help="The source's name.")], kb: KbOption = None
+) -> None:
     """Disconnect a source: its documents are deleted from the knowledge base."""
     from ragvps.app.sources import remove_source  # lazy: the use case loads when the command runs (--help start-up)
 
@@ -114,10 +136,15 @@ def summary(r: SyncReport) -> str:
     name = f"{r.kb}/{r.name}" if r.kb and r.kb != "default" else r.name
     if r.state in ("failed", "cancelled"):
         return f"{name}: {r.state} after {r.seconds:.1f} s: {r.error}"
-    done = (f"stored {r.documents_stored} documents, deleted {r.documents_deleted}, embedded {r.chunks_embedded} "
-            "chunks" if r.ingested else "nothing changed")
-    return (f"{name}: {r.items} items, read {r.read}, unchanged {r.unchanged}, deleted {r.deleted}; {done}; "
-            f"{r.seconds:.1f} s" + (f"; skipped {skipped_text(r.skipped)}" if r.skipped else ""))
+    done = (
+        f"stored {r.documents_stored} documents, deleted {r.documents_deleted}, embedded {r.chunks_embedded} chunks"
+        if r.ingested
+        else "nothing changed"
+    )
+    return (
+        f"{name}: {r.items} items, read {r.read}, unchanged {r.unchanged}, deleted {r.deleted}; {done}; "
+        f"{r.seconds:.1f} s" + (f"; skipped {skipped_text(r.skipped)}" if r.skipped else "")
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -14,18 +14,28 @@ from ragvps.cli.common import Bars, KbOption, echo_json, err, open_app, warn
 def worker(
     ctx: typer.Context,
     name: Annotated[str | None, typer.Option(help="This worker's name in `ragvps stats` (default: host:pid).")] = None,
-    exit_when_empty: Annotated[bool, typer.Option("--exit-when-empty",
-                                                  help="Exit 0 once the queue is empty (batch jobs).")] = False,
-    lease: Annotated[int | None, typer.Option(help="Seconds a claimed batch is this worker's (setting worker_lease).")]
-    = None,
+    exit_when_empty: Annotated[
+        bool, typer.Option("--exit-when-empty", help="Exit 0 once the queue is empty (batch jobs).")
+    ] = False,
+    lease: Annotated[
+        int | None, typer.Option(help="Seconds a claimed batch is this worker's (setting worker_lease).")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     kb: KbOption = None,
-    jobs: Annotated[bool, typer.Option("--jobs", help="Run jobs (uploads: POST /kb/NAME/documents; syncs of "
-                                                      "connected sources) instead of "
-                                                      "embedding queued chunks; needs the server's data_dir "
-                                                      "(a shared volume) for the uploaded files.")] = False,
-    linger: Annotated[float, typer.Option(help="With --jobs --exit-when-empty: wait this many seconds for another "
-                                               "job before exiting.")] = 0.0,
+    jobs: Annotated[
+        bool,
+        typer.Option(
+            "--jobs",
+            help="Run jobs (uploads: POST /kb/NAME/documents; syncs of "
+            "connected sources) instead of "
+            "embedding queued chunks; needs the server's data_dir "
+            "(a shared volume) for the uploaded files.",
+        ),
+    ] = False,
+    linger: Annotated[
+        float,
+        typer.Option(help="With --jobs --exit-when-empty: wait this many seconds for another job before exiting."),
+    ] = 0.0,
 ) -> None:
     """Embed queued chunks until stopped: Ctrl-C or SIGTERM finishes the batch in hand; a second Ctrl-C gives
     it back to the queue at once. Point RAGVPS_DATABASE_URL at the shared database and configure the same
@@ -53,23 +63,35 @@ def worker(
             signal.signal(s, handler)
     if as_json:
         return echo_json(report)
-    typer.echo(f"worker {report.worker}: embedded {report.embedded} chunks in {report.batches} batches "
-               f"({report.model or 'no embedding set yet'})"
-               + (f"; {report.lost} finished first by another worker (lease ran out)" if report.lost else "")
-               + ("; built the vector index" if report.index_built else "")
-               + ("; the queue is empty" if report.stopped == "empty" else ""))
+    typer.echo(
+        f"worker {report.worker}: embedded {report.embedded} chunks in {report.batches} batches "
+        f"({report.model or 'no embedding set yet'})"
+        + (f"; {report.lost} finished first by another worker (lease ran out)" if report.lost else "")
+        + ("; built the vector index" if report.index_built else "")
+        + ("; the queue is empty" if report.stopped == "empty" else "")
+    )
 
 
-def _jobs(ctx: typer.Context, kb: str | None, lease: int | None, name: str | None, exit_when_empty: bool,
-          linger: float, stop: threading.Event, as_json: bool) -> None:
+def _jobs(
+    ctx: typer.Context,
+    kb: str | None,
+    lease: int | None,
+    name: str | None,
+    exit_when_empty: bool,
+    linger: float,
+    stop: threading.Event,
+    as_json: bool,
+) -> None:
     from ragvps.app.documents import run_jobs  # lazy: the use case loads when the command runs (--help start-up)
 
     with open_app(ctx, kb=kb, worker_lease=lease, pooled=True) as app:
         report = run_jobs(app, name, stop, exit_when_empty=exit_when_empty, linger=linger)
     if as_json:
         return echo_json(report)
-    typer.echo(f"worker {report.worker}: ended {report.jobs} jobs (uploads and syncs), {report.files} files"
-               + ("; no job is left" if report.stopped == "empty" else ""))
+    typer.echo(
+        f"worker {report.worker}: ended {report.jobs} jobs (uploads and syncs), {report.files} files"
+        + ("; no job is left" if report.stopped == "empty" else "")
+    )
 
 
 def register(app: typer.Typer) -> None:

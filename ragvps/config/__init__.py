@@ -31,7 +31,27 @@ from ragvps.config.groups import (
 from ragvps.config.load import load_settings
 from ragvps.config.schema import ALIASES, SECRETS, SETTINGS, Settings, reranker_on
 
-__all__ = ["ALIASES", "CONFIG_FILE", "DEFAULT_OLLAMA_MODEL", "DEFAULT_OLLAMA_URL", "FUSIONS", "SECRETS", "SETTINGS",
-           "AuthSettings", "ChunkMode", "ChunkSettings", "DatabaseSettings", "EmbedSettings", "GenerateSettings",
-           "IndexSettings", "RerankSettings", "SearchSettings", "ServeSettings", "Settings", "VectorType",
-           "load_settings", "reranker_on", "setting"]
+__all__ = [
+    "ALIASES",
+    "CONFIG_FILE",
+    "DEFAULT_OLLAMA_MODEL",
+    "DEFAULT_OLLAMA_URL",
+    "FUSIONS",
+    "SECRETS",
+    "SETTINGS",
+    "AuthSettings",
+    "ChunkMode",
+    "ChunkSettings",
+    "DatabaseSettings",
+    "EmbedSettings",
+    "GenerateSettings",
+    "IndexSettings",
+    "RerankSettings",
+    "SearchSettings",
+    "ServeSettings",
+    "Settings",
+    "VectorType",
+    "load_settings",
+    "reranker_on",
+    "setting",
+]

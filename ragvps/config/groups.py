@@ -21,12 +21,29 @@ DEFAULT_OLLAMA_URL = "http://127.0.0.1:11434"
 DEFAULT_OLLAMA_MODEL = "nomic-embed-text"
 
 
-def setting(default: Any, name: str, *, lo: float | None = None, hi: float | str | None = None, secret: bool = False,
-            choices: tuple[str, ...] = (), aliases: tuple[str, ...] = ()) -> Any:
+def setting(
+    default: Any,
+    name: str,
+    *,
+    lo: float | None = None,
+    hi: float | str | None = None,
+    secret: bool = False,
+    choices: tuple[str, ...] = (),
+    aliases: tuple[str, ...] = (),
+) -> Any:
     """A field and its facts: its flat name, its range (`hi` may name the setting that bounds it), whether it
     is a secret (never shown), its choices, and old flat names still accepted (with a warning)."""
-    return field(default=default, repr=not secret, metadata={"name": name, "range": None if lo is None else (lo, hi),
-                                                             "secret": secret, "choices": choices, "aliases": aliases})
+    return field(
+        default=default,
+        repr=not secret,
+        metadata={
+            "name": name,
+            "range": None if lo is None else (lo, hi),
+            "secret": secret,
+            "choices": choices,
+            "aliases": aliases,
+        },
+    )
 
 
 @dataclass(frozen=True)
@@ -114,8 +131,13 @@ class SearchSettings:
     top_k: int = setting(8, "top_k", lo=1, hi="max_k")
     rrf_k: int = setting(60, "rrf_k", lo=0, hi=10_000)
     fusion: str = setting("rrf", "fusion", choices=FUSIONS)  # rrf: by rank; convex: by normalised score
-    vector_weight: float = setting(1.0, "vector_weight", lo=0, hi=100,  # the keyword leg's weight is 1
-                                   aliases=("rrf_vector_weight",))
+    vector_weight: float = setting(
+        1.0,
+        "vector_weight",
+        lo=0,
+        hi=100,  # the keyword leg's weight is 1
+        aliases=("rrf_vector_weight",),
+    )
 
 
 @dataclass(frozen=True)

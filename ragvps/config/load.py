@@ -31,7 +31,7 @@ def _normalise_ollama_host(host: str) -> str:
     scheme, rest = host.split("://", 1)
     hostname = rest.split(":", 1)[0]
     if hostname in ("0.0.0.0", ""):
-        rest = "127.0.0.1" + rest[len(hostname):]
+        rest = "127.0.0.1" + rest[len(hostname) :]
     if ":" not in rest.split("/", 1)[0]:
         rest = rest + ":11434"
     return f"{scheme}://{rest}"
@@ -56,8 +56,9 @@ def load_settings(
         origins |= dict.fromkeys(from_file, f"config file {path}")
 
     if "RAGVPS_OLLAMA_URL" not in env and env.get("OLLAMA_HOST"):
-        values["ollama_url"] = _coerce("ollama_url", _normalise_ollama_host(env["OLLAMA_HOST"]),
-                                       "environment variable OLLAMA_HOST")
+        values["ollama_url"] = _coerce(
+            "ollama_url", _normalise_ollama_host(env["OLLAMA_HOST"]), "environment variable OLLAMA_HOST"
+        )
         origins["ollama_url"] = "environment variable OLLAMA_HOST"
     for name, aliases in _ENV_ALIASES.items():
         for alias in aliases:
@@ -91,8 +92,10 @@ def _read_file(path: Path, origin: str) -> dict[str, Any]:
         raise ConfigError(f"cannot read config file {path}: {exc}") from None
     table = data.get("ragvps", data)
     if not isinstance(table, dict):
-        raise ConfigError(f"config file {path}: `ragvps` must be a table of settings ([ragvps] then "
-                          f"`name = value` lines), not {type(table).__name__} {table!r}")
+        raise ConfigError(
+            f"config file {path}: `ragvps` must be a table of settings ([ragvps] then "
+            f"`name = value` lines), not {type(table).__name__} {table!r}"
+        )
     values = {}
     for key, value in table.items():
         if key not in SETTINGS and key not in ALIASES:
@@ -104,9 +107,13 @@ def _read_file(path: Path, origin: str) -> dict[str, Any]:
 
 def _validate(s: Settings, origins: Mapping[str, str] | None = None) -> None:
     """Check the values together; each error names where its values came from."""
+
     def fail(message: str, *names: str) -> NoReturn:
-        where = [f"{n} from {origins[n]}" if len(names) > 1 else f"from {origins[n]}"
-                 for n in names if origins and n in origins]
+        where = [
+            f"{n} from {origins[n]}" if len(names) > 1 else f"from {origins[n]}"
+            for n in names
+            if origins and n in origins
+        ]
         raise ConfigError(message + (f" ({'; '.join(where)})" if where else ""), settings=names)
 
     c = s.chunk
@@ -120,11 +127,15 @@ def _validate(s: Settings, origins: Mapping[str, str] | None = None) -> None:
         value, top = s.get(name), s.get(hi) if isinstance(hi, str) else hi
         if not lo <= value <= top:
             bound = f", the setting {hi}" if isinstance(hi, str) else ""
-            fail(f"setting {name}={value} is out of range: use {lo:g} to {top:g}{bound}",
-                 *((name, hi) if isinstance(hi, str) else (name,)))
+            fail(
+                f"setting {name}={value} is out of range: use {lo:g} to {top:g}{bound}",
+                *((name, hi) if isinstance(hi, str) else (name,)),
+            )
     if not _MEMORY.match(s.index.memory):
-        fail(f"setting index_memory={s.index.memory!r} is not a PostgreSQL memory size: write it like 256MB or 1GB",
-             "index_memory")
+        fail(
+            f"setting index_memory={s.index.memory!r} is not a PostgreSQL memory size: write it like 256MB or 1GB",
+            "index_memory",
+        )
     for url in s.embed.ollama_urls or ("",):
         check_url(url, "ollama_url")
     for name in ("generator_url", "reranker_url"):
@@ -134,5 +145,8 @@ def _validate(s: Settings, origins: Mapping[str, str] | None = None) -> None:
     if not KB_NAME.fullmatch(s.database.kb):
         fail(kb_name_problem(s.database.kb), "kb")
     if s.database.data_dir.exists() and not s.database.data_dir.is_dir():
-        raise ConfigError(f"data_dir {s.database.data_dir} is a file, not a folder: point RAGVPS_DATA_DIR "
-                          "(setting data_dir) at a folder, or move the file away", settings=("data_dir",))
+        raise ConfigError(
+            f"data_dir {s.database.data_dir} is a file, not a folder: point RAGVPS_DATA_DIR "
+            "(setting data_dir) at a folder, or move the file away",
+            settings=("data_dir",),
+        )

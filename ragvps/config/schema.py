@@ -59,15 +59,20 @@ class Settings:
 
 
 _FIELDS: dict[str, tuple[str, dataclasses.Field[Any]]] = {
-    f.metadata["name"]: (g.name, f) for g in fields(Settings) for f in fields(g.default)}  # type: ignore[arg-type]
+    f.metadata["name"]: (g.name, f)
+    for g in fields(Settings)
+    for f in fields(g.default)  # type: ignore[arg-type]
+}
 # flat name -> (group, field) by walking the groups' fields; flat name -> (group, attribute). Keep names stable.
 SETTINGS: dict[str, tuple[str, str]] = {name: (group, f.name) for name, (group, f) in _FIELDS.items()}
 SECRETS = frozenset(name for name, (_, f) in _FIELDS.items() if f.metadata["secret"])
 ALIASES: dict[str, str] = {old: name for name, (_, f) in _FIELDS.items() for old in f.metadata["aliases"]}
-_CHOICES: dict[str, tuple[str, ...]] = {n: f.metadata["choices"] for n, (_, f) in _FIELDS.items()
-                                        if f.metadata["choices"]}
-_RANGES: dict[str, tuple[float, float | str]] = {n: f.metadata["range"] for n, (_, f) in _FIELDS.items()
-                                                 if f.metadata["range"]}
+_CHOICES: dict[str, tuple[str, ...]] = {
+    n: f.metadata["choices"] for n, (_, f) in _FIELDS.items() if f.metadata["choices"]
+}
+_RANGES: dict[str, tuple[float, float | str]] = {
+    n: f.metadata["range"] for n, (_, f) in _FIELDS.items() if f.metadata["range"]
+}
 
 
 def reranker_on() -> str:  # the reranker a `--rerank` flag turns on: the first that reorders
@@ -113,8 +118,9 @@ def _coerce(name: str, value: Any, origin: str) -> Any:
             value = str(value)
     except (TypeError, ValueError):
         what = "a whole number" if "int" in typ else "a number" if "float" in typ else f"a {typ}"
-        raise ConfigError(f"setting {name}={shown} from {origin} is not valid: {name} must be {what}",
-                          settings=(name,)) from None
+        raise ConfigError(
+            f"setting {name}={shown} from {origin} is not valid: {name} must be {what}", settings=(name,)
+        ) from None
     if name in _CHOICES and value not in _CHOICES[name]:
         allowed = " | ".join(c for c in _CHOICES[name] if c)
         raise ConfigError(f"setting {name}={value!r} from {origin} must be one of: {allowed}", settings=(name,))

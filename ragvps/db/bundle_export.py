@@ -50,8 +50,15 @@ class ExportReport:
     manifest: dict[str, object]
 
 
-def export_kb(conn: psycopg.Connection, kb: KnowledgeBase, path: Path, *, with_cache: bool = False,
-              extra: dict[str, object] | None = None, progress: Progress | None = None) -> ExportReport:
+def export_kb(
+    conn: psycopg.Connection,
+    kb: KnowledgeBase,
+    path: Path,
+    *,
+    with_cache: bool = False,
+    extra: dict[str, object] | None = None,
+    progress: Progress | None = None,
+) -> ExportReport:
     """Write the knowledge base the connection is bound to into `path` (a tar: docs/bundle.md), from one snapshot.
     `extra` goes into the manifest as it is (a backup's probe)."""
     say = progress or (lambda *_: None)
@@ -69,11 +76,16 @@ def export_kb(conn: psycopg.Connection, kb: KnowledgeBase, path: Path, *, with_c
             sets = [_write_set(conn, writer, row, say) for row in conn.execute(bundle_sql("vector_sets")).fetchall()]
             postgres = scalar(conn, bundle_sql("server_version"))
         manifest: dict[str, object] = {
-            "format": FORMAT, "version": VERSION, "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "ragvps": package_version(), "postgres": postgres,
+            "format": FORMAT,
+            "version": VERSION,
+            "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "ragvps": package_version(),
+            "postgres": postgres,
             "kb": {"name": kb.name, "settings": kb.settings},
             "counts": {"documents": documents, "chunks": chunks},
-            "tables": tables, "vector_sets": sets, **(extra or {}),
+            "tables": tables,
+            "vector_sets": sets,
+            **(extra or {}),
         }
         size = writer.finish(manifest)
     except BaseException:
@@ -103,8 +115,9 @@ def _write_rows(conn: psycopg.Connection, writer: BundleWriter, table: str, tota
     return n
 
 
-def _write_set(conn: psycopg.Connection, writer: BundleWriter, row: tuple[object, ...],
-               say: Progress) -> dict[str, object]:
+def _write_set(
+    conn: psycopg.Connection, writer: BundleWriter, row: tuple[object, ...], say: Progress
+) -> dict[str, object]:
     """One embedding set: its chunk ids (int64) and its vectors (float32, little-endian), both in chunk id order."""
     set_id, model, identity, dims, vector_type, table_name, active, chunker = row
     table = sql.Identifier(str(table_name))
@@ -126,10 +139,20 @@ def _write_set(conn: psycopg.Connection, writer: BundleWriter, row: tuple[object
             done += len(rows)
             say("vectors", done, count)
     parts = str(identity).rsplit("|", 3)
-    return {"id": set_id, "model": model, "identity": identity, "dims": dims, "vector_type": vector_type,
-            "active": active, "chunker": chunker, "count": count,
-            "document_prefix": parts[1] if len(parts) == 4 else "", "query_prefix": parts[2] if len(parts) == 4 else "",
-            "ids": f"{name}.ids", "vectors": f"{name}.f32"}
+    return {
+        "id": set_id,
+        "model": model,
+        "identity": identity,
+        "dims": dims,
+        "vector_type": vector_type,
+        "active": active,
+        "chunker": chunker,
+        "count": count,
+        "document_prefix": parts[1] if len(parts) == 4 else "",
+        "query_prefix": parts[2] if len(parts) == 4 else "",
+        "ids": f"{name}.ids",
+        "vectors": f"{name}.f32",
+    }
 
 
 def probe_chunks(conn: psycopg.Connection, sample: int) -> list[tuple[int, str]]:
@@ -142,6 +165,7 @@ def exact_top(conn: psycopg.Connection, eset: EmbeddingSet, vector: np.ndarray, 
     end_implicit_transaction(conn)
     with conn.transaction():
         conn.execute("SET LOCAL enable_indexscan = off", prepare=False)
-        rows = conn.execute(bq("probe_search", table=eset.table), {"embedding": as_param(eset, vector), "k": k},
-                            prepare=False).fetchall()
+        rows = conn.execute(
+            bq("probe_search", table=eset.table), {"embedding": as_param(eset, vector), "k": k}, prepare=False
+        ).fetchall()
     return [(int(r[0]), float(r[1])) for r in rows]

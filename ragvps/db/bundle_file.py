@@ -122,8 +122,14 @@ class Bundle:
 def safe_name(name: str) -> bool:
     """A member name that stays inside the bundle: relative, no '..', no backslash, no drive letter."""
     pure = PurePosixPath(name)
-    return (bool(name) and not pure.is_absolute() and ".." not in pure.parts and "\\" not in name
-            and ":" not in name and name == str(pure))
+    return (
+        bool(name)
+        and not pure.is_absolute()
+        and ".." not in pure.parts
+        and "\\" not in name
+        and ":" not in name
+        and name == str(pure)
+    )
 
 
 def open_bundle(path: Path, progress: Callable[[str, int, int], None] | None = None) -> Bundle:
@@ -143,13 +149,16 @@ def open_bundle(path: Path, progress: Callable[[str, int, int], None] | None = N
         raise
 
 
-def _checked(path: Path, tar: tarfile.TarFile, listed: list[tarfile.TarInfo],
-             progress: Callable[[str, int, int], None] | None) -> Bundle:
+def _checked(
+    path: Path, tar: tarfile.TarFile, listed: list[tarfile.TarInfo], progress: Callable[[str, int, int], None] | None
+) -> Bundle:
     members: dict[str, tarfile.TarInfo] = {}
     for info in listed:
         if not safe_name(info.name):
-            raise bad(path, f"member name {info.name!r} would point outside the bundle: it was not made by ragvps "
-                             "or was altered")
+            raise bad(
+                path,
+                f"member name {info.name!r} would point outside the bundle: it was not made by ragvps or was altered",
+            )
         if not info.isfile() or info.name in members:
             raise bad(path, f"member {info.name!r} is not a single regular file")
         members[info.name] = info
@@ -170,8 +179,11 @@ def _checked(path: Path, tar: tarfile.TarFile, listed: list[tarfile.TarInfo],
             raise bad(path, f"member {name} holds {members[name].size} bytes, the manifest says {want.size}")
         digest, rows[name] = _sha256(path, tar, members[name], _reporter(progress, done, total))
         if digest != want.sha256:
-            raise bad(path, f"member {name} fails its checksum (sha256 {digest[:12]}..., the manifest says "
-                             f"{want.sha256[:12]}...): the file is corrupt")
+            raise bad(
+                path,
+                f"member {name} fails its checksum (sha256 {digest[:12]}..., the manifest says "
+                f"{want.sha256[:12]}...): the file is corrupt",
+            )
         done += want.size
     return Bundle(path, manifest, hashlib.sha256(raw).hexdigest(), tar, members, rows)
 

@@ -65,17 +65,21 @@ def check_bundle(bundle: Bundle) -> None:
     tables = manifest.tables
     known = set(TABLES) | {CACHE_TABLE}
     if not set(tables) <= known or not all(bundle.has(m) for m in tables.values()):
-        raise BadBundleError(f"{where}: the manifest names tables this ragvps does not load ({sorted(tables)}); "
-                             "nothing was written")
+        raise BadBundleError(
+            f"{where}: the manifest names tables this ragvps does not load ({sorted(tables)}); nothing was written"
+        )
     _check_counts(bundle, tables)
     for s in manifest.vector_sets:  # their shape was checked as the manifest was read
         if not (bundle.has(s.ids) and bundle.has(s.vectors)):
-            raise BadBundleError(f"{where}: a vector set in the manifest is incomplete ({s!r:.200}); "
-                                 "nothing was written")
+            raise BadBundleError(
+                f"{where}: a vector set in the manifest is incomplete ({s!r:.200}); nothing was written"
+            )
         sizes = (bundle.size(s.ids), bundle.size(s.vectors))
         if sizes != (8 * s.count, 4 * s.dims * s.count):
-            raise BadBundleError(f"{where}: vector set {s.id} should hold {s.count} vectors of {s.dims} "
-                                 f"dimensions, its members hold {sizes[0]} and {sizes[1]} bytes; nothing was written")
+            raise BadBundleError(
+                f"{where}: vector set {s.id} should hold {s.count} vectors of {s.dims} "
+                f"dimensions, its members hold {sizes[0]} and {sizes[1]} bytes; nothing was written"
+            )
 
 
 def _check_counts(bundle: Bundle, tables: dict[str, str]) -> None:
@@ -84,8 +88,10 @@ def _check_counts(bundle: Bundle, tables: dict[str, str]) -> None:
     for table, want in (("documents", bundle.manifest.documents), ("chunks", bundle.manifest.chunks)):
         have = bundle.rows.get(tables[table], 0) if table in tables else 0
         if want != have:
-            raise BadBundleError(f"{bundle.path}: the manifest counts {want} {table}, but the bundle holds {have}: "
-                                 "its manifest disagrees with its content (altered?); nothing was written")
+            raise BadBundleError(
+                f"{bundle.path}: the manifest counts {want} {table}, but the bundle holds {have}: "
+                "its manifest disagrees with its content (altered?); nothing was written"
+            )
 
 
 def scratch_schema(bundle: Bundle) -> str:
@@ -116,20 +122,33 @@ def check_target(conn: psycopg.Connection, bundle: Bundle, name: str, replace: b
     if not replace and _comment(conn, existing.schema) == _done_marker(bundle):
         return True
     if not replace and _has_documents(conn, existing.schema):
-        raise ConflictError(f"a knowledge base named {name!r} exists already: import under another name with "
-                            f"--kb NEW, or replace it with --replace; nothing was written", settings=("kb",))
+        raise ConflictError(
+            f"a knowledge base named {name!r} exists already: import under another name with "
+            f"--kb NEW, or replace it with --replace; nothing was written",
+            settings=("kb",),
+        )
     return False
 
 
 def _has_documents(conn: psycopg.Connection, schema: str) -> bool:
     found = bool(scalar(conn, bundle_sql("kb_has_documents"), {"table": f'"{schema}".documents'})) and bool(
-        scalar(conn, bq("any_document", documents=sql.Identifier(schema, "documents"))))
+        scalar(conn, bq("any_document", documents=sql.Identifier(schema, "documents")))
+    )
     conn.commit()
     return found
 
 
-def import_bundle(conn: psycopg.Connection, bundle: Bundle, name: str, settings: Settings,
-                  kb_settings: dict[str, object], *, replace: bool, progress: Progress, warn: Warn) -> ImportReport:
+def import_bundle(
+    conn: psycopg.Connection,
+    bundle: Bundle,
+    name: str,
+    settings: Settings,
+    kb_settings: dict[str, object],
+    *,
+    replace: bool,
+    progress: Progress,
+    warn: Warn,
+) -> ImportReport:
     """Load a checked bundle as knowledge base `name`, which keeps `kb_settings` (`settings`: the target's with
     them over, for the index build)."""
     lock = {"key": f"ragvps:import:{bundle.id}"}
@@ -137,8 +156,10 @@ def import_bundle(conn: psycopg.Connection, bundle: Bundle, name: str, settings:
     while not scalar(conn, bundle_sql("import_lock"), lock):
         conn.commit()
         if time.monotonic() > deadline:
-            raise DatabaseError(f"another import of {bundle.path} into this database is running: wait for it to "
-                                "end, then run this again")
+            raise DatabaseError(
+                f"another import of {bundle.path} into this database is running: wait for it to "
+                "end, then run this again"
+            )
         time.sleep(0.2)
     conn.commit()
     try:
@@ -151,13 +172,22 @@ def import_bundle(conn: psycopg.Connection, bundle: Bundle, name: str, settings:
             conn.commit()
 
 
-def _import(conn: psycopg.Connection, bundle: Bundle, name: str, settings: Settings,
-            kb_settings: dict[str, object], replace: bool, progress: Progress, warn: Warn) -> ImportReport:
+def _import(
+    conn: psycopg.Connection,
+    bundle: Bundle,
+    name: str,
+    settings: Settings,
+    kb_settings: dict[str, object],
+    replace: bool,
+    progress: Progress,
+    warn: Warn,
+) -> ImportReport:
     manifest = bundle.manifest
     sets = manifest.vector_sets
     if check_target(conn, bundle, name, replace):
-        return ImportReport(name, manifest.documents, manifest.chunks, sum(s.count for s in sets), len(sets), False,
-                            already=True)
+        return ImportReport(
+            name, manifest.documents, manifest.chunks, sum(s.count for s in sets), len(sets), False, already=True
+        )
     scratch = scratch_schema(bundle)
     resumed = _comment(conn, scratch) == _loaded_marker(bundle)
     conn.commit()
@@ -175,8 +205,9 @@ def _import(conn: psycopg.Connection, bundle: Bundle, name: str, settings: Setti
             with conn.transaction():
                 conn.execute(bq("drop_schema", schema=sql.Identifier(scratch)))
             detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise BadBundleError(f"{bundle.path}: its rows are refused by PostgreSQL ({detail}); nothing was "
-                                 "imported") from None
+            raise BadBundleError(
+                f"{bundle.path}: its rows are refused by PostgreSQL ({detail}); nothing was imported"
+            ) from None
     catalog.bind(conn, scratch)
     eset = store.active_set(conn)
     conn.commit()
@@ -184,8 +215,9 @@ def _import(conn: psycopg.Connection, bundle: Bundle, name: str, settings: Setti
     checkpoint("indexed")
     _swap(conn, bundle, scratch, name, kb_settings)
     checkpoint("swapped")
-    return ImportReport(name, manifest.documents, manifest.chunks, sum(s.count for s in sets), len(sets), built,
-                        resumed=resumed)
+    return ImportReport(
+        name, manifest.documents, manifest.chunks, sum(s.count for s in sets), len(sets), built, resumed=resumed
+    )
 
 
 def _load(conn: psycopg.Connection, bundle: Bundle, scratch: str, progress: Progress) -> None:
@@ -222,23 +254,41 @@ def _load(conn: psycopg.Connection, bundle: Bundle, scratch: str, progress: Prog
             if s.active:
                 conn.execute(bq("queue_missing", table=sql.Identifier(f"embeddings_{s.id}")), {"set_id": s.id})
         conn.execute(bundle_sql("restart_sequences"))
-        conn.execute(bq("comment_schema", schema=sql.Identifier(scratch),
-                        comment=sql.Literal(_loaded_marker(bundle))))
+        conn.execute(bq("comment_schema", schema=sql.Identifier(scratch), comment=sql.Literal(_loaded_marker(bundle))))
     checkpoint("loaded")
 
 
 def _load_set(conn: psycopg.Connection, bundle: Bundle, s: VectorSetEntry, progress: Progress) -> None:
     table_name = f"embeddings_{s.id}"
-    conn.execute(bundle_sql("import_set"), {
-        "id": s.id, "model": s.model, "identity": s.identity, "dims": s.dims, "vector_type": s.vector_type,
-        "table_name": table_name, "active": s.active, "chunker": s.chunker})
+    conn.execute(
+        bundle_sql("import_set"),
+        {
+            "id": s.id,
+            "model": s.model,
+            "identity": s.identity,
+            "dims": s.dims,
+            "vector_type": s.vector_type,
+            "table_name": table_name,
+            "active": s.active,
+            "chunker": s.chunker,
+        },
+    )
     column = store.column_type(s.vector_type)
     table = sql.Identifier(table_name)
     conn.execute(compose("create_vector_table", table=table, vector_type=sql.SQL(column), dims=sql.Literal(s.dims)))
     dims, count = s.dims, s.count
     element = ">f2" if column == "halfvec" else ">f4"
-    row = np.dtype([("fields", ">i2"), ("id_len", ">i4"), ("id", ">i8"), ("vec_len", ">i4"), ("dim", ">i2"),
-                    ("unused", ">i2"), ("v", element, (dims,))])
+    row = np.dtype(
+        [
+            ("fields", ">i2"),
+            ("id_len", ">i4"),
+            ("id", ">i8"),
+            ("vec_len", ">i4"),
+            ("dim", ">i2"),
+            ("unused", ">i2"),
+            ("v", element, (dims,)),
+        ]
+    )
     ids, vectors = bundle.open(s.ids), bundle.open(s.vectors)
     with conn.cursor().copy(bq("copy_vectors_binary", table=table)) as copy:
         copy.write(_COPY_HEADER)

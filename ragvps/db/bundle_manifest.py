@@ -71,26 +71,37 @@ class Manifest:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise bad(path, f"{MANIFEST} does not say format {FORMAT!r}: not a ragvps bundle")
         if data.get("version") != VERSION:
-            raise BadBundleError(f"{path}: bundle format version {data.get('version')!r} is not one this ragvps "
-                                 f"reads (it reads version {VERSION}); import it with the ragvps release that made "
-                                 "it, or a newer one; nothing was written")
+            raise BadBundleError(
+                f"{path}: bundle format version {data.get('version')!r} is not one this ragvps "
+                f"reads (it reads version {VERSION}); import it with the ragvps release that made "
+                "it, or a newer one; nothing was written"
+            )
         if SELF_SUM in data and data[SELF_SUM] != manifest_sum(data):
             raise bad(path, f"{MANIFEST} fails its own checksum ({SELF_SUM}): the manifest is corrupt or was altered")
-        return cls(*_kb(path, data.get("kb")), *_counts(path, data.get("counts")), _tables(path, data.get("tables")),
-                   tuple(_vector_set(path, s) for s in _list(path, data.get("vector_sets"), "vector_sets")),
-                   _members(path, data.get("members")), _probe(data.get("probe")), data)
+        return cls(
+            *_kb(path, data.get("kb")),
+            *_counts(path, data.get("counts")),
+            _tables(path, data.get("tables")),
+            tuple(_vector_set(path, s) for s in _list(path, data.get("vector_sets"), "vector_sets")),
+            _members(path, data.get("members")),
+            _probe(data.get("probe")),
+            data,
+        )
 
 
 def manifest_sum(manifest: dict[str, Any]) -> str:
     """The SHA-256 of a manifest's canonical JSON (sorted keys, no spaces), its own checksum left out."""
     canonical = {k: v for k, v in manifest.items() if k != SELF_SUM}
-    return hashlib.sha256(json.dumps(canonical, sort_keys=True, separators=(",", ":"),
-                                     ensure_ascii=False).encode()).hexdigest()
+    return hashlib.sha256(
+        json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    ).hexdigest()
 
 
 def bad(path: Path, problem: str) -> BadBundleError:
-    return BadBundleError(f"{path}: {problem}; nothing was written. Take the bundle again (`ragvps export` or "
-                          "`ragvps backup`) or use another copy")
+    return BadBundleError(
+        f"{path}: {problem}; nothing was written. Take the bundle again (`ragvps export` or "
+        "`ragvps backup`) or use another copy"
+    )
 
 
 def _kb(path: Path, kb: object) -> tuple[str, dict[str, object]]:
@@ -122,20 +133,36 @@ def _list(path: Path, value: object, name: str) -> list[object]:
 
 
 def _vector_set(path: Path, s: object) -> VectorSetEntry:
-    ok = (isinstance(s, dict) and s.get("vector_type") in VECTOR_TYPES and _count(s.get("dims"))
-          and 0 < s["dims"] <= MAX_DIMS and _count(s.get("count")) and _count(s.get("id"))
-          and all(isinstance(s.get(k), str) for k in ("model", "identity", "ids", "vectors")))
+    ok = (
+        isinstance(s, dict)
+        and s.get("vector_type") in VECTOR_TYPES
+        and _count(s.get("dims"))
+        and 0 < s["dims"] <= MAX_DIMS
+        and _count(s.get("count"))
+        and _count(s.get("id"))
+        and all(isinstance(s.get(k), str) for k in ("model", "identity", "ids", "vectors"))
+    )
     if not ok:
         raise BadBundleError(f"{path}: a vector set in the manifest is incomplete ({s!r:.200}); nothing was written")
     assert isinstance(s, dict)
-    return VectorSetEntry(s["id"], s["model"], s["identity"], s["dims"], s["vector_type"], bool(s.get("active")),
-                          s["count"], s["ids"], s["vectors"], s.get("chunker"))
+    return VectorSetEntry(
+        s["id"],
+        s["model"],
+        s["identity"],
+        s["dims"],
+        s["vector_type"],
+        bool(s.get("active")),
+        s["count"],
+        s["ids"],
+        s["vectors"],
+        s.get("chunker"),
+    )
 
 
 def _members(path: Path, members: object) -> dict[str, Member]:
     if not isinstance(members, dict) or not all(
-            isinstance(m, dict) and _count(m.get("size")) and isinstance(m.get("sha256"), str)
-            for m in members.values()):
+        isinstance(m, dict) and _count(m.get("size")) and isinstance(m.get("sha256"), str) for m in members.values()
+    ):
         raise bad(path, f"{MANIFEST} lists its members without sizes and checksums")
     return {str(name): Member(m["size"], m["sha256"]) for name, m in members.items()}
 

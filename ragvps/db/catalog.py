@@ -59,6 +59,7 @@ def check_name(name: str) -> str:
 
 # --- migrations ---------------------------------------------------------------------------------------
 
+
 def migrate_catalog(conn: psycopg.Connection) -> None:
     """The catalog's own migrations, then the upgrade of a database made before knowledge bases (its tables in
     public) into the knowledge base `default`, in place: nothing is copied, nothing re-embedded."""
@@ -77,20 +78,26 @@ def migrate_catalog(conn: psycopg.Connection) -> None:
 
 def _upgrade_public(conn: psycopg.Connection) -> None:
     if scalar(conn, _q("kb_get"), {"name": DEFAULT_KB}) is not None:
-        raise ConflictError("this database has ragvps tables in schema public and a knowledge base 'default' "
-                            "already: move or drop the tables in public by hand")
+        raise ConflictError(
+            "this database has ragvps tables in schema public and a knowledge base 'default' "
+            "already: move or drop the tables in public by hand"
+        )
     kb = _kb(conn.execute(_q("kb_insert"), {"name": DEFAULT_KB, "settings": Jsonb({})}).fetchone() or ())
     schema = psycopg.sql.Identifier(kb.schema)
     conn.execute(psycopg.sql.SQL("CREATE SCHEMA {}").format(schema))
     tables = [row[0] for row in conn.execute(_q("legacy_tables"))]
     for table in tables:
-        conn.execute(psycopg.sql.SQL("ALTER TABLE public.{} SET SCHEMA {}").format(
-            psycopg.sql.Identifier(table), schema))
+        conn.execute(
+            psycopg.sql.SQL("ALTER TABLE public.{} SET SCHEMA {}").format(psycopg.sql.Identifier(table), schema)
+        )
     for function in [row[0] for row in conn.execute(_q("legacy_functions"))]:
-        conn.execute(psycopg.sql.SQL("ALTER FUNCTION public.{} SET SCHEMA {}").format(
-            psycopg.sql.SQL(function), schema))
-    log.warning("upgraded: the knowledge base in schema public is now 'default' (%d tables moved, nothing "
-                "re-embedded)", len(tables))
+        conn.execute(
+            psycopg.sql.SQL("ALTER FUNCTION public.{} SET SCHEMA {}").format(psycopg.sql.SQL(function), schema)
+        )
+    log.warning(
+        "upgraded: the knowledge base in schema public is now 'default' (%d tables moved, nothing re-embedded)",
+        len(tables),
+    )
 
 
 def migrate_kb(conn: psycopg.Connection, kb: KnowledgeBase) -> list[str]:
@@ -135,6 +142,7 @@ def unbind(conn: psycopg.Connection) -> None:
 
 # --- knowledge bases ----------------------------------------------------------------------------------
 
+
 def get(conn: psycopg.Connection, name: str) -> KnowledgeBase | None:
     row = conn.execute(_q("kb_get"), {"name": name}).fetchone()
     return None if row is None else _kb(row)
@@ -159,8 +167,9 @@ def register(conn: psycopg.Connection, name: str, settings: dict[str, object]) -
     check_name(name)
     with conn.transaction():
         if get(conn, name) is not None:
-            raise ConflictError(f"a knowledge base named {name!r} exists already: choose another name, or "
-                                f"`ragvps kb drop {name}` first")
+            raise ConflictError(
+                f"a knowledge base named {name!r} exists already: choose another name, or `ragvps kb drop {name}` first"
+            )
         row = conn.execute(_q("kb_insert"), {"name": name, "settings": Jsonb(settings)}).fetchone()
     return _kb(row or ())
 
@@ -203,8 +212,6 @@ def update_settings(conn: psycopg.Connection, name: str, settings: dict[str, obj
             raise not_found(name, names(conn))
 
 
-
-
 def migrate_stages(conn: psycopg.Connection, lock: str) -> list[str]:
     """Apply the numbered migrations not yet recorded in the bound schema, in one transaction, under a lock."""
     applied_now = []
@@ -239,11 +246,21 @@ def gauges(conn: psycopg.Connection) -> tuple[list[KbGauges], int]:
     """Every knowledge base's KbGauges, and the server's shared_buffers in bytes (0 with no knowledge base):
     two round trips whatever their number."""
     rows = conn.execute(_q("kb_gauges")).fetchall()
-    branches = [sql.SQL(_q("queue_depth")).format(name=sql.Literal(r[0]), queue=sql.Identifier(r[1], "embed_queue"),
-                                                   jobs=sql.Identifier(r[1], "ingest_jobs"),
-                                                   files=sql.Identifier(r[1], "ingest_job_files"))
-                for r in rows if r[3]]
-    work = {str(w[0]): [int(x) for x in w[1:]]
-            for w in (conn.execute(sql.SQL(" UNION ALL ").join(branches)).fetchall() if branches else [])}
-    return ([KbGauges(str(r[0]), int(r[2]), *work.get(str(r[0]), [0, 0, 0, 0])) for r in rows],
-            int(rows[0][4]) if rows else 0)
+    branches = [
+        sql.SQL(_q("queue_depth")).format(
+            name=sql.Literal(r[0]),
+            queue=sql.Identifier(r[1], "embed_queue"),
+            jobs=sql.Identifier(r[1], "ingest_jobs"),
+            files=sql.Identifier(r[1], "ingest_job_files"),
+        )
+        for r in rows
+        if r[3]
+    ]
+    work = {
+        str(w[0]): [int(x) for x in w[1:]]
+        for w in (conn.execute(sql.SQL(" UNION ALL ").join(branches)).fetchall() if branches else [])
+    }
+    return (
+        [KbGauges(str(r[0]), int(r[2]), *work.get(str(r[0]), [0, 0, 0, 0])) for r in rows],
+        int(rows[0][4]) if rows else 0,
+    )

@@ -113,15 +113,24 @@ class PooledConnections:
         url = self._url = database_url(settings)
         with connect(settings) as first:  # the migrations, once
             first.commit()
-        self.pool = ConnectionPool(url, min_size=1, max_size=settings.database.pool_size, open=False,
-                                   configure=_configure, check=_check,
-                                   kwargs={"connect_timeout": 10}, name="ragvps")
+        self.pool = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=settings.database.pool_size,
+            open=False,
+            configure=_configure,
+            check=_check,
+            kwargs={"connect_timeout": 10},
+            name="ragvps",
+        )
         try:
             self.pool.open(wait=True, timeout=30)
         except Exception as exc:  # psycopg_pool.PoolTimeout: the server went away after the first connect
             self.pool.close()
-            raise DatabaseError(f"cannot open a pool of connections to the database: {redact(str(exc))}; "
-                                "check that PostgreSQL is running and accepts connections") from exc
+            raise DatabaseError(
+                f"cannot open a pool of connections to the database: {redact(str(exc))}; "
+                "check that PostgreSQL is running and accepts connections"
+            ) from exc
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
@@ -136,8 +145,10 @@ class PooledConnections:
                 finally:
                     self._count(busy=-1)
         except PoolTimeout as exc:
-            raise DatabaseError(f"all {self.settings.database.pool_size} database connections are busy (setting "
-                                "pool_size): retry, or raise pool_size") from exc
+            raise DatabaseError(
+                f"all {self.settings.database.pool_size} database connections are busy (setting "
+                "pool_size): retry, or raise pool_size"
+            ) from exc
         finally:
             if waiting:
                 self._count(waiting=-1)
@@ -152,8 +163,9 @@ class PooledConnections:
     def stats(self) -> PoolStats:
         with self._lock:
             waiting, busy, since = self._waiting, self._busy, self._progress
-        return PoolStats(self.settings.database.pool_size, busy, waiting,
-                         round(time.monotonic() - since, 1) if waiting else 0.0)
+        return PoolStats(
+            self.settings.database.pool_size, busy, waiting, round(time.monotonic() - since, 1) if waiting else 0.0
+        )
 
     @contextmanager
     def spare(self) -> Iterator[psycopg.Connection | None]:
@@ -192,13 +204,18 @@ class PooledConnections:
             if self._probe is None or self._probe.closed:
                 self._probe = None
                 try:
-                    self._probe = psycopg.connect(self._url, connect_timeout=PROBE_CONNECT_S,
-                                                  autocommit=True, options=f"-c statement_timeout={PROBE_STATEMENT_MS}"
-                                                  f" -c lock_timeout={PROBE_STATEMENT_MS // 2}")
+                    self._probe = psycopg.connect(
+                        self._url,
+                        connect_timeout=PROBE_CONNECT_S,
+                        autocommit=True,
+                        options=f"-c statement_timeout={PROBE_STATEMENT_MS} -c lock_timeout={PROBE_STATEMENT_MS // 2}",
+                    )
                 except psycopg.OperationalError as exc:
                     detail = redact(str(exc)).strip().splitlines()
-                    raise DatabaseError(f"the database cannot be reached ({detail[0] if detail else 'no answer'}):"
-                                        " check that PostgreSQL is running; the server reconnects by itself") from exc
+                    raise DatabaseError(
+                        f"the database cannot be reached ({detail[0] if detail else 'no answer'}):"
+                        " check that PostgreSQL is running; the server reconnects by itself"
+                    ) from exc
             try:
                 yield self._probe
             except BaseException:
@@ -233,4 +250,3 @@ def _configure(conn: psycopg.Connection) -> None:
     register_vector(conn)
     conn.execute(f"SELECT {JIT_OFF}")
     conn.commit()
-

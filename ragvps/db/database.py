@@ -37,10 +37,13 @@ def server_lost(exc: BaseException, settings: Settings) -> DatabaseError | None:
     lines = redact(str(exc)).strip().splitlines()
     detail = lines[0].removeprefix("consuming input failed: ") if lines else type(exc).__name__
     if settings.database.url:
-        return DatabaseError(f"the connection to PostgreSQL was lost ({detail}); check that the server runs, "
-                             "then run the same command again to resume")
-    return DatabaseError(f"the embedded PostgreSQL stopped ({detail}); run the same command again to resume "
-                         "(it starts again by itself)")
+        return DatabaseError(
+            f"the connection to PostgreSQL was lost ({detail}); check that the server runs, "
+            "then run the same command again to resume"
+        )
+    return DatabaseError(
+        f"the embedded PostgreSQL stopped ({detail}); run the same command again to resume (it starts again by itself)"
+    )
 
 
 @contextmanager
@@ -51,16 +54,19 @@ def driver_errors(settings: Settings) -> Iterator[None]:
     try:
         yield
     except psycopg.errors.UndefinedTable as exc:
-        raise ActiveSetChangedError(f"the embedding table changed under the query ({exc.diag.message_primary}); "
-                                    "run it again") from exc
+        raise ActiveSetChangedError(
+            f"the embedding table changed under the query ({exc.diag.message_primary}); run it again"
+        ) from exc
     except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
         lost = server_lost(exc, settings)
         if lost is not None:
             raise lost from exc
         if isinstance(exc, psycopg.InterfaceError):
             raise
-        raise DatabaseError(f"the database cannot be reached or is too busy ({redact(str(exc)).strip().splitlines()[0]}"
-                            "): retry, and check PostgreSQL") from exc
+        raise DatabaseError(
+            f"the database cannot be reached or is too busy ({redact(str(exc)).strip().splitlines()[0]}"
+            "): retry, and check PostgreSQL"
+        ) from exc
 
 
 # Every query ragvps sends is short, but the planner's estimates over a young knowledge base's tables (never
@@ -91,8 +97,10 @@ def prepare_session(conn: psycopg.Connection, language: str | None) -> None:
     JIT_OFF), and the server ends this session's statement soon after its client is killed (PostgreSQL 14+ on
     Linux), so a killed ingest's index build does not run on, holding the write lock, for minutes."""
     try:
-        conn.execute(f"SELECT %s::regconfig, set_config('client_connection_check_interval', '1000', false), {JIT_OFF}",
-                     (language or "simple",))
+        conn.execute(
+            f"SELECT %s::regconfig, set_config('client_connection_check_interval', '1000', false), {JIT_OFF}",
+            (language or "simple",),
+        )
         conn.commit()
         return
     except psycopg.Error:
@@ -118,8 +126,11 @@ def check_language(conn: psycopg.Connection, language: str) -> None:
         pass
     names = [r[0] for r in conn.execute("SELECT cfgname FROM pg_ts_config ORDER BY cfgname")]
     conn.rollback()
-    raise ConfigError(f"setting language={language!r}: PostgreSQL has no text search configuration of that "
-                      f"name; choose one of: {', '.join(names)}", settings=("language",))
+    raise ConfigError(
+        f"setting language={language!r}: PostgreSQL has no text search configuration of that "
+        f"name; choose one of: {', '.join(names)}",
+        settings=("language",),
+    )
 
 
 def connect(settings: Settings, *, migrate_schema: bool = True, **kwargs: Any) -> psycopg.Connection:
@@ -136,7 +147,6 @@ def connect(settings: Settings, *, migrate_schema: bool = True, **kwargs: Any) -
     try:
         follow_client(conn)
         if migrate_schema:  # the catalog, then the knowledge base the settings name, bound
-
             catalog.migrate_catalog(conn)
             catalog.open_kb(conn, settings.database.kb)
         prepare_session(conn, settings.search.language if migrate_schema else None)
@@ -145,7 +155,8 @@ def connect(settings: Settings, *, migrate_schema: bool = True, **kwargs: Any) -
     except psycopg.Error as exc:
         conn.close()
         raise server_lost(exc, settings) or DatabaseError(
-            f"preparing the database failed: {redact(str(exc)).strip()}") from exc
+            f"preparing the database failed: {redact(str(exc)).strip()}"
+        ) from exc
     except ConfigError:
         conn.close()
         raise

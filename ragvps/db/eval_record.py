@@ -39,8 +39,10 @@ def record(conn: psycopg.Connection, gold: Sequence[GoldRow], scores: Sequence[S
     with conn.transaction():
         conn.execute(q["gold_clear"])
         conn.execute(q["scores_clear"])
-        conn.cursor().executemany(q["gold_insert"], [
-            {"id": g.id, "question": g.question, "relevant": Jsonb(g.relevant), "answer": g.answer} for g in gold])
+        conn.cursor().executemany(
+            q["gold_insert"],
+            [{"id": g.id, "question": g.question, "relevant": Jsonb(g.relevant), "answer": g.answer} for g in gold],
+        )
         conn.cursor().executemany(q["scores_insert"], [vars(s) for s in scores])
 
 

@@ -17,10 +17,12 @@ def _q(name: str) -> str:
     return queries("identity.sql")[name]
 
 
-def user_seen(conn: psycopg.Connection, subject: str, email: str | None, name: str | None,
-              groups: Sequence[str], via: str) -> None:
-    conn.execute(_q("user_seen"), {"subject": subject, "email": email, "name": name, "groups": list(groups),
-                                   "via": via})
+def user_seen(
+    conn: psycopg.Connection, subject: str, email: str | None, name: str | None, groups: Sequence[str], via: str
+) -> None:
+    conn.execute(
+        _q("user_seen"), {"subject": subject, "email": email, "name": name, "groups": list(groups), "via": via}
+    )
 
 
 def user_by_email(conn: psycopg.Connection, email: str) -> UserRow | None:
@@ -41,7 +43,8 @@ def audit_prune(conn: psycopg.Connection, days: int) -> int:
     return conn.execute(_q("audit_prune"), {"days": days}).rowcount
 
 
-def audit_query(conn: psycopg.Connection, since: datetime, who: str | None, kb: str | None, action: str | None,
-                limit: int) -> list[AuditRow]:
+def audit_query(
+    conn: psycopg.Connection, since: datetime, who: str | None, kb: str | None, action: str | None, limit: int
+) -> list[AuditRow]:
     rows = conn.execute(_q("audit_query"), {"since": since, "who": who, "kb": kb, "action": action, "limit": limit})
     return [(at, str(w), str(a), k, int(s), str(r), req, qu) for at, w, a, k, s, r, req, qu in rows]

@@ -23,8 +23,13 @@ Warn = Callable[[str], None]
 _MEMORY_NOTICE = "hnsw graph no longer fits into maintenance_work_mem"
 
 
-def ensure_index(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings,
-                 progress: Progress | None = None, warn: Warn | None = None) -> bool:
+def ensure_index(
+    conn: psycopg.Connection,
+    eset: EmbeddingSet,
+    settings: Settings,
+    progress: Progress | None = None,
+    warn: Warn | None = None,
+) -> bool:
     """Build the HNSW index once the table is large enough for it to pay off; True if one exists."""
     if index_exists(conn, eset):
         return True
@@ -36,8 +41,13 @@ def ensure_index(conn: psycopg.Connection, eset: EmbeddingSet, settings: Setting
     return True
 
 
-def rebuild_index(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings,
-                  progress: Progress | None = None, warn: Warn | None = None) -> bool:
+def rebuild_index(
+    conn: psycopg.Connection,
+    eset: EmbeddingSet,
+    settings: Settings,
+    progress: Progress | None = None,
+    warn: Warn | None = None,
+) -> bool:
     """Build a fresh index beside the old one and swap them, so queries keep answering; False if none is due."""
     new, old = sql.Identifier(eset.index_name + "_new"), sql.Identifier(eset.index_name)
     with _autocommit(conn):
@@ -54,15 +64,28 @@ def rebuild_index(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settin
     return True
 
 
-def build_index(conn: psycopg.Connection, eset: EmbeddingSet, name: str, settings: Settings,
-                progress: Progress | None = None, warn: Warn | None = None, *, concurrently: bool = False) -> None:
+def build_index(
+    conn: psycopg.Connection,
+    eset: EmbeddingSet,
+    name: str,
+    settings: Settings,
+    progress: Progress | None = None,
+    warn: Warn | None = None,
+    *,
+    concurrently: bool = False,
+) -> None:
     """CREATE INDEX with this session's own build memory and workers, a progress feed and memory advice."""
     opclass = "halfvec_cosine_ops" if eset.vector_type == "halfvec" else "vector_cosine_ops"
-    create = compose("create_hnsw_bit_index" if eset.vector_type == "bit" else "create_hnsw_index",
-                     index=sql.Identifier(name), table=eset.table,
-                     concurrently=sql.SQL("CONCURRENTLY" if concurrently else ""), opclass=sql.SQL(opclass),
-                     dims=sql.Literal(eset.dims), m=sql.Literal(settings.index.hnsw_m),
-                     ef_construction=sql.Literal(settings.index.hnsw_ef_construction))
+    create = compose(
+        "create_hnsw_bit_index" if eset.vector_type == "bit" else "create_hnsw_index",
+        index=sql.Identifier(name),
+        table=eset.table,
+        concurrently=sql.SQL("CONCURRENTLY" if concurrently else ""),
+        opclass=sql.SQL(opclass),
+        dims=sql.Literal(eset.dims),
+        m=sql.Literal(settings.index.hnsw_m),
+        ef_construction=sql.Literal(settings.index.hnsw_ef_construction),
+    )
     notices: list[str] = []
 
     def on_notice(diag: psycopg.errors.Diagnostic) -> None:
@@ -74,16 +97,23 @@ def build_index(conn: psycopg.Connection, eset: EmbeddingSet, name: str, setting
     watcher = _ProgressWatcher(conn, progress) if progress else None
     try:
         with _autocommit(conn):
-            for name, param, value in (("index_memory", "maintenance_work_mem", settings.index.memory),
-                                       ("index_workers", "max_parallel_maintenance_workers", str(workers))):
+            for name, param, value in (
+                ("index_memory", "maintenance_work_mem", settings.index.memory),
+                ("index_workers", "max_parallel_maintenance_workers", str(workers)),
+            ):
                 try:
                     conn.execute("SELECT set_config(%s, %s, false)", (param, value))
                 except (psycopg.errors.InvalidParameterValue, psycopg.errors.InvalidTextRepresentation) as exc:
                     detail = "; ".join(m.strip() for m in (exc.diag.message_primary, exc.diag.message_detail) if m)
-                    raise ConfigError(f"setting {name}={value!r} is refused by PostgreSQL ({detail}); "
-                                      + ("use a size like 256MB or 1GB, below the machine's free memory"
-                                         if name == "index_memory" else "use a smaller number"),
-                                      settings=(name,)) from None
+                    raise ConfigError(
+                        f"setting {name}={value!r} is refused by PostgreSQL ({detail}); "
+                        + (
+                            "use a size like 256MB or 1GB, below the machine's free memory"
+                            if name == "index_memory"
+                            else "use a smaller number"
+                        ),
+                        settings=(name,),
+                    ) from None
             if watcher:
                 watcher.start()
             log.info("building index %s", name)
@@ -96,9 +126,11 @@ def build_index(conn: psycopg.Connection, eset: EmbeddingSet, name: str, setting
             with _autocommit(conn):
                 conn.execute("RESET maintenance_work_mem; RESET max_parallel_maintenance_workers")
     if notices and warn:
-        warn(f"{notices[0]}: the index build took much longer than it needs to; raise setting index_memory "
-             f"(now {settings.index.memory}; e.g. RAGVPS_INDEX_MEMORY=1GB, if the machine has that much free) "
-             "and run `ragvps reindex`")
+        warn(
+            f"{notices[0]}: the index build took much longer than it needs to; raise setting index_memory "
+            f"(now {settings.index.memory}; e.g. RAGVPS_INDEX_MEMORY=1GB, if the machine has that much free) "
+            "and run `ragvps reindex`"
+        )
 
 
 class _ProgressWatcher:
@@ -120,8 +152,9 @@ class _ProgressWatcher:
 
     def _run(self) -> None:
         try:
-            with psycopg.connect(self.conn.info.dsn, password=self.conn.info.password or None,
-                                 autocommit=True) as watch:
+            with psycopg.connect(
+                self.conn.info.dsn, password=self.conn.info.password or None, autocommit=True
+            ) as watch:
                 while not self.done.wait(self.interval):
                     row = watch.execute(q("index_progress"), {"pid": self.pid}).fetchone()
                     if row and row[1]:
@@ -149,9 +182,11 @@ def _parallel_build_safe(conn: psycopg.Connection, warn: Warn | None) -> bool:
     version = scalar(conn, q("vector_version"))
     if version is None or tuple(int(p) for p in str(version).split(".")[:3]) >= (0, 8, 2):
         return True
-    message = (f"pgvector {version} builds HNSW indexes in parallel unsafely (CVE-2026-3172, fixed in 0.8.2), "
-               "so this index is built by one process: install pgvector 0.8.2 or later and run "
-               "`ALTER EXTENSION vector UPDATE` in the database")
+    message = (
+        f"pgvector {version} builds HNSW indexes in parallel unsafely (CVE-2026-3172, fixed in 0.8.2), "
+        "so this index is built by one process: install pgvector 0.8.2 or later and run "
+        "`ALTER EXTENSION vector UPDATE` in the database"
+    )
     log.warning(message)
     if warn:
         warn(message)

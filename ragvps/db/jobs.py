@@ -63,8 +63,10 @@ def create(conn: psycopg.Connection, job: str, files: Sequence[StagedFile]) -> N
     end_implicit_transaction(conn)
     with conn.transaction():
         conn.execute(_q("insert_job"), {"job": job, "id": job})
-        conn.cursor().executemany(_q("insert_file"), [{"job": job, "seq": f.seq, "name": f.name, "staged": f.staged,
-                                                      "size": f.size} for f in files])
+        conn.cursor().executemany(
+            _q("insert_file"),
+            [{"job": job, "seq": f.seq, "name": f.name, "staged": f.staged, "size": f.size} for f in files],
+        )
 
 
 def claim(conn: psycopg.Connection, worker: str, lease: float) -> tuple[str, str] | None:
@@ -127,8 +129,16 @@ def count_deaths(conn: psycopg.Connection, job: str, token: str) -> None:
     _write(conn, "count_deaths", {"job": job, "claim": token})
 
 
-def finish_file(conn: psycopg.Connection, job: str, token: str, seq: int, state: str, error: str | None = None,
-                documents: int = 0, chunks: int = 0) -> bool:
+def finish_file(
+    conn: psycopg.Connection,
+    job: str,
+    token: str,
+    seq: int,
+    state: str,
+    error: str | None = None,
+    documents: int = 0,
+    chunks: int = 0,
+) -> bool:
     """Mark one file; False when the claim is no longer ours (nothing written)."""
     return finish_files(conn, job, token, [(seq, state, error, documents, chunks)]) == 1
 
@@ -141,9 +151,22 @@ def finish_files(conn: psycopg.Connection, job: str, token: str, outcomes: Seque
     end_implicit_transaction(conn)
     with conn.transaction():
         cur = conn.cursor()
-        cur.executemany(_q("finish_file"), [{"job": job, "claim": token, "seq": seq, "state": state, "error": error,
-                                             "documents": documents, "chunks": chunks}
-                                            for seq, state, error, documents, chunks in outcomes], returning=True)
+        cur.executemany(
+            _q("finish_file"),
+            [
+                {
+                    "job": job,
+                    "claim": token,
+                    "seq": seq,
+                    "state": state,
+                    "error": error,
+                    "documents": documents,
+                    "chunks": chunks,
+                }
+                for seq, state, error, documents, chunks in outcomes
+            ],
+            returning=True,
+        )
         marked = 0
         while True:
             marked += len(cur.fetchall())
@@ -199,6 +222,7 @@ def read(conn: psycopg.Connection, job: str) -> tuple[JobRow, list[FileRow]] | N
 
 
 # --- documents, as the API lists and deletes them ----------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class DocumentRow:

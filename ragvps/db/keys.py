@@ -14,13 +14,15 @@ from ragvps.errors import ConflictError, NotFoundError, UsageError
 KeyRow = tuple[str, datetime, datetime | None, list[str]]  # name, created, last used, ["kb:role"]
 
 
-def insert(conn: psycopg.Connection, name: str, hashed: str, grants: Sequence[tuple[str, str]],
-           every: str | None = None) -> None:
+def insert(
+    conn: psycopg.Connection, name: str, hashed: str, grants: Sequence[tuple[str, str]], every: str | None = None
+) -> None:
     with conn.transaction():
         kb_ids = {kb: require(conn, kb).id for kb, _ in grants}
         if conn.execute(q_("key_get_by_name"), {"name": name}).fetchone() is not None:
-            raise ConflictError(f"a key named {name!r} exists already: choose another name, or "
-                                f"`ragvps key revoke {name}` first")
+            raise ConflictError(
+                f"a key named {name!r} exists already: choose another name, or `ragvps key revoke {name}` first"
+            )
         row = conn.execute(q_("key_insert"), {"name": name, "hash": hashed, "every": every}).fetchone()
         assert row is not None
         for kb, role in grants:
@@ -40,8 +42,10 @@ def delete(conn: psycopg.Connection, name: str, force: bool) -> None:
         is_admin = bool(scalar(conn, q_("key_is_admin"), {"name": name}))
         left = int(scalar(conn, q_("admin_keys_left"), {"name": name}))
         if is_admin and left == 0 and not force:
-            raise UsageError(f"{name!r} is the last key with the admin role: make another admin key first "
-                             "(ragvps key create --role admin ...), or revoke it with --yes")
+            raise UsageError(
+                f"{name!r} is the last key with the admin role: make another admin key first "
+                "(ragvps key create --role admin ...), or revoke it with --yes"
+            )
         conn.execute(q_("key_delete"), {"name": name})
 
 

@@ -73,12 +73,14 @@ def on_this_host(conn: psycopg.Connection, pid: int) -> bool:
     database says the backend started (reads /proc; OSError where there is none)."""
     if Path(f"/proc/{pid}/comm").read_text().strip() != "postgres":
         return False
-    row = conn.execute("SELECT extract(epoch FROM backend_start)::float8 FROM pg_stat_activity "
-                       "WHERE pid = pg_backend_pid()").fetchone()
+    row = conn.execute(
+        "SELECT extract(epoch FROM backend_start)::float8 FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+    ).fetchone()
     conn.commit()
     if row is None or row[0] is None:
         return False
     ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])  # field 22: starttime
-    boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                if line.startswith("btime "))
+    boot = next(
+        int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime ")
+    )
     return abs(boot + ticks / os.sysconf("SC_CLK_TCK") - float(row[0])) <= SAME_START_S

@@ -60,8 +60,12 @@ def claim(conn: psycopg.Connection, eset: EmbeddingSet, worker: str, n: int, lea
     token = str(uuid.uuid4())
     store.end_implicit_transaction(conn)
     with conn.transaction():
-        ids = [r[0] for r in conn.execute(_q("claim_batch"), {"set_id": eset.id, "worker": worker, "claim": token,
-                                                                "n": n, "lease": lease})]
+        ids = [
+            r[0]
+            for r in conn.execute(
+                _q("claim_batch"), {"set_id": eset.id, "worker": worker, "claim": token, "n": n, "lease": lease}
+            )
+        ]
     if not ids:
         return None
     rows = conn.execute(_q("claimed_chunks"), {"ids": ids}).fetchall()
@@ -77,8 +81,9 @@ def finish(conn: psycopg.Connection, eset: EmbeddingSet, worker: str, claimed: C
     by_id = dict(zip(ids, vectors, strict=True))
     store.end_implicit_transaction(conn)
     with conn.transaction():
-        mine = sorted(r[0] for r in conn.execute(_q("finish_batch"), {"set_id": eset.id, "claim": claimed.token,
-                                                                       "ids": ids}))
+        mine = sorted(
+            r[0] for r in conn.execute(_q("finish_batch"), {"set_id": eset.id, "claim": claimed.token, "ids": ids})
+        )
         if mine:
             store.write_vectors(conn, eset, mine, np.stack([by_id[i] for i in mine]))
         conn.execute(_q("count_worker"), {"set_id": eset.id, "worker": worker, "done": len(mine)})
@@ -114,8 +119,11 @@ def counts(conn: psycopg.Connection, eset: EmbeddingSet, lease: float) -> QueueC
     pending, claimed = conn.execute(_q("queue_counts"), {"set_id": eset.id, "lease": lease}).fetchone()  # type: ignore[misc]
     out = QueueCounts(int(pending), int(claimed))
     for name, done, batches, holding, seen in conn.execute(_q("queue_workers"), {"set_id": eset.id, "lease": lease}):
-        out.workers[name] = {"done": int(done), "batches": int(batches), "claimed": int(holding),
-                             "last_seen": seen.isoformat() if seen else None}
+        out.workers[name] = {
+            "done": int(done),
+            "batches": int(batches),
+            "claimed": int(holding),
+            "last_seen": seen.isoformat() if seen else None,
+        }
         out.done += int(done)
     return out
-

@@ -46,8 +46,9 @@ def add(conn: psycopg.Connection, name: str, kind: str, location: str, config: M
     """Record a source; False when one of that name exists."""
     end_implicit_transaction(conn)
     with conn.transaction():
-        row = conn.execute(_q("insert_source"), {"name": name, "kind": kind, "location": location,
-                                                 "config": json.dumps(dict(config))}).fetchone()
+        row = conn.execute(
+            _q("insert_source"), {"name": name, "kind": kind, "location": location, "config": json.dumps(dict(config))}
+        ).fetchone()
     return row is not None
 
 
@@ -69,15 +70,28 @@ def items(conn: psycopg.Connection, source: str) -> dict[str, Item]:
     return {key: Item(rel, url, version) for key, rel, url, version in rows}
 
 
-def finish(conn: psycopg.Connection, name: str, found: Mapping[str, Item] | None, cursor: str | None, state: str,
-           error: str | None, seconds: float) -> None:
+def finish(
+    conn: psycopg.Connection,
+    name: str,
+    found: Mapping[str, Item] | None,
+    cursor: str | None,
+    state: str,
+    error: str | None,
+    seconds: float,
+) -> None:
     """End a sync: its items (None: leave them as they were), cursor, state and time, in one transaction."""
     end_implicit_transaction(conn)
     with conn.transaction():
         if found is not None:
             conn.execute(_q("delete_items"), {"source": name})
             with conn.cursor() as cur:
-                cur.executemany(_q("insert_item"), [{"source": name, "key": key, "rel": i.rel, "url": i.url,
-                                                     "version": i.version} for key, i in found.items()])
-        conn.execute(_q("finish_sync"), {"name": name, "cursor": cursor, "state": state, "error": error,
-                                         "seconds": seconds})
+                cur.executemany(
+                    _q("insert_item"),
+                    [
+                        {"source": name, "key": key, "rel": i.rel, "url": i.url, "version": i.version}
+                        for key, i in found.items()
+                    ],
+                )
+        conn.execute(
+            _q("finish_sync"), {"name": name, "cursor": cursor, "state": state, "error": error, "seconds": seconds}
+        )

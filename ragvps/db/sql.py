@@ -43,8 +43,11 @@ def migrations(package: str = "ragvps.sql.migrations") -> list[tuple[int, str, s
     return sorted(found)
 
 
-def scalar(conn: psycopg.Connection, query: str | sql.Composed | sql.SQL,
-           params: Sequence[object] | Mapping[str, object] | None = None) -> Any:
+def scalar(
+    conn: psycopg.Connection,
+    query: str | sql.Composed | sql.SQL,
+    params: Sequence[object] | Mapping[str, object] | None = None,
+) -> Any:
     """The first column of the first row a query returns (None when it returns no row)."""
     row = conn.execute(query, params).fetchone()
     return None if row is None else row[0]

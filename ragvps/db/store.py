@@ -106,8 +106,11 @@ def check_model(active: EmbeddingSet | None, spec: ModelSpec, vector_type: str, 
         raise ModelMismatchError(
             f"the index holds {active.vector_type}({active.dims}) vectors from model {active.model}, "
             f"but the configured embedder is {spec.name} ({vector_type}({spec.dims})); "
-            + ("run `ragvps reindex` to switch models" if action == "ingest"
-               else f"configure model {active.model} to {action}, or run `ragvps reindex` to switch")
+            + (
+                "run `ragvps reindex` to switch models"
+                if action == "ingest"
+                else f"configure model {active.model} to {action}, or run `ragvps reindex` to switch"
+            )
         )
 
 
@@ -117,13 +120,28 @@ def ensure_set(conn: psycopg.Connection, spec: ModelSpec, vector_type: str, *, a
     if row:
         return EmbeddingSet(*row)
     with conn.transaction():
-        set_id = scalar(conn, q("insert_set"),
-                        {"model": spec.name, "identity": spec.identity, "dims": spec.dims, "vector_type": vector_type,
-                         "table_name": "pending", "active": activate})
+        set_id = scalar(
+            conn,
+            q("insert_set"),
+            {
+                "model": spec.name,
+                "identity": spec.identity,
+                "dims": spec.dims,
+                "vector_type": vector_type,
+                "table_name": "pending",
+                "active": activate,
+            },
+        )
         table_name = f"embeddings_{set_id}"
         conn.execute("UPDATE embedding_sets SET table_name = %s WHERE id = %s", (table_name, set_id))
-        conn.execute(compose("create_vector_table", table=sql.Identifier(table_name),
-                             vector_type=sql.SQL(column_type(vector_type)), dims=sql.Literal(spec.dims)))
+        conn.execute(
+            compose(
+                "create_vector_table",
+                table=sql.Identifier(table_name),
+                vector_type=sql.SQL(column_type(vector_type)),
+                dims=sql.Literal(spec.dims),
+            )
+        )
     return EmbeddingSet(set_id, spec.name, spec.identity, spec.dims, vector_type, table_name, activate)
 
 
@@ -153,9 +171,19 @@ def replace_documents(
         cur = conn.cursor()
         cur.executemany(  # pipelined: one round trip for the batch, not one per document
             q("insert_document"),
-            [{"root": root, "doc_id": doc.doc_id, "source": doc.source, "title": doc.title, "kind": doc.kind,
-              "content_hash": doc.content_hash, "chunker": chunker, "metadata": Jsonb(doc.metadata)}
-             for doc, _, _ in batch],
+            [
+                {
+                    "root": root,
+                    "doc_id": doc.doc_id,
+                    "source": doc.source,
+                    "title": doc.title,
+                    "kind": doc.kind,
+                    "content_hash": doc.content_hash,
+                    "chunker": chunker,
+                    "metadata": Jsonb(doc.metadata),
+                }
+                for doc, _, _ in batch
+            ],
             returning=True,
         )
         rows: list[tuple[int, Chunk, np.ndarray | None]] = []
@@ -169,11 +197,39 @@ def replace_documents(
         # regconfig's binary form is its oid, which psycopg can send.
         lang_oid = scalar(conn, "SELECT %s::regconfig::oid", (language,))
         with conn.cursor().copy(q("copy_chunks")) as copy:
-            copy.set_types(["bigint", "bigint", "integer", "text", "text", "text", "integer", "integer",
-                            "integer", "integer", "jsonb", "oid"])
+            copy.set_types(
+                [
+                    "bigint",
+                    "bigint",
+                    "integer",
+                    "text",
+                    "text",
+                    "text",
+                    "integer",
+                    "integer",
+                    "integer",
+                    "integer",
+                    "jsonb",
+                    "oid",
+                ]
+            )
             for chunk_id, (doc_pk, c, _) in zip(ids, rows, strict=True):
-                copy.write_row((chunk_id, doc_pk, c.seq, c.heading_path, c.text, c.content_hash, c.tokens,
-                                c.llm_tokens, c.start, c.end, Jsonb(c.metadata), lang_oid))
+                copy.write_row(
+                    (
+                        chunk_id,
+                        doc_pk,
+                        c.seq,
+                        c.heading_path,
+                        c.text,
+                        c.content_hash,
+                        c.tokens,
+                        c.llm_tokens,
+                        c.start,
+                        c.end,
+                        Jsonb(c.metadata),
+                        lang_oid,
+                    )
+                )
         have = [(i, r[2]) for i, r in zip(ids, rows, strict=True) if r[2] is not None]
         if have:
             write_vectors(conn, eset, [i for i, _ in have], np.stack([v for _, v in have]))

@@ -68,17 +68,34 @@ def progress(conn: psycopg.Connection, job: str, token: str, read: int, total: i
     return None if row is None else bool(row[0])
 
 
-def end(conn: psycopg.Connection, job: str, token: str, state: str, error: str | None, counts: tuple[int, int],
-        report: Mapping[str, object], failures: Sequence[tuple[str, str]]) -> bool:
+def end(
+    conn: psycopg.Connection,
+    job: str,
+    token: str,
+    state: str,
+    error: str | None,
+    counts: tuple[int, int],
+    report: Mapping[str, object],
+    failures: Sequence[tuple[str, str]],
+) -> bool:
     """End the job under our claim with its counts (items read, chunks embedded), failed items (name, error) and
     report; False if it was not ours."""
     end_implicit_transaction(conn)
     with conn.transaction():
         for name, message in failures:
             conn.execute(_q("insert_failed_item"), {"job": job, "claim": token, "name": name, "error": message})
-        done = conn.execute(_q("end_sync_job"), {"job": job, "claim": token, "state": state, "error": error,
-                                                 "read": counts[0], "embedded": counts[1],
-                                                 "report": json.dumps(dict(report))}).fetchone()
+        done = conn.execute(
+            _q("end_sync_job"),
+            {
+                "job": job,
+                "claim": token,
+                "state": state,
+                "error": error,
+                "read": counts[0],
+                "embedded": counts[1],
+                "report": json.dumps(dict(report)),
+            },
+        ).fetchone()
     return done is not None
 
 

@@ -90,8 +90,12 @@ class ThreadLanes:
             todo.put(batch)
         results: queue.Queue[tuple[BaseException | None, list[Piece]]] = queue.Queue()
         stop = threading.Event()
-        threads = [threading.Thread(target=self._lane, args=(e, todo, results, stop, work), daemon=True,
-                                    name=f"embed {self.label} {i}") for i, e in enumerate(self.embedders)]
+        threads = [
+            threading.Thread(
+                target=self._lane, args=(e, todo, results, stop, work), daemon=True, name=f"embed {self.label} {i}"
+            )
+            for i, e in enumerate(self.embedders)
+        ]
         for t in threads:
             t.start()
         failure: BaseException | None = None
@@ -108,9 +112,14 @@ class ThreadLanes:
         if failure is not None:
             raise failure
 
-    def _lane(self, embedder: Embedder, todo: queue.Queue[Sequence[Any]],
-              results: queue.Queue[tuple[BaseException | None, list[Piece]]], stop: threading.Event,
-              work: Work) -> None:
+    def _lane(
+        self,
+        embedder: Embedder,
+        todo: queue.Queue[Sequence[Any]],
+        results: queue.Queue[tuple[BaseException | None, list[Piece]]],
+        stop: threading.Event,
+        work: Work,
+    ) -> None:
         while not stop.is_set():
             try:
                 batch = todo.get_nowait()
@@ -155,15 +164,29 @@ class HostStats:
 
     def as_dict(self) -> dict[str, Any]:
         rate = round(self.chunks / self.busy, 2) if self.busy else None
-        return {"state": self.state, "reason": self.reason, "chunks": self.chunks, "batches": self.batches,
-                "seconds": round(self.busy, 3), "chunks_per_s": rate, "failures": self.failures}
+        return {
+            "state": self.state,
+            "reason": self.reason,
+            "chunks": self.chunks,
+            "batches": self.batches,
+            "seconds": round(self.busy, 3),
+            "chunks_per_s": rate,
+            "failures": self.failures,
+        }
 
 
 class HostPool:
     """Several Ollama hosts with one model, pulling batches from a shared queue (see the module docstring)."""
 
-    def __init__(self, embedders: Sequence[OllamaEmbedder], spec: ModelSpec, *, cooldown: float = COOLDOWN,
-                 progress: Progress | None = None, warn: Warn | None = None):
+    def __init__(
+        self,
+        embedders: Sequence[OllamaEmbedder],
+        spec: ModelSpec,
+        *,
+        cooldown: float = COOLDOWN,
+        progress: Progress | None = None,
+        warn: Warn | None = None,
+    ):
         self.embedders = list(embedders)
         self.spec = spec
         self.cooldown = cooldown
@@ -183,9 +206,15 @@ class HostPool:
         results: queue.Queue[tuple[str, Any, Any]] = queue.Queue()
         stop = threading.Event()
         total = sum(len(b) for b in batches)
-        threads = [threading.Thread(target=self._lane, args=(e, h, todo, results, stop, work, longest, total),
-                                    name=f"embed {e.url}", daemon=True)
-                   for e, h in zip(self.embedders, self.hosts, strict=True)]
+        threads = [
+            threading.Thread(
+                target=self._lane,
+                args=(e, h, todo, results, stop, work, longest, total),
+                name=f"embed {e.url}",
+                daemon=True,
+            )
+            for e, h in zip(self.embedders, self.hosts, strict=True)
+        ]
         for t in threads:
             t.start()
         outstanding = len(batches)
@@ -224,12 +253,22 @@ class HostPool:
         if len(hosts) == 1:
             return hosts[0].reason
         why = "; ".join(f"{h.url} {h.reason}" for h in hosts)
-        return (f"no Ollama host is left to embed with model {self.spec.name}: {why}; "
-                "start them or fix the setting ollama_url, then rerun (what was embedded is kept)")
+        return (
+            f"no Ollama host is left to embed with model {self.spec.name}: {why}; "
+            "start them or fix the setting ollama_url, then rerun (what was embedded is kept)"
+        )
 
-    def _lane(self, embedder: OllamaEmbedder, host: HostStats, todo: queue.Queue[Sequence[Any]],
-              results: queue.Queue[tuple[str, Any, Any]], stop: threading.Event, work: Work,
-              longest: int, total: int) -> None:
+    def _lane(
+        self,
+        embedder: OllamaEmbedder,
+        host: HostStats,
+        todo: queue.Queue[Sequence[Any]],
+        results: queue.Queue[tuple[str, Any, Any]],
+        stop: threading.Event,
+        work: Work,
+        longest: int,
+        total: int,
+    ) -> None:
 
         while not stop.is_set():
             with self._lock:
@@ -290,13 +329,16 @@ class HostPool:
         spec = self.spec
         problem = None
         if info.capabilities and "embedding" not in info.capabilities:
-            problem = (f"serves {spec.name}, which is not an embedding model "
-                       f"(capabilities: {', '.join(info.capabilities)})")
+            problem = (
+                f"serves {spec.name}, which is not an embedding model (capabilities: {', '.join(info.capabilities)})"
+            )
         elif info.dims is not None and info.dims != spec.dims:
             problem = dimension_message(spec.name, info.dims, spec.dims)
         elif info.context_length is not None and info.context_length < longest:
-            problem = (f"gives {spec.name} a context of {info.context_length} tokens, less than the longest "
-                       f"chunk's {longest}: lower the setting chunk_size, or drop this host from ollama_url")
+            problem = (
+                f"gives {spec.name} a context of {info.context_length} tokens, less than the longest "
+                f"chunk's {longest}: lower the setting chunk_size, or drop this host from ollama_url"
+            )
         if problem:
             raise EmbedderError(f"Ollama at {embedder.url}: {problem}")
         with self._lock:

@@ -97,8 +97,14 @@ class LocalEmbedder:
     first use: a process that only asks questions never loads the documents' graph.
     """
 
-    def __init__(self, threads: int = 0, sub_batch: int = 8, spec: ModelSpec | None = None, arena: bool = True,
-                 graph: str = DOCUMENTS):
+    def __init__(
+        self,
+        threads: int = 0,
+        sub_batch: int = 8,
+        spec: ModelSpec | None = None,
+        arena: bool = True,
+        graph: str = DOCUMENTS,
+    ):
         local = model_spec(LOCAL_MODEL)
         assert local is not None
         self.spec = spec or local  # a spec with configured prefixes, same model

@@ -73,10 +73,13 @@ def spec_from_server(info: ModelInfo) -> ModelSpec:
             f"ragvps knows ({', '.join(n for n in KNOWN_MODELS if n != LOCAL_MODEL)})"
         )
     size = max(8, min(400, (info.context_length - SPECIAL_TOKENS) * 3 // 4))
-    return ModelSpec(info.name, info.dims, info.context_length, chunk_size=size,
-                     chunk_overlap=min(50, size // 8), known=False)
+    return ModelSpec(
+        info.name, info.dims, info.context_length, chunk_size=size, chunk_overlap=min(50, size // 8), known=False
+    )
 
 
 def dimension_message(model: str, got: int, expected: int) -> str:
-    return (f"model {model} returns {got} dimensions, the index holds {expected}; "
-            "check the model name (setting embed_model), or run `ragvps reindex` after configuring the new model")
+    return (
+        f"model {model} returns {got} dimensions, the index holds {expected}; "
+        "check the model name (setting embed_model), or run `ragvps reindex` after configuring the new model"
+    )

@@ -24,8 +24,15 @@ class OllamaEmbedder:
     """POST /api/embed on an Ollama server, with `truncate: false` so nothing is cut silently."""
 
     def __init__(
-        self, url: str, spec: ModelSpec, keep_alive: str = "30m", *, timeout: float = 120.0, retries: int = 4,
-        client: httpx.Client | None = None, sleep: Callable[[float], None] = time.sleep,
+        self,
+        url: str,
+        spec: ModelSpec,
+        keep_alive: str = "30m",
+        *,
+        timeout: float = 120.0,
+        retries: int = 4,
+        client: httpx.Client | None = None,
+        sleep: Callable[[float], None] = time.sleep,
     ):
         self.spec = spec
         self.url = url.rstrip("/")
@@ -45,7 +52,8 @@ class OllamaEmbedder:
                 raise DimensionError(
                     f"Ollama at {self.url} reported {self.spec.dims} dimensions for model {self.spec.name} "
                     f"(/api/show), but its embeddings have {vectors.shape[1]}; nothing was stored: check the "
-                    "model on that server (`ollama show NAME`), or use a model ragvps knows")
+                    "model on that server (`ollama show NAME`), or use a model ragvps knows"
+                )
             raise DimensionError(dimension_message(self.spec.name, vectors.shape[1], self.spec.dims))
         if vectors.shape != (len(texts), self.spec.dims):
             raise EmbedderError(
@@ -67,8 +75,13 @@ class OllamaEmbedder:
             value = info.get(f"{arch}.{key}")
             return int(value) if isinstance(value, int | float) else None
 
-        return ModelInfo(self.spec.name, arch, number("embedding_length"), number("context_length"),
-                         tuple(data.get("capabilities") or ()))
+        return ModelInfo(
+            self.spec.name,
+            arch,
+            number("embedding_length"),
+            number("context_length"),
+            tuple(data.get("capabilities") or ()),
+        )
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST with exponential backoff on connection errors, timeouts and 5xx; never on 4xx."""
@@ -79,12 +92,16 @@ class OllamaEmbedder:
                 response = self.client.post(self.url + path, json=body)
             except httpx.TimeoutException as exc:
                 short = f"did not answer within {self.timeout:g} s ({exc.__class__.__name__})"
-                failure: str = (f"Ollama at {self.url} {short}; it may be loading the model or overloaded: "
-                                "raise the setting ollama_timeout or lower batch_size")
+                failure: str = (
+                    f"Ollama at {self.url} {short}; it may be loading the model or overloaded: "
+                    "raise the setting ollama_timeout or lower batch_size"
+                )
             except httpx.TransportError as exc:
                 short = f"not reachable ({exc.__class__.__name__})"
-                failure = (f"Ollama is not reachable at {self.url} ({exc.__class__.__name__}): start it with "
-                           "`ollama serve`, or point RAGVPS_OLLAMA_URL (setting ollama_url) at it")
+                failure = (
+                    f"Ollama is not reachable at {self.url} ({exc.__class__.__name__}): start it with "
+                    "`ollama serve`, or point RAGVPS_OLLAMA_URL (setting ollama_url) at it"
+                )
             else:
                 if response.status_code == 200:
                     found: dict[str, Any] = response.json()

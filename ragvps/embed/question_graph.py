@@ -72,11 +72,20 @@ def int8_arithmetic(source: Path) -> bytes:
         int8, scale = weight
         columns = numpy_helper.to_array(initializers[scale]).reshape(-1)
         scales.append(numpy_helper.from_array(columns, f"{node.name}.column_scales"))
-        nodes.append(helper.make_node("DynamicQuantizeMatMul", [node.input[0], int8, scales[-1].name],
-                                      list(node.output), name=f"{node.name}.int8", domain="com.microsoft"))
+        nodes.append(
+            helper.make_node(
+                "DynamicQuantizeMatMul",
+                [node.input[0], int8, scales[-1].name],
+                list(node.output),
+                name=f"{node.name}.int8",
+                domain="com.microsoft",
+            )
+        )
     if len(scales) != MATMULS:
-        raise ValueError(f"{source}: found {len(scales)} int8 weight matrices, expected {MATMULS}: "
-                         "the shipped model changed; update ragvps/embed/question_graph.py")
+        raise ValueError(
+            f"{source}: found {len(scales)} int8 weight matrices, expected {MATMULS}: "
+            "the shipped model changed; update ragvps/embed/question_graph.py"
+        )
     del graph.node[:]
     graph.node.extend(_live(nodes, {o.name for o in graph.output}))
     graph.initializer.extend(scales)
@@ -89,17 +98,24 @@ def int8_arithmetic(source: Path) -> bytes:
     return bytes(model.SerializeToString())
 
 
-def _int8_weight(node: NodeProto, producer: dict[str, NodeProto],
-                 initializers: dict[str, TensorProto]) -> tuple[str, str] | None:
+def _int8_weight(
+    node: NodeProto, producer: dict[str, NodeProto], initializers: dict[str, TensorProto]
+) -> tuple[str, str] | None:
     """(int8 initializer, scale initializer) when the MatMul's second input is Mul(Cast(int8), scale)."""
     mul = producer.get(node.input[1])
     if mul is None or mul.op_type != "Mul":
         return None
     casts = [producer.get(i) for i in mul.input]
     for cast, scale in ((casts[0], mul.input[1]), (casts[1], mul.input[0])):
-        if (cast is not None and cast.op_type == "Cast" and cast.input[0] in initializers
-                and initializers[cast.input[0]].data_type == 3  # TensorProto.INT8
-                and scale in initializers and len(initializers[scale].dims) == 2 and initializers[scale].dims[0] == 1):
+        if (
+            cast is not None
+            and cast.op_type == "Cast"
+            and cast.input[0] in initializers
+            and initializers[cast.input[0]].data_type == 3  # TensorProto.INT8
+            and scale in initializers
+            and len(initializers[scale].dims) == 2
+            and initializers[scale].dims[0] == 1
+        ):
             return cast.input[0], scale
     return None
 

@@ -37,12 +37,14 @@ def _ollama(settings: Settings, spec: ModelSpec, retries: int | None, url: str |
     from ragvps.embed.ollama import OllamaEmbedder
 
     e = settings.embed
-    return OllamaEmbedder(url or e.ollama_url, spec, e.keep_alive, timeout=e.timeout,
-                          retries=e.retries if retries is None else retries)
+    return OllamaEmbedder(
+        url or e.ollama_url, spec, e.keep_alive, timeout=e.timeout, retries=e.retries if retries is None else retries
+    )
 
 
-def _local_lanes(settings: Settings, spec: ModelSpec, embedder: Callable[[], Embedder],
-                 progress: Progress | None, warn: Warn | None) -> Lanes:
+def _local_lanes(
+    settings: Settings, spec: ModelSpec, embedder: Callable[[], Embedder], progress: Progress | None, warn: Warn | None
+) -> Lanes:
     """threads 0 (the default): one lane a core, each one onnxruntime thread on a shared session; a number of
     threads set: one model call over them, in the caller's thread."""
     # lazy: a backend (onnxruntime or httpx) loads only when the settings choose it
@@ -51,12 +53,12 @@ def _local_lanes(settings: Settings, spec: ModelSpec, embedder: Callable[[], Emb
     cores = os.cpu_count() or 1
     if settings.embed.threads or cores == 1:
         return OneLane(embedder())
-    return ThreadLanes([LocalEmbedder(threads=1, sub_batch=settings.embed.sub_batch, spec=spec)
-                        for _ in range(cores)])
+    return ThreadLanes([LocalEmbedder(threads=1, sub_batch=settings.embed.sub_batch, spec=spec) for _ in range(cores)])
 
 
-def _ollama_lanes(settings: Settings, spec: ModelSpec, embedder: Callable[[], Embedder],
-                  progress: Progress | None, warn: Warn | None) -> Lanes:
+def _ollama_lanes(
+    settings: Settings, spec: ModelSpec, embedder: Callable[[], Embedder], progress: Progress | None, warn: Warn | None
+) -> Lanes:
     # lazy: a backend (onnxruntime or httpx) loads only when the settings choose it
     from ragvps.embed.ollama import OllamaEmbedder
 
@@ -87,8 +89,10 @@ def _ollama_spec(settings: Settings) -> ModelSpec:
     if len(failures) == 1:
         raise failures[0]
 
-    raise EmbedderError(f"ragvps has no entry for model {name} and no Ollama host answered to say what it is: "
-                        + "; ".join(str(f) for f in failures))
+    raise EmbedderError(
+        f"ragvps has no entry for model {name} and no Ollama host answered to say what it is: "
+        + "; ".join(str(f) for f in failures)
+    )
 
 
 @dataclass(frozen=True)
@@ -117,8 +121,13 @@ def make_embedder(settings: Settings, spec: ModelSpec | None = None, *, retries:
     return _factories(settings).embedder(settings, spec or resolve_spec(settings), retries)
 
 
-def make_lanes(settings: Settings, spec: ModelSpec, embedder: Callable[[], Embedder],
-               progress: Progress | None = None, warn: Warn | None = None) -> Lanes:
+def make_lanes(
+    settings: Settings,
+    spec: ModelSpec,
+    embedder: Callable[[], Embedder],
+    progress: Progress | None = None,
+    warn: Warn | None = None,
+) -> Lanes:
     """What an ingest's batches run on: the one local embedder, or every configured Ollama host."""
     return _factories(settings).lanes(settings, spec, embedder, progress, warn)
 

@@ -24,13 +24,25 @@ DEFAULT_WINDOW = 8192
 
 # (model name prefix, context window, tiktoken encoding); the first match wins, so longer prefixes first.
 KNOWN_MODELS: tuple[tuple[str, int, str], ...] = (
-    ("gpt-4o", 128_000, "o200k_base"), ("gpt-4.1", 1_047_576, "o200k_base"), ("gpt-5", 400_000, "o200k_base"),
-    ("o1", 200_000, "o200k_base"), ("o3", 200_000, "o200k_base"), ("o4", 200_000, "o200k_base"),
-    ("gpt-4-turbo", 128_000, "cl100k_base"), ("gpt-4", 8_192, "cl100k_base"),
-    ("gpt-3.5-turbo", 16_385, "cl100k_base"), ("claude", 200_000, "cl100k_base"),
-    ("llama3.1", 131_072, "cl100k_base"), ("llama3.2", 131_072, "cl100k_base"), ("llama3", 8_192, "cl100k_base"),
-    ("qwen2.5", 32_768, "cl100k_base"), ("qwen3", 40_960, "cl100k_base"), ("mistral", 32_768, "cl100k_base"),
-    ("gemma2", 8_192, "cl100k_base"), ("gemma3", 131_072, "cl100k_base"), ("phi3", 4_096, "cl100k_base"),
+    ("gpt-4o", 128_000, "o200k_base"),
+    ("gpt-4.1", 1_047_576, "o200k_base"),
+    ("gpt-5", 400_000, "o200k_base"),
+    ("o1", 200_000, "o200k_base"),
+    ("o3", 200_000, "o200k_base"),
+    ("o4", 200_000, "o200k_base"),
+    ("gpt-4-turbo", 128_000, "cl100k_base"),
+    ("gpt-4", 8_192, "cl100k_base"),
+    ("gpt-3.5-turbo", 16_385, "cl100k_base"),
+    ("claude", 200_000, "cl100k_base"),
+    ("llama3.1", 131_072, "cl100k_base"),
+    ("llama3.2", 131_072, "cl100k_base"),
+    ("llama3", 8_192, "cl100k_base"),
+    ("qwen2.5", 32_768, "cl100k_base"),
+    ("qwen3", 40_960, "cl100k_base"),
+    ("mistral", 32_768, "cl100k_base"),
+    ("gemma2", 8_192, "cl100k_base"),
+    ("gemma3", 131_072, "cl100k_base"),
+    ("phi3", 4_096, "cl100k_base"),
 )
 
 
@@ -77,8 +89,9 @@ class Fit:
         return self.window - self.reserve
 
 
-def fit(question: str, candidates: Sequence[Source], settings: GenerateSettings,
-        history: Sequence[layout.Turn] = ()) -> Fit:
+def fit(
+    question: str, candidates: Sequence[Source], settings: GenerateSettings, history: Sequence[layout.Turn] = ()
+) -> Fit:
     """Sources in rank order while they fit the window minus the answer reserve, at most answer_chunks.
 
     Earlier turns of a conversation may take half the room; the oldest go first when they would take more.
@@ -86,9 +99,11 @@ def fit(question: str, candidates: Sequence[Source], settings: GenerateSettings,
     encoding, window, reserve = encoding_for(settings), window_for(settings), settings.answer_reserve
     room = window - reserve
     if room <= 0:
-        raise ConfigError(f"answer_reserve={reserve} leaves no room for a prompt in context_window={window}: "
-                          "lower answer_reserve or raise context_window",
-                          settings=("answer_reserve", "context_window"))
+        raise ConfigError(
+            f"answer_reserve={reserve} leaves no room for a prompt in context_window={window}: "
+            "lower answer_reserve or raise context_window",
+            settings=("answer_reserve", "context_window"),
+        )
     left: Counter[str] = Counter()
     history = list(history)
     base = count_prompt(layout.build(question, [], history), encoding)
@@ -100,7 +115,8 @@ def fit(question: str, candidates: Sequence[Source], settings: GenerateSettings,
         raise InputTooLongError(
             f"the question alone takes {base:,} tokens, more than the {room:,} the prompt may use (context_window "
             f"{window:,} minus answer_reserve {reserve:,}): ask a shorter question or raise context_window",
-            settings=("context_window", "answer_reserve"))
+            settings=("context_window", "answer_reserve"),
+        )
     chosen: list[Source] = []
     used = base
     for i, cand in enumerate(candidates):
@@ -120,8 +136,16 @@ def fit(question: str, candidates: Sequence[Source], settings: GenerateSettings,
         left["context_window"] += 1
         p = layout.build(question, chosen, history)
         n = count_prompt(p, encoding)
-    return Fit(prompt=p, prompt_tokens=n, system_tokens=tokens.count_llm(p.system, encoding), window=window,
-               reserve=reserve, encoding=encoding, settings=settings, left_out=dict(left))
+    return Fit(
+        prompt=p,
+        prompt_tokens=n,
+        system_tokens=tokens.count_llm(p.system, encoding),
+        window=window,
+        reserve=reserve,
+        encoding=encoding,
+        settings=settings,
+        left_out=dict(left),
+    )
 
 
 def clip(text: str, settings: GenerateSettings, share: int = 2) -> str:
@@ -138,6 +162,14 @@ def as_is(p: Prompt, settings: GenerateSettings) -> Fit:
         raise InputTooLongError(
             f"the request takes {n:,} tokens, more than the {window - reserve:,} the prompt may use "
             f"(context_window {window:,} minus answer_reserve {reserve:,}): send a shorter one",
-            settings=("context_window", "answer_reserve"))
-    return Fit(prompt=p, prompt_tokens=n, system_tokens=tokens.count_llm(p.system, encoding), window=window,
-               reserve=reserve, encoding=encoding, settings=settings)
+            settings=("context_window", "answer_reserve"),
+        )
+    return Fit(
+        prompt=p,
+        prompt_tokens=n,
+        system_tokens=tokens.count_llm(p.system, encoding),
+        window=window,
+        reserve=reserve,
+        encoding=encoding,
+        settings=settings,
+    )

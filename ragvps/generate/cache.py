@@ -42,14 +42,27 @@ def sent_hash(heading_path: str, text: str) -> str:
     return hashlib.sha256(f"{heading_path}\n{text}".encode()).hexdigest()
 
 
-def key(question: str, generator: str, model: str, generation: Mapping[str, Any], sources: Sequence[Source],
-        prompt_version: str = PROMPT_VERSION) -> str:
+def key(
+    question: str,
+    generator: str,
+    model: str,
+    generation: Mapping[str, Any],
+    sources: Sequence[Source],
+    prompt_version: str = PROMPT_VERSION,
+) -> str:
     """The cache key; `generation` holds the settings that shape the answer (never the API key)."""
-    raw = json.dumps({
-        "question": normalise(question), "generator": generator, "model": model,
-        "prompt_version": prompt_version, "generation": dict(generation),
-        "sent": [[s.chunk_id, sent_hash(s.heading_path, s.text)] for s in sources],
-    }, sort_keys=True, ensure_ascii=False)
+    raw = json.dumps(
+        {
+            "question": normalise(question),
+            "generator": generator,
+            "model": model,
+            "prompt_version": prompt_version,
+            "generation": dict(generation),
+            "sent": [[s.chunk_id, sent_hash(s.heading_path, s.text)] for s in sources],
+        },
+        sort_keys=True,
+        ensure_ascii=False,
+    )
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
@@ -63,16 +76,23 @@ class Cached:
     quotes: tuple[Quote, ...] = ()
 
     def to_json(self) -> dict[str, object]:
-        return {"text": self.text, "finish": self.finish, "usage": self.usage.to_json(),
-                "quotes": [q.to_json() for q in self.quotes]}
+        return {
+            "text": self.text,
+            "finish": self.finish,
+            "usage": self.usage.to_json(),
+            "quotes": [q.to_json() for q in self.quotes],
+        }
 
     @classmethod
     def from_json(cls, data: Json) -> Cached:
         usage, quotes = data.get("usage"), data.get("quotes") or []
         assert isinstance(quotes, list)
-        return cls(text=str(data["text"]), finish=str(data.get("finish") or ""),
-                   usage=Usage.from_json(usage if isinstance(usage, dict) else None),
-                   quotes=tuple(Quote.from_json(q) for q in quotes))
+        return cls(
+            text=str(data["text"]),
+            finish=str(data.get("finish") or ""),
+            usage=Usage.from_json(usage if isinstance(usage, dict) else None),
+            quotes=tuple(Quote.from_json(q) for q in quotes),
+        )
 
 
 def get(conn: psycopg.Connection, cache_key: str) -> Cached | None:
@@ -91,15 +111,32 @@ def _no_wait(conn: psycopg.Connection) -> None:
     conn.execute("SET LOCAL synchronous_commit TO off")
 
 
-def put(conn: psycopg.Connection, cache_key: str, question: str, generator: str, model: str,
-        sources: Sequence[Source], answer: Cached) -> None:
+def put(
+    conn: psycopg.Connection,
+    cache_key: str,
+    question: str,
+    generator: str,
+    model: str,
+    sources: Sequence[Source],
+    answer: Cached,
+) -> None:
     end_implicit_transaction(conn)
     with conn.transaction():
-        conn.execute(_q("cache_put"), {
-            "key": cache_key, "question": normalise(question), "generator": generator, "model": model,
-            "prompt_version": PROMPT_VERSION, "chunk_ids": [s.chunk_id for s in sources],
-            "sent_hashes": [sent_hash(s.heading_path, s.text) for s in sources], "answer": Jsonb(answer.to_json()),
-            "prompt_tokens": answer.usage.prompt_tokens, "completion_tokens": answer.usage.completion_tokens})
+        conn.execute(
+            _q("cache_put"),
+            {
+                "key": cache_key,
+                "question": normalise(question),
+                "generator": generator,
+                "model": model,
+                "prompt_version": PROMPT_VERSION,
+                "chunk_ids": [s.chunk_id for s in sources],
+                "sent_hashes": [sent_hash(s.heading_path, s.text) for s in sources],
+                "answer": Jsonb(answer.to_json()),
+                "prompt_tokens": answer.usage.prompt_tokens,
+                "completion_tokens": answer.usage.completion_tokens,
+            },
+        )
 
 
 def prune(conn: psycopg.Connection) -> int:
@@ -114,8 +151,12 @@ def prune(conn: psycopg.Connection) -> int:
 def memo_key(parts: Mapping[str, Any]) -> str:
     """The memo's key: the normalised question and everything of the request and the settings that shapes
     what is retrieved and answered (never a secret)."""
-    raw = json.dumps({**parts, "question": normalise(str(parts["question"])), "prompt_version": PROMPT_VERSION},
-                     sort_keys=True, ensure_ascii=False, default=str)
+    raw = json.dumps(
+        {**parts, "question": normalise(str(parts["question"])), "prompt_version": PROMPT_VERSION},
+        sort_keys=True,
+        ensure_ascii=False,
+        default=str,
+    )
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
@@ -132,16 +173,19 @@ def memo_get(conn: psycopg.Connection, memo: str) -> tuple[int, Cached | None, J
     return int(generation), Cached.from_json(answer) if answer else None, retrieval or None
 
 
-def memo_put(conn: psycopg.Connection, memo: str, generation: int, answer_key: str,
-             retrieval: Mapping[str, Any]) -> None:
+def memo_put(
+    conn: psycopg.Connection, memo: str, generation: int, answer_key: str, retrieval: Mapping[str, Any]
+) -> None:
     """Remember which cached answer this question got at this generation (see sql/migrations/007)."""
     if generation < 0:
         return
     end_implicit_transaction(conn)
     with conn.transaction():
         _no_wait(conn)
-        conn.execute(_q("memo_put"), {"key": memo, "generation": generation, "answer_key": answer_key,
-                                      "retrieval": Jsonb(dict(retrieval))})
+        conn.execute(
+            _q("memo_put"),
+            {"key": memo, "generation": generation, "answer_key": answer_key, "retrieval": Jsonb(dict(retrieval))},
+        )
 
 
 def clear(conn: psycopg.Connection) -> int:

@@ -52,10 +52,10 @@ def split(message: str) -> Split | None:
     asked = _QUERY.search(message)
     if asked:
         return Split(asked.group(1).strip(), attached)
-    before, after = message[:found.start()], message[found.end():]
+    before, after = message[: found.start()], message[found.end() :]
     start = _TEMPLATE_START.search(before)
     if start:
-        before = before[:start.start()]
+        before = before[: start.start()]
     return Split((before.strip() + "\n" + after.strip()).strip(), attached)
 
 

@@ -22,25 +22,39 @@ TaskKind = Literal["title", "tags", "follow_ups", "queries", "autocomplete", "im
 Turn = tuple[str, str]
 
 # The JSON key each Open WebUI template asks for, and the task it names (the first key found decides).
-JSON_KEYS: dict[str, TaskKind] = {"title": "title", "tags": "tags", "follow_ups": "follow_ups",
-                                  "queries": "queries", "text": "autocomplete", "prompt": "image_prompt"}
+JSON_KEYS: dict[str, TaskKind] = {
+    "title": "title",
+    "tags": "tags",
+    "follow_ups": "follow_ups",
+    "queries": "queries",
+    "text": "autocomplete",
+    "prompt": "image_prompt",
+}
 _OWUI = re.compile(r"^\s*#{2,4}\s*Task:", re.IGNORECASE)
 _JSON_KEY = re.compile(r"\{\s*\"(\w+)\"\s*:")
 _EMOJI = re.compile(r"reflect the speaker's likely facial expression", re.IGNORECASE)
 _LIBRECHAT_TITLE = re.compile(r"5-word-or-less title|title for (?:this|the) conversation|\|\|>Title:", re.IGNORECASE)
 _HISTORY = re.compile(r"<chat_history>(.*?)</chat_history>", re.DOTALL | re.IGNORECASE)
-_ROLE_LINE = re.compile(r"^(USER|ASSISTANT|AI|HUMAN|\|\|>User|\|\|>Response|User|Response)\s*:\s*(.*)$",
-                        re.IGNORECASE)
+_ROLE_LINE = re.compile(r"^(USER|ASSISTANT|AI|HUMAN|\|\|>User|\|\|>Response|User|Response)\s*:\s*(.*)$", re.IGNORECASE)
 _TAG = re.compile(r"<(text|type)>(.*?)</\1>", re.DOTALL | re.IGNORECASE)
 _MESSAGE = re.compile(r"Message:\s*```(.*?)```", re.DOTALL)
 _SOURCE_LINE = re.compile(r"^- \[\d+\] `([^`]+)`(?: \u203a (.+))?$", re.MULTILINE)
 _WORD = re.compile(r"[^\W_][\w'-]*", re.UNICODE)
-STOP = frozenset(re.findall(r"\S+", (
-    "a an the and or but if of to in on at by for with from as is are was were be been being do does did i you we "
-    "they he she it this that these those my your our their its what which who whom whose when where why how can "
-    "could should would will shall may might must not no so than then there here about into over me us them any "
-    "all each some such more most other only own same too very just also get got have has had please tell show "
-    "explain want need know let lets i'm it's don't doesn't way ways thing things many much")))
+STOP = frozenset(
+    re.findall(
+        r"\S+",
+        (
+            "a an the and or but if of to in on at by for with from as is are was were be been being do does did i "
+            "you we "
+            "they he she it this that these those my your our their its what which who whom whose when where why how "
+            "can "
+            "could should would will shall may might must not no so than then there here about into over me us them "
+            "any "
+            "all each some such more most other only own same too very just also get got have has had please tell show "
+            "explain want need know let lets i'm it's don't doesn't way ways thing things many much"
+        ),
+    )
+)
 FALLBACK_TITLE = "Knowledge Base Question"
 
 
@@ -66,8 +80,9 @@ def detect(messages: Sequence[Turn]) -> Task | None:
     if _EMOJI.search(text):
         found = _MESSAGE.search(text)
         return Task("emoji", False, (), found.group(1).strip() if found else "")
-    if _LIBRECHAT_TITLE.search(text) and (len(messages) == 1 or messages[-1][0] == "system"
-                                          or "||>" in text or "\nAI:" in text):
+    if _LIBRECHAT_TITLE.search(text) and (
+        len(messages) == 1 or messages[-1][0] == "system" or "||>" in text or "\nAI:" in text
+    ):
         return Task("title", "json" in text.lower(), tuple(history_turns(text)))
     return None
 
@@ -157,8 +172,14 @@ def render(task: Task, values: Sequence[str]) -> str:
     """The task's answer in the format it asked for: `values` are the title, tags, questions, queries, text."""
     if task.kind == "emoji":
         return values[0] if values else "\U0001f642"
-    key = {"follow_ups": "follow_ups", "tags": "tags", "queries": "queries", "autocomplete": "text",
-           "image_prompt": "prompt", "title": "title"}[task.kind]
+    key = {
+        "follow_ups": "follow_ups",
+        "tags": "tags",
+        "queries": "queries",
+        "autocomplete": "text",
+        "image_prompt": "prompt",
+        "title": "title",
+    }[task.kind]
     many = task.kind in ("follow_ups", "tags", "queries")
     value: object = list(values) if many else (values[0] if values else "")
     if task.wants_json:

@@ -48,19 +48,27 @@ RELATIVE = 0.90  # ... nor one scoring less than this share of the best sentence
 DUPLICATE = 0.8  # word-set Jaccard at which a sentence repeats one already quoted
 _NUMBER_MARKER = re.compile(r"\[(\s*\d[\d,\s]*)\]")
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
-_STOP = frozenset(re.findall(r"\S+", (
-    "a an the and or but if of to in on at by for with from as is are was were be been being do does did done "
-    "i you we they he she it this that these those my your our their its what which who whom whose when where "
-    "why how can could should would will shall may might must not no so than then there here about into over "
-    "me us them any all each some such more most other only own same too very just also get got have has had "
-    "one ones use used using")))
+_STOP = frozenset(
+    re.findall(
+        r"\S+",
+        (
+            "a an the and or but if of to in on at by for with from as is are was were be been being do does did done "
+            "i you we they he she it this that these those my your our their its what which who whom whose when where "
+            "why how can could should would will shall may might must not no so than then there here about into over "
+            "me us them any all each some such more most other only own same too very just also get got have has had "
+            "one ones use used using"
+        ),
+    )
+)
 # "how do I revoke ...": the action asked for, which a command (or a sentence's `code`) may name
 _ACTION = re.compile(r"\bhow\s+(?:do|can|should|would|to)\s+(?:i|we|you|one)?\s*([a-z]{3,})\b", re.I)
 _CODE = re.compile(r"`([^`]+)`")
 _ARGUMENT_TEXT = re.compile(r"\"[^\"]*\"|'[^']*'|#[^\n]*")
 _HOW_TO_RUN = re.compile(
     r"\b(?:how\s+(?:do|can|should|would|to)\s+(?:i|we|you|one)?\s*(?:run|start|launch|execute|invoke|install|"
-    r"call|type|set\s+up|stop)|(?:which|what)\s+commands?|command\s+(?:to|for|line)|commands?\s+that)\b", re.I)
+    r"call|type|set\s+up|stop)|(?:which|what)\s+commands?|command\s+(?:to|for|line)|commands?\s+that)\b",
+    re.I,
+)
 
 
 @dataclass(frozen=True)
@@ -89,17 +97,21 @@ class Extractive:
         field = needs_llm(passed(tools))
         if field is None:
             return None
-        return Unsupported(field, f"{field} asks for what only a language model gives (a tool call or JSON), and "
-                                  "this server has none (setting generator): its answers quote the documents. Leave "
-                                  "it out, or configure an LLM (generator=openai, anthropic or ollama)")
+        return Unsupported(
+            field,
+            f"{field} asks for what only a language model gives (a tool call or JSON), and "
+            "this server has none (setting generator): its answers quote the documents. Leave "
+            "it out, or configure an LLM (generator=openai, anthropic or ollama)",
+        )
 
     def generate(self, fit: Fit, on_token: Callable[[str], None]) -> Generation:
         question = fit.prompt.question
         action = asked_action(question)
         found = candidates(fit.prompt.sources, asks_to_run(question) or bool(action))
         if not asks_to_run(question):  # a command only where it names the action asked for: that line of it
-            found = [action_line(c, action) if c.command else c for c in found
-                     if not c.command or names_action(c, action)]
+            found = [
+                action_line(c, action) if c.command else c for c in found if not c.command or names_action(c, action)
+            ]
         # these win over the rest when above the floor (a sentence with the command it introduces, too)
         first = [names_action(completed(c), action) for c in found] if action else None
         chosen = choose(found, self.scores(question, found), self.quotes, first) if found else []
@@ -160,7 +172,7 @@ def names_action(c: Candidate, action: str) -> bool:
 def action_line(c: Candidate, action: str) -> Candidate:
     """A command's first line that names the action (a fence often holds several commands), as its own candidate."""
     pos = c.a
-    for line in c.source.text[c.a:c.b].splitlines(keepends=True):
+    for line in c.source.text[c.a : c.b].splitlines(keepends=True):
         piece = Candidate(c.source, pos, pos + len(line.rstrip()), line.strip(), True)
         pos += len(line)
         if names_action(piece, action):
@@ -211,8 +223,9 @@ def candidates(sources: tuple[Source, ...] | list[Source], commands: bool = Fals
     return found
 
 
-def choose(found: list[Candidate], scores: np.ndarray, cap: int,
-           first: list[bool] | None = None) -> list[tuple[Candidate, float]]:
+def choose(
+    found: list[Candidate], scores: np.ndarray, cap: int, first: list[bool] | None = None
+) -> list[tuple[Candidate, float]]:
     """The best candidates above the floor (absolute and relative to the best), near-duplicates dropped; those
     marked `first` (naming the action asked for) and above the floor before all others."""
     ahead = [bool(first and first[i]) and float(scores[i]) >= FLOOR for i in range(len(found))]
@@ -239,7 +252,7 @@ def completed(c: Candidate) -> Candidate:
     span = introduced(c.source.text, c.b)
     if span is None:
         return c
-    return Candidate(c.source, c.a, span[1], c.text + "\n\n" + c.source.text[span[0]:span[1]], c.command)
+    return Candidate(c.source, c.a, span[1], c.text + "\n\n" + c.source.text[span[0] : span[1]], c.command)
 
 
 def line_of(c: Candidate) -> str:
@@ -255,5 +268,13 @@ def line_of(c: Candidate) -> str:
 def quote(c: Candidate, score: float) -> Quote:
     """A quote as Answer.quotes reports it: its source, its span in the source document, its score."""
     s = c.source
-    return Quote(number=s.number, chunk_id=s.chunk_id, path=s.path, start=s.start + c.a, end=s.start + c.b,
-                 text=c.text, score=round(score, 4), command=c.command)
+    return Quote(
+        number=s.number,
+        chunk_id=s.chunk_id,
+        path=s.path,
+        start=s.start + c.a,
+        end=s.start + c.b,
+        text=c.text,
+        score=round(score, 4),
+        command=c.command,
+    )

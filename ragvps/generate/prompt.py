@@ -93,7 +93,8 @@ class Prompt:
     def messages(self) -> list[dict[str, str]]:
         """The chat messages after the system block: the earlier turns, then the sources and the question."""
         return [{"role": role, "content": text} for role, text in self.history] + [
-            {"role": "user", "content": self.user}]
+            {"role": "user", "content": self.user}
+        ]
 
 
 def system_block() -> str:
@@ -124,5 +125,15 @@ def passed_through(messages: Sequence[Turn]) -> Prompt:
 def _numbered(source: Source, number: int) -> Source:
     if source.number == number:
         return source
-    return Source(number, source.chunk_id, source.path, source.heading_path, source.start, source.end,
-                  source.score, source.text, source.evidence, source.pages)
+    return Source(
+        number,
+        source.chunk_id,
+        source.path,
+        source.heading_path,
+        source.start,
+        source.end,
+        source.score,
+        source.text,
+        source.evidence,
+        source.pages,
+    )

@@ -42,8 +42,10 @@ class Usage:
     def described(self) -> str:
         """In words, for a person: `1,234 prompt tokens (0 cached), 56 answer tokens`; counted ones say so."""
         how = " (counted by ragvps: the LLM server reported none)" if self.counted else ""
-        return (f"{self.prompt_tokens:,} prompt tokens ({self.cached_tokens:,} cached), {self.completion_tokens:,} "
-                f"answer tokens{how}")
+        return (
+            f"{self.prompt_tokens:,} prompt tokens ({self.cached_tokens:,} cached), {self.completion_tokens:,} "
+            f"answer tokens{how}"
+        )
 
 
 @dataclass(frozen=True)
@@ -76,9 +78,16 @@ class Quote:
 
     @classmethod
     def from_json(cls, data: Json) -> Quote:
-        return cls(number=_int(data["number"]), chunk_id=str(data["chunk_id"]), path=str(data["path"]),
-                   start=_int(data["start"]), end=_int(data["end"]), text=str(data["text"]),
-                   score=float(str(data["score"])), command=bool(data.get("command", False)))
+        return cls(
+            number=_int(data["number"]),
+            chunk_id=str(data["chunk_id"]),
+            path=str(data["path"]),
+            start=_int(data["start"]),
+            end=_int(data["end"]),
+            text=str(data["text"]),
+            score=float(str(data["score"])),
+            command=bool(data.get("command", False)),
+        )
 
 
 @dataclass(frozen=True)
@@ -122,8 +131,15 @@ class Citation:
 
     def to_json(self) -> dict[str, object]:
         pages = {"pages": list(self.pages)} if self.pages else {}  # only a PDF's chunks have pages
-        return {"number": self.number, "chunk_id": self.chunk_id, "path": self.path,
-                "heading_path": self.heading_path, "start": self.start, "end": self.end, **pages}
+        return {
+            "number": self.number,
+            "chunk_id": self.chunk_id,
+            "path": self.path,
+            "heading_path": self.heading_path,
+            "start": self.start,
+            "end": self.end,
+            **pages,
+        }
 
 
 def source_json(source: Source) -> dict[str, object]:
@@ -134,8 +150,15 @@ def source_json(source: Source) -> dict[str, object]:
 
 
 def source_from_json(data: Json) -> Source:
-    return Source(number=_int(data["number"]), chunk_id=str(data["chunk_id"]), path=str(data["path"]),
-                  heading_path=str(data["heading_path"]), start=_int(data["start"]), end=_int(data["end"]),
-                  score=float(str(data["score"])), text=str(data["text"]),
-                  evidence=float(str(data.get("evidence", 0.0))),
-                  pages=tuple(_int(p) for p in data.get("pages") or ()))  # type: ignore[attr-defined]
+    return Source(
+        number=_int(data["number"]),
+        chunk_id=str(data["chunk_id"]),
+        path=str(data["path"]),
+        heading_path=str(data["heading_path"]),
+        start=_int(data["start"]),
+        end=_int(data["end"]),
+        score=float(str(data["score"])),
+        text=str(data["text"]),
+        evidence=float(str(data.get("evidence", 0.0))),
+        pages=tuple(_int(p) for p in data.get("pages") or ()),  # type: ignore[attr-defined]
+    )

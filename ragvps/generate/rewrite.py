@@ -58,22 +58,59 @@ def terms(text: str) -> list[str]:
 
 
 # Words that point back at the conversation: pronouns and references whose meaning is in an earlier turn.
-_BACK = frozenset({
-    "it", "its", "itself", "they", "them", "their", "theirs", "themselves", "this", "that", "these", "those", "ones",
-    "then", "there", "former", "latter", "above", "previous", "earlier", "again", "too", "also", "else", "instead",
-    "halfway", "afterwards", "meanwhile"})
+_BACK = frozenset(
+    {
+        "it",
+        "its",
+        "itself",
+        "they",
+        "them",
+        "their",
+        "theirs",
+        "themselves",
+        "this",
+        "that",
+        "these",
+        "those",
+        "ones",
+        "then",
+        "there",
+        "former",
+        "latter",
+        "above",
+        "previous",
+        "earlier",
+        "again",
+        "too",
+        "also",
+        "else",
+        "instead",
+        "halfway",
+        "afterwards",
+        "meanwhile",
+    }
+)
 _PRONOUNS = frozenset({"it", "its", "itself", "they", "them", "their", "theirs", "themselves"})  # unless a name came
 # A question opening with these goes on from the last turn ("And if it is cut short?", "What about Word files?").
-_GOES_ON = re.compile(r"^\W*(?:and|but|or|so|also|then|what\s+about|how\s+about|why\s+not|what\s+if|"
-                      r"what\s+else|anything\s+else|which\s+one|same\s+for|ok|okay)\b", re.I)
+_GOES_ON = re.compile(
+    r"^\W*(?:and|but|or|so|also|then|what\s+about|how\s+about|why\s+not|what\s+if|"
+    r"what\s+else|anything\s+else|which\s+one|same\s+for|ok|okay)\b",
+    re.I,
+)
 # words of _BACK that refer to nothing said before: "is there a way", "a file that cannot be read", "so that"
-_NOT_BACK = re.compile(r"\b(?:is|are|was|were|be)\s+there\b|\b(?:so|such|now|given)\s+that\b|"
-                       r"\b(?!(?:is|are|was|were|does|do|did)\b)[a-z]+\s+that\s+(?:can|cannot|can't|could|will|would|"
-                       r"should|may|might|must|is|are|was|were|has|have|had|does|do|did|doesn't|don't|isn't|aren't|"
-                       r"[a-z]+s)\b", re.I)
+_NOT_BACK = re.compile(
+    r"\b(?:is|are|was|were|be)\s+there\b|\b(?:so|such|now|given)\s+that\b|"
+    r"\b(?!(?:is|are|was|were|does|do|did)\b)[a-z]+\s+that\s+(?:can|cannot|can't|could|will|would|"
+    r"should|may|might|must|is|are|was|were|has|have|had|does|do|did|doesn't|don't|isn't|aren't|"
+    r"[a-z]+s)\b",
+    re.I,
+)
 # "one" as a pronoun ("for one that died", "which one?"), not a number or "one ingest"
-_ONE = re.compile(r"\bone\s+(?:that|which|who|of)\b|\bone\s*(?:[?.!,]|$)|"
-                  r"\b(?:each|which|this|that|other|another)\s+ones?\b|\bsame\s*(?:[?.!,]|$|for\b|as\b)", re.I)
+_ONE = re.compile(
+    r"\bone\s+(?:that|which|who|of)\b|\bone\s*(?:[?.!,]|$)|"
+    r"\b(?:each|which|this|that|other|another)\s+ones?\b|\bsame\s*(?:[?.!,]|$|for\b|as\b)",
+    re.I,
+)
 _NAME = re.compile(r"\bragvps\b|(?<=\w )[A-Z][a-z][A-Za-z]*")  # a name a pronoun after it may refer to
 MIN_OWN_TERMS = 2  # fewer words of its own ("Why?", "How do I see what did not fit?"): it leans on the history
 
@@ -123,19 +160,26 @@ def rewrite_fit(history: Sequence[Turn], question: str, settings: GenerateSettin
     prompt = Prompt(SYSTEM, transcript(history, question), (), question, REWRITE_VERSION)
     n = budget.count_prompt(prompt, encoding)
     short = dataclasses.replace(settings, answer_reserve=REWRITE_TOKENS, temperature=0.0)
-    return budget.Fit(prompt=prompt, prompt_tokens=n, system_tokens=tokens.count_llm(SYSTEM, encoding), window=window,
-                      reserve=REWRITE_TOKENS, encoding=encoding, settings=short)
+    return budget.Fit(
+        prompt=prompt,
+        prompt_tokens=n,
+        system_tokens=tokens.count_llm(SYSTEM, encoding),
+        window=window,
+        reserve=REWRITE_TOKENS,
+        encoding=encoding,
+        settings=short,
+    )
 
 
 def clean(reply: str, question: str) -> str:
     """The rewriter's reply as one question; the original when the reply is empty or runs on."""
     text = reply.strip()
     if text.lower().startswith(LABEL.strip().lower()):
-        text = text[len(LABEL.strip()):]
+        text = text[len(LABEL.strip()) :]
     for prefix in ("standalone question:", "rewritten question:", "question:"):
         if text.lower().startswith(prefix):
-            text = text[len(prefix):]
-    text = " ".join(text.strip().strip('"\u201c\u201d\'').split())
+            text = text[len(prefix) :]
+    text = " ".join(text.strip().strip("\"\u201c\u201d'").split())
     if not re.search(r"\w", text) or len(text) > max(600, 4 * len(question)):
         return question
     return text

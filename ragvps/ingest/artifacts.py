@@ -73,8 +73,13 @@ class ChunkArtifacts:
 
     def write(self, result: ChunkFile) -> None:
         """Header, documents, then chunks (with their id and content hash), streamed to a temporary file."""
-        header = {"source": result.source, "file_hash": result.file_hash, "chunker": result.chunker,
-                  "documents": len(result.documents), "chunks": len(result.chunks)}
+        header = {
+            "source": result.source,
+            "file_hash": result.file_hash,
+            "chunker": result.chunker,
+            "documents": len(result.documents),
+            "chunks": len(result.chunks),
+        }
         path = self.path(result.source)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")

@@ -20,8 +20,14 @@ PARSE_CHARS = 1 << 22  # a longer Markdown text is parsed one window of lines at
 Block = tuple[int, int, int, str]  # kind: heading | prose | lines | code | table | rows (a table's next part)
 _NEWLINE = re.compile(r"\r\n?|\n")
 _BLANK = re.compile(r"\n[ \t\r\f\v]*\n\s*")
-_MD_KINDS = {"heading_open": "heading", "paragraph_open": "prose", "blockquote_open": "prose", "fence": "code",
-             "code_block": "code", "table_open": "table"}
+_MD_KINDS = {
+    "heading_open": "heading",
+    "paragraph_open": "prose",
+    "blockquote_open": "prose",
+    "fence": "code",
+    "code_block": "code",
+    "table_open": "table",
+}
 
 
 class _Paths:
@@ -145,7 +151,7 @@ def _sheet_blocks(doc: Document, paths: _Paths) -> list[Block]:
     path, pos, table, last = 0, 0, -1, 0
     for m in chain(_NEWLINE.finditer(text), [None]):
         end = m.start() if m else len(text)
-        first = text[pos:pos + 1]
+        first = text[pos : pos + 1]
         if first == "|":
             table = pos if table < 0 else table
         else:
@@ -206,6 +212,7 @@ def _bounded(text: str, a: int, b: int, size: int | None = None) -> Iterator[tup
 
 
 # --- sentences --------------------------------------------------------------------------------------------
+
 
 def _lines(text: str, a: int, b: int) -> list[tuple[int, int]]:
     spans = []

@@ -94,8 +94,14 @@ class Meter:
     def refusal(self) -> SkipFile:
         part, times = self.parts.most_common(1)[0] if self.parts else ("", 0)
         again = f"; it reads {part} {times:,} times" if times > 1 else ""
-        return SkipFile("too much text", (
-            f"{self.rel}: its text passes {self.limit:,} characters (max_text_ratio={self.bound.ratio} per byte of "
-            f"its {self.unpacked:,} unpacked, at least {FLOOR:,}, at most max_text_chars={self.bound.cap:,}){again}: "
-            "a file that repeats its parts (a decompression bomb?) or one too large to read; skipped, nothing of it "
-            "stored"))
+        return SkipFile(
+            "too much text",
+            (
+                f"{self.rel}: its text passes {self.limit:,} characters (max_text_ratio={self.bound.ratio} per byte of "
+                f"its {self.unpacked:,} unpacked, at least {FLOOR:,}, at most "
+                f"max_text_chars={self.bound.cap:,}){again}: "
+                "a file that repeats its parts (a decompression bomb?) or one too large to read; skipped, nothing of "
+                "it "
+                "stored"
+            ),
+        )

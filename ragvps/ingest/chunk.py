@@ -90,6 +90,7 @@ def chunk_documents(docs: Sequence[Document], config: ChunkerConfig) -> list[lis
 
 # --- blocks: (start, end, path index, kind), tiling the document in order --------------------------------
 
+
 class _Chunker:
     def __init__(self, doc: Document, config: ChunkerConfig, room: int, enc: Encoding | None, title: int | None):
         self.doc, self.config, self.text, self.room = doc, config, doc.text, room
@@ -194,7 +195,7 @@ class _Chunker:
         text = self.text
         rows = _lines(text, a, b)
         if kind == "table":
-            if len(rows) < 3 or set(text[rows[1][0]:rows[1][1]]) - set("|:- \t"):
+            if len(rows) < 3 or set(text[rows[1][0] : rows[1][1]]) - set("|:- \t"):
                 self.header = None
                 return "lines"
             hi, hj = seg.span(rows[0][0], rows[1][1])
@@ -332,8 +333,9 @@ class _Chunker:
                 if pa < pb:
                     yield pa, pb, 0, p, False
 
-    def _verified(self, a: int, b: int, n: int, embed: str, path_n: int, budget: int,
-                  exact: bool) -> list[tuple[int, int, int]]:
+    def _verified(
+        self, a: int, b: int, n: int, embed: str, path_n: int, budget: int, exact: bool
+    ) -> list[tuple[int, int, int]]:
         limit = self.room - path_n
         if exact and n <= limit - MARGIN:
             return [(a, b, n)]

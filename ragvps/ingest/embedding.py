@@ -30,8 +30,13 @@ class EmbedOutcome:
 
 
 def embed_stage(
-    cache: VectorCache, chunks: Sequence[Chunk], spec: ModelSpec, lanes: Callable[[], Lanes],
-    batch_size: int, progress: Progress, outcome: EmbedOutcome | None = None,
+    cache: VectorCache,
+    chunks: Sequence[Chunk],
+    spec: ModelSpec,
+    lanes: Callable[[], Lanes],
+    batch_size: int,
+    progress: Progress,
+    outcome: EmbedOutcome | None = None,
 ) -> EmbedOutcome:
     """Embed the chunks whose vectors are not cached yet, appending each answered piece to the cache."""
     outcome = outcome if outcome is not None else EmbedOutcome()
@@ -71,9 +76,12 @@ def too_long(chunks: Sequence[Chunk], spec: ModelSpec) -> list[tuple[Chunk, int]
 
 def too_long_message(offenders: Sequence[tuple[Chunk, int]], total: int, spec: ModelSpec, remedy: str) -> str:
     examples = "; ".join(f"document {c.doc_id} chunk {c.seq}: {n} tokens" for c, n in offenders[:3])
-    return (f"{len(offenders)} of {total} chunks are longer than model {spec.name} takes "
-            f"({spec.max_tokens} tokens with its prefix): {examples}"
-            + ("; ..." if len(offenders) > 3 else "") + f"; {remedy}")
+    return (
+        f"{len(offenders)} of {total} chunks are longer than model {spec.name} takes "
+        f"({spec.max_tokens} tokens with its prefix): {examples}"
+        + ("; ..." if len(offenders) > 3 else "")
+        + f"; {remedy}"
+    )
 
 
 def embed_pieces(embedder: Embedder, batch: Sequence[Chunk], emit: Emit) -> None:

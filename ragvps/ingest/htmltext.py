@@ -7,11 +7,42 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
 _DROP = frozenset({"script", "style", "nav", "noscript", "template", "svg", "head", "iframe", "object"})
-_BLOCK = frozenset({
-    "p", "div", "section", "article", "main", "header", "footer", "aside", "ul", "ol", "table", "thead",
-    "tbody", "blockquote", "pre", "dl", "figure", "figcaption", "form", "hr", "address", "details", "summary",
-    "fieldset", "h1", "h2", "h3", "h4", "h5", "h6", "body", "html",
-})
+_BLOCK = frozenset(
+    {
+        "p",
+        "div",
+        "section",
+        "article",
+        "main",
+        "header",
+        "footer",
+        "aside",
+        "ul",
+        "ol",
+        "table",
+        "thead",
+        "tbody",
+        "blockquote",
+        "pre",
+        "dl",
+        "figure",
+        "figcaption",
+        "form",
+        "hr",
+        "address",
+        "details",
+        "summary",
+        "fieldset",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "body",
+        "html",
+    }
+)
 _LINE = frozenset({"br", "li", "tr", "dt", "dd", "caption", "option"})
 _VOID = frozenset({"br", "hr", "img", "input", "meta", "link", "area", "base", "col", "embed", "source", "wbr"})
 _SPACE = re.compile(r"\s+")

@@ -46,10 +46,20 @@ class JobsReport:
     stopped: str = ""
 
 
-def run_jobs(connect: Connect, settings: Settings, spec: ModelSpec, lanes: Callable[[], Lanes], worker: str, *,
-             stop: threading.Event, exit_when_empty: bool = False, poll: float = 1.0,
-             wake: threading.Event | None = None, linger: float = 0.0,
-             settled: Callable[[psycopg.Connection], object] | None = None) -> JobsReport:
+def run_jobs(
+    connect: Connect,
+    settings: Settings,
+    spec: ModelSpec,
+    lanes: Callable[[], Lanes],
+    worker: str,
+    *,
+    stop: threading.Event,
+    exit_when_empty: bool = False,
+    poll: float = 1.0,
+    wake: threading.Event | None = None,
+    linger: float = 0.0,
+    settled: Callable[[psycopg.Connection], object] | None = None,
+) -> JobsReport:
     """Take jobs (uploads, and syncs of connected sources) until `stop` is set (or none has been left for
     `linger` seconds, exit_when_empty); `wake` cuts a wait short; `settled` after a sync that changed documents."""
     report = JobsReport(worker)
@@ -87,9 +97,18 @@ def run_jobs(connect: Connect, settings: Settings, spec: ModelSpec, lanes: Calla
     return report
 
 
-def _run(connect: Connect, conn: psycopg.Connection, settings: Settings, spec: ModelSpec, lanes: Callable[[], Lanes],
-         job: str, token: str, stop: threading.Event, report: JobsReport,
-         settled: Callable[[psycopg.Connection], object] | None) -> int:
+def _run(
+    connect: Connect,
+    conn: psycopg.Connection,
+    settings: Settings,
+    spec: ModelSpec,
+    lanes: Callable[[], Lanes],
+    job: str,
+    token: str,
+    stop: threading.Event,
+    report: JobsReport,
+    settled: Callable[[psycopg.Connection], object] | None,
+) -> int:
     """Run one claimed job, an upload's or a sync's; 1 if it ended here."""
 
     source = sync_jobs.source_of(conn, job)
@@ -140,8 +159,16 @@ def _give_back(conn: psycopg.Connection, job: str, token: str, strike: bool = Fa
 class Job:
     """One claimed job, run to its end (or to a stop: then given back)."""
 
-    def __init__(self, connect: Connect, conn: psycopg.Connection, settings: Settings, spec: ModelSpec,
-                 lanes: Callable[[], Lanes], job: str, token: str):
+    def __init__(
+        self,
+        connect: Connect,
+        conn: psycopg.Connection,
+        settings: Settings,
+        spec: ModelSpec,
+        lanes: Callable[[], Lanes],
+        job: str,
+        token: str,
+    ):
         self.connect, self.conn, self.settings, self.spec, self.lanes = connect, conn, settings, spec, lanes
         self.job, self.token = job, token
         self.kb_dir = settings.database.kb_dir
@@ -169,8 +196,12 @@ class Job:
                     outcomes = self.ingest(batch)
                 except Cancelled:
                     break
-                report.files += jobs.finish_files(self.conn, self.job, self.token, [
-                    (f.seq, o.state, o.error, o.documents, o.chunks) for f, o in zip(batch, outcomes, strict=True)])
+                report.files += jobs.finish_files(
+                    self.conn,
+                    self.job,
+                    self.token,
+                    [(f.seq, o.state, o.error, o.documents, o.chunks) for f, o in zip(batch, outcomes, strict=True)],
+                )
         if self.lost.is_set():
             return 0
         if self.cancelled.is_set():
@@ -190,9 +221,11 @@ class Job:
         for f in files:
             if f.tries < most:
                 continue
-            error = (f"{f.name}: a worker died {f.tries} times while reading it (killed, or out of memory), so it "
-                     f"is not tried again; the file may be too large or malformed: split it, or raise "
-                     f"worker_max_attempts if the workers were stopped for another reason")
+            error = (
+                f"{f.name}: a worker died {f.tries} times while reading it (killed, or out of memory), so it "
+                f"is not tried again; the file may be too large or malformed: split it, or raise "
+                f"worker_max_attempts if the workers were stopped for another reason"
+            )
             log.warning("job %s: %s", self.job, error)
             if jobs.finish_file(self.conn, self.job, self.token, f.seq, "failed", error):
                 report.files += 1
@@ -263,8 +296,9 @@ class Job:
 
         while True:
             try:
-                _, outcomes = ingest_files(self.conn, self.settings, folder, names, self.spec, self.lanes, progress,
-                                           warn, lock_wait=5.0)
+                _, outcomes = ingest_files(
+                    self.conn, self.settings, folder, names, self.spec, self.lanes, progress, warn, lock_wait=5.0
+                )
                 return outcomes
             except DatabaseError as exc:
                 if "is writing to this database" not in str(exc) or self.lost.is_set():
@@ -277,8 +311,10 @@ def ending(outcomes: dict[str, tuple[int, str | None]]) -> tuple[str, str | None
     `done`, failures being the files'."""
     failed, first = outcomes.get("failed", (0, None))
     if failed and failed == sum(n for n, _ in outcomes.values()):
-        return "failed", (f"every file failed ({failed} of {failed}), nothing was stored; the first: {first}; "
-                          "each file's error says what to do")
+        return "failed", (
+            f"every file failed ({failed} of {failed}), nothing was stored; the first: {first}; "
+            "each file's error says what to do"
+        )
     return "done", None
 
 

@@ -36,5 +36,4 @@ def linked(files: Sequence[ChunkFile], urls: Mapping[str, str]) -> list[ChunkFil
     """The chunk stage's files with each document's source set to its item's URL (`urls`: a mirror's links)."""
     if not urls:
         return list(files)
-    return [replace(f, documents=[replace(d, source=urls.get(d.source, d.source)) for d in f.documents])
-            for f in files]
+    return [replace(f, documents=[replace(d, source=urls.get(d.source, d.source)) for d in f.documents]) for f in files]

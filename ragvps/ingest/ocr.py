@@ -19,8 +19,7 @@ from pathlib import Path
 
 from ragvps.records import Document
 
-IMAGE_KINDS = {".png": "image", ".jpg": "image", ".jpeg": "image", ".tif": "image", ".tiff": "image",
-               ".webp": "image"}
+IMAGE_KINDS = {".png": "image", ".jpg": "image", ".jpeg": "image", ".tif": "image", ".tiff": "image", ".webp": "image"}
 INSTALL = "install Tesseract (`apt-get install tesseract-ocr tesseract-ocr-eng`, `brew install tesseract`)"
 MAX_PIXELS = 80_000_000  # a page image larger than this (a decompression bomb, a poster) is not read
 
@@ -60,13 +59,21 @@ def image_text(data: bytes, rel: str, options: OcrOptions, page: int | None = No
     name = f"{rel}: page {page}" if page else rel
     exe = tesseract()
     if exe is None:
-        raise OcrFailed("needs tesseract", f"{name}: reading scanned pages and images needs Tesseract, which is "
-                                           f"not on PATH: {INSTALL}; skipped")
+        raise OcrFailed(
+            "needs tesseract",
+            f"{name}: reading scanned pages and images needs Tesseract, which is not on PATH: {INSTALL}; skipped",
+        )
     started = time.monotonic()
     env = {**os.environ, "OMP_THREAD_LIMIT": "1"}
     try:
-        done = subprocess.run([exe, "stdin", "stdout", "-l", options.languages, "--psm", "3"], input=data,
-                              capture_output=True, timeout=options.timeout, env=env, check=False)
+        done = subprocess.run(
+            [exe, "stdin", "stdout", "-l", options.languages, "--psm", "3"],
+            input=data,
+            capture_output=True,
+            timeout=options.timeout,
+            env=env,
+            check=False,
+        )
     except subprocess.TimeoutExpired as exc:
         raise OcrFailed("OCR timeout", f"{name}: OCR took longer than {options.timeout:g} s, skipped") from exc
     finally:
@@ -74,12 +81,16 @@ def image_text(data: bytes, rel: str, options: OcrOptions, page: int | None = No
     if done.returncode != 0:
         said = done.stderr.decode("utf-8", "replace").strip().splitlines()
         if any("Failed loading language" in line for line in said):
-            raise OcrFailed("OCR language missing", f"{name}: Tesseract has no data for ocr_languages="
-                                                    f"{options.languages!r}: install its packages (e.g. "
-                                                    "`apt-get install tesseract-ocr-deu`) or change "
-                                                    "ocr_languages; skipped")
-        raise OcrFailed("unreadable image", f"{name}: Tesseract could not read it ({(said or ['?'])[-1][:200]}), "
-                                            "skipped")
+            raise OcrFailed(
+                "OCR language missing",
+                f"{name}: Tesseract has no data for ocr_languages="
+                f"{options.languages!r}: install its packages (e.g. "
+                "`apt-get install tesseract-ocr-deu`) or change "
+                "ocr_languages; skipped",
+            )
+        raise OcrFailed(
+            "unreadable image", f"{name}: Tesseract could not read it ({(said or ['?'])[-1][:200]}), skipped"
+        )
     options.stats.pages += 1
     return done.stdout.decode("utf-8", "replace").replace("\x00", "").strip()
 
@@ -108,8 +119,9 @@ def _check_size(path: Path, rel: str) -> None:
     except (OSError, ValueError, Image.DecompressionBombError) as exc:
         raise OcrFailed("unreadable image", f"{rel}: not a readable image ({exc}), skipped") from exc
     if width * height > MAX_PIXELS:
-        raise OcrFailed("image too large", f"{rel}: {width}x{height} pixels, more than OCR reads "
-                                           f"({MAX_PIXELS:,}), skipped")
+        raise OcrFailed(
+            "image too large", f"{rel}: {width}x{height} pixels, more than OCR reads ({MAX_PIXELS:,}), skipped"
+        )
 
 
 def pdf_page_text(page: object, rel: str, number: int, count: int, options: OcrOptions) -> str:
@@ -127,8 +139,10 @@ def _page_images_text(page: object, rel: str, number: int, options: OcrOptions) 
     try:
         images = list(page.images)  # type: ignore[attr-defined]
     except ImportError as exc:  # pypdf decodes most image filters with Pillow
-        raise OcrFailed("needs ragvps[ocr]", f"{rel}: reading its scanned pages needs Pillow: install "
-                                             "`pip install 'ragvps[ocr]'`; skipped") from exc
+        raise OcrFailed(
+            "needs ragvps[ocr]",
+            f"{rel}: reading its scanned pages needs Pillow: install `pip install 'ragvps[ocr]'`; skipped",
+        ) from exc
     except Exception:  # a damaged image stream is a page without text, not a failed file
         return ""
     texts = []

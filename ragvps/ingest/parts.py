@@ -45,7 +45,7 @@ def streams(source: SourceFile) -> bool:
 
 def rows_file(stage: str) -> str | None:
     """The file a progress stage counts the rows of, or None."""
-    return stage[len(ROWS):] if stage.startswith(ROWS) else None
+    return stage[len(ROWS) :] if stage.startswith(ROWS) else None
 
 
 @dataclass
@@ -127,5 +127,11 @@ def _store_part(run: PartsRun, doc: Document, outcome: EmbedOutcome) -> None:
         part = embed_stage(run.cache, chunks, run.spec, run.lanes, run.settings.embed.batch_size, embedding)
         outcome.embedded += part.embedded
         outcome.hosts = part.hosts
-    store.replace_documents(run.conn, run.eset, run.root, run.config.key(), run.settings.search.language,
-                            [(doc, chunks, run.cache.of_chunks(chunks, deferred))])
+    store.replace_documents(
+        run.conn,
+        run.eset,
+        run.root,
+        run.config.key(),
+        run.settings.search.language,
+        [(doc, chunks, run.cache.of_chunks(chunks, deferred))],
+    )

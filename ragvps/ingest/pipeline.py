@@ -79,12 +79,14 @@ def nothing_readable(path: Path, report: IngestReport) -> NotFoundError:
     """The one exit rule: a run that finds no readable document (and had none before) is an error; a run that
     stores anything succeeds and reports what it skipped."""
     skipped = ", ".join(f"{n} {why}" for why, n in sorted(report.skipped.items())) or "nothing"
-    return NotFoundError(f"{path} has no documents ragvps can read (skipped: {skipped}); "
-                         f"supported: {', '.join(sorted(sources.KINDS))}")
+    return NotFoundError(
+        f"{path} has no documents ragvps can read (skipped: {skipped}); supported: {', '.join(sorted(sources.KINDS))}"
+    )
 
 
-def load_file(source: sources.SourceFile, warn: Warn, report: IngestReport,
-              ocr: OcrOptions | None = None) -> list[Document] | None:
+def load_file(
+    source: sources.SourceFile, warn: Warn, report: IngestReport, ocr: OcrOptions | None = None
+) -> list[Document] | None:
     """One file's documents, or None (with one warning naming it, counted in the report) when it cannot be read."""
     try:
         return sources.load(source, warn, report.skipped, ocr)
@@ -98,7 +100,9 @@ def load_file(source: sources.SourceFile, warn: Warn, report: IngestReport,
 
 
 def chunk_stage(
-    run: IngestRun, scan: sources.ScanReport, streamed: list[sources.SourceFile] | None = None,
+    run: IngestRun,
+    scan: sources.ScanReport,
+    streamed: list[sources.SourceFile] | None = None,
 ) -> list[ChunkFile]:
     """Chunk every file whose content or chunker settings changed; reuse the files on disk otherwise. Given
     `streamed`, a file read in parts (ragvps.ingest.parts) is put there instead, to be stored part by part."""
@@ -134,8 +138,13 @@ def chunk_stage(
 
 
 def store_stage(
-    conn: psycopg.Connection, run: IngestRun, eset: store.EmbeddingSet, files: Sequence[ChunkFile],
-    unreadable: set[str], cache: VectorCache, only: set[str] | None = None,
+    conn: psycopg.Connection,
+    run: IngestRun,
+    eset: store.EmbeddingSet,
+    files: Sequence[ChunkFile],
+    unreadable: set[str],
+    cache: VectorCache,
+    only: set[str] | None = None,
 ) -> None:
     """Write new and changed documents; delete those whose source file is gone (of the sources in `only`,
     when given: a few files of a folder were ingested, not the folder)."""
@@ -188,8 +197,13 @@ def batches(items: Changed, max_chunks: int) -> Iterator[Changed]:
 
 
 def ingest(
-    conn: psycopg.Connection, settings: Settings, path: Path, spec: ModelSpec,
-    lanes: Callable[[], Lanes], progress: Progress, warn: Warn,
+    conn: psycopg.Connection,
+    settings: Settings,
+    path: Path,
+    spec: ModelSpec,
+    lanes: Callable[[], Lanes],
+    progress: Progress,
+    warn: Warn,
 ) -> IngestReport:
     """Bring the database in line with the folder at `path`, doing only the work that changed.
 
@@ -232,8 +246,12 @@ def ingest(
 
 
 def embed_and_store(
-    conn: psycopg.Connection, run: IngestRun, files: Sequence[ChunkFile], unreadable: set[str],
-    only: set[str] | None = None, streamed: Sequence[sources.SourceFile] = (),
+    conn: psycopg.Connection,
+    run: IngestRun,
+    files: Sequence[ChunkFile],
+    unreadable: set[str],
+    only: set[str] | None = None,
+    streamed: Sequence[sources.SourceFile] = (),
 ) -> list[parts.PartsOutcome]:
     """Embed what the vector cache lacks (or queue it, defer_embedding), store, keep the index current; then
     the files read in parts, each part embedded and stored before the next is read (their outcomes)."""
@@ -242,12 +260,20 @@ def embed_and_store(
     outcome = EmbedOutcome()
     try:
         if not settings.embed.defer_embedding:
-            embed_stage(cache, [c for f in files for c in f.chunks], spec, run.embedding_lanes(),
-                        settings.embed.batch_size, run.progress, outcome)
+            embed_stage(
+                cache,
+                [c for f in files for c in f.chunks],
+                spec,
+                run.embedding_lanes(),
+                settings.embed.batch_size,
+                run.progress,
+                outcome,
+            )
         eset = store.ensure_set(conn, spec, settings.index.vector_type, activate=True)
         store_stage(conn, run, eset, files, unreadable | {s.rel for s in streamed}, cache, only)
-        in_parts = parts.PartsRun(conn, eset, str(run.root), cache, run.config, settings, spec,
-                                  run.embedding_lanes(), run.progress, warn)
+        in_parts = parts.PartsRun(
+            conn, eset, str(run.root), cache, run.config, settings, spec, run.embedding_lanes(), run.progress, warn
+        )
         streamed_out = [parts.store_file(in_parts, s, outcome) for s in streamed]
     finally:
         report.embedded, report.hosts = outcome.embedded, outcome.hosts
@@ -256,8 +282,10 @@ def embed_and_store(
         queue.enqueue_missing(conn, eset)
     report.queued = queue.left(conn, eset)
     if report.queued and not settings.embed.defer_embedding:
-        warn(f"{report.queued} chunks stored by an earlier ingest with defer_embedding still wait for "
-             "`ragvps worker`; vector search does not find them until a worker has embedded them")
+        warn(
+            f"{report.queued} chunks stored by an earlier ingest with defer_embedding still wait for "
+            "`ragvps worker`; vector search does not find them until a worker has embedded them"
+        )
     if report.queued:  # the worker that empties the queue builds the index
         report.index_built = index.index_exists(conn, eset)
         conn.commit()
@@ -290,8 +318,15 @@ class FileOutcome:
 
 
 def ingest_files(
-    conn: psycopg.Connection, settings: Settings, root: Path, rels: Sequence[str], spec: ModelSpec,
-    lanes: Callable[[], Lanes], progress: Progress, warn: Warn, lock_wait: float | None = None,
+    conn: psycopg.Connection,
+    settings: Settings,
+    root: Path,
+    rels: Sequence[str],
+    spec: ModelSpec,
+    lanes: Callable[[], Lanes],
+    progress: Progress,
+    warn: Warn,
+    lock_wait: float | None = None,
 ) -> tuple[IngestReport, list[FileOutcome]]:
     """Ingest these files of the folder `root` (relative names) and nothing else of it: the documents of its
     other files stay as they are. Each file's outcome says why it failed, naming it."""
@@ -331,17 +366,23 @@ def ingest_files(
     outcomes = []
     for rel in rels:
         if (o := by_parts.get(rel)) is not None:
-            outcomes.append(FileOutcome(rel, "failed", o.error) if o.error else
-                            FileOutcome(rel, "done" if o.stored or o.deleted else "unchanged", None, o.documents,
-                                        o.chunks))
+            outcomes.append(
+                FileOutcome(rel, "failed", o.error)
+                if o.error
+                else FileOutcome(rel, "done" if o.stored or o.deleted else "unchanged", None, o.documents, o.chunks)
+            )
             continue
         f = loaded.get(rel)
         if f is None:
             why = refused.get(rel) or "; ".join(said.get(rel, [])) or f"{rel}: could not be read, skipped"
             outcomes.append(FileOutcome(rel, "failed", why))
             continue
-        same = all((old := before.get(d.doc_id)) is not None and old.content_hash == d.content_hash
-                   and old.chunker == config.key() for d in f.documents)
+        same = all(
+            (old := before.get(d.doc_id)) is not None
+            and old.content_hash == d.content_hash
+            and old.chunker == config.key()
+            for d in f.documents
+        )
         outcomes.append(FileOutcome(rel, "unchanged" if same else "done", None, len(f.documents), len(f.chunks)))
     return report, outcomes
 
@@ -356,9 +397,11 @@ def _ingest_chunker(conn: psycopg.Connection, settings: Settings, spec: ModelSpe
     pin = store.chunker_pin(conn, active) if active is not None else None
     pinned = _chunker_from(store.chunker_settings(conn, pin)) if pin and pin != config.key() else None
     if pinned is not None and active is not None:
-        if ((settings.chunk.size is None or settings.chunk.size == pinned.size)
-                and (settings.chunk.overlap is None or settings.chunk.overlap == pinned.overlap)
-                and settings.chunk.mode == pinned.mode):
+        if (
+            (settings.chunk.size is None or settings.chunk.size == pinned.size)
+            and (settings.chunk.overlap is None or settings.chunk.overlap == pinned.overlap)
+            and settings.chunk.mode == pinned.mode
+        ):
             config = pinned
         else:
             store.set_chunker_pin(conn, active, None)

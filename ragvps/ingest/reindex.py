@@ -38,8 +38,12 @@ class ReindexReport:
 
 
 def reindex(
-    conn: psycopg.Connection, settings: Settings, spec: ModelSpec, lanes: Callable[[], Lanes],
-    progress: Progress, warn: Warn,
+    conn: psycopg.Connection,
+    settings: Settings,
+    spec: ModelSpec,
+    lanes: Callable[[], Lanes],
+    progress: Progress,
+    warn: Warn,
 ) -> ReindexReport:
     """Switch to the configured model if it differs from the index's, re-sync every folder ingested before,
     then rebuild the vector index in place without blocking reads."""
@@ -54,8 +58,10 @@ def reindex(
     for root in roots:
         if root.startswith(store.FOREIGN_ROOT):
             where = root.removeprefix(store.FOREIGN_ROOT)
-            warn(f"documents imported from a bundle under {where} are kept as they are, never read from there "
-                 f"(the bundle named that folder, not you): `ragvps ingest {where}` re-syncs them from it")
+            warn(
+                f"documents imported from a bundle under {where} are kept as they are, never read from there "
+                f"(the bundle named that folder, not you): `ragvps ingest {where}` re-syncs them from it"
+            )
             continue
         if not Path(root).exists():
             warn(f"{root} no longer exists; its documents are kept (delete them by ingesting an empty folder)")
@@ -70,8 +76,12 @@ def reindex(
 
 
 def switch_model(
-    conn: psycopg.Connection, settings: Settings, spec: ModelSpec, old: store.EmbeddingSet,
-    lanes: Callable[[], Lanes], progress: Progress,
+    conn: psycopg.Connection,
+    settings: Settings,
+    spec: ModelSpec,
+    old: store.EmbeddingSet,
+    lanes: Callable[[], Lanes],
+    progress: Progress,
 ) -> SwitchReport:
     """Re-embed the stored chunks as they are into a new embedding set, index it, then make it the active one.
 
@@ -84,11 +94,15 @@ def switch_model(
     report.chunks = len(chunks)
     offenders = too_long(chunks, spec)
     if offenders:
-        raise InputTooLongError(too_long_message(
-            offenders, len(chunks), spec,
-            f"they were cut for model {old.model}; re-ingest into a fresh data directory and database with "
-            f"{spec.name} configured, or pick a model that takes longer input",
-        ))
+        raise InputTooLongError(
+            too_long_message(
+                offenders,
+                len(chunks),
+                spec,
+                f"they were cut for model {old.model}; re-ingest into a fresh data directory and database with "
+                f"{spec.name} configured, or pick a model that takes longer input",
+            )
+        )
     cache = VectorCache(settings.database.kb_dir, spec.identity, spec.dims)
     report.embedded = embed_stage(cache, chunks, spec, lanes, settings.embed.batch_size, progress).embedded
     eset = store.ensure_set(conn, spec, settings.index.vector_type, activate=False)
@@ -97,8 +111,12 @@ def switch_model(
         store.reset_vectors(conn, eset)
         for lo in range(0, len(rows), STORE_BATCH_CHUNKS):
             part = chunks[lo : lo + STORE_BATCH_CHUNKS]
-            store.write_vectors(conn, eset, [r[0] for r in rows[lo : lo + STORE_BATCH_CHUNKS]],
-                                cache.get([c.content_hash for c in part]))
+            store.write_vectors(
+                conn,
+                eset,
+                [r[0] for r in rows[lo : lo + STORE_BATCH_CHUNKS]],
+                cache.get([c.content_hash for c in part]),
+            )
             progress("store", lo + len(part), len(chunks))
     report.index_built = index.ensure_index(conn, eset, settings, progress)
     keys = store.document_chunkers(conn)

@@ -50,9 +50,16 @@ class ScanReport:
 
 RECORDS = "JSON Lines records"  # the skipped reason counted for records a JSON Lines file could not use
 KINDS = {
-    ".md": "markdown", ".markdown": "markdown", ".txt": "text", ".text": "text", ".jsonl": "jsonl",
-    ".html": "html", ".htm": "html", ".pdf": "pdf",
-    **{ext: reader.kind for ext, reader in READERS.items()}, **IMAGE_KINDS,
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".txt": "text",
+    ".text": "text",
+    ".jsonl": "jsonl",
+    ".html": "html",
+    ".htm": "html",
+    ".pdf": "pdf",
+    **{ext: reader.kind for ext, reader in READERS.items()},
+    **IMAGE_KINDS,
 }
 
 
@@ -64,8 +71,10 @@ def scan(root: Path, follow_links: bool = False) -> ScanReport:
     report = ScanReport()
     root = root.resolve()
     if escaped(str(root)) != str(root):
-        raise UsageError(f"the folder name {escaped(str(root))} is not valid UTF-8: rename it (e.g. with "
-                         "`convmv -f latin1 -t utf8`), then ingest it again")
+        raise UsageError(
+            f"the folder name {escaped(str(root))} is not valid UTF-8: rename it (e.g. with "
+            "`convmv -f latin1 -t utf8`), then ingest it again"
+        )
     if root.is_file():
         _add(report, root, root.name)
         return report
@@ -81,8 +90,9 @@ def source_file(root: Path, rel: str, follow_links: bool = False) -> tuple[Sourc
         return None, f"{rel}: {OUTSIDE}"
     kind = KINDS.get(path.suffix.lower())
     if kind is None:
-        return None, (f"{rel}: unsupported type {path.suffix.lower() or '(no extension)'}; supported: "
-                      f"{', '.join(sorted(KINDS))}")
+        return None, (
+            f"{rel}: unsupported type {path.suffix.lower() or '(no extension)'}; supported: {', '.join(sorted(KINDS))}"
+        )
     try:
         size = path.stat().st_size
     except OSError as exc:
@@ -104,8 +114,10 @@ def escaped(name: str) -> str:
 def _add(report: ScanReport, path: Path, rel: str) -> None:
     kind = KINDS.get(path.suffix.lower())
     if kind is not None and escaped(rel) != rel:
-        report.warnings.append(f"{escaped(rel)}: the file name is not valid UTF-8; stored under this escaped "
-                               "name (rename the file to UTF-8 to keep its real one)")
+        report.warnings.append(
+            f"{escaped(rel)}: the file name is not valid UTF-8; stored under this escaped "
+            "name (rename the file to UTF-8 to keep its real one)"
+        )
         rel = escaped(rel)
     if kind is None:
         report.skipped[f"unsupported type {path.suffix.lower() or '(no extension)'}"] += 1
@@ -158,11 +170,22 @@ def _walk(root: Path, report: ScanReport, follow_links: bool) -> Iterator[Path]:
 
 
 # Byte order marks, longest first (a UTF-32 LE mark starts with the UTF-16 LE one).
-_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
-         (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
 _SNIFF = 8000  # a NUL byte this near the start means binary content (git's rule)
-_MAGIC = ((b"\x1f\x8b", "gzip-compressed data"), (b"PK\x03\x04", "a zip archive"), (b"%PDF-", "a PDF"),
-          (b"\x7fELF", "an executable"), (b"\x89PNG", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"))
+_MAGIC = (
+    (b"\x1f\x8b", "gzip-compressed data"),
+    (b"PK\x03\x04", "a zip archive"),
+    (b"%PDF-", "a PDF"),
+    (b"\x7fELF", "an executable"),
+    (b"\x89PNG", "a PNG image"),
+    (b"\xff\xd8\xff", "a JPEG image"),
+)
 
 
 def read_text(source: SourceFile, warn: Callable[[str], None]) -> str:
@@ -181,8 +204,10 @@ def read_text(source: SourceFile, warn: Callable[[str], None]) -> str:
     try:
         text = raw.decode(codec)
     except UnicodeDecodeError as exc:
-        warn(f"{source.rel}: not valid {codec.upper().removesuffix('-SIG')} (byte {exc.start}); "
-             "undecodable bytes replaced with U+FFFD")
+        warn(
+            f"{source.rel}: not valid {codec.upper().removesuffix('-SIG')} (byte {exc.start}); "
+            "undecodable bytes replaced with U+FFFD"
+        )
         text = raw.decode(codec, errors="replace")
     if "\x00" in text:
         warn(f"{source.rel}: {text.count(chr(0))} NUL characters removed")
@@ -218,8 +243,9 @@ def without_nul(value: object) -> object:
     return value
 
 
-def load(source: SourceFile, warn: Callable[[str], None], skipped: Counter[str] | None = None,
-         ocr: OcrOptions | None = None) -> list[Document]:
+def load(
+    source: SourceFile, warn: Callable[[str], None], skipped: Counter[str] | None = None, ocr: OcrOptions | None = None
+) -> list[Document]:
     """The documents in one source file; SkipFile when it has nothing to read. Records skipped inside a file
     (JSON Lines) are counted in `skipped`; scanned pages and images are read by OCR (`ocr`'s languages)."""
     try:
@@ -227,16 +253,19 @@ def load(source: SourceFile, warn: Callable[[str], None], skipped: Counter[str] 
     except OcrFailed as exc:
         raise SkipFile(exc.reason, str(exc)) from exc
     except (UnicodeError, ValueError, RecursionError) as exc:  # a parser's surprise never stops an ingest
-        raise SkipFile("unreadable", f"{source.rel}: could not be read ({exc.__class__.__name__}: "
-                                     f"{str(without_nul(str(exc)))[:200]}), skipped") from exc
+        raise SkipFile(
+            "unreadable",
+            f"{source.rel}: could not be read ({exc.__class__.__name__}: {str(without_nul(str(exc)))[:200]}), skipped",
+        ) from exc
     if not docs and source.kind == "jsonl":
         raise SkipFile("no documents", f"{source.rel}: no JSON Lines record with text, skipped")
     Meter.of(source).add(sum(len(d.text) for d in docs))  # every reader, whatever it counted as it went
     return docs
 
 
-def _load(source: SourceFile, warn: Callable[[str], None], skipped: Counter[str] | None,
-          ocr: OcrOptions) -> list[Document]:
+def _load(
+    source: SourceFile, warn: Callable[[str], None], skipped: Counter[str] | None, ocr: OcrOptions
+) -> list[Document]:
     reader = READERS.get(source.path.suffix.lower())
     if reader is not None:
         return _read_format(source, reader, warn)
@@ -270,17 +299,23 @@ def _read_format(source: SourceFile, reader: Reader, warn: Callable[[str], None]
         read = importlib.import_module(f"ragvps.ingest.formats.{reader.module}").read
     except ImportError as exc:
         need = f"`pip install 'ragvps[{extra}]'`" if extra else "ragvps's dependencies (`pip install ragvps`)"
-        raise SkipFile(f"needs ragvps[{extra or 'core'}]", f"{source.rel}: reading {source.path.suffix} files "
-                                                           f"needs {exc.name or 'a library'}: install {need}; "
-                                                           "skipped") from exc
+        raise SkipFile(
+            f"needs ragvps[{extra or 'core'}]",
+            f"{source.rel}: reading {source.path.suffix} files "
+            f"needs {exc.name or 'a library'}: install {need}; "
+            "skipped",
+        ) from exc
     try:
         docs: list[Document] = read(source, warn)
     except (SkipFile, OSError):
         raise
     except Exception as exc:  # a library's surprise on a damaged file never stops an ingest
-        raise SkipFile("unreadable", f"{source.rel}: could not be read as {source.path.suffix} "
-                                     f"({exc.__class__.__name__}: {str(without_nul(str(exc)))[:200]}); "
-                                     "skipped") from exc
+        raise SkipFile(
+            "unreadable",
+            f"{source.rel}: could not be read as {source.path.suffix} "
+            f"({exc.__class__.__name__}: {str(without_nul(str(exc)))[:200]}); "
+            "skipped",
+        ) from exc
     return [d if "\x00" not in d.text else replace(d, text=d.text.replace("\x00", "")) for d in docs]
 
 
@@ -298,7 +333,8 @@ def inline_text(token: object) -> str:
     """The plain text of a markdown-it inline token (emphasis and links dropped, code kept)."""
     children = getattr(token, "children", None) or []
     return "".join(c.content for c in children if c.type in ("text", "code_inline", "softbreak")) or str(
-        getattr(token, "content", ""))
+        getattr(token, "content", "")
+    )
 
 
 def load_pdf(source: SourceFile, ocr: OcrOptions | None = None, warn: Callable[[str], None] | None = None) -> Document:
@@ -342,13 +378,17 @@ def load_pdf(source: SourceFile, ocr: OcrOptions | None = None, warn: Callable[[
         (warn or log.warning)(str(page_failed))
     if not parts:
         raise SkipFile("PDF without text", f"{source.rel}: no text layer (a scanned or image-only PDF?), skipped")
-    return Document(source.rel, source.rel, title or Path(source.rel).stem, "\n\n".join(parts), "pdf",
-                    {"pages": pages, "page_count": len(reader.pages), **({"ocr_pages": scanned} if scanned else {})})
+    return Document(
+        source.rel,
+        source.rel,
+        title or Path(source.rel).stem,
+        "\n\n".join(parts),
+        "pdf",
+        {"pages": pages, "page_count": len(reader.pages), **({"ocr_pages": scanned} if scanned else {})},
+    )
 
 
-
-def load_jsonl(source: SourceFile, warn: Callable[[str], None],
-               skipped: Counter[str] | None = None) -> list[Document]:
+def load_jsonl(source: SourceFile, warn: Callable[[str], None], skipped: Counter[str] | None = None) -> list[Document]:
     """A BEIR-style corpus: one document per line with `_id`, `title` and `text`. Each record skipped is
     warned about (its line and why) and counted in `skipped` as "JSON Lines records"."""
     docs = []
@@ -390,6 +430,7 @@ def load_jsonl(source: SourceFile, warn: Callable[[str], None],
         if not text.strip() and not title.strip():
             skip(n, f"_id {doc_id!r} has no text")
             continue
-        docs.append(Document(doc_id=doc_id, source=source.rel, title=title, text=text, kind="jsonl",
-                             metadata={"line": n}))
+        docs.append(
+            Document(doc_id=doc_id, source=source.rel, title=title, text=text, kind="jsonl", metadata={"line": n})
+        )
     return docs

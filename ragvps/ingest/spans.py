@@ -44,8 +44,7 @@ class Segment:
         return 0 < i < len(self._words) and self._words[i] == self._words[i - 1]
 
 
-def windows(seg: Segment, text: str, a: int, b: int, i: int, j: int, size: int, overlap: int,
-             p: int) -> list[Piece]:
+def windows(seg: Segment, text: str, a: int, b: int, i: int, j: int, size: int, overlap: int, p: int) -> list[Piece]:
     """Token windows over tokens [i, j) (text[a:b]) that end at word boundaries, with overlap."""
     offs = seg.offs
     out: list[Piece] = []

@@ -34,8 +34,17 @@ JOB_STATE = {"ok": "done", "partial": "done", "failed": "failed", "cancelled": "
 class SyncJob:
     """One claimed sync job, run to its end (or, the worker stopping, given back)."""
 
-    def __init__(self, connect: Connect, conn: psycopg.Connection, settings: Settings, spec: ModelSpec,
-                 lanes: Callable[[], Lanes], job: str, token: str, source: str):
+    def __init__(
+        self,
+        connect: Connect,
+        conn: psycopg.Connection,
+        settings: Settings,
+        spec: ModelSpec,
+        lanes: Callable[[], Lanes],
+        job: str,
+        token: str,
+        source: str,
+    ):
         self.connect, self.conn, self.settings, self.spec, self.lanes = connect, conn, settings, spec, lanes
         self.job, self.token, self.source = job, token, source
         self.cancelled = threading.Event()
@@ -43,8 +52,9 @@ class SyncJob:
         self.read: int = 0  # items read so far, of `total` found changed (the connector's progress)
         self.total: int | None = None
 
-    def run(self, stop: threading.Event, progress: Progress, warn: Warn,
-            settled: Settled | None = None) -> SyncReport | None:
+    def run(
+        self, stop: threading.Event, progress: Progress, warn: Warn, settled: Settled | None = None
+    ) -> SyncReport | None:
         """The sync's report, the job ended with it; None when the job was given back or taken over."""
 
         row = next((r for r in sources.listed(self.conn) if r.name == self.source), None)
@@ -62,8 +72,16 @@ class SyncJob:
         if settled is not None and (report.documents_stored or report.documents_deleted):
             settled(self.conn)
         state = JOB_STATE[report.state]
-        sync_jobs.end(self.conn, self.job, self.token, state, report.error if state == "failed" else None,
-                      (report.read, report.chunks_embedded), jsonable(report), report.failures)
+        sync_jobs.end(
+            self.conn,
+            self.job,
+            self.token,
+            state,
+            report.error if state == "failed" else None,
+            (report.read, report.chunks_embedded),
+            jsonable(report),
+            report.failures,
+        )
         return report
 
     def _progress(self, stop: threading.Event, outer: Progress) -> Progress:
@@ -80,8 +98,11 @@ class SyncJob:
 def jsonable(report: SyncReport) -> dict[str, object]:
     """The report as JSON values (not dataclasses.asdict, which rebuilds a Counter from its pairs)."""
     data = {f.name: getattr(report, f.name) for f in dataclasses.fields(report)}
-    return data | {"skipped": dict(report.skipped), "problems": list(report.problems),
-                   "failures": [list(f) for f in report.failures]}
+    return data | {
+        "skipped": dict(report.skipped),
+        "problems": list(report.problems),
+        "failures": [list(f) for f in report.failures],
+    }
 
 
 def report_of(data: dict[str, object]) -> SyncReport:
@@ -118,4 +139,3 @@ class SyncBeat(Periodic):
                         return
         except RagvpsError as exc:  # the lease then runs out, and another worker may take the job
             log.warning("job %s: could not renew its lease: %s", job.job, exc)
-

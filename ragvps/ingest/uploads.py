@@ -45,7 +45,7 @@ def safe_name(raw: str) -> str:
         if part.startswith("."):
             part = "_" + part[1:]
         parts.append(short(part))
-    parts = parts[-MAX_DEPTH - 1:]
+    parts = parts[-MAX_DEPTH - 1 :]
     if not parts:
         raise UsageError(f"the file name {raw!r} has no usable name in it: send the file under a plain name")
     return "/".join(parts)
@@ -129,8 +129,10 @@ def unplace(target: Path, stored: bool) -> None:
 def unplaceable(name: str, exc: Exception) -> str:
     """Why an upload could not be put under its name, without the server's paths."""
     why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-    return (f"{name}: cannot be stored under this name ({why}): a file and a folder of the same name in the uploads "
-            "folder, or a name too long for its file system; rename it and upload it again")
+    return (
+        f"{name}: cannot be stored under this name ({why}): a file and a folder of the same name in the uploads "
+        "folder, or a name too long for its file system; rename it and upload it again"
+    )
 
 
 def discard(kb_dir: Path, job: str) -> None:

@@ -23,8 +23,14 @@ log = logging.getLogger(__name__)
 DEBOUNCE_MS = 1600  # events within this window are one batch (an editor's save, a copied folder)
 
 
-def watch(root: Path, ingest: Callable[[], IngestReport], on_report: Callable[[IngestReport, int], None],
-          stop: threading.Event | None = None, debounce_ms: int = DEBOUNCE_MS, polling: bool | None = None) -> int:
+def watch(
+    root: Path,
+    ingest: Callable[[], IngestReport],
+    on_report: Callable[[IngestReport, int], None],
+    stop: threading.Event | None = None,
+    debounce_ms: int = DEBOUNCE_MS,
+    polling: bool | None = None,
+) -> int:
     """Ingest `root` once, then again after each batch of changes under it, until `stop` is set (or Ctrl-C).
     Hidden files and folders (the data directory among them) are ignored, as ingest ignores them. Returns
     the number of ingests after the first."""
@@ -41,8 +47,9 @@ def watch(root: Path, ingest: Callable[[], IngestReport], on_report: Callable[[I
 
     on_report(ingest(), 0)
     runs = 0
-    for changes in watchfiles.watch(root, watch_filter=visible, debounce=debounce_ms, stop_event=stop,
-                                    raise_interrupt=False, force_polling=polling):
+    for changes in watchfiles.watch(
+        root, watch_filter=visible, debounce=debounce_ms, stop_event=stop, raise_interrupt=False, force_polling=polling
+    ):
         log.info("%d changes under %s", len(changes), root)
         runs += 1
         on_report(ingest(), len(changes))

@@ -53,18 +53,30 @@ def check_worker_model(active: store.EmbeddingSet, spec: ModelSpec) -> None:
     """A worker embeds with the model, prefixes and dimension of the set the queue fills, or not at all."""
     if active.identity == spec.identity:
         return
-    what = (f"model {spec.name} ({spec.dims} dimensions)" if (spec.name, spec.dims) != (active.model, active.dims)
-            else f"model {spec.name} with other task prefixes ({spec.document_prefix!r} / {spec.query_prefix!r})")
+    what = (
+        f"model {spec.name} ({spec.dims} dimensions)"
+        if (spec.name, spec.dims) != (active.model, active.dims)
+        else f"model {spec.name} with other task prefixes ({spec.document_prefix!r} / {spec.query_prefix!r})"
+    )
     raise ModelMismatchError(
         f"this worker embeds with {what}, but the queue fills vectors for model {active.model} "
         f"({active.dims} dimensions, the active embedding set): configure the same embedder, embed_model and "
-        f"prefixes on this machine as the ingest uses", settings=("embedder", "embed_model"))
+        f"prefixes on this machine as the ingest uses",
+        settings=("embedder", "embed_model"),
+    )
 
 
 def work(
-    connection: Callable[[], AbstractContextManager[psycopg.Connection]], settings: Settings, spec: ModelSpec,
-    embedder: Callable[[], Embedder], *, name: str | None = None, exit_when_empty: bool = False,
-    stop: threading.Event | None = None, progress: Progress | None = None, warn: Warn | None = None,
+    connection: Callable[[], AbstractContextManager[psycopg.Connection]],
+    settings: Settings,
+    spec: ModelSpec,
+    embedder: Callable[[], Embedder],
+    *,
+    name: str | None = None,
+    exit_when_empty: bool = False,
+    stop: threading.Event | None = None,
+    progress: Progress | None = None,
+    warn: Warn | None = None,
     poll: float | None = None,
 ) -> WorkReport:
     """Claim, embed and finish batches until `stop` is set (or the queue is empty, with exit_when_empty)."""
@@ -125,8 +137,9 @@ class _Heartbeat(Periodic):
                 return
 
 
-def _wait_for_set(conn: psycopg.Connection, stop: threading.Event, exit_when_empty: bool,
-                  poll: float) -> store.EmbeddingSet | None:
+def _wait_for_set(
+    conn: psycopg.Connection, stop: threading.Event, exit_when_empty: bool, poll: float
+) -> store.EmbeddingSet | None:
     while True:
         eset = store.active_set(conn)
         conn.commit()
@@ -141,8 +154,9 @@ def _release(conn: psycopg.Connection, claimed: queue.Claim) -> None:
         log.info("could not release claim %s (%s); its lease runs out instead", claimed.token, exc)
 
 
-def _build_index(conn: psycopg.Connection, eset: store.EmbeddingSet, settings: Settings, progress: Progress,
-                 warn: Warn) -> bool:
+def _build_index(
+    conn: psycopg.Connection, eset: store.EmbeddingSet, settings: Settings, progress: Progress, warn: Warn
+) -> bool:
     """The queue is empty: build the HNSW index if the table is large enough and has none."""
     if index.index_exists(conn, eset):
         conn.commit()

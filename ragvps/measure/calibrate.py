@@ -89,8 +89,9 @@ def off_topic_questions() -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
 
 
-def probes(conn: psycopg.Connection, language: str, n: int, held_out: HeldOut,
-           gold: Sequence[Probe] = (), seed: str = "") -> list[Probe]:
+def probes(
+    conn: psycopg.Connection, language: str, n: int, held_out: HeldOut, gold: Sequence[Probe] = (), seed: str = ""
+) -> list[Probe]:
     """Up to `n` answerable questions (or the gold ones), up to n/2 unanswerable ones, and every off-topic one."""
     rows = conn.execute(queries("inspect.sql")["calibration_chunks"], {"n": n * 3, "seed": seed}).fetchall()
     found: dict[Kind, list[Probe]] = {"answerable": list(gold), "unanswerable": []}
@@ -103,8 +104,7 @@ def probes(conn: psycopg.Connection, language: str, n: int, held_out: HeldOut,
         if question is not None:
             found[kind].append(Probe(question, kind, frozenset({int(chunk_id)})))
             wanted[kind] -= 1
-    return [*found["answerable"], *found["unanswerable"],
-            *(Probe(q, "off_topic") for q in off_topic_questions())]
+    return [*found["answerable"], *found["unanswerable"], *(Probe(q, "off_topic") for q in off_topic_questions())]
 
 
 def gold_probes(conn: psycopg.Connection, questions: Sequence[Question]) -> tuple[list[Probe], HeldOut]:
@@ -119,10 +119,13 @@ def gold_probes(conn: psycopg.Connection, questions: Sequence[Question]) -> tupl
             doc_ids[key] = str(doc_id)
     missing = [d for d in docs if d not in chunks]
     if len(missing) == len(docs):
-        raise UsageError(f"no gold document is in this knowledge base (e.g. {docs[0]!r}): give `doc` as the path "
-                         "relative to the ingested folder, or ingest the documents first")
-    found = [Probe(q.text, "answerable", frozenset(c for d in q.relevant for c in chunks.get(d, ())))
-             for q in questions]
+        raise UsageError(
+            f"no gold document is in this knowledge base (e.g. {docs[0]!r}): give `doc` as the path "
+            "relative to the ingested folder, or ingest the documents first"
+        )
+    found = [
+        Probe(q.text, "answerable", frozenset(c for d in q.relevant for c in chunks.get(d, ()))) for q in questions
+    ]
     return [p for p in found if p.gold], HeldOut(frozenset(doc_ids.values()))
 
 
@@ -142,21 +145,33 @@ def question_of(conn: psycopg.Connection, text: str, language: str) -> str | Non
     return None
 
 
-def observe(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings, probe: Probe,
-            embedding: np.ndarray, held_out: HeldOut) -> Observed:
+def observe(
+    conn: psycopg.Connection,
+    eset: EmbeddingSet,
+    settings: Settings,
+    probe: Probe,
+    embedding: np.ndarray,
+    held_out: HeldOut,
+) -> Observed:
     """Both legs for one question and the gate's evidence, the held-out documents' chunks dropped."""
     vec = vector_scored(conn, eset, embedding, settings)
     kw = keyword_scored(conn, probe.question, settings)
     rows = chunk_evidence(conn, eset, sorted({c for c, _ in [*vec, *kw]}), probe.question, embedding, settings)
     keep = {cid for cid, row in rows.items() if not held_out(str(row[1]))}
     vec, kw = [h for h in vec if h[0] in keep], [h for h in kw if h[0] in keep]
-    fused = fuse(vec, kw, settings)[:max(settings.generate.answer_chunks, settings.search.top_k)]
+    fused = fuse(vec, kw, settings)[: max(settings.generate.answer_chunks, settings.search.top_k)]
     evidence = max((combine(rows[c][9], rows[c][10]) for c, _ in fused), default=0.0)
     return Observed(probe, evidence)
 
 
-def observe_all(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings, found: Sequence[Probe],
-                embed: Callable[[list[str]], np.ndarray], held_out: HeldOut) -> Iterator[Observed]:
+def observe_all(
+    conn: psycopg.Connection,
+    eset: EmbeddingSet,
+    settings: Settings,
+    found: Sequence[Probe],
+    embed: Callable[[list[str]], np.ndarray],
+    held_out: HeldOut,
+) -> Iterator[Observed]:
     vectors = embed([p.question for p in found])
     for probe, vector in zip(found, vectors, strict=True):
         with conn.transaction():
@@ -164,8 +179,10 @@ def observe_all(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings
 
 
 def curve(observed: Sequence[Observed]) -> list[Point]:
-    by_kind = {kind: [o.evidence for o in observed if o.probe.kind == kind]
-               for kind in ("answerable", "unanswerable", "off_topic")}
+    by_kind = {
+        kind: [o.evidence for o in observed if o.probe.kind == kind]
+        for kind in ("answerable", "unanswerable", "off_topic")
+    }
 
     def share(kind: str, line: float, above: bool) -> float:
         values = by_kind[kind]
@@ -173,8 +190,12 @@ def curve(observed: Sequence[Observed]) -> list[Point]:
             return float("nan")
         return round(sum((e >= line) == above for e in values) / len(values), 4)
 
-    return [Point(line, share("answerable", line, True), share("unanswerable", line, False),
-                  share("off_topic", line, False)) for line in LINES]
+    return [
+        Point(
+            line, share("answerable", line, True), share("unanswerable", line, False), share("off_topic", line, False)
+        )
+        for line in LINES
+    ]
 
 
 def choose(points: Sequence[Point], target: float) -> Point:

@@ -50,23 +50,31 @@ def diagnose(settings: Settings, active: Callable[[], EmbeddingSet | None]) -> D
         _check_index(settings, None, d, active)
         return d
     d = Diagnosis(spec.name, settings.embed.kind, spec.dims, spec.max_tokens, spec.document_prefix, spec.query_prefix)
-    d.lines.append(f"embedder {settings.embed.kind}, model {spec.name}: ragvps expects {spec.dims} dimensions, "
-                   f"input up to {spec.max_tokens} tokens, prefixes {spec.document_prefix!r} / {spec.query_prefix!r}")
+    d.lines.append(
+        f"embedder {settings.embed.kind}, model {spec.name}: ragvps expects {spec.dims} dimensions, "
+        f"input up to {spec.max_tokens} tokens, prefixes {spec.document_prefix!r} / {spec.query_prefix!r}"
+    )
     if not spec.known:
         d.known = False
         d.lines.append(
             f"model {spec.name} has no entry in ragvps's table: its dimension and input limit are what Ollama "
             f"reports, chunks default to {spec.chunk_size} tokens, and it gets "
-            + ("no task prefixes (set document_prefix and query_prefix if its model card names them)"
-               if not (spec.document_prefix or spec.query_prefix) else "the configured task prefixes"))
+            + (
+                "no task prefixes (set document_prefix and query_prefix if its model card names them)"
+                if not (spec.document_prefix or spec.query_prefix)
+                else "the configured task prefixes"
+            )
+        )
     try:
         embedder = make_embedder(settings, spec, retries=0)
         show = getattr(embedder, "show", None)  # an embedder that runs on a server can say what it serves
         if show is not None:
             _check_server(embedder, spec, d)  # type: ignore[arg-type]
         else:
-            d.lines.append(f"local model in process: {settings.embed.threads or os.cpu_count()} threads, "
-                           f"sub-batches of {settings.embed.sub_batch}")
+            d.lines.append(
+                f"local model in process: {settings.embed.threads or os.cpu_count()} threads, "
+                f"sub-batches of {settings.embed.sub_batch}"
+            )
         start = time.perf_counter()
         d.probe_dims = int(embed_documents(embedder, ["ragvps doctor checks the embedder"]).shape[1])
         d.probe_ms = round((time.perf_counter() - start) * 1000, 1)
@@ -80,8 +88,10 @@ def diagnose(settings: Settings, active: Callable[[], EmbeddingSet | None]) -> D
 def _check_server(embedder: OllamaEmbedder, spec: ModelSpec, d: Diagnosis) -> None:
     info = embedder.show()
     d.server_dims, d.server_context = info.dims, info.context_length
-    d.lines.append(f"Ollama at {embedder.url}: {spec.name} ({info.architecture or 'unknown architecture'}), "
-                   f"{info.dims} dimensions, context length {info.context_length}")
+    d.lines.append(
+        f"Ollama at {embedder.url}: {spec.name} ({info.architecture or 'unknown architecture'}), "
+        f"{info.dims} dimensions, context length {info.context_length}"
+    )
     if info.capabilities and "embedding" not in info.capabilities:
         d.problems.append(f"{spec.name} is not an embedding model (capabilities: {', '.join(info.capabilities)})")
     if info.dims is not None and info.dims != spec.dims:
@@ -93,8 +103,9 @@ def _check_server(embedder: OllamaEmbedder, spec: ModelSpec, d: Diagnosis) -> No
         )
 
 
-def _check_index(settings: Settings, spec: ModelSpec | None, d: Diagnosis,
-                 active: Callable[[], EmbeddingSet | None]) -> None:
+def _check_index(
+    settings: Settings, spec: ModelSpec | None, d: Diagnosis, active: Callable[[], EmbeddingSet | None]
+) -> None:
     try:
         current = active()
     except RagvpsError as exc:

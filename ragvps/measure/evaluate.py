@@ -64,13 +64,14 @@ def load_gold(path: Path) -> list[Question]:
         record = _json_line(path, n, line, "an object with `question` and `doc`")
         question, doc, answer = record.get("question"), record.get("doc"), record.get("answer")
         if not isinstance(question, str) or not question.strip() or not isinstance(doc, str) or not doc.strip():
-            raise UsageError(f"{path}:{n}: needs a non-empty `question` and `doc` (the answering file's path "
-                             "relative to the ingested folder)")
+            raise UsageError(
+                f"{path}:{n}: needs a non-empty `question` and `doc` (the answering file's path "
+                "relative to the ingested folder)"
+            )
         if answer is not None and (not isinstance(answer, str) or not answer.strip()):
             raise UsageError(f"{path}:{n}: `answer` must be a short quote from the document, or left out")
         qid = str(record.get("id", n))
-        questions.append(Question(qid, question.strip(), {_doc_key(doc): 1},
-                                  _normalise(answer) if answer else None))
+        questions.append(Question(qid, question.strip(), {_doc_key(doc): 1}, _normalise(answer) if answer else None))
     if not questions:
         raise UsageError(f"{path} holds no questions: write one JSON object per line with `question` and `doc`")
     return questions
@@ -161,8 +162,9 @@ class EvalReport:
     source: str = ""
 
 
-def score(questions: Sequence[Question], ranked: Mapping[str, Sequence[Sequence[str]]], k: int,
-          depth: int = CURVE_DEPTH) -> EvalReport:
+def score(
+    questions: Sequence[Question], ranked: Mapping[str, Sequence[Sequence[str]]], k: int, depth: int = CURVE_DEPTH
+) -> EvalReport:
     """Mean recall@k, MRR@k, nDCG@k and a recall curve per mode, from each question's ranked documents."""
     n = len(questions)
     modes = {}
@@ -173,26 +175,46 @@ def score(questions: Sequence[Question], ranked: Mapping[str, Sequence[Sequence[
             mrr=sum(mrr_at(r, q.relevant, k) for q, r in zip(questions, lists, strict=True)) / n,
             ndcg=sum(ndcg_at(r, q.relevant, k) for q, r in zip(questions, lists, strict=True)) / n,
             no_hit=sum(1 for f in firsts if f is None),
-            curve=[sum(recall_at(r, q.relevant, j) for q, r in zip(questions, lists, strict=True)) / n
-                   for j in range(1, depth + 1)],
+            curve=[
+                sum(recall_at(r, q.relevant, j) for q, r in zip(questions, lists, strict=True)) / n
+                for j in range(1, depth + 1)
+            ],
         )
     per_question = []
     for i, q in enumerate(questions):
-        ranks = {mode: [pos for pos, d in enumerate(lists[i], start=1) if q.relevant.get(d, 0) > 0]
-                 for mode, lists in ranked.items()}
-        per_question.append({
-            "id": q.id, "question": q.text, "relevant": sorted(q.relevant), "answer": q.answer,
-            "first_rank": {mode: (r[0] if r else None) for mode, r in ranks.items()},
-            "ranks": ranks,
-        })
+        ranks = {
+            mode: [pos for pos, d in enumerate(lists[i], start=1) if q.relevant.get(d, 0) > 0]
+            for mode, lists in ranked.items()
+        }
+        per_question.append(
+            {
+                "id": q.id,
+                "question": q.text,
+                "relevant": sorted(q.relevant),
+                "answer": q.answer,
+                "first_rank": {mode: (r[0] if r else None) for mode, r in ranks.items()},
+                "ranks": ranks,
+            }
+        )
     return EvalReport(k, depth, n, modes, per_question)
 
 
 def report_dict(report: EvalReport) -> dict[str, Any]:
     return {
-        "source": report.source, "questions": report.questions, "k": report.k, "depth": report.depth,
-        "modes": {mode: {f"recall@{report.k}": s.recall, f"mrr@{report.k}": s.mrr, f"ndcg@{report.k}": s.ndcg,
-                         "no_hit": s.no_hit, "recall_curve": s.curve} for mode, s in report.modes.items()},
+        "source": report.source,
+        "questions": report.questions,
+        "k": report.k,
+        "depth": report.depth,
+        "modes": {
+            mode: {
+                f"recall@{report.k}": s.recall,
+                f"mrr@{report.k}": s.mrr,
+                f"ndcg@{report.k}": s.ndcg,
+                "no_hit": s.no_hit,
+                "recall_curve": s.curve,
+            }
+            for mode, s in report.modes.items()
+        },
         "warnings": report.warnings,
         "per_question": report.per_question,
     }
@@ -205,6 +227,7 @@ def missing_documents(questions: Sequence[Question], known: set[str]) -> list[st
 
 # The thin I/O edge: run every question through ragvps.search.search(), exactly as `ragvps query` does.
 
+
 def known_documents(conn: psycopg.Connection, questions: Sequence[Question]) -> set[str]:
     keys = sorted({d for q in questions for d in q.relevant})
     rows = conn.execute(sql_queries("inspect.sql")["known_documents"], {"keys": keys}).fetchall()
@@ -212,8 +235,14 @@ def known_documents(conn: psycopg.Connection, questions: Sequence[Question]) -> 
 
 
 def retrieve(
-    conn: psycopg.Connection, eset: EmbeddingSet, questions: Sequence[Question], embeddings: np.ndarray | None,
-    settings: Settings, modes: Sequence[str], depth: int, progress: Callable[[str, int, int], None],
+    conn: psycopg.Connection,
+    eset: EmbeddingSet,
+    questions: Sequence[Question],
+    embeddings: np.ndarray | None,
+    settings: Settings,
+    modes: Sequence[str],
+    depth: int,
+    progress: Callable[[str, int, int], None],
 ) -> dict[str, list[list[str]]]:
     """Each question's ranked documents per mode, from the top `depth` chunks that search() returns."""
     ranked: dict[str, list[list[str]]] = {mode: [] for mode in modes}

@@ -74,10 +74,13 @@ class Fusion:
 
     def summary(self) -> str:
         how = f"{self.fusion}, vector leg weight {self.vector_weight:g} (keyword 1)" + (
-            f", rrf_k {self.rrf_k}" if self.fusion == "rrf" else "")
+            f", rrf_k {self.rrf_k}" if self.fusion == "rrf" else ""
+        )
         if self.source == "none":
-            return f"kept as it is ({how}): fewer than {MIN_QUESTIONS} questions to fit it on (sentences of documents "\
-                   "of two chunks or more)"
+            return (
+                f"kept as it is ({how}): fewer than {MIN_QUESTIONS} questions to fit it on (sentences of documents "
+                "of two chunks or more)"
+            )
         on = "your gold questions" if self.source == "gold" else "sentences of the chunks, each asked without its chunk"
         return f"{how}: MRR@10 {self.mrr:.3f} against {self.current_mrr:.3f} in force, on {self.questions} {on}"
 
@@ -92,8 +95,9 @@ def sentence_probes(conn: psycopg.Connection, n: int, seed: str = "") -> list[Fu
     rows = conn.execute(queries("inspect.sql")["fusion_chunks"], {"n": n * 2, "seed": seed}).fetchall()
     found = []
     for chunk_id, text, siblings in rows:
-        question = next((text[a:b].strip() for a, b in sentences(text, 0, len(text))
-                         if len(text[a:b].split()) >= MIN_WORDS), None)
+        question = next(
+            (text[a:b].strip() for a, b in sentences(text, 0, len(text)) if len(text[a:b].split()) >= MIN_WORDS), None
+        )
         if question:
             found.append(FusionProbe(question, frozenset(int(s) for s in siblings), int(chunk_id)))
         if len(found) >= n:
@@ -101,8 +105,9 @@ def sentence_probes(conn: psycopg.Connection, n: int, seed: str = "") -> list[Fu
     return found
 
 
-def observe(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings, probes: Sequence[FusionProbe],
-            vectors: np.ndarray) -> Iterator[Legs]:
+def observe(
+    conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings, probes: Sequence[FusionProbe], vectors: np.ndarray
+) -> Iterator[Legs]:
     """Both legs' scored candidates for each question (the chunk it was made from dropped)."""
     for probe, vector in zip(probes, vectors, strict=True):
         with conn.transaction():
@@ -146,7 +151,17 @@ def fit(observed: Sequence[Legs], settings: Settings, source: str) -> Fusion:
         chosen = current
     else:
         near = [c for c in scores if within(c)]
-        chosen = min(near, key=lambda c: (abs(math.log(max(c.vector_weight, 1e-6))), -scores[c].mean(),
-                                          abs(c.rrf_k - 60), c.fusion))
-    return Fusion(chosen.fusion, chosen.rrf_k, chosen.vector_weight, round(float(scores[chosen].mean()), 4),
-                  round(float(scores[current].mean()), 4), len(observed), source, True)
+        chosen = min(
+            near,
+            key=lambda c: (abs(math.log(max(c.vector_weight, 1e-6))), -scores[c].mean(), abs(c.rrf_k - 60), c.fusion),
+        )
+    return Fusion(
+        chosen.fusion,
+        chosen.rrf_k,
+        chosen.vector_weight,
+        round(float(scores[chosen].mean()), 4),
+        round(float(scores[current].mean()), 4),
+        len(observed),
+        source,
+        True,
+    )

@@ -34,8 +34,16 @@ def _q(name: str, **parts: sql.Composable) -> sql.Composed:
     return sql.SQL(queries("inspect.sql")[name]).format(**parts)
 
 
-def nearest(conn: psycopg.Connection, eset: EmbeddingSet, vector: np.ndarray, k: int, *, exact: bool,
-            ef_search: int = 40, explain: bool = False) -> list[Any]:
+def nearest(
+    conn: psycopg.Connection,
+    eset: EmbeddingSet,
+    vector: np.ndarray,
+    k: int,
+    *,
+    exact: bool,
+    ef_search: int = 40,
+    explain: bool = False,
+) -> list[Any]:
     """Top-k chunk ids by cosine distance, through the HNSW index or by an exact scan (or the plan).
 
     The exact pass turns index scans off and is never prepared: psycopg prepares a statement after
@@ -45,8 +53,13 @@ def nearest(conn: psycopg.Connection, eset: EmbeddingSet, vector: np.ndarray, k:
         query = _q("nearest", table=eset.table)
     else:  # a bit index: its ef_search is also the re-rank depth, as in the search's vector leg
         ef_search = max(ef_search, k)
-        query = compose("vector_search_bit", table=eset.table, dims=sql.Literal(eset.dims), candidates=sql.Literal(k),
-                        depth=sql.Literal(ef_search))
+        query = compose(
+            "vector_search_bit",
+            table=eset.table,
+            dims=sql.Literal(eset.dims),
+            candidates=sql.Literal(k),
+            depth=sql.Literal(ef_search),
+        )
     if explain:
         query = sql.SQL("EXPLAIN ") + query
     with conn.transaction():
@@ -82,9 +95,21 @@ class IndexCheck:
 
 def exact_only(eset: EmbeddingSet, rows: int, min_rows: int, k: int, current: int, target: float) -> IndexCheck:
     """The answer when no HNSW index exists: every search is exact, so the overlap is 1.0 by construction."""
-    return IndexCheck(None, rows, 0, "none", k, current, target, {current: 1.0}, None, note=(
-        f"no HNSW index: {rows:,} chunks is below index_min_rows={min_rows:,}, so every search is exact "
-        f"(overlap 1.0 by construction; no ef_search to tune). Lower index_min_rows and ingest again to build one."))
+    return IndexCheck(
+        None,
+        rows,
+        0,
+        "none",
+        k,
+        current,
+        target,
+        {current: 1.0},
+        None,
+        note=(
+            f"no HNSW index: {rows:,} chunks is below index_min_rows={min_rows:,}, so every search is exact "
+            f"(overlap 1.0 by construction; no ef_search to tune). Lower index_min_rows and ingest again to build one."
+        ),
+    )
 
 
 def overlap(found: Sequence[Any], truth: Sequence[Any]) -> float:
@@ -95,12 +120,21 @@ def ladder(current: int) -> list[int]:
     return sorted(set(EF_LADDER) | {current})
 
 
-def check_index(conn: psycopg.Connection, eset: EmbeddingSet, vectors: np.ndarray, exclude: Sequence[Any | None],
-                k: int, current: int, target: float, source: str) -> IndexCheck:
+def check_index(
+    conn: psycopg.Connection,
+    eset: EmbeddingSet,
+    vectors: np.ndarray,
+    exclude: Sequence[Any | None],
+    k: int,
+    current: int,
+    target: float,
+    source: str,
+) -> IndexCheck:
     """Overlap of HNSW and exact top-k at the current ef_search, and the smallest tried ef_search reaching target.
 
     `exclude[i]` is the chunk that vector i was taken from (left out of both lists), or None.
     """
+
     def top(vec: np.ndarray, skip: Any | None, **how: Any) -> list[Any]:
         ids = nearest(conn, eset, vec, k + (skip is not None), **how)
         return [i for i in ids if i != skip][:k]
@@ -126,12 +160,15 @@ def sample_questions(questions: Sequence[T], n: int) -> list[T]:
 
 def sample_vectors(conn: psycopg.Connection, eset: EmbeddingSet, n: int) -> tuple[np.ndarray, list[int]]:
     rows = conn.execute(_q("sample_vectors", table=eset.table), {"n": n}).fetchall()
-    vectors = np.array([np.asarray(r[1].to_list() if hasattr(r[1], "to_list") else r[1], dtype=np.float32)
-                        for r in rows], dtype=np.float32)
+    vectors = np.array(
+        [np.asarray(r[1].to_list() if hasattr(r[1], "to_list") else r[1], dtype=np.float32) for r in rows],
+        dtype=np.float32,
+    )
     return vectors, [r[0] for r in rows]
 
 
 # Sizes and memory.
+
 
 def meminfo(path: Path = Path("/proc/meminfo")) -> tuple[int | None, int | None, str]:
     """(total, available) RAM in bytes, and where the figures came from."""
@@ -151,12 +188,12 @@ def meminfo(path: Path = Path("/proc/meminfo")) -> tuple[int | None, int | None,
 
 
 def _relation(conn: psycopg.Connection, table: str) -> dict[str, Any]:
-    total, heap, toast, indexes = conn.execute(queries("inspect.sql")["relation_sizes"],
-                                               {"table": table}).fetchone()  # type: ignore[misc]
-    each = {name: {"method": method, "bytes": size}
-            for name, method, size in conn.execute(queries("inspect.sql")["index_sizes"], {"table": table})}
-    return {"total_bytes": total, "heap_bytes": heap, "toast_bytes": toast, "indexes_bytes": indexes,
-            "indexes": each}
+    total, heap, toast, indexes = conn.execute(queries("inspect.sql")["relation_sizes"], {"table": table}).fetchone()  # type: ignore[misc]
+    each = {
+        name: {"method": method, "bytes": size}
+        for name, method, size in conn.execute(queries("inspect.sql")["index_sizes"], {"table": table})
+    }
+    return {"total_bytes": total, "heap_bytes": heap, "toast_bytes": toast, "indexes_bytes": indexes, "indexes": each}
 
 
 @dataclass
@@ -194,20 +231,41 @@ def stats(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings) -> S
     embedder = settings.embed.backend
     result: dict[str, Any] = {
         "rows": {"documents": documents, "chunks": chunks, "vectors": vectors, "roots": roots},
-        "embedding_set": {"model": eset.model, "dims": eset.dims, "vector_type": eset.vector_type,
-                          "table": eset.table_name},
+        "embedding_set": {
+            "model": eset.model,
+            "dims": eset.dims,
+            "vector_type": eset.vector_type,
+            "table": eset.table_name,
+        },
         "tables": tables,
-        "vector_index": {"name": eset.index_name, "bytes": index["bytes"] if index else None,
-                         "exists": index is not None},
-        "vectors": {"plan_raw_bytes": raw_vector_bytes(vectors, eset.dims, 2 if eset.vector_type == "halfvec" else 4),
-                    "measured_table_bytes": vec["total_bytes"], "measured_heap_bytes": vec["heap_bytes"]},
+        "vector_index": {
+            "name": eset.index_name,
+            "bytes": index["bytes"] if index else None,
+            "exists": index is not None,
+        },
+        "vectors": {
+            "plan_raw_bytes": raw_vector_bytes(vectors, eset.dims, 2 if eset.vector_type == "halfvec" else 4),
+            "measured_table_bytes": vec["total_bytes"],
+            "measured_heap_bytes": vec["heap_bytes"],
+        },
         "memory": {"ram_total_bytes": total, "ram_available_bytes": available, "source": ram_source},
-        "postgres": {"shared_buffers": shared, "shared_buffers_bytes": shared_b,
-                     "maintenance_work_mem": maint, "maintenance_work_mem_bytes": maint_b},
-        "disk": {"rebuild_bytes": rebuild, "free_bytes": free,
-                 "note": f"a rebuild writes beside the old data: about {REBUILD_FACTOR}x chunks + vectors"},
-        "embedder": {"kind": settings.embed.kind, "model": settings.embed.model_name,
-                     "memory_bytes": embedder.memory_bytes, "note": embedder.memory_note},
+        "postgres": {
+            "shared_buffers": shared,
+            "shared_buffers_bytes": shared_b,
+            "maintenance_work_mem": maint,
+            "maintenance_work_mem_bytes": maint_b,
+        },
+        "disk": {
+            "rebuild_bytes": rebuild,
+            "free_bytes": free,
+            "note": f"a rebuild writes beside the old data: about {REBUILD_FACTOR}x chunks + vectors",
+        },
+        "embedder": {
+            "kind": settings.embed.kind,
+            "model": settings.embed.model_name,
+            "memory_bytes": embedder.memory_bytes,
+            "note": embedder.memory_note,
+        },
         "answer_cache": answer_cache.stats(conn),
     }
 
@@ -220,8 +278,11 @@ def stats(conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings) -> S
 def ram_verdict(eset: EmbeddingSet, chunks: int, index_bytes: int | None, ram: int | None) -> dict[str, Any]:
     """The index beside the machine's RAM, and what the other vector types would take (from the scale curve)."""
     if index_bytes is None or ram is None:
-        return {"fits": None, "verdict": "no HNSW index: every search is exact" if index_bytes is None
-                else "RAM unknown", "others": {}}
+        return {
+            "fits": None,
+            "verdict": "no HNSW index: every search is exact" if index_bytes is None else "RAM unknown",
+            "others": {},
+        }
     try:
         curve = sizing.load_curve()
     except OSError:  # a broken install: the measured index alone
@@ -230,9 +291,14 @@ def ram_verdict(eset: EmbeddingSet, chunks: int, index_bytes: int | None, ram: i
     others = {t: sizing.predict(curve, max(chunks, 1), eset.dims, t).index_bytes for t in sizing.TYPES}
     others[eset.vector_type] = index_bytes
     fits, verdict = sizing.ram_verdict(index_bytes, ram, eset.vector_type, others)
-    return {"fits": fits, "verdict": verdict, "index_bytes": index_bytes, "ram_bytes": ram,
-            "others": {t: b for t, b in others.items() if t != eset.vector_type},
-            "measured": curve["measured"]}
+    return {
+        "fits": fits,
+        "verdict": verdict,
+        "index_bytes": index_bytes,
+        "ram_bytes": ram,
+        "others": {t: b for t, b in others.items() if t != eset.vector_type},
+        "measured": curve["measured"],
+    }
 
 
 def stats_warnings(s: dict[str, Any]) -> list[str]:
@@ -240,12 +306,16 @@ def stats_warnings(s: dict[str, Any]) -> list[str]:
     out = []
     index, available = s["vector_index"]["bytes"], s["memory"]["ram_available_bytes"]
     if index is not None and available is not None and index > available:
-        out.append(f"the vector index ({mib(index)}) does not fit in available RAM ({mib(available)}): "
-                   "queries become disk seeks; use halfvec (vector_type = \"halfvec\"), fewer chunks, or more RAM")
+        out.append(
+            f"the vector index ({mib(index)}) does not fit in available RAM ({mib(available)}): "
+            'queries become disk seeks; use halfvec (vector_type = "halfvec"), fewer chunks, or more RAM'
+        )
     if index is not None and index > s["postgres"]["maintenance_work_mem_bytes"]:
-        out.append(f"the vector index ({mib(index)}) is larger than maintenance_work_mem "
-                   f"({s['postgres']['maintenance_work_mem']}): a rebuild spills out of memory and is much slower; "
-                   "raise maintenance_work_mem for `ragvps reindex`")
+        out.append(
+            f"the vector index ({mib(index)}) is larger than maintenance_work_mem "
+            f"({s['postgres']['maintenance_work_mem']}): a rebuild spills out of memory and is much slower; "
+            "raise maintenance_work_mem for `ragvps reindex`"
+        )
     free, need = s["disk"]["free_bytes"], s["disk"]["rebuild_bytes"]
     if free is not None and free < need:
         out.append(f"only {mib(free)} of disk is free but a rebuild needs about {mib(need)}")

@@ -34,10 +34,32 @@ if TYPE_CHECKING:
     from ragvps.ingest.chunk import ChunkerConfig
     from ragvps.records import Document
 
-__all__ = ["BYTES_PER_DIM", "COMMON_MODELS", "COMPARE_OVERLAPS", "MIB", "PER_100K", "RAW_SIZE_NOTE", "VECTOR_TYPES",
-           "Budget", "DocumentMeasure", "Measurement", "ModelSize", "WindowPlan", "check_input_limit",
-           "common_models", "compare_overlaps", "human_bytes", "measure", "mib", "millions", "parse_overlap",
-           "pgvector_bytes", "raw_vector_bytes", "strip", "summary"]
+__all__ = [
+    "BYTES_PER_DIM",
+    "COMMON_MODELS",
+    "COMPARE_OVERLAPS",
+    "MIB",
+    "PER_100K",
+    "RAW_SIZE_NOTE",
+    "VECTOR_TYPES",
+    "Budget",
+    "DocumentMeasure",
+    "Measurement",
+    "ModelSize",
+    "WindowPlan",
+    "check_input_limit",
+    "common_models",
+    "compare_overlaps",
+    "human_bytes",
+    "measure",
+    "mib",
+    "millions",
+    "parse_overlap",
+    "pgvector_bytes",
+    "raw_vector_bytes",
+    "strip",
+    "summary",
+]
 
 
 @dataclass(frozen=True)
@@ -92,24 +114,31 @@ class Measurement:
             "chunker": {"chunks": self.chunks, "chunk_tokens": self.chunk_tokens},
             "chunks_vs_stream": self.chunks - stream.chunks,
             "per_document": [
-                {"doc_id": d.doc_id, "tokens": d.windows.tokens, "windows": d.windows.chunks,
-                 "chunks": d.chunks, "chunk_tokens": d.chunk_tokens}
+                {
+                    "doc_id": d.doc_id,
+                    "tokens": d.windows.tokens,
+                    "windows": d.windows.chunks,
+                    "chunks": d.chunks,
+                    "chunk_tokens": d.chunk_tokens,
+                }
                 for d in self.documents
             ],
         }
 
 
-def measure(
-    docs: Sequence[Document], config: ChunkerConfig, count: Callable[[str], int] | None = None
-) -> Measurement:
+def measure(docs: Sequence[Document], config: ChunkerConfig, count: Callable[[str], int] | None = None) -> Measurement:
     """Count each document's tokens and chunk it for real; boundaries make this differ from the stream."""
     count = count or tokens.count
     WindowPlan(0, config.size, config.overlap)  # the same errors as the arithmetic modes
     measured = []
     for doc in docs:
         chunks = chunk_document(doc, config)
-        measured.append(DocumentMeasure(
-            doc.doc_id, WindowPlan(count(doc.text), config.size, config.overlap),
-            len(chunks), sum(c.tokens for c in chunks),
-        ))
+        measured.append(
+            DocumentMeasure(
+                doc.doc_id,
+                WindowPlan(count(doc.text), config.size, config.overlap),
+                len(chunks),
+                sum(c.tokens for c in chunks),
+            )
+        )
     return Measurement(config.size, config.overlap, tuple(measured))

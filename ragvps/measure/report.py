@@ -21,12 +21,16 @@ def curves_svg(curves: dict[str, list[float]]) -> str:
     def y(r: float) -> float:
         return H - PAD - r * (H - 2 * PAD)
 
-    parts = [f'<svg class="curve" width="{W}" height="{H}" viewBox="0 0 {W} {H}" role="img" '
-             f'aria-label="recall@k curves of {escape(", ".join(curves))}">',
-             f'<text x="{(W - LEGEND) / 2}" y="18" text-anchor="middle" font-weight="bold">recall@k</text>']
+    parts = [
+        f'<svg class="curve" width="{W}" height="{H}" viewBox="0 0 {W} {H}" role="img" '
+        f'aria-label="recall@k curves of {escape(", ".join(curves))}">',
+        f'<text x="{(W - LEGEND) / 2}" y="18" text-anchor="middle" font-weight="bold">recall@k</text>',
+    ]
     for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
-        parts.append(f'<line x1="{PAD}" x2="{W - PAD - LEGEND}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" stroke="#ddd"/>'
-                     f'<text x="{PAD - 6}" y="{y(tick) + 4:.1f}" text-anchor="end" font-size="11">{tick:g}</text>')
+        parts.append(
+            f'<line x1="{PAD}" x2="{W - PAD - LEGEND}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" stroke="#ddd"/>'
+            f'<text x="{PAD - 6}" y="{y(tick) + 4:.1f}" text-anchor="end" font-size="11">{tick:g}</text>'
+        )
     for k in sorted({1, 5, 10, 20, 30, n}):
         parts.append(f'<text x="{x(k):.1f}" y="{H - PAD + 16}" text-anchor="middle" font-size="11">{k}</text>')
     parts.append(f'<text x="{(W - LEGEND) / 2}" y="{H - 6}" text-anchor="middle" font-size="11">k (documents)</text>')
@@ -34,13 +38,17 @@ def curves_svg(curves: dict[str, list[float]]) -> str:
         colour = COLOURS.get(mode, "#333")
         points = " ".join(f"{x(k):.1f},{y(r):.1f}" for k, r in enumerate(values, start=1))
         dash = ' stroke-dasharray="6 3"' if i % 2 else ""
-        parts.append(f'<polyline data-mode="{escape(mode)}" fill="none" stroke="{colour}" stroke-width="2.5"{dash} '
-                     f'points="{points}"/>')
+        parts.append(
+            f'<polyline data-mode="{escape(mode)}" fill="none" stroke="{colour}" stroke-width="2.5"{dash} '
+            f'points="{points}"/>'
+        )
         ly = PAD + 8 + 20 * i
         lx = W - LEGEND - PAD + 20
-        parts.append(f'<line x1="{lx}" x2="{lx + 24}" y1="{ly}" y2="{ly}" stroke="{colour}" stroke-width="2.5"{dash}/>'
-                     f'<text class="legend" x="{lx + 30}" y="{ly + 4}" font-size="12">{escape(mode)} '
-                     f'{values[-1] if values else 0:.2f}</text>')
+        parts.append(
+            f'<line x1="{lx}" x2="{lx + 24}" y1="{ly}" y2="{ly}" stroke="{colour}" stroke-width="2.5"{dash}/>'
+            f'<text class="legend" x="{lx + 30}" y="{ly + 4}" font-size="12">{escape(mode)} '
+            f"{values[-1] if values else 0:.2f}</text>"
+        )
     parts.append("</svg>")
     return "\n".join(parts)
 

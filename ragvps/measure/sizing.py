@@ -118,9 +118,23 @@ def predict(curve: dict[str, Any], chunks: int, dims: int, vector_type: str) -> 
     p95, _ = _figure(curve, chunks, ("hybrid_ms",), vector_type, "p95")
     scale = dims / d0 if vector_type != "bit" else 1.0  # distance cost grows with dims; Hamming barely
     depth, overlap, rows = search_depth(curve, chunks, vector_type)
-    return Prediction(vector_type, chunks, dims, int(text_row + table + index), int(index), int(table),
-                      build * scale, p50, p95, e1 or e2 or e3, int(index * BUILD_MEMORY_FACTOR), DEPTH[vector_type],
-                      depth, overlap, rows)
+    return Prediction(
+        vector_type,
+        chunks,
+        dims,
+        int(text_row + table + index),
+        int(index),
+        int(table),
+        build * scale,
+        p50,
+        p95,
+        e1 or e2 or e3,
+        int(index * BUILD_MEMORY_FACTOR),
+        DEPTH[vector_type],
+        depth,
+        overlap,
+        rows,
+    )
 
 
 def _figure(curve: dict[str, Any], n: int, head: tuple[str, ...], vector_type: str, *tail: str) -> tuple[float, bool]:
@@ -139,8 +153,11 @@ def search_depth(curve: dict[str, Any], chunks: int, vector_type: str) -> tuple[
     """The smallest measured search depth reaching OVERLAP_GOAL at the first measured size >= chunks (else
     the largest size with overlaps), with its overlap and that size; (None, the deepest's overlap, size)
     when no measured depth reaches it."""
-    measured = sorted((int(p["rows"]), p["overlap"]) for p in curve["points"]
-                      if any(k.startswith(f"{vector_type},") for k in p.get("overlap", {})))
+    measured = sorted(
+        (int(p["rows"]), p["overlap"])
+        for p in curve["points"]
+        if any(k.startswith(f"{vector_type},") for k in p.get("overlap", {}))
+    )
     if not measured:
         return None, float("nan"), 0
     rows, overlaps = next(((r, o) for r, o in measured if r >= chunks), measured[-1])
@@ -159,11 +176,16 @@ def ram_verdict(index_bytes: int, ram_bytes: int, vector_type: str, others: dict
         head = f"index {gib(index_bytes)} fits in {gib(ram_bytes)}: keep it"
     else:
         smaller = [t for t, b in others.items() if b <= budget and t != vector_type]
-        advice = (f"switch to {smaller[0]} (vector_type = \"{smaller[0]}\", then `ragvps reindex`)" if smaller
-                  else "add RAM or split the corpus over a second server")
-        head = (f"index {gib(index_bytes)} does not fit in {gib(ram_bytes)} (its shared_buffers, a quarter of "
-                f"RAM as deploy/postgres/ragvps.conf sets it, hold {gib(budget)}; at 1M chunks an index over them "
-                f"answered the vector leg 7x slower (p95) than one within, with every page in the OS cache): {advice}")
+        advice = (
+            f'switch to {smaller[0]} (vector_type = "{smaller[0]}", then `ragvps reindex`)'
+            if smaller
+            else "add RAM or split the corpus over a second server"
+        )
+        head = (
+            f"index {gib(index_bytes)} does not fit in {gib(ram_bytes)} (its shared_buffers, a quarter of "
+            f"RAM as deploy/postgres/ragvps.conf sets it, hold {gib(budget)}; at 1M chunks an index over them "
+            f"answered the vector leg 7x slower (p95) than one within, with every page in the OS cache): {advice}"
+        )
     return fits, head + (f"; {alt}" if alt else "")
 
 

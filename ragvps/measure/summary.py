@@ -57,13 +57,28 @@ def chunk_summary(settings: Settings, spec: ModelSpec, path: Path, progress: Pro
     counts = sorted(c.tokens for f in files for c in f.chunks)
     limit = input_room(config.max_tokens, config.prefix)
     return ChunkSummary(
-        files=len(files), documents=sum(len(f.documents) for f in files), chunks=len(counts),
-        rechunked_files=report.rechunked_files, mode=config.mode, chunk_size=config.size,
-        chunk_overlap=config.overlap, model=spec.name, max_tokens=config.max_tokens, limit=limit,
-        tokens={"min": counts[0], "median": statistics.median(counts), "max": counts[-1], "total": sum(counts),
-                "over_limit": sum(n > limit for n in counts)} if counts else None,
+        files=len(files),
+        documents=sum(len(f.documents) for f in files),
+        chunks=len(counts),
+        rechunked_files=report.rechunked_files,
+        mode=config.mode,
+        chunk_size=config.size,
+        chunk_overlap=config.overlap,
+        model=spec.name,
+        max_tokens=config.max_tokens,
+        limit=limit,
+        tokens={
+            "min": counts[0],
+            "median": statistics.median(counts),
+            "max": counts[-1],
+            "total": sum(counts),
+            "over_limit": sum(n > limit for n in counts),
+        }
+        if counts
+        else None,
         llm_tokens=sum(c.llm_tokens for f in files for c in f.chunks),
-        skipped=dict(report.skipped), chunk_dir=str(settings.database.kb_dir / "chunks"),
+        skipped=dict(report.skipped),
+        chunk_dir=str(settings.database.kb_dir / "chunks"),
     )
 
 
@@ -77,8 +92,9 @@ class PlanMeasurement:
     documents: int
 
 
-def plan_measure(settings: Settings, spec: ModelSpec, path: Path, dims: int | None, bytes_per_dim: int,
-                 warn: Warn) -> PlanMeasurement:
+def plan_measure(
+    settings: Settings, spec: ModelSpec, path: Path, dims: int | None, bytes_per_dim: int, warn: Warn
+) -> PlanMeasurement:
     """Every readable document of `path` through the real tokenizer and chunker; unreadable files are
     skipped with a warning, exactly as ingest skips them."""
     config = chunker_config(settings, spec)

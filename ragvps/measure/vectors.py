@@ -29,8 +29,9 @@ RAW_SIZE_NOTE = (
 def raw_vector_bytes(vectors: int, dims: int, bytes_per_dim: int = 4) -> int:
     """Vectors x dimensions x bytes per dimension (4 float32, 2 half, 1 int8), nothing else."""
     if bytes_per_dim not in BYTES_PER_DIM:
-        raise UsageError(f"bytes_per_dim {bytes_per_dim} must be 4 (float32), 2 (half) or 1 (int8)",
-                         settings=("bytes_per_dim",))
+        raise UsageError(
+            f"bytes_per_dim {bytes_per_dim} must be 4 (float32), 2 (half) or 1 (int8)", settings=("bytes_per_dim",)
+        )
     return vectors * _dims(dims) * bytes_per_dim
 
 

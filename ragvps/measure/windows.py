@@ -31,7 +31,8 @@ class WindowPlan:
         if self.overlap >= self.size:
             raise UsageError(
                 f"overlap {self.overlap} must be smaller than chunk_size {self.size}; "
-                "a third of the size or less is usual", settings=("overlap", "chunk_size"),
+                "a third of the size or less is usual",
+                settings=("overlap", "chunk_size"),
             )
 
     @property
@@ -103,7 +104,8 @@ def check_input_limit(size: int, limit: int, model: str) -> None:
     if size > limit:
         raise UsageError(
             f"chunk_size {size} is above what {model} reads ({limit} tokens once [CLS]/[SEP] and its "
-            f"document prefix are counted): use chunk_size {limit} or less", settings=("chunk_size",)
+            f"document prefix are counted): use chunk_size {limit} or less",
+            settings=("chunk_size",),
         )
 
 

@@ -25,6 +25,9 @@ class Filters:
 
     def condition(self) -> sql.Composable:
         """The SQL condition over chunks `c` and documents `d` for the filters in use."""
-        parts = [sql.SQL(q(name)) for name, used in (("filter_path_prefix", self.path_prefix),
-                                                      ("filter_metadata", self.metadata)) if used]
+        parts = [
+            sql.SQL(q(name))
+            for name, used in (("filter_path_prefix", self.path_prefix), ("filter_metadata", self.metadata))
+            if used
+        ]
         return sql.SQL(" AND ").join(parts) if parts else sql.SQL("true")

@@ -8,8 +8,9 @@ from collections.abc import Sequence
 Scored = Sequence[tuple[int, float]]  # a leg's candidates, best first: (chunk id, the leg's own score)
 
 
-def rrf(rankings: Sequence[Sequence[int]], k: int = 60,
-        weights: Sequence[float] | None = None) -> list[tuple[int, float]]:
+def rrf(
+    rankings: Sequence[Sequence[int]], k: int = 60, weights: Sequence[float] | None = None
+) -> list[tuple[int, float]]:
     """Reciprocal rank fusion: score(d) = sum over rankings of weight / (k + rank), ranks from 1 (each weight 1
     unless given: `ragvps calibrate` fits the vector leg's against the keyword leg's on the corpus)."""
     scores: dict[int, float] = {}

@@ -43,9 +43,8 @@ class ByScores:
         self.scorer, self.candidates = scorer, candidates
 
     def order(self, query: str, hits: Sequence[Hit]) -> list[Hit]:
-        head, tail = list(hits[: self.candidates]), list(hits[self.candidates:])
-        scores = self.scorer.scores(query, [f"{h.heading_path}\n{h.text}" if h.heading_path else h.text
-                                            for h in head])
+        head, tail = list(hits[: self.candidates]), list(hits[self.candidates :])
+        scores = self.scorer.scores(query, [f"{h.heading_path}\n{h.text}" if h.heading_path else h.text for h in head])
         order = sorted(range(len(head)), key=lambda i: (-scores[i], i))
         ranked = [dataclasses.replace(head[i], score=scores[i]) for i in order] + tail
         return [dataclasses.replace(h, rank=r) for r, h in enumerate(ranked, start=1)]

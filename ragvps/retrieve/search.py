@@ -90,14 +90,16 @@ def check_query(text: str) -> str:
     return text
 
 
-def vector_leg(conn: psycopg.Connection, eset: EmbeddingSet, embedding: Vector, settings: Settings,
-               filters: Filters | None = None) -> list[int]:
+def vector_leg(
+    conn: psycopg.Connection, eset: EmbeddingSet, embedding: Vector, settings: Settings, filters: Filters | None = None
+) -> list[int]:
     """Chunk ids nearest to the embedding (vector_scored's, without their cosines)."""
     return [c for c, _ in vector_scored(conn, eset, embedding, settings, filters)]
 
 
-def vector_scored(conn: psycopg.Connection, eset: EmbeddingSet, embedding: Vector, settings: Settings,
-                  filters: Filters | None = None) -> list[tuple[int, float]]:
+def vector_scored(
+    conn: psycopg.Connection, eset: EmbeddingSet, embedding: Vector, settings: Settings, filters: Filters | None = None
+) -> list[tuple[int, float]]:
     """Chunks nearest to the embedding, with their cosine; HNSW when indexed, with ef_search set for this query only.
 
     A bit set with its index takes the binary index's nearest bit_rerank_depth and re-ranks them by cosine
@@ -110,13 +112,19 @@ def vector_scored(conn: psycopg.Connection, eset: EmbeddingSet, embedding: Vecto
         conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef),))
         if filters:
             conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
-            query = compose(name + "_filtered", table=eset.table, filter=filters.condition(),
-                            dims=sql.Literal(eset.dims))
+            query = compose(
+                name + "_filtered", table=eset.table, filter=filters.condition(), dims=sql.Literal(eset.dims)
+            )
             params: dict[str, object] = {"embedding": vector, "candidates": settings.search.candidates, "depth": ef}
             rows = conn.execute(query, params | filters.params())
         else:  # the limits composed in, so that its prepared statement keeps one plan (queries.sql says why)
-            query = compose(name, table=eset.table, dims=sql.Literal(eset.dims),
-                            candidates=sql.Literal(settings.search.candidates), depth=sql.Literal(ef))
+            query = compose(
+                name,
+                table=eset.table,
+                dims=sql.Literal(eset.dims),
+                candidates=sql.Literal(settings.search.candidates),
+                depth=sql.Literal(ef),
+            )
             rows = conn.execute(query, {"embedding": vector})
         scored = [(r[0], float(r[1])) for r in rows]
         if filters:  # SET LOCAL lasts to the end of the caller's open transaction
@@ -140,21 +148,30 @@ def bit_depth(settings: Settings) -> int:
     return max(settings.search.bit_rerank_depth, settings.search.candidates)
 
 
-def keyword_leg(conn: psycopg.Connection, text: str, settings: Settings, filters: Filters | None = None,
-                bm25: Bm25 = BM25) -> list[int]:
+def keyword_leg(
+    conn: psycopg.Connection, text: str, settings: Settings, filters: Filters | None = None, bm25: Bm25 = BM25
+) -> list[int]:
     """Chunk ids ranked by BM25 (keyword_scored's, without their scores)."""
     return [c for c, _ in keyword_scored(conn, text, settings, filters, bm25)]
 
 
-def keyword_scored(conn: psycopg.Connection, text: str, settings: Settings, filters: Filters | None = None,
-                   bm25: Bm25 = BM25) -> list[tuple[int, float]]:
+def keyword_scored(
+    conn: psycopg.Connection, text: str, settings: Settings, filters: Filters | None = None, bm25: Bm25 = BM25
+) -> list[tuple[int, float]]:
     """Chunks ranked by BM25 over the full-text lexemes of `text`, with their scores; never an error for any
     words."""
     where = compose("keyword_filter", filter=filters.condition()) if filters else sql.SQL("true")
     source = compose("keyword_source_filtered" if filters else "keyword_source")
     budget = bm25.budget or settings.search.keyword_budget
-    params = {"language": settings.search.language, "text": text, "candidates": settings.search.candidates,
-              "budget": budget, "cap": max(bm25.cap * budget, settings.search.candidates), "k1": bm25.k1, "b": bm25.b}
+    params = {
+        "language": settings.search.language,
+        "text": text,
+        "candidates": settings.search.candidates,
+        "budget": budget,
+        "cap": max(bm25.cap * budget, settings.search.candidates),
+        "k1": bm25.k1,
+        "b": bm25.b,
+    }
     if filters:
         params |= filters.params()
     with autocommit(conn):  # one statement: on an idle connection no BEGIN and COMMIT around it
@@ -217,8 +234,14 @@ class _Laps:
         self.last = now
 
 
-def chunk_evidence(conn: psycopg.Connection, eset: EmbeddingSet, ids: list[int], text: str,
-                   embedding: Vector | None, settings: Settings) -> dict[int, TupleRow]:
+def chunk_evidence(
+    conn: psycopg.Connection,
+    eset: EmbeddingSet,
+    ids: list[int],
+    text: str,
+    embedding: Vector | None,
+    settings: Settings,
+) -> dict[int, TupleRow]:
     """Each chunk's details with its cosine and IDF share for this query, whatever its rank: one query."""
     if not ids:
         return {}
@@ -230,15 +253,35 @@ def chunk_evidence(conn: psycopg.Connection, eset: EmbeddingSet, ids: list[int],
     return {r[0]: r for r in conn.execute(compose("chunk_evidence", cosine=cosine), params)}
 
 
-def _details(fused: list[tuple[int, float]], vec: Scored, kw: Scored, rows: dict[int, TupleRow],
-             ) -> list[Hit]:
+def _details(
+    fused: list[tuple[int, float]],
+    vec: Scored,
+    kw: Scored,
+    rows: dict[int, TupleRow],
+) -> list[Hit]:
     vrank = {c: r for r, (c, _) in enumerate(vec, start=1)}
     krank = {c: r for r, (c, _) in enumerate(kw, start=1)}
     hits = []
     # A keyword leg run on another connection saw its own snapshot: a chunk deleted in between has no row here.
     for rank, (cid, score) in enumerate((f for f in fused if f[0] in rows), start=1):
         _, doc_id, source, _root, seq, heading, body, start, end, cos, share, pages = rows[cid]
-        hits.append(Hit(rank, score, f"{doc_id}#{seq}", source, doc_id, heading, body,
-                        vrank.get(cid), krank.get(cid), start, end, cos, share, combine(cos, share),
-                        tuple(int(p) for p in pages or ())))
+        hits.append(
+            Hit(
+                rank,
+                score,
+                f"{doc_id}#{seq}",
+                source,
+                doc_id,
+                heading,
+                body,
+                vrank.get(cid),
+                krank.get(cid),
+                start,
+                end,
+                cos,
+                share,
+                combine(cos, share),
+                tuple(int(p) for p in pages or ()),
+            )
+        )
     return hits

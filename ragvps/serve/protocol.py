@@ -22,10 +22,19 @@ log = logging.getLogger(__name__)
 
 def head_timeout_body(timeout: float) -> bytes:
     """The 408 response to a head that did not arrive in time, and the connection closes."""
-    body = json.dumps({"error": f"the request's headers did not arrive within {timeout:g} s (setting "
-                                "header_timeout): send the whole request at once", "kind": "usage"}).encode()
-    return (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: "
-            + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
+    body = json.dumps(
+        {
+            "error": f"the request's headers did not arrive within {timeout:g} s (setting "
+            "header_timeout): send the whole request at once",
+            "kind": "usage",
+        }
+    ).encode()
+    return (
+        b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: "
+        + str(len(body)).encode()
+        + b"\r\nconnection: close\r\n\r\n"
+        + body
+    )
 
 
 class BoundedHeadProtocol(H11Protocol):
@@ -66,8 +75,11 @@ class BoundedHeadProtocol(H11Protocol):
             return  # a response is still being sent (pipelining); its own bounds apply
         received, _ = self.conn.trailing_data
         if received:
-            log.info("closed a connection from %s: its request's headers took over %g s (setting header_timeout)",
-                     _peer(self.client), self.header_timeout)
+            log.info(
+                "closed a connection from %s: its request's headers took over %g s (setting header_timeout)",
+                _peer(self.client),
+                self.header_timeout,
+            )
             self.transport.write(head_timeout_body(self.header_timeout))
         self.transport.close()
 

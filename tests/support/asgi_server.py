@@ -114,11 +114,19 @@ class Bridge(httpx.BaseTransport):
         import httpx2
 
         body = request.read()
-        sent = httpx2.Request(request.method, str(request.url), headers=request.headers.raw,
-                              content=body if "content-length" in request.headers else iter([body]))
+        sent = httpx2.Request(
+            request.method,
+            str(request.url),
+            headers=request.headers.raw,
+            content=body if "content-length" in request.headers else iter([body]),
+        )
         answer = self.inner.handle_request(sent)
-        return httpx.Response(answer.status_code, headers=answer.headers.raw, stream=_Body(answer.stream),
-                              extensions={"http_version": b"HTTP/1.1"})
+        return httpx.Response(
+            answer.status_code,
+            headers=answer.headers.raw,
+            stream=_Body(answer.stream),
+            extensions={"http_version": b"HTTP/1.1"},
+        )
 
 
 class _Body(httpx.SyncByteStream):
@@ -143,6 +151,7 @@ def in_process(env: dict[str, str], key: str | None = None, **start: Any) -> Ite
 
 
 # --- fixtures (registered for every test module by tests/conftest.py's pytest_plugins) ----------------------
+
 
 @pytest.fixture(scope="session")
 def api(serve_env: dict[str, str]) -> Iterator[InProcess]:

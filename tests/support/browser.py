@@ -19,8 +19,10 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
 def playwright() -> Any:
     """playwright.sync_api, or the test is skipped with why."""
     if not CHROMIUM.exists():
-        pytest.skip(f"no chromium at {CHROMIUM} (found: {shutil.which('chromium')}); install it with "
-                    "`apt-get install -y chromium` (.ci/run does) to run the browser tests")
+        pytest.skip(
+            f"no chromium at {CHROMIUM} (found: {shutil.which('chromium')}); install it with "
+            "`apt-get install -y chromium` (.ci/run does) to run the browser tests"
+        )
     return pytest.importorskip("playwright.sync_api", reason="playwright is not installed: pip install '.[test]'")
 
 

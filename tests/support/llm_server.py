@@ -27,11 +27,18 @@ REFUSAL = "I cannot answer this from the provided sources."
 _SOURCE = re.compile(r"^\[(\d+)\] [^\n]*\n(.*?)(?=\n\n\[\d+\] |\n\nQuestion: )", re.MULTILINE | re.DOTALL)
 _WORD = re.compile(r"[a-z0-9]{3,}")
 CONTEXT_MESSAGES = {
-    "openai": {"error": {"message": "This model's maximum context length is {limit} tokens. However, your "
-                                    "messages resulted in {n} tokens.", "type": "invalid_request_error",
-                         "code": "context_length_exceeded"}},
-    "anthropic": {"type": "error", "error": {"type": "invalid_request_error",
-                                             "message": "prompt is too long: {n} tokens > {limit} maximum"}},
+    "openai": {
+        "error": {
+            "message": "This model's maximum context length is {limit} tokens. However, your "
+            "messages resulted in {n} tokens.",
+            "type": "invalid_request_error",
+            "code": "context_length_exceeded",
+        }
+    },
+    "anthropic": {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": "prompt is too long: {n} tokens > {limit} maximum"},
+    },
     "ollama": {"error": "the input length exceeds the context length"},
 }
 
@@ -119,8 +126,13 @@ class FakeLLM:
             self.pieces_sent, self.disconnected = 0, False
 
     def fail(self, status: int, message: str = "injected failure", **headers: str) -> None:
-        self.faults.append(Fault(status, {"error": {"message": message, "type": "error"}},
-                                 {k.replace("_", "-"): v for k, v in headers.items()}))
+        self.faults.append(
+            Fault(
+                status,
+                {"error": {"message": message, "type": "error"}},
+                {k.replace("_", "-"): v for k, v in headers.items()},
+            )
+        )
 
     def start(self) -> FakeLLM:
         fake = self
@@ -157,8 +169,9 @@ class FakeLLM:
         system, user = _messages(kind, body)
         n = count(system) + count(user)
         with self._lock:
-            self.requests.append({"path": path, "headers": headers, "body": body, "prompt_tokens": n,
-                                  "system": system, "user": user})
+            self.requests.append(
+                {"path": path, "headers": headers, "body": body, "prompt_tokens": n, "system": system, "user": user}
+            )
             fault = self.faults.pop(0) if self.faults else None
             cached = count(system) if system in self._seen_systems else 0
             self._seen_systems.add(system)
@@ -168,15 +181,17 @@ class FakeLLM:
             _send_json(h, fault.status, fault.body, fault.headers)
             return
         if self.context_limit is not None and n > self.context_limit:
-            message = json.loads(json.dumps(CONTEXT_MESSAGES[kind]).replace("{limit}", str(self.context_limit))
-                                 .replace("{n}", str(n)))
+            message = json.loads(
+                json.dumps(CONTEXT_MESSAGES[kind]).replace("{limit}", str(self.context_limit)).replace("{n}", str(n))
+            )
             _send_json(h, 400, message)
             return
         text = self.reply if isinstance(self.reply, str) else self.reply(system, user)
         pieces = re.findall(r"\S+\s*|\s+", text) or [""]
         if self.tool_call is not None and body.get("tools"):
-            out = {"openai": _openai_tool_call, "anthropic": _anthropic_tool_call,
-                   "ollama": _ollama_tool_call}[kind](*self.tool_call, n)
+            out = {"openai": _openai_tool_call, "anthropic": _anthropic_tool_call, "ollama": _ollama_tool_call}[kind](
+                *self.tool_call, n
+            )
         else:
             out = {"openai": _openai, "anthropic": _anthropic, "ollama": _ollama}[kind](pieces, n, cached)
         if self.no_usage and kind == "openai":
@@ -248,9 +263,20 @@ def _openai(pieces: list[str], n: int, cached: int) -> Iterator[tuple[bool, str]
     for p in pieces:
         yield True, _sse({"choices": [{"index": 0, "delta": {"content": p}, "finish_reason": None}]})
     yield False, _sse({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
-    yield False, _sse({"choices": [], "usage": {"prompt_tokens": n, "completion_tokens": len(pieces),
-                                                "total_tokens": n + len(pieces),
-                                                "prompt_tokens_details": {"cached_tokens": cached}}})
+    yield (
+        False,
+        _sse(
+            {
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": n,
+                    "completion_tokens": len(pieces),
+                    "total_tokens": n + len(pieces),
+                    "prompt_tokens_details": {"cached_tokens": cached},
+                },
+            }
+        ),
+    )
     yield False, "data: [DONE]\n\n"
 
 
@@ -258,11 +284,35 @@ def _openai_tool_call(name: str, arguments: str, n: int) -> Iterator[tuple[bool,
     """A streamed tool call as OpenAI sends it: id and name first, then the arguments in two pieces."""
     half = len(arguments) // 2
     first = {"index": 0, "id": "call_1", "type": "function", "function": {"name": name, "arguments": ""}}
-    yield False, _sse({"choices": [{"index": 0, "delta": {"role": "assistant", "content": None,
-                                                          "tool_calls": [first]}, "finish_reason": None}]})
+    yield (
+        False,
+        _sse(
+            {
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {"role": "assistant", "content": None, "tool_calls": [first]},
+                        "finish_reason": None,
+                    }
+                ]
+            }
+        ),
+    )
     for part in (arguments[:half], arguments[half:]):
-        yield True, _sse({"choices": [{"index": 0, "delta": {"tool_calls": [
-            {"index": 0, "function": {"arguments": part}}]}, "finish_reason": None}]})
+        yield (
+            True,
+            _sse(
+                {
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {"tool_calls": [{"index": 0, "function": {"arguments": part}}]},
+                            "finish_reason": None,
+                        }
+                    ]
+                }
+            ),
+        )
     yield False, _sse({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
     yield False, _sse({"choices": [], "usage": {"prompt_tokens": n, "completion_tokens": 9, "total_tokens": n + 9}})
     yield False, "data: [DONE]\n\n"
@@ -272,51 +322,124 @@ def _anthropic_tool_call(name: str, arguments: str, n: int) -> Iterator[tuple[bo
     """A streamed tool_use block as Anthropic sends it: id and name at the block's start, the input as
     input_json_delta pieces, stop_reason tool_use."""
     half = len(arguments) // 2
-    yield False, _sse({"type": "message_start", "message": {"id": "msg_1", "usage": {"input_tokens": n,
-                                                                                     "output_tokens": 1}}},
-                      "message_start")
-    yield False, _sse({"type": "content_block_start", "index": 0, "content_block": {
-        "type": "tool_use", "id": "toolu_1", "name": name, "input": {}}}, "content_block_start")
+    yield (
+        False,
+        _sse(
+            {"type": "message_start", "message": {"id": "msg_1", "usage": {"input_tokens": n, "output_tokens": 1}}},
+            "message_start",
+        ),
+    )
+    yield (
+        False,
+        _sse(
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "tool_use", "id": "toolu_1", "name": name, "input": {}},
+            },
+            "content_block_start",
+        ),
+    )
     for part in (arguments[:half], arguments[half:]):
-        yield True, _sse({"type": "content_block_delta", "index": 0,
-                          "delta": {"type": "input_json_delta", "partial_json": part}}, "content_block_delta")
+        yield (
+            True,
+            _sse(
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "input_json_delta", "partial_json": part},
+                },
+                "content_block_delta",
+            ),
+        )
     yield False, _sse({"type": "content_block_stop", "index": 0}, "content_block_stop")
-    yield False, _sse({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}},
-                      "message_delta")
+    yield (
+        False,
+        _sse(
+            {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}},
+            "message_delta",
+        ),
+    )
     yield False, _sse({"type": "message_stop"}, "message_stop")
 
 
 def _ollama_tool_call(name: str, arguments: str, n: int) -> Iterator[tuple[bool, str]]:
     """A tool call as Ollama streams it: whole, in one message, its arguments an object; then the done line."""
     call = {"function": {"name": name, "arguments": json.loads(arguments)}}
-    yield True, json.dumps({"model": "m", "message": {"role": "assistant", "content": "", "tool_calls": [call]},
-                            "done": False}) + "\n"
-    yield False, json.dumps({"model": "m", "message": {"role": "assistant", "content": ""}, "done": True,
-                             "done_reason": "stop", "prompt_eval_count": n, "eval_count": 9}) + "\n"
+    yield (
+        True,
+        json.dumps({"model": "m", "message": {"role": "assistant", "content": "", "tool_calls": [call]}, "done": False})
+        + "\n",
+    )
+    yield (
+        False,
+        json.dumps(
+            {
+                "model": "m",
+                "message": {"role": "assistant", "content": ""},
+                "done": True,
+                "done_reason": "stop",
+                "prompt_eval_count": n,
+                "eval_count": 9,
+            }
+        )
+        + "\n",
+    )
 
 
 def _anthropic(pieces: list[str], n: int, cached: int) -> Iterator[tuple[bool, str]]:
     created = 0 if cached else n // 2
-    usage = {"input_tokens": n - cached - created, "cache_read_input_tokens": cached,
-             "cache_creation_input_tokens": created, "output_tokens": 1}
+    usage = {
+        "input_tokens": n - cached - created,
+        "cache_read_input_tokens": cached,
+        "cache_creation_input_tokens": created,
+        "output_tokens": 1,
+    }
     yield False, _sse({"type": "message_start", "message": {"id": "msg_1", "usage": usage}}, "message_start")
-    yield False, _sse({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-                      "content_block_start")
+    yield (
+        False,
+        _sse(
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            "content_block_start",
+        ),
+    )
     yield False, _sse({"type": "ping"}, "ping")
     for p in pieces:
-        yield True, _sse({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": p}},
-                         "content_block_delta")
+        yield (
+            True,
+            _sse(
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": p}},
+                "content_block_delta",
+            ),
+        )
     yield False, _sse({"type": "content_block_stop", "index": 0}, "content_block_stop")
-    yield False, _sse({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
-                       "usage": {"output_tokens": len(pieces)}}, "message_delta")
+    yield (
+        False,
+        _sse(
+            {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": len(pieces)}},
+            "message_delta",
+        ),
+    )
     yield False, _sse({"type": "message_stop"}, "message_stop")
 
 
 def _ollama(pieces: list[str], n: int, cached: int) -> Iterator[tuple[bool, str]]:
     for p in pieces:
         yield True, json.dumps({"model": "m", "message": {"role": "assistant", "content": p}, "done": False}) + "\n"
-    yield False, json.dumps({"model": "m", "message": {"role": "assistant", "content": ""}, "done": True,
-                             "done_reason": "stop", "prompt_eval_count": n, "eval_count": len(pieces)}) + "\n"
+    yield (
+        False,
+        json.dumps(
+            {
+                "model": "m",
+                "message": {"role": "assistant", "content": ""},
+                "done": True,
+                "done_reason": "stop",
+                "prompt_eval_count": n,
+                "eval_count": len(pieces),
+            }
+        )
+        + "\n",
+    )
 
 
 def _send_json(h: BaseHTTPRequestHandler, status: int, body: Any, headers: dict[str, str] | None = None) -> None:

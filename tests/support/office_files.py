@@ -23,8 +23,12 @@ def docx_file(path: Path) -> Path:
     d.add_paragraph("Then lift slowly.", style="List Bullet 2")
     p = d.add_paragraph("See the ")
     link = OxmlElement("w:hyperlink")
-    link.set(qn("r:id"), d.part.relate_to("https://example.org/manual", docx.opc.constants.RELATIONSHIP_TYPE.HYPERLINK,
-                                          is_external=True))
+    link.set(
+        qn("r:id"),
+        d.part.relate_to(
+            "https://example.org/manual", docx.opc.constants.RELATIONSHIP_TYPE.HYPERLINK, is_external=True
+        ),
+    )
     run = OxmlElement("w:r")
     text = OxmlElement("w:t")
     text.text = "crane manual online"
@@ -33,8 +37,9 @@ def docx_file(path: Path) -> Path:
     p._p.append(link)
     d.add_heading("Crane table", level=2)
     t = d.add_table(rows=4, cols=3)
-    for r, row in enumerate([["Crane", "Capacity", "Operator"], ["North", "40 t", "Ana"], ["South", "25 t", "Ben"],
-                             ["Spare", "", ""]]):
+    for r, row in enumerate(
+        [["Crane", "Capacity", "Operator"], ["North", "40 t", "Ana"], ["South", "25 t", "Ben"], ["Spare", "", ""]]
+    ):
         for c, value in enumerate(row):
             t.cell(r, c).text = value
     merged = t.cell(3, 1).merge(t.cell(3, 2))
@@ -117,9 +122,14 @@ def with_entity(path: Path, secret: Path) -> Path:
             data = src.read(info.filename)
             if info.filename == "word/document.xml":
                 body = data.decode("utf-8").split("?>", 1)[1]
-                data = (f'<?xml version="1.0" encoding="UTF-8"?>\n<!DOCTYPE w:document [<!ENTITY xxe SYSTEM '
-                        f'"file://{secret}">]>{body}').encode().replace(b"before &amp;xxe; after",
-                                                                         b"before &xxe; after")
+                data = (
+                    (
+                        f'<?xml version="1.0" encoding="UTF-8"?>\n<!DOCTYPE w:document [<!ENTITY xxe SYSTEM '
+                        f'"file://{secret}">]>{body}'
+                    )
+                    .encode()
+                    .replace(b"before &amp;xxe; after", b"before &xxe; after")
+                )
             out.writestr(info, data)
     return path
 

@@ -34,9 +34,12 @@ class TokenIssuer:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 if self.path == "/.well-known/openid-configuration":
-                    body: dict[str, Any] = {"issuer": issuer.url, "jwks_uri": issuer.url + "/jwks",
-                                            "authorization_endpoint": issuer.url + "/authorize",
-                                            "token_endpoint": issuer.url + "/token"}
+                    body: dict[str, Any] = {
+                        "issuer": issuer.url,
+                        "jwks_uri": issuer.url + "/jwks",
+                        "authorization_endpoint": issuer.url + "/authorize",
+                        "token_endpoint": issuer.url + "/token",
+                    }
                 elif self.path == "/jwks":
                     issuer.fetches += 1
                     body = KeySet(list(issuer.keys)).as_dict(private=False)
@@ -57,11 +60,28 @@ class TokenIssuer:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def token(self, sub: str = "alice", *, groups: list[str] | None = None, aud: str = "ragvps",
-              iss: str | None = None, expires_in: float = 300, key: RSAKey | None = None, **claims: Any) -> str:
+    def token(
+        self,
+        sub: str = "alice",
+        *,
+        groups: list[str] | None = None,
+        aud: str = "ragvps",
+        iss: str | None = None,
+        expires_in: float = 300,
+        key: RSAKey | None = None,
+        **claims: Any,
+    ) -> str:
         now = int(time.time())
-        body = {"iss": iss or self.url, "sub": sub, "aud": aud, "iat": now, "exp": now + int(expires_in),
-                "email": f"{sub}@example.org", "groups": groups or [], **claims}
+        body = {
+            "iss": iss or self.url,
+            "sub": sub,
+            "aud": aud,
+            "iat": now,
+            "exp": now + int(expires_in),
+            "email": f"{sub}@example.org",
+            "groups": groups or [],
+            **claims,
+        }
         key = key or self.keys[-1]
         return jwt.encode({"alg": "RS256", "kid": key.kid}, body, key)
 

@@ -25,8 +25,13 @@ import pytest
 # nomic's, mxbai's and e5's ("passage: ", "query: ", a document prefix tests/test_reindex.py configures): a text
 # with a prefix is embedded as the same text without it, which the process embedded already (ragvps/embed/local.py's
 # memo), so a test of a prefix does not run the model over the whole corpus again.
-PREFIXES = ("search_document: ", "search_query: ", "Represent this sentence for searching relevant passages: ",
-            "passage: ", "query: ")
+PREFIXES = (
+    "search_document: ",
+    "search_query: ",
+    "Represent this sentence for searching relevant passages: ",
+    "passage: ",
+    "query: ",
+)
 
 
 @dataclass
@@ -173,9 +178,15 @@ class FakeOllama:
         if path == "/api/show":
             arch = model.architecture
             dims = model.reported_dims or model.dims
-            return 200, {"details": {"family": arch, "format": "gguf"}, "capabilities": list(model.capabilities),
-                         "model_info": {"general.architecture": arch, f"{arch}.embedding_length": dims,
-                                        f"{arch}.context_length": model.context_length}}
+            return 200, {
+                "details": {"family": arch, "format": "gguf"},
+                "capabilities": list(model.capabilities),
+                "model_info": {
+                    "general.architecture": arch,
+                    f"{arch}.embedding_length": dims,
+                    f"{arch}.context_length": model.context_length,
+                },
+            }
         return self._embed(name, model, body)
 
     def _embed(self, name: str, model: FakeModel, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -201,7 +212,7 @@ class FakeOllama:
         if self.delay_per_input:
             with self._lane:  # one lane: requests wait for each other, inputs run one after another
                 time.sleep(self.delay_per_input * len(texts))
-        stripped = [next((t[len(p):] for p in PREFIXES if t.startswith(p)), t) for t in texts]
+        stripped = [next((t[len(p) :] for p in PREFIXES if t.startswith(p)), t) for t in texts]
         if not texts:
             vectors = np.zeros((0, 384), dtype=np.float32)
         elif self.real_vectors:
@@ -215,8 +226,13 @@ class FakeOllama:
         with self._lock:
             self.inputs.extend(texts)
         took = int((time.perf_counter() - start) * 1e9)
-        return 200, {"model": name, "embeddings": vectors.tolist(), "total_duration": took,
-                     "load_duration": 0, "prompt_eval_count": sum(counts)}
+        return 200, {
+            "model": name,
+            "embeddings": vectors.tolist(),
+            "total_duration": took,
+            "load_duration": 0,
+            "prompt_eval_count": sum(counts),
+        }
 
 
 @pytest.fixture(scope="module")

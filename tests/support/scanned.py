@@ -36,6 +36,9 @@ def scanned_pdf(pages: list[str], path: Path) -> Path:
 
 def docs_paragraphs(path: Path, count: int = 4) -> str:
     """The first `count` prose paragraphs of a Markdown page of docs/ (no headings, code or tables)."""
-    paragraphs = [p for p in path.read_text().split("\n\n")
-                  if p.strip() and not p.lstrip().startswith(("#", "```", "|", "<!--", "-"))]
+    paragraphs = [
+        p
+        for p in path.read_text().split("\n\n")
+        if p.strip() and not p.lstrip().startswith(("#", "```", "|", "<!--", "-"))
+    ]
     return "\n\n".join(paragraphs[:count])

@@ -42,15 +42,22 @@ def ragvps_env(db_url: str, data_dir: Path, **settings: str) -> dict[str, str]:
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text("")
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")}
-    env |= {"PYTHONPATH": str(REPO), "RAGVPS_DATABASE_URL": db_url, "RAGVPS_DATA_DIR": str(data_dir),
-            "RAGVPS_EMBEDDER": "local", "RAGVPS_CONFIG": str(config), "RAGVPS_THREADS": embed_threads()}
+    env |= {
+        "PYTHONPATH": str(REPO),
+        "RAGVPS_DATABASE_URL": db_url,
+        "RAGVPS_DATA_DIR": str(data_dir),
+        "RAGVPS_EMBEDDER": "local",
+        "RAGVPS_CONFIG": str(config),
+        "RAGVPS_THREADS": embed_threads(),
+    }
     env |= {"RAGVPS_" + name.upper(): value for name, value in settings.items()}
     return env
 
 
 def ragvps(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ragvps", *args], env=env, cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "ragvps", *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def ragvps_here(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -60,8 +67,9 @@ def ragvps_here(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[
 
     from ragvps.cli import app
 
-    done = CliRunner().invoke(app, list(args), env={k: v for k, v in env.items() if k.startswith("RAGVPS_")},
-                              catch_exceptions=False)
+    done = CliRunner().invoke(
+        app, list(args), env={k: v for k, v in env.items() if k.startswith("RAGVPS_")}, catch_exceptions=False
+    )
     return subprocess.CompletedProcess(["ragvps", *args], done.exit_code, done.stdout, done.stderr)
 
 
@@ -94,9 +102,14 @@ class Server:
     def start(self, wait_ready: bool = True, timeout: float = 120) -> Server:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("wb") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "ragvps", *self.options, "serve", "--host", self.host,
-                                          "--port", str(self.port)], env=self.env, cwd=self.cwd, stdout=out,
-                                         stderr=subprocess.STDOUT, preexec_fn=self._limits)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "ragvps", *self.options, "serve", "--host", self.host, "--port", str(self.port)],
+                env=self.env,
+                cwd=self.cwd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=self._limits,
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -126,6 +139,7 @@ class Server:
 
 # --- fixtures (registered for every test module by tests/conftest.py's pytest_plugins) ----------------------
 
+
 @pytest.fixture(scope="session")
 def serve_env(new_database: Callable[[str], str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """A database of its own with the docs folder ingested, shared by the server tests."""
@@ -137,8 +151,12 @@ def serve_env(new_database: Callable[[str], str], tmp_path_factory: pytest.TempP
     # pages; the others read its vectors (tests/support/shared_vectors.py), and each process then remembers them
     # (ragvps/embed/local.py), so that its other ingests of the user guide run no model.
     env = ragvps_env(new_database("serve"), tmp_path_factory.mktemp("serve-data") / "data")
-    done = CliRunner().invoke(app, ["ingest", str(REPO / "docs")], catch_exceptions=False,
-                              env={k: v for k, v in env.items() if k.startswith("RAGVPS_")})
+    done = CliRunner().invoke(
+        app,
+        ["ingest", str(REPO / "docs")],
+        catch_exceptions=False,
+        env={k: v for k, v in env.items() if k.startswith("RAGVPS_")},
+    )
     assert done.exit_code == 0, done.output
     return env
 
@@ -146,7 +164,8 @@ def serve_env(new_database: Callable[[str], str], tmp_path_factory: pytest.TempP
 @pytest.fixture(scope="session")
 def server(serve_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """`ragvps serve` over that database, with two API keys (KEY and SECOND_KEY)."""
-    srv = Server(serve_env | {"RAGVPS_API_KEYS": f"{KEY},{SECOND_KEY}"},
-                 tmp_path_factory.mktemp("serve-log") / "serve.log").start()
+    srv = Server(
+        serve_env | {"RAGVPS_API_KEYS": f"{KEY},{SECOND_KEY}"}, tmp_path_factory.mktemp("serve-log") / "serve.log"
+    ).start()
     yield srv
     srv.stop()

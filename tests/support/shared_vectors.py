@@ -35,8 +35,9 @@ class SharedVectors:
         self.known: dict[bytes, np.ndarray] = {}
         self.offset = 0
 
-    def run(self, texts: Sequence[str], key: Callable[[str], bytes],
-            model: Callable[[Sequence[str]], np.ndarray]) -> np.ndarray:
+    def run(
+        self, texts: Sequence[str], key: Callable[[str], bytes], model: Callable[[Sequence[str]], np.ndarray]
+    ) -> np.ndarray:
         keys = [key(t) for t in texts]
         with self.lock.open("a") as held:
             fcntl.flock(held, fcntl.LOCK_EX)  # one worker at a time reads, runs the model and appends

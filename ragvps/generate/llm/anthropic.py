@@ -61,9 +61,11 @@ class AnthropicMessages:
             elif kind == "content_block_start":
                 block = event.get("content_block") or {}
                 if block.get("type") == "tool_use":  # a tool call: its id and name now, its input in pieces
-                    stream.calls[int(event.get("index") or 0)] = {"id": str(block.get("id") or ""),
-                                                                  "name": str(block.get("name") or ""),
-                                                                  "arguments": ""}
+                    stream.calls[int(event.get("index") or 0)] = {
+                        "id": str(block.get("id") or ""),
+                        "name": str(block.get("name") or ""),
+                        "arguments": "",
+                    }
             elif kind == "content_block_delta":
                 delta = event.get("delta") or {}
                 if delta.get("type") == "text_delta" and delta.get("text"):
@@ -92,6 +94,8 @@ def _messages(fit: Fit) -> list[dict[str, Any]]:
         return messages
     if len(messages) > 1:
         last = messages[-2]
-        messages[-2] = {"role": last["role"], "content": [{"type": "text", "text": last["content"],
-                                                           "cache_control": {"type": "ephemeral"}}]}
+        messages[-2] = {
+            "role": last["role"],
+            "content": [{"type": "text", "text": last["content"], "cache_control": {"type": "ephemeral"}}],
+        }
     return messages

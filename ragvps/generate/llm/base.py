@@ -40,9 +40,13 @@ class Tally:
     counted: bool = False  # the provider reported none: counted here (see `count_missing`)
 
     def frozen(self) -> Usage:
-        return Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
-                     cached_tokens=self.cached_tokens, cache_creation_tokens=self.cache_creation_tokens,
-                     counted=self.counted)
+        return Usage(
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            cached_tokens=self.cached_tokens,
+            cache_creation_tokens=self.cache_creation_tokens,
+            counted=self.counted,
+        )
 
     def count_missing(self, fit: Fit, text: str) -> None:
         """What the provider did not report (llama.cpp's server sends no usage in a stream, whatever
@@ -64,8 +68,9 @@ class Stream:
     calls: dict[int, dict[str, str]] = field(default_factory=dict)  # tool calls by index: id, name, arguments
 
     def tool_calls(self) -> tuple[ToolCall, ...]:
-        return tuple(ToolCall(c.get("id", ""), c.get("name", ""), c.get("arguments", ""))
-                     for _, c in sorted(self.calls.items()))
+        return tuple(
+            ToolCall(c.get("id", ""), c.get("name", ""), c.get("arguments", "")) for _, c in sorted(self.calls.items())
+        )
 
 
 @dataclass(frozen=True)
@@ -139,8 +144,11 @@ class LLM:
         import httpx  # lazy: the default extractive generator imports this module and sends no HTTP (httpx: 75 ms)
 
         if not self.model:
-            raise GeneratorError(f"generator={self.name} needs a model: set generator_model "
-                                 "(RAGVPS_GENERATOR_MODEL)", kind="config", settings=("generator_model",))
+            raise GeneratorError(
+                f"generator={self.name} needs a model: set generator_model (RAGVPS_GENERATOR_MODEL)",
+                kind="config",
+                settings=("generator_model",),
+            )
         req = self.provider.request(fit, fit.settings)  # the settings with the request's overrides
         url = self.url + req.path
         attempts = self.settings.retries + 1
@@ -159,12 +167,15 @@ class LLM:
                     raise GeneratorError(
                         f"{self.name} at {self.url} did not answer within generator_timeout={self.settings.timeout} s "
                         f"({type(exc).__name__}), {attempts} attempt(s): raise generator_timeout or check the server",
-                        settings=("generator_timeout",)) from None
+                        settings=("generator_timeout",),
+                    ) from None
             except httpx.TransportError as exc:
                 if last:
                     raise GeneratorError(
                         f"cannot connect to {self.name} at {self.url} ({_reason(exc)}): check generator_url "
-                        "and that the server is running", settings=("generator_url",)) from None
+                        "and that the server is running",
+                        settings=("generator_url",),
+                    ) from None
             self.sleep(_backoff(attempt))
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -180,11 +191,13 @@ class LLM:
         except (httpx.TransportError, StreamError, ValueError) as exc:
             raise GeneratorError(
                 f"the answer stream from {self.name} at {self.url} broke after {sum(map(len, pieces)):,} characters "
-                f"({_reason(exc)}); nothing was cached: ask again") from None
+                f"({_reason(exc)}); nothing was cached: ask again"
+            ) from None
         if not stream.done and not stream.calls:
             raise GeneratorError(
                 f"the answer stream from {self.name} at {self.url} ended mid-answer after "
-                f"{sum(map(len, pieces)):,} characters; nothing was cached: ask again")
+                f"{sum(map(len, pieces)):,} characters; nothing was cached: ask again"
+            )
         text = "".join(pieces)
         calls = stream.tool_calls()
         stream.usage.count_missing(fit, text + "".join(c.name + c.arguments for c in calls))
@@ -198,32 +211,51 @@ class LLM:
         if status in (401, 403):
             env = self.settings.backend.key_env
             unset = "no key is set: set RAGVPS_GENERATOR_API_KEY (setting generator_api_key)" + f" or {env}" * bool(env)
-            hint = (unset if not self.settings.api_key else "check the key in RAGVPS_GENERATOR_API_KEY (setting "
-                    "generator_api_key) and that it may use this model")
-            raise GeneratorError(f"{where} refused the API key (HTTP {status}): {hint}", kind="config",
-                                 settings=("generator_api_key",))
+            hint = (
+                unset
+                if not self.settings.api_key
+                else "check the key in RAGVPS_GENERATOR_API_KEY (setting "
+                "generator_api_key) and that it may use this model"
+            )
+            raise GeneratorError(
+                f"{where} refused the API key (HTTP {status}): {hint}", kind="config", settings=("generator_api_key",)
+            )
         if status == 404:
             if "model" in message.lower():
                 todo = self.settings.backend.missing_model
                 pull = "; " + todo.format(model=self.model) if todo else ""
-                raise GeneratorError(f"{where} has no model {self.model!r} (HTTP 404: {message}): check "
-                                     f"generator_model{pull}", kind="config", settings=("generator_model",))
-            raise GeneratorError(f"{where} has no API at {response.request.url.path} (HTTP 404): "
-                                 f"check generator_url (e.g. "
-                                 f"{self.provider.default_url})", kind="config", settings=("generator_url",))
+                raise GeneratorError(
+                    f"{where} has no model {self.model!r} (HTTP 404: {message}): check generator_model{pull}",
+                    kind="config",
+                    settings=("generator_model",),
+                )
+            raise GeneratorError(
+                f"{where} has no API at {response.request.url.path} (HTTP 404): "
+                f"check generator_url (e.g. "
+                f"{self.provider.default_url})",
+                kind="config",
+                settings=("generator_url",),
+            )
         if status in (400, 413, 422) and _CONTEXT.search(message):
-            raise GeneratorError(f"{where} says the prompt is too long for the model (HTTP {status}: {message}); "
-                                 "set context_window to the model's real window (or lower answer_chunks)",
-                                 kind="too_long", settings=("context_window", "answer_chunks"))
+            raise GeneratorError(
+                f"{where} says the prompt is too long for the model (HTTP {status}: {message}); "
+                "set context_window to the model's real window (or lower answer_chunks)",
+                kind="too_long",
+                settings=("context_window", "answer_chunks"),
+            )
         if status == 429 or status >= 500:
             wait = _retry_after(response.headers.get("retry-after"))
             if status == 429 and wait is not None and wait > MAX_RETRY_AFTER:
-                raise GeneratorError(f"{where} is rate limiting (HTTP 429) and asks to wait {wait:.0f} s: "
-                                     "ask again later")
+                raise GeneratorError(
+                    f"{where} is rate limiting (HTTP 429) and asks to wait {wait:.0f} s: ask again later"
+                )
             if last:
                 what = "is rate limiting (HTTP 429)" if status == 429 else f"failed (HTTP {status}: {message})"
-                raise GeneratorError(f"{where} {what} after {self.settings.retries + 1} attempt(s): ask again "
-                                     "later, or raise generator_retries", settings=("generator_retries",))
+                raise GeneratorError(
+                    f"{where} {what} after {self.settings.retries + 1} attempt(s): ask again "
+                    "later, or raise generator_retries",
+                    settings=("generator_retries",),
+                )
             return wait if wait is not None else _backoff(attempt)
         raise GeneratorError(f"{where} rejected the request (HTTP {status}: {message})", kind="failed")
 

@@ -39,8 +39,11 @@ class OllamaChat:
             "stream": True,
             "keep_alive": self.keep_alive,
             # num_ctx is the budget's window, the same for every question: a changed num_ctx reloads the model
-            "options": {"num_ctx": fit.window, "num_predict": settings.answer_reserve,
-                        "temperature": settings.temperature},
+            "options": {
+                "num_ctx": fit.window,
+                "num_predict": settings.answer_reserve,
+                "temperature": settings.temperature,
+            },
             **ollama_fields(fields),
         }
         headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
@@ -59,8 +62,11 @@ class OllamaChat:
             for call in message.get("tool_calls") or ():  # whole, with its arguments as an object
                 function = call.get("function") or {}
                 n = len(stream.calls)
-                stream.calls[n] = {"id": str(call.get("id") or f"call_{n + 1}"), "name": str(function.get("name", "")),
-                                   "arguments": json.dumps(function.get("arguments") or {})}
+                stream.calls[n] = {
+                    "id": str(call.get("id") or f"call_{n + 1}"),
+                    "name": str(function.get("name", "")),
+                    "arguments": json.dumps(function.get("arguments") or {}),
+                }
             if event.get("done"):
                 stream.usage.prompt_tokens = int(event.get("prompt_eval_count") or 0)
                 stream.usage.completion_tokens = int(event.get("eval_count") or 0)

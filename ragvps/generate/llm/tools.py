@@ -38,8 +38,11 @@ def needs_llm(fields: Json) -> str | None:
 def text_of(content: Any) -> str:
     """A message's text: a string, or its text parts joined (images and other parts left out)."""
     if isinstance(content, list):
-        return "\n".join(str(p.get("text") or "") for p in content
-                         if isinstance(p, dict) and p.get("type") in ("text", "input_text") and p.get("text"))
+        return "\n".join(
+            str(p.get("text") or "")
+            for p in content
+            if isinstance(p, dict) and p.get("type") in ("text", "input_text") and p.get("text")
+        )
     return str(content or "")
 
 
@@ -53,11 +56,15 @@ def arguments(text: str) -> Any:
 
 # --- Anthropic's Messages API -------------------------------------------------------------------------------
 
+
 def anthropic_unsupported(fields: Json) -> Unsupported | None:
     if (fields.get("response_format") or {}).get("type") == "json_object":
-        return Unsupported("response_format", "generator=anthropic takes response_format json_schema (sent as "
-                                              "output_config.format) but not json_object, for which Anthropic's API "
-                                              "has no mode: send a json_schema, or leave response_format out")
+        return Unsupported(
+            "response_format",
+            "generator=anthropic takes response_format json_schema (sent as "
+            "output_config.format) but not json_object, for which Anthropic's API "
+            "has no mode: send a json_schema, or leave response_format out",
+        )
     return None
 
 
@@ -66,9 +73,14 @@ def anthropic_fields(fields: Json) -> Json:
     out: Json = {}
     functions = [t["function"] for t in fields.get("tools") or () if isinstance(t.get("function"), dict)]
     if functions:
-        out["tools"] = [{"name": f["name"], "description": f.get("description") or "",
-                         "input_schema": f.get("parameters") or {"type": "object", "properties": {}}}
-                        for f in functions]
+        out["tools"] = [
+            {
+                "name": f["name"],
+                "description": f.get("description") or "",
+                "input_schema": f.get("parameters") or {"type": "object", "properties": {}},
+            }
+            for f in functions
+        ]
         choice = fields.get("tool_choice") or "auto"
         if isinstance(choice, dict):
             out["tool_choice"] = {"type": "tool", "name": (choice.get("function") or {}).get("name", "")}
@@ -91,14 +103,24 @@ def anthropic_messages(sent: list[Json]) -> tuple[str, list[Json]]:
     for m in sent:
         role, text = m.get("role"), text_of(m.get("content")).strip()
         if role == "tool":
-            messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": m.get("tool_call_id"),
-                                                          "content": text}]})
+            messages.append(
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": m.get("tool_call_id"), "content": text}],
+                }
+            )
         elif role in ("user", "assistant"):
             blocks: list[Json] = [{"type": "text", "text": text}] if text else []
             for call in m.get("tool_calls") or () if role == "assistant" else ():
                 function = call.get("function") or {}
-                blocks.append({"type": "tool_use", "id": call.get("id"), "name": function.get("name"),
-                               "input": arguments(function.get("arguments", ""))})
+                blocks.append(
+                    {
+                        "type": "tool_use",
+                        "id": call.get("id"),
+                        "name": function.get("name"),
+                        "input": arguments(function.get("arguments", "")),
+                    }
+                )
             if blocks:
                 messages.append({"role": role, "content": blocks})
     if not messages and system:  # one instruction as a system message (LibreChat's title request): the question
@@ -108,11 +130,15 @@ def anthropic_messages(sent: list[Json]) -> tuple[str, list[Json]]:
 
 # --- Ollama's /api/chat -------------------------------------------------------------------------------------
 
+
 def ollama_unsupported(fields: Json) -> Unsupported | None:
     choice = fields.get("tool_choice")
     if fields.get("tools") and (choice == "required" or isinstance(choice, dict)):
-        return Unsupported("tool_choice", "generator=ollama cannot force a tool call (Ollama's /api/chat has no "
-                                          "tool_choice; the model decides): send tool_choice auto, or leave it out")
+        return Unsupported(
+            "tool_choice",
+            "generator=ollama cannot force a tool call (Ollama's /api/chat has no "
+            "tool_choice; the model decides): send tool_choice auto, or leave it out",
+        )
     return None
 
 
@@ -140,9 +166,15 @@ def ollama_messages(sent: list[Json]) -> list[Json]:
         said: Json = {"role": role, "content": text_of(m.get("content"))}
         calls = m.get("tool_calls") or ()
         if calls:
-            said["tool_calls"] = [{"function": {"name": (c.get("function") or {}).get("name"),
-                                                "arguments": arguments((c.get("function") or {}).get("arguments", ""))}}
-                                  for c in calls]
+            said["tool_calls"] = [
+                {
+                    "function": {
+                        "name": (c.get("function") or {}).get("name"),
+                        "arguments": arguments((c.get("function") or {}).get("arguments", "")),
+                    }
+                }
+                for c in calls
+            ]
             names |= {str(c.get("id")): str((c.get("function") or {}).get("name")) for c in calls}
         if role == "tool" and m.get("tool_call_id") in names:
             said["tool_name"] = names[m["tool_call_id"]]

@@ -20,11 +20,17 @@ class Reader:
 
 
 READERS: dict[str, Reader] = {
-    ".docx": Reader("docx", "docx", "docx", "office"), ".docm": Reader("docx", "docx", "docx", "office"),
-    ".pptx": Reader("pptx", "pptx", "pptx", "office"), ".pptm": Reader("pptx", "pptx", "pptx", "office"),
-    ".xlsx": Reader("xlsx", "xlsx"), ".xlsm": Reader("xlsx", "xlsx"),
-    ".csv": Reader("csv", "delimited"), ".tsv": Reader("csv", "delimited"),
-    ".epub": Reader("epub", "epub"), ".odt": Reader("odt", "odt"), ".rtf": Reader("rtf", "rtf"),
+    ".docx": Reader("docx", "docx", "docx", "office"),
+    ".docm": Reader("docx", "docx", "docx", "office"),
+    ".pptx": Reader("pptx", "pptx", "pptx", "office"),
+    ".pptm": Reader("pptx", "pptx", "pptx", "office"),
+    ".xlsx": Reader("xlsx", "xlsx"),
+    ".xlsm": Reader("xlsx", "xlsx"),
+    ".csv": Reader("csv", "delimited"),
+    ".tsv": Reader("csv", "delimited"),
+    ".epub": Reader("epub", "epub"),
+    ".odt": Reader("odt", "odt"),
+    ".rtf": Reader("rtf", "rtf"),
 }
 
 # Kinds whose text is Markdown the structure chunker parses (tables included).

@@ -21,8 +21,13 @@ from ragvps.records import Document
 SAMPLE = 1 << 16
 PART_ROWS = 5000  # table rows in one part of a large file
 FIELD_LIMIT = 1 << 20  # characters in one field; a longer one is a broken file
-_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
-         (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
 
 
 def read(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
@@ -30,8 +35,16 @@ def read(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
         text = _markdown(f, dialect, source.rel)
     if "\ufffd" in text and codec == "cp1252":
         warn(f"{source.rel}: not UTF-8; read as Windows-1252")
-    return [Document(source.rel, source.rel, Path(source.rel).stem, text, "csv", {"encoding": codec,
-                                                                                  "delimiter": dialect.delimiter})]
+    return [
+        Document(
+            source.rel,
+            source.rel,
+            Path(source.rel).stem,
+            text,
+            "csv",
+            {"encoding": codec, "delimiter": dialect.delimiter},
+        )
+    ]
 
 
 Dialect = type[csv.Dialect] | csv.Dialect
@@ -93,8 +106,14 @@ def parts(source: SourceFile, warn: Callable[[str], None], size: int | None = No
 
 def _part(rel: str, stem: str, first: int, rows: int, lines: list[str], meta: dict[str, object]) -> Document:
     last = first + max(rows, 1) - 1
-    return Document(f"{rel}#rows-{first}-{last}", rel, f"{stem}, rows {first}-{last}", "\n".join(lines), "csv",
-                    meta | {"rows": [first, last]})
+    return Document(
+        f"{rel}#rows-{first}-{last}",
+        rel,
+        f"{stem}, rows {first}-{last}",
+        "\n".join(lines),
+        "csv",
+        meta | {"rows": [first, last]},
+    )
 
 
 def encoding(path: Path) -> str:

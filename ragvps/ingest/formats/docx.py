@@ -38,8 +38,10 @@ def read(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
     except (PackageNotFoundError, KeyError, ValueError, AttributeError) as exc:
         raise SkipFile("corrupt file", f"{source.rel}: not a readable Word document ({exc}); skipped") from exc
     if not hasattr(document, "paragraphs"):
-        raise SkipFile("not the format its name says", f"{source.rel}: its main part is not a Word document "
-                                                       f"({part.content_type}); skipped")
+        raise SkipFile(
+            "not the format its name says",
+            f"{source.rel}: its main part is not a Word document ({part.content_type}); skipped",
+        )
     levels = _heading_levels(document)
     blocks: list[str] = []
     title = (document.core_properties.title or "").strip()
@@ -105,7 +107,7 @@ def _paragraph(p: Any, levels: dict[str, int]) -> str:
         return md.heading(level, text)
     num = ppr.numPr if ppr is not None else None
     if num is not None or (style_id or "").lower().startswith("list"):
-        digits = (style_id or "")[len((style_id or "").rstrip("0123456789")):]
+        digits = (style_id or "")[len((style_id or "").rstrip("0123456789")) :]
         depth = num.ilvl.val if num is not None and num.ilvl is not None else max(int(digits or 1) - 1, 0)
         return "  " * min(depth, 8) + "- " + md.paragraph(text).replace("\n", " ")
     return md.paragraph(text)

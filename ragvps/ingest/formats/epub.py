@@ -33,8 +33,10 @@ def read(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
         try:
             title, chapters = _chapters(archive, Meter.of(source, archive))
         except (KeyError, ParseError, DefusedXmlException, UnicodeDecodeError, zipfile.BadZipFile) as exc:
-            raise SkipFile("corrupt file", f"{source.rel}: not a readable EPUB ({exc.__class__.__name__}: "
-                                           f"{str(exc)[:200]}); skipped") from exc
+            raise SkipFile(
+                "corrupt file",
+                f"{source.rel}: not a readable EPUB ({exc.__class__.__name__}: {str(exc)[:200]}); skipped",
+            ) from exc
     parts: list[str] = []
     headings: list[list[object]] = []
     offset = 0
@@ -52,8 +54,11 @@ def read(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
         offset = shift + len(page.text) + 2
     if not parts:
         raise SkipFile("no text", f"{source.rel}: an EPUB without text; skipped")
-    return [Document(source.rel, source.rel, title or Path(source.rel).stem, "\n\n".join(parts), "epub",
-                     {"headings": headings})]
+    return [
+        Document(
+            source.rel, source.rel, title or Path(source.rel).stem, "\n\n".join(parts), "epub", {"headings": headings}
+        )
+    ]
 
 
 def _chapters(archive: zipfile.ZipFile, meter: Meter) -> tuple[str, list[tuple[str, Page]]]:
@@ -91,8 +96,7 @@ def _toc_labels(archive: zipfile.ZipFile, opf: Any, items: dict[str | None, Any]
     if ncx is None:
         return {}
     try:
-        toc = fromstring(archive.read(posixpath.normpath(posixpath.join(base, ncx.get("href", "")))),
-                         forbid_dtd=False)
+        toc = fromstring(archive.read(posixpath.normpath(posixpath.join(base, ncx.get("href", "")))), forbid_dtd=False)
     except KeyError:
         return {}
     ns = "{http://www.daisy.org/z3986/2005/ncx/}"

@@ -100,9 +100,12 @@ def sheet_head(rows: Iterator[Sequence[str]]) -> SheetHead | None:
             lines += [line, ""]
     width = max(len(r) for r in head[header_at:])
     lines += header_lines(list(head[header_at]) + [""] * (width - len(head[header_at])))
-    body = (table_row(r if len(r) <= width else [*r[: width - 1], " ".join(r[width - 1:])], width)
-            for r in chain(head[header_at + 1:], rows) if filled_row(r))
-    return SheetHead(lines, body, sum(1 for r in head[header_at + 1:] if filled_row(r)))
+    body = (
+        table_row(r if len(r) <= width else [*r[: width - 1], " ".join(r[width - 1 :])], width)
+        for r in chain(head[header_at + 1 :], rows)
+        if filled_row(r)
+    )
+    return SheetHead(lines, body, sum(1 for r in head[header_at + 1 :] if filled_row(r)))
 
 
 def filled_row(row: Sequence[str]) -> bool:

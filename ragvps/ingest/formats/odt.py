@@ -31,8 +31,10 @@ def read(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
             content = fromstring(archive.read("content.xml"), forbid_dtd=True)
             meta = fromstring(archive.read("meta.xml"), forbid_dtd=True) if "meta.xml" in archive.namelist() else None
         except (KeyError, ParseError, DefusedXmlException, zipfile.BadZipFile) as exc:
-            raise SkipFile("corrupt file", f"{source.rel}: not a readable OpenDocument text "
-                                           f"({exc.__class__.__name__}: {str(exc)[:200]}); skipped") from exc
+            raise SkipFile(
+                "corrupt file",
+                f"{source.rel}: not a readable OpenDocument text ({exc.__class__.__name__}: {str(exc)[:200]}); skipped",
+            ) from exc
     body = content.find(f"{_OFFICE}body/{_OFFICE}text")
     blocks = [b for b in _blocks(body, 0, meter) if b] if body is not None else []
     if not blocks:

@@ -30,13 +30,24 @@ def read(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
         title = (deck.core_properties.title or "").strip()
         title = "" if title.casefold() in _DEFAULT_TITLES else title
     except (PackageNotFoundError, KeyError, ValueError, AttributeError, TypeError, IndexError) as exc:
-        raise SkipFile("corrupt file", f"{source.rel}: a malformed PowerPoint file ({exc.__class__.__name__}: "
-                                       f"{str(exc)[:200]}); skipped (open and save it again in PowerPoint)") from exc
+        raise SkipFile(
+            "corrupt file",
+            f"{source.rel}: a malformed PowerPoint file ({exc.__class__.__name__}: "
+            f"{str(exc)[:200]}); skipped (open and save it again in PowerPoint)",
+        ) from exc
     sections = [s for s in sections if s]
     if not sections:
         raise SkipFile("no text", f"{source.rel}: a presentation without text; skipped")
-    return [Document(source.rel, source.rel, title or Path(source.rel).stem, "\n\n".join(sections), "pptx",
-                     {"slides": len(deck.slides)})]
+    return [
+        Document(
+            source.rel,
+            source.rel,
+            title or Path(source.rel).stem,
+            "\n\n".join(sections),
+            "pptx",
+            {"slides": len(deck.slides)},
+        )
+    ]
 
 
 def _slide(number: int, slide: Any) -> str:

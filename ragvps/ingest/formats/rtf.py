@@ -21,8 +21,9 @@ def read(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
         raise SkipFile("too large", f"{source.rel}: an RTF file over {MAX_BYTES >> 20} MB; skipped")
     raw = source.path.read_bytes()
     if not raw.lstrip().startswith(b"{\\rtf"):
-        raise SkipFile("not the format its name says", f"{source.rel}: named .rtf but it does not start with "
-                                                       "`{\\rtf`; skipped")
+        raise SkipFile(
+            "not the format its name says", f"{source.rel}: named .rtf but it does not start with `{{\\rtf`; skipped"
+        )
     text = rtf_to_text(raw.decode("latin-1"), errors="replace").replace("\x00", "")
     text = _markdown([line.strip() for line in text.splitlines()])
     if not text:

@@ -37,8 +37,10 @@ def read(source: SourceFile, warn: Callable[[str], None]) -> list[Document]:
         finally:
             book.close()
     except (KeyError, ValueError, TypeError, IndexError, AttributeError, OSError) as exc:
-        raise SkipFile("corrupt file", f"{source.rel}: not a readable Excel workbook ({exc.__class__.__name__}: "
-                                       f"{str(exc)[:200]}); skipped") from exc
+        raise SkipFile(
+            "corrupt file",
+            f"{source.rel}: not a readable Excel workbook ({exc.__class__.__name__}: {str(exc)[:200]}); skipped",
+        ) from exc
     if not sections:
         raise SkipFile("no text", f"{source.rel}: every sheet is empty; skipped")
     return [Document(source.rel, source.rel, title or Path(source.rel).stem, "\n\n".join(sections), "xlsx")]

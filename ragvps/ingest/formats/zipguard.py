@@ -16,11 +16,16 @@ MAX_MEMBER = 256 << 20
 MAX_RATIO = 100  # a member over RATIO_FLOOR may expand at most this many times (real Office XML: 3-40x)
 RATIO_FLOOR = 1 << 20
 _OLE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
-_WHAT = ((b"%PDF-", "a PDF"), (b"{\\rtf", "an RTF document"), (b"\x1f\x8b", "gzip-compressed data"),
-         (b"<", "an XML or HTML text"))
+_WHAT = (
+    (b"%PDF-", "a PDF"),
+    (b"{\\rtf", "an RTF document"),
+    (b"\x1f\x8b", "gzip-compressed data"),
+    (b"<", "an XML or HTML text"),
+)
 # What an XML declaration of entities starts with, in the encodings an XML part may use.
-_DECLARATIONS = tuple(word.encode(codec) for word in ("<!DOCTYPE", "<!ENTITY")
-                      for codec in ("utf-8", "utf-16-le", "utf-16-be"))
+_DECLARATIONS = tuple(
+    word.encode(codec) for word in ("<!DOCTYPE", "<!ENTITY") for codec in ("utf-8", "utf-16-le", "utf-16-be")
+)
 _BLOCK = 1 << 16
 _XML = (".xml", ".rels", ".opf", ".ncx", ".xhtml", ".htm", ".html")
 
@@ -36,14 +41,19 @@ def open_zip(source: SourceFile, label: str, doctypes: bool = False) -> zipfile.
         raise _ole(source, label)
     if not head.startswith(b"PK"):
         what = next((name for magic, name in _WHAT if head.lstrip().startswith(magic)), "not a zip archive")
-        raise SkipFile("not the format its name says",
-                       f"{rel}: named {ext} but it is {what}, not {label}; skipped (rename it to its real type)")
+        raise SkipFile(
+            "not the format its name says",
+            f"{rel}: named {ext} but it is {what}, not {label}; skipped (rename it to its real type)",
+        )
     try:
         archive = zipfile.ZipFile(source.path)
         members = archive.infolist()
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError) as exc:
-        raise SkipFile("corrupt file", f"{rel}: a damaged zip archive ({exc}), not a readable {label}; skipped "
-                                       "(open and save it again in its application)") from exc
+        raise SkipFile(
+            "corrupt file",
+            f"{rel}: a damaged zip archive ({exc}), not a readable {label}; skipped "
+            "(open and save it again in its application)",
+        ) from exc
     try:
         _check_members(archive, members, rel, doctypes)
     except BaseException:
@@ -56,20 +66,27 @@ def _check_members(archive: zipfile.ZipFile, members: list[zipfile.ZipInfo], rel
     total = 0
     for info in members:
         if info.flag_bits & 0x1:
-            raise SkipFile("encrypted", f"{rel}: its parts are encrypted (a password-protected archive); skipped "
-                                        "(remove the password and save it again)")
+            raise SkipFile(
+                "encrypted",
+                f"{rel}: its parts are encrypted (a password-protected archive); skipped "
+                "(remove the password and save it again)",
+            )
         total += info.file_size
         ratio = info.file_size / max(info.compress_size, 1)
-        if (info.file_size > MAX_MEMBER or total > MAX_TOTAL
-                or (info.file_size > RATIO_FLOOR and ratio > MAX_RATIO)):
-            raise SkipFile("too large when unpacked",
-                           f"{rel}: {info.filename} expands to {info.file_size:,} bytes ({ratio:,.0f} times its "
-                           f"packed size; limits {MAX_MEMBER:,} per part, {MAX_TOTAL:,} in all, {MAX_RATIO}x): "
-                           "a zip bomb or a file too large to read; skipped")
+        if info.file_size > MAX_MEMBER or total > MAX_TOTAL or (info.file_size > RATIO_FLOOR and ratio > MAX_RATIO):
+            raise SkipFile(
+                "too large when unpacked",
+                f"{rel}: {info.filename} expands to {info.file_size:,} bytes ({ratio:,.0f} times its "
+                f"packed size; limits {MAX_MEMBER:,} per part, {MAX_TOTAL:,} in all, {MAX_RATIO}x): "
+                "a zip bomb or a file too large to read; skipped",
+            )
     for info in members:
         if info.filename.lower().endswith(_XML) and _declares_entities(archive, info, doctypes):
-            raise SkipFile("unsafe XML", f"{rel}: {info.filename} declares entities or a DOCTYPE, which these "
-                                         "files never need (an XXE attempt?); skipped, nothing resolved")
+            raise SkipFile(
+                "unsafe XML",
+                f"{rel}: {info.filename} declares entities or a DOCTYPE, which these "
+                "files never need (an XXE attempt?); skipped, nothing resolved",
+            )
 
 
 def _declares_entities(archive: zipfile.ZipFile, info: zipfile.ZipInfo, doctypes: bool) -> bool:
@@ -84,13 +101,14 @@ def _declares_entities(archive: zipfile.ZipFile, info: zipfile.ZipInfo, doctypes
                 for d in _DECLARATIONS:
                     at = window.find(d)
                     while at >= 0:
-                        if not (doctypes and _harmless_doctype(window[at:at + 512], d)):
+                        if not (doctypes and _harmless_doctype(window[at : at + 512], d)):
                             return True
                         at = window.find(d, at + 1)
                 tail = window[-keep:]
     except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError) as exc:
-        raise SkipFile("corrupt file", f"{archive.filename}: {info.filename} cannot be unpacked ({exc}); "
-                                       "skipped") from exc
+        raise SkipFile(
+            "corrupt file", f"{archive.filename}: {info.filename} cannot be unpacked ({exc}); skipped"
+        ) from exc
     return False
 
 
@@ -112,13 +130,19 @@ def _ole(source: SourceFile, label: str) -> SkipFile:
             if marker in tail + block:
                 found = True
                 break
-            tail = block[-len(marker):]
+            tail = block[-len(marker) :]
     if found:
-        return SkipFile("encrypted", f"{source.rel}: a password-protected (encrypted) Office file; skipped "
-                                     "(save a copy without the password to ingest it)")
-    return SkipFile("legacy Office format", f"{source.rel}: a legacy binary Office file (.doc/.xls/.ppt) named "
-                                            f"{Path(source.rel).suffix}, not {label}; skipped (save it as "
-                                            ".docx/.xlsx/.pptx)")
+        return SkipFile(
+            "encrypted",
+            f"{source.rel}: a password-protected (encrypted) Office file; skipped "
+            "(save a copy without the password to ingest it)",
+        )
+    return SkipFile(
+        "legacy Office format",
+        f"{source.rel}: a legacy binary Office file (.doc/.xls/.ppt) named "
+        f"{Path(source.rel).suffix}, not {label}; skipped (save it as "
+        ".docx/.xlsx/.pptx)",
+    )
 
 
 def has_macros(archive: zipfile.ZipFile) -> bool:

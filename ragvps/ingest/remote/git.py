@@ -23,16 +23,27 @@ from ragvps.ingest.remote.mirror import remove, safe_rel, write
 from ragvps.ingest.sources import KINDS
 
 # Never a transport that runs a command (ext::) or reads another protocol than these.
-_ENV = {"GIT_ALLOW_PROTOCOL": "file:git:http:https:ssh", "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "echo",
-        "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C"}
+_ENV = {
+    "GIT_ALLOW_PROTOCOL": "file:git:http:https:ssh",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_ASKPASS": "echo",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "LC_ALL": "C",
+}
 _FILE, _LINK, _MODULE = ("100644", "100755"), "120000", "160000"
 
 
 def _git(fetch: Fetch, *args: str, repo: Path | None = None, data: bytes | None = None) -> bytes:
     cmd = ["git", *(["--git-dir", str(repo)] if repo else []), *args]
     try:
-        done = subprocess.run(cmd, input=data, capture_output=True, timeout=max(fetch.timeout * 20, 60),
-                              env={**os.environ, **_ENV}, check=False)
+        done = subprocess.run(
+            cmd,
+            input=data,
+            capture_output=True,
+            timeout=max(fetch.timeout * 20, 60),
+            env={**os.environ, **_ENV},
+            check=False,
+        )
     except FileNotFoundError as exc:
         raise UnavailableError("a git source needs the git command: install git (`apt-get install git`)") from exc
     except subprocess.TimeoutExpired as exc:
@@ -69,8 +80,16 @@ def fetch(fetch: Fetch) -> Fetched:
     repo = fetch.mirror.with_name(fetch.mirror.name + ".git")
     if not (repo / "HEAD").exists():
         _git(fetch, "init", "--bare", "--quiet", str(repo))
-    _git(fetch, "fetch", "--quiet", "--no-tags", "--prune", _location(fetch.location),
-         f"+refs/heads/{branch}:refs/heads/{branch}", repo=repo)
+    _git(
+        fetch,
+        "fetch",
+        "--quiet",
+        "--no-tags",
+        "--prune",
+        _location(fetch.location),
+        f"+refs/heads/{branch}:refs/heads/{branch}",
+        repo=repo,
+    )
     commit = _git(fetch, "rev-parse", f"refs/heads/{branch}^{{commit}}", repo=repo).decode().strip()
     out = Fetched(cursor=commit)
     if commit == fetch.cursor and all((fetch.mirror / i.rel).exists() for i in fetch.known.values()):
@@ -120,11 +139,20 @@ def _listed(fetch: Fetch, repo: Path, commit: str, out: Fetched) -> dict[str, tu
         elif mode not in _FILE or Path(path).suffix.lower() not in KINDS or safe_rel(path) is None:
             out.skipped["unsupported type"] += 1
         elif int(size) > fetch.max_item_bytes:
-            out.skip("too large", f"{fetch.name}: {path}: {int(size):,} bytes, more than max_item_bytes "
-                                  f"({fetch.max_item_bytes:,}), skipped", fetch.warn, path)
+            out.skip(
+                "too large",
+                f"{fetch.name}: {path}: {int(size):,} bytes, more than max_item_bytes "
+                f"({fetch.max_item_bytes:,}), skipped",
+                fetch.warn,
+                path,
+            )
         elif len(wanted) >= fetch.max_items:
-            out.skip("over max_items", f"{fetch.name}: more than {fetch.max_items:,} files; {path} and the rest "
-                                       "skipped (raise the source's max_items)", fetch.warn)
+            out.skip(
+                "over max_items",
+                f"{fetch.name}: more than {fetch.max_items:,} files; {path} and the rest "
+                "skipped (raise the source's max_items)",
+                fetch.warn,
+            )
         else:
             wanted[path] = (blob, int(size))
     return wanted
@@ -139,8 +167,12 @@ def _blobs(fetch: Fetch, repo: Path, blobs: dict[str, str]) -> Iterator[tuple[st
     if not blobs:
         return
     paths = list(blobs)
-    proc = subprocess.Popen(["git", "--git-dir", str(repo), "cat-file", "--batch"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, env={**os.environ, **_ENV})
+    proc = subprocess.Popen(
+        ["git", "--git-dir", str(repo), "cat-file", "--batch"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, **_ENV},
+    )
     assert proc.stdin is not None and proc.stdout is not None
     try:
         for path in paths:

@@ -38,8 +38,14 @@ def site(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}".lower()
 
 
-def get(client: httpx.Client, url: str, limit: int, version: str = "", same_site: str | None = None,
-        extra: Mapping[str, str] | None = None) -> Got:
+def get(
+    client: httpx.Client,
+    url: str,
+    limit: int,
+    version: str = "",
+    same_site: str | None = None,
+    extra: Mapping[str, str] | None = None,
+) -> Got:
     """GET `url`, following at most MAX_REDIRECTS redirects within `same_site`, reading at most `limit` bytes;
     with `version` (an earlier Got's), a conditional GET: 304 comes back with no body. `extra`: more headers."""
     headers = {"User-Agent": AGENT, **(extra or {})}
@@ -119,12 +125,11 @@ def sitemap_urls(client: httpx.Client, url: str, limit: int, same_site: str) -> 
                 end = pending.rfind(b"</loc>")
                 if end < 0:
                     continue
-                for match in _LOC.finditer(pending[:end + 6]):
+                for match in _LOC.finditer(pending[: end + 6]):
                     if count >= limit:
                         return
                     yield match.group(1).decode("utf-8", "replace").replace("&amp;", "&"), bool(index)
                     count += 1
-                pending = pending[end + 6:]
+                pending = pending[end + 6 :]
     except httpx.HTTPError as exc:
         raise Refused("unreachable", f"{url}: {exc.__class__.__name__}: {str(exc)[:200]}") from exc
-

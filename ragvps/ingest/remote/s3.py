@@ -44,8 +44,12 @@ class Bucket:
 
 def bucket(fetch: Fetch) -> Bucket:
     region = fetch.text("region") or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-    endpoint = (fetch.text("endpoint") or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-                or f"https://s3.{region}.amazonaws.com")
+    endpoint = (
+        fetch.text("endpoint")
+        or os.environ.get("AWS_ENDPOINT_URL_S3")
+        or os.environ.get("AWS_ENDPOINT_URL")
+        or f"https://s3.{region}.amazonaws.com"
+    )
     return Bucket(endpoint.rstrip("/"), fetch.location, region, credentials())
 
 
@@ -59,17 +63,23 @@ def _listing(fetch: Fetch, client: httpx.Client, b: Bucket) -> Iterator[tuple[st
         try:
             response = client.get(url, headers=b.headers(url))
         except httpx.HTTPError as exc:
-            raise UnavailableError(f"source {fetch.name}: S3 at {b.endpoint} unreachable ({exc}); sync again "
-                                   "later") from exc
+            raise UnavailableError(
+                f"source {fetch.name}: S3 at {b.endpoint} unreachable ({exc}); sync again later"
+            ) from exc
         if response.status_code != 200:
             code = ElementTree.fromstring(response.content).findtext("Code") if response.content else ""
-            raise UnavailableError(f"source {fetch.name}: listing bucket {b.name} at {b.endpoint}: HTTP "
-                                   f"{response.status_code} {code or ''}; check the bucket, the endpoint and the "
-                                   "credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_PROFILE)")
+            raise UnavailableError(
+                f"source {fetch.name}: listing bucket {b.name} at {b.endpoint}: HTTP "
+                f"{response.status_code} {code or ''}; check the bucket, the endpoint and the "
+                "credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_PROFILE)"
+            )
         root = ElementTree.fromstring(response.content)
         for entry in root.iter(f"{_NS}Contents"):
-            yield (entry.findtext(f"{_NS}Key") or "", (entry.findtext(f"{_NS}ETag") or "").strip('"'),
-                   int(entry.findtext(f"{_NS}Size") or 0))
+            yield (
+                entry.findtext(f"{_NS}Key") or "",
+                (entry.findtext(f"{_NS}ETag") or "").strip('"'),
+                int(entry.findtext(f"{_NS}Size") or 0),
+            )
         token = root.findtext(f"{_NS}NextContinuationToken") or ""
         if root.findtext(f"{_NS}IsTruncated") != "true" or not token:
             return
@@ -81,8 +91,11 @@ def fetch(fetch: Fetch) -> Fetched:
     out = Fetched()
     with httpx.Client(timeout=fetch.timeout, follow_redirects=False) as client:
         wanted = _wanted(fetch, client, b, out)
-        changed = [k for k, etag in wanted.items() if (old := fetch.known.get(k)) is None or old.version != etag
-                   or not (fetch.mirror / old.rel).exists()]
+        changed = [
+            k
+            for k, etag in wanted.items()
+            if (old := fetch.known.get(k)) is None or old.version != etag or not (fetch.mirror / old.rel).exists()
+        ]
         for key in wanted:
             if key not in changed:
                 out.items[key] = fetch.known[key]
@@ -103,16 +116,24 @@ def _wanted(fetch: Fetch, client: httpx.Client, b: Bucket, out: Fetched) -> dict
         if key.endswith("/"):
             continue  # a folder marker
         if safe_rel(key) is None:
-            out.skip("unsafe key", f"{fetch.name}: object key {key!r} is not a safe relative path, skipped", fetch.warn,
-                     key)
+            out.skip(
+                "unsafe key", f"{fetch.name}: object key {key!r} is not a safe relative path, skipped", fetch.warn, key
+            )
         elif PurePosixPath(key).suffix.lower() not in KINDS:
             out.skipped["unsupported type"] += 1
         elif size > fetch.max_item_bytes:
-            out.skip("too large", f"{fetch.name}: {key}: {size:,} bytes, more than max_item_bytes "
-                                  f"({fetch.max_item_bytes:,}), skipped", fetch.warn, key)
+            out.skip(
+                "too large",
+                f"{fetch.name}: {key}: {size:,} bytes, more than max_item_bytes ({fetch.max_item_bytes:,}), skipped",
+                fetch.warn,
+                key,
+            )
         elif len(wanted) >= fetch.max_items:
-            out.skip("over max_items", f"{fetch.name}: more than {fetch.max_items:,} objects; {key} and the rest "
-                                       "skipped (raise max_items)", fetch.warn)
+            out.skip(
+                "over max_items",
+                f"{fetch.name}: more than {fetch.max_items:,} objects; {key} and the rest skipped (raise max_items)",
+                fetch.warn,
+            )
             break
         else:
             wanted[key] = etag

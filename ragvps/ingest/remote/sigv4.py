@@ -36,8 +36,11 @@ def credentials(env: dict[str, str] | None = None) -> Credentials | None:
         return None
     profile = env.get("AWS_PROFILE") or "default"
     if parser.has_option(profile, "aws_access_key_id") and parser.has_option(profile, "aws_secret_access_key"):
-        return Credentials(parser.get(profile, "aws_access_key_id"), parser.get(profile, "aws_secret_access_key"),
-                           parser.get(profile, "aws_session_token", fallback=""))
+        return Credentials(
+            parser.get(profile, "aws_access_key_id"),
+            parser.get(profile, "aws_secret_access_key"),
+            parser.get(profile, "aws_session_token", fallback=""),
+        )
     return None
 
 
@@ -45,8 +48,9 @@ def _hmac(key: bytes, text: str) -> bytes:
     return hmac.new(key, text.encode(), hashlib.sha256).digest()
 
 
-def signed_headers(url: str, region: str, creds: Credentials, now: datetime | None = None,
-                   service: str = "s3") -> dict[str, str]:
+def signed_headers(
+    url: str, region: str, creds: Credentials, now: datetime | None = None, service: str = "s3"
+) -> dict[str, str]:
     """The headers that sign a GET of `url` (its path already percent-encoded as it is sent)."""
     now = now or datetime.now(UTC)
     stamp = now.strftime("%Y%m%dT%H%M%SZ")
@@ -58,14 +62,23 @@ def signed_headers(url: str, region: str, creds: Credentials, now: datetime | No
     if creds.token:
         headers["x-amz-security-token"] = creds.token
     names = ";".join(sorted(headers))
-    canonical = "\n".join(["GET", parts.path or "/", canonical_query,
-                           "".join(f"{k}:{headers[k].strip()}\n" for k in sorted(headers)), names, EMPTY_SHA256])
+    canonical = "\n".join(
+        [
+            "GET",
+            parts.path or "/",
+            canonical_query,
+            "".join(f"{k}:{headers[k].strip()}\n" for k in sorted(headers)),
+            names,
+            EMPTY_SHA256,
+        ]
+    )
     scope = f"{day}/{region}/{service}/aws4_request"
     to_sign = "\n".join(["AWS4-HMAC-SHA256", stamp, scope, hashlib.sha256(canonical.encode()).hexdigest()])
     key = _hmac(_hmac(_hmac(_hmac(f"AWS4{creds.secret_key}".encode(), day), region), service), "aws4_request")
     signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
-    headers["Authorization"] = (f"AWS4-HMAC-SHA256 Credential={creds.access_key}/{scope}, SignedHeaders={names}, "
-                                f"Signature={signature}")
+    headers["Authorization"] = (
+        f"AWS4-HMAC-SHA256 Credential={creds.access_key}/{scope}, SignedHeaders={names}, Signature={signature}"
+    )
     del headers["host"]  # httpx sends it
     return headers
 

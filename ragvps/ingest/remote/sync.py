@@ -52,8 +52,15 @@ def mirror_dir(settings: Settings, name: str) -> Path:
     return settings.database.kb_dir / "sources" / name
 
 
-def sync(conn: psycopg.Connection, settings: Settings, row: sources.SourceRow, spec: ModelSpec,
-         lanes: Callable[[], Lanes], progress: Progress, warn: Warn) -> SyncReport:
+def sync(
+    conn: psycopg.Connection,
+    settings: Settings,
+    row: sources.SourceRow,
+    spec: ModelSpec,
+    lanes: Callable[[], Lanes],
+    progress: Progress,
+    warn: Warn,
+) -> SyncReport:
     """Bring the knowledge base in line with one source; a failure is the source's, kept with it, not raised.
     A `progress` that raises Cancelled (between items, or between the ingest's batches) ends it `cancelled`:
     the items of the last complete sync are kept, and the next sync ingests the mirror again whatever it reads
@@ -87,20 +94,36 @@ def sync(conn: psycopg.Connection, settings: Settings, row: sources.SourceRow, s
     return report
 
 
-def _fetch(conn: psycopg.Connection, row: sources.SourceRow, mirror: Path, progress: Progress,
-           warn: Warn) -> Fetched:
+def _fetch(conn: psycopg.Connection, row: sources.SourceRow, mirror: Path, progress: Progress, warn: Warn) -> Fetched:
     module = importlib.import_module(f"ragvps.ingest.remote.{CONNECTORS[row.kind]}")
     mirror.mkdir(parents=True, exist_ok=True)
     config = row.config
-    request = Fetch(row.name, row.location, config, mirror, sources.items(conn, row.name), row.cursor, progress, warn,
-                    max_items=int(str(config.get("max_items") or 10_000)),
-                    max_item_bytes=int(str(config.get("max_item_bytes") or 64 << 20)))
+    request = Fetch(
+        row.name,
+        row.location,
+        config,
+        mirror,
+        sources.items(conn, row.name),
+        row.cursor,
+        progress,
+        warn,
+        max_items=int(str(config.get("max_items") or 10_000)),
+        max_item_bytes=int(str(config.get("max_item_bytes") or 64 << 20)),
+    )
     fetched: Fetched = module.fetch(request)
     return fetched
 
 
-def _ingest(conn: psycopg.Connection, settings: Settings, mirror: Path, spec: ModelSpec, lanes: Callable[[], Lanes],
-            progress: Progress, warn: Warn, report: SyncReport) -> None:
+def _ingest(
+    conn: psycopg.Connection,
+    settings: Settings,
+    mirror: Path,
+    spec: ModelSpec,
+    lanes: Callable[[], Lanes],
+    progress: Progress,
+    warn: Warn,
+    report: SyncReport,
+) -> None:
     try:
         done: IngestReport = ingest(conn, settings, mirror, spec, lanes, progress, warn)
     except NotFoundError:  # nothing readable in the source (yet): not an error of the sync

@@ -24,8 +24,13 @@ from ragvps.ingest.remote.http import AGENT, Got, Refused, get, robots, site, si
 from ragvps.ingest.remote.mirror import hashed_rel, remove, write
 
 PAGE_BYTES = 10 << 20  # a page's default limit (max_item_bytes)
-_TYPES = {"text/html": ".html", "application/xhtml+xml": ".html", "text/plain": ".txt", "text/markdown": ".md",
-          "application/pdf": ".pdf"}
+_TYPES = {
+    "text/html": ".html",
+    "application/xhtml+xml": ".html",
+    "text/plain": ".txt",
+    "text/markdown": ".md",
+    "application/pdf": ".pdf",
+}
 RAW = ".raw"  # the pages' HTML as served, for their links when they answer 304 (a dot folder: never ingested)
 
 
@@ -110,8 +115,9 @@ def main_text(url: str, html: bytes, rel: str) -> tuple[str, bytes]:
         import trafilatura  # lazy: trafilatura comes with the web extra
     except ImportError:
         return rel, html
-    text = trafilatura.extract(html.decode("utf-8", "replace"), url=url, output_format="markdown",
-                               include_tables=True, favor_recall=True)
+    text = trafilatura.extract(
+        html.decode("utf-8", "replace"), url=url, output_format="markdown", include_tables=True, favor_recall=True
+    )
     if not text or not text.strip():
         return rel, html
     meta = trafilatura.extract_metadata(html.decode("utf-8", "replace"))
@@ -159,8 +165,11 @@ def _from_links(crawl: _Crawl, rules: RobotFileParser, depth: int) -> None:
         if not _allowed(crawl, rules, url):
             continue
         if done >= crawl.pages:
-            crawl.out.skip("over max_pages", f"{crawl.fetch.name}: more than {crawl.pages:,} pages; {url} and the "
-                                             "rest not read (raise max_pages)", crawl.fetch.warn)
+            crawl.out.skip(
+                "over max_pages",
+                f"{crawl.fetch.name}: more than {crawl.pages:,} pages; {url} and the rest not read (raise max_pages)",
+                crawl.fetch.warn,
+            )
             _keep_unreached(crawl, [url] + [u for u, _ in queue])
             return
         got = crawl.page(url)
@@ -198,9 +207,13 @@ def _from_sitemap(crawl: _Crawl, rules: RobotFileParser) -> None:
             crawl.out.skip(exc.reason, f"{crawl.fetch.name}: sitemap {exc}", crawl.fetch.warn, sitemap)
             _keep_unreached(crawl, list(crawl.fetch.known))
     if len(urls) > crawl.pages:
-        crawl.out.skip("over max_pages", f"{crawl.fetch.name}: the sitemap lists more than {crawl.pages:,} URLs; "
-                                         f"the first {crawl.pages:,} read (raise max_pages)", crawl.fetch.warn)
-        urls = urls[:crawl.pages]
+        crawl.out.skip(
+            "over max_pages",
+            f"{crawl.fetch.name}: the sitemap lists more than {crawl.pages:,} URLs; "
+            f"the first {crawl.pages:,} read (raise max_pages)",
+            crawl.fetch.warn,
+        )
+        urls = urls[: crawl.pages]
         _keep_unreached(crawl, [u for u in crawl.fetch.known if u not in set(urls)])
     for n, url in enumerate(dict.fromkeys(urls), start=1):
         if _allowed(crawl, rules, url):

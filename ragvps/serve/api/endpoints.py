@@ -58,8 +58,9 @@ class Endpoints:
 
     async def ask(self, request: Request, body: AskBody, name: str | None) -> StreamingResponse | object:
         app = await self.app_for(request, name)
-        question = ask_request(body.question, body.k, body.mode, body.path_prefix, body.meta, self.max_k,
-                               body.use_cache)
+        question = ask_request(
+            body.question, body.k, body.mode, body.path_prefix, body.meta, self.max_k, body.use_cache
+        )
         if body.stream:
             return streaming_response(app, question, self.timeout)
         answer = await in_thread(lambda: app.ask(question), self.timeout)

@@ -34,15 +34,20 @@ class HealthCheck:
         if self._running is None:
             self._running = asyncio.get_running_loop().create_future()
             self._started = now
-            threading.Thread(target=self._check, args=(asyncio.get_running_loop(), self._running),
-                             name="ragvps-health", daemon=True).start()
+            threading.Thread(
+                target=self._check, args=(asyncio.get_running_loop(), self._running), name="ragvps-health", daemon=True
+            ).start()
         try:
-            return await asyncio.wait_for(asyncio.shield(self._running),
-                                          max(0.0, self._started + TIMEOUT_S - time.monotonic()))
+            return await asyncio.wait_for(
+                asyncio.shield(self._running), max(0.0, self._started + TIMEOUT_S - time.monotonic())
+            )
         except TimeoutError:
-            return 503, {"status": "unavailable", "database": False,
-                         "error": f"the database did not answer the health check within {TIMEOUT_S:g} s: check "
-                                  "that PostgreSQL is running and not overloaded"}
+            return 503, {
+                "status": "unavailable",
+                "database": False,
+                "error": f"the database did not answer the health check within {TIMEOUT_S:g} s: check "
+                "that PostgreSQL is running and not overloaded",
+            }
 
     def _check(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[tuple[int, dict[str, object]]]) -> None:
         app = self.ready.get()

@@ -41,25 +41,57 @@ class Metrics:
     def __init__(self, ready: Ready) -> None:
         disable_created_metrics()  # no `_created` series beside every counter: a scrape half the size
         self.registry = registry = CollectorRegistry(auto_describe=True)
-        self.requests = Counter("ragvps_http_requests", "HTTP requests, by route template, method and status.",
-                                ["route", "method", "status"], registry=registry)
-        self.latency = Histogram("ragvps_http_request_duration_seconds", "HTTP request duration, to the last byte.",
-                                 ["route", "method"], buckets=LATENCY_BUCKETS, registry=registry)
-        self.stages = Histogram("ragvps_stage_duration_seconds", "Time in each stage of a search or an answer.",
-                                ["kb", "stage"], buckets=STAGE_BUCKETS, registry=registry)
-        self.searches = Counter("ragvps_searches", "Searches, by knowledge base and mode.", ["kb", "mode"],
-                                registry=registry)
-        self.legs = Counter("ragvps_search_legs", "Hybrid searches by how their legs ran: parallel (two pool "
-                            "connections), fallback (no idle connection: one after the other).", ["kb", "how"],
-                            registry=registry)
+        self.requests = Counter(
+            "ragvps_http_requests",
+            "HTTP requests, by route template, method and status.",
+            ["route", "method", "status"],
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "ragvps_http_request_duration_seconds",
+            "HTTP request duration, to the last byte.",
+            ["route", "method"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.stages = Histogram(
+            "ragvps_stage_duration_seconds",
+            "Time in each stage of a search or an answer.",
+            ["kb", "stage"],
+            buckets=STAGE_BUCKETS,
+            registry=registry,
+        )
+        self.searches = Counter(
+            "ragvps_searches", "Searches, by knowledge base and mode.", ["kb", "mode"], registry=registry
+        )
+        self.legs = Counter(
+            "ragvps_search_legs",
+            "Hybrid searches by how their legs ran: parallel (two pool "
+            "connections), fallback (no idle connection: one after the other).",
+            ["kb", "how"],
+            registry=registry,
+        )
         self.zero_hits = Counter("ragvps_search_zero_hits", "Searches that found nothing.", ["kb"], registry=registry)
-        self.answers = Counter("ragvps_answers", "Answers, by outcome: answered (a model), extractive, refused_gate "
-                               "(no source passed answer_min_evidence), refused_model, cached.", ["kb", "outcome"],
-                               registry=registry)
-        self.evidence = Histogram("ragvps_answer_evidence", "The best retrieved chunk's evidence (0..1) per answer.",
-                                  ["kb"], buckets=EVIDENCE_BUCKETS, registry=registry)
-        self.tokens = Counter("ragvps_llm_tokens", "LLM tokens: prompt, completion, and prompt tokens the provider "
-                              "read from its own cache (cached).", ["kb", "kind"], registry=registry)
+        self.answers = Counter(
+            "ragvps_answers",
+            "Answers, by outcome: answered (a model), extractive, refused_gate "
+            "(no source passed answer_min_evidence), refused_model, cached.",
+            ["kb", "outcome"],
+            registry=registry,
+        )
+        self.evidence = Histogram(
+            "ragvps_answer_evidence",
+            "The best retrieved chunk's evidence (0..1) per answer.",
+            ["kb"],
+            buckets=EVIDENCE_BUCKETS,
+            registry=registry,
+        )
+        self.tokens = Counter(
+            "ragvps_llm_tokens",
+            "LLM tokens: prompt, completion, and prompt tokens the provider read from its own cache (cached).",
+            ["kb", "kind"],
+            registry=registry,
+        )
         registry.register(_DatabaseCollector(ready))
 
     # --- the Observer --------------------------------------------------------------------------------
@@ -80,8 +112,11 @@ class Metrics:
         self.answers.labels(kb, ended).inc()
         self.evidence.labels(kb).observe(answer.evidence)
         self._stages(kb, {k: v for k, v in answer.timings.items() if k in ANSWER_STAGES})
-        for kind, n in zip(TOKEN_KINDS, (answer.usage.prompt_tokens, answer.usage.completion_tokens,
-                                         answer.usage.cached_tokens), strict=True):
+        for kind, n in zip(
+            TOKEN_KINDS,
+            (answer.usage.prompt_tokens, answer.usage.completion_tokens, answer.usage.cached_tokens),
+            strict=True,
+        ):
             if n:
                 self.tokens.labels(kb, kind).inc(n)
         record = current()
@@ -125,31 +160,36 @@ class _DatabaseCollector:
         up.add_metric([], int(found.database))
         yield up
         if found.pool is not None:
-            for name, value, help_ in (("size", found.pool.size, "Connections the pool may hold (pool_size)."),
-                                       ("busy", found.pool.busy, "Pool connections in use."),
-                                       ("waiting", found.pool.waiting, "Requests waiting for a pool connection.")):
+            for name, value, help_ in (
+                ("size", found.pool.size, "Connections the pool may hold (pool_size)."),
+                ("busy", found.pool.busy, "Pool connections in use."),
+                ("waiting", found.pool.waiting, "Requests waiting for a pool connection."),
+            ):
                 gauge = GaugeMetricFamily(f"ragvps_pool_{name}", help_)
                 gauge.add_metric([], value)
                 yield gauge
         if not found.database:
             return
-        index = GaugeMetricFamily("ragvps_index_bytes", "The knowledge base's vector index (HNSW) size.",
-                                  labels=["kb"])
-        queued = GaugeMetricFamily("ragvps_embed_queue_chunks", "Chunks waiting in the embedding queue.",
-                                   labels=["kb"])
+        index = GaugeMetricFamily("ragvps_index_bytes", "The knowledge base's vector index (HNSW) size.", labels=["kb"])
+        queued = GaugeMetricFamily("ragvps_embed_queue_chunks", "Chunks waiting in the embedding queue.", labels=["kb"])
         jobs = GaugeMetricFamily("ragvps_ingest_jobs_open", "Upload jobs queued or running.", labels=["kb"])
-        embedded = CounterMetricFamily("ragvps_ingest_job_chunks_embedded", "Chunks the upload jobs have embedded "
-                                       "(kept with their jobs).", labels=["kb"])
-        failed = CounterMetricFamily("ragvps_ingest_job_files_failed", "Uploaded files a job could not store.",
-                                     labels=["kb"])
+        embedded = CounterMetricFamily(
+            "ragvps_ingest_job_chunks_embedded",
+            "Chunks the upload jobs have embedded (kept with their jobs).",
+            labels=["kb"],
+        )
+        failed = CounterMetricFamily(
+            "ragvps_ingest_job_files_failed", "Uploaded files a job could not store.", labels=["kb"]
+        )
         for kb in found.kbs:
             index.add_metric([kb.name], kb.index_bytes)
             queued.add_metric([kb.name], kb.queued)
             jobs.add_metric([kb.name], kb.open_jobs)
             embedded.add_metric([kb.name], kb.job_chunks)
             failed.add_metric([kb.name], kb.failed_files)
-        buffers = GaugeMetricFamily("ragvps_shared_buffers_bytes", "PostgreSQL's shared_buffers: an index larger "
-                                    "than this is read from disk on cold searches.")
+        buffers = GaugeMetricFamily(
+            "ragvps_shared_buffers_bytes",
+            "PostgreSQL's shared_buffers: an index larger than this is read from disk on cold searches.",
+        )
         buffers.add_metric([], found.shared_buffers)
         yield from (index, queued, jobs, embedded, failed, buffers)
-

@@ -45,26 +45,40 @@ ERRORS: dict[int | str, dict[str, object]] = {
 
 
 def _event(name: str, payload: dict[str, object]) -> dict[str, object]:
-    return {"type": "object", "required": ["event", "data"],
-            "properties": {"event": {"const": name},
-                           "data": {"type": "string", "contentMediaType": "application/json",
-                                    "contentSchema": {"type": "object", **payload}}}}
+    return {
+        "type": "object",
+        "required": ["event", "data"],
+        "properties": {
+            "event": {"const": name},
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": {"type": "object", **payload},
+            },
+        },
+    }
 
 
 # One Server-Sent Event of a streamed /ask: its name and its JSON data.
-SSE_EVENT: dict[str, object] = {"oneOf": [
-    _event("sources", {"required": ["sources"], "properties": {"sources": {"type": "array"}}}),
-    _event("token", {"required": ["text"], "properties": {"text": {"type": "string"}}}),
-    _event("done", {"required": ["citations", "usage"], "properties": {"citations": {"type": "array"}}}),
-    _event("error", {"required": ["error", "kind"], "properties": {"error": {"type": "string"},
-                                                                   "kind": {"type": "string"}}}),
-]}
+SSE_EVENT: dict[str, object] = {
+    "oneOf": [
+        _event("sources", {"required": ["sources"], "properties": {"sources": {"type": "array"}}}),
+        _event("token", {"required": ["text"], "properties": {"text": {"type": "string"}}}),
+        _event("done", {"required": ["citations", "usage"], "properties": {"citations": {"type": "array"}}}),
+        _event(
+            "error",
+            {"required": ["error", "kind"], "properties": {"error": {"type": "string"}, "kind": {"type": "string"}}},
+        ),
+    ]
+}
 
 
 # The page's icon (browsers ask for /favicon.ico on every load): a small magnifier, as SVG.
-ICON = (b'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><circle cx="6.5" cy="6.5" r="4.5" '
-        b'fill="none" stroke="#1a5fb4" stroke-width="2"/><path d="M10 10l4.5 4.5" stroke="#1a5fb4" '
-        b'stroke-width="2.5" stroke-linecap="round"/></svg>')
+ICON = (
+    b'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><circle cx="6.5" cy="6.5" r="4.5" '
+    b'fill="none" stroke="#1a5fb4" stroke-width="2"/><path d="M10 10l4.5 4.5" stroke="#1a5fb4" '
+    b'stroke-width="2.5" stroke-linecap="round"/></svg>'
+)
 
 
 def page() -> str:
@@ -75,10 +89,13 @@ def page_policy(html: str) -> str:
     """The page's Content-Security-Policy: only its own script runs (by hash, so an injected inline script or a
     `javascript:` link would not), nothing is loaded from elsewhere, and no other site may frame it."""
     scripts = re.findall(r"<script>(.*?)</script>", html, flags=re.S)
-    hashes = " ".join("'sha256-" + base64.b64encode(hashlib.sha256(s.encode()).digest()).decode() + "'"
-                      for s in scripts)
-    return (f"default-src 'self'; script-src {hashes}; style-src 'unsafe-inline'; img-src 'self'; "
-            "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+    hashes = " ".join(
+        "'sha256-" + base64.b64encode(hashlib.sha256(s.encode()).digest()).decode() + "'" for s in scripts
+    )
+    return (
+        f"default-src 'self'; script-src {hashes}; style-src 'unsafe-inline'; img-src 'self'; "
+        "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    )
 
 
 def add_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> None:
@@ -90,31 +107,54 @@ def add_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> None:
 
     @api.get("/", include_in_schema=False)
     async def index() -> HTMLResponse:
-        return HTMLResponse(html, headers={"Cache-Control": "no-cache", "Content-Security-Policy": csp,
-                                           "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"})
+        return HTMLResponse(
+            html,
+            headers={
+                "Cache-Control": "no-cache",
+                "Content-Security-Policy": csp,
+                "X-Content-Type-Options": "nosniff",
+                "Referrer-Policy": "no-referrer",
+            },
+        )
 
     @api.get("/favicon.ico", include_in_schema=False)
     async def favicon() -> Response:
         return Response(ICON, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
 
-    @api.get("/health", response_model=HealthOut, responses={503: {"model": HealthOut}},
-             summary="Database reachable, active model and dimension, number of chunks")
+    @api.get(
+        "/health",
+        response_model=HealthOut,
+        responses={503: {"model": HealthOut}},
+        summary="Database reachable, active model and dimension, number of chunks",
+    )
     @guarded
     async def health() -> JSONResponse:
         status, body = await check()
         return JSONResponse(body, status_code=status)
 
-    @api.post("/search", response_model=SearchOut, responses=ERRORS,
-              summary="Hybrid, vector or keyword search: the same hits as `ragvps query --json`")
+    @api.post(
+        "/search",
+        response_model=SearchOut,
+        responses=ERRORS,
+        summary="Hybrid, vector or keyword search: the same hits as `ragvps query --json`",
+    )
     @guarded
     async def search(request: Request, body: SearchIn) -> JSONResponse:  # type: ignore[valid-type]
         return await do.search(request, cast(SearchBody, body), None)
 
-    @api.post("/ask", response_model=AnswerOut,
-              responses=ERRORS | {200: {"description": "The answer (`ragvps ask --json`); with stream: true, "
-                                                      "Server-Sent Events `sources`, `token`..., `done`.",
-                                        "content": {"text/event-stream": {"schema": SSE_EVENT}}}},
-              summary="An answer with citations, from the chunks search finds")
+    @api.post(
+        "/ask",
+        response_model=AnswerOut,
+        responses=ERRORS
+        | {
+            200: {
+                "description": "The answer (`ragvps ask --json`); with stream: true, "
+                "Server-Sent Events `sources`, `token`..., `done`.",
+                "content": {"text/event-stream": {"schema": SSE_EVENT}},
+            }
+        },
+        summary="An answer with citations, from the chunks search finds",
+    )
     @guarded
     async def ask(request: Request, body: AskIn) -> object:  # type: ignore[valid-type]
         return await do.ask(request, cast(AskBody, body), None)
@@ -131,14 +171,24 @@ def add_kb_routes(api: "FastAPI", do: "Endpoints", SearchIn: type, AskIn: type) 
     """The same routes for any knowledge base the key may read, and the list of those."""
     tags: list[str | Enum] = ["knowledge bases"]
 
-    @api.post("/kb/{name}/search", response_model=SearchOut, responses=ERRORS | KB_ERRORS, tags=tags,
-              summary="Search one knowledge base")
+    @api.post(
+        "/kb/{name}/search",
+        response_model=SearchOut,
+        responses=ERRORS | KB_ERRORS,
+        tags=tags,
+        summary="Search one knowledge base",
+    )
     @guarded
     async def kb_search(request: Request, name: str, body: SearchIn) -> JSONResponse:  # type: ignore[valid-type]
         return await do.search(request, cast(SearchBody, body), name)
 
-    @api.post("/kb/{name}/ask", response_model=AnswerOut, responses=ERRORS | KB_ERRORS, tags=tags,
-              summary="Ask one knowledge base")
+    @api.post(
+        "/kb/{name}/ask",
+        response_model=AnswerOut,
+        responses=ERRORS | KB_ERRORS,
+        tags=tags,
+        summary="Ask one knowledge base",
+    )
     @guarded
     async def kb_ask(request: Request, name: str, body: AskIn) -> object:  # type: ignore[valid-type]
         return await do.ask(request, cast(AskBody, body), name)
@@ -166,7 +216,9 @@ def add_metrics_route(api: "FastAPI", metrics: "Metrics", ready: "Ready") -> Non
         if not principal.everything:
             names = await in_thread(lambda: ready.visible(ANYONE), timeout)  # every knowledge base
             if not names or not all(principal.can(n, "admin") for n in names):
-                raise ForbiddenError("/metrics needs a key that is admin on every knowledge base (one from "
-                                     "api_keys or api_key_file): the metrics name them all")
+                raise ForbiddenError(
+                    "/metrics needs a key that is admin on every knowledge base (one from "
+                    "api_keys or api_key_file): the metrics name them all"
+                )
         body = await in_thread(metrics.exposition, timeout)
         return Response(body, media_type=CONTENT_TYPE_LATEST)

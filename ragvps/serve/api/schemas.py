@@ -61,15 +61,19 @@ class AnswerOut(BaseModel):
     invalid_citations: int = Field(description="Numbers the answer used that no source has (dropped).")
     sources: list[Source] = Field(description="The chunks sent, numbered as the answer cites them.")
     left_out: dict[str, int]
-    usage: Usage = Field(description="Tokens: prompt, completion, cached; `counted` when the LLM server reported "
-                                     "none and ragvps counted them.")
+    usage: Usage = Field(
+        description="Tokens: prompt, completion, cached; `counted` when the LLM server reported "
+        "none and ragvps counted them."
+    )
     cache: Literal["hit", "miss", "off"]
     generator: str
     model: str
     prompt_version: str
     timings: dict[str, float]
-    evidence: float = Field(description="The best retrieved chunk's evidence (0..1, rank-independent); below "
-                                        "min_evidence the answer is the refusal and no LLM request is made.")
+    evidence: float = Field(
+        description="The best retrieved chunk's evidence (0..1, rank-independent); below "
+        "min_evidence the answer is the refusal and no LLM request is made."
+    )
     min_evidence: float = Field(description="The setting answer_min_evidence the answer was gated with.")
     quotes: list[Quote] = Field(description="Extractive answers: each quoted sentence (offsets in the document).")
     retrieved: list[Retrieved] = Field(description="Every chunk retrieved, sent or not, with its evidence.")
@@ -91,18 +95,25 @@ class SearchBody(BaseModel):
 
     # /docs's "Try it out" sends the first example as it is (serve/shared/docs.py): no `meta` pairs that filter out
     # every hit, as a body Swagger UI made up from the schema would carry.
-    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [{"query": QUESTION,
-                                                                                            "k": 5}]})
+    model_config = ConfigDict(
+        extra="forbid", strict=True, json_schema_extra={"examples": [{"query": QUESTION, "k": 5}]}
+    )
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, description="The question, in words.")
     k: int | None = Field(None, ge=1, description="How many chunks (default: setting top_k).")
     mode: Mode = "hybrid"
-    path_prefix: str = Field("", max_length=MAX_PATH_PREFIX,
-                             description="Only chunks from source files whose path starts so.")
-    meta: dict[str, object] = Field(default_factory=dict,
-                                    description="Only chunks whose document or chunk metadata has these pairs.")
-    kbs: list[str] | None = Field(None, max_length=64, description="Several knowledge bases at once: each is "
-                                  "searched with its own model and the lists are fused by rank (RRF); each hit "
-                                  "names its knowledge base.")
+    path_prefix: str = Field(
+        "", max_length=MAX_PATH_PREFIX, description="Only chunks from source files whose path starts so."
+    )
+    meta: dict[str, object] = Field(
+        default_factory=dict, description="Only chunks whose document or chunk metadata has these pairs."
+    )
+    kbs: list[str] | None = Field(
+        None,
+        max_length=64,
+        description="Several knowledge bases at once: each is "
+        "searched with its own model and the lists are fused by rank (RRF); each hit "
+        "names its knowledge base.",
+    )
 
 
 class AskBody(BaseModel):

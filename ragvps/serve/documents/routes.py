@@ -50,21 +50,33 @@ KEEPALIVE_S = 15.0
 
 
 # One Server-Sent Event of a job's progress: its name and its JSON (the job, or an error).
-_EVENT = {"type": "object", "required": ["event", "data"],
-          "properties": {"event": {"enum": ["progress", "done", "error"]},
-                         "data": {"type": "string", "contentMediaType": "application/json",
-                                  "contentSchema": {"type": "object"}}}}
-EVENTS = {"description": "Server-Sent Events: `progress` with the job (as GET /jobs/{job} answers it) each time it "
-                         "changes, then `done` with its last state (or `error`)",
-          "content": {"text/event-stream": {"schema": _EVENT}}}
-STATUS = {"description": "The job; with Accept: text/event-stream, its progress as Server-Sent Events",
-          "content": {"application/json": {"schema": {"type": "object", "required": ["id", "state"]}},
-                      "text/event-stream": {"schema": _EVENT}}}
+_EVENT = {
+    "type": "object",
+    "required": ["event", "data"],
+    "properties": {
+        "event": {"enum": ["progress", "done", "error"]},
+        "data": {"type": "string", "contentMediaType": "application/json", "contentSchema": {"type": "object"}},
+    },
+}
+EVENTS = {
+    "description": "Server-Sent Events: `progress` with the job (as GET /jobs/{job} answers it) each time it "
+    "changes, then `done` with its last state (or `error`)",
+    "content": {"text/event-stream": {"schema": _EVENT}},
+}
+STATUS = {
+    "description": "The job; with Accept: text/event-stream, its progress as Server-Sent Events",
+    "content": {
+        "application/json": {"schema": {"type": "object", "required": ["id", "state"]}},
+        "text/event-stream": {"schema": _EVENT},
+    },
+}
 
 
 def no_job(job: str) -> NotFoundError:
-    return NotFoundError(f"no job {job!r} that this key may see: POST /kb/{{name}}/documents (an upload) and POST "
-                         "/kb/{name}/sources/{source}/sync answer with the id of the job they made")
+    return NotFoundError(
+        f"no job {job!r} that this key may see: POST /kb/{{name}}/documents (an upload) and POST "
+        "/kb/{name}/sources/{source}/sync answer with the id of the job they made"
+    )
 
 
 class Documents:
@@ -111,9 +123,16 @@ class Documents:
             discard(kb_dir, job)
             raise
         self.runner.kick(app)
-        return JSONResponse({"job": job, "status_url": f"/jobs/{job}", "events_url": f"/jobs/{job}/events",
-                             "files": [{"name": f.name, "size": f.size} for f in files]}, status_code=202,
-                            headers={"Location": f"/jobs/{job}"})
+        return JSONResponse(
+            {
+                "job": job,
+                "status_url": f"/jobs/{job}",
+                "events_url": f"/jobs/{job}/events",
+                "files": [{"name": f.name, "size": f.size} for f in files],
+            },
+            status_code=202,
+            headers={"Location": f"/jobs/{job}"},
+        )
 
     async def status(self, request: Request, job: str) -> StreamingResponse | dict[str, object]:
         app = await self.job_app(request, job, "read")
@@ -175,55 +194,100 @@ class Documents:
         return json_object(await in_thread(lambda: delete_document(app, doc), self.timeout))
 
 
-def add_document_routes(api: FastAPI, ready: Ready, settings: Settings, runner: JobRunner,
-                        errors: dict[int | str, dict[str, object]]) -> None:
+UPLOAD_BODY = {
+    "requestBody": {
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "properties": {"files": {"type": "array", "items": {"type": "string", "format": "binary"}}},
+                }
+            },
+            "application/json": {
+                "schema": {
+                    "oneOf": [
+                        {
+                            "type": "object",
+                            "required": ["path", "text"],
+                            "properties": {"path": {"type": "string"}, "text": {"type": "string"}},
+                        },
+                        {"type": "array", "items": {"type": "object", "required": ["path", "text"]}},
+                    ]
+                }
+            },
+        }
+    }
+}  # the upload's request body, for /openapi.json
+
+
+def add_document_routes(
+    api: FastAPI, ready: Ready, settings: Settings, runner: JobRunner, errors: dict[int | str, dict[str, object]]
+) -> None:
     """The routes above; `errors` are the error answers they document (those of every knowledge base route)."""
     do = Documents(ready, settings, runner)
     tags: list[str | Enum] = ["documents"]  # the routes answer `object`: no response model, any JSON
-    upload_doc = {"requestBody": {"content": {
-        "multipart/form-data": {"schema": {"type": "object", "properties": {
-            "files": {"type": "array", "items": {"type": "string", "format": "binary"}}}}},
-        "application/json": {"schema": {"oneOf": [
-            {"type": "object", "required": ["path", "text"],
-             "properties": {"path": {"type": "string"}, "text": {"type": "string"}}},
-            {"type": "array", "items": {"type": "object", "required": ["path", "text"]}}]}}}}}
 
-    @api.post("/kb/{name}/documents", status_code=202, responses=errors, tags=tags,
-              openapi_extra=upload_doc,
-              summary="Add documents (multipart files, or JSON path+text): 202 with the job that ingests them")
+    @api.post(
+        "/kb/{name}/documents",
+        status_code=202,
+        responses=errors,
+        tags=tags,
+        openapi_extra=UPLOAD_BODY,
+        summary="Add documents (multipart files, or JSON path+text): 202 with the job that ingests them",
+    )
     @guarded
     async def upload(request: Request, name: str) -> object:
         return await do.upload(request, name)
 
-    @api.get("/kb/{name}/documents", responses=errors, tags=tags,
-             summary="The documents stored: path, title, format, size, chunks, ingested_at, status; by pages")
+    @api.get(
+        "/kb/{name}/documents",
+        responses=errors,
+        tags=tags,
+        summary="The documents stored: path, title, format, size, chunks, ingested_at, status; by pages",
+    )
     @guarded
-    async def listing(request: Request, name: str, limit: int = Query(100, ge=1, le=1000),
-                      cursor: str | None = None) -> object:
+    async def listing(
+        request: Request, name: str, limit: int = Query(100, ge=1, le=1000), cursor: str | None = None
+    ) -> object:
         return await do.listing(request, name, limit, cursor)
 
-    @api.delete("/kb/{name}/documents/{doc}", responses=errors, tags=tags,
-                summary="Remove a document: its chunks, vectors, cached answers and files")
+    @api.delete(
+        "/kb/{name}/documents/{doc}",
+        responses=errors,
+        tags=tags,
+        summary="Remove a document: its chunks, vectors, cached answers and files",
+    )
     @guarded
     async def delete(request: Request, name: str, doc: int = Path(ge=1, le=MAX_ID)) -> object:
         return await do.delete(request, name, doc)
 
-
-    @api.get("/jobs/{job}", responses=errors | {200: STATUS}, tags=tags,
-             summary="A job's progress (files done of total, chunks embedded, rate, ETA, errors per file); "
-                     "with Accept: text/event-stream, the same as Server-Sent Events")
+    @api.get(
+        "/jobs/{job}",
+        responses=errors | {200: STATUS},
+        tags=tags,
+        summary="A job's progress (files done of total, chunks embedded, rate, ETA, errors per file); "
+        "with Accept: text/event-stream, the same as Server-Sent Events",
+    )
     @guarded
     async def job_status(request: Request, job: str) -> object:
         return await do.status(request, job)
 
-    @api.get("/jobs/{job}/events", responses=errors | {200: EVENTS}, tags=tags,
-             summary="A job's progress as Server-Sent Events: `progress`..., then `done`")
+    @api.get(
+        "/jobs/{job}/events",
+        responses=errors | {200: EVENTS},
+        tags=tags,
+        summary="A job's progress as Server-Sent Events: `progress`..., then `done`",
+    )
     @guarded
     async def job_events(request: Request, job: str) -> object:
         return await do.events(request, job)
 
-    @api.delete("/jobs/{job}", responses=errors, tags=tags,
-                summary="Cancel a job: files stored stay stored; the rest is not ingested")
+    @api.delete(
+        "/jobs/{job}",
+        responses=errors,
+        tags=tags,
+        summary="Cancel a job: files stored stay stored; the rest is not ingested",
+    )
     @guarded
     async def job_cancel(request: Request, job: str) -> object:
         return await do.cancel(request, job)

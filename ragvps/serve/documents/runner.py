@@ -46,8 +46,13 @@ def worker_env(settings: Settings) -> dict[str, str]:
         value = settings.get(name)
         if group in _SERVER_ONLY or (name in SECRETS and name != "database_url") or value == default.get(name):
             continue
-        env["RAGVPS_" + name.upper()] = (",".join(map(str, value)) if isinstance(value, tuple)
-                                         else str(value).lower() if isinstance(value, bool) else str(value))
+        env["RAGVPS_" + name.upper()] = (
+            ",".join(map(str, value))
+            if isinstance(value, tuple)
+            else str(value).lower()
+            if isinstance(value, bool)
+            else str(value)
+        )
     env["RAGVPS_THREADS"] = "0"
     package = str(Path(__file__).resolve().parents[2])  # this ragvps, whatever the child's sys.path
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package, env.get("PYTHONPATH", "")) if p)
@@ -92,10 +97,23 @@ class JobRunner:
             self._children[name] = self._spawn(name)
 
     def _spawn(self, name: str) -> subprocess.Popen[bytes]:
-        args = [sys.executable, "-m", "ragvps", "worker", "--jobs", "--exit-when-empty", "--linger",
-                str(self.linger), "--kb", name, "--name", f"{self.name}/{name}"]
-        child = subprocess.Popen(args, env=worker_env(self.ready.settings), stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.DEVNULL)
+        args = [
+            sys.executable,
+            "-m",
+            "ragvps",
+            "worker",
+            "--jobs",
+            "--exit-when-empty",
+            "--linger",
+            str(self.linger),
+            "--kb",
+            name,
+            "--name",
+            f"{self.name}/{name}",
+        ]
+        child = subprocess.Popen(
+            args, env=worker_env(self.ready.settings), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
+        )
         log.info("started upload worker %d for knowledge base %s (CPU: %s)", child.pid, name, lower(child.pid))
         return child
 
@@ -124,8 +142,11 @@ class JobRunner:
             log.warning("could not look for upload jobs left open: %s", exc)
         while not self.stop.is_set():
             with self._lock:
-                idle = {n: a for n, a in self._wanted.items()
-                        if n not in self._children or self._children[n].poll() is not None}
+                idle = {
+                    n: a
+                    for n, a in self._wanted.items()
+                    if n not in self._children or self._children[n].poll() is not None
+                }
             for name, app in idle.items():
                 try:
                     left = open_job_count(app)

@@ -44,8 +44,10 @@ def spec_of(body: object) -> SourceSpec:
         raise UsageError("options must be a JSON object")
     kind, location = str(body["kind"]), str(body["location"]).strip()
     if kind == "git" and not location.startswith(REMOTE):
-        raise UsageError("a git source added over HTTP must be a repository URL (http, https, ssh, git), not a "
-                         "path on the server: add a local repository with `ragvps source add git` on the server")
+        raise UsageError(
+            "a git source added over HTTP must be a repository URL (http, https, ssh, git), not a "
+            "path on the server: add a local repository with `ragvps source add git` on the server"
+        )
     return SourceSpec(kind, str(body["name"]), location, {str(k): v for k, v in options.items()})
 
 
@@ -80,40 +82,79 @@ class Sources:
         queued = await in_thread(lambda: queue_sync(app, source), self.timeout)
         self.runner.kick(app)
         job = queued.job
-        return JSONResponse({"job": job, "source": queued.source, "created": queued.created,
-                             "status_url": f"/jobs/{job}", "events_url": f"/jobs/{job}/events"}, status_code=202,
-                            headers={"Location": f"/jobs/{job}"})
+        return JSONResponse(
+            {
+                "job": job,
+                "source": queued.source,
+                "created": queued.created,
+                "status_url": f"/jobs/{job}",
+                "events_url": f"/jobs/{job}/events",
+            },
+            status_code=202,
+            headers={"Location": f"/jobs/{job}"},
+        )
 
 
-def add_source_routes(api: FastAPI, ready: Ready, settings: Settings, runner: JobRunner,
-                      errors: dict[int | str, dict[str, object]]) -> None:
+def add_source_routes(
+    api: FastAPI, ready: Ready, settings: Settings, runner: JobRunner, errors: dict[int | str, dict[str, object]]
+) -> None:
     """The routes above; `errors` are the error answers they document."""
     do = Sources(ready, settings, runner)
     tags: list[str | Enum] = ["sources"]
-    body = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
-        "type": "object", "required": ["kind", "name", "location"],
-        "properties": {"kind": {"enum": ["git", "web", "s3"]}, "name": {"type": "string"},
-                       "location": {"type": "string"}, "options": {"type": "object"}}}}}}}
+    body = {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["kind", "name", "location"],
+                        "properties": {
+                            "kind": {"enum": ["git", "web", "s3"]},
+                            "name": {"type": "string"},
+                            "location": {"type": "string"},
+                            "options": {"type": "object"},
+                        },
+                    }
+                }
+            },
+        }
+    }
 
     @api.get("/kb/{name}/sources", responses=errors, tags=tags, summary="The connected sources and their last sync")
     @guarded
     async def listing(request: Request, name: str) -> object:
         return await do.listing(request, name)
 
-    @api.post("/kb/{name}/sources", status_code=201, responses=errors, tags=tags, openapi_extra=body,
-              summary="Connect a git repository (URL), web site or S3 bucket (admin)")
+    @api.post(
+        "/kb/{name}/sources",
+        status_code=201,
+        responses=errors,
+        tags=tags,
+        openapi_extra=body,
+        summary="Connect a git repository (URL), web site or S3 bucket (admin)",
+    )
     @guarded
     async def add(request: Request, name: str) -> object:
         return await do.add(request, name)
 
-    @api.delete("/kb/{name}/sources/{source}", responses=errors, tags=tags,
-                summary="Disconnect a source: its documents are deleted (admin)")
+    @api.delete(
+        "/kb/{name}/sources/{source}",
+        responses=errors,
+        tags=tags,
+        summary="Disconnect a source: its documents are deleted (admin)",
+    )
     @guarded
     async def remove(request: Request, name: str, source: str) -> object:
         return await do.remove(request, name, source)
 
-    @api.post("/kb/{name}/sources/{source}/sync", status_code=202, responses=errors, tags=tags,
-              summary="Sync one source: 202 with the job that runs it (GET /jobs/{job}), the open one if any (admin)")
+    @api.post(
+        "/kb/{name}/sources/{source}/sync",
+        status_code=202,
+        responses=errors,
+        tags=tags,
+        summary="Sync one source: 202 with the job that runs it (GET /jobs/{job}), the open one if any (admin)",
+    )
     @guarded
     async def sync(request: Request, name: str, source: str) -> object:
         return await do.sync(request, name, source)

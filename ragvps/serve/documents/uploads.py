@@ -37,15 +37,20 @@ class ClientGone(Exception):
 
 
 def too_large(what: str, limit: int, setting: str) -> InputTooLongError:
-    return InputTooLongError(f"{what} is larger than {limit:,} (setting {setting}): send fewer or smaller files, "
-                             f"or raise {setting}", settings=(setting,))
+    return InputTooLongError(
+        f"{what} is larger than {limit:,} (setting {setting}): send fewer or smaller files, or raise {setting}",
+        settings=(setting,),
+    )
 
 
 def json_too_large(cap: int) -> InputTooLongError:
     """A JSON upload is parsed in memory: past its bound, the client is told to stream files as multipart."""
-    return InputTooLongError(f"a JSON upload is larger than {cap:,} bytes (setting upload_max_json_bytes; JSON is "
-                             "parsed in memory): send large or many files as multipart/form-data, which is streamed "
-                             "to disk", settings=("upload_max_json_bytes",))
+    return InputTooLongError(
+        f"a JSON upload is larger than {cap:,} bytes (setting upload_max_json_bytes; JSON is "
+        "parsed in memory): send large or many files as multipart/form-data, which is streamed "
+        "to disk",
+        settings=("upload_max_json_bytes",),
+    )
 
 
 async def receive(request: Request, kb_dir: Path, job: str, limits: ServeSettings) -> list[StagedFile]:
@@ -62,8 +67,10 @@ async def receive(request: Request, kb_dir: Path, job: str, limits: ServeSetting
         elif kind == "application/json":
             files = await _json(request, kb_dir, folder, limits)
         else:
-            raise UsageError(f"an upload is multipart/form-data (files) or application/json ({{\"path\", \"text\"}}), "
-                             f"not {kind or 'a body without a Content-Type'}")
+            raise UsageError(
+                f'an upload is multipart/form-data (files) or application/json ({{"path", "text"}}), '
+                f"not {kind or 'a body without a Content-Type'}"
+            )
         if not files:
             raise UsageError("the upload holds no file: send each as a multipart part with a filename")
         return files
@@ -84,8 +91,10 @@ async def _body(request: Request, idle: float) -> AsyncIterator[bytes]:
         except ClientDisconnect:
             raise ClientGone from None
         except TimeoutError:
-            raise SlowBody(f"the upload stalled: nothing arrived for {idle:g} s (setting request_timeout)",
-                           settings=("request_timeout",)) from None
+            raise SlowBody(
+                f"the upload stalled: nothing arrived for {idle:g} s (setting request_timeout)",
+                settings=("request_timeout",),
+            ) from None
         yield piece
 
 
@@ -109,11 +118,19 @@ class Multipart:
         boundary = params.get(b"boundary")
         if not boundary:
             raise UsageError("the multipart upload has no boundary in its Content-Type")
-        parser = MultipartParser(boundary, {
-            "on_part_begin": self._begin, "on_header_field": lambda d, s, e: self.header.append(d[s:e]),
-            "on_header_value": lambda d, s, e: self.value.append(d[s:e]), "on_header_end": self._header_end,
-            "on_headers_finished": self._open, "on_part_data": self._data, "on_part_end": self._close,
-            "on_end": self._end})
+        parser = MultipartParser(
+            boundary,
+            {
+                "on_part_begin": self._begin,
+                "on_header_field": lambda d, s, e: self.header.append(d[s:e]),
+                "on_header_value": lambda d, s, e: self.value.append(d[s:e]),
+                "on_header_end": self._header_end,
+                "on_headers_finished": self._open,
+                "on_part_data": self._data,
+                "on_part_end": self._close,
+                "on_end": self._end,
+            },
+        )
         total = 0
         try:
             async for piece in _body(self.request, float(self.limits.request_timeout)):
@@ -122,14 +139,18 @@ class Multipart:
                     raise too_large("the upload", self.limits.upload_max_bytes, "upload_max_bytes")
                 parser.write(piece)
         except ValueError as exc:  # python_multipart's parse errors are ValueErrors
-            raise UsageError(f"the multipart body is malformed after {total:,} bytes ({exc}): nothing of it was "
-                             "kept; send files as multipart/form-data parts with a filename") from None
+            raise UsageError(
+                f"the multipart body is malformed after {total:,} bytes ({exc}): nothing of it was "
+                "kept; send files as multipart/form-data parts with a filename"
+            ) from None
         finally:
             if self.out is not None:
                 self.out.close()
         if not self.ended:
-            raise UsageError(f"the upload was cut off after {total:,} bytes, before the multipart body's end: "
-                             "nothing of it was kept; send it again")
+            raise UsageError(
+                f"the upload was cut off after {total:,} bytes, before the multipart body's end: "
+                "nothing of it was kept; send it again"
+            )
         return self.files
 
     def _begin(self) -> None:
@@ -143,14 +164,20 @@ class Multipart:
     def _open(self) -> None:
         _, params = parse_options_header(self.disposition)
         star = _FILENAME_STAR.search(self.disposition)
-        raw = unquote(star.group(1).decode("latin-1")) if star else params.get(b"filename", b"").decode(
-            "utf-8", "replace")
+        raw = (
+            unquote(star.group(1).decode("latin-1"))
+            if star
+            else params.get(b"filename", b"").decode("utf-8", "replace")
+        )
         if not star and b"filename" not in params:
             self.out = None  # a plain form field: not a file, not kept
             return
         if len(self.files) >= self.limits.upload_max_files:
-            raise too_large(f"the number of files (more than {self.limits.upload_max_files:,})",
-                            self.limits.upload_max_files, "upload_max_files")
+            raise too_large(
+                f"the number of files (more than {self.limits.upload_max_files:,})",
+                self.limits.upload_max_files,
+                "upload_max_files",
+            )
         self.name, self.size = uploads.unique(uploads.safe_name(raw), self.names), 0
         self.out = (self.folder / str(len(self.files))).open("wb")
 
@@ -168,8 +195,7 @@ class Multipart:
         path = Path(self.out.name)
         self.out.close()
         self.out = None
-        self.files.append(StagedFile(len(self.files), self.name, path.relative_to(self.kb_dir).as_posix(),
-                                     self.size))
+        self.files.append(StagedFile(len(self.files), self.name, path.relative_to(self.kb_dir).as_posix(), self.size))
 
     def _end(self) -> None:
         self.ended = True
@@ -190,16 +216,15 @@ async def _json(request: Request, kb_dir: Path, folder: Path, limits: ServeSetti
     try:
         parsed = json.loads(body)
     except ValueError as exc:
-        raise UsageError(f"the body is not valid JSON ({exc}): send {{\"path\": ..., \"text\": ...}}") from None
+        raise UsageError(f'the body is not valid JSON ({exc}): send {{"path": ..., "text": ...}}') from None
     items = parsed if isinstance(parsed, list) else [parsed]
     if len(items) > limits.upload_max_files:
         raise too_large(f"the number of texts ({len(items):,})", limits.upload_max_files, "upload_max_files")
     files: list[StagedFile] = []
     names: set[str] = set()
     for n, item in enumerate(items):
-        if not isinstance(item, dict) or not isinstance(item.get("path"), str) or not isinstance(item.get("text"),
-                                                                                                   str):
-            raise UsageError(f"item {n} is not {{\"path\": string, \"text\": string}}")
+        if not isinstance(item, dict) or not isinstance(item.get("path"), str) or not isinstance(item.get("text"), str):
+            raise UsageError(f'item {n} is not {{"path": string, "text": string}}')
         name = uploads.safe_name(item["path"])
         if not name.lower().endswith(TEXT_SUFFIXES):
             name += ".txt"

@@ -101,30 +101,44 @@ class RequireKey:
         self.app, self.access = app, access
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS \
-                or scope.get("method") == "OPTIONS":  # CORS preflight carries no credentials
+        if (
+            scope["type"] != "http" or scope["path"] in OPEN_PATHS or scope.get("method") == "OPTIONS"
+        ):  # CORS preflight carries no credentials
             await self.app(scope, receive, send)
             return
         given = presented_key(scope["headers"])
         try:
             principal = await self.access.resolve(scope)
         except RagvpsError as exc:  # the catalog or the provider cannot be read, a token is bad: say so
-            await send_error(send, exc, [(b"www-authenticate", b'Bearer realm="ragvps"')]
-                             if isinstance(exc, UnauthorizedError) else None)
+            await send_error(
+                send,
+                exc,
+                [(b"www-authenticate", b'Bearer realm="ragvps"')] if isinstance(exc, UnauthorizedError) else None,
+            )
             return
         if principal is not None and principal.user is not None and principal.holds_nothing:
-            await send_error(send, ForbiddenError(
-                f"{principal.name} holds no role on any knowledge base: none of this user's groups maps to one in "
-                "the setting group_roles; ask an administrator to add one (GROUP=KB:read)",
-                settings=("group_roles",)))
+            await send_error(
+                send,
+                ForbiddenError(
+                    f"{principal.name} holds no role on any knowledge base: none of this user's groups maps to one in "
+                    "the setting group_roles; ask an administrator to add one (GROUP=KB:read)",
+                    settings=("group_roles",),
+                ),
+            )
             return
         if principal is not None:
             scope.setdefault("state", {})["principal"] = principal
             await self.app(scope, receive, send)
             return
-        sign_in = " or sign in at /auth/login" if self.access.people is not None \
-            and self.access.people.provider is not None else ""
-        message = (f"this server needs an API key: send `Authorization: Bearer KEY` or `X-API-Key: KEY`{sign_in}"
-                   if given is None else "the API key is not valid: send one of the keys in api_keys/api_key_file "
-                                         "or one made with `ragvps key create`")
+        sign_in = (
+            " or sign in at /auth/login"
+            if self.access.people is not None and self.access.people.provider is not None
+            else ""
+        )
+        message = (
+            f"this server needs an API key: send `Authorization: Bearer KEY` or `X-API-Key: KEY`{sign_in}"
+            if given is None
+            else "the API key is not valid: send one of the keys in api_keys/api_key_file "
+            "or one made with `ragvps key create`"
+        )
         await send_error(send, UnauthorizedError(message), [(b"www-authenticate", b'Bearer realm="ragvps"')])

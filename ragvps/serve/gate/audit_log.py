@@ -25,11 +25,17 @@ FLUSH_S = 0.5
 MAX_PENDING = 100_000  # beyond this (the database down for long under load) the oldest rows are dropped, and said
 
 ACTIONS: dict[tuple[str, str], str] = {
-    ("POST", "/search"): "search", ("POST", "/kb/{name}/search"): "search",
-    ("POST", "/ask"): "ask", ("POST", "/kb/{name}/ask"): "ask",
-    ("POST", "/v1/chat/completions"): "chat", ("POST", "/api/chat"): "chat", ("POST", "/api/generate"): "chat",
-    ("POST", "/kb/{name}/documents"): "upload", ("DELETE", "/kb/{name}/documents/{doc}"): "delete",
-    ("DELETE", "/jobs/{job}"): "cancel", ("POST", "/mcp"): "mcp",
+    ("POST", "/search"): "search",
+    ("POST", "/kb/{name}/search"): "search",
+    ("POST", "/ask"): "ask",
+    ("POST", "/kb/{name}/ask"): "ask",
+    ("POST", "/v1/chat/completions"): "chat",
+    ("POST", "/api/chat"): "chat",
+    ("POST", "/api/generate"): "chat",
+    ("POST", "/kb/{name}/documents"): "upload",
+    ("DELETE", "/kb/{name}/documents/{doc}"): "delete",
+    ("DELETE", "/jobs/{job}"): "cancel",
+    ("POST", "/mcp"): "mcp",
 }
 
 
@@ -53,8 +59,9 @@ class AuditLog:
         principal = scope.get("state", {}).get("principal")
         who = getattr(principal, "name", None) or "anonymous"
         question = record.question if self.with_questions else None
-        event = AuditEvent(who, action, ",".join(record.kbs) or None, record.status or 500, record.route, record.id,
-                           question)
+        event = AuditEvent(
+            who, action, ",".join(record.kbs) or None, record.status or 500, record.route, record.id, question
+        )
         with self._lock:
             self._pending.append(event)
             self._bound()

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from starlette.types import Send
 
 
-
 # Paths anyone may fetch: the health check, the page (static; it holds no data and asks for the key), and the
 # API's description (the OpenAPI document, /docs and its assets).
 OPEN_PATHS = frozenset({"/health", "/", "/favicon.ico"}) | DOCS_PATHS | OPEN_AUTH_PATHS
@@ -37,19 +36,25 @@ def load_keys(settings: Settings) -> tuple[str, ...]:
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"cannot read api_key_file {path}: {exc.__class__.__name__}; point the setting "
-                              "api_key_file at a readable file with one key a line", settings=("api_key_file",)) \
-                from None
+            raise ConfigError(
+                f"cannot read api_key_file {path}: {exc.__class__.__name__}; point the setting "
+                "api_key_file at a readable file with one key a line",
+                settings=("api_key_file",),
+            ) from None
         file_keys = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
         if not file_keys:
-            raise ConfigError(f"api_key_file {path} holds no key: write one key a line (make one with "
-                              "`openssl rand -hex 32`)", settings=("api_key_file",))
+            raise ConfigError(
+                f"api_key_file {path} holds no key: write one key a line (make one with `openssl rand -hex 32`)",
+                settings=("api_key_file",),
+            )
         keys += file_keys
     for key in keys:
         if len(key) < MIN_KEY_CHARS or any(c.isspace() or not c.isprintable() for c in key):
-            raise ConfigError(f"an API key is too short or has spaces: use at least {MIN_KEY_CHARS} printable "
-                              "characters (make one with `openssl rand -hex 32`)",
-                              settings=("api_keys", "api_key_file"))
+            raise ConfigError(
+                f"an API key is too short or has spaces: use at least {MIN_KEY_CHARS} printable "
+                "characters (make one with `openssl rand -hex 32`)",
+                settings=("api_keys", "api_key_file"),
+            )
     return tuple(dict.fromkeys(keys))
 
 
@@ -70,7 +75,9 @@ def check_bind(host: str, keys: tuple[str, ...], people: bool = False) -> None:
         raise ConfigError(
             f"refusing to listen on {host} without an API key: anyone who can reach it could read the knowledge "
             "base. Set RAGVPS_API_KEYS (setting api_keys; make one with `openssl rand -hex 32`) or api_key_file, "
-            "or listen on 127.0.0.1 behind a reverse proxy", settings=("api_keys", "api_key_file", "host"))
+            "or listen on 127.0.0.1 behind a reverse proxy",
+            settings=("api_keys", "api_key_file", "host"),
+        )
 
 
 def presented_key(headers: list[tuple[bytes, bytes]]) -> str | None:
@@ -96,11 +103,18 @@ def key_matches(given: str | None, keys: tuple[str, ...]) -> bool:
     return found
 
 
-async def send_error(send: Send, error: RagvpsError,
-                     headers: list[tuple[bytes, bytes]] | None = None) -> None:
+async def send_error(send: Send, error: RagvpsError, headers: list[tuple[bytes, bytes]] | None = None) -> None:
     """One JSON error answer `{error, kind}`, with its kind's status, straight on the ASGI channel (middleware)."""
     body = json.dumps({"error": str(error), "kind": error.kind}).encode()
-    await send({"type": "http.response.start", "status": error.http_status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            *(headers or [])]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": error.http_status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *(headers or []),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

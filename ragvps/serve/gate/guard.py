@@ -95,8 +95,7 @@ class HostOriginGuard:
     def __init__(self, app: ASGIApp, bind_host: str, allowed_hosts: tuple[str, ...], cors_origins: tuple[str, ...]):
         self.app, self.hosts, self.cors_origins = app, HostRule(bind_host, allowed_hosts), cors_origins
 
-    async def __call__(self, scope: Scope, receive: Receive,
-                       send: Send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -107,15 +106,28 @@ class HostOriginGuard:
             elif name == b"origin":
                 origin = value.decode("latin-1")
         if host is not None and not self.hosts.allows(host):
-            await send_error(send, ForbiddenError(
-                f"refused: this server does not answer to the name {host[:100]!r} (a web page may be trying DNS "
-                "rebinding). Call it as localhost or 127.0.0.1 (host.docker.internal from a container), or add "
-                "a reverse proxy's public name to the setting allowed_hosts", settings=("allowed_hosts",)))
+            await send_error(
+                send,
+                ForbiddenError(
+                    f"refused: this server does not answer to the name {host[:100]!r} (a web page may be trying DNS "
+                    "rebinding). Call it as localhost or 127.0.0.1 (host.docker.internal from a container), or add "
+                    "a reverse proxy's public name to the setting allowed_hosts",
+                    settings=("allowed_hosts",),
+                ),
+            )
             return
-        if origin is not None and scope.get("method", "GET") not in SAFE_METHODS \
-                and not origin_allowed(origin, host or "", self.cors_origins):
-            await send_error(send, ForbiddenError(
-                f"refused: a page at {origin[:100]!r} may not send requests to this server. To allow that "
-                "site's pages, add its origin to the setting cors_origins", settings=("cors_origins",)))
+        if (
+            origin is not None
+            and scope.get("method", "GET") not in SAFE_METHODS
+            and not origin_allowed(origin, host or "", self.cors_origins)
+        ):
+            await send_error(
+                send,
+                ForbiddenError(
+                    f"refused: a page at {origin[:100]!r} may not send requests to this server. To allow that "
+                    "site's pages, add its origin to the setting cors_origins",
+                    settings=("cors_origins",),
+                ),
+            )
             return
         await self.app(scope, receive, send)

@@ -28,13 +28,13 @@ class LimitBody:
     def __init__(self, app: ASGIApp, max_bytes: int, timeout: float = 120.0):
         self.app, self.max_bytes, self.timeout = app, max_bytes, timeout
 
-    async def __call__(self, scope: Scope, receive: Receive,
-                       send: Send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or (scope.get("method") == "POST" and UPLOAD_PATH.fullmatch(scope["path"])):
             await self.app(scope, receive, send)
             return
-        too_long = (f"the request body is larger than {self.max_bytes:,} bytes (setting max_body_bytes): "
-                    "send a shorter request")
+        too_long = (
+            f"the request body is larger than {self.max_bytes:,} bytes (setting max_body_bytes): send a shorter request"
+        )
         for name, value in scope["headers"]:
             if name == b"content-length":
                 if not value.strip().isdigit():
@@ -49,8 +49,14 @@ class LimitBody:
                 if not await self._read(receive, chunks):
                     return  # the client went away
         except TimeoutError:
-            await send_error(send, SlowBody(f"the request body did not arrive within {self.timeout:g} s (setting "
-                                            "request_timeout): send it at once", settings=("request_timeout",)))
+            await send_error(
+                send,
+                SlowBody(
+                    f"the request body did not arrive within {self.timeout:g} s (setting "
+                    "request_timeout): send it at once",
+                    settings=("request_timeout",),
+                ),
+            )
             return
         if sum(map(len, chunks)) > self.max_bytes:
             await send_error(send, InputTooLongError(too_long))
@@ -85,4 +91,3 @@ class SlowBody(UsageError):
     @property
     def http_status(self) -> int:
         return 408
-

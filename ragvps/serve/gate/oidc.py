@@ -88,8 +88,11 @@ class Provider:
         url = self.issuer + "/.well-known/openid-configuration"
         document = await self._get_json(url)
         if str(document.get("issuer", "")).rstrip("/") != self.issuer:
-            raise ConfigError(f"the provider at {url} calls itself {document.get('issuer')!r}, not {self.issuer!r}: "
-                              "set oidc_issuer to exactly its issuer", settings=("oidc_issuer",))
+            raise ConfigError(
+                f"the provider at {url} calls itself {document.get('issuer')!r}, not {self.issuer!r}: "
+                "set oidc_issuer to exactly its issuer",
+                settings=("oidc_issuer",),
+            )
         self._metadata = (time.monotonic(), document)
         return document
 
@@ -122,47 +125,77 @@ class Provider:
             header = jws.extract_compact(token.encode("ascii")).protected
             keys = await self.key_set(header.get("kid"))
             decoded = jwt.decode(token, keys, algorithms=list(ASYMMETRIC))
-            registry = jwt.JWTClaimsRegistry(leeway=self.auth.oidc_leeway, iss={"essential": True,
-                                             "value": self.issuer}, exp={"essential": True}, sub={"essential": True})
+            registry = jwt.JWTClaimsRegistry(
+                leeway=self.auth.oidc_leeway,
+                iss={"essential": True, "value": self.issuer},
+                exp={"essential": True},
+                sub={"essential": True},
+            )
             registry.validate(decoded.claims)
         except (JoseError, ValueError, UnicodeError) as exc:
             raise UnauthorizedError(f"the token was refused ({_why(exc)}): sign in again") from None
         claims = decoded.claims
         aud = claims.get("aud")
         if not set([aud] if isinstance(aud, str) else aud or []) & set(audiences):
-            raise UnauthorizedError(f"the token was refused (its audience {aud!r} is not this server's: "
-                                    "set oidc_audience, or ask the provider for a token for oidc_client_id)")
+            raise UnauthorizedError(
+                f"the token was refused (its audience {aud!r} is not this server's: "
+                "set oidc_audience, or ask the provider for a token for oidc_client_id)"
+            )
         if nonce is not None and claims.get("nonce") != nonce:
             raise UnauthorizedError("the sign-in was refused (the ID token's nonce does not match): sign in again")
         found = claims.get(self.auth.oidc_groups_claim)
         groups = split_groups(found if isinstance(found, str | list | tuple) else None)
-        return Claims(str(claims["sub"]), _text(claims.get("email")), _text(claims.get("name")), groups,
-                      float(claims["exp"]), _text(claims.get("nonce")))
+        return Claims(
+            str(claims["sub"]),
+            _text(claims.get("email")),
+            _text(claims.get("name")),
+            groups,
+            float(claims["exp"]),
+            _text(claims.get("nonce")),
+        )
 
     async def authorize_url(self, login: Login, redirect_uri: str) -> str:
-        query = {"response_type": "code", "client_id": self.auth.oidc_client_id, "redirect_uri": redirect_uri,
-                 "scope": " ".join(self.auth.oidc_scopes), "state": login.state, "nonce": login.nonce,
-                 "code_challenge": login.challenge, "code_challenge_method": "S256"}
+        query = {
+            "response_type": "code",
+            "client_id": self.auth.oidc_client_id,
+            "redirect_uri": redirect_uri,
+            "scope": " ".join(self.auth.oidc_scopes),
+            "state": login.state,
+            "nonce": login.nonce,
+            "code_challenge": login.challenge,
+            "code_challenge_method": "S256",
+        }
         return await self.endpoint("authorization_endpoint") + "?" + urlencode(query)
 
     async def exchange(self, code: str, login: Login, redirect_uri: str) -> str:
         """The ID token the provider gives for the authorization code (PKCE's verifier proves it is ours)."""
-        form = {"grant_type": "authorization_code", "code": code, "redirect_uri": redirect_uri,
-                "code_verifier": login.verifier, "client_id": self.auth.oidc_client_id}
-        auth = httpx.BasicAuth(self.auth.oidc_client_id, self.auth.oidc_client_secret) \
-            if self.auth.oidc_client_secret else None
+        form = {
+            "grant_type": "authorization_code",
+            "code": code,
+            "redirect_uri": redirect_uri,
+            "code_verifier": login.verifier,
+            "client_id": self.auth.oidc_client_id,
+        }
+        auth = (
+            httpx.BasicAuth(self.auth.oidc_client_id, self.auth.oidc_client_secret)
+            if self.auth.oidc_client_secret
+            else None
+        )
         url = await self.endpoint("token_endpoint")
         try:
             async with httpx.AsyncClient(timeout=TIMEOUT_S, auth=auth) as client:
                 response = await client.post(url, data=form)
         except httpx.HTTPError as exc:
-            raise UnavailableError(f"the provider's token endpoint {url} cannot be reached "
-                                   f"({exc.__class__.__name__}): try again") from None
+            raise UnavailableError(
+                f"the provider's token endpoint {url} cannot be reached ({exc.__class__.__name__}): try again"
+            ) from None
         body = _json(response)
         if response.status_code != 200 or not isinstance(body.get("id_token"), str):
-            raise UnauthorizedError(f"the provider refused the sign-in ({body.get('error', response.status_code)}: "
-                                    f"{str(body.get('error_description', ''))[:200]}); check oidc_client_id and "
-                                    "oidc_client_secret, then sign in again")
+            raise UnauthorizedError(
+                f"the provider refused the sign-in ({body.get('error', response.status_code)}: "
+                f"{str(body.get('error_description', ''))[:200]}); check oidc_client_id and "
+                "oidc_client_secret, then sign in again"
+            )
         return str(body["id_token"])
 
     async def logout_url(self, after: str) -> str | None:
@@ -176,11 +209,14 @@ class Provider:
             async with httpx.AsyncClient(timeout=TIMEOUT_S, follow_redirects=False) as client:
                 response = await client.get(url)
         except httpx.HTTPError as exc:
-            raise UnavailableError(f"the identity provider at {url} cannot be reached ({exc.__class__.__name__}): "
-                                   "check oidc_issuer and that the provider is up") from None
+            raise UnavailableError(
+                f"the identity provider at {url} cannot be reached ({exc.__class__.__name__}): "
+                "check oidc_issuer and that the provider is up"
+            ) from None
         if response.status_code != 200:
-            raise UnavailableError(f"the identity provider answered HTTP {response.status_code} for {url}: check "
-                                   "oidc_issuer")
+            raise UnavailableError(
+                f"the identity provider answered HTTP {response.status_code} for {url}: check oidc_issuer"
+            )
         return _json(response)
 
 
@@ -198,6 +234,10 @@ def _text(value: object) -> str | None:
 
 def _why(exc: Exception) -> str:
     name = type(exc).__name__
-    return {"ExpiredTokenError": "it has expired", "BadSignatureError": "its signature does not verify",
-            "InvalidClaimError": f"a claim is wrong: {exc}", "MissingClaimError": f"a claim is missing: {exc}",
-            "InvalidTokenError": "it is not valid yet or was issued in the future"}.get(name, f"{name}: {exc}"[:200])
+    return {
+        "ExpiredTokenError": "it has expired",
+        "BadSignatureError": "its signature does not verify",
+        "InvalidClaimError": f"a claim is wrong: {exc}",
+        "MissingClaimError": f"a claim is missing: {exc}",
+        "InvalidTokenError": "it is not valid yet or was issued in the future",
+    }.get(name, f"{name}: {exc}"[:200])

@@ -83,11 +83,15 @@ class People:
         if not name:
             return None
         if not self._trusted(client):
-            self._warn_once(f"proxy:{client}", "ignored the user headers from %s: it is not in trusted_proxies",
-                            client)
+            self._warn_once(f"proxy:{client}", "ignored the user headers from %s: it is not in trusted_proxies", client)
             return None
-        user = User(f"proxy:{name}", values.get(self.email_header, b"").decode("latin-1").strip() or None, name,
-                    split_groups(values.get(self.groups_header, b"").decode("latin-1")), "proxy")
+        user = User(
+            f"proxy:{name}",
+            values.get(self.email_header, b"").decode("latin-1").strip() or None,
+            name,
+            split_groups(values.get(self.groups_header, b"").decode("latin-1")),
+            "proxy",
+        )
         await self._note(user)
         return self.roles.principal(user)
 
@@ -104,8 +108,12 @@ class People:
         library = self.ready.library
         if library is None:
             return key
-        user = await in_thread(lambda: library.identities().forwarded(
-            email, values.get("x-openwebui-user-name"), values.get("x-openwebui-user-role")), LOOKUP_TIMEOUT_S)
+        user = await in_thread(
+            lambda: library.identities().forwarded(
+                email, values.get("x-openwebui-user-name"), values.get("x-openwebui-user-role")
+            ),
+            LOOKUP_TIMEOUT_S,
+        )
         return self.roles.principal(user, within=key)
 
     def _trusted(self, client: str | None) -> bool:
@@ -138,5 +146,7 @@ def _network(entry: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
     try:
         return ipaddress.ip_network(entry.strip(), strict=False)
     except ValueError:
-        raise ConfigError(f"trusted_proxies entry {entry!r} is not an address or a network (e.g. 10.0.0.5 or "
-                          "172.18.0.0/16)", settings=("trusted_proxies",)) from None
+        raise ConfigError(
+            f"trusted_proxies entry {entry!r} is not an address or a network (e.g. 10.0.0.5 or 172.18.0.0/16)",
+            settings=("trusted_proxies",),
+        ) from None

@@ -83,10 +83,18 @@ class RequestRecord:
             self.kbs.append(kb)
 
     def fields(self, with_question: bool) -> dict[str, object]:
-        out: dict[str, object] = {"request_id": self.id, "method": self.method, "path": self.path,
-                                  "route": self.route, "kb": ",".join(self.kbs) or None, "status": self.status,
-                                  "ms": self.ms, "stages": self.stages or None, "outcome": self.outcome,
-                                  "evidence": self.evidence}
+        out: dict[str, object] = {
+            "request_id": self.id,
+            "method": self.method,
+            "path": self.path,
+            "route": self.route,
+            "kb": ",".join(self.kbs) or None,
+            "status": self.status,
+            "ms": self.ms,
+            "stages": self.stages or None,
+            "outcome": self.outcome,
+            "evidence": self.evidence,
+        }
         if with_question and self.question is not None:
             out["question"] = self.question
         return {k: v for k, v in out.items() if v is not None}
@@ -95,6 +103,7 @@ class RequestRecord:
 def text_line(fields: dict[str, object]) -> str:
     """`POST /search 200 12.3ms request_id=... route=...`: an access line's head, then `key=value`s; a value with
     anything but safe characters is JSON-quoted (no line breaks, no forged fields from a path or a question)."""
+
     def value(v: object) -> str:
         if isinstance(v, dict):
             v = ",".join(f"{k}:{x}" for k, x in v.items())
@@ -119,9 +128,15 @@ class RequestLog:
     """ASGI middleware, outermost: the request id, the log line, the request's count and duration, and its row in
     the audit log (serve/gate/audit_log.py)."""
 
-    def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute],
-                 count: Callable[[str, str, int, float], None] | None, logs: bool, log_questions: bool,
-                 audit: Callable[[RequestRecord, Scope], None] | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        routes: Sequence[BaseRoute],
+        count: Callable[[str, str, int, float], None] | None,
+        logs: bool,
+        log_questions: bool,
+        audit: Callable[[RequestRecord, Scope], None] | None = None,
+    ) -> None:
         self.app, self.routes, self.count, self.audit = app, routes, count, audit
         self.logs, self.log_questions = logs, log_questions
 
@@ -130,8 +145,9 @@ class RequestLog:
             await self.app(scope, receive, send)
             return
         given = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
-        record = RequestRecord(given if REQUEST_ID.fullmatch(given) else uuid.uuid4().hex, scope["method"],
-                               scope["path"])
+        record = RequestRecord(
+            given if REQUEST_ID.fullmatch(given) else uuid.uuid4().hex, scope["method"], scope["path"]
+        )
         token = _current.set(record)
         start = time.perf_counter()
 

@@ -61,8 +61,11 @@ class Signer:
             payload = json.loads(_unb64(body))
         except ValueError:
             return None
-        if not isinstance(payload, dict) or not isinstance(payload.get("exp"), int | float) \
-                or payload["exp"] < time.time():
+        if (
+            not isinstance(payload, dict)
+            or not isinstance(payload.get("exp"), int | float)
+            or payload["exp"] < time.time()
+        ):
             return None
         return payload
 
@@ -72,8 +75,13 @@ class Signer:
         if payload is None or not isinstance(payload.get("sub"), str):
             return None
         groups = payload.get("groups")
-        return User(str(payload["sub"]), _opt(payload.get("email")), _opt(payload.get("name")),
-                    tuple(str(g) for g in groups) if isinstance(groups, list) else (), "oidc")
+        return User(
+            str(payload["sub"]),
+            _opt(payload.get("email")),
+            _opt(payload.get("name")),
+            tuple(str(g) for g in groups) if isinstance(groups, list) else (),
+            "oidc",
+        )
 
 
 def session_payload(user: User) -> dict[str, object]:
@@ -92,8 +100,11 @@ def _key_file(path: Path) -> bytes:
     except FileNotFoundError:
         pass
     except OSError as exc:
-        raise ConfigError(f"cannot read the session key {path} ({exc.__class__.__name__}): set session_secret, or "
-                          "make data_dir writable", settings=("session_secret", "data_dir")) from None
+        raise ConfigError(
+            f"cannot read the session key {path} ({exc.__class__.__name__}): set session_secret, or "
+            "make data_dir writable",
+            settings=("session_secret", "data_dir"),
+        ) from None
     key = secrets.token_bytes(32)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -101,8 +112,11 @@ def _key_file(path: Path) -> bytes:
         with os.fdopen(fd, "wb") as out:
             out.write(key)
     except OSError as exc:
-        raise ConfigError(f"cannot write the session key {path} ({exc.__class__.__name__}): set session_secret, or "
-                          "make data_dir writable", settings=("session_secret", "data_dir")) from None
+        raise ConfigError(
+            f"cannot write the session key {path} ({exc.__class__.__name__}): set session_secret, or "
+            "make data_dir writable",
+            settings=("session_secret", "data_dir"),
+        ) from None
     return key
 
 

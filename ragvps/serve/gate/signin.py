@@ -1,10 +1,10 @@
 """Sign-in with the team's identity provider (OpenID Connect, authorization code + PKCE) for the page:
 
-    GET  /auth/login?next=/   -> the provider's sign-in page (state, nonce and PKCE verifier in a 10-minute cookie)
-    GET  /auth/callback       <- the provider sends the user back: the code is exchanged, the ID token checked,
-                                 the session cookie set, the user remembered (their groups, for forwarded look-ups)
-    GET|POST /auth/logout     -> the session cookie cleared, then the provider's end-session page if it has one
-    GET  /auth/me             who the page is signed in as (open: the page asks before it has any credentials)
+GET  /auth/login?next=/   -> the provider's sign-in page (state, nonce and PKCE verifier in a 10-minute cookie)
+GET  /auth/callback       <- the provider sends the user back: the code is exchanged, the ID token checked,
+                             the session cookie set, the user remembered (their groups, for forwarded look-ups)
+GET|POST /auth/logout     -> the session cookie cleared, then the provider's end-session page if it has one
+GET  /auth/me             who the page is signed in as (open: the page asks before it has any credentials)
 """
 
 # No `from __future__ import annotations` here: FastAPI reads the routes' parameters from the annotations.
@@ -64,8 +64,13 @@ def _flow(api: "FastAPI", settings: "Settings", ready: "Ready", provider: "Provi
     async def callback(request: Request, code: str = "", state: str = "", error: str = "") -> Response:
         attempt = _login_of(signer.load(cookie(list(request.scope["headers"]), LOGIN_COOKIE) or ""))
         if error or attempt is None or not code or state != attempt.state:
-            why = (f"the provider said {error!r}" if error else "the sign-in expired or did not start here"
-                   if attempt is None else "the sign-in's state does not match")
+            why = (
+                f"the provider said {error!r}"
+                if error
+                else "the sign-in expired or did not start here"
+                if attempt is None
+                else "the sign-in's state does not match"
+            )
             raise UnauthorizedError(f"sign-in failed ({why}): start again at /auth/login")
         token = await provider.exchange(code, attempt, _callback(request, settings))
         claims = await provider.verify(token, (settings.auth.oidc_client_id,), nonce=attempt.nonce)
@@ -75,14 +80,19 @@ def _flow(api: "FastAPI", settings: "Settings", ready: "Ready", provider: "Provi
             await in_thread(lambda: library.identities().seen(user), 5.0)
         response = RedirectResponse(attempt.next, status_code=302)
         secure = _https(request, settings)
-        response.raw_headers.append(cookie_header(SESSION_COOKIE, signer.dump(session_payload(user), hours * 3600),
-                                                  hours * 3600, secure))
+        response.raw_headers.append(
+            cookie_header(SESSION_COOKIE, signer.dump(session_payload(user), hours * 3600), hours * 3600, secure)
+        )
         response.raw_headers.append(cookie_header(LOGIN_COOKIE, "", 0, secure, "/auth"))
         return response
 
     # a link (GET) as well as POST: the page's form-action 'self' would stop a form's redirect to the provider
-    @api.api_route("/auth/logout", methods=["GET", "POST"], tags=["auth"],
-                   summary="Sign out (and out of the provider, where it offers that)")
+    @api.api_route(
+        "/auth/logout",
+        methods=["GET", "POST"],
+        tags=["auth"],
+        summary="Sign out (and out of the provider, where it offers that)",
+    )
     async def logout(request: Request) -> Response:
         home = str(request.base_url)
         try:

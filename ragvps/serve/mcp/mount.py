@@ -62,9 +62,13 @@ class LazyMcp:
                 if self._tasks is None:
                     raise RuntimeError("/mcp was called outside the server's lifespan")
                 server = await anyio.to_thread.run_sync(self._build)
-                sub = server.streamable_http_app(streamable_http_path=MCP_PATH, stateless_http=True,
-                                                 json_response=True, transport_security=_security(),
-                                                 host=self.host)
+                sub = server.streamable_http_app(
+                    streamable_http_path=MCP_PATH,
+                    stateless_http=True,
+                    json_response=True,
+                    transport_security=_security(),
+                    host=self.host,
+                )
                 await self._tasks.start(_serve_sessions, server)
                 (route,) = sub.routes  # Route(MCP_PATH, endpoint=the SDK's StreamableHTTPASGIApp)
                 assert isinstance(route, Route)

@@ -44,8 +44,10 @@ if TYPE_CHECKING:
 else:
     ToolContext = Context  # the SDK finds a tool's context argument by its class, so no type argument at run time
 
-INSTRUCTIONS = ("Search and ask the user's own knowledge base (their documents, ingested by ragvps). Use `search` "
-                "for passages to read and quote, `ask` for a short answer that cites its sources as [n].")
+INSTRUCTIONS = (
+    "Search and ask the user's own knowledge base (their documents, ingested by ragvps). Use `search` "
+    "for passages to read and quote, `ask` for a short answer that cites its sources as [n]."
+)
 
 
 def build_server(ready: Ready, max_k: int = 100) -> MCPServer[object]:
@@ -63,35 +65,69 @@ def build_server(ready: Ready, max_k: int = 100) -> MCPServer[object]:
         principal = principal_in(ctx)
         return ready.kb(kb or default_kb(ready, principal), principal)
 
-    @server.tool(description="Find the chunks of the knowledge base that best match a query (hybrid: vector + "
-                             "BM25 keyword search). Returns each chunk's text, source path, heading path, chunk id "
-                             "and score, best first.")
-    async def search(query: str, ctx: ToolContext, k: int = 8, mode: Mode = "hybrid", path_prefix: str = "",
-                     kb: str | None = None) -> list[dict[str, object]]:
+    @server.tool(
+        description="Find the chunks of the knowledge base that best match a query (hybrid: vector + "
+        "BM25 keyword search). Returns each chunk's text, source path, heading path, chunk id "
+        "and score, best first."
+    )
+    async def search(
+        query: str, ctx: ToolContext, k: int = 8, mode: Mode = "hybrid", path_prefix: str = "", kb: str | None = None
+    ) -> list[dict[str, object]]:
         def run() -> SearchResult:
             return app_for(ctx, kb).search(search_request(query, k, mode, path_prefix, {}, max_k))
 
         result = await call(run)
-        return [{"rank": h.rank, "chunk_id": h.chunk_id, "path": h.path, "heading_path": h.heading_path,
-                 "score": h.score, "text": h.text} for h in result.hits]
+        return [
+            {
+                "rank": h.rank,
+                "chunk_id": h.chunk_id,
+                "path": h.path,
+                "heading_path": h.heading_path,
+                "score": h.score,
+                "text": h.text,
+            }
+            for h in result.hits
+        ]
 
-    @server.tool(description="Answer a question from the knowledge base, citing the chunks it used as [n]; "
-                             "`citations` lists them (n, chunk id, path). Says so when the documents do not "
-                             "answer it, with `answered` false: when `evidence` (0..1) is below `min_evidence` "
-                             "nothing was close enough (no sources); when it is not, sources were found but no "
-                             "sentence of them answers directly, and the answer says so and names the closest.")
-    async def ask(question: str, ctx: ToolContext, k: int | None = None, mode: Mode = "hybrid", path_prefix: str = "",
-                  kb: str | None = None) -> dict[str, object]:
+    @server.tool(
+        description="Answer a question from the knowledge base, citing the chunks it used as [n]; "
+        "`citations` lists them (n, chunk id, path). Says so when the documents do not "
+        "answer it, with `answered` false: when `evidence` (0..1) is below `min_evidence` "
+        "nothing was close enough (no sources); when it is not, sources were found but no "
+        "sentence of them answers directly, and the answer says so and names the closest."
+    )
+    async def ask(
+        question: str,
+        ctx: ToolContext,
+        k: int | None = None,
+        mode: Mode = "hybrid",
+        path_prefix: str = "",
+        kb: str | None = None,
+    ) -> dict[str, object]:
         def run() -> Answer:
             return app_for(ctx, kb).ask(ask_request(question, k, mode, path_prefix, {}, max_k))
 
         answer = json_object(await call(run))
-        return {key: answer.get(key) for key in ("answer", "answered", "evidence", "min_evidence", "citations",
-                                                 "quotes", "invalid_citations", "sources", "generator", "model")
-                if key in answer}
+        return {
+            key: answer.get(key)
+            for key in (
+                "answer",
+                "answered",
+                "evidence",
+                "min_evidence",
+                "citations",
+                "quotes",
+                "invalid_citations",
+                "sources",
+                "generator",
+                "model",
+            )
+            if key in answer
+        }
 
-    server.middleware.append(ReadableArguments({"search": _arguments_model("search", search),
-                                                "ask": _arguments_model("ask", ask)}))
+    server.middleware.append(
+        ReadableArguments({"search": _arguments_model("search", search), "ask": _arguments_model("ask", ask)})
+    )
     server.middleware.append(ListsKnowledgeBases(ready))
     return server
 
@@ -105,8 +141,9 @@ def default_kb(ready: Ready, principal: Principal) -> str:
         return own
     if len(names) == 1:
         return names[0]
-    raise UsageError(f"name the knowledge base (argument kb): this key may read {', '.join(names)}, not the "
-                     f"server's own ({own!r})")
+    raise UsageError(
+        f"name the knowledge base (argument kb): this key may read {', '.join(names)}, not the server's own ({own!r})"
+    )
 
 
 def principal_in(ctx: ToolContext) -> Principal:
@@ -162,8 +199,9 @@ class ReadableArguments:
             try:
                 model.model_validate(params.get("arguments") or {})
             except ValidationError as exc:
-                return CallToolResult(content=[TextContent(type="text", text=arguments_message(params["name"], exc))],
-                                      is_error=True)
+                return CallToolResult(
+                    content=[TextContent(type="text", text=arguments_message(params["name"], exc))], is_error=True
+                )
         return await call_next(ctx)
 
 
@@ -179,10 +217,11 @@ def arguments_message(tool: str, exc: ValidationError) -> str:
 def _arguments_model(name: str, fn: Callable[P, object]) -> type[BaseModel]:
     fields: dict[str, tuple[object, object]] = {
         p.name: (p.annotation, ... if p.default is inspect.Parameter.empty else p.default)
-        for p in inspect.signature(fn, eval_str=True).parameters.values() if p.name != "ctx"}
+        for p in inspect.signature(fn, eval_str=True).parameters.values()
+        if p.name != "ctx"
+    }
     model: type[BaseModel] = create_model(f"{name}_arguments", **fields)  # type: ignore[call-overload]  # fields: object
     return model
-
 
 
 def run_stdio(settings: Settings) -> None:

@@ -51,12 +51,22 @@ TAG = ":latest"
 
 
 ERRORS: dict[int | str, dict[str, object]] = {
-    code: {"model": OllamaErrorOut, "description": text} for code, text in (
-        (400, "The request is not valid, or too long."), (401, "An API key is needed, or the one sent is not valid."),
-        (404, "No such model: /api/tags lists the knowledge bases."), (413, "The body is over max_body_bytes."),
-        (503, "Not ready, the database or the LLM is unreachable, or request_timeout passed."))}
-DETAILS = {"format": "ragvps", "family": "ragvps", "families": ["ragvps"], "parameter_size": "",
-           "quantization_level": ""}
+    code: {"model": OllamaErrorOut, "description": text}
+    for code, text in (
+        (400, "The request is not valid, or too long."),
+        (401, "An API key is needed, or the one sent is not valid."),
+        (404, "No such model: /api/tags lists the knowledge bases."),
+        (413, "The body is over max_body_bytes."),
+        (503, "Not ready, the database or the LLM is unreachable, or request_timeout passed."),
+    )
+}
+DETAILS = {
+    "format": "ragvps",
+    "family": "ragvps",
+    "families": ["ragvps"],
+    "parameter_size": "",
+    "quantization_level": "",
+}
 
 
 def _now() -> str:
@@ -82,31 +92,54 @@ def add_ollama_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
         served = await readable(request)
         name = model if model.endswith(TAG) or ":" in model else model + TAG
         if name not in served:
-            return JSONResponse({"error": f"model {model!r} not found: the knowledge bases this key may read are "
-                                          f"{', '.join(served) or 'none'} (GET /api/tags)", "kind": "not_found"},
-                                status_code=404)
+            return JSONResponse(
+                {
+                    "error": f"model {model!r} not found: the knowledge bases this key may read are "
+                    f"{', '.join(served) or 'none'} (GET /api/tags)",
+                    "kind": "not_found",
+                },
+                status_code=404,
+            )
         kb = kb_of(name.removesuffix(TAG), own)
         return await in_thread(lambda: ready.kb(kb, principal_of(request)), timeout)
 
     _add_lists(api, readable, started)
 
-    @api.post("/api/show", response_model=ShowOut, responses=ERRORS, tags=["ollama"],
-              summary="One knowledge base, as Ollama's model description")
+    @api.post(
+        "/api/show",
+        response_model=ShowOut,
+        responses=ERRORS,
+        tags=["ollama"],
+        summary="One knowledge base, as Ollama's model description",
+    )
     @guarded
     async def show(request: Request, body: OllamaShowIn) -> JSONResponse | dict[str, object]:
         found = await resolve(request, body.model or body.name or "")
         if isinstance(found, JSONResponse):
             return found
-        return {"modified_at": started, "modelfile": "", "parameters": "", "template": "", "details": DETAILS,
-                "model_info": {"general.architecture": "ragvps", "ragvps.generator": found.generator.name},
-                "capabilities": ["completion", "tools"] if not found.generator.extractive else ["completion"]}
+        return {
+            "modified_at": started,
+            "modelfile": "",
+            "parameters": "",
+            "template": "",
+            "details": DETAILS,
+            "model_info": {"general.architecture": "ragvps", "ragvps.generator": found.generator.name},
+            "capabilities": ["completion", "tools"] if not found.generator.extractive else ["completion"],
+        }
 
-    answers: dict[int | str, dict[str, object]] = {200: {
-        "description": "NDJSON lines (stream, the default), or one JSON object, as Ollama's.",
-                     "content": {"application/x-ndjson": {"schema": {"type": "string"}}}}}
+    answers: dict[int | str, dict[str, object]] = {
+        200: {
+            "description": "NDJSON lines (stream, the default), or one JSON object, as Ollama's.",
+            "content": {"application/x-ndjson": {"schema": {"type": "string"}}},
+        }
+    }
 
-    @api.post("/api/chat", responses=ERRORS | answers, tags=["ollama"],
-              summary="Ollama-compatible chat: an answer to the last message, retrieved with the conversation")
+    @api.post(
+        "/api/chat",
+        responses=ERRORS | answers,
+        tags=["ollama"],
+        summary="Ollama-compatible chat: an answer to the last message, retrieved with the conversation",
+    )
     @guarded
     async def chat(request: Request, body: OllamaChatIn) -> object:  # no response model: FastAPI documents any JSON
         found = await resolve(request, body.model)
@@ -118,28 +151,49 @@ def add_ollama_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
 
 def _add_lists(api: "FastAPI", readable: "Callable[[Request, bool], Awaitable[list[str]]]", started: str) -> None:
     """/api/version, and /api/tags and /api/ps: the knowledge bases this key may read that hold documents."""
-    @api.get("/api/version", response_model=VersionOut, responses=ERRORS, tags=["ollama"],
-             summary="The Ollama API version these routes follow")
+
+    @api.get(
+        "/api/version",
+        response_model=VersionOut,
+        responses=ERRORS,
+        tags=["ollama"],
+        summary="The Ollama API version these routes follow",
+    )
     async def version() -> dict[str, str]:
         return {"version": VERSION}
 
-    @api.get("/api/tags", response_model=TagsOut, responses=ERRORS, tags=["ollama"],
-             summary="The knowledge bases this key may read, as Ollama's model list")
+    @api.get(
+        "/api/tags",
+        response_model=TagsOut,
+        responses=ERRORS,
+        tags=["ollama"],
+        summary="The knowledge bases this key may read, as Ollama's model list",
+    )
     @guarded
     async def tags(request: Request) -> dict[str, object]:
         return {"models": [_entry(name, started) for name in await readable(request, True)]}
 
-    @api.get("/api/ps", response_model=PsOut, responses=ERRORS, tags=["ollama"],
-             summary="The knowledge bases loaded, as Ollama's running models: all of /api/tags (a server keeps "
-                     "them ready while it runs)")
+    @api.get(
+        "/api/ps",
+        response_model=PsOut,
+        responses=ERRORS,
+        tags=["ollama"],
+        summary="The knowledge bases loaded, as Ollama's running models: all of /api/tags (a server keeps "
+        "them ready while it runs)",
+    )
     @guarded
     async def ps(request: Request) -> dict[str, object]:
-        return {"models": [_entry(name, started) | {"expires_at": FOREVER, "size_vram": 0}
-                           for name in await readable(request, True)]}
+        return {
+            "models": [
+                _entry(name, started) | {"expires_at": FOREVER, "size_vram": 0}
+                for name in await readable(request, True)
+            ]
+        }
 
 
-async def _chat(app: "App", body: OllamaChatIn,
-                timeout: float) -> "JSONResponse | StreamingResponse | dict[str, object]":
+async def _chat(
+    app: "App", body: OllamaChatIn, timeout: float
+) -> "JSONResponse | StreamingResponse | dict[str, object]":
     """The answer, whole or as NDJSON lines; `format` (JSON) needs an LLM, and `tools` one that takes them."""
     asked = _request(body, not app.generator.extractive)
     problem = app.generator.unsupported(asked.tools)
@@ -169,15 +223,19 @@ def _request(body: OllamaChatIn, llm: bool) -> "ChatRequest":
         passed["response_format"] = {"type": "json_object"}
     elif isinstance(body.format, dict):
         passed["response_format"] = {"type": "json_schema", "json_schema": {"name": "format", "schema": body.format}}
-    return ChatRequest(messages, Overrides(temperature=options.temperature, max_tokens=options.num_predict),
-                       tools=json.dumps(passed) if passed else "")
+    return ChatRequest(
+        messages,
+        Overrides(temperature=options.temperature, max_tokens=options.num_predict),
+        tools=json.dumps(passed) if passed else "",
+    )
 
 
 def _message(answer: "ChatAnswer", content: str) -> dict[str, object]:
     said: dict[str, object] = {"role": "assistant", "content": content}
     if answer.answer.tool_calls:
-        said["tool_calls"] = [{"function": {"name": t.name, "arguments": _arguments(t.arguments)}}
-                              for t in answer.answer.tool_calls]
+        said["tool_calls"] = [
+            {"function": {"name": t.name, "arguments": _arguments(t.arguments)}} for t in answer.answer.tool_calls
+        ]
     return said
 
 
@@ -190,9 +248,17 @@ def _arguments(text: str) -> object:
 
 def _final(answer: "ChatAnswer", content: str, model: str, start: int) -> dict[str, object]:
     u = answer.usage
-    return {"model": model, "created_at": _now(), "message": _message(answer, content), "done": True,
-            "done_reason": "stop", "total_duration": time.perf_counter_ns() - start,
-            "prompt_eval_count": u.prompt_tokens, "eval_count": u.completion_tokens, "ragvps": extra(answer)}
+    return {
+        "model": model,
+        "created_at": _now(),
+        "message": _message(answer, content),
+        "done": True,
+        "done_reason": "stop",
+        "total_duration": time.perf_counter_ns() - start,
+        "prompt_eval_count": u.prompt_tokens,
+        "eval_count": u.completion_tokens,
+        "ragvps": extra(answer),
+    }
 
 
 async def _stream(app: "App", request: "ChatRequest", timeout: float, model: str) -> "JSONResponse | StreamingResponse":
@@ -210,8 +276,14 @@ async def _lines(opened: "Opened[ChatAnswer]", model: str) -> AsyncIterator[byte
     start = time.perf_counter_ns()
     async for event in opened.events():
         if isinstance(event, Emitted):
-            yield _line({"model": model, "created_at": _now(), "message": {"role": "assistant",
-                                                                            "content": event.value}, "done": False})
+            yield _line(
+                {
+                    "model": model,
+                    "created_at": _now(),
+                    "message": {"role": "assistant", "content": event.value},
+                    "done": False,
+                }
+            )
         elif isinstance(event, BaseException):
             yield _line(error_body(event)[1])
         else:

@@ -26,11 +26,24 @@ class OllamaChatIn(BaseModel):
     """Ollama's /api/chat request; what ragvps does not use (keep_alive, think, options it has no use for) is
     accepted and ignored."""
 
-    model_config = ConfigDict(extra="allow", strict=True, json_schema_extra={"examples": [{
-        "model": "ragvps", "messages": [{"role": "user", "content": "how do I stop the embedded database?"}],
-        "stream": False}]})
-    model: str = Field(description="A knowledge base: `ragvps` (or `ragvps:latest`) for the server's own, others "
-                                   "by name (GET /api/tags lists them).", examples=["ragvps"])
+    model_config = ConfigDict(
+        extra="allow",
+        strict=True,
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "ragvps",
+                    "messages": [{"role": "user", "content": "how do I stop the embedded database?"}],
+                    "stream": False,
+                }
+            ]
+        },
+    )
+    model: str = Field(
+        description="A knowledge base: `ragvps` (or `ragvps:latest`) for the server's own, others "
+        "by name (GET /api/tags lists them).",
+        examples=["ragvps"],
+    )
     messages: list[OllamaMessage] = Field(min_length=1, max_length=1000)
     stream: bool = True
     options: OllamaOptions | None = None

@@ -40,9 +40,12 @@ ERRORS: dict[int | str, dict[str, object]] = {
     404: {"model": oa.OpenAIErrorOut, "description": "No such model: /v1/models lists the knowledge base."},
     409: {"model": oa.OpenAIErrorOut, "description": "The index was built with another embedding model."},
     500: {"model": oa.OpenAIErrorOut, "description": "A setting is wrong, or an unexpected failure (server_error)."},
-    503: {"model": oa.OpenAIErrorOut, "description": "Not ready, the database or the LLM is unreachable, or "
-                                                  "request_timeout passed."},
+    503: {
+        "model": oa.OpenAIErrorOut,
+        "description": "Not ready, the database or the LLM is unreachable, or request_timeout passed.",
+    },
 }
+
 
 def add_openai_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> None:
     timeout = float(settings.serve.request_timeout)
@@ -55,14 +58,24 @@ def add_openai_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
         names = await in_thread(lambda: (ready.listed if listed else ready.visible)(principal), timeout)
         return [model_of(n, settings.database.kb) for n in names]
 
-    @api.get("/v1/models", response_model=oa.ModelListOut, responses=ERRORS, tags=["openai"],
-             summary="The knowledge bases this key may read and that hold documents, as OpenAI's model list")
+    @api.get(
+        "/v1/models",
+        response_model=oa.ModelListOut,
+        responses=ERRORS,
+        tags=["openai"],
+        summary="The knowledge bases this key may read and that hold documents, as OpenAI's model list",
+    )
     @guarded
     async def models(request: Request) -> dict[str, object]:
         return {"object": "list", "data": [oa.model_card(m, started) for m in await readable(request, True)]}
 
-    @api.get("/v1/models/{model}", response_model=oa.ModelOut, responses=ERRORS, tags=["openai"],
-             summary="One knowledge base, as OpenAI's model object")
+    @api.get(
+        "/v1/models/{model}",
+        response_model=oa.ModelOut,
+        responses=ERRORS,
+        tags=["openai"],
+        summary="One knowledge base, as OpenAI's model object",
+    )
     @guarded
     async def one_model(request: Request, model: str) -> JSONResponse | dict[str, object]:
         served = await readable(request)
@@ -70,13 +83,24 @@ def add_openai_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
             return JSONResponse(_no_model(model, served), status_code=404)
         return oa.model_card(model, started)
 
-    @api.post("/v1/chat/completions", response_model=oa.CompletionOut, tags=["openai"],
-              responses=ERRORS | {200: {"description": "The completion; with stream: true, Server-Sent Events of "
-                                                       "chat.completion.chunk objects, then `data: [DONE]`.",
-                                        "content": {"text/event-stream": {"schema": {
-                                            "type": "object", "required": ["data"],
-                                            "properties": {"data": {"type": "string"}}}}}}},
-              summary="OpenAI-compatible chat: an answer to the last message, retrieved with the conversation")
+    @api.post(
+        "/v1/chat/completions",
+        response_model=oa.CompletionOut,
+        tags=["openai"],
+        responses=ERRORS
+        | {
+            200: {
+                "description": "The completion; with stream: true, Server-Sent Events of "
+                "chat.completion.chunk objects, then `data: [DONE]`.",
+                "content": {
+                    "text/event-stream": {
+                        "schema": {"type": "object", "required": ["data"], "properties": {"data": {"type": "string"}}}
+                    }
+                },
+            }
+        },
+        summary="OpenAI-compatible chat: an answer to the last message, retrieved with the conversation",
+    )
     @guarded
     async def chat_completions(request: Request, body: oa.ChatIn) -> Response:
         served = await readable(request)
@@ -89,8 +113,7 @@ def add_openai_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
         asked = _request(body, not app.generator.extractive)
         problem = app.generator.unsupported(asked.tools)
         if problem is not None:
-            return JSONResponse(oa.error(400, problem.message, "unsupported_parameter", problem.field),
-                                status_code=400)
+            return JSONResponse(oa.error(400, problem.message, "unsupported_parameter", problem.field), status_code=400)
         if body.stream:
             include = bool(body.stream_options and body.stream_options.include_usage)
             return await _stream(app, asked, timeout, include, body.model)
@@ -100,8 +123,13 @@ def add_openai_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
 
 
 def _no_model(model: str, served: list[str]) -> dict[str, object]:
-    return oa.error(404, f"The model {model!r} does not exist: each knowledge base this key may read is a model: "
-                         f"{', '.join(served) or 'none'} (GET /v1/models)", "model_not_found", "model")
+    return oa.error(
+        404,
+        f"The model {model!r} does not exist: each knowledge base this key may read is a model: "
+        f"{', '.join(served) or 'none'} (GET /v1/models)",
+        "model_not_found",
+        "model",
+    )
 
 
 def _request(body: oa.ChatIn, llm: bool) -> "ChatRequest":
@@ -110,8 +138,9 @@ def _request(body: oa.ChatIn, llm: bool) -> "ChatRequest":
     messages = tuple((m.role, m.text()) for m in body.messages)
     check_conversation(messages, llm)
     sent = json.dumps([m.model_dump(exclude_unset=True) for m in body.messages])
-    return ChatRequest(messages, Overrides(temperature=body.temperature, max_tokens=max_tokens), tools=body.passed(),
-                       sent=sent)
+    return ChatRequest(
+        messages, Overrides(temperature=body.temperature, max_tokens=max_tokens), tools=body.passed(), sent=sent
+    )
 
 
 async def _stream(app: "App", request: "ChatRequest", timeout: float, include_usage: bool, model: str) -> "Response":
@@ -121,8 +150,7 @@ async def _stream(app: "App", request: "ChatRequest", timeout: float, include_us
     if isinstance(opened, BaseException):
         status, body = oa.translate(*error_body(opened))
         return JSONResponse(body, status_code=status)
-    return StreamingResponse(_chunks(opened, include_usage, model), media_type="text/event-stream",
-                             headers=SSE_HEADERS)
+    return StreamingResponse(_chunks(opened, include_usage, model), media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 async def _chunks(opened: "Opened[ChatAnswer]", include_usage: bool, model: str) -> AsyncIterator[bytes]:

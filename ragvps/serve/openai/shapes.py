@@ -24,13 +24,20 @@ BASE_URL = "set the client's base URL to this server's address followed by /v1 (
 # (type, code) by status, as OpenAI answers them. A too-long request is a 400 there (context_length_exceeded),
 # which the SDK raises as BadRequestError; the ragvps routes answer 413 for a body over max_body_bytes.
 ERROR_TYPES: dict[int, tuple[str, str | None]] = {
-    400: ("invalid_request_error", None), 401: ("invalid_request_error", "invalid_api_key"),
-    403: ("permission_error", None), 404: ("invalid_request_error", "not_found"),
-    409: ("invalid_request_error", "conflict"), 413: ("invalid_request_error", "context_length_exceeded"),
-    429: ("rate_limit_error", "rate_limit_exceeded"), 503: ("server_error", "service_unavailable"),
+    400: ("invalid_request_error", None),
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("permission_error", None),
+    404: ("invalid_request_error", "not_found"),
+    409: ("invalid_request_error", "conflict"),
+    413: ("invalid_request_error", "context_length_exceeded"),
+    429: ("rate_limit_error", "rate_limit_exceeded"),
+    503: ("server_error", "service_unavailable"),
 }
-KIND_CODES = {"too_long": "context_length_exceeded", "config": "server_misconfigured",
-              "unavailable": "service_unavailable"}
+KIND_CODES = {
+    "too_long": "context_length_exceeded",
+    "config": "server_misconfigured",
+    "unavailable": "service_unavailable",
+}
 
 
 JsonObject = dict[str, object]  # a JSON object (CompletionOut's field `object` hides the builtin inside it)
@@ -45,8 +52,9 @@ class TextPart(BaseModel):
 class MessageIn(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = Field(None, description="Text, or content parts (only text is read); "
-                                                                  "a tool's result reads as conversation.")
+    content: str | list[TextPart] | None = Field(
+        None, description="Text, or content parts (only text is read); a tool's result reads as conversation."
+    )
 
     def text(self) -> str:
         if isinstance(self.content, list):
@@ -63,22 +71,35 @@ class ChatIn(BaseModel):
     """OpenAI's chat completion request; fields it has and ragvps does not use (top_p, stop, user, ...) are
     accepted and ignored."""
 
-    model_config = ConfigDict(extra="allow", strict=True, json_schema_extra={"examples": [{
-        "model": MODEL, "messages": [{"role": "user", "content": "how do I stop the embedded database?"}]}]})
-    model: str = Field(description=f"The knowledge base: {MODEL!r} for the server's own, or another's name "
-                                   "(GET /v1/models lists those the key may read).", examples=[MODEL])
-    messages: list[MessageIn] = Field(min_length=1, max_length=1000,
-                                      description="The whole conversation so far; the last is the user's question.")
+    model_config = ConfigDict(
+        extra="allow",
+        strict=True,
+        json_schema_extra={
+            "examples": [
+                {"model": MODEL, "messages": [{"role": "user", "content": "how do I stop the embedded database?"}]}
+            ]
+        },
+    )
+    model: str = Field(
+        description=f"The knowledge base: {MODEL!r} for the server's own, or another's name "
+        "(GET /v1/models lists those the key may read).",
+        examples=[MODEL],
+    )
+    messages: list[MessageIn] = Field(
+        min_length=1, max_length=1000, description="The whole conversation so far; the last is the user's question."
+    )
     stream: bool = False
     stream_options: StreamOptions | None = None
     temperature: float | None = Field(None, ge=0, le=2, description="Passed to the configured LLM.")
     max_tokens: int | None = Field(None, ge=1, le=1_000_000, description="The answer's length at most.")
     max_completion_tokens: int | None = Field(None, ge=1, le=1_000_000, description="The same as max_tokens.")
     n: int | None = Field(None, ge=1, le=1, description="One answer per request.")
-    tools: list[dict[str, object]] | None = Field(None, description="Passed to the LLM; without one, offered tools "
-                                                                 "are ignored unless tool_choice requires one.")
-    tool_choice: str | dict[str, object] | None = Field(None, description="`required` or a named function needs an "
-                                                                       "LLM (400 unsupported_parameter without).")
+    tools: list[dict[str, object]] | None = Field(
+        None, description="Passed to the LLM; without one, offered tools are ignored unless tool_choice requires one."
+    )
+    tool_choice: str | dict[str, object] | None = Field(
+        None, description="`required` or a named function needs an LLM (400 unsupported_parameter without)."
+    )
     response_format: dict[str, object] | None = Field(None, description="json_object and json_schema need an LLM.")
     parallel_tool_calls: bool | None = None
 
@@ -138,8 +159,10 @@ def wrong_turn(path: str) -> str | None:
     if path.startswith("/v1/v1/"):
         return f"there is no {path} here: the client added /v1 to a base URL that ends in /v1 already: {BASE_URL}"
     if openai_path(path) and not path.startswith(PREFIX):
-        return (f"there is no {path} here: the OpenAI-compatible API is under /v1 (/v1/chat/completions, "
-                f"/v1/models): {BASE_URL}")
+        return (
+            f"there is no {path} here: the OpenAI-compatible API is under /v1 (/v1/chat/completions, "
+            f"/v1/models): {BASE_URL}"
+        )
     if path.startswith(PREFIX):
         return f"there is no {path} here: the OpenAI-compatible API is /v1/chat/completions and /v1/models"
     return None
@@ -172,8 +195,12 @@ def new_id() -> tuple[str, int]:
 
 def usage_of(usage: Usage) -> dict[str, object]:
     p, c = usage.prompt_tokens, usage.completion_tokens
-    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
-            "prompt_tokens_details": {"cached_tokens": usage.cached_tokens}}
+    return {
+        "prompt_tokens": p,
+        "completion_tokens": c,
+        "total_tokens": p + c,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+    }
 
 
 def message(chat: ChatAnswer) -> tuple[dict[str, object], str]:
@@ -186,18 +213,36 @@ def message(chat: ChatAnswer) -> tuple[dict[str, object], str]:
 
 def completion(chat: ChatAnswer, cid: str, created: int, model: str = MODEL) -> dict[str, object]:
     said, finish = message(chat)
-    return {"id": cid, "object": "chat.completion", "created": created, "model": model, "system_fingerprint": None,
-            "choices": [{"index": 0, "message": said, "logprobs": None, "finish_reason": finish}],
-            "usage": usage_of(chat.usage), "ragvps": extra(chat)}
+    return {
+        "id": cid,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "system_fingerprint": None,
+        "choices": [{"index": 0, "message": said, "logprobs": None, "finish_reason": finish}],
+        "usage": usage_of(chat.usage),
+        "ragvps": extra(chat),
+    }
 
 
-def chunk(cid: str, created: int, model: str, delta: dict[str, object] | None, finish: str | None = None,
-          include_usage: bool = False, **more: object) -> bytes:
+def chunk(
+    cid: str,
+    created: int,
+    model: str,
+    delta: dict[str, object] | None,
+    finish: str | None = None,
+    include_usage: bool = False,
+    **more: object,
+) -> bytes:
     """One `data:` line of a streamed completion; `delta=None` is the usage chunk (no choices)."""
-    body: dict[str, object] = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-                            "system_fingerprint": None,
-                            "choices": [] if delta is None else [{"index": 0, "delta": delta, "logprobs": None,
-                                                                  "finish_reason": finish}]}
+    body: dict[str, object] = {
+        "id": cid,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "system_fingerprint": None,
+        "choices": [] if delta is None else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
     if include_usage:
         body["usage"] = None
     body.update(more)

@@ -46,8 +46,9 @@ def json_position(error: ErrorDetails, doc: object) -> str:
     return f"{reason} at line {line}, column {column}"
 
 
-def http_message(status: int, detail: str, method: str, path: str, allow: str | None,
-                 wrong_turn: Callable[[str], str | None]) -> str:
+def http_message(
+    status: int, detail: str, method: str, path: str, allow: str | None, wrong_turn: Callable[[str], str | None]
+) -> str:
     """A framework's own HTTPException in words that say what to do; `wrong_turn` names the door a lost client
     meant (the OpenAI door's, which the app factory passes)."""
     if status == 405:
@@ -56,6 +57,8 @@ def http_message(status: int, detail: str, method: str, path: str, allow: str | 
     if status == 400 and detail == "There was an error parsing the body":
         return "the body could not be read as JSON: send JSON text encoded as UTF-8" + SHAPE
     if status == 404 and detail == "Not Found":
-        return wrong_turn(path) or (f"there is no {path} here: the API is /search, /ask, /stats and /health, "
-                                    "OpenAI's chat under /v1, Ollama's under /api (see /docs)")
+        return wrong_turn(path) or (
+            f"there is no {path} here: the API is /search, /ask, /stats and /health, "
+            "OpenAI's chat under /v1, Ollama's under /api (see /docs)"
+        )
     return detail

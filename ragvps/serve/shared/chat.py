@@ -22,8 +22,9 @@ MODEL = "ragvps"  # the server's own knowledge base (setting kb, `default`), as 
 
 
 def too_slow(timeout: float) -> UnavailableError:
-    return UnavailableError(f"the answer took longer than {timeout:g} s (setting request_timeout)",
-                            settings=("request_timeout",))
+    return UnavailableError(
+        f"the answer took longer than {timeout:g} s (setting request_timeout)", settings=("request_timeout",)
+    )
 
 
 @dataclass
@@ -46,8 +47,7 @@ class Opened(Generic[T]):
                 yield event
 
 
-async def open_chat(app: App, request: ChatRequest, timeout: float,
-                    thread: str) -> Opened[ChatAnswer] | BaseException:
+async def open_chat(app: App, request: ChatRequest, timeout: float, thread: str) -> Opened[ChatAnswer] | BaseException:
     """The chat answer's stream once its first piece is there, or the error that came before it."""
 
     def work(emit: Emit[str]) -> ChatAnswer:
@@ -73,6 +73,13 @@ def kb_of(model: str, own: str) -> str:
 def extra(chat: ChatAnswer) -> dict[str, object]:
     """The one extra top-level field: the answer's citations and sources, and how the question was read."""
     answer = {k: v for k, v in chat.answer.to_json().items() if k != "answer"}
-    return {"task": chat.task, "question": chat.question, "standalone_question": chat.standalone,
-            "rewrite": chat.rewrite, "rewrite_cache": chat.rewrite_cache,
-            "rewrite_usage": chat.rewrite_usage.to_json(), **answer, "usage": chat.usage.to_json()}
+    return {
+        "task": chat.task,
+        "question": chat.question,
+        "standalone_question": chat.standalone,
+        "rewrite": chat.rewrite,
+        "rewrite_cache": chat.rewrite_cache,
+        "rewrite_usage": chat.rewrite_usage.to_json(),
+        **answer,
+        "usage": chat.usage.to_json(),
+    }

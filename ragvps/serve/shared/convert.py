@@ -13,13 +13,21 @@ if TYPE_CHECKING:
     from ragvps.app.requests import Hit
 
 
-def search_request(query: str, k: int | None, mode: str, path_prefix: str, meta: Mapping[str, object],
-                   max_k: int) -> SearchRequest:
+def search_request(
+    query: str, k: int | None, mode: str, path_prefix: str, meta: Mapping[str, object], max_k: int
+) -> SearchRequest:
     return check_search(SearchRequest(query, k, cast(Mode, mode), Filters(path_prefix, dict(meta))), max_k)
 
 
-def ask_request(question: str, k: int | None, mode: str, path_prefix: str, meta: Mapping[str, object], max_k: int,
-                use_cache: bool = True) -> AskRequest:
+def ask_request(
+    question: str,
+    k: int | None,
+    mode: str,
+    path_prefix: str,
+    meta: Mapping[str, object],
+    max_k: int,
+    use_cache: bool = True,
+) -> AskRequest:
     overrides = Overrides(k=k, mode=cast(Mode, mode), filters=Filters(path_prefix, dict(meta)))
     return check_ask(AskRequest(question, overrides, use_cache=use_cache), max_k)
 

@@ -30,14 +30,18 @@ OPEN_OPERATIONS = frozenset({"/health"})
 
 def add_docs(api: FastAPI, keys: bool) -> None:
     """/docs and its assets, and the OpenAPI document as the server answers (400 errors, the key scheme)."""
+
     @api.get("/docs", include_in_schema=False)
     async def docs() -> HTMLResponse:
         # Relative URLs, so the page works under a reverse proxy's path prefix as well.
-        return get_swagger_ui_html(openapi_url="openapi.json", title="ragvps API",
-                                   swagger_js_url="docs/assets/swagger-ui-bundle.js",
-                                   swagger_css_url="docs/assets/swagger-ui.css",
-                                   swagger_favicon_url="docs/assets/favicon.png",
-                                   swagger_ui_parameters={"validatorUrl": None, "persistAuthorization": False})
+        return get_swagger_ui_html(
+            openapi_url="openapi.json",
+            title="ragvps API",
+            swagger_js_url="docs/assets/swagger-ui-bundle.js",
+            swagger_css_url="docs/assets/swagger-ui.css",
+            swagger_favicon_url="docs/assets/favicon.png",
+            swagger_ui_parameters={"validatorUrl": None, "persistAuthorization": False},
+        )
 
     @api.get("/docs/", include_in_schema=False)
     async def docs_slash() -> RedirectResponse:

@@ -32,9 +32,11 @@ def mcp_error(status: int, body: object) -> tuple[int, dict[str, object]]:
         return status, body
     message = body.get("error") if isinstance(body, dict) else None
     kind = body.get("kind") if isinstance(body, dict) else None
-    error = {"code": INTERNAL_ERROR if status >= 500 else INVALID_REQUEST,
-             "message": f"ragvps at /mcp answered HTTP {status}: {message or 'request failed'}",
-             "data": {"status": status, "kind": kind}}
+    error = {
+        "code": INTERNAL_ERROR if status >= 500 else INVALID_REQUEST,
+        "message": f"ragvps at /mcp answered HTTP {status}: {message or 'request failed'}",
+        "data": {"status": status, "kind": kind},
+    }
     return status, {"jsonrpc": "2.0", "id": None, "error": error}
 
 
@@ -71,11 +73,20 @@ class ShapedErrors:
                 body = {"error": b"".join(parts).decode("utf-8", "replace")[:500] or "request failed"}
             status, out = translate(held["status"], body)
             data = json.dumps(out).encode()
-            headers = [(k, v) for k, v in held.get("headers", []) if k.lower() not in (b"content-length",
-                                                                                      b"content-type")]
-            await send({"type": "http.response.start", "status": status,
-                        "headers": [*headers, (b"content-type", b"application/json"),
-                                    (b"content-length", str(len(data)).encode())]})
+            headers = [
+                (k, v) for k, v in held.get("headers", []) if k.lower() not in (b"content-length", b"content-type")
+            ]
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": status,
+                    "headers": [
+                        *headers,
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(data)).encode()),
+                    ],
+                }
+            )
             await send({"type": "http.response.body", "body": data})
 
         await self.app(scope, receive, rewrite)

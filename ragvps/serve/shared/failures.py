@@ -46,6 +46,7 @@ def error_body(exc: BaseException) -> tuple[int, dict[str, str]]:
 def guarded(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
     """A route whose unexpected errors become RagvpsErrors (kind failed/unavailable), answered as JSON by the
     RagvpsError handler; Starlette's catch-all 500 handler would re-raise them and drop the connection."""
+
     @functools.wraps(fn)
     async def route(*args: P.args, **kwargs: P.kwargs) -> T:
         try:

@@ -27,8 +27,9 @@ class Ready:
     """The library of knowledge bases once it is open (or the reason it is not yet), with the App of the
     server's own knowledge base (`default`), shared by the HTTP routes and the MCP tools."""
 
-    def __init__(self, settings: Settings, app: App | None = None,
-                 on_fatal: Callable[[RagvpsError], None] | None = None):
+    def __init__(
+        self, settings: Settings, app: App | None = None, on_fatal: Callable[[RagvpsError], None] | None = None
+    ):
         self.settings = settings
         self.app = app
         self.observer: Observer = QUIET if app is None else app.observer  # told of every search and answer
@@ -116,8 +117,11 @@ class Ready:
         made = len(library.keys().listing())
         configured = bool(self.settings.serve.api_keys or self.settings.serve.api_key_file)
         if made or configured:
-            log.warning("API keys: %s%d made with `ragvps key create`: every request needs a key",
-                        "the configured ones and " if configured else "", made)
+            log.warning(
+                "API keys: %s%d made with `ragvps key create`: every request needs a key",
+                "the configured ones and " if configured else "",
+                made,
+            )
         else:
             log.warning("no API key is set: anyone who reaches this address may read every knowledge base")
 

@@ -66,5 +66,4 @@ async def answer_events(app: App, request: AskRequest, timeout: float) -> AsyncI
 
 
 def streaming_response(app: App, request: AskRequest, timeout: float) -> StreamingResponse:
-    return StreamingResponse(answer_events(app, request, timeout), media_type="text/event-stream",
-                             headers=SSE_HEADERS)
+    return StreamingResponse(answer_events(app, request, timeout), media_type="text/event-stream", headers=SSE_HEADERS)

@@ -81,8 +81,11 @@ def slots() -> asyncio.Semaphore:
 
 
 def _too_slow(timeout: float) -> UnavailableError:
-    return UnavailableError(f"the request took longer than {timeout:g} s (setting request_timeout): try a "
-                            "smaller k, or raise request_timeout", settings=("request_timeout",))
+    return UnavailableError(
+        f"the request took longer than {timeout:g} s (setting request_timeout): try a "
+        "smaller k, or raise request_timeout",
+        settings=("request_timeout",),
+    )
 
 
 async def in_thread(fn: Callable[[], T], timeout: float) -> T:
@@ -170,8 +173,7 @@ class Emit(Generic[E]):
             raise ClientGone
 
 
-async def thread_events(work: Callable[[Emit[E]], T], timeout: float,
-                        name: str) -> AsyncGenerator[Event[E, T], None]:
+async def thread_events(work: Callable[[Emit[E]], T], timeout: float, name: str) -> AsyncGenerator[Event[E, T], None]:
     """Run `work(emit)` on a thread of its own, once a slot is free, and yield what it emits as it comes, then
     Finished (what it returned), or Failed when it raised, or TimedOut when `timeout` passed first."""
     loop = asyncio.get_running_loop()
