@@ -19,7 +19,7 @@ from ragvps.cli import app as cli_app
 def own_server(new_database, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """One server for both tests: each looks only at its own files (wombats.md; crate-*.md) beside the seed."""
     tmp_path = tmp_path_factory.mktemp("page-upload")
-    env = ragvps_env(new_database("page_upload"), tmp_path / "data", upload_batch_files="64")
+    env = ragvps_env(new_database("page_upload"), tmp_path / "data", upload_batch_files="8")
     (tmp_path / "seed").mkdir()
     (tmp_path / "seed" / "seed.md").write_text("# Seed\n\nThe seed page keeps the server ready.\n")
     done = CliRunner().invoke(
@@ -76,16 +76,21 @@ def test_dropped_files_upload_with_progress_errors_by_name_and_a_listed_document
     page.close()
 
 
+# Enough work after the first batch (8 files) that a cancel always lands before the end on a fast machine too:
+# 9,000 chunks (30 a file) to embed, where the cancel is seen within about 2 s (the progress stream's 0.5 s, the
+# worker's heartbeat); the test's time is the first batch's only, as the rest is never embedded.
+FILES = 300
 MANY = """() => {
   const dt = new DataTransfer();
-  for (let i = 0; i < 150; i++) {
+  for (let i = 0; i < FILES; i++) {
     let text = "# Crate " + i + "\\n\\n";
-    for (let j = 0; j < 4; j++) text += "## Shelf " + j + "\\n\\nCrate " + i + " holds " + (i * 7 + j) +
-      " widgets on shelf " + j + ", checked by the night shift in aisle " + (i % 9) + ".\\n\\n";
+    for (let j = 0; j < 30; j++) text += "## Shelf " + j + "\\n\\nCrate " + i + " holds " + (i * 7 + j) +
+      " widgets on shelf " + j + ", checked by the night shift in aisle " + (i % 9) + " against the ledger of " +
+      "bay " + (i * 13 + j) % 97 + ", where the forklift logs " + (i + j * 31) + " moves before the morning.\\n\\n";
     dt.items.add(new File([text], "crate-" + String(i).padStart(3, "0") + ".md", {type: "text/markdown"}));
   }
   return dt;
-}"""
+}""".replace("FILES", str(FILES))
 
 
 def test_cancel_stops_the_upload_and_the_files_stored_stay(browser: Any, own_server: Server):
@@ -103,8 +108,8 @@ def test_cancel_stops_the_upload_and_the_files_stored_stay(browser: Any, own_ser
     text = page.text_content("#upload-text")
     assert page.get_attribute("#upload", "data-state") == "cancelled", text
     done = page.locator("#upload-files li.done").count()
-    assert 0 < done < 150 and page.locator("#upload-files li.cancelled").count() == 150 - done, text
-    assert text.startswith(f"cancelled: {done} of 150 files stored"), text
+    assert 0 < done < FILES and page.locator("#upload-files li.cancelled").count() == FILES - done, text
+    assert text.startswith(f"cancelled: {done} of {FILES} files stored"), text
     with own_server.client() as c:
         listed = [d["path"] for d in c.get("/kb/default/documents", params={"limit": 1000}).json()["documents"]]
     assert sorted(p for p in listed if p.startswith("crate-")) == sorted(
