@@ -4,6 +4,16 @@
 -- name: insert_job
 INSERT INTO ingest_jobs (id) VALUES (%(id)s);
 
+-- name: job_queued
+-- Wakes the workers waiting on `listen` (delivered when the transaction that queued the job commits).
+SELECT pg_notify('ragvps_jobs', '');
+
+-- name: listen
+LISTEN ragvps_jobs;
+
+-- name: unlisten
+UNLISTEN ragvps_jobs;
+
 -- name: insert_file
 INSERT INTO ingest_job_files (job_id, seq, name, staged, size) VALUES (%(job)s, %(seq)s, %(name)s, %(staged)s, %(size)s);
 

@@ -207,3 +207,35 @@ def test_a_cancel_stops_a_batch_before_it_is_stored_never_while_it_is():
     assert 'progress("store", done, total)' in inspect.getsource(pipeline.store_stage)
     assert not stops_at("store")
     assert all(stops_at(stage) for stage in ("chunk", "embed", parts.ROWS + "big.csv"))
+
+
+def test_a_waiting_worker_takes_a_job_when_it_is_queued_not_at_its_next_poll(db_url, tmp_path):
+    """A worker between jobs LISTENs: the upload's NOTIFY wakes it (here its poll is an hour, so only the notice can),
+    and a stop still ends its wait; the connection goes back to the pool without its LISTEN."""
+    folder = tmp_path / "files"
+    folder.mkdir()
+    (folder / "memo.md").write_text("# Memo\n\nThe memo is about crates.\n")
+    env = ragvps_env(db_url, tmp_path / "data")
+
+    from ragvps.app import App
+    from ragvps.app import documents as d
+    from ragvps.config import load_settings
+
+    with App.open(load_settings(env=env), pooled=True) as app:
+        stop = threading.Event()
+        waiting = threading.Thread(target=d.run_jobs, args=(app, "waiter", stop), kwargs={"poll": 3600.0})
+        waiting.start()
+        try:
+            time.sleep(0.5)  # the worker has found no job and waits
+            job = staged_job(env, folder)
+            deadline = time.monotonic() + 60
+            while (status := d.job_status(app, job)).state in ("queued", "running"):
+                assert time.monotonic() < deadline, f"the queued job was not taken: {status}"
+                time.sleep(0.05)
+            assert status.state == "done" and status.files_done == 1, status
+        finally:
+            stop.set()
+            waiting.join(30)
+        assert not waiting.is_alive()  # the stop ended the wait
+        with app.connection() as conn:
+            assert conn.execute("SELECT count(*) FROM pg_listening_channels()").fetchone()[0] == 0

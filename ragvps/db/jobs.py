@@ -4,6 +4,8 @@ or embedded, and a worker whose lease ran out (another took the job over) can no
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -67,6 +69,38 @@ def create(conn: psycopg.Connection, job: str, files: Sequence[StagedFile]) -> N
             _q("insert_file"),
             [{"job": job, "seq": f.seq, "name": f.name, "staged": f.staged, "size": f.size} for f in files],
         )
+        conn.execute(_q("job_queued"))
+
+
+def listen(conn: psycopg.Connection) -> None:
+    """From now on `wait_for_job` on this connection wakes when a job is queued (in any process)."""
+    end_implicit_transaction(conn)
+    conn.execute(_q("listen"))
+    conn.commit()
+
+
+def unlisten(conn: psycopg.Connection) -> None:
+    """Before the connection goes back to its pool (a broken one is thrown away by the pool, its LISTEN with it)."""
+    try:
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.rollback()
+        conn.execute(_q("unlisten"))
+        conn.commit()
+    except psycopg.Error:
+        pass
+
+
+WAKE_CHECK_S = 0.2  # how often a wait for a job also looks at `stop`
+
+
+def wait_for_job(conn: psycopg.Connection, seconds: float, stop: threading.Event) -> None:
+    """Until a job is queued (its NOTIFY, on a connection that `listen`s), `seconds` pass or `stop` is set: a job
+    queued is claimed at once instead of at the next poll; the poll stays for jobs handed back by a lease."""
+    end_implicit_transaction(conn)
+    end = time.monotonic() + seconds
+    while not stop.is_set() and (left := end - time.monotonic()) > 0:
+        for _ in conn.notifies(timeout=min(left, WAKE_CHECK_S), stop_after=1):
+            return
 
 
 def claim(conn: psycopg.Connection, worker: str, lease: float) -> tuple[str, str] | None:

@@ -37,6 +37,8 @@ def create(conn: psycopg.Connection, job: str, source: str, worker: str | None =
     with conn.transaction():
         made = scalar(conn, _q("insert_sync_job"), {"id": job, "source": source, "claim": token, "worker": worker})
         if made is not None:
+            if token is None:  # queued: a waiting worker takes it now
+                conn.execute(_q("job_queued"))
             return str(made), token
         found = scalar(conn, _q("open_sync_job"), {"source": source})
     if found is None:  # it ended between the two statements: make ours again

@@ -66,34 +66,38 @@ def run_jobs(
     lease = float(settings.embed.worker_lease)
     empty_since: float | None = None
     with connect() as conn:
-        while not stop.is_set():
-            got = jobs.claim(conn, worker, lease)
-            if got is None:
-                if exit_when_empty and jobs.open_jobs(conn) == 0:
-                    empty_since = empty_since or time.monotonic()
-                    if time.monotonic() - empty_since >= linger:
-                        report.stopped = "empty"
-                        return report
-                else:
-                    empty_since = None
-                _wait(stop, wake, poll)
-                continue
-            empty_since = None
-            job, token = got
-            try:
-                ended = _run(connect, conn, settings, spec, lanes, job, token, stop, report, settled)
-            except UnavailableError as exc:  # the embedder or the database: give the job back, try later
-                log.warning("job %s: %s; retrying in %.0f s", job, exc, RETRY_S)
-                _give_back(conn, job, token)
-                stop.wait(RETRY_S)
-                continue
-            except (RagvpsError, OSError) as exc:  # it cannot run here (a setting, the file system): it fails whole
-                ended = _fail(conn, settings, job, token, exc)
-            except BaseException as exc:  # a defect, or MemoryError, reading the files in hand counts as a try
-                _give_back(conn, job, token, strike=isinstance(exc, Exception))
-                raise
-            report.jobs += ended
-        report.stopped = "stop"
+        jobs.listen(conn)  # a job queued wakes this worker at once
+        try:
+            while not stop.is_set():
+                got = jobs.claim(conn, worker, lease)
+                if got is None:
+                    if exit_when_empty and jobs.open_jobs(conn) == 0:
+                        empty_since = empty_since or time.monotonic()
+                        if time.monotonic() - empty_since >= linger:
+                            report.stopped = "empty"
+                            return report
+                    else:
+                        empty_since = None
+                    _wait(conn, stop, wake, poll)
+                    continue
+                empty_since = None
+                job, token = got
+                try:
+                    ended = _run(connect, conn, settings, spec, lanes, job, token, stop, report, settled)
+                except UnavailableError as exc:  # the embedder or the database: give the job back, try later
+                    log.warning("job %s: %s; retrying in %.0f s", job, exc, RETRY_S)
+                    _give_back(conn, job, token)
+                    stop.wait(RETRY_S)
+                    continue
+                except (RagvpsError, OSError) as exc:  # it cannot run here (a setting, the file system): it fails whole
+                    ended = _fail(conn, settings, job, token, exc)
+                except BaseException as exc:  # a defect, or MemoryError, reading the files in hand counts as a try
+                    _give_back(conn, job, token, strike=isinstance(exc, Exception))
+                    raise
+                report.jobs += ended
+            report.stopped = "stop"
+        finally:
+            jobs.unlisten(conn)
     return report
 
 
@@ -122,9 +126,9 @@ def _run(
     return int(done is not None)
 
 
-def _wait(stop: threading.Event, wake: threading.Event | None, poll: float) -> None:
+def _wait(conn: psycopg.Connection, stop: threading.Event, wake: threading.Event | None, poll: float) -> None:
     if wake is None:
-        stop.wait(poll)
+        jobs.wait_for_job(conn, poll, stop)
         return
     wake.wait(poll)
     wake.clear()
