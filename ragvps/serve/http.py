@@ -34,7 +34,7 @@ from ragvps.serve.documents.runner import JobRunner
 from ragvps.serve.documents.sources import add_source_routes
 from ragvps.serve.gate.access import Access, RequireKey
 from ragvps.serve.gate.audit_log import AuditLog
-from ragvps.serve.gate.auth import check_bind, load_keys
+from ragvps.serve.gate.bind import check_bind, load_keys
 from ragvps.serve.gate.guard import HostOriginGuard
 from ragvps.serve.gate.limits import LimitBody
 from ragvps.serve.gate.oidc import Provider

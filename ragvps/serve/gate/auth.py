@@ -8,13 +8,14 @@ compared in constant time against every key. Keys are never logged or echoed.
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ragvps.config import Settings
-from ragvps.errors import ConfigError, RagvpsError
+from ragvps.errors import RagvpsError
+from ragvps.serve.gate.bind import MIN_KEY_CHARS as MIN_KEY_CHARS
+from ragvps.serve.gate.bind import check_bind as check_bind
+from ragvps.serve.gate.bind import is_loopback as is_loopback
+from ragvps.serve.gate.bind import load_keys as load_keys
 from ragvps.serve.gate.signin import OPEN_AUTH_PATHS
 from ragvps.serve.shared.docs import OPEN_PATHS as DOCS_PATHS
 
@@ -25,59 +26,6 @@ if TYPE_CHECKING:
 # Paths anyone may fetch: the health check, the page (static; it holds no data and asks for the key), and the
 # API's description (the OpenAPI document, /docs and its assets).
 OPEN_PATHS = frozenset({"/health", "/", "/favicon.ico"}) | DOCS_PATHS | OPEN_AUTH_PATHS
-MIN_KEY_CHARS = 16
-
-
-def load_keys(settings: Settings) -> tuple[str, ...]:
-    """Every configured key: `api_keys` plus the lines of `api_key_file`."""
-    keys = list(settings.serve.api_keys)
-    if settings.serve.api_key_file:
-        path = Path(settings.serve.api_key_file).expanduser()
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(
-                f"cannot read api_key_file {path}: {exc.__class__.__name__}; point the setting "
-                "api_key_file at a readable file with one key a line",
-                settings=("api_key_file",),
-            ) from None
-        file_keys = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
-        if not file_keys:
-            raise ConfigError(
-                f"api_key_file {path} holds no key: write one key a line (make one with `openssl rand -hex 32`)",
-                settings=("api_key_file",),
-            )
-        keys += file_keys
-    for key in keys:
-        if len(key) < MIN_KEY_CHARS or any(c.isspace() or not c.isprintable() for c in key):
-            raise ConfigError(
-                f"an API key is too short or has spaces: use at least {MIN_KEY_CHARS} printable "
-                "characters (make one with `openssl rand -hex 32`)",
-                settings=("api_keys", "api_key_file"),
-            )
-    return tuple(dict.fromkeys(keys))
-
-
-def is_loopback(host: str) -> bool:
-    """True for 127.0.0.0/8, ::1 and `localhost`: addresses only this machine can reach."""
-    if host.strip().lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def check_bind(host: str, keys: tuple[str, ...], people: bool = False) -> None:
-    """Refuse to listen beyond loopback without a key or sign-in: anyone who can reach the port could read
-    everything."""
-    if not keys and not people and not is_loopback(host):
-        raise ConfigError(
-            f"refusing to listen on {host} without an API key: anyone who can reach it could read the knowledge "
-            "base. Set RAGVPS_API_KEYS (setting api_keys; make one with `openssl rand -hex 32`) or api_key_file, "
-            "or listen on 127.0.0.1 behind a reverse proxy",
-            settings=("api_keys", "api_key_file", "host"),
-        )
 
 
 def presented_key(headers: list[tuple[bytes, bytes]]) -> str | None:
