@@ -18,9 +18,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ragvps.app.ask import ask, build_prompt
-from ragvps.app.chat import chat
-from ragvps.app.health import health
 from ragvps.app.kbs import resolve
 from ragvps.app.observe import QUIET, Observer
 from ragvps.app.requests import Answer, AskRequest, Health, PromptPreview, SearchRequest, SearchResult
@@ -35,7 +32,6 @@ from ragvps.embed.models import spec_for
 from ragvps.embed.registry import make_embedder, make_lanes, resolve_spec
 from ragvps.errors import UsageError
 from ragvps.generate import cache as answer_cache
-from ragvps.generate.registry import make_generator
 from ragvps.retrieve.search import bit_depth
 
 if TYPE_CHECKING:
@@ -239,12 +235,17 @@ class App:
         """The configured generator (extractive, openai, anthropic, ollama), made once and shared."""
         with self._lock:
             if self._generator is None:
+                from ragvps.generate.registry import make_generator  # lazy: as ask's, above
+
                 self._generator = make_generator(self.settings, lambda: self.embedder)
             return self._generator
 
     def ask(self, request: AskRequest, on_sources: OnSources | None = None, on_token: OnToken | None = None) -> Answer:
         """An answer with citations; `on_sources` once before generation, `on_token` per streamed piece.
         Either callback may raise to cancel: the upstream request is closed and nothing is cached."""
+        # lazy: the answering use cases load for the commands that answer (`kb list`, `stats`, `ingest` start-up)
+        from ragvps.app.ask import ask
+
         answer = ask(self, request, on_sources, on_token)
         self.observer.answered(self.kb_name, answer)
         return answer
@@ -253,10 +254,16 @@ class App:
         self, request: ChatRequest, on_sources: OnSources | None = None, on_token: OnToken | None = None
     ) -> ChatAnswer:
         """The answer to a conversation's last question, retrieved for it made standalone; callbacks as `ask`."""
+        # lazy: the answering use cases load for the commands that answer (`kb list`, `stats`, `ingest` start-up)
+        from ragvps.app.chat import chat
+
         return chat(self, request, on_sources, on_token)
 
     def build_prompt(self, request: AskRequest) -> PromptPreview:
         """The exact prompt `ask` would send, its token count and what was left out; nothing is sent."""
+        # lazy: the answering use cases load for the commands that answer (`kb list`, `stats`, `ingest` start-up)
+        from ragvps.app.ask import build_prompt
+
         return build_prompt(self, request)
 
     def active_set(self, conn: psycopg.Connection, action: str) -> EmbeddingSet:
@@ -372,6 +379,9 @@ class App:
     def health(self) -> Health:
         """Is the database reachable, is anything in, which model is active, is the pool stuck: what a server's
         /health says. On its own connection with short timeouts (app/health.py), never waiting on the pool."""
+        # lazy: the answering use cases load for the commands that answer (`kb list`, `stats`, `ingest` start-up)
+        from ragvps.app.health import health
+
         return health(self.settings, self._connections, self.kb.schema if self.kb else None)
 
     def doctor(self) -> Diagnosis:

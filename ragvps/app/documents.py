@@ -10,14 +10,14 @@ request.
 from __future__ import annotations
 
 import dataclasses
-import re
-import secrets
 import threading
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ragvps.app.job_ids import job_kb as job_kb  # re-exported: the documents door finds a job's base
+from ragvps.app.job_ids import new_job_id as new_job_id  # re-exported: the documents door makes jobs
 from ragvps.db import jobs, store, sync_jobs
 from ragvps.db.jobs import StagedFile
 from ragvps.embed.registry import make_lanes
@@ -39,20 +39,7 @@ if TYPE_CHECKING:
     from ragvps.ingest.jobs import JobsReport
     from ragvps.ingest.remote.sync import SyncReport
 
-JOB_ID = re.compile(r"j([0-9]+)-([0-9a-f]{16})")
 MAX_PAGE = 1000
-
-
-def new_job_id(app: App) -> str:
-    """A job's id names its knowledge base by catalog id, so `GET /jobs/{id}` finds the schema without a name."""
-    assert app.kb is not None
-    return f"j{app.kb.id}-{secrets.token_hex(8)}"
-
-
-def job_kb(job: str) -> int | None:
-    """The catalog id of the knowledge base a job id names, or None for an id that is not a job's."""
-    match = JOB_ID.fullmatch(job)
-    return int(match.group(1)) if match else None
 
 
 def submit(app: App, job: str, files: list[StagedFile]) -> str:

@@ -22,16 +22,12 @@ from typing import TYPE_CHECKING
 
 from ragvps.app.bundles import backup_names
 from ragvps.app.core import App
-from ragvps.app.documents import new_job_id
+from ragvps.app.job_ids import new_job_id
 from ragvps.db import jobs, sources, store, sync_jobs
 from ragvps.db.connections import SingleConnection
 from ragvps.embed.registry import make_lanes
 from ragvps.errors import ConflictError, DatabaseError, NotFoundError, UsageError
 from ragvps.generate import cache as answer_cache
-from ragvps.ingest.remote.sync import SyncReport as SyncReport  # re-exported: the CLI reports it
-from ragvps.ingest.remote.sync import forget
-from ragvps.ingest.sync_job import SyncJob, report_of
-from ragvps.ingest.worker import default_name
 
 if TYPE_CHECKING:
     import psycopg
@@ -39,6 +35,7 @@ if TYPE_CHECKING:
     from ragvps.app.core import App
     from ragvps.config import Settings
     from ragvps.db.sources import SourceRow
+    from ragvps.ingest.remote.sync import SyncReport as SyncReport  # re-exported: the CLI reports it
 
 Progress = Callable[[str, int, int], None]
 Warn = Callable[[str], None]
@@ -150,6 +147,8 @@ def remove_source(app: App, name: str) -> RemovedSource:
                 f"source {name} is being synced (job {running}): cancel it (DELETE /jobs/{running}) "
                 "or wait for it to end, then remove the source"
             )
+        from ragvps.ingest.remote.sync import forget  # lazy: as run_sync's, below
+
         documents = forget(conn, app.settings, name)
         sources.remove(conn, name)
     return RemovedSource(name, documents)
@@ -190,6 +189,11 @@ def run_sync(app: App, name: str, progress: Progress, warn: Warn) -> SyncReport:
     """Make the source's sync job and run it in this process, with a second connection for its lease; when
     another worker holds the source's open sync, wait for it (and take it over if its lease runs out)."""
 
+    # lazy: the sync and ingest machinery loads for a sync or a removal; `ragvps stats` only lists sources
+    from ragvps.ingest.remote.sync import SyncReport
+    from ragvps.ingest.sync_job import SyncJob
+    from ragvps.ingest.worker import default_name
+
     worker, lease = default_name(), float(app.settings.embed.worker_lease)
     lanes = lambda: make_lanes(app.settings, app.spec, lambda: app.embedder, progress, warn)  # noqa: E731
     with app.connection() as conn:
@@ -226,6 +230,9 @@ def run_sync(app: App, name: str, progress: Progress, warn: Warn) -> SyncReport:
 
 def _ended(conn: psycopg.Connection, job: str, name: str) -> SyncReport | None:
     """The report of the source's sync that another worker ran, once it ended; None while it runs."""
+
+    from ragvps.ingest.remote.sync import SyncReport  # lazy: as run_sync's, above
+    from ragvps.ingest.sync_job import report_of
 
     row = sync_jobs.read(conn, job)
     if row is not None and row.state in ("queued", "running"):
