@@ -348,9 +348,10 @@ if __name__ == "__main__":
     sys.exit(0)
 
 
-# Counted as `ruff format` lays the code out (one argument a line once a call does not fit in 120 columns: about 11%
-# more lines than the hand-packed layout the caps of 400 and 60 were set on); no function grew in statements.
-MAX_MODULE_LINES, MAX_FUNCTION_LINES = 450, 80
+# Counted as `ruff format` lays the code out (one argument a line once a call does not fit in 120 columns). A function
+# is at most 60 lines of that layout; a module at most 450, the 400 of the hand-packed layout plus the ~11% the
+# formatter adds.
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 450, 60
 
 
 def test_modules_and_functions_stay_readable_in_one_sitting() -> None:

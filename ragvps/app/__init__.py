@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         jsonable,
     )
     from ragvps.ingest.pipeline import IngestReport
+    from ragvps.measure.inspect import StatsReport
     from ragvps.retrieve.filters import Filters
 
 _WHERE = {
@@ -42,6 +43,7 @@ _WHERE = {
     "existing_path": "ragvps.app.core",
     "Filters": "ragvps.retrieve.filters",
     "IngestReport": "ragvps.ingest.pipeline",
+    "StatsReport": "ragvps.measure.inspect",
     **dict.fromkeys(
         (
             "Answer",
@@ -75,6 +77,7 @@ __all__ = [
     "PromptPreview",
     "SearchRequest",
     "SearchResult",
+    "StatsReport",
     "existing_path",
     "json_object",
     "jsonable",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -19,6 +19,9 @@ from ragvps.cli.common import (
     metadata_pairs,
     open_app,
 )
+
+if TYPE_CHECKING:
+    from ragvps.app import PromptPreview
 
 
 def ask(
@@ -47,24 +50,9 @@ def ask(
     with flag_names({"mode": "--mode", "k": "--k"}), open_app(ctx, kb=kb) as app:
         if show_prompt:
             preview = app.build_prompt(request)
-            if as_json:
-                return echo_json(preview)
-            typer.echo(preview.text)
-            left = ", ".join(f"{n} by {why}" for why, n in sorted(preview.left_out.items())) or "none"
-            err.print(
-                f"{preview.prompt_tokens:,} prompt tokens ({preview.encoding}; stable prefix "
-                f"{preview.system_tokens:,}) of {preview.window - preview.reserve:,} allowed "
-                f"(context_window {preview.window:,} - answer_reserve {preview.reserve:,}); "
-                f"{len(preview.sources)} sources, left out: {left}; nothing was sent"
-            )
-            return None
+            return echo_json(preview) if as_json else _print_preview(preview)
         streaming = not as_json and sys.stdout.isatty()
-
-        def show(piece: str) -> None:
-            sys.stdout.write(piece)
-            sys.stdout.flush()
-
-        answer = app.ask(request, on_token=show if streaming else None)
+        answer = app.ask(request, on_token=_show if streaming else None)
     if as_json:
         return echo_json(answer)
     typer.echo("" if streaming else answer.answer)
@@ -83,6 +71,24 @@ def ask(
         notes.append(f"{answer.invalid_citations} invalid citation(s) dropped")
     err.print("; ".join(notes))
     return None
+
+
+def _print_preview(preview: PromptPreview) -> None:
+    """The prompt `ask` would send; its token count against the window, and what was left out, on stderr."""
+    typer.echo(preview.text)
+    left = ", ".join(f"{n} by {why}" for why, n in sorted(preview.left_out.items())) or "none"
+    err.print(
+        f"{preview.prompt_tokens:,} prompt tokens ({preview.encoding}; stable prefix "
+        f"{preview.system_tokens:,}) of {preview.window - preview.reserve:,} allowed "
+        f"(context_window {preview.window:,} - answer_reserve {preview.reserve:,}); "
+        f"{len(preview.sources)} sources, left out: {left}; nothing was sent"
+    )
+
+
+def _show(piece: str) -> None:
+    """A streamed piece of the answer, as it comes."""
+    sys.stdout.write(piece)
+    sys.stdout.flush()
 
 
 def register(app: typer.Typer) -> None:

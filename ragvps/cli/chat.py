@@ -60,11 +60,6 @@ def chat(
     interactive, streaming = sys.stdin.isatty(), sys.stdout.isatty()
     rendered = streaming if markdown is None else markdown
     messages: list[tuple[str, str]] = []
-
-    def show(piece: str) -> None:
-        sys.stdout.write(on_terminal(piece))
-        sys.stdout.flush()
-
     with flag_names({"mode": "--mode", "k": "--k"}), open_app(ctx, kb=kb) as app:
         if interactive:
             err.print("Ask a question; follow-ups may refer to earlier answers. Ctrl-D leaves.")
@@ -80,25 +75,38 @@ def chat(
             if not (question := line.strip()):
                 continue
             request = ChatRequest((*messages, ("user", question)), overrides, use_cache=not no_cache)
-            try:
-                answer = (
-                    rendered_chat(app, request, streaming)
-                    if rendered
-                    else app.chat(request, on_token=show if streaming else None)
-                )
-            except KeyboardInterrupt:
-                err.print("\n(stopped; ask again, or Ctrl-D to leave)")
-                continue
-            except RagvpsError as exc:  # one bad turn does not end the conversation
-                if exc.kind not in ("usage", "too_long", "unavailable"):
-                    raise
-                err.print(f"[red]error:[/red] {escape(str(exc))}")
+            answer = _turn(app, request, rendered, streaming)
+            if answer is None:
                 continue
             typer.echo("" if streaming or rendered else answer.content)
             err.print(escape(_notes(answer)))
             messages += [("user", question), ("assistant", answer.content)]
     if interactive:
         err.print("")
+
+
+def _turn(app: App, request: ChatRequest, rendered: bool, streaming: bool) -> ChatAnswer | None:
+    """One answer, written as it comes when `streaming`; None when Ctrl-C stopped it or it failed in a way the
+    conversation outlives (said on stderr)."""
+    try:
+        return (
+            rendered_chat(app, request, streaming)
+            if rendered
+            else app.chat(request, on_token=_show if streaming else None)
+        )
+    except KeyboardInterrupt:
+        err.print("\n(stopped; ask again, or Ctrl-D to leave)")
+    except RagvpsError as exc:  # one bad turn does not end the conversation
+        if exc.kind not in ("usage", "too_long", "unavailable"):
+            raise
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
+    return None
+
+
+def _show(piece: str) -> None:
+    """A streamed piece of the answer, as it comes."""
+    sys.stdout.write(on_terminal(piece))
+    sys.stdout.flush()
 
 
 def rendered_chat(app: App, request: ChatRequest, live: bool) -> ChatAnswer:

@@ -13,6 +13,7 @@ from ragvps.config import reranker_on
 from ragvps.errors import UsageError
 
 if TYPE_CHECKING:
+    from ragvps.app import StatsReport
     from ragvps.app.bundles import LastBackup
 
 
@@ -116,7 +117,6 @@ def stats(
 ) -> None:
     """Rows and sizes of the index beside the machine's memory; warns when the vector index outgrows RAM."""
     from ragvps.app.bundles import last_backups  # lazy: the use case loads when the command runs (--help start-up)
-    from ragvps.app.evaluation import mib  # lazy: the use case loads when the command runs (--help start-up)
     from ragvps.app.sources import list_sources  # lazy: the use case loads when the command runs (--help start-up)
 
     with open_app(ctx, kb=kb) as app:
@@ -125,6 +125,32 @@ def stats(
         sources = list_sources(app)
     if as_json:
         return echo_json(vars(s) | {"last_good_backup": good, "last_backup": last, "sources": sources})
+    _print_sizes(s)
+    c = s.answer_cache
+    typer.echo(f"answer cache: {c['entries']:,} entries, {c['hits']:,} hits, {c['tokens_saved']:,} LLM tokens saved")
+    qu = s.queue
+    if qu and (qu["pending"] or qu["claimed"] or qu["done"]):
+        typer.echo(f"embedding queue: {qu['pending']:,} pending, {qu['claimed']:,} claimed, {qu['done']:,} done")
+        for name, w in qu["workers"].items():
+            typer.echo(
+                f"    {name}: {w['done']:,} done in {w['batches']:,} batches, {w['claimed']:,} claimed now, "
+                f"last seen {w['last_seen']}"
+            )
+    typer.echo(_backup_line(good, last))
+    for src in sources:
+        when = f"synced {src.synced_at:%Y-%m-%d %H:%M}" if src.synced_at else "never synced"
+        typer.echo(
+            f"source {src.name} ({src.kind}, {src.location}): {src.items:,} items, {when}, {src.state}"
+            + (f": {src.error}" if src.error and src.state != "ok" else "")
+        )
+    for w in s.warnings:
+        warn(w)
+
+
+def _print_sizes(s: StatsReport) -> None:
+    """Rows, tables, vectors and RAM; the refusal line and fusion in force; the disk a rebuild needs; the embedder."""
+    from ragvps.app.evaluation import mib  # lazy: the use case loads when the command runs (--help start-up)
+
     rows, es = s.rows, s.embedding_set
     typer.echo(
         f"{rows['documents']:,} documents, {rows['chunks']:,} chunks, {rows['vectors']:,} vectors "
@@ -160,25 +186,6 @@ def stats(
     typer.echo(f"disk for a rebuild: about {mib(d['rebuild_bytes'])}{free}")
     memory = mib(e["memory_bytes"]) if e["memory_bytes"] is not None else "unknown"
     typer.echo(f"embedder {e['kind']} ({e['model']}): {memory} ({e['note']})")
-    c = s.answer_cache
-    typer.echo(f"answer cache: {c['entries']:,} entries, {c['hits']:,} hits, {c['tokens_saved']:,} LLM tokens saved")
-    qu = s.queue
-    if qu and (qu["pending"] or qu["claimed"] or qu["done"]):
-        typer.echo(f"embedding queue: {qu['pending']:,} pending, {qu['claimed']:,} claimed, {qu['done']:,} done")
-        for name, w in qu["workers"].items():
-            typer.echo(
-                f"    {name}: {w['done']:,} done in {w['batches']:,} batches, {w['claimed']:,} claimed now, "
-                f"last seen {w['last_seen']}"
-            )
-    typer.echo(_backup_line(good, last))
-    for src in sources:
-        when = f"synced {src.synced_at:%Y-%m-%d %H:%M}" if src.synced_at else "never synced"
-        typer.echo(
-            f"source {src.name} ({src.kind}, {src.location}): {src.items:,} items, {when}, {src.state}"
-            + (f": {src.error}" if src.error and src.state != "ok" else "")
-        )
-    for w in s.warnings:
-        warn(w)
 
 
 def _backup_line(good: LastBackup | None, last: LastBackup | None) -> str:

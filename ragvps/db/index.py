@@ -75,17 +75,7 @@ def build_index(
     concurrently: bool = False,
 ) -> None:
     """CREATE INDEX with this session's own build memory and workers, a progress feed and memory advice."""
-    opclass = "halfvec_cosine_ops" if eset.vector_type == "halfvec" else "vector_cosine_ops"
-    create = compose(
-        "create_hnsw_bit_index" if eset.vector_type == "bit" else "create_hnsw_index",
-        index=sql.Identifier(name),
-        table=eset.table,
-        concurrently=sql.SQL("CONCURRENTLY" if concurrently else ""),
-        opclass=sql.SQL(opclass),
-        dims=sql.Literal(eset.dims),
-        m=sql.Literal(settings.index.hnsw_m),
-        ef_construction=sql.Literal(settings.index.hnsw_ef_construction),
-    )
+    create = _create_statement(eset, name, settings, concurrently=concurrently)
     notices: list[str] = []
 
     def on_notice(diag: psycopg.errors.Diagnostic) -> None:
@@ -97,23 +87,7 @@ def build_index(
     watcher = _ProgressWatcher(conn, progress) if progress else None
     try:
         with _autocommit(conn):
-            for name, param, value in (
-                ("index_memory", "maintenance_work_mem", settings.index.memory),
-                ("index_workers", "max_parallel_maintenance_workers", str(workers)),
-            ):
-                try:
-                    conn.execute("SELECT set_config(%s, %s, false)", (param, value))
-                except (psycopg.errors.InvalidParameterValue, psycopg.errors.InvalidTextRepresentation) as exc:
-                    detail = "; ".join(m.strip() for m in (exc.diag.message_primary, exc.diag.message_detail) if m)
-                    raise ConfigError(
-                        f"setting {name}={value!r} is refused by PostgreSQL ({detail}); "
-                        + (
-                            "use a size like 256MB or 1GB, below the machine's free memory"
-                            if name == "index_memory"
-                            else "use a smaller number"
-                        ),
-                        settings=(name,),
-                    ) from None
+            _set_build_resources(conn, settings, workers)
             if watcher:
                 watcher.start()
             log.info("building index %s", name)
@@ -131,6 +105,43 @@ def build_index(
             f"(now {settings.index.memory}; e.g. RAGVPS_INDEX_MEMORY=1GB, if the machine has that much free) "
             "and run `ragvps reindex`"
         )
+
+
+def _create_statement(eset: EmbeddingSet, name: str, settings: Settings, *, concurrently: bool) -> sql.Composed:
+    """The CREATE INDEX of the set's HNSW index `name`, with the settings' m and ef_construction."""
+    opclass = "halfvec_cosine_ops" if eset.vector_type == "halfvec" else "vector_cosine_ops"
+    return compose(
+        "create_hnsw_bit_index" if eset.vector_type == "bit" else "create_hnsw_index",
+        index=sql.Identifier(name),
+        table=eset.table,
+        concurrently=sql.SQL("CONCURRENTLY" if concurrently else ""),
+        opclass=sql.SQL(opclass),
+        dims=sql.Literal(eset.dims),
+        m=sql.Literal(settings.index.hnsw_m),
+        ef_construction=sql.Literal(settings.index.hnsw_ef_construction),
+    )
+
+
+def _set_build_resources(conn: psycopg.Connection, settings: Settings, workers: int) -> None:
+    """This session's build memory (setting index_memory) and parallel workers; a value PostgreSQL refuses is a
+    ConfigError that names the setting."""
+    for setting, param, value in (
+        ("index_memory", "maintenance_work_mem", settings.index.memory),
+        ("index_workers", "max_parallel_maintenance_workers", str(workers)),
+    ):
+        try:
+            conn.execute("SELECT set_config(%s, %s, false)", (param, value))
+        except (psycopg.errors.InvalidParameterValue, psycopg.errors.InvalidTextRepresentation) as exc:
+            detail = "; ".join(m.strip() for m in (exc.diag.message_primary, exc.diag.message_detail) if m)
+            raise ConfigError(
+                f"setting {setting}={value!r} is refused by PostgreSQL ({detail}); "
+                + (
+                    "use a size like 256MB or 1GB, below the machine's free memory"
+                    if setting == "index_memory"
+                    else "use a smaller number"
+                ),
+                settings=(setting,),
+            ) from None
 
 
 class _ProgressWatcher:

@@ -155,6 +155,32 @@ def source_chunks(conn: psycopg.Connection, root: str, source: str) -> int:
     return int(scalar(conn, q("source_chunks"), {"root": root, "source": source}))
 
 
+# The types of copy_chunks' columns, in its order.
+CHUNK_COLUMNS = [
+    "bigint",
+    "bigint",
+    "integer",
+    "text",
+    "text",
+    "text",
+    "integer",
+    "integer",
+    "integer",
+    "integer",
+    "jsonb",
+    "oid",
+]
+
+
+@dataclass(frozen=True)
+class NewChunk:
+    """A chunk to store: its document's key, the chunk, its vector (None: stored without one)."""
+
+    doc_pk: int
+    chunk: Chunk
+    vector: np.ndarray | None
+
+
 def replace_documents(
     conn: psycopg.Connection,
     eset: EmbeddingSet,
@@ -168,71 +194,73 @@ def replace_documents(
     end_implicit_transaction(conn)
     with conn.transaction():
         conn.execute(q("delete_documents"), {"root": root, "doc_ids": [doc.doc_id for doc, _, _ in batch]})
-        cur = conn.cursor()
-        cur.executemany(  # pipelined: one round trip for the batch, not one per document
-            q("insert_document"),
-            [
-                {
-                    "root": root,
-                    "doc_id": doc.doc_id,
-                    "source": doc.source,
-                    "title": doc.title,
-                    "kind": doc.kind,
-                    "content_hash": doc.content_hash,
-                    "chunker": chunker,
-                    "metadata": Jsonb(doc.metadata),
-                }
-                for doc, _, _ in batch
-            ],
-            returning=True,
-        )
-        rows: list[tuple[int, Chunk, np.ndarray | None]] = []
-        for _, chunks, vectors in batch:
-            doc_pk = cur.fetchone()[0]  # type: ignore[index]
-            cur.nextset()
-            rows.extend((doc_pk, c, v) for c, v in zip(chunks, vectors, strict=True))
+        rows = insert_documents(conn, root, chunker, batch)
         if not rows:
             return
         ids = [r[0] for r in conn.execute(q("reserve_chunk_ids"), {"n": len(rows)})]
-        # regconfig's binary form is its oid, which psycopg can send.
-        lang_oid = scalar(conn, "SELECT %s::regconfig::oid", (language,))
-        with conn.cursor().copy(q("copy_chunks")) as copy:
-            copy.set_types(
-                [
-                    "bigint",
-                    "bigint",
-                    "integer",
-                    "text",
-                    "text",
-                    "text",
-                    "integer",
-                    "integer",
-                    "integer",
-                    "integer",
-                    "jsonb",
-                    "oid",
-                ]
-            )
-            for chunk_id, (doc_pk, c, _) in zip(ids, rows, strict=True):
-                copy.write_row(
-                    (
-                        chunk_id,
-                        doc_pk,
-                        c.seq,
-                        c.heading_path,
-                        c.text,
-                        c.content_hash,
-                        c.tokens,
-                        c.llm_tokens,
-                        c.start,
-                        c.end,
-                        Jsonb(c.metadata),
-                        lang_oid,
-                    )
-                )
-        have = [(i, r[2]) for i, r in zip(ids, rows, strict=True) if r[2] is not None]
+        copy_chunks(conn, language, ids, rows)
+        have = [(i, r.vector) for i, r in zip(ids, rows, strict=True) if r.vector is not None]
         if have:
             write_vectors(conn, eset, [i for i, _ in have], np.stack([v for _, v in have]))
+
+
+def insert_documents(
+    conn: psycopg.Connection,
+    root: str,
+    chunker: str,
+    batch: Sequence[tuple[Document, Sequence[Chunk], Vectors]],
+) -> list[NewChunk]:
+    """Insert the batch's documents (in the caller's transaction); their chunks, each with its document's key."""
+    cur = conn.cursor()
+    cur.executemany(  # pipelined: one round trip for the batch, not one per document
+        q("insert_document"),
+        [
+            {
+                "root": root,
+                "doc_id": doc.doc_id,
+                "source": doc.source,
+                "title": doc.title,
+                "kind": doc.kind,
+                "content_hash": doc.content_hash,
+                "chunker": chunker,
+                "metadata": Jsonb(doc.metadata),
+            }
+            for doc, _, _ in batch
+        ],
+        returning=True,
+    )
+    rows: list[NewChunk] = []
+    for _, chunks, vectors in batch:
+        doc_pk = cur.fetchone()[0]  # type: ignore[index]
+        cur.nextset()
+        rows.extend(NewChunk(doc_pk, c, v) for c, v in zip(chunks, vectors, strict=True))
+    return rows
+
+
+def copy_chunks(conn: psycopg.Connection, language: str, ids: Sequence[int], rows: Sequence[NewChunk]) -> None:
+    """COPY the chunks in, each with its reserved id and the text search configuration `language`."""
+    # regconfig's binary form is its oid, which psycopg can send.
+    lang_oid = scalar(conn, "SELECT %s::regconfig::oid", (language,))
+    with conn.cursor().copy(q("copy_chunks")) as copy:
+        copy.set_types(CHUNK_COLUMNS)
+        for chunk_id, row in zip(ids, rows, strict=True):
+            c = row.chunk
+            copy.write_row(
+                (
+                    chunk_id,
+                    row.doc_pk,
+                    c.seq,
+                    c.heading_path,
+                    c.text,
+                    c.content_hash,
+                    c.tokens,
+                    c.llm_tokens,
+                    c.start,
+                    c.end,
+                    Jsonb(c.metadata),
+                    lang_oid,
+                )
+            )
 
 
 def as_param(eset: EmbeddingSet, vector: np.ndarray) -> object:

@@ -269,7 +269,8 @@ class HostPool:
         longest: int,
         total: int,
     ) -> None:
-
+        """One host's thread: it checks the host, then embeds batches from `todo` until `stop`, resting while on
+        cooldown; it ends when the host is refused or the run fails."""
         while not stop.is_set():
             with self._lock:
                 state, until = host.state, host.until
@@ -293,35 +294,51 @@ class HostPool:
                 batch = todo.get(timeout=0.05)
             except queue.Empty:
                 continue
-            answered: set[int] = set()
-
-            def emit(items: Sequence[Any], vectors: np.ndarray, answered: set[int] = answered) -> None:
-                answered.update(id(item) for item in items)
-                results.put(("piece", items, vectors))
-
-            start = time.perf_counter()
-            try:
-                work(embedder, batch, emit)
-            except (EmbedderError, DimensionError) as exc:  # this host failed or disagrees (not: a chunk too long)
-                rest = [item for item in batch if id(item) not in answered]
-                if rest:
-                    todo.put(rest)
-                else:
-                    results.put(("done", None, None))
-                if isinstance(exc, HostDownError):
-                    self._fail(host, exc.short, str(exc), results)
-                else:
-                    self._refuse(host, str(exc), results)
-                continue
-            except BaseException as exc:  # a chunk too long, or anything unexpected: the run stops
-                results.put(("fatal", exc, None))
+            if not self._embed(embedder, host, batch, todo, results, work, total):
                 return
-            with self._lock:
-                host.record(len(batch), time.perf_counter() - start)
-                done = host.chunks
-            results.put(("done", None, None))
-            if self.progress and len(self.hosts) > 1:
-                self.progress(f"embed {host.url}", done, total)
+
+    def _embed(
+        self,
+        embedder: OllamaEmbedder,
+        host: HostStats,
+        batch: Sequence[Any],
+        todo: queue.Queue[Sequence[Any]],
+        results: queue.Queue[tuple[str, Any, Any]],
+        work: Work,
+        total: int,
+    ) -> bool:
+        """One batch on this host, its pieces put on `results` as they come; when the host fails or disagrees, the
+        part not answered goes back to `todo`. False: the run stops (a chunk too long, or anything unexpected)."""
+        answered: set[int] = set()
+
+        def emit(items: Sequence[Any], vectors: np.ndarray) -> None:
+            answered.update(id(item) for item in items)
+            results.put(("piece", items, vectors))
+
+        start = time.perf_counter()
+        try:
+            work(embedder, batch, emit)
+        except (EmbedderError, DimensionError) as exc:  # this host failed or disagrees (not: a chunk too long)
+            rest = [item for item in batch if id(item) not in answered]
+            if rest:
+                todo.put(rest)
+            else:
+                results.put(("done", None, None))
+            if isinstance(exc, HostDownError):
+                self._fail(host, exc.short, str(exc), results)
+            else:
+                self._refuse(host, str(exc), results)
+            return True
+        except BaseException as exc:  # a chunk too long, or anything unexpected: the run stops
+            results.put(("fatal", exc, None))
+            return False
+        with self._lock:
+            host.record(len(batch), time.perf_counter() - start)
+            done = host.chunks
+        results.put(("done", None, None))
+        if self.progress and len(self.hosts) > 1:
+            self.progress(f"embed {host.url}", done, total)
+        return True
 
     def _check(self, embedder: OllamaEmbedder, host: HostStats, longest: int) -> None:
         """The host serves this model with this dimension and enough context, or it is refused."""

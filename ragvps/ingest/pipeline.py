@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -361,6 +361,20 @@ def ingest_files(
         conn.commit()
         unreadable = {f.rel for f in scan.files} - {f.source for f in files}
         in_parts = embed_and_store(conn, run, files, unreadable, only=wanted, streamed=streamed)
+    why = {rel: refused.get(rel) or "; ".join(said.get(rel, [])) for rel in rels}  # of a file that failed
+    return report, _file_outcomes(rels, in_parts, files, before, config.key(), why)
+
+
+def _file_outcomes(
+    rels: Sequence[str],
+    in_parts: Sequence[parts.PartsOutcome],
+    files: Sequence[ChunkFile],
+    before: Mapping[str, store.StoredDocument],
+    chunker: str,
+    why: Mapping[str, str],
+) -> list[FileOutcome]:
+    """Each file's outcome: as its parts were stored, or as its documents compare with those stored `before`
+    (with `chunker`), or failed: `why` (refused, or the warnings that name it), else unreadable."""
     loaded = {f.source: f for f in files}
     by_parts = {o.rel: o for o in in_parts}
     outcomes = []
@@ -374,17 +388,14 @@ def ingest_files(
             continue
         f = loaded.get(rel)
         if f is None:
-            why = refused.get(rel) or "; ".join(said.get(rel, [])) or f"{rel}: could not be read, skipped"
-            outcomes.append(FileOutcome(rel, "failed", why))
+            outcomes.append(FileOutcome(rel, "failed", why.get(rel) or f"{rel}: could not be read, skipped"))
             continue
         same = all(
-            (old := before.get(d.doc_id)) is not None
-            and old.content_hash == d.content_hash
-            and old.chunker == config.key()
+            (old := before.get(d.doc_id)) is not None and old.content_hash == d.content_hash and old.chunker == chunker
             for d in f.documents
         )
         outcomes.append(FileOutcome(rel, "unchanged" if same else "done", None, len(f.documents), len(f.chunks)))
-    return report, outcomes
+    return outcomes
 
 
 def _ingest_chunker(conn: psycopg.Connection, settings: Settings, spec: ModelSpec) -> ChunkerConfig:

@@ -99,27 +99,11 @@ def page_policy(html: str) -> str:
 
 
 def add_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> None:
+    """The page and its icon, /health, /search, /ask, /stats, and the same per knowledge base (add_kb_routes)."""
+    add_page_routes(api)
     SearchIn, AskIn = request_models(settings.serve.max_k)
-    html = page()
-    csp = page_policy(html)
     check = HealthCheck(ready)
     do = Endpoints(ready, settings)
-
-    @api.get("/", include_in_schema=False)
-    async def index() -> HTMLResponse:
-        return HTMLResponse(
-            html,
-            headers={
-                "Cache-Control": "no-cache",
-                "Content-Security-Policy": csp,
-                "X-Content-Type-Options": "nosniff",
-                "Referrer-Policy": "no-referrer",
-            },
-        )
-
-    @api.get("/favicon.ico", include_in_schema=False)
-    async def favicon() -> Response:
-        return Response(ICON, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
 
     @api.get(
         "/health",
@@ -165,6 +149,28 @@ def add_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> None:
         return await do.stats(request, None)
 
     add_kb_routes(api, do, SearchIn, AskIn)
+
+
+def add_page_routes(api: "FastAPI") -> None:
+    """The page at / (its Content-Security-Policy allows its own script only) and its icon; not in the schema."""
+    html = page()
+    csp = page_policy(html)
+
+    @api.get("/", include_in_schema=False)
+    async def index() -> HTMLResponse:
+        return HTMLResponse(
+            html,
+            headers={
+                "Cache-Control": "no-cache",
+                "Content-Security-Policy": csp,
+                "X-Content-Type-Options": "nosniff",
+                "Referrer-Policy": "no-referrer",
+            },
+        )
+
+    @api.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> Response:
+        return Response(ICON, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
 
 
 def add_kb_routes(api: "FastAPI", do: "Endpoints", SearchIn: type, AskIn: type) -> None:

@@ -225,6 +225,12 @@ def add_document_routes(
 ) -> None:
     """The routes above; `errors` are the error answers they document (those of every knowledge base route)."""
     do = Documents(ready, settings, runner)
+    _add_documents(api, do, errors)
+    _add_jobs(api, do, errors)
+
+
+def _add_documents(api: FastAPI, do: Documents, errors: dict[int | str, dict[str, object]]) -> None:
+    """POST and GET /kb/{name}/documents (an upload, a page of the documents), DELETE /kb/{name}/documents/{doc}."""
     tags: list[str | Enum] = ["documents"]  # the routes answer `object`: no response model, any JSON
 
     @api.post(
@@ -260,6 +266,11 @@ def add_document_routes(
     @guarded
     async def delete(request: Request, name: str, doc: int = Path(ge=1, le=MAX_ID)) -> object:
         return await do.delete(request, name, doc)
+
+
+def _add_jobs(api: FastAPI, do: Documents, errors: dict[int | str, dict[str, object]]) -> None:
+    """GET /jobs/{job} (its progress, or Server-Sent Events of it), GET /jobs/{job}/events, DELETE /jobs/{job}."""
+    tags: list[str | Enum] = ["documents"]
 
     @api.get(
         "/jobs/{job}",

@@ -32,6 +32,27 @@ if TYPE_CHECKING:
 REMOTE = ("http://", "https://", "ssh://", "git://", "git@")
 
 
+SOURCE_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["kind", "name", "location"],
+                    "properties": {
+                        "kind": {"enum": ["git", "web", "s3"]},
+                        "name": {"type": "string"},
+                        "location": {"type": "string"},
+                        "options": {"type": "object"},
+                    },
+                }
+            }
+        },
+    }
+}  # the request body of POST /kb/{name}/sources, for /openapi.json
+
+
 def spec_of(body: object) -> SourceSpec:
     """The JSON body `{"kind", "name", "location", "options": {...}}` as a SourceSpec, or a UsageError."""
     if not isinstance(body, dict):
@@ -101,25 +122,6 @@ def add_source_routes(
     """The routes above; `errors` are the error answers they document."""
     do = Sources(ready, settings, runner)
     tags: list[str | Enum] = ["sources"]
-    body = {
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {
-                    "schema": {
-                        "type": "object",
-                        "required": ["kind", "name", "location"],
-                        "properties": {
-                            "kind": {"enum": ["git", "web", "s3"]},
-                            "name": {"type": "string"},
-                            "location": {"type": "string"},
-                            "options": {"type": "object"},
-                        },
-                    }
-                }
-            },
-        }
-    }
 
     @api.get("/kb/{name}/sources", responses=errors, tags=tags, summary="The connected sources and their last sync")
     @guarded
@@ -131,7 +133,7 @@ def add_source_routes(
         status_code=201,
         responses=errors,
         tags=tags,
-        openapi_extra=body,
+        openapi_extra=SOURCE_BODY,
         summary="Connect a git repository (URL), web site or S3 bucket (admin)",
     )
     @guarded

@@ -50,20 +50,33 @@ INSTRUCTIONS = (
 )
 
 
+# What the `ask` tool returns of an answer, in this order.
+ASK_FIELDS = (
+    "answer",
+    "answered",
+    "evidence",
+    "min_evidence",
+    "citations",
+    "quotes",
+    "invalid_citations",
+    "sources",
+    "generator",
+    "model",
+)
+
+
 def build_server(ready: Ready, max_k: int = 100) -> MCPServer[object]:
     """An MCPServer whose tools call the App of the knowledge base asked for (`kb`, default the server's own),
     if the caller's key may read it; tools/list names the knowledge bases the caller may read."""
     server = MCPServer(name="ragvps", instructions=INSTRUCTIONS, version=package_version())
+    models = {"search": add_search_tool(server, ready, max_k), "ask": add_ask_tool(server, ready, max_k)}
+    server.middleware.append(ReadableArguments(models))
+    server.middleware.append(ListsKnowledgeBases(ready))
+    return server
 
-    async def call(fn: Callable[[], T]) -> T:
-        try:
-            return await anyio.to_thread.run_sync(fn)
-        except RagvpsError as exc:
-            raise ToolError(redact(str(exc))) from None
 
-    def app_for(ctx: ToolContext, kb: str | None) -> App:
-        principal = principal_in(ctx)
-        return ready.kb(kb or default_kb(ready, principal), principal)
+def add_search_tool(server: MCPServer[object], ready: Ready, max_k: int) -> type[BaseModel]:
+    """The `search` tool; returns its arguments as a model (for ReadableArguments)."""
 
     @server.tool(
         description="Find the chunks of the knowledge base that best match a query (hybrid: vector + "
@@ -74,7 +87,7 @@ def build_server(ready: Ready, max_k: int = 100) -> MCPServer[object]:
         query: str, ctx: ToolContext, k: int = 8, mode: Mode = "hybrid", path_prefix: str = "", kb: str | None = None
     ) -> list[dict[str, object]]:
         def run() -> SearchResult:
-            return app_for(ctx, kb).search(search_request(query, k, mode, path_prefix, {}, max_k))
+            return app_for(ready, ctx, kb).search(search_request(query, k, mode, path_prefix, {}, max_k))
 
         result = await call(run)
         return [
@@ -88,6 +101,12 @@ def build_server(ready: Ready, max_k: int = 100) -> MCPServer[object]:
             }
             for h in result.hits
         ]
+
+    return _arguments_model("search", search)
+
+
+def add_ask_tool(server: MCPServer[object], ready: Ready, max_k: int) -> type[BaseModel]:
+    """The `ask` tool; returns its arguments as a model (for ReadableArguments)."""
 
     @server.tool(
         description="Answer a question from the knowledge base, citing the chunks it used as [n]; "
@@ -105,31 +124,26 @@ def build_server(ready: Ready, max_k: int = 100) -> MCPServer[object]:
         kb: str | None = None,
     ) -> dict[str, object]:
         def run() -> Answer:
-            return app_for(ctx, kb).ask(ask_request(question, k, mode, path_prefix, {}, max_k))
+            return app_for(ready, ctx, kb).ask(ask_request(question, k, mode, path_prefix, {}, max_k))
 
         answer = json_object(await call(run))
-        return {
-            key: answer.get(key)
-            for key in (
-                "answer",
-                "answered",
-                "evidence",
-                "min_evidence",
-                "citations",
-                "quotes",
-                "invalid_citations",
-                "sources",
-                "generator",
-                "model",
-            )
-            if key in answer
-        }
+        return {key: answer.get(key) for key in ASK_FIELDS if key in answer}
 
-    server.middleware.append(
-        ReadableArguments({"search": _arguments_model("search", search), "ask": _arguments_model("ask", ask)})
-    )
-    server.middleware.append(ListsKnowledgeBases(ready))
-    return server
+    return _arguments_model("ask", ask)
+
+
+async def call(fn: Callable[[], T]) -> T:
+    """`fn` in a worker thread; a ragvps error becomes the tool's error (redacted)."""
+    try:
+        return await anyio.to_thread.run_sync(fn)
+    except RagvpsError as exc:
+        raise ToolError(redact(str(exc))) from None
+
+
+def app_for(ready: Ready, ctx: ToolContext, kb: str | None) -> App:
+    """The App of knowledge base `kb` (default: default_kb) for the caller, if its key may read it."""
+    principal = principal_in(ctx)
+    return ready.kb(kb or default_kb(ready, principal), principal)
 
 
 def default_kb(ready: Ready, principal: Principal) -> str:

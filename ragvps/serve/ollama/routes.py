@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     from ragvps.serve.shared.chat import Opened
     from ragvps.serve.shared.lifecycle import Ready
 
+    Resolve = Callable[[Request, str], Awaitable[App | JSONResponse]]  # a model name's App, or the 404 to answer
+
 VERSION = "0.9.0"  # the Ollama API these routes follow
 FOREVER = "2318-01-01T00:00:00Z"  # /api/ps's expires_at for a model that stays loaded (Ollama's keep_alive -1)
 TAG = ":latest"
@@ -78,6 +80,7 @@ def _line(body: Mapping[str, object]) -> bytes:
 
 
 def add_ollama_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> None:
+    """/api/version, /api/tags, /api/ps, /api/show and /api/chat."""
     timeout = float(settings.serve.request_timeout)
     started = _now()
     own = settings.database.kb
@@ -104,6 +107,12 @@ def add_ollama_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
         return await in_thread(lambda: ready.kb(kb, principal_of(request)), timeout)
 
     _add_lists(api, readable, started)
+    _add_show(api, resolve, started)
+    _add_chat(api, resolve, timeout)
+
+
+def _add_show(api: "FastAPI", resolve: "Resolve", started: str) -> None:
+    """/api/show: one knowledge base the key may read, as Ollama's model description."""
 
     @api.post(
         "/api/show",
@@ -127,6 +136,9 @@ def add_ollama_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
             "capabilities": ["completion", "tools"] if not found.generator.extractive else ["completion"],
         }
 
+
+def _add_chat(api: "FastAPI", resolve: "Resolve", timeout: float) -> None:
+    """/api/chat: the chat use case, answered as NDJSON lines or one JSON object."""
     answers: dict[int | str, dict[str, object]] = {
         200: {
             "description": "NDJSON lines (stream, the default), or one JSON object, as Ollama's.",

@@ -9,7 +9,7 @@ OpenAI's shape (serve.shared.error_shapes).
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from fastapi.responses import JSONResponse, Response
@@ -47,9 +47,25 @@ ERRORS: dict[int | str, dict[str, object]] = {
 }
 
 
+# The 200 answer of /v1/chat/completions: JSON, or with stream: true, Server-Sent Events.
+COMPLETION_OK: dict[int | str, dict[str, object]] = {
+    200: {
+        "description": "The completion; with stream: true, Server-Sent Events of "
+        "chat.completion.chunk objects, then `data: [DONE]`.",
+        "content": {
+            "text/event-stream": {
+                "schema": {"type": "object", "required": ["data"], "properties": {"data": {"type": "string"}}}
+            }
+        },
+    }
+}
+
+Readable = Callable[[Request, bool], Awaitable[list[str]]]  # the models a request's key may use; True: listed only
+
+
 def add_openai_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> None:
+    """/v1/models, /v1/models/{model} and /v1/chat/completions."""
     timeout = float(settings.serve.request_timeout)
-    started = int(time.time())
 
     async def readable(request: Request, listed: bool = False) -> list[str]:
         """The models this key may use: the server's own knowledge base as `ragvps`, the others by name; `listed`:
@@ -57,6 +73,14 @@ def add_openai_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
         principal = principal_of(request)
         names = await in_thread(lambda: (ready.listed if listed else ready.visible)(principal), timeout)
         return [model_of(n, settings.database.kb) for n in names]
+
+    _add_models(api, readable)
+    _add_completions(api, readable, ready, settings)
+
+
+def _add_models(api: "FastAPI", readable: Readable) -> None:
+    """/v1/models (the knowledge bases that hold documents) and /v1/models/{model}."""
+    started = int(time.time())
 
     @api.get(
         "/v1/models",
@@ -78,32 +102,26 @@ def add_openai_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
     )
     @guarded
     async def one_model(request: Request, model: str) -> JSONResponse | dict[str, object]:
-        served = await readable(request)
+        served = await readable(request, False)
         if model not in served:
             return JSONResponse(_no_model(model, served), status_code=404)
         return oa.model_card(model, started)
+
+
+def _add_completions(api: "FastAPI", readable: Readable, ready: "Ready", settings: Settings) -> None:
+    """/v1/chat/completions: the chat use case answers the conversation's last turn."""
+    timeout = float(settings.serve.request_timeout)
 
     @api.post(
         "/v1/chat/completions",
         response_model=oa.CompletionOut,
         tags=["openai"],
-        responses=ERRORS
-        | {
-            200: {
-                "description": "The completion; with stream: true, Server-Sent Events of "
-                "chat.completion.chunk objects, then `data: [DONE]`.",
-                "content": {
-                    "text/event-stream": {
-                        "schema": {"type": "object", "required": ["data"], "properties": {"data": {"type": "string"}}}
-                    }
-                },
-            }
-        },
+        responses=ERRORS | COMPLETION_OK,
         summary="OpenAI-compatible chat: an answer to the last message, retrieved with the conversation",
     )
     @guarded
     async def chat_completions(request: Request, body: oa.ChatIn) -> Response:
-        served = await readable(request)
+        served = await readable(request, False)
         if body.model not in served:
             return JSONResponse(_no_model(body.model, served), status_code=404)
         principal = principal_of(request)
