@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from ragvps.cli.common import echo_json, flag_names, open_app, warn
 from ragvps.errors import UsageError
@@ -213,6 +212,8 @@ def _show_one(one: p.WindowPlan, summary: dict[str, Any], d: int, bytes_per_dim:
 
 
 def _plan_table(title: str, headers: list[str], rows: list[list[str]]) -> None:
+    from rich.table import Table  # lazy: only `plan` draws a table (3 ms of every command's start-up)
+
     table = Table(title=title, title_justify="left")
     for i, header in enumerate(headers):
         table.add_column(header, justify="left" if i == 0 else "right")

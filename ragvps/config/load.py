@@ -14,7 +14,6 @@ from ragvps import backends
 from ragvps.config.groups import CONFIG_FILE
 from ragvps.config.schema import _RANGES, ALIASES, SETTINGS, Settings, _coerce, _current
 from ragvps.errors import ConfigError
-from ragvps.records import KB_NAME, kb_name_problem
 from ragvps.urls import check_dsn, check_url
 
 log = logging.getLogger(__name__)
@@ -142,6 +141,8 @@ def _validate(s: Settings, origins: Mapping[str, str] | None = None) -> None:
         if s.get(name):
             check_url(s.get(name), name)
     check_dsn(s.database.url)
+    from ragvps.records import KB_NAME, kb_name_problem  # lazy: records load hashlib and tokens (`--help` start-up)
+
     if not KB_NAME.fullmatch(s.database.kb):
         fail(kb_name_problem(s.database.kb), "kb")
     if s.database.data_dir.exists() and not s.database.data_dir.is_dir():
