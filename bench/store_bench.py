@@ -72,39 +72,9 @@ def copy_variants(conn: psycopg.Connection, rows: list[tuple]) -> dict[str, floa
                     "start_offset, end_offset, metadata, language) FROM STDIN WITH (FORMAT BINARY)"
                 ) as cp,
             ):
-                cp.set_types(
-                    [
-                        "bigint",
-                        "bigint",
-                        "integer",
-                        "text",
-                        "text",
-                        "text",
-                        "integer",
-                        "integer",
-                        "integer",
-                        "integer",
-                        "jsonb",
-                        "oid",
-                    ]
-                )
+                cp.set_types(store.CHUNK_COLUMNS)
                 for i, (doc_i, c) in enumerate(flat[lo : lo + BATCH], start=lo):
-                    cp.write_row(
-                        (
-                            i,
-                            doc_i,
-                            c.seq,
-                            c.heading_path,
-                            c.text,
-                            c.content_hash,
-                            c.tokens,
-                            c.llm_tokens,
-                            c.start,
-                            c.end,
-                            psycopg.types.json.Jsonb(c.metadata),
-                            lang,
-                        )
-                    )
+                    cp.write_row(store.chunk_row(i, doc_i, c, lang))
         out[name] = len(flat) / (time.perf_counter() - t0)
         conn.execute(f"DROP TABLE {table}")
         conn.commit()

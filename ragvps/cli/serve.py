@@ -41,11 +41,10 @@ def serve(
 ) -> None:
     """Serve the knowledge base: POST /search and /ask, the page at /, MCP at /mcp; the model loads once."""
     # lazy: the server (fastapi, uvicorn) loads only for `serve` and `mcp`, and only once the address may be served
-    from ragvps.serve.gate.bind import check_bind, load_keys
+    from ragvps.serve.gate.bind import check_serving
 
     settings = settings_from(ctx, host=host, port=port, log_format=log_format)
-    auth = settings.auth
-    check_bind(settings.serve.host, load_keys(settings), bool(auth.oidc or auth.trusted_proxies))
+    check_serving(settings, settings.serve.host)
     from ragvps.serve.http import serve as run  # lazy: as above
 
     logging.getLogger("ragvps").setLevel(logging.INFO)

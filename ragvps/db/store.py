@@ -244,23 +244,25 @@ def copy_chunks(conn: psycopg.Connection, language: str, ids: Sequence[int], row
     with conn.cursor().copy(q("copy_chunks")) as copy:
         copy.set_types(CHUNK_COLUMNS)
         for chunk_id, row in zip(ids, rows, strict=True):
-            c = row.chunk
-            copy.write_row(
-                (
-                    chunk_id,
-                    row.doc_pk,
-                    c.seq,
-                    c.heading_path,
-                    c.text,
-                    c.content_hash,
-                    c.tokens,
-                    c.llm_tokens,
-                    c.start,
-                    c.end,
-                    Jsonb(c.metadata),
-                    lang_oid,
-                )
-            )
+            copy.write_row(chunk_row(chunk_id, row.doc_pk, row.chunk, lang_oid))
+
+
+def chunk_row(chunk_id: int, doc_pk: int, c: Chunk, lang_oid: int) -> tuple[object, ...]:
+    """One chunk as copy_chunks sends it, in CHUNK_COLUMNS' order (bench/store_bench.py copies its layouts so)."""
+    return (
+        chunk_id,
+        doc_pk,
+        c.seq,
+        c.heading_path,
+        c.text,
+        c.content_hash,
+        c.tokens,
+        c.llm_tokens,
+        c.start,
+        c.end,
+        Jsonb(c.metadata),
+        lang_oid,
+    )
 
 
 def as_param(eset: EmbeddingSet, vector: np.ndarray) -> object:

@@ -34,7 +34,7 @@ from ragvps.serve.documents.runner import JobRunner
 from ragvps.serve.documents.sources import add_source_routes
 from ragvps.serve.gate.access import Access, RequireKey
 from ragvps.serve.gate.audit_log import AuditLog
-from ragvps.serve.gate.bind import check_bind, load_keys
+from ragvps.serve.gate.bind import check_serving, load_keys
 from ragvps.serve.gate.guard import HostOriginGuard
 from ragvps.serve.gate.limits import LimitBody
 from ragvps.serve.gate.oidc import Provider
@@ -186,8 +186,7 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
     """Run the server until interrupted; refuses a non-loopback address without an API key."""
     host = host or settings.serve.host
     port = settings.serve.port if port is None else port
-    auth = settings.auth
-    check_bind(host, load_keys(settings), bool(auth.oidc or auth.trusted_proxies))
+    check_serving(settings, host)  # again: `ragvps serve` checked before it loaded this module
     fatal: list[RagvpsError] = []
     server: uvicorn.Server | None = None
 

@@ -62,3 +62,9 @@ def check_bind(host: str, keys: tuple[str, ...], people: bool = False) -> None:
             "or listen on 127.0.0.1 behind a reverse proxy",
             settings=("api_keys", "api_key_file", "host"),
         )
+
+
+def check_serving(settings: Settings, host: str) -> None:
+    """`check_bind` for a server with these settings on `host`: its keys, or sign-in (OIDC or a trusted proxy)."""
+    auth = settings.auth
+    check_bind(host, load_keys(settings), bool(auth.oidc or auth.trusted_proxies))
