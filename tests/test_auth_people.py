@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from support import waiting
 from support.asgi_server import InProcess
 from support.oidc_provider import TokenIssuer, two_teams
 from support.serve_server import KEY, ragvps_here
@@ -204,7 +205,7 @@ def test_the_audit_names_who_did_what_where_and_never_the_question(
     with srv.keyless(headers={"Authorization": f"Bearer {KEY}"}) as c:
         assert c.post("/kb/hr/ask", json={"question": "how many days of leave?"}).status_code == 200
     rows: list[dict[str, object]] = []
-    deadline = time.monotonic() + 10
+    deadline = waiting.deadline(10)
     while time.monotonic() < deadline:  # written by the audit's thread within half a second
         done = ragvps_here(env, "audit", "--since", "1h", "--json")
         assert done.returncode == 0, done.stderr

@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+from support import waiting
 from support.browser import chromium, playwright
 from support.serve_server import REPO, Server, free_port
 
@@ -71,7 +72,7 @@ def open_webui(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iter
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + START_S
+        deadline = waiting.deadline(START_S)
         while True:
             try:
                 if httpx.get(url + "/health", timeout=2).status_code == 200:
@@ -98,8 +99,8 @@ def page(open_webui: str) -> Iterator[Any]:
 
 
 def test_a_question_in_open_webui_is_answered_with_its_source_a_title_and_follow_ups(page: Any, open_webui: str):
-    page.goto(open_webui + "/", timeout=60_000)
-    page.wait_for_selector("#chat-input", timeout=60_000)
+    page.goto(open_webui + "/")
+    page.wait_for_selector("#chat-input")
     welcome = page.get_by_text("Okay, Let's Go!")  # the release notes shown on a first visit
     if welcome.count():
         welcome.click()
@@ -108,16 +109,22 @@ def test_a_question_in_open_webui_is_answered_with_its_source_a_title_and_follow
     page.click("#chat-input")
     page.keyboard.type("How do I stop the embedded database?")
     page.keyboard.press("Enter")
-    page.wait_for_function("() => document.body.innerText.includes('embedded-database.md')", timeout=120_000)
+    page.wait_for_function(
+        "() => document.body.innerText.includes('embedded-database.md')", timeout=waiting.seconds(120) * 1000
+    )
     assert "ragvps server stop" in page.locator("body").inner_text()
     # the title task: the chat is named from the question, not "New Chat"
-    page.wait_for_function("() => document.body.innerText.includes('Stop Embedded Database')", timeout=60_000)
+    page.wait_for_function("() => document.body.innerText.includes('Stop Embedded Database')")
     # the follow-up task: questions offered under the answer; one asked is answered with its sources too
-    page.wait_for_function("() => document.body.innerText.includes('Follow up')", timeout=60_000)
+    page.wait_for_function("() => document.body.innerText.includes('Follow up')")
     offered = page.get_by_text("What about", exact=False).first
     question = offered.inner_text().strip()
     offered.click()
     if page.locator("#chat-input").inner_text().strip():  # some releases put it in the input first
         page.keyboard.press("Enter")
-    page.wait_for_function("q => document.body.innerText.split(q).length > 2", arg=question, timeout=120_000)
-    page.wait_for_function("() => document.body.innerText.split('Sources').length > 2", timeout=120_000)
+    page.wait_for_function(
+        "q => document.body.innerText.split(q).length > 2", arg=question, timeout=waiting.seconds(120) * 1000
+    )
+    page.wait_for_function(
+        "() => document.body.innerText.split('Sources').length > 2", timeout=waiting.seconds(120) * 1000
+    )
