@@ -106,6 +106,8 @@ class AskRequest:
     history: tuple[Turn, ...] = ()  # earlier turns (role, text), sent before the sources
     attached: tuple[tuple[str, str], ...] = ()  # the client's own context (name, text): one more source
     tools: str = ""  # a chat client's tools, tool_choice, response_format (JSON text), passed to the LLM
+    turn: str = ""  # a follow-up's own words, when `question` was made standalone from the history
+    said: tuple[str, ...] = ()  # the earlier answers' text: an extractive follow-up quotes something new
 
 
 CacheStatus = Literal["hit", "miss", "off"]

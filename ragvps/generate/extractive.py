@@ -83,7 +83,7 @@ class Candidate:
 class Extractive:
     name = "extractive"
     extractive = True
-    version = "6"  # part of the answer cache key: bump when the choice of sentences or their shape changes
+    version = "7"  # part of the answer cache key: bump when the choice of sentences or their shape changes
 
     def __init__(self, embedder: Callable[[], Embedder], model: str, quotes: int = MAX_QUOTES):
         self.embedder = embedder
@@ -106,15 +106,20 @@ class Extractive:
 
     def generate(self, fit: Fit, on_token: Callable[[str], None]) -> Generation:
         question = fit.prompt.question
-        action = asked_action(question)
-        found = candidates(fit.prompt.sources, asks_to_run(question) or bool(action))
-        if not asks_to_run(question):  # a command only where it names the action asked for: that line of it
+        asked = fit.prompt.turn or question  # a follow-up's own words say what it asks to run, if anything
+        action = asked_action(asked)
+        found = candidates(fit.prompt.sources, asks_to_run(asked) or bool(action))
+        if not asks_to_run(asked):  # a command only where it names the action asked for: that line of it
             found = [
                 action_line(c, action) if c.command else c for c in found if not c.command or names_action(c, action)
             ]
         # these win over the rest when above the floor (a sentence with the command it introduces, too)
         first = [names_action(completed(c), action) for c in found] if action else None
-        chosen = choose(found, self.scores(question, found), self.quotes, first) if found else []
+        scores = self.scores(question, found, fit.prompt.turn) if found else np.zeros(0, dtype=np.float32)
+        fresh = [not already_said(c, fit.prompt.said) for c in found]
+        chosen = choose(*kept(found, scores, fresh), self.quotes, kept(first, scores, fresh)[0] if first else None)
+        if not chosen and found:  # only what the earlier answers said answers it: say it again
+            chosen = choose(found, scores, self.quotes, first)
         if not chosen:
             on_token(REFUSAL)
             return Generation(text=REFUSAL, usage=Usage(), finish="stop")
@@ -127,11 +132,16 @@ class Extractive:
             on_token(piece)
         return Generation(text=text, usage=Usage(), finish="stop", quotes=tuple(quote(c, s) for c, s in chosen))
 
-    def scores(self, question: str, found: list[Candidate]) -> np.ndarray:
-        """Each candidate's score: how well the sentence answers the question, weighed with its chunk's evidence."""
+    def scores(self, question: str, found: list[Candidate], turn: str = "") -> np.ndarray:
+        """Each candidate's score: how well the sentence answers the question, weighed with its chunk's evidence.
+        A follow-up made standalone (`turn`, its own words) is scored on both, its own words weighing as much."""
         cosines, overlap = self.signals(question, found)
+        own = COSINE_WEIGHT * cosines + (1 - COSINE_WEIGHT) * overlap
+        if turn:
+            cosines, overlap = self.signals(turn, found)
+            own = (own + COSINE_WEIGHT * cosines + (1 - COSINE_WEIGHT) * overlap) / 2
         evidence = np.array([c.source.evidence for c in found], dtype=np.float32)
-        return np.asarray(combined(COSINE_WEIGHT * cosines + (1 - COSINE_WEIGHT) * overlap, evidence))
+        return np.asarray(combined(own, evidence))
 
     def signals(self, question: str, found: list[Candidate]) -> tuple[np.ndarray, np.ndarray]:
         """Each candidate's query-sentence cosine (the local model) and share of the question's words."""
@@ -140,6 +150,18 @@ class Extractive:
         cosines = embed_documents(embedder, [c.text for c in found]) @ q
         words = content_words(question)
         return cosines, np.array([overlap_share(words, c.text) for c in found], dtype=np.float32)
+
+
+def already_said(c: Candidate, said: tuple[str, ...]) -> bool:
+    """Did an earlier answer of the conversation quote this sentence?"""
+    text = " ".join(c.text.split()).casefold()
+    return any(text in " ".join(earlier.split()).casefold() for earlier in said)
+
+
+def kept(items: list[Any], scores: np.ndarray, keep: list[bool]) -> tuple[list[Any], np.ndarray]:
+    """The items (and their scores) marked to keep."""
+    idx = [i for i, k in enumerate(keep) if k]
+    return [items[i] for i in idx], scores[idx] if len(scores) else scores
 
 
 def combined(sentence: Any, evidence: Any) -> Any:
