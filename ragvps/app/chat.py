@@ -164,12 +164,13 @@ def standalone(app: App, turns: Sequence[Turn], question: str, use_cache: bool, 
 CLOSING = "Glad to help. Ask again whenever you need something from the documents."
 
 
-def closing(app: App, question: str, on_token: OnToken) -> ChatAnswer:
-    """Thanks or goodbye: a short closing, not a search (nor a quote of the last answer again)."""
-    on_token(CLOSING)
+def said(app: App, question: str, text: str, on_token: OnToken) -> ChatAnswer:
+    """An answer that searched nothing: a closing for thanks or goodbye (not the last answer's quote again), or why
+    the user may not ask this knowledge base."""
+    on_token(text)
     return ChatAnswer(
-        content=CLOSING,
-        answer=plain_answer(app, CLOSING),
+        content=text,
+        answer=plain_answer(app, text),
         question=question,
         standalone=question,
         rewrite="none",
@@ -205,8 +206,10 @@ def chat(
         return answer_task(app, task, request, on_token or ignore)
     messages, attached = take_context(request.messages)
     turns, question = conversation(messages)
+    if request.denied:  # a chat front end's user who may not read this knowledge base: why, and nothing searched
+        return said(app, question, request.denied, on_token or ignore)
     if rewrite.is_closing(question):
-        return closing(app, question, on_token or ignore)
+        return said(app, question, CLOSING, on_token or ignore)
     if request.history and rewrite.asks_again(question):  # Open WebUI's "Add Details": the question before, again
         turns, question = again(turns, question)
     made = standalone(app, turns, question, request.use_cache, request.history)

@@ -241,6 +241,7 @@ class ChatRequest:
     history: bool = True  # False: retrieve for the last question alone (the bench's baseline)
     tools: str = ""  # the client's tools, tool_choice, response_format (JSON text), for the LLM as sent
     sent: str = ""  # the messages as the client sent them (JSON text), for a prompt passed through unchanged
+    denied: str = ""  # the person a chat front end speaks for may not read this knowledge base: the answer says why
 
 
 RewriteHow = Literal["none", "rule", "llm"]
