@@ -41,6 +41,7 @@ from ragvps.serve.shared.threads import Emitted, in_thread
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
     from ragvps.app import App, ChatAnswer
     from ragvps.serve.shared.chat import Opened
@@ -304,3 +305,17 @@ async def _lines(opened: "Opened[ChatAnswer]", model: str) -> AsyncIterator[byte
             yield _line(error_body(event)[1])
         else:
             yield _line(_final(event.value, "", model, start))
+
+
+class JsonBodies:
+    """Ollama reads every /api body as JSON whatever its Content-Type, and its own examples use `curl -d`, which sends
+    application/x-www-form-urlencoded: under /api a body is read as JSON too (elsewhere the wrong type is a 415)."""
+
+    def __init__(self, app: "ASGIApp"):
+        self.app = app
+
+    async def __call__(self, scope: "Scope", receive: "Receive", send: "Send") -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/api/") and scope.get("method") == "POST":
+            headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+            scope = dict(scope, headers=[*headers, (b"content-type", b"application/json")])
+        await self.app(scope, receive, send)
