@@ -92,7 +92,7 @@ def test_a_scanned_docs_page_is_cited_by_its_page(cli, tmp_path):
     scanned_pdf(pages, folder / "scan.pdf")
     cli.env["RAGVPS_CHUNK_SIZE"] = "100"
     out = cli("ingest", str(folder))
-    assert "1 documents" in out.stdout and "skipped" not in out.stdout, out.stdout + out.stderr
+    assert "1 document," in out.stdout and "skipped" not in out.stdout, out.stdout + out.stderr
     hits = json.loads(cli("query", "a knowledge base in one file, a tar checked with SHA-256", "--json").stdout)
     assert hits[0]["path"] == "scan.pdf" and hits[0]["pages"] == [2], hits[0]
     answer = json.loads(cli("ask", "what is a bundle of a knowledge base?", "--json").stdout)
