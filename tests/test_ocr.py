@@ -82,6 +82,9 @@ def test_a_language_without_data_is_named(tmp_path):
     skipped: Counter[str] = Counter()
     with pytest.raises(sources.SkipFile, match="ocr_languages='xyz'"):
         sources.load(_source(tmp_path / "note.png"), print, skipped, OcrOptions(languages="xyz"))
+    # one of two missing: Tesseract reads the other and exits 0, with only a warning; refused the same (issue 51)
+    with pytest.raises(sources.SkipFile, match="no data for zzz .ocr_languages='eng\\+zzz'.*tesseract-ocr-zzz"):
+        sources.load(_source(tmp_path / "note.png"), print, skipped, OcrOptions(languages="eng+zzz"))
 
 
 def test_a_scanned_docs_page_is_cited_by_its_page(cli, tmp_path):
