@@ -78,6 +78,7 @@ class Candidate:
     b: int
     text: str  # as quoted: whitespace collapsed, list markers cut
     command: bool = False
+    row: bool = False  # a table row the question names by its first cell ("what does GET /health return?")
 
 
 class Extractive:
@@ -108,13 +109,15 @@ class Extractive:
         question = fit.prompt.question
         asked = fit.prompt.turn or question  # a follow-up's own words say what it asks to run, if anything
         action = asked_action(asked)
-        found = candidates(fit.prompt.sources, asks_to_run(asked) or bool(action))
+        found = candidates(fit.prompt.sources, asks_to_run(asked) or bool(action)) + named_rows(
+            fit.prompt.sources, asked
+        )
         if not asks_to_run(asked):  # a command only where it names the action asked for: that line of it
             found = [
                 action_line(c, action) if c.command else c for c in found if not c.command or names_action(c, action)
             ]
         # these win over the rest when above the floor (a sentence with the command it introduces, too)
-        first = [names_action(completed(c), action) for c in found] if action else None
+        first = [c.row or names_action(completed(c), action) for c in found] if action or found else None
         scores = self.scores(question, found, fit.prompt.turn) if found else np.zeros(0, dtype=np.float32)
         fresh = [not already_said(c, fit.prompt.said) for c in found]
         chosen = choose(*kept(found, scores, fresh), self.quotes, kept(first, scores, fresh)[0] if first else None)
@@ -220,6 +223,30 @@ def content_words(text: str) -> set[str]:
 
 def overlap_share(words: set[str], text: str) -> float:
     return len(words & content_words(text)) / len(words) if words else 0.0
+
+
+_ROW = re.compile(r"^\|(.+)\|[ \t]*$", re.M)
+MAX_ROW_CHARS = 1200  # a row is quoted whole or not at all: what a row says is no shorter than its cells
+
+
+def named_rows(sources: tuple[Source, ...] | list[Source], question: str) -> list[Candidate]:
+    """The table rows whose first cell the question names (`GET /health` in "what does GET /health return?"): a
+    table's answer is its row, which no sentence splitter finds."""
+    asked = " ".join(question.casefold().split())
+    found: list[Candidate] = []
+    for source in sources:
+        for m in _ROW.finditer(source.text):
+            cells = [c.strip() for c in m.group(1).split("|")]
+            key = cells[0].strip("`*_ ").casefold()
+            after = source.text[m.end() + 1 :].partition("\n")[0]
+            header = bool(after.strip()) and not set(after) - set("|:- \t")  # the row above a table's rule
+            if len(cells) < 2 or len(key) < 3 or header or not set(m.group(0)) - set("|:- \t"):
+                continue
+            if len(m.group(0)) > MAX_ROW_CHARS:
+                continue
+            if re.search(r"(?<!\w)" + re.escape(key) + r"(?!\w)", asked):
+                found.append(Candidate(source, m.start(), m.end(), " | ".join(cells), row=True))
+    return found
 
 
 def candidates(sources: tuple[Source, ...] | list[Source], commands: bool = False) -> list[Candidate]:
