@@ -117,3 +117,40 @@ def test_a_table_row_the_question_names_is_quoted_whole():
     assert table[rows[0].a : rows[0].b].startswith("| `GET /health`") and rows[0].row
     assert named_rows([src], "what is the health of the team?") == []  # the whole first cell, not a word of it
     assert named_rows([src], "what does the method and path column say?") == []  # never the header
+
+
+def test_answers_at_once_embed_their_sentences_a_core_at_a_time():
+    """64 answers at once each embedding 200 sentences held the model's buffers for all of them: a server grew by
+    760 MB and kept it (issue 51 part 7). Sentences are embedded by at most a core's worth of answers at once."""
+    import os
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ragvps.embed.registry import make_embedder
+
+    real = make_embedder(Settings.of(embedder="local"))
+    busy, most, lock = [0], [0], threading.Lock()
+
+    class Counting:
+        spec = real.spec
+
+        def embed(self, texts: list[str]) -> np.ndarray:
+            with lock:
+                busy[0] += 1
+                most[0] = max(most[0], busy[0])
+            time.sleep(0.05)  # long enough for the others to pile up, were they let in
+            with lock:
+                busy[0] -= 1
+            return real.embed(texts)
+
+        def embed_questions(self, texts: list[str]) -> np.ndarray:
+            return real.embed_questions(texts)
+
+    gen = Extractive(lambda: Counting(), "minilm")  # type: ignore[arg-type, return-value]
+    settings = Settings.of(embedder="local")
+    fit = budget.fit("how do I rotate the keys?", [_source(DOC)], settings.generate)
+    with ThreadPoolExecutor(16) as pool:
+        outs = list(pool.map(lambda _: gen.generate(fit, lambda _: None), range(16)))
+    assert all(o.quotes for o in outs)
+    assert 1 <= most[0] <= (os.cpu_count() or 1)

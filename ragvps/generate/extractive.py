@@ -12,7 +12,9 @@ left the answer is the refusal sentence: the sentence-level check after the evid
 
 from __future__ import annotations
 
+import os
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -90,6 +92,9 @@ class Extractive:
         self.embedder = embedder
         self.model = model
         self.quotes = quotes
+        # Sentences are embedded a core's worth at a time: 64 answers at once each embedding 200 sentences held
+        # the model's buffers for all of them (a server grew 760 MB, and kept it); more at once is no faster.
+        self._embedding = threading.BoundedSemaphore(max(1, os.cpu_count() or 1))
 
     def unsupported(self, tools: str) -> Unsupported | None:
         """A request that requires a tool call or JSON, which only a language model gives; offered tools are a
@@ -150,7 +155,8 @@ class Extractive:
         """Each candidate's query-sentence cosine (the local model) and share of the question's words."""
         embedder = self.embedder()
         q = embed_queries(embedder, [question])[0]
-        cosines = embed_documents(embedder, [c.text for c in found]) @ q
+        with self._embedding:
+            cosines = embed_documents(embedder, [c.text for c in found]) @ q
         words = content_words(question)
         return cosines, np.array([overlap_share(words, c.text) for c in found], dtype=np.float32)
 

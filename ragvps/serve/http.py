@@ -51,6 +51,7 @@ from ragvps.serve.shared.docs import add_docs
 from ragvps.serve.shared.error_shapes import MCP_PATH, ShapedErrors, mcp_error, mcp_path
 from ragvps.serve.shared.failures import error_body
 from ragvps.serve.shared.lifecycle import Ready, for_serving
+from ragvps.serve.shared.memory import give_back
 from ragvps.version import package_version
 
 if TYPE_CHECKING:
@@ -213,7 +214,12 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None) 
         http=bounded_protocol(settings.serve.header_timeout),
     )
     server = uvicorn.Server(config)
-    server.run()
+    trimmed = threading.Event()
+    give_back(trimmed)
+    try:
+        server.run()
+    finally:
+        trimmed.set()
     if fatal:
         raise fatal[0]
 
