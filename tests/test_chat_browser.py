@@ -26,7 +26,6 @@ OPENAI_NPM = "openai@5"
 PAGE = """<!doctype html><meta charset="utf-8"><title>sdk</title>
 <script type="module">
 import OpenAI from "./openai/index.mjs";
-from support import waiting
 const q = new URLSearchParams(location.search);
 const client = new OpenAI({baseURL: q.get("base"), apiKey: q.get("key"), dangerouslyAllowBrowser: true,
                            maxRetries: 0});

@@ -224,8 +224,8 @@ def test_a_waiting_worker_takes_a_job_when_it_is_queued_not_at_its_next_poll(db_
 
     with App.open(load_settings(env=env), pooled=True) as app:
         stop = threading.Event()
-        waiting = threading.Thread(target=d.run_jobs, args=(app, "waiter", stop), kwargs={"poll": 3600.0})
-        waiting.start()
+        waiter = threading.Thread(target=d.run_jobs, args=(app, "waiter", stop), kwargs={"poll": 3600.0})
+        waiter.start()
         try:
             time.sleep(0.5)  # the worker has found no job and waits
             job = staged_job(env, folder)
@@ -236,7 +236,7 @@ def test_a_waiting_worker_takes_a_job_when_it_is_queued_not_at_its_next_poll(db_
             assert status.state == "done" and status.files_done == 1, status
         finally:
             stop.set()
-            waiting.join(30)
-        assert not waiting.is_alive()  # the stop ended the wait
+            waiter.join(30)
+        assert not waiter.is_alive()  # the stop ended the wait
         with app.connection() as conn:
             assert conn.execute("SELECT count(*) FROM pg_listening_channels()").fetchone()[0] == 0

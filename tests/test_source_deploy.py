@@ -58,6 +58,6 @@ def test_sync_all_and_stats(cli, tmp_path):
     assert sorted((r["kb"], r["name"], r["read"]) for r in reports) == [("default", "one", 1), ("second", "two", 1)]
     assert "--all" in cli("sync", "--all", "--kb", "second", expect=2).stderr
     shown = cli("stats", "--kb", "second").stdout
-    assert "source two (git, " in shown and "1 items, synced " in shown and ", ok" in shown
+    assert "source two (git, " in shown and "1 item, synced " in shown and ", ok" in shown
     data = json.loads(cli("stats", "--json").stdout)
     assert [s["name"] for s in data["sources"]] == ["one"]
