@@ -115,16 +115,16 @@ def segments(textpage: pdfium.PdfTextPage) -> tuple[tuple[Segment, ...], int]:
     return tuple(out), int(idx.size)
 
 
-def _boxes(textpage: pdfium.PdfTextPage, n: int) -> np.ndarray:
+def _boxes(textpage: pdfium.PdfTextPage, n: int) -> np.ndarray[tuple[int, int], np.dtype[np.float32]]:
     """Every character's loose box (its font's ascent to descent: its height is about the font size), n x 4."""
     out = (ctypes.c_float * (4 * n))()
     base = ctypes.addressof(out)
-    loose = _LOOSE(ctypes.cast(raw.FPDFText_GetLooseCharBox, ctypes.c_void_p).value)
+    loose = _LOOSE(ctypes.cast(raw.FPDFText_GetLooseCharBox, ctypes.c_void_p).value or 0)
     handle = ctypes.cast(textpage.raw, ctypes.c_void_p).value
     for k in range(n):
         if not loose(handle, k, base + 16 * k):
             ctypes.memset(base + 16 * k, 0, 16)
-    return np.frombuffer(out, dtype=np.float32).reshape(n, 4)
+    return np.frombuffer(memoryview(out).cast("B"), dtype=np.float32).reshape(n, 4)
 
 
 def _bold(textpage: pdfium.PdfTextPage, index: int) -> bool:
