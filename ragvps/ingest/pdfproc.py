@@ -51,6 +51,12 @@ class _Child:
         )
         theirs.close()
         self.conn = Connection(ours.detach())
+        # its start (an interpreter, numpy, PDFium) is not the first page's time
+        if not self.conn.poll(STARTUP_SECONDS) or self.conn.recv() is not True:
+            self.kill()
+            raise PdfError(
+                "PDF reader failed", "the PDF reader process did not start: check `python -c 'import pypdfium2'`"
+            )
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -61,6 +67,7 @@ class _Child:
         self.conn.close()
 
 
+STARTUP_SECONDS = 120
 _MAIN = "import sys; from ragvps.ingest.pdfproc import main; main(int(sys.argv[1]), int(sys.argv[2]))"
 _LOCK = threading.Lock()
 _CHILDREN: list[_Child] = []  # the one child of this process, while it lives
@@ -131,6 +138,7 @@ def main(fd: int, memory_mb: int) -> None:
     from ragvps.ingest import pdfpages  # lazy: only the child loads PDFium
 
     _bound_memory(memory_mb)
+    conn.send(True)
 
     while True:
         try:
