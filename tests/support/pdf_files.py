@@ -106,8 +106,9 @@ def wrap(text: str, width: float, size: float) -> list[str]:
 
 @dataclass
 class Book:
-    """A two-column book: per page a running head (the title, and the chapter) and a page number at its foot; a
-    chapter heading in 16 pt bold spans both columns; paragraphs in 10 pt, hyphenated at line ends."""
+    """A two-column book: per page a running head (its title) and a foot (a confidentiality line, the page number); a
+    chapter starts a page, its heading in 16 pt bold across both columns; paragraphs in 10 pt, hyphenated at line
+    ends, the first line of each indented."""
 
     title: str
     interleave: bool = False  # write the two columns' lines alternately (reading order only from the geometry)
@@ -127,31 +128,32 @@ class Book:
             nonlocal col, y, cols, head
             if head or cols[0]:
                 pages.append(self._page(head, cols, len(pages) + 1))
-            head, cols, col, y = [Run(left, HEIGHT - 50, f"{self.title} - {chapter}", 8)], [[], []], 0, top
+            head, cols, col, y = [Run(left, HEIGHT - 50, self.title, 8)], [[], []], 0, top
 
         for chapter, paragraphs in chapters:
             new_page(chapter)
             head.append(Run(left, y, chapter, 16, True))
             y -= 34
             for paragraph in paragraphs:
-                for line in wrap(paragraph, self.column, self.size):
+                for n, line in enumerate(wrap(paragraph, self.column - 12, self.size)):
                     if y < bottom:
                         col, y = col + 1, top - 34 if not cols[1] and head[1:] else top
                         if col == 2:
                             new_page(chapter)
-                    cols[col].append(Run(left + col * (self.column + self.gutter), y, line, self.size))
+                    indent = 12 if n == 0 else 0
+                    cols[col].append(Run(left + col * (self.column + self.gutter) + indent, y, line, self.size))
                     y -= self.leading
                 y -= self.leading * 0.8
         pages.append(self._page(head, cols, len(pages) + 1))
         return pages
 
     def _page(self, head: list[Run], cols: list[list[Run]], number: int) -> list[Run]:
-        foot = Run(WIDTH / 2 - 6, 40, str(number), 9)
+        foot = [Run(48, 40, "Confidential: for the harbour board only", 7), Run(WIDTH - 60, 40, str(number), 9)]
         if not self.interleave:
-            return [*head, *cols[0], *cols[1], foot]
+            return [*head, *cols[0], *cols[1], *foot]
         mixed = [r for pair in zip(cols[0], cols[1], strict=False) for r in pair]
         longer = cols[0] if len(cols[0]) > len(cols[1]) else cols[1]
-        return [*head, *mixed, *longer[len(mixed) // 2 :], foot]
+        return [*head, *mixed, *longer[len(mixed) // 2 :], *foot]
 
     def write(self, path: Path, chapters: list[tuple[str, list[str]]]) -> Path:
         return write_pdf(path, [content(runs) for runs in self.pages(chapters)])
