@@ -17,10 +17,39 @@ from ragvps.ingest import sources
 from ragvps.ingest.chunk import ChunkerConfig, chunk_document
 from ragvps.ingest.ocr import OcrOptions
 
-WORDS = (
-    "harbour crane lifts crates onto the quay while the lighthouse keeper counts ships and writes their names "
-    "into a ledger kept beside the extraordinarily complicated signalling apparatus of the northern breakwater"
-).split()
+WORDS = [
+    "harbour",
+    "crane",
+    "lifts",
+    "crates",
+    "onto",
+    "the",
+    "quay",
+    "while",
+    "the",
+    "lighthouse",
+    "keeper",
+    "counts",
+    "ships",
+    "and",
+    "writes",
+    "their",
+    "names",
+    "into",
+    "a",
+    "ledger",
+    "kept",
+    "beside",
+    "the",
+    "extraordinarily",
+    "complicated",
+    "signalling",
+    "apparatus",
+    "of",
+    "the",
+    "northern",
+    "breakwater",
+]
 CHAPTERS = ["Harbour Cranes", "Lighthouse Keepers", "Northern Breakwater"]
 
 
