@@ -100,7 +100,7 @@ def inputs(pages: int) -> dict[str, tuple[Path, dict[str, str]]]:
         )
     chapters = book_chapters(pages)
     for name, interleave in (("book", False), ("book_interleaved", True)):
-        folder = BENCH / name
+        folder = BENCH / f"{name}-{pages}"
         if not (folder / "book.pdf").exists():
             folder.mkdir(parents=True, exist_ok=True)
             Book("The Harbour Book", interleave=interleave).write(folder / "book.pdf", chapters)
