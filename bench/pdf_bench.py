@@ -33,7 +33,7 @@ from pathlib import Path
 import psutil
 from common import DATA, OUT, ROOT
 from common.results import write_section
-from support.pdf_files import Book
+from support.pdf_files import HEIGHT, WIDTH, Book, Run
 
 BENCH = OUT / "pdf"
 MANUAL = Path("/usr/share/doc/libtasn1-doc/libtasn1.pdf")
@@ -84,6 +84,25 @@ def book_chapters(pages: int) -> list[tuple[str, list[str]]]:
     return chapters
 
 
+def write_truetype(path: Path, pages: list[list[Run]]) -> None:
+    """The book's pages written by reportlab in Bitstream Vera (TrueType, subset and embedded, with a ToUnicode map),
+    as most PDF producers write text: the font work a reader does per page is real."""
+    from reportlab.pdfbase import pdfmetrics  # lazy: the bench extra
+    from reportlab.pdfbase.ttfonts import TTFont
+    from reportlab.pdfgen import canvas
+    from reportlab.rl_config import TTFSearchPath  # noqa: F401  (reportlab finds Vera in its own fonts folder)
+
+    pdfmetrics.registerFont(TTFont("Vera", "Vera.ttf"))
+    pdfmetrics.registerFont(TTFont("VeraBd", "VeraBd.ttf"))
+    page = canvas.Canvas(str(path), pagesize=(WIDTH, HEIGHT))
+    for runs in pages:
+        for run in runs:
+            page.setFont("VeraBd" if run.bold else "Vera", run.size)
+            page.drawString(run.x, run.y, run.text.replace("\ufb01", "fi").replace("\ufb02", "fl"))
+        page.showPage()
+    page.save()
+
+
 def truth(chapters: list[tuple[str, list[str]]]) -> str:
     text = "\n".join(f"{title}\n" + "\n".join(paras) for title, paras in chapters)
     return text.replace("\ufb01", "fi").replace("\ufb02", "fl")
@@ -99,11 +118,15 @@ def inputs(pages: int) -> dict[str, tuple[Path, dict[str, str]]]:
             {p.stem + ".pdf": p.read_bytes().decode("cp1252") for p in (sample / "txt").glob("*")},
         )
     chapters = book_chapters(pages)
-    for name, interleave in (("book", False), ("book_interleaved", True)):
+    for name, interleave in (("book", False), ("book_interleaved", True), ("book_truetype", False)):
         folder = BENCH / f"{name}-{pages}"
         if not (folder / "book.pdf").exists():
             folder.mkdir(parents=True, exist_ok=True)
-            Book("The Harbour Book", interleave=interleave).write(folder / "book.pdf", chapters)
+            book = Book("The Harbour Book", interleave=interleave)
+            if name == "book_truetype":
+                write_truetype(folder / "book.pdf", book.pages(chapters))
+            else:
+                book.write(folder / "book.pdf", chapters)
         out[name] = (folder, {"book.pdf": truth(chapters)})
     if MANUAL.exists():
         (BENCH / "manual").mkdir(parents=True, exist_ok=True)

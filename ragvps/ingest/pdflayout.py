@@ -111,7 +111,8 @@ class Headings:
     @classmethod
     def of(cls, pages: Sequence[Page]) -> Headings:
         body = body_size(pages)
-        big = sorted({round(s.size * 2) / 2 for p in pages for s in p.segments if s.size >= body * 1.15}, reverse=True)
+        sizes = {round(s.size * 2) / 2 for p in pages for s in p.segments if s.size >= body * 1.15 and not _vertical(s)}
+        big = sorted(sizes, reverse=True)
         return cls(body, {size: min(n + 1, 5) for n, size in enumerate(big)})
 
     def level(self, lines: list[Segment], text: str) -> int:
@@ -212,7 +213,8 @@ def page_text(page: Page, drop: set[int], heads: Headings) -> str:
 
 
 def _vertical(s: Segment) -> bool:
-    return s.y1 - s.y0 > 2.5 * s.size and s.x1 - s.x0 < 2 * s.size
+    """Text set along a margin, letters under each other: much taller than it is wide."""
+    return len(s.text) >= 3 and s.y1 - s.y0 > 2.5 * max(s.x1 - s.x0, 1.0)
 
 
 @dataclass

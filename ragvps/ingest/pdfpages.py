@@ -78,63 +78,107 @@ def read_page(page: pdfium.PdfPage, number: int, scans: bool, figures: bool) -> 
 
 
 def segments(textpage: pdfium.PdfTextPage) -> tuple[tuple[Segment, ...], int]:
-    """The page's segments in PDFium's order, and how many characters it shows."""
+    """The page's segments in PDFium's order, and how many characters it shows. Only the first and last character
+    of each word are measured: a segment is cut between words (another column, the next cell of a table)."""
     n = textpage.count_chars()
     if n <= 0:
         return (), 0
     text = textpage.get_text_range()
     if len(text) != n:  # characters outside the BMP: one index, two UTF-16 units
         text = "".join(chr(raw.FPDFText_GetUnicode(textpage.raw, k) or 32) for k in range(n))
-    boxes = _boxes(textpage, n)  # left, top, right, bottom
     codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-    idx = np.flatnonzero((boxes[:, 2] - boxes[:, 0] > 0.01) & (codes > 32) & (codes != 0xA0))
-    if idx.size == 0:
+    space = (codes <= 32) | (codes == 0xA0)
+    # a hyphen ends a word part too: PDFium joins a word hyphenated at a line end without a line break between
+    hyphen = (codes == 0x2D) | (codes == 0xFFFE) | (codes == 0x02) | (codes == 0xAD) | (codes == 0x2010)
+    after = space | hyphen
+    firsts = np.flatnonzero(~space & np.concatenate(([True], after[:-1])))
+    lasts = np.flatnonzero(~space & np.concatenate((space[1:], [True])) | (hyphen & ~space))
+    if firsts.size != lasts.size:  # not expected; then every character is measured
+        firsts = lasts = np.flatnonzero(~space)
+    words = _words(textpage, firsts, lasts)
+    if words is None:
         return (), 0
-    left, top, right, bottom = (boxes[idx, k] for k in range(4))
+    keep, (left, top, right, bottom) = words
+    firsts, lasts = firsts[keep], lasts[keep]
     high = np.maximum(top - bottom, 0.1)
-    lines = np.cumsum(codes == 10)[idx]
+    lines = np.cumsum(codes == 10)[firsts]
     gap = left[1:] - right[:-1]
     most = np.maximum(high[1:], high[:-1])
     shared = np.minimum(top[1:], top[:-1]) - np.maximum(bottom[1:], bottom[:-1])
     above = np.minimum(right[1:], right[:-1]) - np.maximum(left[1:], left[:-1])  # stacked: vertical text
     stacked = above > 0.5 * np.minimum(right[1:] - left[1:], right[:-1] - left[:-1])
     same = lines[1:] == lines[:-1]
-    cut = ~same | (gap > most * 1.3) | (left[1:] < left[:-1] - most * 0.5)  # a ligature's letters share a box
+    cut = ~same | (gap > most * 1.3) | (left[1:] < left[:-1] - most * 0.5)
     cut |= (shared < 0.3 * np.minimum(high[1:], high[:-1])) & ~(same & stacked)
     starts = np.concatenate(([0], np.flatnonzero(cut) + 1))
-    ends = np.concatenate((starts[1:], [idx.size])) - 1
+    ends = np.concatenate((starts[1:], [firsts.size])) - 1
     x0, x1 = np.minimum.reduceat(left, starts), np.maximum.reduceat(right, starts)
     y0, y1 = np.minimum.reduceat(bottom, starts), np.maximum.reduceat(top, starts)
     sizes = np.maximum.reduceat(high, starts).tolist()  # the loose box's height: about the font size, as drawn
+    fonts: dict[int, bool] = {}
     out = []
-    for k, (a, b) in enumerate(zip(idx[starts].tolist(), idx[ends].tolist(), strict=True)):
+    for k, (a, b) in enumerate(zip(firsts[starts].tolist(), lasts[ends].tolist(), strict=True)):
         seg_text = " ".join(text[a : b + 1].split())
-        out.append(
-            Segment(seg_text, float(x0[k]), float(x1[k]), float(y0[k]), float(y1[k]), sizes[k], _bold(textpage, a))
-        )
-    return tuple(out), int(idx.size)
+        bold = _bold(textpage, a, fonts)
+        out.append(Segment(seg_text, float(x0[k]), float(x1[k]), float(y0[k]), float(y1[k]), sizes[k], bold))
+    return tuple(out), int((~space).sum())
 
 
-def _boxes(textpage: pdfium.PdfTextPage, n: int) -> np.ndarray[tuple[int, int], np.dtype[np.float32]]:
-    """Every character's loose box (its font's ascent to descent: its height is about the font size), n x 4."""
-    out = (ctypes.c_float * (4 * n))()
+Boxes = np.ndarray[tuple[int, int], np.dtype[np.float32]]
+
+
+def _words(
+    textpage: pdfium.PdfTextPage,
+    firsts: np.ndarray[tuple[int], np.dtype[np.intp]],
+    lasts: np.ndarray[tuple[int], np.dtype[np.intp]],
+) -> tuple[np.ndarray[tuple[int], np.dtype[np.bool_]], tuple[Boxes, ...]] | None:
+    """The words' boxes (left, top, right, bottom) from their first and last characters' loose boxes (a box of no
+    width is the other end's); which words have one."""
+    head, tail = _boxes(textpage, firsts), _boxes(textpage, lasts)
+    head_ok = head[:, 2] - head[:, 0] > 0.01
+    tail_ok = tail[:, 2] - tail[:, 0] > 0.01
+    head[~head_ok] = tail[~head_ok]
+    tail[~tail_ok] = head[~tail_ok]
+    keep = head_ok | tail_ok
+    if not keep.any():
+        return None
+    head, tail = head[keep], tail[keep]
+    sides = (head[:, 0], np.maximum(head[:, 1], tail[:, 1]), tail[:, 2], np.minimum(head[:, 3], tail[:, 3]))
+    return keep, sides
+
+
+def _boxes(textpage: pdfium.PdfTextPage, indices: np.ndarray[tuple[int], np.dtype[np.intp]]) -> Boxes:
+    """The characters' loose boxes (their font's ascent to descent: the height is about the font size), n x 4."""
+    n = int(indices.size)
+    out = (ctypes.c_float * (4 * max(n, 1)))()
     base = ctypes.addressof(out)
     loose = _LOOSE(ctypes.cast(raw.FPDFText_GetLooseCharBox, ctypes.c_void_p).value or 0)
     handle = ctypes.cast(textpage.raw, ctypes.c_void_p).value
-    for k in range(n):
-        if not loose(handle, k, base + 16 * k):
+    for k, index in enumerate(indices.tolist()):
+        if not loose(handle, index, base + 16 * k):
             ctypes.memset(base + 16 * k, 0, 16)
-    return np.frombuffer(memoryview(out).cast("B"), dtype=np.float32).reshape(n, 4)
+    return np.frombuffer(memoryview(out).cast("B"), dtype=np.float32).reshape(-1, 4)[:n].copy()
 
 
-def _bold(textpage: pdfium.PdfTextPage, index: int) -> bool:
-    if raw.FPDFText_GetFontWeight(textpage.raw, index) >= 600:
-        return True
+def _bold(textpage: pdfium.PdfTextPage, index: int, fonts: dict[int, bool]) -> bool:
+    """Whether the character's font is bold (by its weight, or its name), once per font of a page."""
+    obj = raw.FPDFText_GetTextObject(textpage.raw, index)
+    font = raw.FPDFTextObj_GetFont(obj) if obj else None
+    key = ctypes.cast(font, ctypes.c_void_p).value or 0 if font else 0
+    if key and key in fonts:
+        return fonts[key]
     name = ctypes.create_string_buffer(128)
-    flags = ctypes.c_int()
-    raw.FPDFText_GetFontInfo(textpage.raw, index, name, 128, ctypes.byref(flags))
+    if font:
+        weight = raw.FPDFFont_GetWeight(font)
+        raw.FPDFFont_GetBaseFontName(font, name, 128)
+    else:
+        weight = raw.FPDFText_GetFontWeight(textpage.raw, index)
+        raw.FPDFText_GetFontInfo(textpage.raw, index, name, 128, None)
     lowered = name.value.decode("latin-1").casefold()
-    return any(word in lowered for word in _BOLD)
+    bold = weight >= 600 or any(word in lowered for word in _BOLD)
+    if key:
+        fonts[key] = bold
+    return bold
 
 
 def _images(page: pdfium.PdfPage, area: float) -> list[tuple[float, tuple[float, float, float, float]]]:
