@@ -5,6 +5,7 @@ path), aligned rows as a table whose header every later chunk repeats; and with 
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 from pathlib import Path
@@ -127,3 +128,18 @@ def test_a_figure_on_a_text_page_is_read_only_with_ocr_figures(tmp_path):
     doc = load(tmp_path / "mixed.pdf", figures)
     assert "whaling fleet" in doc.text and "dusk" in doc.text.lower() and figures.stats.pages == 1
     assert [p[1] for p in doc.metadata["pages"]] == [1]  # type: ignore[union-attr]
+
+
+def test_the_pdf_settings_reach_the_reader(cli, tmp_path):
+    """pdf_max_pages refuses a longer PDF by name in `ragvps chunk`, as in ingest; the other files are chunked."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    chapters = [(title, paragraphs(n)) for n, title in enumerate(CHAPTERS)]
+    Book("The Harbour Book").write(folder / "book.pdf", chapters)
+    (folder / "note.md").write_text("# Note\n\nThe harbour crane lifts crates.\n")
+    cli.env["RAGVPS_PDF_MAX_PAGES"] = "2"
+    result = cli("chunk", str(folder), "--json")
+    assert json.loads(result.stdout)["skipped"] == {"too many pages": 1}
+    assert "book.pdf: 3 pages, more than pdf_max_pages=2; skipped" in " ".join(result.stderr.split())
+    cli.env["RAGVPS_PDF_MAX_PAGES"] = "3"
+    assert json.loads(cli("chunk", str(folder), "--json").stdout)["skipped"] == {}
