@@ -52,10 +52,16 @@ class _Child:
         theirs.close()
         self.conn = Connection(ours.detach())
         # its start (an interpreter, numpy, PDFium) is not the first page's time
-        if not self.conn.poll(STARTUP_SECONDS) or self.conn.recv() is not True:
+        try:
+            started = self.conn.poll(STARTUP_SECONDS) and self.conn.recv() is True
+        except (EOFError, OSError):
+            started = False
+        if not started:
             self.kill()
             raise PdfError(
-                "PDF reader failed", "the PDF reader process did not start: check `python -c 'import pypdfium2'`"
+                "PDF reader failed",
+                "the PDF reader process did not start: install ragvps's dependencies (`pip install ragvps`, which "
+                "brings pypdfium2); skipped",
             )
 
     def alive(self) -> bool:
@@ -81,7 +87,10 @@ def read(path: str, rel: str, limits: PdfLimits, scans: bool, figures: bool) -> 
         if child is None or child.memory_mb != limits.memory_mb:
             if child is not None:
                 child.kill()
-            child = _Child(limits.memory_mb)
+            try:
+                child = _Child(limits.memory_mb)
+            except PdfError as exc:
+                raise PdfError(exc.reason, f"{rel}: {exc}") from exc
             _CHILDREN[:] = [child]
         done = False
         try:
