@@ -134,7 +134,9 @@ def _words(
 ) -> tuple[np.ndarray[tuple[int], np.dtype[np.bool_]], tuple[Boxes, ...]] | None:
     """The words' boxes (left, top, right, bottom) from their first and last characters' loose boxes (a box of no
     width is the other end's); which words have one."""
-    head, tail = _boxes(textpage, firsts), _boxes(textpage, lasts)
+    ends = np.union1d(firsts, lasts)  # a word of one character is measured once
+    measured = _boxes(textpage, ends)
+    head, tail = measured[np.searchsorted(ends, firsts)], measured[np.searchsorted(ends, lasts)]
     head_ok = head[:, 2] - head[:, 0] > 0.01
     tail_ok = tail[:, 2] - tail[:, 0] > 0.01
     head[~head_ok] = tail[~head_ok]
