@@ -111,7 +111,7 @@ class ChunkSettings:
     pdf_max_pages: int = setting(10_000, "pdf_max_pages", lo=1, hi=10_000_000)
     pdf_page_seconds: float = setting(60.0, "pdf_page_seconds", lo=0.1, hi=86_400)
     pdf_file_seconds: float = setting(600.0, "pdf_file_seconds", lo=0.1, hi=604_800)
-    pdf_max_memory_mb: int = setting(2048, "pdf_max_memory_mb", lo=64, hi=1 << 20)
+    pdf_max_memory_mb: int = setting(1024, "pdf_max_memory_mb", lo=64, hi=1 << 20)
 
 
 @dataclass(frozen=True)

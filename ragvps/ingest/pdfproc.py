@@ -29,7 +29,7 @@ class PdfLimits:
     max_pages: int = 10_000
     page_seconds: float = 60.0
     file_seconds: float = 600.0
-    memory_mb: int = 2048
+    memory_mb: int = 1024
 
 
 class _Child:
