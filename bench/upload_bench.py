@@ -2,6 +2,7 @@
 the repository root (under the exclusive quiet lock, on an otherwise idle machine):
 
     flock -x /work/quiet.lock python bench/upload_bench.py     # rewrites its section of bench/RESULTS.md
+    flock -x /work/quiet.lock python bench/upload_bench.py --busy --baseline ../base   # one-line uploads, cores busy
 
 The files are the sections of docs/*.md, each made unique by a line of its own, at most --max-chars each.
 A real `ragvps serve` (embedded PostgreSQL under bench/out/upload, the local model) serves the knowledge base
@@ -34,9 +35,10 @@ from pathlib import Path
 
 import httpx
 from common import OUT, ROOT
+from common.busy import BusyRun, busy_rounds
 from common.databases import fresh
 from common.load import KEY, Run, load
-from common.results import write_section
+from common.results import markers, write_section
 from common.scifact import unseen_questions
 from support.serve_server import Server
 
@@ -196,6 +198,58 @@ def cli_ingest(env: dict[str, str], folder: Path) -> dict[str, object]:
     }
 
 
+def busy_main(args: argparse.Namespace) -> None:
+    """--busy: a one-line upload's time to searchable while other processes keep every core busy, this checkout
+    (workers under SCHED_BATCH, nice 5) beside the baseline's (SCHED_IDLE), in one run."""
+    uptime = [subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()]
+    admin = embedded_url(load_settings(env={"RAGVPS_DATA_DIR": str(WORK / "pg-home")}))
+    runs = []
+    for label, checkout in (("baseline", args.baseline), ("this checkout", ROOT)):
+        if checkout is None:
+            continue
+        data = WORK / f"busy-{label.split()[0]}"
+        shutil.rmtree(data, ignore_errors=True)
+        env = env_for(fresh(admin, f"upload_busy_{label.split()[0]}"), data) | {"PYTHONPATH": str(checkout)}
+        ragvps(env, "ingest", str(ROOT / "docs" / "getting-started.md"))
+        runs.append(busy_rounds(label, env, checkout, WORK / f"busy-{label.split()[0]}.log", args.rounds, args.spin))
+        log(runs[-1].row())
+    uptime.append(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    section = busy_report(runs, args, uptime)
+    print(section)
+    if not args.no_write:
+        write_section("upload_busy", section)
+
+
+def busy_report(runs: list[BusyRun], args: argparse.Namespace, uptime: list[str]) -> str:
+    start, end = markers("upload_busy")
+    ratio = ""
+    if len(runs) == 2:
+        ratio = f"Warm median, this checkout against the baseline: {median_of(runs[1]) / median_of(runs[0]):.2f}x.\n\n"
+    return "\n".join(
+        [
+            start,
+            "## Upload to searchable on a busy machine (bench/upload_bench.py --busy)",
+            "",
+            "`flock -x /work/quiet.lock python bench/upload_bench.py --busy --baseline ../base`"
+            f" ({args.rounds} one-line uploads each, {args.spin} processes spinning at normal priority meanwhile;"
+            " seconds from the POST to the first keyword search that finds the note; the first round starts the"
+            " server's worker).",
+            "",
+            "| server | first (worker starts) s | median of the rest s | worst s | 1-min load |",
+            "|---|---|---|---|---|",
+            *[r.row() for r in runs],
+            "",
+            ratio + f"Load: `{uptime[0]}` before, `{uptime[-1]}` after.",
+            end,
+        ]
+    )
+
+
+def median_of(run: BusyRun) -> float:
+    rest = sorted(run.seconds[1:]) or run.seconds
+    return rest[len(rest) // 2]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--files", type=int, default=1000)
@@ -204,7 +258,13 @@ def main() -> None:
     parser.add_argument("--searches", type=int, default=600, help="Searches in the idle phase.")
     parser.add_argument("--max-seconds", type=float, default=900.0, help="Time bound of each phase.")
     parser.add_argument("--no-write", action="store_true", help="Print the section, leave RESULTS.md alone.")
+    parser.add_argument("--busy", action="store_true", help="Only the one-line uploads on a busy machine.")
+    parser.add_argument("--baseline", type=Path, help="--busy: a checkout to measure beside this one.")
+    parser.add_argument("--rounds", type=int, default=6, help="--busy: one-line uploads per server.")
+    parser.add_argument("--spin", type=int, default=2, help="--busy: processes keeping cores busy.")
     args = parser.parse_args()
+    if args.busy:
+        return busy_main(args)
     uptime = [subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()]
     for old in ("api-data", "cli-data", "cli-busy-data"):
         shutil.rmtree(WORK / old, ignore_errors=True)

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from support import waiting
 from support.asgi_server import InProcess
 from support.oidc_provider import TokenIssuer, two_teams
 from support.serve_server import KEY, ragvps_here
@@ -154,9 +155,22 @@ def owui_models(srv: InProcess, key: str, **user: str) -> list[str]:
         return sorted(m.id for m in client.models.list())
 
 
-def test_a_forwarded_user_sees_only_what_their_groups_allow(srv: InProcess, env: dict[str, str], issuer: TokenIssuer):
-    # ana signed in once with the group eng (a bearer token counts as a sign-in to remember only via the page; here
-    # the users table is filled as the page's sign-in fills it)
+def owui_chat(srv: InProcess, key: str, model: str, email: str, stream: bool = False) -> str:
+    headers = {"X-OpenWebUI-User-Email": email, "X-OpenWebUI-User-Role": "user"}
+    with srv.keyless(headers=headers) as http:
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key=key, http_client=http, max_retries=0)
+        messages = [{"role": "user", "content": "how many days of paid leave?"}]
+        done = client.chat.completions.create(model=model, messages=messages, stream=stream)  # type: ignore[call-overload]
+        if stream:
+            return "".join(c.choices[0].delta.content or "" for c in done if c.choices)
+        return str(done.choices[0].message.content)
+
+
+def test_a_forwarded_user_is_listed_the_keys_models_and_answered_by_their_groups(
+    srv: InProcess, env: dict[str, str], issuer: TokenIssuer
+):
+    # Open WebUI keeps ONE model list for all its users (app.state.MODELS): a per-user list would be overwritten by
+    # the next user's refresh, so every user of the key is listed the key's models, and the chat decides (issue 51).
     from ragvps.app.identity import User
     from ragvps.app.library import Library
     from ragvps.config import load_settings
@@ -166,18 +180,34 @@ def test_a_forwarded_user_sees_only_what_their_groups_allow(srv: InProcess, env:
         library.identities().seen(User("sub-cy", "cy@example.org", "Cy", ("admins",), "oidc"))
     key = env["OWUI_KEY"]
     assert owui_models(srv, key) == ["docs", "hr"]  # the key alone: what it grants
-    assert owui_models(srv, key, email="ana@example.org", name="Ana", role="admin") == ["docs"]
-    # an Open WebUI user who never signed in here: only the `role:user` group
-    assert owui_models(srv, key, email="new@example.org", role="user") == ["docs"]
-    # admins=*:admin, bounded by the key's read: both, and still no write
-    assert owui_models(srv, key, email="cy@example.org", role="user") == ["docs", "hr"]
+    for email in ("ana@example.org", "new@example.org", "cy@example.org", "nobody@example.org"):
+        assert owui_models(srv, key, email=email, name="X", role="user") == ["docs", "hr"]
+    # cy (admins=*:admin, bounded by the key's read) reads hr; ana (eng) is told why not, and sees none of it
+    assert "twenty-five" in owui_chat(srv, key, "hr", "cy@example.org")
+    for stream in (False, True):
+        said = owui_chat(srv, key, "hr", "ana@example.org", stream)
+        assert "twenty-five" not in said and "You cannot ask this knowledge base (hr)" in said, said
+        assert "ana@example.org" in said and "GROUP=hr:read" in said
     with srv.keyless(headers={"Authorization": f"Bearer {key}", "X-OpenWebUI-User-Email": "cy@example.org"}) as c:
         assert c.post("/kb/docs/documents", files={"files": ("x.md", b"# x\n\ntext\n")}).status_code in (403, 404)
     with srv.keyless(headers={"Authorization": f"Bearer {key}", "X-OpenWebUI-User-Email": "ana@example.org"}) as c:
-        chat = c.post(
-            "/v1/chat/completions", json={"model": "hr", "messages": [{"role": "user", "content": "paid leave?"}]}
-        )
-        assert chat.status_code == 404 and "twenty-five" not in chat.text
+        assert c.post("/kb/hr/search", json={"query": "paid leave"}).status_code == 404  # search: no door opened
+
+
+def test_a_forwarded_user_with_no_groups_is_told_why_in_the_chat_and_refused_elsewhere(
+    srv: InProcess, env: dict[str, str]
+):
+    key, roles = env["OWUI_KEY"], "eng=docs:read,people=hr:write"  # no role:user mapping: a new user holds nothing
+    server = InProcess(env | {"RAGVPS_GROUP_ROLES": roles}, key=None).start()
+    try:
+        said = owui_chat(server, key, "docs", "stranger@example.org", stream=True)
+        assert "You cannot ask this knowledge base (docs)" in said and "in no group that" in said, said
+        headers = {"Authorization": f"Bearer {key}", "X-OpenWebUI-User-Email": "stranger@example.org"}
+        with server.keyless(headers=headers) as c:
+            refused = c.post("/kb/docs/search", json={"query": "anything"})
+        assert refused.status_code == 403 and "holds no role on any knowledge base" in refused.text
+    finally:
+        server.stop()
 
 
 def test_forwarded_headers_beside_another_key_are_ignored(srv: InProcess, env: dict[str, str]):
@@ -204,7 +234,7 @@ def test_the_audit_names_who_did_what_where_and_never_the_question(
     with srv.keyless(headers={"Authorization": f"Bearer {KEY}"}) as c:
         assert c.post("/kb/hr/ask", json={"question": "how many days of leave?"}).status_code == 200
     rows: list[dict[str, object]] = []
-    deadline = time.monotonic() + 10
+    deadline = waiting.deadline(10)
     while time.monotonic() < deadline:  # written by the audit's thread within half a second
         done = ragvps_here(env, "audit", "--since", "1h", "--json")
         assert done.returncode == 0, done.stderr

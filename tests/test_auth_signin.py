@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from support import waiting
 from support.oidc_provider import mock_provider, set_user, two_teams
 from support.serve_server import KEY, Server, ragvps_here
 
@@ -115,7 +116,7 @@ def test_proxy_headers_count_only_from_the_trusted_address(served: Server):
     with httpx.Client(base_url=served.url, headers=headers, timeout=30) as c:  # from 127.0.0.1: not trusted
         for _ in range(3):
             assert c.get("/kb").status_code == 401
-    deadline = time.monotonic() + 5
+    deadline = waiting.deadline(5)
     while "not in trusted_proxies" not in served.log.read_text() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert served.log.read_text().count("ignored the user headers from 127.0.0.1") == 1  # logged once

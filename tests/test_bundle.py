@@ -434,3 +434,10 @@ def test_a_bundle_of_a_model_the_target_lacks_imports_and_search_says_what_to_pu
 
 def _chunks_in(bundle: Path) -> int:
     return json.loads(_members(bundle)["manifest.json"])["counts"]["chunks"]
+
+
+def test_import_refuses_a_bad_name_before_it_reads_the_bundle(cli, tmp_path):
+    junk = tmp_path / "junk.ragvps"
+    junk.write_bytes(b"not a bundle at all")  # were it read first, the error would be about the file
+    bad = cli("import", str(junk), "--kb", "Bad_Name", expect=2)
+    assert "Bad_Name" in bad.stderr and "junk.ragvps" not in bad.stderr, bad.stderr

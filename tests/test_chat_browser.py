@@ -26,6 +26,7 @@ OPENAI_NPM = "openai@5"
 PAGE = """<!doctype html><meta charset="utf-8"><title>sdk</title>
 <script type="module">
 import OpenAI from "./openai/index.mjs";
+from support import waiting
 const q = new URLSearchParams(location.search);
 const client = new OpenAI({baseURL: q.get("base"), apiKey: q.get("key"), dangerouslyAllowBrowser: true,
                            maxRetries: 0});
@@ -98,7 +99,7 @@ def test_the_openai_npm_package_calls_the_server_from_another_origin(
             page = browser.new_page()
             query = f"?base={srv.url}/v1&key={KEY}&question={QUESTION.replace(' ', '+').replace('?', '%3F')}"
             page.goto(page_site + "/index.html" + query)
-            page.wait_for_function("window.result !== undefined", timeout=60_000)
+            page.wait_for_function("window.result !== undefined")
             result: dict[str, Any] = page.evaluate("window.result")
     finally:
         srv.stop()

@@ -83,3 +83,20 @@ def test_errors_are_the_clients_response_errors_before_any_line(api: InProcess):
 
 def test_a_key_sees_only_its_knowledge_bases(api: InProcess):
     assert [m.model for m in client(api, SECOND_KEY).list().models] == ["ragvps:latest"]
+
+
+def test_ollamas_own_curl_examples_are_answered(api: InProcess):
+    """`curl http://localhost:11434/api/chat -d '{...}'` sends application/x-www-form-urlencoded (curl -d's default);
+    Ollama reads the body as JSON anyway, and so does ragvps under /api (issue 51: it answered 415)."""
+    body = b'{"model": "ragvps", "messages": [{"role": "user", "content": "how do I stop the embedded database?"}], '
+    body += b'"stream": false}'
+    with api.client() as c:
+        for kind in ("application/x-www-form-urlencoded", None):
+            headers = {"Content-Type": kind} if kind else {}
+            done = c.post("/api/chat", content=body, headers=headers)
+            assert done.status_code == 200, done.text
+            assert "ragvps server stop" in done.json()["message"]["content"]
+        shown = c.post("/api/show", content=b'{"model": "ragvps"}', headers={"Content-Type": "text/plain"})
+        assert shown.status_code == 200, shown.text
+        # elsewhere the wrong type is still a 415 that says what to send
+        assert c.post("/search", content=b'{"query": "x"}', headers={"Content-Type": "text/plain"}).status_code == 415

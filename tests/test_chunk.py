@@ -252,3 +252,18 @@ def test_a_table_whose_first_row_is_longer_than_a_chunk_keeps_its_header_in_a_ch
     chunks = chunk_document(doc, ChunkerConfig("structure", 16, 4, 24))
     assert chunks[0].text == "| the |\n| --- |" and all(c.text for c in chunks)
     _check(doc, ChunkerConfig("structure", 16, 4, 24))
+
+
+def test_a_table_row_longer_than_a_chunk_but_not_than_the_model_stays_whole_under_its_header():
+    # docs/serve.md's GET /health row (issue 51): it was cut in two, and "what does GET /health return?" refused
+    long_row = "| `GET /health` | " + " ".join(f"state{i} means the server is in phase {i}." for i in range(14)) + " |"
+    text = "## Endpoints\n\n| path | what it does |\n|---|---|\n| `GET /a` | a short row |\n" + long_row + "\n"
+    config = ChunkerConfig("structure", 100, 15, 256)
+    doc = Document("d", "d", "D", text, "markdown")
+    chunks = chunk_document(doc, config)
+    holding = [c for c in chunks if "GET /health" in c.text]
+    assert len(holding) == 1 and holding[0].text.endswith(long_row), [c.text for c in chunks]
+    assert holding[0].text.startswith("| path | what it does |\n|---|---|")
+    assert tokens.count(long_row) > 100 and holding[0].tokens <= 256
+    assert not any(c.text.strip() == "| path | what it does |\n|---|---|" for c in chunks)  # no header alone
+    _check(doc, config)

@@ -19,6 +19,7 @@ import httpx
 import numpy as np
 import pytest
 import yaml
+from support import waiting
 from support.serve_server import free_port
 
 from ragvps.embed.models import model_spec
@@ -120,7 +121,7 @@ def stand_in(tmp_path: Path) -> Iterator[dict[str, str]]:
         "HOME": str(tmp_path),
     }
     proc = subprocess.Popen([sys.executable, str(OLLAMA), "serve"], env=env, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
+    deadline = waiting.deadline(20)
     while True:
         try:
             if httpx.get(f"http://127.0.0.1:{port}/").text == "Ollama is running":

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import psycopg
 import pytest
+from support import waiting
 from support.asgi_server import InProcess
 from support.office_files import zip_bomb
 from support.serve_server import KEY, ragvps_env
@@ -88,7 +89,7 @@ def client(srv: InProcess, who: str | None = None) -> httpx.Client:
 
 
 def wait(c: httpx.Client, job: str, timeout: float = 120) -> dict:
-    deadline = time.monotonic() + timeout
+    deadline = waiting.deadline(timeout)
     while True:
         status = c.get(f"/jobs/{job}").json()
         if status["state"] in ("done", "failed", "cancelled"):
@@ -296,7 +297,7 @@ def test_cancel_mid_batch_stores_nothing_half_and_a_reupload_resumes_from_the_ve
     # read on the job's next heartbeat, lands while it is being embedded rather than after
     files = {f"c{i:02}.md": page(f"cancel topic {i} " + " ".join(f"w{i}x{j}" for j in range(60)), 4) for i in range(16)}
     job = upload(c, files)["job"]
-    deadline = time.monotonic() + 120
+    deadline = waiting.deadline(120)
     while (status := c.get(f"/jobs/{job}").json())["chunks_embedded"] == 0:  # the batch is being embedded
         assert status["state"] in ("queued", "running") and time.monotonic() < deadline, status
         time.sleep(0.05)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
+from support import waiting
 from support.serve_server import REPO, ragvps_env
 from typer.testing import CliRunner
 
@@ -58,7 +59,7 @@ def kill_worker_when(env: dict[str, str], name: str, seen: Callable[[], bool], w
         stderr=subprocess.PIPE,
     )
     try:
-        deadline = time.monotonic() + 120
+        deadline = waiting.deadline(120)
         while not seen():
             assert worker.poll() is None, worker.stderr.read().decode() if worker.stderr else ""
             assert time.monotonic() < deadline, f"{name} {what} within 120 s"
@@ -228,7 +229,7 @@ def test_a_waiting_worker_takes_a_job_when_it_is_queued_not_at_its_next_poll(db_
         try:
             time.sleep(0.5)  # the worker has found no job and waits
             job = staged_job(env, folder)
-            deadline = time.monotonic() + 60
+            deadline = waiting.deadline(60)
             while (status := d.job_status(app, job)).state in ("queued", "running"):
                 assert time.monotonic() < deadline, f"the queued job was not taken: {status}"
                 time.sleep(0.05)

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import psycopg
+from support import waiting
 from support.ollama_server import FakeOllama
 
 from tests.test_end_to_end import N_DOCS
@@ -166,7 +167,7 @@ def test_killed_ingest_reruns_to_the_same_state_without_duplicates(cli, folder, 
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 60
+        deadline = waiting.deadline(60)
         while len(ollama.inputs) < 4 and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert proc.poll() is None, "the ingest finished before it could be killed"

@@ -101,3 +101,19 @@ def test_of_equally_good_sentences_the_one_in_the_chunk_that_matches_is_quoted()
     out = _EquallyGood(lambda: None, "none").generate(fit, lambda _: None)  # type: ignore[arg-type,return-value]
     assert [q.chunk_id for q in out.quotes] == ["keys.md#4"]  # first in source order, but weaker evidence
     assert out.quotes[0].score > FLOOR
+
+
+def test_a_table_row_the_question_names_is_quoted_whole():
+    from ragvps.generate.extractive import named_rows
+    from ragvps.generate.prompt import Source
+
+    table = (
+        '| method and path | what it does |\n|---|---|\n| `GET /health` | `{"status": "ok"}`; 503 while starting |\n'
+        "| `POST /search` | the hits |\n"
+    )
+    src = Source(1, "s#0", "serve.md", "Endpoints", 0, len(table), 1.0, table)
+    rows = named_rows([src], "what does GET /health return?")
+    assert [r.text for r in rows] == ['`GET /health` | `{"status": "ok"}`; 503 while starting']
+    assert table[rows[0].a : rows[0].b].startswith("| `GET /health`") and rows[0].row
+    assert named_rows([src], "what is the health of the team?") == []  # the whole first cell, not a word of it
+    assert named_rows([src], "what does the method and path column say?") == []  # never the header

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from support import waiting
 from support.serve_server import embed_threads
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,7 +138,7 @@ def test_embedded_postgres_killed_mid_ingest(tmp_path):
             text=True,
         )
         vectors = tmp_path / "data" / "kb" / "default" / "embeddings"
-        deadline = time.monotonic() + 120
+        deadline = waiting.deadline(120)
         while not any(p.stat().st_size > 40_000 for p in vectors.rglob("*.f32")) and proc.poll() is None:
             assert time.monotonic() < deadline, "the ingest never embedded"
             time.sleep(0.05)
@@ -212,7 +213,7 @@ def test_rerun_right_after_an_ingest_killed_during_the_index_build(tmp_path, oll
         text=True,
     )
     try:
-        deadline = time.monotonic() + 240
+        deadline = waiting.deadline(240)
         building = False
         while not building and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)

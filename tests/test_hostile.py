@@ -10,10 +10,12 @@ import json
 import os
 import tarfile
 import time
+from pathlib import Path
 
 import httpx
 import psycopg
 import pytest
+from support import waiting
 from support.asgi_server import InProcess
 from support.hostile_files import (
     HOSTILE_NAMES,
@@ -48,7 +50,7 @@ def served(module_db_url: str, tmp_path_factory: pytest.TempPathFactory):
 
 
 def wait(c: httpx.Client, job: str, timeout: float = 120) -> dict:
-    deadline = time.monotonic() + timeout
+    deadline = waiting.deadline(timeout)
     while (status := c.get(f"/jobs/{job}").json())["state"] not in ("done", "failed", "cancelled"):
         assert time.monotonic() < deadline, status
         time.sleep(0.1)
@@ -166,6 +168,43 @@ def test_links_out_of_the_folder_are_not_followed_and_said_once_each(cli, tmp_pa
         assert {"to_secret.md", "to_outside/secret.md"} <= {r[0] for r in conn.execute("SELECT source FROM documents")}
 
 
+def loops(folder: Path) -> None:
+    """A link to itself, a loop of two links, a dangling link, beside a good file."""
+    (folder / "good.md").write_text("# Good\n\nThe good file beside the loops tells of kingfishers.\n")
+    os.symlink("loop.md", folder / "loop.md")
+    os.symlink("b.md", folder / "a.md")
+    os.symlink("a.md", folder / "b.md")
+    os.symlink("gone.md", folder / "dangling.md")
+
+
+def test_looping_and_dangling_links_are_skipped_with_a_line_each_and_the_rest_stored(cli, tmp_path, db_url):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    loops(folder)
+    result = cli("ingest", str(folder), "--json")
+    report, err = json.loads(result.stdout), " ".join(result.stderr.split())
+    with psycopg.connect(db_url) as conn:
+        assert {r[0] for r in conn.execute("SELECT source FROM documents")} == {"good.md"}
+    assert report["skipped"]["broken link"] == 4
+    for name in ("loop.md", "a.md", "b.md"):
+        assert err.count(f"{name}: a symbolic link that loops, skipped") == 1, err
+    assert err.count("dangling.md: a symbolic link to nothing (its target is gone), skipped") == 1
+
+
+def test_looping_links_in_the_uploads_folder_leave_uploads_working(served, module_db_url):
+    uploads = served.data / "kb/default/uploads"
+    uploads.mkdir(parents=True, exist_ok=True)
+    loops(uploads)
+    try:
+        assert upload(served.client(), [("after_loops.md", page("after loops"))])["state"] == "done"
+        run_cli(served.env, "reindex")
+        assert {"good.md", "after_loops.md"} <= sources_stored(module_db_url)
+        assert not {"loop.md", "a.md", "b.md", "dangling.md"} & sources_stored(module_db_url)
+    finally:
+        for name in ("good.md", "loop.md", "a.md", "b.md", "dangling.md"):
+            (uploads / name).unlink()
+
+
 def test_a_link_added_while_watching_is_not_followed(db_url, tmp_path):
     import threading
 
@@ -185,7 +224,7 @@ def test_a_link_added_while_watching_is_not_followed(db_url, tmp_path):
         )
         thread.start()
         try:
-            deadline = time.monotonic() + 60
+            deadline = waiting.deadline(60)
             while not reports:
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
@@ -261,7 +300,7 @@ def test_cancelled_and_failed_uploads_are_never_stored_by_a_later_reindex(served
     ]
     r = c.post("/kb/default/documents", files=[("files", f) for f in files])
     job = r.json()["job"]
-    deadline = time.monotonic() + 120
+    deadline = waiting.deadline(120)
     while (status := c.get(f"/jobs/{job}").json())["chunks_embedded"] == 0:
         assert status["state"] in ("queued", "running") and time.monotonic() < deadline, status
         time.sleep(0.05)

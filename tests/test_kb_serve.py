@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+from support import waiting
 from support.browser import playwright
 from support.serve_server import KEY, Server, ragvps_env
 from typer.testing import CliRunner
@@ -220,7 +221,7 @@ def test_queries_in_one_knowledge_base_do_not_notice_an_ingest_and_a_reindex_in_
 
     def hammer() -> None:
         with served.client() as c:
-            deadline = time.monotonic() + 120
+            deadline = waiting.deadline(120)
             while not stop.is_set() and time.monotonic() < deadline and len(answers) < 2000:
                 r = c.post("/kb/faq/search", json={"query": "when is the lamp lit?"})
                 if r.status_code != 200:
@@ -274,7 +275,7 @@ def test_a_revoked_key_and_a_dropped_knowledge_base_stop_working_within_seconds(
     with httpx.Client(base_url=served.url, headers=headers, timeout=30) as c:
         assert c.post("/kb/nomic/search", json={"query": "lamp"}).status_code == 200
         run_cli(kbs, "key", "revoke", "short-lived")
-        deadline, status = time.monotonic() + 10, 200
+        deadline, status = waiting.deadline(10), 200
         while time.monotonic() < deadline and status == 200:
             status = c.post("/kb/nomic/search", json={"query": "lamp"}).status_code
             time.sleep(0.2)
@@ -283,7 +284,7 @@ def test_a_revoked_key_and_a_dropped_knowledge_base_stop_working_within_seconds(
     with served.client() as c:
         assert c.post("/kb/nomic/search", json={"query": "lamp"}).status_code == 200
         run_cli(kbs, "kb", "drop", "nomic", "--yes")
-        deadline = time.monotonic() + 10
+        deadline = waiting.deadline(10)
         while time.monotonic() < deadline and (not statuses or statuses[-1] != 404):
             statuses.append(c.post("/kb/nomic/search", json={"query": "lamp"}).status_code)
             time.sleep(0.1)

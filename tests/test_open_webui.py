@@ -9,86 +9,24 @@ minute); skipped, saying why, where Open WebUI or Chromium is not installed.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+from support import waiting
 from support.browser import chromium, playwright
-from support.serve_server import REPO, Server, free_port
+from support.open_webui import open_webui as started
+from support.serve_server import Server
 
 pytestmark = pytest.mark.slow
-
-START_S = 300  # Open WebUI's first start (its database migrations) takes about a minute here
-
-
-def open_webui_bin() -> Path | None:
-    for candidate in (
-        os.environ.get("OPEN_WEBUI"),
-        shutil.which("open-webui"),
-        str(REPO.parent / "owui-venv" / "bin" / "open-webui"),
-    ):
-        if candidate and Path(candidate).exists():
-            return Path(candidate)
-    return None
 
 
 @pytest.fixture(scope="module")
 def open_webui(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    found = open_webui_bin()
-    if found is None:
-        pytest.skip(
-            "Open WebUI is not installed: `python -m venv ../owui-venv && ../owui-venv/bin/pip install "
-            "open-webui==0.12.4` (or set OPEN_WEBUI to its `open-webui` command)"
-        )
     playwright()  # skipped before Open WebUI starts where chromium or Playwright is missing
-    data = tmp_path_factory.mktemp("open-webui")
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGVPS_")} | {
-        "DATA_DIR": str(data),
-        "WEBUI_AUTH": "False",
-        "OFFLINE_MODE": "true",
-        "HF_HUB_OFFLINE": "1",
-        "ENABLE_OLLAMA_API": "false",
-        "OPENAI_API_BASE_URL": server.url + "/v1",
-        "OPENAI_API_KEY": server.key,
-        "WEBUI_SECRET_KEY": "test-secret",
-        "PORT": str(port),
-    }
-    log = (data / "open-webui.log").open("wb")
-    proc = subprocess.Popen(
-        [str(found), "serve", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=data,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + START_S
-        while True:
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail("Open WebUI did not start: " + (data / "open-webui.log").read_text()[-3000:])
-            time.sleep(1)
+    settings = {"WEBUI_AUTH": "False", "OPENAI_API_BASE_URL": server.url + "/v1", "OPENAI_API_KEY": server.key}
+    with started(tmp_path_factory.mktemp("open-webui"), **settings) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +36,8 @@ def page(open_webui: str) -> Iterator[Any]:
 
 
 def test_a_question_in_open_webui_is_answered_with_its_source_a_title_and_follow_ups(page: Any, open_webui: str):
-    page.goto(open_webui + "/", timeout=60_000)
-    page.wait_for_selector("#chat-input", timeout=60_000)
+    page.goto(open_webui + "/")
+    page.wait_for_selector("#chat-input")
     welcome = page.get_by_text("Okay, Let's Go!")  # the release notes shown on a first visit
     if welcome.count():
         welcome.click()
@@ -108,16 +46,22 @@ def test_a_question_in_open_webui_is_answered_with_its_source_a_title_and_follow
     page.click("#chat-input")
     page.keyboard.type("How do I stop the embedded database?")
     page.keyboard.press("Enter")
-    page.wait_for_function("() => document.body.innerText.includes('embedded-database.md')", timeout=120_000)
+    page.wait_for_function(
+        "() => document.body.innerText.includes('embedded-database.md')", timeout=waiting.seconds(120) * 1000
+    )
     assert "ragvps server stop" in page.locator("body").inner_text()
     # the title task: the chat is named from the question, not "New Chat"
-    page.wait_for_function("() => document.body.innerText.includes('Stop Embedded Database')", timeout=60_000)
+    page.wait_for_function("() => document.body.innerText.includes('Stop Embedded Database')")
     # the follow-up task: questions offered under the answer; one asked is answered with its sources too
-    page.wait_for_function("() => document.body.innerText.includes('Follow up')", timeout=60_000)
+    page.wait_for_function("() => document.body.innerText.includes('Follow up')")
     offered = page.get_by_text("What about", exact=False).first
     question = offered.inner_text().strip()
     offered.click()
     if page.locator("#chat-input").inner_text().strip():  # some releases put it in the input first
         page.keyboard.press("Enter")
-    page.wait_for_function("q => document.body.innerText.split(q).length > 2", arg=question, timeout=120_000)
-    page.wait_for_function("() => document.body.innerText.split('Sources').length > 2", timeout=120_000)
+    page.wait_for_function(
+        "q => document.body.innerText.split(q).length > 2", arg=question, timeout=waiting.seconds(120) * 1000
+    )
+    page.wait_for_function(
+        "() => document.body.innerText.split('Sources').length > 2", timeout=waiting.seconds(120) * 1000
+    )

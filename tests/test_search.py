@@ -111,7 +111,9 @@ def test_the_legs_scores_are_the_ones_each_leg_ranks_by_and_convex_fusion_uses_t
     assert vec[0] == (ids["d2"], pytest.approx(float(unit @ vectors[2]), abs=1e-6))  # the cosine, best first
     assert [s for _, s in vec] == sorted((s for _, s in vec), reverse=True)
     kw = search.keyword_scored(conn, "zebrafish protein", Settings(), bm25=search.Bm25(budget=10**6))
-    assert kw == pytest.approx(_reference_bm25(conn, "zebrafish protein"))
+    want_kw = _reference_bm25(conn, "zebrafish protein")
+    assert [c for c, _ in kw] == [c for c, _ in want_kw]  # pytest.approx takes no nested data (9.2)
+    assert [s for _, s in kw] == pytest.approx([s for _, s in want_kw])
     settings = Settings.of(fusion="convex", vector_weight=3.0)
     kw = search.keyword_scored(conn, "zebrafish protein", settings)
     hits = search.search(conn, eset, "zebrafish protein", query, settings, k=len(CORPUS))

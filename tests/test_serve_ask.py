@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from support import waiting
 from support.asgi_server import InProcess, in_process
 from support.llm_server import FakeLLM
 from support.serve_server import Server, ragvps_here
@@ -144,7 +145,7 @@ def test_a_client_that_leaves_closes_the_upstream_llm_request(serve_env: dict[st
                 if seen.count("token") >= 3:
                     break  # leave mid-answer: closing the response closes the connection
         assert seen[0] == "sources"
-        deadline = time.monotonic() + 15
+        deadline = waiting.deadline(15)
         while not llm.disconnected and time.monotonic() < deadline:
             time.sleep(0.1)
         assert llm.disconnected, "the server kept the LLM request open after its client left"

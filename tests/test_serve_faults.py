@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import psycopg
 import pytest
+from support import waiting
 from support.llm_server import FakeLLM
 from support.serve_server import Server
 
@@ -220,7 +221,7 @@ def test_an_exhausted_pool_answers_503_json_within_request_timeout_and_health_sa
     assert "all 2 database connections (setting pool_size) are busy" in body["error"], body
     assert body["pool"]["size"] == 2 and body["pool"]["busy"] == 2 and body["pool"]["waiting"] >= 1, body
     assert health_took < BOUND, health_took  # it did not wait for the pool (nor for the lock)
-    deadline = time.monotonic() + 30
+    deadline = waiting.deadline(30)
     while True:  # the abandoned searches finish once the lock goes, and give their connections back
         try:
             still_answers(faulty)
@@ -298,7 +299,7 @@ def test_health_says_the_database_is_unreachable_while_postgresql_is_down(tmp_pa
             failed = c.post("/search", json={"query": QUESTION, "mode": "keyword"})
             assert failed.status_code == 503 and failed.json()["kind"] == "unavailable", failed.text
             _pg_ctl(tmp_path / "pg", "-o", f'-h "" -k {tmp_path / "pg"}', "start")
-            deadline = time.monotonic() + BOUND
+            deadline = waiting.deadline(BOUND)
             while (health := c.get("/health")).status_code != 200:
                 assert time.monotonic() < deadline, health.text
                 time.sleep(0.3)

@@ -55,7 +55,7 @@ def test_ask_streams_the_answer_and_a_citation_opens_its_chunk(browser: Any, ser
     page.dispatch_event("#key", "change")
     page.fill("#query", QUESTION)
     page.click("#ask")
-    page.wait_for_selector("#status.done, #status.error", timeout=60_000)  # (the page's CSP forbids eval)
+    page.wait_for_selector("#status.done, #status.error")  # (the page's CSP forbids eval)
     assert page.get_attribute("#status", "class") != "error", page.text_content("#status")
     shown = page.inner_text("#answer")
     assert words(shown) == words(expected["answer"])  # its Markdown rendered: no raw marks, no backticks
@@ -94,7 +94,7 @@ def test_a_quote_with_the_command_it_introduces_is_marked_in_the_rendered_card(b
     page.dispatch_event("#key", "change")
     page.fill("#query", "how do I stop the embedded database?")
     page.click("#ask")
-    page.wait_for_selector("#status.done, #status.error", timeout=60_000)
+    page.wait_for_selector("#status.done, #status.error")
     assert "ragvps server stop" in page.locator("#answer pre").first.inner_text()  # the block rendered as code
     card = page.locator("#results > li").first
     assert card.get_attribute("data-n") == "1" and "```" not in card.inner_text() and "## " not in card.inner_text()

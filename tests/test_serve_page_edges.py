@@ -75,7 +75,7 @@ def test_the_last_uploads_panel_goes_when_the_knowledge_base_changes(browser: An
             }
         ],
     )
-    page.wait_for_selector("#upload[data-state=done], #upload[data-state=error]", timeout=60_000)
+    page.wait_for_selector("#upload[data-state=done], #upload[data-state=error]")
     assert page.locator("#upload").is_visible() and page.locator("#upload-cancel").is_visible()
     page.select_option("#kb", "faq")
     assert page.locator("#upload").is_hidden() and page.locator("#upload-cancel").is_hidden()

@@ -149,7 +149,7 @@ def test_enter_asks_sources_carry_their_numbers_and_an_empty_question_clears(bro
         page.dispatch_event("#key", "change")
         page.fill("#query", QUESTION)
         page.press("#query", "Enter")
-        page.wait_for_selector("#status.done, #status.error", timeout=60_000)
+        page.wait_for_selector("#status.done, #status.error")
         assert page.get_attribute("#status", "class") == "done", page.text_content("#status")
         assert page.text_content("#answer").strip()
         cards = page.locator("#results > li")
@@ -175,7 +175,7 @@ def test_enter_asks_sources_carry_their_numbers_and_an_empty_question_clears(bro
 def test_docs_work_offline_and_send_the_key(browser: Any, server: Server):
     page, seen = watched_page(browser, server.port, viewport={"width": 1280, "height": 900})
     page.goto(server.url + "/docs")
-    page.wait_for_selector(".opblock-summary-path", timeout=30_000)
+    page.wait_for_selector(".opblock-summary-path")
     paths = {p.text_content() for p in page.locator(".opblock-summary-path").all()}
     assert {"/search", "/ask", "/health", "/stats"} <= {p.replace("\u200b", "") for p in paths}
     assert seen["outside"] == [], seen  # every asset came from the server itself

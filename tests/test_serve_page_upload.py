@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from support import waiting
 from support.serve_server import KEY, Server, ragvps_env
 from typer.testing import CliRunner
 
@@ -52,7 +53,7 @@ def test_dropped_files_upload_with_progress_errors_by_name_and_a_listed_document
     page.dispatch_event("#key", "change")
     page.wait_for_function("() => document.getElementById('drop-kb').textContent === 'default'")
     page.dispatch_event("#drop", "drop", {"dataTransfer": page.evaluate_handle(DROP)})
-    page.wait_for_selector("#upload[data-state=done], #upload[data-state=error]", timeout=60_000)
+    page.wait_for_selector("#upload[data-state=done], #upload[data-state=error]")
     assert page.get_attribute("#upload", "data-state") == "done", page.text_content("#upload-text")
     value, maximum = page.eval_on_selector("#upload-bar", "b => [b.value, b.max]")
     assert value == maximum > 1  # every byte accounted for
@@ -100,10 +101,11 @@ def test_cancel_stops_the_upload_and_the_files_stored_stay(browser: Any, own_ser
     page.dispatch_event("#key", "change")
     page.wait_for_function("() => document.getElementById('drop-kb').textContent === 'default'")
     page.dispatch_event("#drop", "drop", {"dataTransfer": page.evaluate_handle(MANY)})
-    page.wait_for_selector("#upload-files li.done", timeout=120_000)  # a first batch is stored
+    page.wait_for_selector("#upload-files li.done", timeout=waiting.seconds(120) * 1000)  # a first batch is stored
     page.click("#upload-cancel")
     page.wait_for_selector(
-        "#upload[data-state=cancelled], #upload[data-state=done], #upload[data-state=error]", timeout=120_000
+        "#upload[data-state=cancelled], #upload[data-state=done], #upload[data-state=error]",
+        timeout=waiting.seconds(120) * 1000,
     )
     text = page.text_content("#upload-text")
     assert page.get_attribute("#upload", "data-state") == "cancelled", text

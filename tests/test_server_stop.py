@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import psutil
+from support import waiting
 from support.serve_server import REPO, embed_threads, free_port
 
 
@@ -46,7 +47,7 @@ def _serve(env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], str
             stderr=subprocess.STDOUT,
         )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
+    deadline = waiting.deadline(120)
     while time.monotonic() < deadline:
         assert proc.poll() is None, log.read_text()
         try:

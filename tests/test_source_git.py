@@ -57,7 +57,7 @@ def test_git_path_incremental_deletions_and_links(cli, tmp_path):
     listed = json.loads(cli("source", "list", "--json").stdout)
     assert listed[0]["name"] == "handbook" and listed[0]["cursor"] == second and listed[0]["items"] == 1
     out = cli("source", "remove", "handbook").stdout
-    assert "1 documents" in out
+    assert "its 1 document" in out
     assert not json.loads(cli("query", "lighthouse keeper", "--json", "--mode", "keyword").stdout)
 
 

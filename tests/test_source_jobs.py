@@ -13,6 +13,7 @@ import time
 import httpx
 import psycopg
 import pytest
+from support import waiting
 from support.asgi_server import InProcess
 from support.serve_server import KEY, ragvps_env
 from support.sites import git, new_repo, served
@@ -23,7 +24,7 @@ DELAY_S = 0.3  # each page of the slow site: a sync of it takes seconds, so a ca
 
 
 def wait(c: httpx.Client, job: str, until: str = "ended", timeout: float = 90) -> dict:
-    deadline = time.monotonic() + timeout
+    deadline = waiting.deadline(timeout)
     while True:
         status = c.get(f"/jobs/{job}").json()
         if status["state"] in ("done", "failed", "cancelled") or (until == "reading" and status["files_done"] >= 2):

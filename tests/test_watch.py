@@ -8,6 +8,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from support import waiting
 
 from ragvps.app import App
 from ragvps.config import Settings
@@ -15,7 +16,7 @@ from ragvps.errors import UsageError
 
 
 def _wait(reports: list, count: int, timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
+    end = waiting.deadline(timeout)
     while len(reports) < count:
         assert time.monotonic() < end, f"no ingest after the change ({len(reports)} reports)"
         time.sleep(0.05)
@@ -50,7 +51,7 @@ def test_watch_follows_adds_moves_and_deletes(db_url: str, tmp_path: Path):
             assert reports[1][0].stored == 1 and reports[1][0].unchanged == 1
             embedded = sum(r.embedded for r, _ in reports)
             (folder / "alpha.md").rename(folder / "archive" / "alpha.md")
-            end = time.monotonic() + 60
+            end = waiting.deadline(60)
             while "archive/alpha.md" not in _docs(db_url) or "alpha.md" in _docs(db_url):
                 assert time.monotonic() < end, "the move was not followed"
                 time.sleep(0.05)

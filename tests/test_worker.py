@@ -23,6 +23,7 @@ from urllib.parse import parse_qs, urlsplit
 import numpy as np
 import psycopg
 import pytest
+from support import waiting
 from support.ollama_server import FakeOllama
 
 REPO = Path(__file__).resolve().parents[1]
@@ -186,7 +187,7 @@ def test_a_worker_killed_mid_batch_loses_nothing(cli, folder, ollama, db_url, ne
     ollama.delay_per_input = 0.5  # 2 s a batch
     doomed = start_worker(cli, hop, tmp_path, "doomed")
     try:
-        deadline = time.monotonic() + 60
+        deadline = waiting.deadline(60)
         while time.monotonic() < deadline and doomed.poll() is None:
             with psycopg.connect(db_url) as conn:
                 held = conn.execute("SELECT count(*) FROM embed_queue WHERE claimed_by = 'doomed'").fetchone()[0]
@@ -248,7 +249,7 @@ def test_stop_signal_finishes_the_batch_in_hand(cli, folder, ollama, db_url, tmp
     report = deferred_ingest(cli, folder, ollama)
     ollama.delay_per_input = 0.3
     worker = start_worker(cli, Hop(db_url, ollama.url.replace("0.0.0.0", "127.0.0.1")), tmp_path, "stopped")
-    deadline = time.monotonic() + 60
+    deadline = waiting.deadline(60)
     while time.monotonic() < deadline and not any(p == "/api/embed" for p, _ in ollama.requests):
         time.sleep(0.05)
     worker.send_signal(signal.SIGTERM)  # mid-batch: the batch is finished, then the worker exits

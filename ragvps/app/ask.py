@@ -89,8 +89,8 @@ def prepare(app: App, request: AskRequest, conn: psycopg.Connection, clock: _Clo
             _attached(request.attached, o.generation(s.generate), s.generate.min_evidence),
         )
     fit = budget.fit(result.query, candidates, o.generation(s.generate), request.history)
-    if request.tools:
-        fit.prompt = dataclasses.replace(fit.prompt, tools=request.tools)
+    if request.tools or request.turn or request.said:
+        fit.prompt = dataclasses.replace(fit.prompt, tools=request.tools, turn=request.turn, said=request.said)
     left.update(fit.left_out)
     clock.lap("budget_ms")
     retrieval = Retrieval(
@@ -196,7 +196,7 @@ def generation_settings(app: App, request: AskRequest | None = None) -> dict[str
         "answer_reserve": g.answer_reserve,
         "version": app.generator.version,
         "min_evidence": app.settings.generate.min_evidence,
-    }
+    } | ({"turn": request.turn, "said": request.said} if request and (request.turn or request.said) else {})
 
 
 class _Asking:
@@ -326,8 +326,8 @@ class _Asking:
 def unquoted_note(retrieval: Retrieval, minimum: float) -> str:
     """Why a refusal came although sources passed the evidence gate, and which sources came closest (the page's
     explanation, said in the answer itself so that chat clients and MCP show it too)."""
-    closest = "; ".join(
-        f"`{s.path}`" + (f" \u203a {s.heading_path}" if s.heading_path else "") + f" [{s.number}]"
+    closest = "; ".join(  # no [n]: a refusal cites nothing, so no source list follows to resolve a number
+        f"`{s.path}`" + (" \u203a " + s.heading_path.replace(" > ", " \u203a ") if s.heading_path else "")
         for s in retrieval.shown[:3]
     )
     return (
@@ -371,6 +371,8 @@ def memo_parts(app: App, request: AskRequest) -> dict[str, object]:
         "mode": o.mode,
         "filters": jsonable(o.filters),
         "history": request.history,
+        "turn": request.turn,
+        "said": request.said,
         "temperature": o.temperature,
         "max_tokens": o.max_tokens,
         "max_k": s.serve.max_k,

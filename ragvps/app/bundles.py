@@ -116,7 +116,10 @@ def import_(
     progress: Progress = _quiet,
     warn: Warn = _quiet,
 ) -> ImportReport:
-    """Load a bundle as a knowledge base (its own name unless `name`); nothing is embedded."""
+    """Load a bundle as a knowledge base (its own name unless `name`); nothing is embedded. A name that cannot be
+    one is refused before the bundle is read (a large bundle's checksums take minutes)."""
+    if name is not None:
+        catalog.check_name(name)
     with opened(path, progress) as bundle:
         name = name or bundle.manifest.kb_name
         target, kept = bundle_settings(settings, bundle)

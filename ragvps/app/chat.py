@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ragvps.app.ports import App, OnSources, OnToken, ignore
 from ragvps.app.requests import AskRequest, CacheStatus, ChatAnswer, ChatRequest, RewriteHow
-from ragvps.app.task_answers import answer_task
+from ragvps.app.task_answers import answer_task, plain_answer
 from ragvps.errors import InputTooLongError, UsageError
 from ragvps.generate import cache, rewrite
 from ragvps.generate.client_context import split, without_file_list
@@ -161,6 +161,40 @@ def standalone(app: App, turns: Sequence[Turn], question: str, use_cache: bool, 
     return Standalone(text, "llm", "miss" if use_cache else "off", generation.usage)
 
 
+CLOSING = "Glad to help. Ask again whenever you need something from the documents."
+
+
+def said(app: App, question: str, text: str, on_token: OnToken) -> ChatAnswer:
+    """An answer that searched nothing: a closing for thanks or goodbye (not the last answer's quote again), or why
+    the user may not ask this knowledge base."""
+    on_token(text)
+    return ChatAnswer(
+        content=text,
+        answer=plain_answer(app, text),
+        question=question,
+        standalone=question,
+        rewrite="none",
+        rewrite_cache="off",
+        rewrite_usage=Usage(),
+        usage=Usage(),
+    )
+
+
+def answers_given(turns: Sequence[Turn]) -> tuple[str, ...]:
+    """The earlier answers, as the conversation shows them (source lists and markers off)."""
+    return tuple(clean_turn(text) for role, text in turns if role == "assistant")
+
+
+def again(turns: Sequence[Turn], question: str) -> tuple[list[Turn], str]:
+    """The conversation as it stood when the previous question was asked, and that question; as it is when there
+    was none."""
+    for i in range(len(turns) - 1, -1, -1):
+        role, text = turns[i]
+        if role == "user" and text.strip() == rewrite.previous_question(turns[: i + 1]):
+            return list(turns[:i]), text.strip()
+    return list(turns), question
+
+
 def chat(
     app: App, request: ChatRequest, on_sources: OnSources | None = None, on_token: OnToken | None = None
 ) -> ChatAnswer:
@@ -172,8 +206,15 @@ def chat(
         return answer_task(app, task, request, on_token or ignore)
     messages, attached = take_context(request.messages)
     turns, question = conversation(messages)
+    if request.denied:  # a chat front end's user who may not read this knowledge base: why, and nothing searched
+        return said(app, question, request.denied, on_token or ignore)
+    if rewrite.is_closing(question):
+        return said(app, question, CLOSING, on_token or ignore)
+    if request.history and rewrite.asks_again(question):  # Open WebUI's "Add Details": the question before, again
+        turns, question = again(turns, question)
     made = standalone(app, turns, question, request.use_cache, request.history)
-    with_turns = tuple(turns) if request.history and not app.generator.extractive else ()
+    extractive = app.generator.extractive
+    with_turns = tuple(turns) if request.history and not extractive else ()
     ask = AskRequest(
         made.question,
         request.overrides,
@@ -181,6 +222,9 @@ def chat(
         history=with_turns,
         attached=attached,
         tools=request.tools,
+        # a quote must answer this turn: its own words first, not the sentences the earlier answers gave
+        turn=question if made.question != question else "",
+        said=answers_given(turns) if extractive and made.how != "none" else (),
     )
     answer = app.ask(ask, on_sources, on_token)
     footer = "" if answer.tool_calls or wants_json(request.tools) else source_list(answer.citations)

@@ -257,6 +257,7 @@ class App:
         # lazy: the answering use cases load for the commands that answer (`kb list`, `stats`, `ingest` start-up)
         from ragvps.app.chat import chat
 
+        self.observer.used(self.kb_name)  # a task or a closing searches nothing, and is still this base's
         return chat(self, request, on_sources, on_token)
 
     def build_prompt(self, request: AskRequest) -> PromptPreview:

@@ -10,6 +10,7 @@ request.
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 from dataclasses import dataclass
 from datetime import datetime
@@ -87,6 +88,7 @@ class JobStatus:
     kind: str = "upload"  # upload, or sync (of a connected source: files_done counts the items read so far)
     source: str | None = None  # a sync's source
     sync: SyncReport | None = None  # a sync's report, once it ended
+    waiting: str | None = None  # why a queued job has not started: the machine is busy (its workers run below it)
 
     @property
     def ended(self) -> bool:
@@ -109,6 +111,23 @@ def status_of(job: str, row: JobRow, files: list[FileRow], synced: SyncJobRow | 
         files_per_s=round(synced.items_read / status.seconds, 3) if status.seconds > 0 else 0.0,
         eta_s=None if status.state == "running" else 0.0,
         sync=report_of(synced.report) if synced.report else None,
+    )
+
+
+WAIT_NOTE_S = 2.0  # a job queued this long on a busy machine says it waits for CPU
+
+
+def cpu_wait(state: str, seconds: float) -> str | None:
+    """Why a queued job waits, when it is that the cores are busy: its worker runs below everything at normal
+    priority (serve/documents/runner.py), so it starts, but later."""
+    if state != "queued" or seconds < WAIT_NOTE_S:
+        return None
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    if load < cores:
+        return None
+    return (
+        f"waiting for CPU: this machine is busy (load {load:.1f} on {cores} cores), and upload workers run below "
+        "searches and other programs; the job starts as CPU time comes free"
     )
 
 
@@ -143,6 +162,7 @@ def _upload_status(job: str, row: JobRow, files: list[FileRow]) -> JobStatus:
         created_at=row.created_at.isoformat(),
         finished_at=_iso(row.finished_at),
         error=row.error,
+        waiting=cpu_wait(row.state, seconds),
         errors=tuple({"file": f.name, "error": f.error or "failed"} for f in failed),
         files=tuple(
             FileStatus(f.name, f.size, f.state, f.documents, f.chunks, f.error, f.rows_done, f.rows_total)

@@ -31,6 +31,8 @@ class Observer(Protocol):
 
     def answered(self, kb: str, answer: Answer) -> None: ...
 
+    def used(self, kb: str) -> None: ...  # a request worked in `kb` without searching (a chat client's task)
+
 
 class Quiet:
     """The observer of a command: nobody listens."""
@@ -39,6 +41,9 @@ class Quiet:
         pass
 
     def answered(self, kb: str, answer: Answer) -> None:
+        pass
+
+    def used(self, kb: str) -> None:
         pass
 
 

@@ -106,6 +106,8 @@ class AskRequest:
     history: tuple[Turn, ...] = ()  # earlier turns (role, text), sent before the sources
     attached: tuple[tuple[str, str], ...] = ()  # the client's own context (name, text): one more source
     tools: str = ""  # a chat client's tools, tool_choice, response_format (JSON text), passed to the LLM
+    turn: str = ""  # a follow-up's own words, when `question` was made standalone from the history
+    said: tuple[str, ...] = ()  # the earlier answers' text: an extractive follow-up quotes something new
 
 
 CacheStatus = Literal["hit", "miss", "off"]
@@ -239,6 +241,7 @@ class ChatRequest:
     history: bool = True  # False: retrieve for the last question alone (the bench's baseline)
     tools: str = ""  # the client's tools, tool_choice, response_format (JSON text), for the LLM as sent
     sent: str = ""  # the messages as the client sent them (JSON text), for a prompt passed through unchanged
+    denied: str = ""  # the person a chat front end speaks for may not read this knowledge base: the answer says why
 
 
 RewriteHow = Literal["none", "rule", "llm"]

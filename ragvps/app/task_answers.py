@@ -16,7 +16,7 @@ from ragvps.app.ports import App, OnToken
 from ragvps.app.requests import Answer, ChatAnswer, ChatRequest, Retrieval, SearchRequest
 from ragvps.db import store
 from ragvps.errors import RagvpsError
-from ragvps.generate import budget, client_tasks
+from ragvps.generate import budget, client_tasks, rewrite
 from ragvps.generate.prompt import PROMPT_VERSION, passed_through
 from ragvps.generate.records import ToolCall, Usage
 
@@ -39,22 +39,7 @@ def answer_task(app: App, task: client_tasks.Task | None, request: ChatRequest, 
         fit = budget.as_is(prompt, request.overrides.generation(app.settings.generate))
         generation = gen.generate(fit, on_token)
         text, usage, calls = generation.text, generation.usage, generation.tool_calls
-    answer = Answer(
-        answer=text,
-        answered=True,
-        extractive=gen.extractive,
-        citations=(),
-        invalid_citations=0,
-        retrieval=Retrieval(shown=(), left_out={}, evidence=0.0, retrieved=()),
-        usage=usage,
-        cache="off",
-        generator=gen.name,
-        model=gen.model,
-        prompt_version=PROMPT_VERSION,
-        timings={},
-        min_evidence=app.settings.generate.min_evidence,
-        tool_calls=calls,
-    )
+    answer = plain_answer(app, text, usage, calls)
     question = client_tasks.last_question(task) if task else ""
     return ChatAnswer(
         content=text,
@@ -66,6 +51,27 @@ def answer_task(app: App, task: client_tasks.Task | None, request: ChatRequest, 
         rewrite_usage=Usage(),
         usage=usage,
         task=task.kind if task else "tool_result",
+    )
+
+
+def plain_answer(app: App, text: str, usage: Usage | None = None, calls: tuple[ToolCall, ...] = ()) -> Answer:
+    """An answer that searched nothing: no sources, no citations (a task's, a closing's)."""
+    gen = app.generator
+    return Answer(
+        answer=text,
+        answered=True,
+        extractive=gen.extractive,
+        citations=(),
+        invalid_citations=0,
+        retrieval=Retrieval(shown=(), left_out={}, evidence=0.0, retrieved=()),
+        usage=usage or Usage(),
+        cache="off",
+        generator=gen.name,
+        model=gen.model,
+        prompt_version=PROMPT_VERSION,
+        timings={},
+        min_evidence=app.settings.generate.min_evidence,
+        tool_calls=calls,
     )
 
 
@@ -121,6 +127,8 @@ def tags(app: App, task: client_tasks.Task) -> list[str]:
 
 def follow_ups(app: App, task: client_tasks.Task) -> list[str]:
     """A question about each sibling section (same parent heading) of the sections the conversation is about."""
+    if rewrite.is_closing(client_tasks.last_question(task)):
+        return []  # the user said thanks or bye: nothing to suggest
     about = sections(app, task)
     asked = {heading for _, heading in about}
     questions: list[str] = []

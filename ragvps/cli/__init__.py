@@ -41,6 +41,10 @@ class _Group(TyperGroup):
     """Turns every RagvpsError into one line on stderr and its kind's exit code, with --verbose too (it is the
     user's to mend, and the line says how); only an unexpected error shows its traceback, with --verbose."""
 
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        _bare_flags(self)
+
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
@@ -56,6 +60,16 @@ class _Group(TyperGroup):
             if _is_click_control_flow(exc):
                 raise
             _fail(ctx, exc, 1, prefix="unexpected error (run with --verbose for the traceback): ")
+
+
+def _bare_flags(command: Any) -> None:
+    """A flag takes no value, so --help shows none for it (typer 0.29 writes `<bool>` beside every flag)."""
+    help_option = command.get_help_option(command.context_class(command))  # made once and kept by the command
+    for param in [*command.params, *([help_option] if help_option is not None else [])]:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    for sub in getattr(command, "commands", {}).values():
+        _bare_flags(sub)
 
 
 def _is_click_control_flow(exc: Exception) -> bool:

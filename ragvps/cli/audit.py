@@ -23,6 +23,16 @@ def span(text: str) -> timedelta:
     return timedelta(**{_UNITS[match[2]]: int(match[1])})
 
 
+def check_action(action: str | None) -> None:
+    """An action the audit log writes, or a UsageError listing them (a typo would print an empty table)."""
+    # lazy: the server's list of audited routes, only when --action is given
+    from ragvps.serve.gate.audit_log import ACTIONS
+
+    known = sorted(set(ACTIONS.values()))
+    if action is not None and action not in known:
+        raise UsageError(f"--action {action!r} is not one the audit log records; it records: {', '.join(known)}")
+
+
 def audit(
     ctx: typer.Context,
     since: Annotated[str, typer.Option(help="How far back: 30m, 12h, 7d, 2w.")] = "1d",
@@ -41,8 +51,11 @@ def audit(
     from ragvps.app.library import Library  # lazy: the use case loads when the command runs (--help start-up)
 
     settings = settings_from(ctx)
+    check_action(action)
     with Library.open(settings) as library:
         rows = library.audit().query(span(since), who, kb, action, limit)
+        if kb is not None and not rows and kb not in (names := sorted(library.catalog())):
+            raise UsageError(f"--kb {kb!r}: there is no such knowledge base (they are: {', '.join(names)})")
     if as_json:
         return echo_json(rows)
     typer.echo(f"{'when (UTC)':<19}  {'who':<36} {'action':<7} {'kb':<20} {'status':>6}  request")
@@ -61,6 +74,8 @@ def users(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json", he
         rows = library.identities().listing()
     if as_json:
         return echo_json(rows)
+    if not rows:
+        typer.echo("nobody yet: people appear here once they sign in, come through a trusted proxy or are forwarded")
     for r in rows:
         typer.echo(
             f"{r.email or r.name or r.subject:<40} {r.via:<6} {r.seen_at:%Y-%m-%d %H:%M}  "

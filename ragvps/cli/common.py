@@ -77,6 +77,11 @@ def flag_names(flags: Mapping[str, str]) -> Iterator[None]:
         raise type(exc)(message, kind=exc.kind, settings=exc.settings) from None
 
 
+def counted(n: int, noun: str) -> str:
+    """`1 item`, `2 items`, `1,024 files`: a count with its noun in the number it needs."""
+    return f"{n:,} {noun if n == 1 else noun + 's'}"
+
+
 def warn(message: str) -> None:
     err.print(f"[yellow]warning:[/yellow] {escape(message)}")
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ragvps.cli.common import Bars, KbOption, echo_json, open_app, settings_from, skipped_text, warn
+from ragvps.cli.common import Bars, KbOption, counted, echo_json, open_app, settings_from, skipped_text, warn
 from ragvps.errors import UsageError
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def ingest(
 
 def _summary(report: IngestReport) -> str:
     return (
-        f"{report.files} files, {report.documents} documents, {report.chunks} chunks; "
+        f"{counted(report.files, 'file')}, {counted(report.documents, 'document')}, {counted(report.chunks, 'chunk')}; "
         f"embedded {report.embedded}, stored {report.stored} documents, unchanged {report.unchanged}, "
         f"deleted {report.deleted}"
         + (f"; skipped {skipped_text(report.skipped)}" if report.skipped else "")
@@ -78,7 +78,7 @@ def watch(
         if as_json:
             typer.echo(json.dumps({"changes": changes, **asdict(report)}, default=list))
         else:
-            typer.echo((f"{changes} changes: " if changes else "") + _summary(report))
+            typer.echo((f"{counted(changes, 'change')}: " if changes else "") + _summary(report))
 
     with open_app(ctx, kb=kb) as app:
         app.watch(path, show, stop=stop, warn=warn, debounce_ms=debounce_ms)
@@ -141,8 +141,8 @@ def chunk(
         return echo_json(s)
     t = s.tokens or {"min": 0, "median": 0, "max": 0}
     typer.echo(
-        f"{s.files} files, {s.documents} documents, {s.chunks} chunks "
-        f"({s.mode}, {s.chunk_size} tokens, overlap {s.chunk_overlap}; {s.rechunked_files} files chunked); "
+        f"{counted(s.files, 'file')}, {counted(s.documents, 'document')}, {counted(s.chunks, 'chunk')} "
+        f"({s.mode}, {s.chunk_size} tokens, overlap {s.chunk_overlap}; {counted(s.rechunked_files, 'file')} chunked); "
         f"tokens per chunk min {t['min']} / median {t['median']:g} / max {t['max']} of {s.limit} allowed"
         + (f"; skipped {skipped_text(s.skipped)}" if s.skipped else "")
     )

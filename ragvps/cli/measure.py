@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
-from ragvps.cli.common import Bars, KbOption, echo_json, err, open_app, warn
+from ragvps.cli.common import Bars, KbOption, counted, echo_json, err, open_app, warn
 from ragvps.config import reranker_on
 from ragvps.errors import UsageError
 
@@ -140,7 +140,7 @@ def stats(
     for src in sources:
         when = f"synced {src.synced_at:%Y-%m-%d %H:%M}" if src.synced_at else "never synced"
         typer.echo(
-            f"source {src.name} ({src.kind}, {src.location}): {src.items:,} items, {when}, {src.state}"
+            f"source {src.name} ({src.kind}, {src.location}): {counted(src.items, 'item')}, {when}, {src.state}"
             + (f": {src.error}" if src.error and src.state != "ok" else "")
         )
     for w in s.warnings:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ragvps.cli.common import Bars, KbOption, echo_json, open_app, settings_from, skipped_text, warn
+from ragvps.cli.common import Bars, KbOption, counted, echo_json, open_app, settings_from, skipped_text, warn
 from ragvps.errors import UsageError
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ def source_list(
     for r in rows:
         last = f"synced {r.synced_at:%Y-%m-%d %H:%M} in {r.seconds or 0:.1f} s" if r.synced_at else "never synced"
         typer.echo(
-            f"{r.name} ({r.kind}) {r.location}: {r.items} items, {last}, {r.state}"
+            f"{r.name} ({r.kind}) {r.location}: {counted(r.items, 'item')}, {last}, {r.state}"
             + (f": {r.error}" if r.error else "")
         )
 
@@ -98,7 +98,7 @@ def source_remove(
 
     with open_app(ctx, kb=kb) as app:
         removed = remove_source(app, name)
-    typer.echo(f"removed source {removed.name} and its {removed.documents} documents")
+    typer.echo(f"removed source {removed.name} and its {counted(removed.documents, 'document')}")
 
 
 def sync(
@@ -125,9 +125,10 @@ def sync(
             reports = sync_sources(app, names or [], bars, warn)
     if as_json:
         echo_json(reports)
-    else:
-        for r in reports:
-            typer.echo(summary(r))
+    elif not reports:
+        typer.echo("no sources to sync: add one with `ragvps source add git|web|s3 NAME LOCATION`")
+    for r in [] if as_json else reports:
+        typer.echo(summary(r))
     if any(r.state in ("failed", "cancelled") for r in reports):
         raise typer.Exit(1)
 
@@ -142,7 +143,7 @@ def summary(r: SyncReport) -> str:
         else "nothing changed"
     )
     return (
-        f"{name}: {r.items} items, read {r.read}, unchanged {r.unchanged}, deleted {r.deleted}; {done}; "
+        f"{name}: {counted(r.items, 'item')}, read {r.read}, unchanged {r.unchanged}, deleted {r.deleted}; {done}; "
         f"{r.seconds:.1f} s" + (f"; skipped {skipped_text(r.skipped)}" if r.skipped else "")
     )
 

@@ -1,6 +1,6 @@
 """A lowered client's database work lowered with it.
 
-A worker under the server (SCHED_IDLE) or a nightly `nice -n 19 ragvps reindex` does much of its CPU work in
+A worker under the server (SCHED_BATCH, nice 5) or a nightly `nice -n 19 ragvps reindex` does much of its CPU work in
 PostgreSQL: the HNSW and GIN inserts of the chunks it stores, the index it builds. That work runs in the
 connection's backend process, which would otherwise keep PostgreSQL's normal priority and take its share of the
 cores from the searches beside it. So each connection's backend gets the client's scheduling class and nice

@@ -78,12 +78,13 @@ class Candidate:
     b: int
     text: str  # as quoted: whitespace collapsed, list markers cut
     command: bool = False
+    row: bool = False  # a table row the question names by its first cell ("what does GET /health return?")
 
 
 class Extractive:
     name = "extractive"
     extractive = True
-    version = "6"  # part of the answer cache key: bump when the choice of sentences or their shape changes
+    version = "7"  # part of the answer cache key: bump when the choice of sentences or their shape changes
 
     def __init__(self, embedder: Callable[[], Embedder], model: str, quotes: int = MAX_QUOTES):
         self.embedder = embedder
@@ -106,15 +107,22 @@ class Extractive:
 
     def generate(self, fit: Fit, on_token: Callable[[str], None]) -> Generation:
         question = fit.prompt.question
-        action = asked_action(question)
-        found = candidates(fit.prompt.sources, asks_to_run(question) or bool(action))
-        if not asks_to_run(question):  # a command only where it names the action asked for: that line of it
+        asked = fit.prompt.turn or question  # a follow-up's own words say what it asks to run, if anything
+        action = asked_action(asked)
+        found = candidates(fit.prompt.sources, asks_to_run(asked) or bool(action)) + named_rows(
+            fit.prompt.sources, asked
+        )
+        if not asks_to_run(asked):  # a command only where it names the action asked for: that line of it
             found = [
                 action_line(c, action) if c.command else c for c in found if not c.command or names_action(c, action)
             ]
         # these win over the rest when above the floor (a sentence with the command it introduces, too)
-        first = [names_action(completed(c), action) for c in found] if action else None
-        chosen = choose(found, self.scores(question, found), self.quotes, first) if found else []
+        first = [c.row or names_action(completed(c), action) for c in found] if action or found else None
+        scores = self.scores(question, found, fit.prompt.turn) if found else np.zeros(0, dtype=np.float32)
+        fresh = [not already_said(c, fit.prompt.said) for c in found]
+        chosen = choose(*kept(found, scores, fresh), self.quotes, kept(first, scores, fresh)[0] if first else None)
+        if not chosen and found:  # only what the earlier answers said answers it: say it again
+            chosen = choose(found, scores, self.quotes, first)
         if not chosen:
             on_token(REFUSAL)
             return Generation(text=REFUSAL, usage=Usage(), finish="stop")
@@ -127,11 +135,16 @@ class Extractive:
             on_token(piece)
         return Generation(text=text, usage=Usage(), finish="stop", quotes=tuple(quote(c, s) for c, s in chosen))
 
-    def scores(self, question: str, found: list[Candidate]) -> np.ndarray:
-        """Each candidate's score: how well the sentence answers the question, weighed with its chunk's evidence."""
+    def scores(self, question: str, found: list[Candidate], turn: str = "") -> np.ndarray:
+        """Each candidate's score: how well the sentence answers the question, weighed with its chunk's evidence.
+        A follow-up made standalone (`turn`, its own words) is scored on both, its own words weighing as much."""
         cosines, overlap = self.signals(question, found)
+        own = COSINE_WEIGHT * cosines + (1 - COSINE_WEIGHT) * overlap
+        if turn:
+            cosines, overlap = self.signals(turn, found)
+            own = (own + COSINE_WEIGHT * cosines + (1 - COSINE_WEIGHT) * overlap) / 2
         evidence = np.array([c.source.evidence for c in found], dtype=np.float32)
-        return np.asarray(combined(COSINE_WEIGHT * cosines + (1 - COSINE_WEIGHT) * overlap, evidence))
+        return np.asarray(combined(own, evidence))
 
     def signals(self, question: str, found: list[Candidate]) -> tuple[np.ndarray, np.ndarray]:
         """Each candidate's query-sentence cosine (the local model) and share of the question's words."""
@@ -140,6 +153,18 @@ class Extractive:
         cosines = embed_documents(embedder, [c.text for c in found]) @ q
         words = content_words(question)
         return cosines, np.array([overlap_share(words, c.text) for c in found], dtype=np.float32)
+
+
+def already_said(c: Candidate, said: tuple[str, ...]) -> bool:
+    """Did an earlier answer of the conversation quote this sentence?"""
+    text = " ".join(c.text.split()).casefold()
+    return any(text in " ".join(earlier.split()).casefold() for earlier in said)
+
+
+def kept(items: list[Any], scores: np.ndarray, keep: list[bool]) -> tuple[list[Any], np.ndarray]:
+    """The items (and their scores) marked to keep."""
+    idx = [i for i, k in enumerate(keep) if k]
+    return [items[i] for i in idx], scores[idx] if len(scores) else scores
 
 
 def combined(sentence: Any, evidence: Any) -> Any:
@@ -198,6 +223,30 @@ def content_words(text: str) -> set[str]:
 
 def overlap_share(words: set[str], text: str) -> float:
     return len(words & content_words(text)) / len(words) if words else 0.0
+
+
+_ROW = re.compile(r"^\|(.+)\|[ \t]*$", re.M)
+MAX_ROW_CHARS = 1200  # a row is quoted whole or not at all: what a row says is no shorter than its cells
+
+
+def named_rows(sources: tuple[Source, ...] | list[Source], question: str) -> list[Candidate]:
+    """The table rows whose first cell the question names (`GET /health` in "what does GET /health return?"): a
+    table's answer is its row, which no sentence splitter finds."""
+    asked = " ".join(question.casefold().split())
+    found: list[Candidate] = []
+    for source in sources:
+        for m in _ROW.finditer(source.text):
+            cells = [c.strip() for c in m.group(1).split("|")]
+            key = cells[0].strip("`*_ ").casefold()
+            after = source.text[m.end() + 1 :].partition("\n")[0]
+            header = bool(after.strip()) and not set(after) - set("|:- \t")  # the row above a table's rule
+            if len(cells) < 2 or len(key) < 3 or header or not set(m.group(0)) - set("|:- \t"):
+                continue
+            if len(m.group(0)) > MAX_ROW_CHARS:
+                continue
+            if re.search(r"(?<!\w)" + re.escape(key) + r"(?!\w)", asked):
+                found.append(Candidate(source, m.start(), m.end(), " | ".join(cells), row=True))
+    return found
 
 
 def candidates(sources: tuple[Source, ...] | list[Source], commands: bool = False) -> list[Candidate]:

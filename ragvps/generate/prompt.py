@@ -76,6 +76,10 @@ class Prompt:
     # The client's messages as it sent them (JSON text: content parts, tool calls and ids kept), for a
     # passed-through prompt to an OpenAI-compatible API.
     sent: str = ""
+    # A follow-up's own words, when `question` was made standalone from the conversation, and what the earlier
+    # answers said: an extractive answer quotes what answers this turn rather than the last answer's sentence.
+    turn: str = ""
+    said: tuple[str, ...] = ()
 
     def as_text(self) -> str:
         """The whole prompt as one text, for --show-prompt."""

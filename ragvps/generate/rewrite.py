@@ -113,25 +113,76 @@ _ONE = re.compile(
 )
 _NAME = re.compile(r"\bragvps\b|(?<=\w )[A-Z][a-z][A-Za-z]*")  # a name a pronoun after it may refer to
 MIN_OWN_TERMS = 2  # fewer words of its own ("Why?", "How do I see what did not fit?"): it leans on the history
+SHORT_WORDS = 5  # a question this short with one word of its own names its subject ("when is payday?")
+STEM_CHARS = 5  # a word's first letters, enough to tell whether the conversation touched it
 
 
-def stands_alone(question: str) -> bool:
-    """Does the question carry its own topic? Not when it opens by going on from the last turn, points back with a
-    pronoun or reference ("How do I stop it?", "Is that private?"), or has fewer than two words of its own."""
-    if _GOES_ON.search(question) or _ONE.search(question) or len(terms(question)) < MIN_OWN_TERMS:
+def stands_alone(question: str, history: Sequence[Turn] = ()) -> bool:
+    """Does the question carry its own topic? Not when it opens by going on from the last turn ("And if ...?"),
+    points back with a pronoun or reference ("How do I stop it?", "Is that private?"), or has fewer than two words
+    of its own, unless those words are a subject the conversation has not touched ("who is on call?" after a
+    question about keys: a short question with its own subject stands alone, however short)."""
+    if _GOES_ON.search(question) or _ONE.search(question) or _points_back(question):
         return False
+    own = terms(question)
+    if len(own) >= MIN_OWN_TERMS:
+        return True
+    short = len(question.split()) <= SHORT_WORDS  # "how do I see what did not fit?" says less than its length
+    return short and bool(own) and bool(history) and not _touched(own, history)
+
+
+def _points_back(question: str) -> bool:
     text = _NOT_BACK.sub(" ", question)
     for match in re.finditer(r"[A-Za-z]+", text):
         word = match.group().casefold()
         if word in _BACK and not (word in _PRONOUNS and _NAME.search(text, 0, match.start())):
-            return False
-    return True
+            return True
+    return False
+
+
+def _stem(word: str) -> str:
+    return word[:STEM_CHARS]  # "starts" and "started", "payday" and "paydays": the same subject
+
+
+def _touched(own: Sequence[str], history: Sequence[Turn]) -> bool:
+    """Did an earlier turn (the user's or an answer) use any of these words?"""
+    said = {_stem(w) for _, text in history for w in terms(text)}
+    return any(_stem(w) in said for w in own)
+
+
+# A turn that closes the conversation ("thanks, that's all", "great, bye"): only such words, nothing asked.
+_CLOSING_TEXT = """thanks thank thx ty you so very much a lot all that that's thats is it it's for the help helpful
+    great perfect awesome nice cool ok okay alright got understood bye goodbye cheers good night day have fine no
+    nothing else more done wonderful excellent appreciate appreciated i i'm im am much many"""
+_CLOSING_WORDS = frozenset(_CLOSING_TEXT.split())
+_CLOSING = re.compile(r"\b(?:thanks|thank|thx|ty|bye|goodbye|cheers|that'?s\s+all|appreciated?)\b", re.I)
+# What Open WebUI's "Regenerate" menu sends as a user turn: the previous question, answered again.
+AGAIN = frozenset({"add details", "more concise", "try again", "regenerate"})
+
+
+def is_closing(question: str) -> bool:
+    """Does the turn only close the conversation (thanks, bye), asking nothing?"""
+    words = re.findall(r"[a-z']+", question.casefold().replace("\u2019", "'"))
+    return bool(_CLOSING.search(question)) and "?" not in question and all(w in _CLOSING_WORDS for w in words)
+
+
+def asks_again(question: str) -> bool:
+    """Is the turn a chat client's request to answer the previous question again ("Add Details", "More Concise")?"""
+    return " ".join(re.findall(r"[a-z]+", question.casefold())) in AGAIN
+
+
+def previous_question(history: Sequence[Turn]) -> str:
+    """The latest earlier user turn that asked something (not a closing nor another "again"), or empty."""
+    for role, text in reversed(history):
+        if role == "user" and text.strip() and not asks_again(text) and not is_closing(text):
+            return text.strip()
+    return ""
 
 
 def rule(history: Sequence[Turn], question: str) -> str:
     """A question that stands alone, as it is; one that leans on the history after the earlier user turns it goes
     on from: back to the latest that stands alone, at most MAX_TURNS, each cut at RULE_TURN_CHARS."""
-    if stands_alone(question):
+    if stands_alone(question, history):
         return question
     earlier: list[str] = []
     for role, text in reversed(history):

@@ -53,7 +53,8 @@ class ChunkerConfig:
 
     def key(self) -> str:
         """Changes whenever a setting (or the algorithm) that shapes the chunks changes."""
-        raw = json.dumps(asdict(self) | {"version": 4}, sort_keys=True)  # 4: PDFs read by PDFium (issue 53)
+        # 4: a table row up to the model's input stays whole (issue 51); 5: PDFs read by PDFium (issue 53)
+        raw = json.dumps(asdict(self) | {"version": 5}, sort_keys=True)
         return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
@@ -199,15 +200,10 @@ class _Chunker:
         text = self.text
         rows = _lines(text, a, b)
         if kind == "table":
-            if len(rows) < 3 or set(text[rows[1][0] : rows[1][1]]) - set("|:- \t"):
-                self.header = None
+            found = self._header(seg, a, b, p, rows)
+            if found is None:
                 return "lines"
-            hi, hj = seg.span(rows[0][0], rows[1][1])
-            self.header = (rows[0][0], rows[1][1], hj - hi)
-            i, j = seg.span(a, b)
-            if j - i <= self.budget(p):
-                return "lines"
-            rows = rows[2:]
+            rows = found
         budget = self.budget(p)
         if budget > 4 * MARGIN:
             budget -= MARGIN  # row counts are exact: groups that stay clear of the limit need no recount
@@ -226,10 +222,15 @@ class _Chunker:
         width = text.count("|", rows[0][0], rows[0][1]) if rows else 0
         section = self.section if headed else None
         data = False  # the group holds a row that is not a section row
+        hard = self.room - self.path_info(p)[2] - MARGIN  # what the model takes: a row up to this stays whole
         for ra, rb in rows:
             ri, rj = seg.span(ra, rb)
             rn = rj - ri
             is_section = _section_row(text, ra, rb, width)
+            if not is_section and rn > room - (section[2] if section else 0) and header_n + rn <= hard:
+                self._whole_row((start, end, n), (ra, rb, rn), p, headed, data, section, hard)
+                start, headed, data = -1, True, False
+                continue
             if start >= 0:
                 cap = room - (section[2] if headed and section and section[0] < start else 0) if headed else budget
                 if n + rn > cap or (is_section and data):
@@ -249,6 +250,41 @@ class _Chunker:
             self._piece(start, end, n, p, headed, section)
         self.section = section
         return ""
+
+    def _header(
+        self, seg: Segment, a: int, b: int, p: int, rows: list[tuple[int, int]]
+    ) -> list[tuple[int, int]] | None:
+        """A table's header row and rule kept for its later chunks, and the rows under them; None when the table has
+        no usable header or fits one chunk whole (it is chunked as lines)."""
+        text = self.text
+        if len(rows) < 3 or set(text[rows[1][0] : rows[1][1]]) - set("|:- \t"):
+            self.header = None
+            return None
+        hi, hj = seg.span(rows[0][0], rows[1][1])
+        self.header = (rows[0][0], rows[1][1], hj - hi)
+        i, j = seg.span(a, b)
+        return None if j - i <= self.budget(p) else rows[2:]
+
+    def _whole_row(
+        self,
+        group: tuple[int, int, int],
+        row: tuple[int, int, int],
+        p: int,
+        headed: bool,
+        data: bool,
+        section: tuple[int, int, int] | None,
+        hard: int,
+    ) -> None:
+        """A row longer than a chunk but not than the model's limit: whole, under its header, in a chunk of its own
+        (after the rows gathered so far); the table's header (or a section row) alone so far is its chunk's head."""
+        (start, end, n), (ra, rb, rn) = group, row
+        if start >= 0 and (data or n + rn > hard):
+            self._piece(start, end, n, p, headed, section)
+            start = -1
+        if start >= 0:
+            self._piece(start, rb, n + rn, p, headed, section)
+        else:
+            self._piece(ra, rb, rn, p, True, section)
 
     def _piece(self, a: int, b: int, n: int, p: int, headed: bool, section: tuple[int, int, int] | None) -> None:
         self.pieces.append((a, b, n, p, True))

@@ -11,6 +11,7 @@ measures rapidocr-onnxruntime, the engine not chosen). Nothing is downloaded: th
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -55,6 +56,9 @@ def tesseract() -> str | None:
     return shutil.which("tesseract")
 
 
+_MISSING = re.compile(r"Failed loading language '([^']+)'")
+
+
 def image_text(data: bytes, rel: str, options: OcrOptions, page: int | None = None) -> str:
     """The text Tesseract reads in one encoded image (PNG, JPEG, TIFF, WebP...); its file (and page of it) are
     named in messages, which start with the file's name."""
@@ -80,16 +84,16 @@ def image_text(data: bytes, rel: str, options: OcrOptions, page: int | None = No
         raise OcrFailed("OCR timeout", f"{name}: OCR took longer than {options.timeout:g} s, skipped") from exc
     finally:
         options.stats.seconds += time.monotonic() - started
+    said = done.stderr.decode("utf-8", "replace").strip().splitlines()
+    missing = [m[1] for line in said if (m := _MISSING.search(line))]
+    if missing:  # `eng+deu` with only English installed reads English and exits 0: refused as `deu` alone is
+        raise OcrFailed(
+            "OCR language missing",
+            f"{name}: Tesseract has no data for {', '.join(missing)} (ocr_languages={options.languages!r}): install "
+            f"its packages (`apt-get install {' '.join('tesseract-ocr-' + m for m in missing)}`) or change "
+            "ocr_languages; skipped",
+        )
     if done.returncode != 0:
-        said = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        if any("Failed loading language" in line for line in said):
-            raise OcrFailed(
-                "OCR language missing",
-                f"{name}: Tesseract has no data for ocr_languages="
-                f"{options.languages!r}: install its packages (e.g. "
-                "`apt-get install tesseract-ocr-deu`) or change "
-                "ocr_languages; skipped",
-            )
         raise OcrFailed(
             "unreadable image", f"{name}: Tesseract could not read it ({(said or ['?'])[-1][:200]}), skipped"
         )

@@ -89,6 +89,8 @@ def scan(root: Path, follow_links: bool = False) -> ScanReport:
 def source_file(root: Path, rel: str, follow_links: bool = False) -> tuple[SourceFile | None, str]:
     """One named file of the folder `root` as a source, or None and why it is not one (naming it)."""
     path = root / rel
+    if path.is_symlink() and (broken := link_problem(path)):
+        return None, f"{rel}: {broken}, skipped"
     if not follow_links and not path.resolve().is_relative_to(root.resolve()):
         return None, f"{rel}: {OUTSIDE}"
     kind = KINDS.get(path.suffix.lower())
@@ -133,6 +135,17 @@ def _add(report: ScanReport, path: Path, rel: str) -> None:
         report.files.append(SourceFile(path, rel, kind))
 
 
+def link_problem(path: Path) -> str:
+    """Why the symbolic link `path` leads to no file (it loops, or its target is gone), or empty when it does."""
+    try:
+        path.resolve(strict=True)
+    except FileNotFoundError:
+        return "a symbolic link to nothing (its target is gone)"
+    except (RuntimeError, OSError):  # a loop: RuntimeError before Python 3.13, OSError (ELOOP) from it on
+        return "a symbolic link that loops"
+    return ""
+
+
 OUTSIDE = "a symbolic link to a place outside the folder; not followed (setting follow_symlinks allows it)"
 
 
@@ -156,7 +169,10 @@ def _walk(root: Path, report: ScanReport, follow_links: bool) -> Iterator[Path]:
                 continue
             path = Path(entry.path)
             try:
-                if not follow_links and entry.is_symlink() and not path.resolve().is_relative_to(root):
+                if entry.is_symlink() and (broken := link_problem(path)):
+                    report.skipped["broken link"] += 1
+                    report.warnings.append(f"{escaped(path.relative_to(root).as_posix())}: {broken}, skipped")
+                elif not follow_links and entry.is_symlink() and not path.resolve().is_relative_to(root):
                     report.skipped["link out of the folder"] += 1
                     report.warnings.append(f"{escaped(path.relative_to(root).as_posix())}: {OUTSIDE}")
                 elif entry.is_dir():
@@ -192,9 +208,8 @@ _MAGIC = (
 
 
 def read_text(source: SourceFile, warn: Callable[[str], None]) -> str:
-    """The file as text: a byte order mark names the encoding (UTF-16, UTF-32, UTF-8), else UTF-8 with
-    undecodable bytes replaced (and a warning naming the file). Binary content raises SkipFile; no NUL
-    character is ever returned."""
+    """The file as text: a byte order mark names the encoding (UTF-16, UTF-32, UTF-8), else UTF-8 with undecodable
+    bytes replaced (and a warning naming the file). Binary content raises SkipFile; no NUL is ever returned."""
     raw = source.path.read_bytes()
     codec = next((name for bom, name in _BOMS if raw.startswith(bom)), None)
     if codec is None:
@@ -235,8 +250,7 @@ def _binary(head: bytes) -> bool:
 
 
 def without_nul(value: object) -> object:
-    """`value` (a string, or lists and dicts of them) with every NUL character removed: PostgreSQL
-    stores none, in text or in JSON."""
+    """`value` (a string, or lists and dicts of them) without NUL characters: PostgreSQL stores none (text, JSON)."""
     if isinstance(value, str):
         return value.replace("\x00", "") if "\x00" in value else value
     if isinstance(value, list):

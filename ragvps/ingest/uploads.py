@@ -87,7 +87,10 @@ def _clashes(prefix: str, taken: set[str], last: bool) -> bool:
 
 def inside(folder: Path, name: str) -> Path:
     """`folder / name`, checked to stay inside `folder` (a symlink placed there does not lead out)."""
-    target = (folder / name).resolve()
+    try:
+        target = (folder / name).resolve()
+    except RuntimeError:  # a loop of symbolic links placed there (Python 3.11 and 3.12; 3.13 resolves it as is)
+        raise UsageError(f"the file name {name!r} is a symbolic link that loops in the uploads folder") from None
     if not target.is_relative_to(folder.resolve()):
         raise UsageError(f"the file name {name!r} leads outside the uploads folder: send it under a plain name")
     return target

@@ -42,7 +42,7 @@ from ragvps.serve.gate.people import People
 from ragvps.serve.gate.request_log import JsonLines, RequestLog
 from ragvps.serve.gate.signin import add_signin_routes
 from ragvps.serve.mcp.mount import LazyMcp, mcp_installed
-from ragvps.serve.ollama.routes import add_ollama_routes
+from ragvps.serve.ollama.routes import JsonBodies, add_ollama_routes
 from ragvps.serve.openai.routes import add_openai_routes
 from ragvps.serve.openai.shapes import openai_path, translate, wrong_turn
 from ragvps.serve.protocol import bounded_protocol
@@ -160,7 +160,9 @@ def _middleware(
     """The layers around the routes, innermost first: keys, body limits, CORS, the Host and Origin checks,
     the error shapes of /v1 and /mcp, and outermost the request log (its id, line, counts and audit row)."""
     asgi: ASGIApp = LimitBody(
-        RequireKey(api, Access(keys, ready, people)), settings.serve.max_body_bytes, settings.serve.request_timeout
+        RequireKey(JsonBodies(api), Access(keys, ready, people)),
+        settings.serve.max_body_bytes,
+        settings.serve.request_timeout,
     )
     if settings.serve.cors_origins:
         asgi = CORSMiddleware(
@@ -250,8 +252,14 @@ def _errors(api: FastAPI) -> None:
         kind = kind_of_status(exc.status_code)
         status = exc.status_code if exc.status_code < 500 else HTTP_STATUS[kind]
         headers = getattr(exc, "headers", None)
+        base = str(request.base_url).rstrip("/")
         message = http_message(
-            exc.status_code, str(exc.detail), request.method, request.url.path, (headers or {}).get("Allow"), wrong_turn
+            exc.status_code,
+            str(exc.detail),
+            request.method,
+            request.url.path,
+            (headers or {}).get("Allow"),
+            lambda path: wrong_turn(path, base),
         )
         return JSONResponse({"error": message, "kind": kind}, status_code=status, headers=headers)
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import httpx
 import pytest
 
+from support import waiting
 from support.serve_server import KEY, SECOND_KEY, free_port
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ class InProcess:
         # The server's own answer to an unexpected error (500 JSON), not the exception raised into the test.
         self._client = TestClient(create_app(settings, self.app), base_url=self.url, raise_server_exceptions=False)
         self._client.__enter__()
-        deadline = time.monotonic() + timeout
+        deadline = waiting.deadline(timeout)
         while True:
             status = self.keyless().get("/health").status_code
             if status == 200 or (not wait_ready and status == 503):

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from support import waiting
+
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 
@@ -32,7 +34,31 @@ def chromium(*args: str) -> Iterator[Any]:
     sync_api = playwright()
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=[*ARGS, *args])
+        _stretch_waits(browser)
         try:
             yield browser
         finally:
             browser.close()
+
+
+PAGE_WAIT_S = 60.0  # Playwright's own default is 30 s: a loaded machine (load 16 on 2 cores) needs more
+
+
+def _stretch_waits(browser: Any) -> None:
+    """Every page's and context's waits (wait_for_selector, clicks, expect) default to one generous deadline that
+    RAGVPS_TEST_TIME_SCALE stretches, instead of Playwright's 30 s."""
+    ms = waiting.seconds(PAGE_WAIT_S) * 1000
+    new_context, new_page = browser.new_context, browser.new_page
+
+    def context(*a: Any, **kw: Any) -> Any:
+        made = new_context(*a, **kw)
+        made.set_default_timeout(ms)
+        return made
+
+    def page(*a: Any, **kw: Any) -> Any:
+        made = new_page(*a, **kw)
+        made.context.set_default_timeout(ms)
+        made.set_default_timeout(ms)
+        return made
+
+    browser.new_context, browser.new_page = context, page

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 
+from support import waiting
 from support.serve_server import free_port
 
 MODEL = "gemma-3-270m"
@@ -79,7 +80,7 @@ def llama_server(log: Path, n_ctx: int = 4096, timeout: float = 180) -> Iterator
 
 
 def _wait_alive(proc: subprocess.Popen[bytes], url: str, log: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
+    deadline = waiting.deadline(timeout)
     while True:
         if proc.poll() is not None:
             raise RuntimeError(f"llama.cpp's server exited with {proc.returncode}: {log.read_text()[-2000:]}")

@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from support import waiting
+
 # nomic's, mxbai's and e5's ("passage: ", "query: ", a document prefix tests/test_reindex.py configures): a text
 # with a prefix is embedded as the same text without it, which the process embedded already (ragvps/embed/local.py's
 # memo), so a test of a prefix does not run the model over the whole corpus again.
@@ -158,7 +160,7 @@ class FakeOllama:
         return self._server is not None
 
     def wait_stopped(self, timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
+        deadline = waiting.deadline(timeout)
         while self.running and time.monotonic() < deadline:
             time.sleep(0.01)
         assert not self.running, "the server did not stop"

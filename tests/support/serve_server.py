@@ -18,6 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from support import waiting
+
 REPO = Path(__file__).resolve().parents[2]
 KEY = "test-key-0123456789abcdef"
 SECOND_KEY = "second-key-0123456789"
@@ -110,7 +112,7 @@ class Server:
                 stderr=subprocess.STDOUT,
                 preexec_fn=self._limits,
             )
-        deadline = time.monotonic() + timeout
+        deadline = waiting.deadline(timeout)
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"ragvps serve exited {self.proc.returncode}:\n{self.log.read_text()}")

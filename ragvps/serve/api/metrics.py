@@ -123,6 +123,12 @@ class Metrics:
         if record is not None:
             record.answered(kb, answer, ended)
 
+    def used(self, kb: str) -> None:
+        """A request that worked in `kb` without a search (a chat client's title, a closing): its audit row names it."""
+        record = current()
+        if record is not None:
+            record.used(kb)
+
     def _stages(self, kb: str, timings: Mapping[str, float]) -> None:
         for key, ms in timings.items():
             stage = STAGES.get(key)

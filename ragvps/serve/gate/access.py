@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ragvps.serve.shared.lifecycle import Ready
 
 KEY_TTL_S = 2.0
+CHAT_DOORS = frozenset({"/v1/models", "/v1/chat/completions", "/api/tags", "/api/ps", "/api/show", "/api/chat"})
 LOOKUP_TIMEOUT_S = 3.0
 ADMIN = Principal("settings key", everything=True)
 
@@ -116,7 +117,10 @@ class RequireKey:
                 [(b"www-authenticate", b'Bearer realm="ragvps"')] if isinstance(exc, UnauthorizedError) else None,
             )
             return
-        if principal is not None and principal.user is not None and principal.holds_nothing:
+        # A forwarded user with no role still reaches the chat doors: Open WebUI shows its users the key's models,
+        # and the chat answers such a user with why (serve/gate/principal.py denial), where they read it.
+        chat_door = principal is not None and principal.within is not None and scope["path"] in CHAT_DOORS
+        if principal is not None and principal.user is not None and principal.holds_nothing and not chat_door:
             await send_error(
                 send,
                 ForbiddenError(

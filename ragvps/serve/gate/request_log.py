@@ -78,6 +78,9 @@ class RequestRecord:
             if key in answer.timings:
                 self.stages[STAGES[key]] = answer.timings[key]
 
+    def used(self, kb: str) -> None:
+        self._kb(kb)
+
     def _kb(self, kb: str) -> None:
         if kb not in self.kbs:
             self.kbs.append(kb)

@@ -8,6 +8,7 @@ stream starts.
 
 # No `from __future__ import annotations` here: FastAPI reads the request models from the annotations.
 
+import dataclasses
 import datetime
 import hashlib
 import json
@@ -23,7 +24,7 @@ from ragvps.app import ChatRequest, Overrides
 from ragvps.app.chat import check_conversation
 from ragvps.config import Settings
 from ragvps.errors import InputTooLongError
-from ragvps.serve.gate.principal import principal_of
+from ragvps.serve.gate.principal import denial, model_lister, principal_of
 from ragvps.serve.ollama.shapes import (
     OllamaChatIn,
     OllamaErrorOut,
@@ -40,6 +41,7 @@ from ragvps.serve.shared.threads import Emitted, in_thread
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
     from ragvps.app import App, ChatAnswer
     from ragvps.serve.shared.chat import Opened
@@ -87,7 +89,7 @@ def add_ollama_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
 
     async def readable(request: Request, listed: bool = False) -> list[str]:
         """This key's knowledge bases as Ollama model names; `listed`: those with documents (Ready.listed)."""
-        principal = principal_of(request)
+        principal = model_lister(principal_of(request))
         names = await in_thread(lambda: (ready.listed if listed else ready.visible)(principal), timeout)
         return [model_of(n, own) + TAG for n in names]
 
@@ -104,7 +106,7 @@ def add_ollama_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
                 status_code=404,
             )
         kb = kb_of(name.removesuffix(TAG), own)
-        return await in_thread(lambda: ready.kb(kb, principal_of(request)), timeout)
+        return await in_thread(lambda: ready.kb(kb, model_lister(principal_of(request))), timeout)
 
     _add_lists(api, readable, started)
     _add_show(api, resolve, started)
@@ -156,7 +158,9 @@ def _add_chat(api: "FastAPI", resolve: "Resolve", timeout: float) -> None:
     async def chat(request: Request, body: OllamaChatIn) -> object:  # no response model: FastAPI documents any JSON
         found = await resolve(request, body.model)
         try:
-            return found if isinstance(found, JSONResponse) else await _chat(found, body, timeout)
+            if isinstance(found, JSONResponse):
+                return found
+            return await _chat(found, body, timeout, denial(principal_of(request), found.settings.database.kb))
         except InputTooLongError as exc:  # 400, as Ollama answers an over-long input (and /v1 does)
             return JSONResponse({"error": str(exc), "kind": exc.kind}, status_code=400)
 
@@ -204,10 +208,11 @@ def _add_lists(api: "FastAPI", readable: "Callable[[Request, bool], Awaitable[li
 
 
 async def _chat(
-    app: "App", body: OllamaChatIn, timeout: float
+    app: "App", body: OllamaChatIn, timeout: float, denied: str = ""
 ) -> "JSONResponse | StreamingResponse | dict[str, object]":
-    """The answer, whole or as NDJSON lines; `format` (JSON) needs an LLM, and `tools` one that takes them."""
-    asked = _request(body, not app.generator.extractive)
+    """The answer, whole or as NDJSON lines; `format` (JSON) needs an LLM, and `tools` one that takes them. A
+    forwarded user who may not read the knowledge base is `denied`: the answer says why."""
+    asked = dataclasses.replace(_request(body, not app.generator.extractive), denied=denied)
     problem = app.generator.unsupported(asked.tools)
     if problem is not None:  # Ollama's `format` is response_format here
         said = problem.message.replace("response_format", "format") if body.format else problem.message
@@ -300,3 +305,17 @@ async def _lines(opened: "Opened[ChatAnswer]", model: str) -> AsyncIterator[byte
             yield _line(error_body(event)[1])
         else:
             yield _line(_final(event.value, "", model, start))
+
+
+class JsonBodies:
+    """Ollama reads every /api body as JSON whatever its Content-Type, and its own examples use `curl -d`, which sends
+    application/x-www-form-urlencoded: under /api a body is read as JSON too (elsewhere the wrong type is a 415)."""
+
+    def __init__(self, app: "ASGIApp"):
+        self.app = app
+
+    async def __call__(self, scope: "Scope", receive: "Receive", send: "Send") -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/api/") and scope.get("method") == "POST":
+            headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+            scope = dict(scope, headers=[*headers, (b"content-type", b"application/json")])
+        await self.app(scope, receive, send)

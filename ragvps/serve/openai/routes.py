@@ -7,6 +7,7 @@ OpenAI's shape (serve.shared.error_shapes).
 
 # No `from __future__ import annotations` here: FastAPI reads the request model from the annotations.
 
+import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -19,7 +20,7 @@ from starlette.responses import StreamingResponse
 from ragvps.app import ChatRequest, Overrides
 from ragvps.app.chat import check_conversation
 from ragvps.config import Settings
-from ragvps.serve.gate.principal import principal_of
+from ragvps.serve.gate.principal import denial, model_lister, principal_of
 from ragvps.serve.openai import shapes as oa
 from ragvps.serve.shared.chat import extra, kb_of, model_of, open_chat
 from ragvps.serve.shared.failures import error_body, guarded
@@ -70,7 +71,7 @@ def add_openai_routes(api: "FastAPI", ready: "Ready", settings: Settings) -> Non
     async def readable(request: Request, listed: bool = False) -> list[str]:
         """The models this key may use: the server's own knowledge base as `ragvps`, the others by name; `listed`:
         those with documents (Ready.listed)."""
-        principal = principal_of(request)
+        principal = model_lister(principal_of(request))
         names = await in_thread(lambda: (ready.listed if listed else ready.visible)(principal), timeout)
         return [model_of(n, settings.database.kb) for n in names]
 
@@ -126,9 +127,9 @@ def _add_completions(api: "FastAPI", readable: Readable, ready: "Ready", setting
             return JSONResponse(_no_model(body.model, served), status_code=404)
         principal = principal_of(request)
         name = kb_of(body.model, settings.database.kb)
-        app = await in_thread(lambda: ready.kb(name, principal), timeout)
+        app = await in_thread(lambda: ready.kb(name, model_lister(principal)), timeout)
         # checked: a conversation that cannot be answered, or a field the generator cannot honour, is a 400 at once
-        asked = _request(body, not app.generator.extractive)
+        asked = dataclasses.replace(_request(body, not app.generator.extractive), denied=denial(principal, name))
         problem = app.generator.unsupported(asked.tools)
         if problem is not None:
             return JSONResponse(oa.error(400, problem.message, "unsupported_parameter", problem.field), status_code=400)

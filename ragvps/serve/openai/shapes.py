@@ -19,7 +19,12 @@ if TYPE_CHECKING:
 PREFIX = "/v1/"
 # OpenAI's paths as a client sends them when its base URL lacks /v1 (POST /chat/completions, GET /models)
 BARE_PATHS = ("/chat/completions", "/completions", "/models", "/embeddings", "/responses")
-BASE_URL = "set the client's base URL to this server's address followed by /v1 (e.g. http://127.0.0.1:8765/v1)"
+
+
+def base_url(base: str) -> str:
+    """What an OpenAI client's base URL should be, on the address it reached this server at."""
+    return f"set the client's base URL to this server's address followed by /v1 ({base}/v1)"
+
 
 # (type, code) by status, as OpenAI answers them. A too-long request is a 400 there (context_length_exceeded),
 # which the SDK raises as BadRequestError; the ragvps routes answer 413 for a body over max_body_bytes.
@@ -154,14 +159,14 @@ def openai_path(path: str) -> bool:
     return path.startswith(PREFIX) or path.rstrip("/") in BARE_PATHS or path.startswith("/models/")
 
 
-def wrong_turn(path: str) -> str | None:
+def wrong_turn(path: str, base: str = "http://127.0.0.1:8765") -> str | None:
     """What to do when an OpenAI client's base URL lacks /v1, or has it twice; None for any other path."""
     if path.startswith("/v1/v1/"):
-        return f"there is no {path} here: the client added /v1 to a base URL that ends in /v1 already: {BASE_URL}"
+        return f"there is no {path} here: the client added /v1 to a base URL that ends in /v1 already: {base_url(base)}"
     if openai_path(path) and not path.startswith(PREFIX):
         return (
             f"there is no {path} here: the OpenAI-compatible API is under /v1 (/v1/chat/completions, "
-            f"/v1/models): {BASE_URL}"
+            f"/v1/models): {base_url(base)}"
         )
     if path.startswith(PREFIX):
         return f"there is no {path} here: the OpenAI-compatible API is /v1/chat/completions and /v1/models"
