@@ -143,3 +143,23 @@ def test_the_pdf_settings_reach_the_reader(cli, tmp_path):
     assert "book.pdf: 3 pages, more than pdf_max_pages=2; skipped" in " ".join(result.stderr.split())
     cli.env["RAGVPS_PDF_MAX_PAGES"] = "3"
     assert json.loads(cli("chunk", str(folder), "--json").stdout)["skipped"] == {}
+
+
+def test_a_running_head_naming_each_chapter_is_dropped_too(tmp_path):
+    """`Chapter 1: Cranes` on two pages, `Chapter 2: Ships` on two more: no text repeats three times, but the head
+    stands apart at the same height on every page; the chapters' own headings (larger) stay."""
+    pages = []
+    for n, (chapter, head) in enumerate([("Cranes", 1), ("Cranes", 1), ("Ships", 2), ("Ships", 2)]):
+        runs = [Run(72, HEIGHT - 40, f"Chapter {head}: {chapter}", 9), Run(72, 40, str(n + 1), 9)]
+        runs += [Run(72, HEIGHT - 100, f"About {chapter.lower()} {n}", 16, True)]
+        runs += [Run(72, HEIGHT - 130 - 12 * k, f"line {k} of the text about {chapter.lower()}") for k in range(8)]
+        pages.append(content(runs))
+    doc = load(write_pdf(tmp_path / "chapters.pdf", pages))
+    assert "Chapter 1" not in doc.text and "Chapter 2" not in doc.text
+    assert doc.metadata["running_lines"] == 8
+    assert [line for line in doc.text.splitlines() if line.startswith("#")] == [
+        "# About cranes 0",
+        "# About cranes 1",
+        "# About ships 2",
+        "# About ships 3",
+    ]

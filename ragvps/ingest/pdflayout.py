@@ -76,20 +76,37 @@ class PdfError(Exception):
 
 def running_lines(pages: Sequence[Page]) -> set[tuple[int, int]]:
     """(page index, segment index) of the running heads and feet: a segment in a page's top or foot band whose text,
-    digits aside, is at a page edge on REPEAT_PAGES pages or more (titles, page numbers, confidentiality lines)."""
+    digits aside, is there on REPEAT_PAGES pages or more (titles, page numbers, confidentiality lines); or one set
+    apart from the page's text, not larger than the body, whose first word is at the same height on as many pages (a
+    head naming the chapter: `Chapter 2: Structures`, `Chapter 3: Utilities`)."""
     if len(pages) < REPEAT_PAGES:
         return set()
-    where: dict[str, list[tuple[int, int]]] = {}
+    body = body_size(pages)
+    where: dict[tuple[object, ...], list[tuple[int, int]]] = {}
     for p, page in enumerate(pages):
         for s, seg in enumerate(page.segments):
             if seg.y0 >= page.height * (1 - EDGE) or seg.y1 <= page.height * EDGE:
-                key = _DIGITS.sub("#", _SPACE.sub(" ", seg.text.casefold()).strip())
-                where.setdefault(key, []).append((p, s))
+                text = _DIGITS.sub("#", _SPACE.sub(" ", seg.text.casefold()).strip())
+                where.setdefault((text,), []).append((p, s))
+                if seg.size < body * 1.15 and _apart(seg, page.segments):
+                    where.setdefault((text.split(" ")[0], round(seg.y0 / 4), seg.y0 > page.height / 2), []).append(
+                        (p, s)
+                    )
     out: set[tuple[int, int]] = set()
     for spots in where.values():
         if len({p for p, _ in spots}) >= REPEAT_PAGES:
             out.update(spots)
     return out
+
+
+def _apart(seg: Segment, segs: Sequence[Segment]) -> bool:
+    """Nothing on the page lies within two of its line heights above or below it (beside it, on its row, may)."""
+    for other in segs:
+        if other is seg or (other.y0 < seg.y1 and seg.y0 < other.y1):
+            continue
+        if max(other.y0 - seg.y1, seg.y0 - other.y1) < 2 * seg.size:
+            return False
+    return True
 
 
 def body_size(pages: Iterable[Page]) -> float:
