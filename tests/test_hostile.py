@@ -19,6 +19,7 @@ from support import waiting
 from support.asgi_server import InProcess
 from support.hostile_files import (
     HOSTILE_NAMES,
+    PDF_BOMBS,
     bundle_members,
     corpus,
     epub_spine_bomb,
@@ -37,7 +38,7 @@ from ragvps.ingest import sources
 @pytest.fixture(scope="module")
 def served(module_db_url: str, tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("hostile")
-    env = ragvps_env(module_db_url, root / "data", upload_max_json_bytes=str(64 << 10))
+    env = ragvps_env(module_db_url, root / "data", upload_max_json_bytes=str(64 << 10), pdf_max_memory_mb="256")
     (root / "seed").mkdir()
     (root / "seed" / "seed.md").write_bytes(page("seed"))
     run_cli(env, "ingest", str(root / "seed"))
@@ -82,6 +83,52 @@ def test_a_reuse_bomb_is_refused_by_its_reader_naming_it(make, suffix, tmp_path)
         assert "it reads OEBPS/c.xhtml 1" in message  # the part read again, counted
 
 
+@pytest.mark.parametrize("name", sorted(PDF_BOMBS))
+def test_a_pdf_bomb_fails_by_name_within_its_bounds(name, tmp_path):
+    """A million empty pages in 13 KB, forms drawing forms 2^39 times in 8 KB, a page tree 20,000 deep: each is
+    refused by a bound of the PDF reader's process (page count, memory, PDFium's own check), naming the file."""
+    from ragvps.ingest.pdfproc import PdfLimits
+
+    make, reason = PDF_BOMBS[name]
+    bomb = make(tmp_path / name)
+    source = sources.SourceFile(bomb, name, "pdf", limits=PdfLimits(memory_mb=256))
+    with pytest.raises(sources.SkipFile) as refused:
+        sources.load(source, lambda _: None)
+    assert refused.value.reason == reason and str(refused.value).startswith(f"{name}: ")
+    assert "skipped" in str(refused.value) and str(tmp_path) not in str(refused.value)
+
+
+def test_a_pdf_page_over_its_time_is_stopped_and_the_next_pdf_is_read(tmp_path):
+    from ragvps.ingest.pdfproc import PdfLimits
+    from tests.test_pdf_pages import text_pdf
+
+    bomb = PDF_BOMBS["form_bomb.pdf"][0](tmp_path / "slow.pdf")
+    slow = sources.SourceFile(bomb, "slow.pdf", "pdf", limits=PdfLimits(page_seconds=0.5, memory_mb=4096))
+    with pytest.raises(sources.SkipFile, match=r"^slow.pdf: page 1 took longer than pdf_page_seconds=0.5; skipped"):
+        sources.load(slow, lambda _: None)
+    good = text_pdf(tmp_path / "good.pdf", ["The harbour opened in spring."])
+    assert "harbour opened" in sources.load(sources.SourceFile(good, "good.pdf", "pdf"), print)[0].text
+
+
+def test_pdf_bombs_beside_good_files_fail_alone(cli, tmp_path, db_url):
+    from tests.test_pdf_pages import text_pdf
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for name, (make, _) in PDF_BOMBS.items():
+        make(folder / name)
+    text_pdf(folder / "good.pdf", ["The lighthouse keeper counts forty ships."])
+    (folder / "good.md").write_text("# Good\n\nThe harbour crane lifts crates.\n")
+    cli.env["RAGVPS_PDF_MAX_MEMORY_MB"] = "256"
+    result = cli("ingest", str(folder), "--json")
+    report, err = json.loads(result.stdout), " ".join(result.stderr.split())
+    assert report["skipped"] == {reason: 1 for _, reason in PDF_BOMBS.values()}, report
+    for name in PDF_BOMBS:
+        assert f"{name}: " in err and "Traceback" not in err
+    with psycopg.connect(db_url) as conn:
+        assert {r[0] for r in conn.execute("SELECT source FROM documents")} == {"good.pdf", "good.md"}
+
+
 def test_reuse_bombs_in_an_upload_fail_by_name_and_the_good_files_are_stored(served, module_db_url, tmp_path):
     expected = corpus(tmp_path / "bombs")
     files = [(name, (tmp_path / "bombs" / name).read_bytes()) for name in expected]
@@ -91,7 +138,8 @@ def test_reuse_bombs_in_an_upload_fail_by_name_and_the_good_files_are_stored(ser
     assert done["state"] == "done", done
     for name in expected:
         state, error = states[name]
-        assert state == "failed" and error.startswith(f"{name}: its text passes "), states
+        assert state == "failed" and error.startswith(f"{name}: "), states
+        assert name.endswith(".pdf") or error.startswith(f"{name}: its text passes "), states
         assert str(served.data) not in error
         assert not (served.data / "kb/default/uploads" / name).exists()
     assert all(states[name][0] == "done" for name, _ in good)

@@ -72,6 +72,10 @@ def test_encrypted_and_image_only_pdfs_are_skipped(tmp_path):
     (tmp_path / "broken.pdf").write_bytes(b"%PDF-1.4 not really")
     with pytest.raises(SkipFile, match="broken.pdf: not a readable PDF"):
         _load(tmp_path / "broken.pdf")
+    (tmp_path / "cut.pdf").write_bytes((PDFS / "page-11.pdf").read_bytes()[:2000])  # a download cut short
+    with pytest.raises(SkipFile, match=r"^cut.pdf: not a readable PDF \(.+\), skipped$") as exc:
+        _load(tmp_path / "cut.pdf")
+    assert exc.value.reason == "unreadable PDF"
 
 
 PAGE = """<!doctype html><html><head><title>Billing guide</title><style>p { color: red }</style>

@@ -106,6 +106,12 @@ class ChunkSettings:
     max_text_chars: int = setting(256 << 20, "max_text_chars", lo=1024, hi=1 << 40)
     follow_symlinks: bool = setting(False, "follow_symlinks")  # links whose target leaves the ingested folder
     ocr_languages: str = setting("eng", "ocr_languages")  # Tesseract's, for scans and images: `eng+deu`
+    ocr_figures: bool = setting(False, "ocr_figures")  # also OCR the large images of PDF pages that have text
+    # what reading one PDF may take (docs/security.md): pages, seconds a page and a file, the reader's memory
+    pdf_max_pages: int = setting(10_000, "pdf_max_pages", lo=1, hi=10_000_000)
+    pdf_page_seconds: float = setting(60.0, "pdf_page_seconds", lo=0.1, hi=86_400)
+    pdf_file_seconds: float = setting(600.0, "pdf_file_seconds", lo=0.1, hi=604_800)
+    pdf_max_memory_mb: int = setting(1024, "pdf_max_memory_mb", lo=64, hi=1 << 20)
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,8 @@ class ChunkerConfig:
 
     def key(self) -> str:
         """Changes whenever a setting (or the algorithm) that shapes the chunks changes."""
-        raw = json.dumps(asdict(self) | {"version": 4}, sort_keys=True)
+        # 4: a table row up to the model's input stays whole (issue 51); 5: PDFs read by PDFium (issue 53)
+        raw = json.dumps(asdict(self) | {"version": 5}, sort_keys=True)
         return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
@@ -106,6 +107,8 @@ class _Chunker:
         self.section: tuple[int, int, int] | None = None  # its last section row (a sparse row such as a period)
         # piece start -> what its chunk repeats first: the header, and the section row its rows are under
         self.headed: dict[int, tuple[tuple[int, int, int], ...]] = {}
+        # a PDF's page starts: a chunk ends at a page's end where it can, so that it cites the page it is from
+        self.page_starts = {int(p[0]) for p in doc.metadata.get("pages") or []} if doc.kind == "pdf" else set()  # type: ignore[attr-defined]
 
     def path_info(self, p: int) -> tuple[str, str, int, int]:
         if p not in self.info:
@@ -165,6 +168,8 @@ class _Chunker:
     # structure and sentences modes
 
     def _block(self, seg: Segment, a: int, b: int, p: int, kind: str) -> None:
+        if a in self.page_starts:
+            self._flush()
         if kind in ("table", "rows"):
             kind = self._table(seg, a, b, p, kind)
             if not kind:

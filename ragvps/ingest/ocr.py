@@ -1,7 +1,8 @@
 """OCR: the text of scanned pages and images, by Tesseract (Debian's `tesseract-ocr`) run as a process.
 
 Only what has no text layer is read this way: image files (png, jpg, tiff, webp) and the pages of a PDF whose
-text layer is empty. Tesseract reads the image bytes on stdin on one thread (OMP_THREAD_LIMIT=1): an ingest
+text layer is empty, rendered by PDFium at 300 dpi (ingest/pdfpages.py); with ocr_figures, the large images of a
+PDF page that has text too. Tesseract reads the image bytes on stdin on one thread (OMP_THREAD_LIMIT=1): an ingest
 is already parallel across its stages, and one page takes about a second (bench/ocr_bench.py, which also
 measures rapidocr-onnxruntime, the engine not chosen). Nothing is downloaded: the languages are Debian's
 `tesseract-ocr-<lang>` packages.
@@ -38,6 +39,7 @@ class OcrOptions:
 
     languages: str = "eng"
     timeout: float = 120.0
+    figures: bool = False  # setting ocr_figures: also read the large images of pages that have text
     progress: Callable[[str, int, int], None] | None = None
     stats: OcrStats = field(default_factory=OcrStats, compare=False)
 
@@ -128,30 +130,12 @@ def _check_size(path: Path, rel: str) -> None:
         )
 
 
-def pdf_page_text(page: object, rel: str, number: int, count: int, options: OcrOptions) -> str:
-    """The text OCR reads in page `number` (of `count`) of a PDF, a page without a text layer: its images,
-    largest first (a scan is one image the size of the page). Empty when the page has no image."""
+def pdf_page_text(image: bytes, rel: str, number: int, count: int, options: OcrOptions) -> str:
+    """The text OCR reads in page `number` (of `count`) of a PDF, a page without a text layer that PDFium rendered
+    (ingest/pdfpages.py), or one of its figures."""
     if options.progress:
         options.progress("ocr", number - 1, count)
-    text = _page_images_text(page, rel, number, options)
+    text = image_text(image, rel, options, number)
     if options.progress:
         options.progress("ocr", number, count)
     return text
-
-
-def _page_images_text(page: object, rel: str, number: int, options: OcrOptions) -> str:
-    try:
-        images = list(page.images)  # type: ignore[attr-defined]
-    except ImportError as exc:  # pypdf decodes most image filters with Pillow
-        raise OcrFailed(
-            "needs ragvps[ocr]",
-            f"{rel}: reading its scanned pages needs Pillow: install `pip install 'ragvps[ocr]'`; skipped",
-        ) from exc
-    except Exception:  # a damaged image stream is a page without text, not a failed file
-        return ""
-    texts = []
-    for image in sorted(images, key=lambda im: -len(im.data))[:4]:
-        text = image_text(image.data, rel, options, number)
-        if text:
-            texts.append(text)
-    return "\n\n".join(texts)

@@ -21,6 +21,7 @@ from ragvps.ingest.bounds import OutputBound, SkipFile
 from ragvps.ingest.chunk import ChunkerConfig, chunk_documents
 from ragvps.ingest.embedding import EmbedOutcome, embed_stage
 from ragvps.ingest.ocr import OcrOptions
+from ragvps.ingest.pdfproc import PdfLimits
 from ragvps.records import Chunk, Document, ModelSpec
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,13 @@ def load_file(
     return None
 
 
+def bounded(source: sources.SourceFile, settings: Settings) -> sources.SourceFile:
+    """The file with the bounds the settings put on reading it (max_text_*, pdf_*)."""
+    chunk = settings.chunk
+    limits = PdfLimits(chunk.pdf_max_pages, chunk.pdf_page_seconds, chunk.pdf_file_seconds, chunk.pdf_max_memory_mb)
+    return replace(source, bound=OutputBound(chunk.max_text_ratio, chunk.max_text_chars), limits=limits)
+
+
 def chunk_stage(
     run: IngestRun,
     scan: sources.ScanReport,
@@ -109,9 +117,8 @@ def chunk_stage(
     settings, config, report, progress, warn = run.settings, run.config, run.report, run.progress, run.warn
     artifacts = ChunkArtifacts(settings.database.kb_dir, run.root)
     key = config.key()
-    bound = OutputBound(settings.chunk.max_text_ratio, settings.chunk.max_text_chars)
     results = []
-    ocr = OcrOptions(settings.chunk.ocr_languages, progress=progress)
+    ocr = OcrOptions(settings.chunk.ocr_languages, progress=progress, figures=settings.chunk.ocr_figures)
     for i, source in enumerate(scan.files):
         if streamed is not None and parts.streams(source):
             streamed.append(source)
@@ -125,7 +132,7 @@ def chunk_stage(
             continue
         result = artifacts.read(source.rel, file_hash, key)
         if result is None:
-            docs = load_file(replace(source, bound=bound), warn, report, ocr)
+            docs = load_file(bounded(source, settings), warn, report, ocr)
             if docs is None:
                 continue
             chunks = [c for doc_chunks in chunk_documents(docs, config) for c in doc_chunks]

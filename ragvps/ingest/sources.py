@@ -17,10 +17,12 @@ from typing import Any
 from markdown_it import MarkdownIt
 
 from ragvps.errors import UsageError
+from ragvps.ingest import pdf
 from ragvps.ingest.bounds import Meter, OutputBound, SkipFile
 from ragvps.ingest.formats import READERS, Reader
 from ragvps.ingest.htmltext import extract
-from ragvps.ingest.ocr import IMAGE_KINDS, OcrFailed, OcrOptions, pdf_page_text, read_image
+from ragvps.ingest.ocr import IMAGE_KINDS, OcrFailed, OcrOptions, read_image
+from ragvps.ingest.pdfproc import PdfLimits
 from ragvps.records import Document
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,7 @@ class SourceFile:
     rel: str  # relative to the root, posix
     kind: str
     bound: OutputBound = OutputBound()  # what a reader may produce from it (settings max_text_*)
+    limits: PdfLimits = PdfLimits()  # what reading it may take, if it is a PDF (settings pdf_*)
 
     def file_hash(self) -> str:
         digest = hashlib.sha256()
@@ -352,54 +355,8 @@ def inline_text(token: object) -> str:
 
 
 def load_pdf(source: SourceFile, ocr: OcrOptions | None = None, warn: Callable[[str], None] | None = None) -> Document:
-    """A PDF's text layer, page by page (a page without one read by OCR); `metadata["pages"]` maps character
-    offsets to page numbers."""
-    # lazy: pypdf (64 ms) only for PDFs
-    import pypdf
-    from pypdf.errors import PdfReadError
-
-    try:
-        reader = pypdf.PdfReader(source.path)
-        if reader.is_encrypted and not reader.decrypt(""):
-            raise SkipFile("encrypted PDF", f"{source.rel}: encrypted PDF (needs a password), skipped")
-        parts: list[str] = []
-        pages: list[list[int]] = []
-        failed: list[OcrFailed] = []
-        offset = 0
-        scanned = 0
-        for number, page in enumerate(reader.pages, start=1):
-            text = (page.extract_text() or "").strip()
-            if not text and ocr is not None:
-                try:
-                    text, scanned = pdf_page_text(page, source.rel, number, len(reader.pages), ocr), scanned + 1
-                except OcrFailed as exc:  # the text pages are kept; the page is named in a warning
-                    failed.append(exc)
-                    ocr = None if exc.reason == "needs tesseract" else ocr
-            if not text:
-                continue
-            pages.append([offset, number])
-            parts.append(str(without_nul(text)))
-            offset += len(text) + 2
-        info = reader.metadata
-        title = str(without_nul(str(info.title))).strip() if info is not None and info.title else ""
-    except SkipFile:
-        raise
-    except (PdfReadError, ValueError, KeyError, TypeError) as exc:  # pypdf raises these on damaged files
-        raise SkipFile("unreadable PDF", f"{source.rel}: not a readable PDF ({exc}), skipped") from exc
-    if not parts and failed:
-        raise SkipFile(failed[0].reason, str(failed[0]))
-    for page_failed in failed:
-        (warn or log.warning)(str(page_failed))
-    if not parts:
-        raise SkipFile("PDF without text", f"{source.rel}: no text layer (a scanned or image-only PDF?), skipped")
-    return Document(
-        source.rel,
-        source.rel,
-        title or Path(source.rel).stem,
-        "\n\n".join(parts),
-        "pdf",
-        {"pages": pages, "page_count": len(reader.pages), **({"ocr_pages": scanned} if scanned else {})},
-    )
+    """A PDF's text, page by page, in reading order (ingest/pdf.py); a page without a text layer read by OCR."""
+    return pdf.load_pdf(source.path, source.rel, source.limits, ocr, warn)
 
 
 def load_jsonl(source: SourceFile, warn: Callable[[str], None], skipped: Counter[str] | None = None) -> list[Document]:

@@ -12,7 +12,16 @@ from typing import Any
 from ragvps.config import Settings
 from ragvps.ingest import sources
 from ragvps.ingest.chunk import ChunkerConfig
-from ragvps.ingest.pipeline import IngestReport, IngestRun, chunk_stage, chunker_config, load_file, nothing_readable
+from ragvps.ingest.ocr import OcrOptions
+from ragvps.ingest.pipeline import (
+    IngestReport,
+    IngestRun,
+    bounded,
+    chunk_stage,
+    chunker_config,
+    load_file,
+    nothing_readable,
+)
 from ragvps.measure.planner import measure
 from ragvps.measure.windows import check_input_limit
 from ragvps.records import ModelSpec, input_room
@@ -101,7 +110,8 @@ def plan_measure(
     check_input_limit(config.size, spec.input_room, spec.name)
     scan = _scan(path, warn)
     report = IngestReport()
-    docs = [doc for source in scan.files for doc in (load_file(source, warn, report) or [])]
+    ocr = OcrOptions(settings.chunk.ocr_languages, figures=settings.chunk.ocr_figures)
+    docs = [doc for source in scan.files for doc in (load_file(bounded(source, settings), warn, report, ocr) or [])]
     report.skipped.update(scan.skipped)
     if not docs:
         raise nothing_readable(path, report)

@@ -13,6 +13,8 @@ import tarfile
 import zipfile
 from pathlib import Path
 
+from support.pdf_files import Run, content, stream_object, write_objects
+
 CHAPTER = " ".join(f"The harbour crane lifts crate {n} onto the quay at dawn." for n in range(120))
 
 
@@ -172,10 +174,81 @@ def extra_chunk(path: Path, members: dict[str, bytes]) -> Path:
     return rewrite_bundle(path, members)
 
 
+_PDF_HEAD = [
+    b"<< /Type /Catalog /Pages 2 0 R >>",
+    b"",
+    b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica-Bold >>",
+]
+
+
+def pdf_million_pages(path: Path, fanout: int = 1000) -> Path:
+    """A PDF of fanout x fanout empty pages (a million) in 13 KB: the root's kids are one node named `fanout` times,
+    whose kids are one page named `fanout` times."""
+    objects = list(_PDF_HEAD)
+    objects[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join([b"5 0 R"] * fanout), fanout * fanout)
+    objects[4:] = [
+        b"<< /Type /Pages /Parent 2 0 R /Kids [%s] /Count %d >>" % (b" ".join([b"6 0 R"] * fanout), fanout),
+        b"<< /Type /Page /Parent 5 0 R /MediaBox [0 0 612 792] >>",
+    ]
+    return write_objects(path, objects)
+
+
+def pdf_form_bomb(path: Path, levels: int = 40) -> Path:
+    """A content-stream bomb in 8 KB: the page draws form 1, which draws form 2 twice, ... so the innermost form's
+    line is drawn 2^(levels - 1) times (PDFium parses each drawing anew: memory and time without end)."""
+    objects = list(_PDF_HEAD)
+    objects[1] = b"<< /Type /Pages /Kids [5 0 R] /Count 1 >>"
+    objects.append(
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 6 0 R /Resources << /XObject << /X 7 0 R "
+        b">> >> >>"
+    )
+    objects.append(stream_object(b"/X Do"))
+    for k in range(levels):
+        last = k == levels - 1
+        body = content([Run(72, 700, "The innermost line of the bomb.")]) if last else b"/X Do /X Do"
+        resources = b"/Font << /F1 3 0 R >>" if last else b"/XObject << /X %d 0 R >>" % (8 + k)
+        objects.append(
+            b"<< /Type /XObject /Subtype /Form /BBox [0 0 612 792] /Resources << %s >> /Length %d >>\nstream\n"
+            % (resources, len(body))
+            + body
+            + b"\nendstream"
+        )
+    return write_objects(path, objects)
+
+
+def pdf_deep_tree(path: Path, depth: int = 20_000) -> Path:
+    """A page tree `depth` nodes deep, its one page (with text) at the bottom (about 1 MB; PDFium refuses the page)."""
+    objects = list(_PDF_HEAD)
+    objects[1] = b"<< /Type /Pages /Kids [5 0 R] /Count 1 >>"
+    for k in range(depth):
+        objects.append(b"<< /Type /Pages /Parent %d 0 R /Kids [%d 0 R] /Count 1 >>" % (4 + k if k else 2, 6 + k))
+    objects.append(
+        b"<< /Type /Page /Parent %d 0 R /MediaBox [0 0 612 792] /Contents %d 0 R /Resources << /Font << /F1 3 0 R >> "
+        b">> >>" % (4 + depth, 6 + depth)
+    )
+    objects.append(stream_object(content([Run(72, 700, "The page at the bottom of a deep tree.")])))
+    return write_objects(path, objects)
+
+
+PDF_BOMBS = {
+    "million_pages.pdf": (pdf_million_pages, "too many pages"),
+    "form_bomb.pdf": (pdf_form_bomb, "PDF reader failed"),  # or "PDF too slow", whichever bound it meets first
+    "deep_tree.pdf": (pdf_deep_tree, "unreadable PDF"),
+}
+
+
 def corpus(folder: Path) -> dict[str, str]:
     """Every file-borne hostile case in `folder`; file name -> the skipped reason it must end with."""
     folder.mkdir(parents=True, exist_ok=True)
     epub_spine_bomb(folder / "spine_bomb.epub")
     odt_repeat_bomb(folder / "repeat_bomb.odt")
     xlsx_shared_string_bomb(folder / "shared_bomb.xlsx")
-    return {"spine_bomb.epub": "too much text", "repeat_bomb.odt": "too much text", "shared_bomb.xlsx": "too much text"}
+    for name, (make, _) in PDF_BOMBS.items():
+        make(folder / name)
+    return {
+        "spine_bomb.epub": "too much text",
+        "repeat_bomb.odt": "too much text",
+        "shared_bomb.xlsx": "too much text",
+        **{name: reason for name, (_, reason) in PDF_BOMBS.items()},
+    }

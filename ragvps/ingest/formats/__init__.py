@@ -35,6 +35,7 @@ READERS: dict[str, Reader] = {
 
 # Kinds whose text is Markdown the structure chunker parses (tables included).
 MARKDOWN_KINDS = frozenset({"markdown", "docx", "pptx", "odt", "rtf"})
-# Kinds whose text is only `#` headings and Markdown tables, one row a line: scanned line by line (no parser),
-# so a million-row sheet costs memory in proportion to its text only.
-SHEET_KINDS = frozenset({"xlsx", "csv"})
+# Kinds whose text is only `#` headings, Markdown tables (one row a line) and paragraphs (one a line): scanned line by
+# line (no parser), so a million-row sheet costs memory in proportion to its text only. A PDF's text is written so
+# by ingest/pdflayout.py.
+SHEET_KINDS = frozenset({"xlsx", "csv", "pdf"})

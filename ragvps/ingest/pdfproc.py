@@ -1,0 +1,182 @@
+"""The PDF reader's own process. PDFium is C: a hostile file (a content-stream bomb, deep nesting, a page tree of a
+million pages) cannot be stopped inside the process that reads it. So PDFs are read in a child process, one per
+ingesting process, started at the first PDF and reused for the next (about 0.2 s once: bench/pdf_bench.py): a
+page that takes longer than pdf_page_seconds, or a file longer than pdf_file_seconds, has the child killed; the
+child's address space is bounded by pdf_max_memory_mb; and a crash in PDFium fails that file alone. The file is
+skipped by name with the bound it passed, and the next PDF gets a new child.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from ragvps.ingest.pdflayout import Opened, PageRead, PdfError
+
+
+@dataclass(frozen=True)
+class PdfLimits:
+    """What reading one PDF may take (settings pdf_max_pages, pdf_page_seconds, pdf_file_seconds, pdf_max_memory_mb)."""
+
+    max_pages: int = 10_000
+    page_seconds: float = 60.0
+    file_seconds: float = 600.0
+    memory_mb: int = 1024
+
+
+class _Child:
+    """The reader process: `python -c` (not multiprocessing, whose spawn runs the caller's main script again), its
+    end of a socket pair passed by descriptor."""
+
+    def __init__(self, memory_mb: int):
+        ours, theirs = socket.socketpair()
+        root = str(Path(__file__).resolve().parents[2])  # this ragvps, wherever the caller imported it from
+        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+        self.memory_mb = memory_mb
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _MAIN, str(theirs.fileno()), str(memory_mb)],
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"},
+        )
+        theirs.close()
+        self.conn = Connection(ours.detach())
+        # its start (an interpreter, numpy, PDFium) is not the first page's time
+        try:
+            started = self.conn.poll(STARTUP_SECONDS) and self.conn.recv() is True
+        except (EOFError, OSError):
+            started = False
+        if not started:
+            self.kill()
+            raise PdfError(
+                "PDF reader failed",
+                "the PDF reader process did not start: install ragvps's dependencies (`pip install ragvps`, which "
+                "brings pypdfium2); skipped",
+            )
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait(10)
+        self.conn.close()
+
+
+STARTUP_SECONDS = 120
+_MAIN = "import sys; from ragvps.ingest.pdfproc import main; main(int(sys.argv[1]), int(sys.argv[2]))"
+_LOCK = threading.Lock()
+_CHILDREN: list[_Child] = []  # the one child of this process, while it lives
+
+
+def read(path: str, rel: str, limits: PdfLimits, scans: bool, figures: bool) -> Iterator[Opened | PageRead]:
+    """The file's page count and title, then its pages, read in the child process within `limits`; PdfError
+    (naming the file and the bound) when the file fails, whatever the way."""
+    with _LOCK:
+        child = _CHILDREN[0] if _CHILDREN and _CHILDREN[0].alive() else None
+        if child is None or child.memory_mb != limits.memory_mb:
+            if child is not None:
+                child.kill()
+            try:
+                child = _Child(limits.memory_mb)
+            except PdfError as exc:
+                raise PdfError(exc.reason, f"{rel}: {exc}") from exc
+            _CHILDREN[:] = [child]
+        done = False
+        try:
+            yield from _answers(child, path, rel, limits, scans, figures)
+            done = True
+        finally:
+            if not done:  # failed, or the caller stopped reading: the child may be mid-file
+                child.kill()
+                _CHILDREN.clear()
+
+
+def _answers(
+    child: _Child, path: str, rel: str, limits: PdfLimits, scans: bool, figures: bool
+) -> Iterator[Opened | PageRead]:
+    child.conn.send((path, rel, limits.max_pages, scans, figures))
+    waited = 0.0  # the time spent waiting on the child (not the caller's own, such as OCR)
+    page = 1
+    while True:
+        left = limits.file_seconds - waited
+        started = time.monotonic()
+        ready = child.conn.poll(max(0.0, min(limits.page_seconds, left)))
+        waited += time.monotonic() - started
+        if not ready:
+            if left <= limits.page_seconds:
+                raise PdfError(
+                    "PDF too slow",
+                    f"{rel}: reading it took longer than pdf_file_seconds={limits.file_seconds:g}; skipped",
+                )
+            raise PdfError(
+                "PDF too slow", f"{rel}: page {page} took longer than pdf_page_seconds={limits.page_seconds:g}; skipped"
+            )
+        try:
+            answer = child.conn.recv()
+        except (EOFError, OSError) as exc:
+            child.process.wait(5)
+            raise PdfError(
+                "PDF reader failed",
+                f"{rel}: the PDF reader stopped on page {page} (exit {child.process.returncode}): more memory than "
+                f"pdf_max_memory_mb={limits.memory_mb:,}, or a crash in PDFium; skipped",
+            ) from exc
+        if answer is None:
+            return
+        if isinstance(answer, PdfError):
+            raise answer
+        if isinstance(answer, PageRead):
+            page = answer.page.number + 1
+        yield answer
+
+
+def main(fd: int, memory_mb: int) -> None:
+    """The child: read the files asked for on the socket `fd`, one at a time, answering with each page and None
+    at the end of each."""
+    conn = Connection(fd)
+    from ragvps.ingest import pdfpages  # lazy: only the child loads PDFium
+
+    _bound_memory(memory_mb)
+    conn.send(True)
+
+    while True:
+        try:
+            path, rel, max_pages, scans, figures = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            for item in pdfpages.read(path, rel, max_pages, scans, figures):
+                conn.send(item)
+            conn.send(None)
+        except PdfError as exc:
+            conn.send(exc)
+        except MemoryError:
+            conn.send(
+                PdfError("PDF too large", f"{rel}: needs more memory than pdf_max_memory_mb={memory_mb:,}; skipped")
+            )
+        except Exception as exc:  # PDFium's or pypdfium2's surprise on a damaged file
+            message = f"{rel}: not a readable PDF ({exc.__class__.__name__}: {str(exc)[:200]}), skipped"
+            conn.send(PdfError("unreadable PDF", message))
+
+
+def _bound_memory(memory_mb: int) -> None:
+    """Bound the child's address space to what it holds now (the interpreter, numpy, PDFium) plus `memory_mb`."""
+    try:
+        import resource  # lazy: POSIX only
+
+        with open("/proc/self/statm") as f:
+            now = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (ImportError, OSError, ValueError):
+        return
+    limit = now + (memory_mb << 20)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
