@@ -61,7 +61,7 @@ def test_only_pages_without_text_are_ocr_read(tmp_path):
     assert doc.metadata["ocr_pages"] == 1 and options.stats.pages == 1
     assert [p[1] for p in doc.metadata["pages"]] == [1, 2]  # type: ignore[union-attr]
     assert "forty ships" in doc.text and "whaling boats" in doc.text.lower()
-    assert seen[-1] == ("ocr", 2, 2)
+    assert seen[-1] == ("ocr", 1, 1)  # the pages OCR read, of those given to it: one of the two has text
 
 
 def test_missing_tesseract_names_the_file_and_the_install(tmp_path, monkeypatch):
@@ -109,3 +109,15 @@ def test_an_image_too_large_is_skipped_by_name(tmp_path, monkeypatch):
     monkeypatch.setattr(ocr, "MAX_PIXELS", 1_000_000)
     with pytest.raises(sources.SkipFile, match=r"^poster.png: 1654x2339 pixels, more than OCR reads"):
         sources.load(_source(tmp_path / "poster.png"), print)
+
+
+def test_the_ocr_bar_counts_the_runs_pages_not_the_last_files(tmp_path):
+    from ragvps.ingest.ocr import OcrOptions
+
+    seen: list[tuple[str, int, int]] = []
+    options = OcrOptions(progress=lambda stage, done, total: seen.append((stage, done, total)))
+    for name in ("one.png", "two.png", "three.png"):
+        page_image(HARBOUR).save(tmp_path / name)  # type: ignore[attr-defined]
+        sources.load(_source(tmp_path / name), print, Counter(), options)
+    assert seen[-1] == ("ocr", 3, 3), seen  # af33e0a ended at ("ocr", 1, 1): the last file's one page
+    assert all(done <= total for _, done, total in seen)

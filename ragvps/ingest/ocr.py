@@ -30,6 +30,19 @@ MAX_PIXELS = 80_000_000  # a page image larger than this (a decompression bomb, 
 class OcrStats:
     pages: int = 0
     seconds: float = 0.0
+    begun: int = 0  # pages given to OCR in this run, over all its files: the progress bar's total
+    done: int = 0
+
+
+def _report(options: OcrOptions, finished: bool) -> None:
+    """The run's OCR progress: the pages read of those begun, over all its files (not one file's count)."""
+    stats = options.stats
+    if finished:
+        stats.done += 1
+    else:
+        stats.begun += 1
+    if options.progress:
+        options.progress("ocr", stats.done, stats.begun)
 
 
 @dataclass(frozen=True)
@@ -104,11 +117,9 @@ def image_text(data: bytes, rel: str, options: OcrOptions, page: int | None = No
 def read_image(path: Path, rel: str, options: OcrOptions) -> Document:
     """The image file `path` (`rel` in its folder) as a document of the text OCR reads in it (one page)."""
     _check_size(path, rel)
-    if options.progress:
-        options.progress("ocr", 0, 1)
+    _report(options, False)
     text = image_text(path.read_bytes(), rel, options)
-    if options.progress:
-        options.progress("ocr", 1, 1)
+    _report(options, True)
     if not text:
         raise OcrFailed("no text", f"{rel}: OCR found no text in the image, skipped")
     return Document(rel, rel, Path(rel).stem, text, "image", {"ocr": options.languages})
@@ -133,9 +144,7 @@ def _check_size(path: Path, rel: str) -> None:
 def pdf_page_text(image: bytes, rel: str, number: int, count: int, options: OcrOptions) -> str:
     """The text OCR reads in page `number` (of `count`) of a PDF, a page without a text layer that PDFium rendered
     (ingest/pdfpages.py), or one of its figures."""
-    if options.progress:
-        options.progress("ocr", number - 1, count)
+    _report(options, False)
     text = image_text(image, rel, options, number)
-    if options.progress:
-        options.progress("ocr", number, count)
+    _report(options, True)
     return text
