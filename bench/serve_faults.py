@@ -49,6 +49,7 @@ from common.fault_cases import (
     health_of,
     idle_connections,
     leave_mid_stream,
+    many_asks,
     mcp_calls,
     p95,
     paced,
@@ -166,6 +167,8 @@ def main() -> None:
         case(
             "LLM stalls mid-answer (5 /ask streams, 5 /ask)", lambda s: stalled_llm(srv.url, llm), during_s=2, after_s=8
         )
+        llm.reset()
+        case("64 /ask at once", lambda s: many_asks(srv.url, 64), during_s=6, after_s=8)
         run["alive"] = srv.proc.poll() is None
         run["health_end"] = health_of(srv.url)[0]
         run["rss_end"], run["rss_peak"] = mem.last, mem.peak
@@ -213,7 +216,9 @@ def render(cases: list[Case], run: dict[str, Any], load: dict[str, str], before:
         f"The server {'stayed up through every case' if run['alive'] else 'DIED'} (/health at the end: "
         f"{run['health_end']}); RSS {run['rss_start']:.0f} MB at the start, {run['rss_mcp']:.0f} MB after "
         f"{run['mcp']}, {run['rss_end']:.0f} MB at the end, {run['rss_peak']:.0f} MB at its peak; "
-        f"{'a traceback is' if run['traceback'] else 'no traceback is'} in its log.",
+        f"{'a traceback is' if run['traceback'] else 'no traceback is'} in its log. **RSS grew "
+        f"{run['rss_end'] - run['rss_start']:+.0f} MB** over the run (goal: under 200); **paced /search requests that "
+        f"failed outside the PostgreSQL stop: {outside_pg(cases)}**.",
         "",
         *[f"- {c.name}: {c.note}" for c in cases if c.note],
         "",
@@ -233,6 +238,11 @@ def render(cases: list[Case], run: dict[str, Any], load: dict[str, str], before:
                 lines.append(f"| {c.name} | {_brief(old[c.name])} | {_brief(vars(c))} |")
         lines.append("")
     return "\n".join([*lines, END])
+
+
+def outside_pg(cases: list[Case]) -> int:
+    """Paced /search requests answered with anything but 200 in the cases other than PostgreSQL's stop."""
+    return sum(n for c in cases if "PostgreSQL" not in c.name for k, n in c.outcomes.items() if not k.startswith("200"))
 
 
 def _brief(c: dict[str, Any]) -> str:

@@ -337,6 +337,29 @@ def restart_postgres(data: Path, down_s: float) -> str:
     return f"pg_ctl stop -m fast took {stopped:.1f} s, down {down_s:g} s, pg_ctl start {started:.1f} s"
 
 
+def many_asks(url: str, n: int) -> str:
+    """`n` /ask at once, each a question the server has not seen (the answer cache off): how they ended."""
+    ends: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        body = {"question": f"{QUESTION} ({i}, {time.monotonic()})", "use_cache": False}
+        with httpx.Client(base_url=url, timeout=TIMEOUT * 6) as c:
+            try:
+                end = " ".join(map(str, outcome(c.post("/ask", json=body))))
+            except httpx.HTTPError as exc:
+                end = type(exc).__name__
+        with lock:
+            ends[end] += 1
+
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT * 8)
+    return f"{n} /ask at once: {dict(ends)}"
+
+
 def stalled_llm(url: str, llm: Any) -> str:
     """5 streamed and 5 plain /ask at once while the LLM stalls after 3 pieces: how each ended, the slowest."""
     llm.reply = "Ingest twice and only changed files are re-embedded [1]. " + "More words follow here. " * 20
