@@ -65,9 +65,9 @@ class DatabaseSettings:
 
 @dataclass(frozen=True)
 class EmbedSettings:
-    kind: str = setting("local", "embedder", choices=tuple(backends.EMBEDDERS))
+    kind: str = setting("multilingual", "embedder", choices=tuple(backends.EMBEDDERS))
     ollama_urls: tuple[str, ...] = setting((DEFAULT_OLLAMA_URL,), "ollama_url")  # several hosts, one model
-    model: str = setting(DEFAULT_OLLAMA_MODEL, "embed_model")  # the Ollama model; the local model is fixed
+    model: str = setting(DEFAULT_OLLAMA_MODEL, "embed_model")  # the Ollama model; the in-process models are fixed
     batch_size: int = setting(32, "batch_size", lo=1, hi=10_000)
     keep_alive: str = setting("30m", "keep_alive")
     timeout: int = setting(120, "ollama_timeout", lo=1, hi=86_400)  # seconds for one /api/embed request
