@@ -123,7 +123,10 @@ FUSIONS = ("rrf", "convex")  # how the two legs are fused (retrieve/fusion.py)
 
 @dataclass(frozen=True)
 class SearchSettings:
-    language: str = setting("english", "language")  # the PostgreSQL text search configuration
+    # the PostgreSQL text search configuration of a document whose language is not detected surely (ragvps/langs.py);
+    # with detect_language off, of every document (an override)
+    language: str = setting("english", "language")
+    detect_language: bool = setting(True, "detect_language")
     ef_search: int = setting(100, "ef_search", lo=1, hi=1000)
     candidates: int = setting(40, "candidates", lo=1, hi=10_000)
     keyword_budget: int = setting(300, "keyword_budget", lo=1, hi=10_000_000)  # BM25 from the rarest words' chunks

@@ -16,6 +16,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import TupleRow
 
+from ragvps import langs
 from ragvps.config import Settings
 from ragvps.db.database import autocommit
 from ragvps.db.sql import compose
@@ -163,9 +164,7 @@ def keyword_scored(
     where = compose("keyword_filter", filter=filters.condition()) if filters else sql.SQL("true")
     source = compose("keyword_source_filtered" if filters else "keyword_source")
     budget = bm25.budget or settings.search.keyword_budget
-    params = {
-        "language": settings.search.language,
-        "text": text,
+    params = lexeme_params(text, settings) | {
         "candidates": settings.search.candidates,
         "budget": budget,
         "cap": max(bm25.cap * budget, settings.search.candidates),
@@ -175,7 +174,9 @@ def keyword_scored(
     if filters:
         params |= filters.params()
     with autocommit(conn):  # one statement: on an idle connection no BEGIN and COMMIT around it
-        rows = conn.execute(compose("keyword_search", source=source, filter=where), params)
+        rows = conn.execute(
+            compose("keyword_search", source=source, filter=where, lexemes=compose("query_lexemes")), params
+        )
         return [(r[0], float(r[1])) for r in rows]
 
 
@@ -246,11 +247,29 @@ def chunk_evidence(
     if not ids:
         return {}
     cosine: sql.Composable = sql.SQL("NULL::float8")
-    params: dict[str, object] = {"language": settings.search.language, "text": text, "ids": ids}
+    params: dict[str, object] = lexeme_params(text, settings) | {"ids": ids}
     if embedding is not None:
         cosine = compose("chunk_cosine", table=eset.table)
         params["embedding"] = as_param(eset, embedding)
-    return {r[0]: r for r in conn.execute(compose("chunk_evidence", cosine=cosine), params)}
+    return {
+        r[0]: r
+        for r in conn.execute(compose("chunk_evidence", cosine=cosine, lexemes=compose("query_lexemes")), params)
+    }
+
+
+def lexeme_params(text: str, settings: Settings) -> dict[str, object]:
+    """What query_lexemes reads a question with: its script's language when that is sure (langs.of_question), else
+    every language of the knowledge base (the `language` setting while it has none)."""
+    s = settings.search
+    code = langs.of_question(text) if s.detect_language else ""
+    reading = langs.reading(code, s.language)
+    return {
+        "languages": [reading.config],
+        "texts": [reading.terms(text) or text],
+        "every": s.detect_language and not code,
+        "folded": langs.fold(text),
+        "text": text,
+    }
 
 
 def _details(
