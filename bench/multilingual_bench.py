@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -55,7 +56,7 @@ def sample(lang: str, args: argparse.Namespace) -> tuple[list[dict[str, str]], d
     """The corpus and the questions a run uses, the same for every configuration (seeded)."""
     corpus, queries, qrels = read_set(SETS[lang])
     rng = random.Random(52)
-    qids = sorted(queries)
+    qids = sorted(q for q, text in queries.items() if re.search(r"\w", text))  # CMRC has an empty question
     limit = args.scifact_queries if lang == "en" else args.queries
     if limit and limit < len(qids):
         qids = sorted(rng.sample(qids, limit))
@@ -110,13 +111,46 @@ def child(args: argparse.Namespace) -> None:
                 r1.append(1.0 if docs and qrels[qid].get(docs[0], 0) > 0 else 0.0)
                 ndcg.append(metrics.ndcg_at(docs, qrels[qid], 10))
             out[mode] = {"r1": statistics.fmean(r1), "ndcg": statistics.fmean(ndcg)}
+        if args.legs:
+            legs(app, queries, qrels, Path(args.legs))
     print(json.dumps(out))
+
+
+def legs(app, queries: dict[str, str], qrels: dict, path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Each question's two legs, scored, with the documents they name and the judgements: what
+    bench/fusion_bench.py fuses offline."""
+    from ragvps.embed import embed_queries
+    from ragvps.retrieve import search
+
+    records = []
+    with app.connection() as conn:
+        eset = app.active_set(conn, "search")
+        doc_of = dict(conn.execute("SELECT c.id, d.doc_id FROM chunks c JOIN documents d ON d.id = c.document_id"))
+        for qid, text in queries.items():
+            vector = embed_queries(app.embedder, [text])[0]
+            vec = search.vector_scored(conn, eset, vector, app.settings)
+            kw = search.keyword_scored(conn, text, app.settings)
+            records.append(
+                {
+                    "q": qid,
+                    "rel": qrels[qid],
+                    "vec": [(doc_of[c], s) for c, s in vec],
+                    "kw": [(doc_of[c], s) for c, s in kw],
+                }
+            )
+            conn.rollback()
+    path.write_text(json.dumps(records), encoding="utf-8")
 
 
 def run(name: str, tree: Path, settings: dict[str, object], lang: str, args: argparse.Namespace) -> dict:
     command = [sys.executable, str(Path(__file__).resolve()), "--child", "--name", name, "--tree", str(tree)]
     command += ["--lang", lang, "--settings", json.dumps(settings), "--queries", str(args.queries)]
     command += ["--scifact-queries", str(args.scifact_queries), "--scifact-distractors", str(args.scifact_distractors)]
+    if args.save_legs and tree == ROOT:
+        command += [
+            "--legs",
+            str(OUT / "multilingual" / f"legs-{''.join(c if c.isalnum() else '_' for c in name)}-{lang}.json"),
+        ]
     env = dict(os.environ, PYTHONPATH=str(tree))
     done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=tree)
     if done.returncode:
@@ -154,11 +188,13 @@ def main() -> None:
     parser.add_argument("--scifact-queries", type=int, default=300)
     parser.add_argument("--scifact-distractors", type=int, default=1200)
     parser.add_argument("--write", action="store_true", help="write the table into bench/RESULTS.md")
+    parser.add_argument("--save-legs", action="store_true", help="keep each question's legs for bench/fusion_bench.py")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--name", default="", help=argparse.SUPPRESS)
     parser.add_argument("--tree", default=str(ROOT), help=argparse.SUPPRESS)
     parser.add_argument("--lang", default="", help=argparse.SUPPRESS)
     parser.add_argument("--settings", default="{}", help=argparse.SUPPRESS)
+    parser.add_argument("--legs", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args)

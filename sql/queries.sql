@@ -205,15 +205,26 @@ LIMIT %(candidates)s;
 -- name: query_lexemes
 -- A question's lexemes (ragvps/langs.py): as each of the readings given (configurations with their prepared texts),
 -- or, for a question of no sure language, as each language of the knowledge base reads it (`simple` over the folded
--- text, each stemming configuration over the text itself; the readings given while it has none).
-SELECT DISTINCT l
-FROM (
+-- text, each stemming configuration over the text itself; the readings given while it has none). Of several
+-- readings, those whose lexemes the knowledge base knows best are kept (the share of them in term_stats, within
+-- 0.1 of the best): a Spanish question read as English keeps `de` and `equipo`, which Spanish documents do not
+-- hold, and would otherwise find the few documents taken for English by their rare words.
+WITH readings AS (
     SELECT r.cfg, r.txt FROM unnest(%(languages)s::regconfig[], %(texts)s::text[]) AS r (cfg, txt)
     WHERE NOT %(every)s OR NOT EXISTS (SELECT FROM chunk_languages)
     UNION ALL
     SELECT k.language, CASE WHEN k.language = 'simple'::regconfig THEN %(folded)s ELSE %(text)s END
     FROM chunk_languages k WHERE %(every)s
-) AS r (cfg, txt), unnest(tsvector_to_array(to_tsvector(r.cfg, r.txt))) AS l
+),
+lexemes AS (
+    SELECT DISTINCT r.cfg, l FROM readings r, unnest(tsvector_to_array(to_tsvector(r.cfg, r.txt))) AS l
+),
+fit AS (
+    SELECT x.cfg, avg((coalesce(s.df, 0) > 0)::int) AS known
+    FROM lexemes x LEFT JOIN term_stats s ON s.lexeme = x.l GROUP BY x.cfg
+)
+SELECT DISTINCT x.l FROM lexemes x JOIN fit f ON f.cfg = x.cfg
+WHERE f.known >= (SELECT max(known) FROM fit) - 0.1
 
 -- name: keyword_source
 chunk_terms k
