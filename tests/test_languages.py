@@ -127,3 +127,27 @@ def test_an_older_knowledge_base_reindexes_its_terms_not_its_vectors_and_keeps_i
     switched = json.loads(cli("reindex", "--json").stdout)["switch"]  # reindex takes the default: USE
     assert (switched["old_model"], switched["new_model"]) == ("all-MiniLM-L6-v2-int8", "use-multilingual-v3")
     assert rows(db_url, "SELECT model, dims FROM embedding_sets WHERE active") == [("use-multilingual-v3", 512)]
+
+
+def test_sentences_end_at_spanish_and_cjk_marks_and_not_after_their_abbreviations():
+    from ragvps.text import sentences
+
+    def split(text: str) -> list[str]:
+        return [text[a:b] for a, b in sentences(text, 0, len(text))]
+
+    assert split("¿Cuántos días hay? ¡Veinticinco! La Sra. García lo confirmó.") == [
+        "¿Cuántos días hay?",
+        "¡Veinticinco!",
+        "La Sra. García lo confirmó.",
+    ]
+    assert split("Es así.¿Por qué? Porque sí.") == ["Es así.", "¿Por qué?", "Porque sí."]
+    assert split("员工每年享有二十五天年假。需要提前两周申请！可以吗？可以。") == [  # noqa: RUF001
+        "员工每年享有二十五天年假。",
+        "需要提前两周申请！",  # noqa: RUF001
+        "可以吗？",  # noqa: RUF001
+        "可以。",
+    ]
+    assert split("Urlop trwa np. 26 dni. Wniosek składa się do kierownika.") == [
+        "Urlop trwa np. 26 dni.",
+        "Wniosek składa się do kierownika.",
+    ]
