@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import psycopg
+
 from ragvps import langs
 
 ES = """# Vacaciones
@@ -65,10 +66,10 @@ def test_reading_a_text_by_its_language():
     assert langs.of_document(ZH, "english") == langs.Reading("zh", "simple", "jieba")
     assert langs.of_document(ES, "english", detect=False) == langs.Reading("en", "english")  # the override
     assert langs.of_document("12 34 56", "german") == langs.Reading("de", "german")  # no letters: the setting
-    assert "报销" in langs.Reading("zh", "simple", "jieba").terms(ZH).split()  # noqa: RUF001
+    assert "报销" in langs.Reading("zh", "simple", "jieba").terms(ZH).split()
     assert langs.fold("Zażółć gęślą jaźń") == "zazolc gesla jazn"
     assert langs.bigrams("東京タワー", "ja").split() == ["東京", "京タ", "タワ", "ワー"]
-    assert langs.of_question("哪个部门负责报销？") == "zh"  # noqa: RUF001
+    assert langs.of_question("哪个部门负责报销？") == "zh"
     assert langs.of_question("¿Cuántos días?") == ""  # Latin script: the knowledge base's languages
     both = langs.question_readings("reembolso", ["spanish", "english"], "english")
     assert [r.config for r in both] == ["spanish", "english"]
@@ -141,10 +142,10 @@ def test_sentences_end_at_spanish_and_cjk_marks_and_not_after_their_abbreviation
         "La Sra. García lo confirmó.",
     ]
     assert split("Es así.¿Por qué? Porque sí.") == ["Es así.", "¿Por qué?", "Porque sí."]
-    assert split("员工每年享有二十五天年假。需要提前两周申请！可以吗？可以。") == [  # noqa: RUF001
+    assert split("员工每年享有二十五天年假。需要提前两周申请！可以吗？可以。") == [
         "员工每年享有二十五天年假。",
-        "需要提前两周申请！",  # noqa: RUF001
-        "可以吗？",  # noqa: RUF001
+        "需要提前两周申请！",
+        "可以吗？",
         "可以。",
     ]
     assert split("Urlop trwa np. 26 dni. Wniosek składa się do kierownika.") == [
