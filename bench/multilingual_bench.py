@@ -79,6 +79,10 @@ def child(args: argparse.Namespace) -> None:
 
     corpus, queries, qrels = sample(args.lang, args)
     data_dir = OUT / "multilingual" / f"{''.join(c if c.isalnum() else '_' for c in args.name)}-{args.lang}"
+    if data_dir.exists():  # its embedded server first, if a run left it up
+        from ragvps.db.embedded import stop_embedded
+
+        stop_embedded(load_settings(env={}, data_dir=data_dir))
     shutil.rmtree(data_dir, ignore_errors=True)
     folder = data_dir / "corpus"
     folder.mkdir(parents=True)
@@ -113,6 +117,9 @@ def child(args: argparse.Namespace) -> None:
             out[mode] = {"r1": statistics.fmean(r1), "ndcg": statistics.fmean(ndcg)}
         if args.legs:
             legs(app, queries, qrels, Path(args.legs))
+    from ragvps.db.embedded import stop_embedded
+
+    stop_embedded(settings)  # a fresh server a run: the next one removes this folder
     print(json.dumps(out))
 
 
