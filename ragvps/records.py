@@ -67,6 +67,9 @@ class ModelSpec:
     chunk_size: int = 400  # default chunk size in tokens
     chunk_overlap: int = 50
     known: bool = True  # False: not in KNOWN_MODELS, dimension and limit as the Ollama server reported them
+    # the query-chunk cosines mapped onto evidence 0..1 (retrieve/evidence.py): unrelated text below, as close as
+    # the model gets above; measured per model (MiniLM's by bench/answer_quality.py)
+    cosine_range: tuple[float, float] = (0.15, 0.75)
 
     @property
     def input_room(self) -> int:

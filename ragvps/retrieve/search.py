@@ -21,10 +21,11 @@ from ragvps.config import Settings
 from ragvps.db.database import autocommit
 from ragvps.db.sql import compose
 from ragvps.db.store import EmbeddingSet, as_param
+from ragvps.embed.models import model_spec
 from ragvps.errors import UsageError
 from ragvps.records import cite_label, fields_dict
 from ragvps.retrieve import fusion
-from ragvps.retrieve.evidence import combine
+from ragvps.retrieve.evidence import COSINE_RANGE, combine
 from ragvps.retrieve.filters import Filters
 from ragvps.retrieve.fusion import Scored
 from ragvps.retrieve.modes import Mode
@@ -211,7 +212,7 @@ def search(
         lap("keyword_ms")
     fused = fuse(vec, kw, settings)[:k]
     rows = chunk_evidence(conn, eset, [i for i, _ in fused], text, embedding if mode != "keyword" else None, settings)
-    hits = _details(fused, vec, kw, rows)
+    hits = _details(fused, vec, kw, rows, cosine_range(eset.model))
     lap("fusion_ms")
     return hits
 
@@ -272,11 +273,18 @@ def lexeme_params(text: str, settings: Settings) -> dict[str, object]:
     }
 
 
+def cosine_range(model: str) -> tuple[float, float]:
+    """The cosines a model's evidence maps onto 0..1 (MiniLM's for a model ragvps has no entry for)."""
+    spec = model_spec(model)
+    return spec.cosine_range if spec is not None else COSINE_RANGE
+
+
 def _details(
     fused: list[tuple[int, float]],
     vec: Scored,
     kw: Scored,
     rows: dict[int, TupleRow],
+    span: tuple[float, float] = COSINE_RANGE,
 ) -> list[Hit]:
     vrank = {c: r for r, (c, _) in enumerate(vec, start=1)}
     krank = {c: r for r, (c, _) in enumerate(kw, start=1)}
@@ -299,7 +307,7 @@ def _details(
                 end,
                 cos,
                 share,
-                combine(cos, share),
+                combine(cos, share, span),
                 tuple(int(p) for p in pages or ()),
             )
         )
