@@ -152,3 +152,18 @@ def test_sentences_end_at_spanish_and_cjk_marks_and_not_after_their_abbreviation
         "Urlop trwa np. 26 dni.",
         "Wniosek składa się do kierownika.",
     ]
+
+
+def test_standard_score_fusion_lets_the_sure_leg_decide():
+    from ragvps.retrieve import fusion
+
+    # The keyword leg is sure of chunk 1 (far above its other candidates); the vector leg's candidates score alike
+    # (a model weak in this language), chunk 1 not among them. Rank fusion puts 2, which both legs found, first;
+    # standard scores follow the sure leg.
+    keyword = [(1, 9.0)] + [(c, 2.0 - 0.05 * c) for c in range(2, 21)]
+    vector = [(c, 0.41 - 0.01 * c) for c in range(2, 22)]
+    assert fusion.rrf([[c for c, _ in vector], [c for c, _ in keyword]])[0][0] == 2
+    fused = fusion.zscore([vector, keyword])
+    assert fused[0][0] == 1
+    assert fusion.fuse(vector, keyword, "zscore", 60, 1.0) == fused
+    assert fusion.zscore([vector, []]) == fusion.zscore([vector])  # an empty leg counts for nothing

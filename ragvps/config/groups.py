@@ -118,7 +118,7 @@ class IndexSettings:
     workers: int = setting(1, "index_workers", lo=0, hi=64)  # max_parallel_maintenance_workers (0: the leader)
 
 
-FUSIONS = ("rrf", "convex")  # how the two legs are fused (retrieve/fusion.py)
+FUSIONS = ("rrf", "convex", "zscore")  # how the two legs are fused (retrieve/fusion.py)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""The fusion `ragvps calibrate` fits: how the two legs are fused (RRF by rank, or a convex combination of their
-normalised scores) and the vector leg's weight, chosen on questions the knowledge base itself gives (issue 33).
+"""The fusion `ragvps calibrate` fits: how the two legs are fused (RRF by rank, or a combination of their min-max
+normalised or standard scores) and the vector leg's weight, chosen on questions the knowledge base itself gives (issue 33).
 
 The questions (made without an LLM, never from gold): a sampled chunk's first sentence of six words or more, asked
 whole, with that chunk dropped from both legs' results; its gold is the same document's other chunks. A person's
@@ -53,7 +53,7 @@ class Legs:
 
 @dataclass(frozen=True)
 class Candidate:
-    fusion: str  # rrf | convex
+    fusion: str  # rrf | convex | zscore
     rrf_k: int
     vector_weight: float
 
@@ -63,7 +63,7 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Fusion:
-    fusion: str  # rrf | convex
+    fusion: str  # rrf | convex | zscore
     rrf_k: int
     vector_weight: float
     mrr: float  # MRR@10 of the questions' gold chunks with this fusion
@@ -130,7 +130,7 @@ def reciprocal_ranks(candidate: Candidate, observed: Sequence[Legs]) -> np.ndarr
 
 def candidates(rrf_k: int) -> list[Candidate]:
     rrf = [Candidate("rrf", k, w) for k in sorted({*GRID_K, rrf_k}) for w in GRID_WEIGHT]
-    return rrf + [Candidate("convex", rrf_k, w) for w in GRID_WEIGHT]
+    return rrf + [Candidate(how, rrf_k, w) for how in ("convex", "zscore") for w in GRID_WEIGHT]
 
 
 def fit(observed: Sequence[Legs], settings: Settings, source: str) -> Fusion:
