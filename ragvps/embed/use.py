@@ -45,6 +45,11 @@ class UseEmbedder:
     def __init__(self, spec: ModelSpec):
         self.spec = spec
 
+    @property
+    def model(self) -> Any:
+        """The process's one loaded network, shared by every UseEmbedder."""
+        return _model()
+
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """One L2-normalised vector a text; texts this process embedded lately come from the memo."""
         keys = [memo.text_key(t, self.spec.name) for t in texts]
@@ -55,5 +60,5 @@ class UseEmbedder:
 
     def _run(self, texts: Sequence[str]) -> np.ndarray:
         # Empty or blank texts have no pieces but BOS/EOS: the model still gives them a unit vector.
-        out = _model()._encode([t if t.strip() else " " for t in texts])
+        out = self.model._encode([t if t.strip() else " " for t in texts])
         return np.asarray(out, dtype=np.float32)
