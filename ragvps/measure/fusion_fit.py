@@ -1,5 +1,6 @@
 """The fusion `ragvps calibrate` fits: how the two legs are fused (RRF by rank, or a combination of their min-max
-normalised or standard scores) and the vector leg's weight, chosen on questions the knowledge base itself gives (issue 33).
+normalised or standard scores) and the vector leg's weight, chosen on questions the knowledge base itself gives
+(issue 33).
 
 The questions (made without an LLM, never from gold): a sampled chunk's first sentence of six words or more, asked
 whole, with that chunk dropped from both legs' results; its gold is the same document's other chunks. A person's
