@@ -133,7 +133,8 @@ class SearchSettings:
     bit_rerank_depth: int = setting(200, "bit_rerank_depth", lo=1, hi=1000)  # vector_type bit: re-ranked candidates
     top_k: int = setting(8, "top_k", lo=1, hi="max_k")
     rrf_k: int = setting(60, "rrf_k", lo=0, hi=10_000)
-    fusion: str = setting("rrf", "fusion", choices=FUSIONS)  # rrf: by rank; convex: by normalised score
+    # zscore: by standard score (the default: issue 52, bench/RESULTS.md); rrf: by rank; convex: by min-max score
+    fusion: str = setting("zscore", "fusion", choices=FUSIONS)
     vector_weight: float = setting(
         1.0,
         "vector_weight",
