@@ -29,10 +29,12 @@ Leg = list[tuple[str, float]]
 
 
 def rules() -> dict[str, Callable[[Leg, Leg], list[str]]]:
-    def docs_of(fused: list[tuple[str, float]]) -> list[str]:
-        return metrics.dedupe([d for d, _ in fused])
+    def docs_of(fused: list[tuple[str, float]]) -> list[str]:  # documents in the order of their best chunk
+        return metrics.dedupe([d.split("\x00")[0] for d, _ in fused])
 
-    def by_doc(leg: Leg) -> Leg:  # a document's best chunk score in the leg, best first
+    def by_doc(leg: Leg) -> Leg:  # the leg's chunks as the product fuses them (older files: each document's best)
+        if leg and len(leg[0]) == 3:
+            return [(f"{d}\x00{c}", s) for d, s, c in leg]  # type: ignore[misc]
         best: dict[str, float] = {}
         for d, s in leg:
             best.setdefault(d, s)
@@ -47,15 +49,15 @@ def rules() -> dict[str, Callable[[Leg, Leg], list[str]]]:
 
         return run
 
-    def zscore(weight: float) -> Callable[[Leg, Leg], list[str]]:
+    def zscore(weight: float, missing: float | None = None) -> Callable[[Leg, Leg], list[str]]:
         def run(vec: Leg, kw: Leg) -> list[str]:
-            return docs_of(fusion.zscore([by_doc(vec), by_doc(kw)], [weight, 1.0]))  # type: ignore[list-item]
+            return docs_of(fusion.zscore([by_doc(vec), by_doc(kw)], [weight, 1.0], missing))  # type: ignore[list-item]
 
         return run
 
     found = {
-        "vector alone": lambda vec, kw: docs_of(vec),  # type: ignore[arg-type]
-        "keyword alone": lambda vec, kw: docs_of(kw),  # type: ignore[arg-type]
+        "vector alone": lambda vec, kw: docs_of(by_doc(vec)),  # type: ignore[arg-type]
+        "keyword alone": lambda vec, kw: docs_of(by_doc(kw)),  # type: ignore[arg-type]
         "rrf k=60": rrf,
         "convex w=1": convex(1.0),
         "convex w=0.5": convex(0.5),
@@ -63,6 +65,9 @@ def rules() -> dict[str, Callable[[Leg, Leg], list[str]]]:
         "zscore w=1": zscore(1.0),
         "zscore w=0.5": zscore(0.5),
         "zscore w=2": zscore(2.0),
+        "zscore w=1, missing -1": zscore(1.0, -1.0),
+        "zscore w=1, missing -2": zscore(1.0, -2.0),
+        "zscore w=1, missing -3": zscore(1.0, -3.0),
     }
     return found
 

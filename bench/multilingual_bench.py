@@ -141,8 +141,8 @@ def legs(app, queries: dict[str, str], qrels: dict, path: Path) -> None:  # type
                 {
                     "q": qid,
                     "rel": qrels[qid],
-                    "vec": [(doc_of[c], s) for c, s in vec],
-                    "kw": [(doc_of[c], s) for c, s in kw],
+                    "vec": [(doc_of[c], s, c) for c, s in vec],
+                    "kw": [(doc_of[c], s, c) for c, s in kw],
                 }
             )
             conn.rollback()

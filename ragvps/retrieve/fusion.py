@@ -40,11 +40,13 @@ def convex(legs: Sequence[Scored], weights: Sequence[float] | None = None) -> li
     return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
-def zscore(legs: Sequence[Scored], weights: Sequence[float] | None = None) -> list[tuple[int, float]]:
+def zscore(
+    legs: Sequence[Scored], weights: Sequence[float] | None = None, missing: float | None = None
+) -> list[tuple[int, float]]:
     """Each leg's scores as standard scores over its own candidates (how many deviations above their mean), a
-    candidate a leg did not return taking that leg's lowest: a leg sure of its first hit (far above the rest)
-    weighs more than a leg whose candidates all score alike, which is how a leg weak on this corpus or this
-    question looks (issue 52). score(d) = sum of weight x standard score / sum of the weights."""
+    candidate a leg did not return taking that leg's lowest (or `missing`): a leg sure of its first hit (far above
+    the rest) weighs more than a leg whose candidates all score alike, which is how a leg weak on this corpus or
+    this question looks (issue 52). score(d) = sum of weight x standard score / sum of the weights."""
     weights = list(weights or [1.0] * len(legs))
     total = sum(w for leg, w in zip(legs, weights, strict=True) if leg) or 1.0
     standard: list[dict[int, float]] = []
@@ -58,7 +60,12 @@ def zscore(legs: Sequence[Scored], weights: Sequence[float] | None = None) -> li
         standard.append({item: (s - mean) / spread for item, s in leg})
     items = {item for z in standard for item in z}
     scores = {
-        item: sum(w * z.get(item, min(z.values())) for z, w in zip(standard, weights, strict=True) if z) / total
+        item: sum(
+            w * z.get(item, min(z.values()) if missing is None else missing)
+            for z, w in zip(standard, weights, strict=True)
+            if z
+        )
+        / total
         for item in items
     }
     return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
