@@ -13,8 +13,9 @@ of its chunks is indexed with that language's PostgreSQL text search configurati
   so that a question typed without them still matches.
 
 A question is read by its script where that is sure (Han without kana: Chinese; kana: Japanese; Thai; Hangul:
-Korean), else in every language of the knowledge base (a Latin-script question of a few words is not told apart
-reliably: 'reembolso de gastos' scores Portuguese): its lexemes are the union of what each language makes of it.
+Korean), else in the languages of the knowledge base whose reading of it the index knows best (sql/queries.sql,
+query_lexemes: a Latin-script question of a few words is not told apart reliably by a detector, 'reembolso de
+gastos' scores Portuguese).
 """
 
 from __future__ import annotations
@@ -126,16 +127,6 @@ def of_question(text: str) -> str:
     if _HANGUL.search(text):
         return "ko"
     return ""
-
-
-def question_readings(text: str, kb_configs: list[str], default: str) -> list[Reading]:
-    """The readings a question is searched with: its script's language when that is sure, else each configuration
-    of the knowledge base (`simple` with the accents folded, as its documents were), else the setting."""
-    code = of_question(text)
-    if code:
-        return [reading(code, default)]
-    found = [Reading("", c, "fold") if c == "simple" else Reading(CONFIG_CODES.get(c, ""), c) for c in kb_configs]
-    return list(dict.fromkeys(found)) or [reading("", default)]
 
 
 def fold(text: str) -> str:

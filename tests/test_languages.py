@@ -71,8 +71,6 @@ def test_reading_a_text_by_its_language():
     assert langs.bigrams("東京タワー", "ja").split() == ["東京", "京タ", "タワ", "ワー"]
     assert langs.of_question("哪个部门负责报销？") == "zh"
     assert langs.of_question("¿Cuántos días?") == ""  # Latin script: the knowledge base's languages
-    both = langs.question_readings("reembolso", ["spanish", "english"], "english")
-    assert [r.config for r in both] == ["spanish", "english"]
 
 
 def test_a_knowledge_base_of_spanish_and_english_documents(cli, tmp_path, db_url):
