@@ -112,7 +112,7 @@ def test_the_line_is_fitted_on_the_corpus_and_kept_with_apply(env: dict[str, str
     assert not shown["applied"]
     assert "from the default" in cli(env, "stats")
     assert json.loads(cli(env, "stats", "--json"))["fusion"] == {
-        "fusion": "rrf",
+        "fusion": "zscore",
         "vector_weight": 1.0,
         "rrf_k": 60,
         "from": "the default",
