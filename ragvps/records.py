@@ -70,6 +70,9 @@ class ModelSpec:
     # the query-chunk cosines mapped onto evidence 0..1 (retrieve/evidence.py): unrelated text below, as close as
     # the model gets above; measured per model (MiniLM's by bench/answer_quality.py)
     cosine_range: tuple[float, float] = (0.15, 0.75)
+    # the vector leg's weight in fusion against the keyword leg's 1, which the setting vector_weight multiplies:
+    # a model whose vector leg is weaker than BM25 in every language measured weighs less (bench/fusion_bench.py)
+    fusion_weight: float = 1.0
 
     @property
     def input_room(self) -> int:

@@ -165,3 +165,17 @@ def test_standard_score_fusion_lets_the_sure_leg_decide():
     assert fused[0][0] == 1
     assert fusion.fuse(vector, keyword, "zscore", 60, 1.0) == fused
     assert fusion.zscore([vector, []]) == fusion.zscore([vector])  # an empty leg counts for nothing
+
+
+def test_the_model_s_own_vector_weight_multiplies_the_setting_s():
+    from ragvps.backends import LOCAL_MODEL, USE_MODEL
+    from ragvps.config import Settings
+    from ragvps.retrieve import fusion, search
+
+    keyword = [(1, 9.0)] + [(c, 2.0 - 0.05 * c) for c in range(2, 21)]
+    vector = [(c, 0.9 - 0.02 * c) for c in range(2, 22)]
+    settings = Settings.of(vector_weight=2.0)
+    assert search.vector_scale(USE_MODEL) == 0.5 and search.vector_scale(LOCAL_MODEL) == 1.0
+    assert search.vector_scale("a-model-ragvps-has-no-entry-for") == 1.0
+    assert search.fuse(vector, keyword, settings, USE_MODEL) == fusion.zscore([vector, keyword], [1.0, 1.0])
+    assert search.fuse(vector, keyword, settings, LOCAL_MODEL) == fusion.zscore([vector, keyword], [2.0, 1.0])

@@ -159,7 +159,7 @@ def observe(
     rows = chunk_evidence(conn, eset, sorted({c for c, _ in [*vec, *kw]}), probe.question, embedding, settings)
     keep = {cid for cid, row in rows.items() if not held_out(str(row[1]))}
     vec, kw = [h for h in vec if h[0] in keep], [h for h in kw if h[0] in keep]
-    fused = fuse(vec, kw, settings)[: max(settings.generate.answer_chunks, settings.search.top_k)]
+    fused = fuse(vec, kw, settings, eset.model)[: max(settings.generate.answer_chunks, settings.search.top_k)]
     span = cosine_range(eset.model)
     evidence = max((combine(rows[c][9], rows[c][10], span) for c, _ in fused), default=0.0)
     return Observed(probe, evidence)

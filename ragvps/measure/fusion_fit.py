@@ -29,7 +29,7 @@ from ragvps.db.sql import queries
 from ragvps.db.store import EmbeddingSet
 from ragvps.retrieve import fusion
 from ragvps.retrieve.fusion import Scored
-from ragvps.retrieve.search import keyword_scored, vector_scored
+from ragvps.retrieve.search import keyword_scored, vector_scale, vector_scored
 from ragvps.text import sentences
 
 GRID_K = (10, 20, 40, 60, 100)
@@ -50,6 +50,7 @@ class Legs:
     probe: FusionProbe
     vector: tuple[tuple[int, float], ...]
     keyword: tuple[tuple[int, float], ...]
+    scale: float = 1.0  # the model's own vector weight (search.vector_scale), which a candidate's multiplies
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,8 @@ class Candidate:
     vector_weight: float
 
     def ranks(self, legs: Legs) -> list[int]:
-        return [c for c, _ in fusion.fuse(legs.vector, legs.keyword, self.fusion, self.rrf_k, self.vector_weight)]
+        weight = self.vector_weight * legs.scale
+        return [c for c, _ in fusion.fuse(legs.vector, legs.keyword, self.fusion, self.rrf_k, weight)]
 
 
 @dataclass(frozen=True)
@@ -110,11 +112,12 @@ def observe(
     conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings, probes: Sequence[FusionProbe], vectors: np.ndarray
 ) -> Iterator[Legs]:
     """Both legs' scored candidates for each question (the chunk it was made from dropped)."""
+    scale = vector_scale(eset.model)
     for probe, vector in zip(probes, vectors, strict=True):
         with conn.transaction():
             vec = vector_scored(conn, eset, vector, settings)
             kw = keyword_scored(conn, probe.question, settings)
-        yield Legs(probe, _without(vec, probe.dropped), _without(kw, probe.dropped))
+        yield Legs(probe, _without(vec, probe.dropped), _without(kw, probe.dropped), scale)
 
 
 def _without(leg: Scored, chunk: int | None) -> tuple[tuple[int, float], ...]:

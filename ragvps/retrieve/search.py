@@ -210,18 +210,19 @@ def search(
     else:
         kw = keyword_scored(conn, text, settings, filters) if mode != "vector" else []
         lap("keyword_ms")
-    fused = fuse(vec, kw, settings)[:k]
+    fused = fuse(vec, kw, settings, eset.model)[:k]
     rows = chunk_evidence(conn, eset, [i for i, _ in fused], text, embedding if mode != "keyword" else None, settings)
     hits = _details(fused, vec, kw, rows, cosine_range(eset.model))
     lap("fusion_ms")
     return hits
 
 
-def fuse(vec: Scored, kw: Scored, settings: Settings) -> list[tuple[int, float]]:
-    """The legs fused as the settings say: `fusion` (rrf or convex), rrf_k, and the vector leg's weight (the keyword
-    leg's is 1); an empty leg counts for nothing."""
+def fuse(vec: Scored, kw: Scored, settings: Settings, model: str = "") -> list[tuple[int, float]]:
+    """The legs fused as the settings say: `fusion` (zscore, rrf or convex), rrf_k, and the vector leg's weight (the
+    keyword leg's is 1): the setting vector_weight times the model's own (vector_scale); an empty leg counts for
+    nothing."""
     s = settings.search
-    return fusion.fuse(vec, kw, s.fusion, s.rrf_k, s.vector_weight)
+    return fusion.fuse(vec, kw, s.fusion, s.rrf_k, s.vector_weight * vector_scale(model))
 
 
 class _Laps:
@@ -271,6 +272,12 @@ def lexeme_params(text: str, settings: Settings) -> dict[str, object]:
         "folded": langs.fold(text),
         "text": text,
     }
+
+
+def vector_scale(model: str) -> float:
+    """The model's own weight for its vector leg in fusion (ModelSpec.fusion_weight; 1 for a model with no entry)."""
+    spec = model_spec(model) if model else None
+    return spec.fusion_weight if spec is not None else 1.0
 
 
 def cosine_range(model: str) -> tuple[float, float]:
