@@ -94,7 +94,11 @@ def main() -> None:
     if args.write:
         start, end = markers("fusion_bench")
         head = "## Fusion per language (bench/fusion_bench.py, issue 52)\n\nnDCG@10, document level, on the legs "
-        head += "bench/multilingual_bench.py --save-legs kept (its sampled questions).\n\n"
+        head += (
+            "bench/multilingual_bench.py --save-legs kept (its sampled questions; USE multilingual v3). A legs file "
+        )
+        head += "with chunk ids is fused chunk by chunk as the product does; an older one by each document's best "
+        head += f"chunk. Files: {', '.join(p.name for p in files)}.\n\n"
         write_section("fusion_bench", f"{start}\n{head}{text}\n{end}")
 
 
