@@ -67,6 +67,12 @@ class ModelSpec:
     chunk_size: int = 400  # default chunk size in tokens
     chunk_overlap: int = 50
     known: bool = True  # False: not in KNOWN_MODELS, dimension and limit as the Ollama server reported them
+    # the query-chunk cosines mapped onto evidence 0..1 (retrieve/evidence.py): unrelated text below, as close as
+    # the model gets above; measured per model (MiniLM's by bench/answer_quality.py)
+    cosine_range: tuple[float, float] = (0.15, 0.75)
+    # the vector leg's weight in fusion against the keyword leg's 1, which the setting vector_weight multiplies:
+    # a model whose vector leg is weaker than BM25 in every language measured weighs less (bench/fusion_bench.py)
+    fusion_weight: float = 1.0
 
     @property
     def input_room(self) -> int:

@@ -13,13 +13,18 @@ def strip_span(text: str, a: int, b: int) -> tuple[int, int]:
     return a, b
 
 
-_END = re.compile(r"[.!?…]+[\"'”’)\]]*\s+|[。！？]+[”’」』]*\s*")
+# After . ! ? … (and a closing quote or bracket): a space, or a Spanish ¿ ¡ opening the next sentence at once;
+# after the CJK full stops (。！？．), which need no space.
+_END = re.compile(r"[.!?…]+[\"'”’»)\]]*(?:\s+|(?=[¿¡]))|[。！？．]+[”’」』》）]*\s*")
 _ABBREV = frozenset(
     re.findall(
         r"\S+",
         (
             "mr mrs ms dr prof sr jr st vs etc eg ie al fig figs eq eqs no nos vol ref refs approx ca cf inc ltd "
-            "co corp dept univ gen col lt sgt jan feb mar apr jun jul aug sep sept oct nov dec resp pp ed eds"
+            "co corp dept univ gen col lt sgt jan feb mar apr jun jul aug sep sept oct nov dec resp pp ed eds "
+            # Spanish, Polish, German, French and Italian ones that end a word with a full stop
+            "sra srta dra lic pág págs núm arts av avda ej tel ud uds vd vds ee uu aprox "
+            "np tj itd itp ul tzw nr wg zob mln mld tys godz bzw ggf vgl usw evtl mme mlle"
         ),
     )
 )
@@ -41,7 +46,7 @@ def sentences(text: str, a: int, b: int) -> list[tuple[int, int]]:
             word = before.group(1).lower() if before else ""
             if word in _ABBREV or "." in word or (len(word) == 1 and word.isalpha()) or text[cut].islower():
                 continue
-        elif mark[0] in "!?…" and text[cut].islower():
+        elif mark[0] in "!?…" and text[cut].islower():  # ¿ and ¡ are not lower case: "¿Vienes? ¡Sí!" is two
             continue
         spans.append(strip_span(text, start, cut))
         start = cut

@@ -17,14 +17,14 @@ SELECT count(*) FROM {table};
 -- name: export_documents
 SELECT json_build_object('id', id, 'root', root, 'doc_id', doc_id, 'source', source, 'title', title, 'kind', kind,
                          'content_hash', content_hash, 'chunker', chunker, 'metadata', metadata,
-                         'updated_at', updated_at)::text
+                         'updated_at', updated_at, 'language', language)::text
 FROM documents ORDER BY id;
 
 -- name: export_chunks
 SELECT json_build_object('id', id, 'document_id', document_id, 'seq', seq, 'heading_path', heading_path, 'text', text,
                          'content_hash', content_hash, 'tokens', tokens, 'llm_tokens', llm_tokens,
                          'start_offset', start_offset, 'end_offset', end_offset, 'metadata', metadata,
-                         'language', language::text)::text
+                         'language', language::text, 'terms', terms)::text
 FROM chunks ORDER BY id;
 
 -- name: export_chunker_settings
@@ -50,8 +50,8 @@ SELECT chunk_id FROM {table} ORDER BY chunk_id;
 SELECT vector_send(embedding::vector) FROM {table} ORDER BY chunk_id;
 
 -- name: import_documents
-INSERT INTO documents (id, root, doc_id, source, title, kind, content_hash, chunker, metadata, updated_at)
-SELECT id, root, doc_id, source, title, kind, content_hash, chunker, metadata, updated_at
+INSERT INTO documents (id, root, doc_id, source, title, kind, content_hash, chunker, metadata, updated_at, language)
+SELECT id, root, doc_id, source, title, kind, content_hash, chunker, metadata, updated_at, language
 FROM jsonb_populate_recordset(NULL::documents, %(rows)s::jsonb);
 
 -- name: mark_foreign_roots
@@ -60,9 +60,9 @@ UPDATE documents SET root = %(foreign)s || root WHERE left(root, length(%(foreig
 
 -- name: import_chunks
 INSERT INTO chunks (id, document_id, seq, heading_path, text, content_hash, tokens, llm_tokens, start_offset,
-                    end_offset, metadata, language)
+                    end_offset, metadata, language, terms)
 SELECT id, document_id, seq, heading_path, text, content_hash, tokens, llm_tokens, start_offset, end_offset,
-       metadata, language
+       metadata, language, terms
 FROM jsonb_populate_recordset(NULL::chunks, %(rows)s::jsonb);
 
 -- name: import_chunker_settings
@@ -188,9 +188,11 @@ ALTER TABLE chunks DISABLE TRIGGER USER;
 ALTER TABLE chunks ENABLE TRIGGER USER;
 
 -- name: rebuild_stats
--- What the statistics triggers (migrations 002 and 010) would have kept, computed once over the loaded chunks.
+-- What the statistics triggers (migrations 002, 010 and 014) would have kept, computed once over the loaded chunks.
 INSERT INTO chunk_terms (id, len, tsv)
-SELECT id, length(v), v FROM chunks, to_tsvector(chunks.language, chunks.heading_path || ' ' || chunks.text) AS v;
+SELECT id, length(v), v
+FROM chunks, to_tsvector(chunks.language, coalesce(chunks.terms, chunks.heading_path || ' ' || chunks.text)) AS v;
+INSERT INTO chunk_languages (language, chunks) SELECT language, count(*) FROM chunks GROUP BY language;
 INSERT INTO term_stats (lexeme, df) SELECT word, ndoc FROM ts_stat('SELECT tsv FROM chunk_terms');
 UPDATE corpus_stats SET chunks = s.n, lengths = s.l, generation = generation + 1
 FROM (SELECT count(*) AS n, coalesce(sum(len), 0) AS l FROM chunk_terms) s;

@@ -72,8 +72,9 @@ WITH chunks_gone AS (
 DELETE FROM documents WHERE root = %(root)s AND doc_id = ANY(%(doc_ids)s);
 
 -- name: insert_document
-INSERT INTO documents (root, doc_id, source, title, kind, content_hash, chunker, metadata)
-VALUES (%(root)s, %(doc_id)s, %(source)s, %(title)s, %(kind)s, %(content_hash)s, %(chunker)s, %(metadata)s)
+INSERT INTO documents (root, doc_id, source, title, kind, content_hash, chunker, metadata, language)
+VALUES (%(root)s, %(doc_id)s, %(source)s, %(title)s, %(kind)s, %(content_hash)s, %(chunker)s, %(metadata)s,
+        %(language)s)
 RETURNING id;
 
 -- name: reserve_chunk_ids
@@ -81,7 +82,7 @@ SELECT nextval(pg_get_serial_sequence('chunks', 'id')) FROM generate_series(1, %
 
 -- name: copy_chunks
 COPY chunks (id, document_id, seq, heading_path, text, content_hash, tokens, llm_tokens,
-             start_offset, end_offset, metadata, language)
+             start_offset, end_offset, metadata, language, terms)
 FROM STDIN WITH (FORMAT BINARY);
 
 -- name: copy_vectors
@@ -155,7 +156,7 @@ WITH stats AS (
 terms AS (
     SELECT t.lexeme, coalesce(s.df, 0) AS df,
            ln(1 + (stats.chunks - coalesce(s.df, 0) + 0.5)::float8 / (coalesce(s.df, 0) + 0.5)) AS idf
-    FROM unnest(tsvector_to_array(to_tsvector(%(language)s::regconfig, %(text)s))) AS t (lexeme)
+    FROM ({lexemes}) AS t (lexeme)
     CROSS JOIN stats
     LEFT JOIN term_stats s ON s.lexeme = t.lexeme
 ),
@@ -201,6 +202,30 @@ GROUP BY k.id
 ORDER BY score DESC, k.id
 LIMIT %(candidates)s;
 
+-- name: query_lexemes
+-- A question's lexemes (ragvps/langs.py): as each of the readings given (configurations with their prepared texts),
+-- or, for a question of no sure language, as each language of the knowledge base reads it (`simple` over the folded
+-- text, each stemming configuration over the text itself; the readings given while it has none). Of several
+-- readings, those whose lexemes the knowledge base knows best are kept (the share of them in term_stats, within
+-- 0.1 of the best): a Spanish question read as English keeps `de` and `equipo`, which Spanish documents do not
+-- hold, and would otherwise find the few documents taken for English by their rare words.
+WITH readings AS (
+    SELECT r.cfg, r.txt FROM unnest(%(languages)s::regconfig[], %(texts)s::text[]) AS r (cfg, txt)
+    WHERE NOT %(every)s OR NOT EXISTS (SELECT FROM chunk_languages)
+    UNION ALL
+    SELECT k.language, CASE WHEN k.language = 'simple'::regconfig THEN %(folded)s ELSE %(text)s END
+    FROM chunk_languages k WHERE %(every)s
+),
+lexemes AS (
+    SELECT DISTINCT r.cfg, l FROM readings r, unnest(tsvector_to_array(to_tsvector(r.cfg, r.txt))) AS l
+),
+fit AS (
+    SELECT x.cfg, avg((coalesce(s.df, 0) > 0)::int) AS known
+    FROM lexemes x LEFT JOIN term_stats s ON s.lexeme = x.l GROUP BY x.cfg
+)
+SELECT DISTINCT x.l FROM lexemes x JOIN fit f ON f.cfg = x.cfg
+WHERE f.known >= (SELECT max(known) FROM fit) - 0.1
+
 -- name: keyword_source
 chunk_terms k
 
@@ -235,7 +260,7 @@ WITH stats AS (SELECT chunks FROM corpus_stats),
 terms AS (
     SELECT DISTINCT t.lexeme,
            ln(1 + (stats.chunks - coalesce(s.df, 0) + 0.5)::float8 / (coalesce(s.df, 0) + 0.5)) AS idf
-    FROM unnest(tsvector_to_array(to_tsvector(%(language)s::regconfig, %(text)s))) AS t (lexeme)
+    FROM ({lexemes}) AS t (lexeme)
     CROSS JOIN stats
     LEFT JOIN term_stats s ON s.lexeme = t.lexeme
 ),
@@ -330,3 +355,24 @@ GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT %(n)s;
 SELECT c.text, c.start_offset FROM chunks c JOIN documents d ON d.id = c.document_id
 WHERE d.doc_id = %(doc_id)s AND c.seq = %(seq)s
 ORDER BY d.id LIMIT 1;
+
+-- Terms re-indexed in each document's language (migration 014, store.relabel_languages): documents from before it.
+
+-- name: unlabelled_chunks
+SELECT c.document_id, c.id, c.heading_path, c.text
+FROM chunks c
+WHERE c.document_id IN (SELECT id FROM documents WHERE language IS NULL ORDER BY id LIMIT %(documents)s)
+ORDER BY c.document_id, c.seq;
+
+-- name: relabel_chunks
+UPDATE chunks c SET language = r.cfg, terms = r.terms
+FROM unnest(%(ids)s::bigint[], %(configs)s::regconfig[], %(terms)s::text[]) AS r (id, cfg, terms)
+WHERE c.id = r.id;
+
+-- name: label_documents
+UPDATE documents d SET language = r.code
+FROM unnest(%(ids)s::bigint[], %(codes)s::text[]) AS r (id, code)
+WHERE d.id = r.id;
+
+-- name: unlabelled_left
+SELECT id FROM documents WHERE language IS NULL ORDER BY id LIMIT %(documents)s;

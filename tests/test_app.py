@@ -42,7 +42,7 @@ def test_ingest_then_search_through_the_app(settings: Settings, tmp_path: Path):
         only = app.search(SearchRequest("rank fusion", mode="keyword", filters=Filters(path_prefix="search")))
         assert only.hits and all(h.path.startswith("search") for h in only.hits)
         health = app.health()
-        assert health.ready and not health.empty and health.chunks == report.chunks and health.dims == 384
+        assert health.ready and not health.empty and health.chunks == report.chunks and health.dims == 512
         assert app.stats().rows["chunks"] == report.chunks
         again = app.ingest(tmp_path / "docs")
         assert again.embedded == 0 and again.unchanged == report.documents

@@ -102,5 +102,5 @@ def test_reindex_switches_vector_bit_halfvec_with_queries_in_flight(settings: Se
                 assert report.switch.index_built
             seen.append(_index_def(str(settings.database.url)))
     assert flight.failures == [] and flight.answered > 0
-    assert [s[:2] for s in seen] == [("bit", "halfvec(384)"), ("halfvec", "halfvec(384)")]
+    assert [s[:2] for s in seen] == [("bit", "halfvec(512)"), ("halfvec", "halfvec(512)")]  # the default model's
     assert "binary_quantize" in seen[0][2] and "halfvec_cosine_ops" in seen[1][2]

@@ -112,7 +112,7 @@ def test_the_line_is_fitted_on_the_corpus_and_kept_with_apply(env: dict[str, str
     assert not shown["applied"]
     assert "from the default" in cli(env, "stats")
     assert json.loads(cli(env, "stats", "--json"))["fusion"] == {
-        "fusion": "rrf",
+        "fusion": "zscore",
         "vector_weight": 1.0,
         "rrf_k": 60,
         "from": "the default",
@@ -237,10 +237,11 @@ def _legs(n: int, gold_in_keyword: bool) -> list[fusion_fit.Legs]:
 def test_the_fit_moves_off_the_fusion_in_force_only_when_the_questions_tell_them_apart():
     from ragvps.config import Settings
 
-    settings = Settings()
+    settings = Settings.of(fusion="rrf")
     leaning = fusion_fit.fit(_legs(30, False), settings, "sentences")
     assert leaning.current_mrr == 0.5 and leaning.mrr == 1.0  # equal RRF ties the two firsts; the gold loses
-    assert leaning.vector_weight == 1.25 and leaning.applies  # of those that find it first, the nearest to equal
+    # of those that find it first, the nearest to equal weights: standard scores at equal weights
+    assert (leaning.fusion, leaning.vector_weight) == ("zscore", 1.0) and leaning.applies
     assert not leaning.same_as(settings)
     both = fusion_fit.fit(_legs(30, True), settings, "sentences")  # RRF already puts it first: kept
     assert both.same_as(settings) and both.mrr == both.current_mrr == 1.0

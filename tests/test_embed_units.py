@@ -56,11 +56,11 @@ def test_prefixes_are_the_models_by_default_and_configurable():
 
 
 def test_the_local_model_loads_once_a_process_and_remembers_recent_texts(monkeypatch):
-    from ragvps.embed import local
+    from ragvps.embed import local, memo
 
     # A memo of this test's own: it starts empty, and the process's (the user guide's vectors, which the next tests
     # of this worker reuse) is back after the test instead of cut down to two texts.
-    monkeypatch.setattr(local, "_memo", OrderedDict())
+    monkeypatch.setattr(memo, "_memo", OrderedDict())
     first, second = local.LocalEmbedder(threads=1), local.LocalEmbedder(threads=1)
     assert first.session is second.session  # one onnxruntime session a process, not one an App
     texts = ["Backups run every night at 02:00.", "The journal is trimmed at two gigabytes."]
@@ -75,7 +75,7 @@ def test_the_local_model_loads_once_a_process_and_remembers_recent_texts(monkeyp
     assert np.array_equal(again[0], vectors[1]) and np.array_equal(again[2], vectors[0])
     assert np.allclose(again[1], real(second, ["A text not embedded before."])[0], atol=1e-6)
 
-    monkeypatch.setattr(local, "MEMO_TEXTS", 2)
+    monkeypatch.setattr(memo, "MEMO_TEXTS", 2)
     second.embed(["one", "two", "three"])
-    oldest, newest = local._recall([local._text_key("one"), local._text_key("three")])
-    assert len(local._memo) == 2 and oldest is None and newest is not None  # bounded, least recent out
+    oldest, newest = memo.recall([memo.text_key("one"), memo.text_key("three")])
+    assert len(memo._memo) == 2 and oldest is None and newest is not None  # bounded, least recent out

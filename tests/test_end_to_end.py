@@ -34,9 +34,12 @@ def test_query_finds_the_document_that_answers(cli, folder):
     assert hits[0]["path"] == "embedded-database.md"
     assert {"rank", "score", "path", "chunk_id", "text"} <= hits[0].keys()
     assert [h["rank"] for h in hits] == list(range(1, 9))
+    cli.env["RAGVPS_FUSION"] = "rrf"  # the default fuses standard scores; RRF's score is its ranks'
+    hits = json.loads(cli("query", "how do I stop the embedded database server?", "--json").stdout)
     assert hits[0]["score"] == pytest.approx(
         sum(1 / (60 + r) for r in (hits[0]["vector_rank"], hits[0]["keyword_rank"]) if r)
     )
+    del cli.env["RAGVPS_FUSION"]
 
     human = cli("query", "point ragvps at my own Postgres", "--k", "3").stdout
     assert human.splitlines()[0].split()[:3] == ["1", human.split()[1], "configuration.md"]

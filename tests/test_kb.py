@@ -71,7 +71,7 @@ def test_an_app_reads_only_the_schema_it_is_bound_to(db_url, tmp_path):
 
     with Library.open(settings) as library:  # a server's Apps, one a knowledge base: one local model in memory
         apps = library.app("default"), library.app("faq")
-        assert apps[0] is not apps[1] and apps[0].embedder.session is apps[1].embedder.session  # type: ignore[attr-defined]
+        assert apps[0] is not apps[1] and apps[0].embedder.model is apps[1].embedder.model  # type: ignore[attr-defined]
 
 
 def test_names_duplicates_and_unknown_knowledge_bases_get_clear_errors(cli):

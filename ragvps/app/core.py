@@ -69,6 +69,7 @@ class App:
 
     def __init__(self, settings: Settings, connections: Connections, kb: KnowledgeBase | None = None):
         self.settings = settings
+        self.configured: Settings | None = None  # kbs.kept_model kept an older model: what reindex sets
         self.kb = kb  # None: no knowledge base bound (commands that need no database: chunk, plan)
         self.observer: Observer = QUIET  # told of each search and answer (a server's metrics and request log)
         self._connections = connections
@@ -96,8 +97,10 @@ class App:
     @classmethod
     def bound(cls, settings: Settings, connections: Connections) -> App:
         """An App for one knowledge base over shared connections (a server keeps one per knowledge base)."""
-        kb = resolve(settings, connections)
-        return cls(settings.replace(**kb.settings), connections, kb)
+        kb, kept, configured = resolve(settings, connections)
+        app = cls(kept, connections, kb)
+        app.configured = configured
+        return app
 
     @property
     def kb_name(self) -> str:
@@ -175,6 +178,8 @@ class App:
         # lazy: ingest and measure stages load for their own commands (`query` start-up)
         from ragvps.ingest.reindex import reindex
 
+        if self.configured is not None:  # the model this knowledge base kept gives way to the configured one
+            return App(self.configured, self._connections, self.kb).reindex(progress, warn)
         with self.connection() as conn:
             report = reindex(conn, self.settings, self.spec, self._lanes(progress, warn), progress, warn)
             _prune_answers(conn, list(report.roots.values()))

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from ragvps.backends import LOCAL_MODEL
+from ragvps.backends import EMBEDDERS
 from ragvps.config import Settings
+from ragvps.config.groups import EmbedSettings
 from ragvps.db import catalog, store
 from ragvps.errors import RagvpsError, UsageError
 
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from ragvps.db.connections import Connections
 
 log = logging.getLogger(__name__)
+
+DEFAULT_EMBEDDER = EmbedSettings().kind
 
 # What `kb create` may pin for a knowledge base; other settings stay global.
 KB_SETTINGS = (
@@ -38,15 +41,31 @@ KB_SETTINGS = (
 )
 
 
-def resolve(settings: Settings, connections: Connections) -> KnowledgeBase:
+def resolve(settings: Settings, connections: Connections) -> tuple[KnowledgeBase, Settings, Settings | None]:
     """The knowledge base `settings.database.kb` names, its schema migrated (once per connection source);
-    `default` is made when missing. Another name that does not exist is a NotFoundError listing the others."""
+    `default` is made when missing. Another name that does not exist is a NotFoundError listing the others.
+    With it, its settings (its own over `settings`, and the model it kept: kept_model) and, when it kept an older
+    model, the settings as configured (what `reindex` switches it to)."""
     with connections.connection() as conn:
         kb = catalog.open_kb(conn, settings.database.kb, connections.migrated)
+        catalog.bind(conn, kb.schema)
+        active = store.active_set(conn)
         catalog.unbind(conn)
         conn.commit()
-    _adopt_legacy_files(settings.replace(**kb.settings))
-    return kb
+    configured = settings.replace(**kb.settings)
+    _adopt_legacy_files(configured)
+    kept = kept_model(configured, active.model if active is not None else None)
+    return kb, kept, configured if kept is not configured else None
+
+
+def kept_model(settings: Settings, active_model: str | None) -> Settings:
+    """An existing knowledge base keeps the in-process model it was embedded with while the embedder is the
+    default one (issue 52: the default changed from MiniLM to USE multilingual); `ragvps reindex` switches it to
+    the configured model. Any other embedder configured is taken as said."""
+    if settings.embed.kind != DEFAULT_EMBEDDER or active_model in (None, settings.embed.model_name):
+        return settings
+    kind = next((b.name for b in EMBEDDERS.values() if b.model and b.model == active_model), None)
+    return settings if kind is None else settings.replace(embedder=kind)
 
 
 def not_found(name: str, allowed: list[str]) -> RagvpsError:
@@ -83,11 +102,12 @@ class KbInfo:
 
 
 def kept_settings(model: str | None, vector_type: str | None, chunk_size: int | None) -> dict[str, object]:
-    """What `kb create --model ... --vector-type ... --chunk-size ...` keeps: the local model by its name, any
+    """What `kb create --model ... --vector-type ... --chunk-size ...` keeps: an in-process model by its name, any
     other name an Ollama model."""
     kept: dict[str, object] = {"vector_type": vector_type, "chunk_size": chunk_size}
     if model is not None:
-        kept |= {"embedder": "local"} if model == LOCAL_MODEL else {"embedder": "ollama", "embed_model": model}
+        kind = next((b.name for b in EMBEDDERS.values() if b.model and b.model == model), None)
+        kept |= {"embedder": kind} if kind else {"embedder": "ollama", "embed_model": model}
     return {k: v for k, v in kept.items() if v is not None}
 
 

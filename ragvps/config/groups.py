@@ -65,9 +65,9 @@ class DatabaseSettings:
 
 @dataclass(frozen=True)
 class EmbedSettings:
-    kind: str = setting("local", "embedder", choices=tuple(backends.EMBEDDERS))
+    kind: str = setting("multilingual", "embedder", choices=tuple(backends.EMBEDDERS))
     ollama_urls: tuple[str, ...] = setting((DEFAULT_OLLAMA_URL,), "ollama_url")  # several hosts, one model
-    model: str = setting(DEFAULT_OLLAMA_MODEL, "embed_model")  # the Ollama model; the local model is fixed
+    model: str = setting(DEFAULT_OLLAMA_MODEL, "embed_model")  # the Ollama model; the in-process models are fixed
     batch_size: int = setting(32, "batch_size", lo=1, hi=10_000)
     keep_alive: str = setting("30m", "keep_alive")
     timeout: int = setting(120, "ollama_timeout", lo=1, hi=86_400)  # seconds for one /api/embed request
@@ -124,19 +124,23 @@ class IndexSettings:
     workers: int = setting(1, "index_workers", lo=0, hi=64)  # max_parallel_maintenance_workers (0: the leader)
 
 
-FUSIONS = ("rrf", "convex")  # how the two legs are fused (retrieve/fusion.py)
+FUSIONS = ("rrf", "convex", "zscore")  # how the two legs are fused (retrieve/fusion.py)
 
 
 @dataclass(frozen=True)
 class SearchSettings:
-    language: str = setting("english", "language")  # the PostgreSQL text search configuration
+    # the PostgreSQL text search configuration of a document whose language is not detected surely (ragvps/langs.py);
+    # with detect_language off, of every document (an override)
+    language: str = setting("english", "language")
+    detect_language: bool = setting(True, "detect_language")
     ef_search: int = setting(100, "ef_search", lo=1, hi=1000)
     candidates: int = setting(40, "candidates", lo=1, hi=10_000)
     keyword_budget: int = setting(300, "keyword_budget", lo=1, hi=10_000_000)  # BM25 from the rarest words' chunks
     bit_rerank_depth: int = setting(200, "bit_rerank_depth", lo=1, hi=1000)  # vector_type bit: re-ranked candidates
     top_k: int = setting(8, "top_k", lo=1, hi="max_k")
     rrf_k: int = setting(60, "rrf_k", lo=0, hi=10_000)
-    fusion: str = setting("rrf", "fusion", choices=FUSIONS)  # rrf: by rank; convex: by normalised score
+    # zscore: by standard score (the default: issue 52, bench/RESULTS.md); rrf: by rank; convex: by min-max score
+    fusion: str = setting("zscore", "fusion", choices=FUSIONS)
     vector_weight: float = setting(
         1.0,
         "vector_weight",

@@ -16,6 +16,7 @@ from pgvector import HalfVector
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from ragvps import langs
 from ragvps.db.sql import compose, q, scalar
 from ragvps.errors import DatabaseError, ModelMismatchError
 from ragvps.records import Chunk, ModelSpec
@@ -174,11 +175,13 @@ CHUNK_COLUMNS = [
 
 @dataclass(frozen=True)
 class NewChunk:
-    """A chunk to store: its document's key, the chunk, its vector (None: stored without one)."""
+    """A chunk to store: its document's key, the chunk, its vector (None: stored without one), and how the keyword
+    leg reads its document (langs.Reading)."""
 
     doc_pk: int
     chunk: Chunk
     vector: np.ndarray | None
+    reading: langs.Reading = langs.Reading("en", "english")
 
 
 def replace_documents(
@@ -188,17 +191,21 @@ def replace_documents(
     chunker: str,
     language: str,
     batch: Sequence[tuple[Document, Sequence[Chunk], Vectors]],
+    detect: bool = True,
 ) -> None:
     """Replace each document with its new chunks and vectors, the whole batch in one transaction; a chunk
-    whose vector is None is stored without one (queued for a worker: defer_embedding)."""
+    whose vector is None is stored without one (queued for a worker: defer_embedding). Each document's terms are
+    indexed in its language (ragvps/langs.py; `language` when it is not sure, or for every document without
+    `detect`)."""
     end_implicit_transaction(conn)
     with conn.transaction():
         conn.execute(q("delete_documents"), {"root": root, "doc_ids": [doc.doc_id for doc, _, _ in batch]})
-        rows = insert_documents(conn, root, chunker, batch)
+        readings = [langs.of_document(doc.text, language, detect) for doc, _, _ in batch]
+        rows = insert_documents(conn, root, chunker, batch, readings)
         if not rows:
             return
         ids = [r[0] for r in conn.execute(q("reserve_chunk_ids"), {"n": len(rows)})]
-        copy_chunks(conn, language, ids, rows)
+        copy_chunks(conn, ids, rows)
         have = [(i, r.vector) for i, r in zip(ids, rows, strict=True) if r.vector is not None]
         if have:
             write_vectors(conn, eset, [i for i, _ in have], np.stack([v for _, v in have]))
@@ -209,8 +216,10 @@ def insert_documents(
     root: str,
     chunker: str,
     batch: Sequence[tuple[Document, Sequence[Chunk], Vectors]],
+    readings: Sequence[langs.Reading],
 ) -> list[NewChunk]:
-    """Insert the batch's documents (in the caller's transaction); their chunks, each with its document's key."""
+    """Insert the batch's documents (in the caller's transaction); their chunks, each with its document's key and
+    reading."""
     cur = conn.cursor()
     cur.executemany(  # pipelined: one round trip for the batch, not one per document
         q("insert_document"),
@@ -224,27 +233,31 @@ def insert_documents(
                 "content_hash": doc.content_hash,
                 "chunker": chunker,
                 "metadata": Jsonb(doc.metadata),
+                "language": reading.code,
             }
-            for doc, _, _ in batch
+            for (doc, _, _), reading in zip(batch, readings, strict=True)
         ],
         returning=True,
     )
     rows: list[NewChunk] = []
-    for _, chunks, vectors in batch:
+    for (_, chunks, vectors), reading in zip(batch, readings, strict=True):
         doc_pk = cur.fetchone()[0]  # type: ignore[index]
         cur.nextset()
-        rows.extend(NewChunk(doc_pk, c, v) for c, v in zip(chunks, vectors, strict=True))
+        rows.extend(NewChunk(doc_pk, c, v, reading) for c, v in zip(chunks, vectors, strict=True))
     return rows
 
 
-def copy_chunks(conn: psycopg.Connection, language: str, ids: Sequence[int], rows: Sequence[NewChunk]) -> None:
-    """COPY the chunks in, each with its reserved id and the text search configuration `language`."""
+def copy_chunks(conn: psycopg.Connection, ids: Sequence[int], rows: Sequence[NewChunk]) -> None:
+    """COPY the chunks in, each with its reserved id, its document's text search configuration and the terms
+    ragvps prepared for it (None: PostgreSQL reads the chunk's own text)."""
     # regconfig's binary form is its oid, which psycopg can send.
-    lang_oid = scalar(conn, "SELECT %s::regconfig::oid", (language,))
+    oids = {c: scalar(conn, "SELECT %s::regconfig::oid", (c,)) for c in {r.reading.config for r in rows}}
     with conn.cursor().copy(q("copy_chunks")) as copy:
-        copy.set_types(CHUNK_COLUMNS)
+        copy.set_types([*CHUNK_COLUMNS, "text"])
         for chunk_id, row in zip(ids, rows, strict=True):
-            copy.write_row(chunk_row(chunk_id, row.doc_pk, row.chunk, lang_oid))
+            c, reading = row.chunk, row.reading
+            terms = reading.terms(f"{c.heading_path} {c.text}") if reading.prepare else None
+            copy.write_row((*chunk_row(chunk_id, row.doc_pk, c, oids[reading.config]), terms))
 
 
 def chunk_row(chunk_id: int, doc_pk: int, c: Chunk, lang_oid: int) -> tuple[object, ...]:
@@ -263,6 +276,34 @@ def chunk_row(chunk_id: int, doc_pk: int, c: Chunk, lang_oid: int) -> tuple[obje
         Jsonb(c.metadata),
         lang_oid,
     )
+
+
+def relabel_languages(conn: psycopg.Connection, language: str, detect: bool, batch: int = 200) -> int:
+    """Documents stored before migration 014 get their language and their chunks' terms in it (the statement
+    trigger re-indexes chunk_terms and the BM25 statistics; vectors are not touched); a batch a transaction.
+    Returns how many documents were relabelled."""
+    done = 0
+    while True:
+        with conn.transaction():
+            rows = conn.execute(q("unlabelled_chunks"), {"documents": batch}).fetchall()
+            docs: dict[int, list[tuple[int, str, str]]] = {}
+            for doc_pk, chunk_id, heading, text in rows:
+                docs.setdefault(doc_pk, []).append((chunk_id, heading, text))
+            empty = [r[0] for r in conn.execute(q("unlabelled_left"), {"documents": batch}) if r[0] not in docs]
+            if not docs and not empty:
+                return done
+            ids, configs, terms, codes = [], [], [], {}
+            for doc_pk, chunks in docs.items():
+                reading = langs.of_document(" ".join(t for _, _, t in chunks), language, detect)
+                codes[doc_pk] = reading.code
+                for chunk_id, heading, text in chunks:
+                    ids.append(chunk_id)
+                    configs.append(reading.config)
+                    terms.append(reading.terms(f"{heading} {text}") if reading.prepare else None)
+            conn.execute(q("relabel_chunks"), {"ids": ids, "configs": configs, "terms": terms})
+            codes |= dict.fromkeys(empty, "")
+            conn.execute(q("label_documents"), {"ids": list(codes), "codes": list(codes.values())})
+            done += len(codes)
 
 
 def as_param(eset: EmbeddingSet, vector: np.ndarray) -> object:

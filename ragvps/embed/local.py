@@ -1,18 +1,13 @@
 """The in-process embedder: all-MiniLM-L6-v2 as int8 ONNX, on onnxruntime (imported when it loads).
 
 A process loads the model once (one onnxruntime session per thread setting and graph, shared by every embedder
-it makes) and remembers the vectors of the texts it embedded last (MEMO_TEXTS of them, by a hash of the exact
-text): a server embedding a question asked before, or an App opened again over the same documents, does not
-run the model twice. The on-disk vector cache (ingest/artifacts.py) is what makes a rerun of ingest free;
-this memo only saves repeats within one process.
+it makes) and remembers the vectors of the texts it embedded last (embed/memo.py).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,18 +18,15 @@ from tokenizers import Tokenizer
 
 from ragvps import tokens
 from ragvps.backends import LOCAL_MODEL
-from ragvps.embed import question_graph
+from ragvps.embed import memo, question_graph
 from ragvps.embed.models import model_spec
 from ragvps.records import ModelSpec
-
-MEMO_TEXTS = 8192  # vectors remembered per process: 12 MB at 384 dimensions
 
 DOCUMENTS, QUESTIONS = "documents", "questions"  # the graph a LocalEmbedder runs: the shipped one, or question_graph
 
 _lock = threading.Lock()
 _sessions: dict[tuple[int, bool, str], Any] = {}
 _tokenizers: dict[int, Any] = {}
-_memo: OrderedDict[bytes, np.ndarray] = OrderedDict()
 
 
 def _session(threads: int, arena: bool, graph: str) -> Any:
@@ -63,30 +55,6 @@ def _tokenizer(max_tokens: int) -> Any:
             tokenizer.no_padding()
             _tokenizers[max_tokens] = tokenizer
         return _tokenizers[max_tokens]
-
-
-def _text_key(text: str, graph: str = DOCUMENTS) -> bytes:
-    """The memo's key: a hash of the exact text, and of the graph for questions (their vectors differ a little)."""
-    salt = b"" if graph == DOCUMENTS else graph.encode() + b"\0"
-    return hashlib.blake2b(salt + text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-
-
-def _recall(keys: Sequence[bytes]) -> list[np.ndarray | None]:
-    with _lock:
-        found = [_memo.get(k) for k in keys]
-        for k, v in zip(keys, found, strict=True):
-            if v is not None:
-                _memo.move_to_end(k)
-    return found
-
-
-def _remember(keys: Sequence[bytes], vectors: np.ndarray) -> None:
-    with _lock:
-        for k, v in zip(keys, vectors, strict=True):
-            _memo[k] = v.copy()
-            _memo.move_to_end(k)
-        while len(_memo) > MEMO_TEXTS:
-            _memo.popitem(last=False)
 
 
 class LocalEmbedder:
@@ -121,18 +89,9 @@ class LocalEmbedder:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """One L2-normalised vector a text; texts this process embedded lately come from the memo."""
-        keys = [_text_key(t, self.graph) for t in texts]
-        found = _recall(keys)
-        missing = [i for i, v in enumerate(found) if v is None]
-        out = np.zeros((len(texts), self.spec.dims), dtype=np.float32)
-        for i, v in enumerate(found):
-            if v is not None:
-                out[i] = v
-        if missing:
-            fresh = self._run([texts[i] for i in missing])
-            out[missing] = fresh
-            _remember([keys[i] for i in missing], fresh)
-        return out
+        # questions' vectors differ a little from the documents' graph's: their keys carry the graph
+        keys = [memo.text_key(t, "" if self.graph == DOCUMENTS else self.graph) for t in texts]
+        return memo.embed_remembered(keys, texts, self.spec.dims, self._run)
 
     def embed_questions(self, texts: Sequence[str]) -> np.ndarray:
         """Vectors for questions, from the int8-arithmetic graph (a documents' embedder makes its sibling once)."""

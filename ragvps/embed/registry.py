@@ -32,6 +32,13 @@ def _local(settings: Settings, spec: ModelSpec, retries: int | None) -> Embedder
     return LocalEmbedder(threads=settings.embed.threads, sub_batch=settings.embed.sub_batch, spec=spec)
 
 
+def _use(settings: Settings, spec: ModelSpec, retries: int | None) -> Embedder:
+    # lazy: a backend (onnxruntime, numpy's USE or httpx) loads only when the settings choose it
+    from ragvps.embed.use import UseEmbedder
+
+    return UseEmbedder(spec)
+
+
 def _ollama(settings: Settings, spec: ModelSpec, retries: int | None, url: str | None = None) -> Embedder:
     # lazy: a backend (onnxruntime or httpx) loads only when the settings choose it
     from ragvps.embed.ollama import OllamaEmbedder
@@ -54,6 +61,17 @@ def _local_lanes(
     if settings.embed.threads or cores == 1:
         return OneLane(embedder())
     return ThreadLanes([LocalEmbedder(threads=1, sub_batch=settings.embed.sub_batch, spec=spec) for _ in range(cores)])
+
+
+def _use_lanes(
+    settings: Settings, spec: ModelSpec, embedder: Callable[[], Embedder], progress: Progress | None, warn: Warn | None
+) -> Lanes:
+    """One lane a core, all on the one loaded model (numpy releases the GIL in its matrix products); a number of
+    threads set: one lane."""
+    cores = os.cpu_count() or 1
+    if settings.embed.threads or cores == 1:
+        return OneLane(embedder())
+    return ThreadLanes([embedder() for _ in range(cores)])
 
 
 def _ollama_lanes(
@@ -103,6 +121,7 @@ class Factories:
 
 
 LOCAL = Factories(_local, _local_lanes, _local_spec)
+USE = Factories(_use, _use_lanes, _local_spec)
 OLLAMA = Factories(_ollama, _ollama_lanes, _ollama_spec)
 
 

@@ -134,4 +134,5 @@ def _store_part(run: PartsRun, doc: Document, outcome: EmbedOutcome) -> None:
         run.config.key(),
         run.settings.search.language,
         [(doc, chunks, run.cache.of_chunks(chunks, deferred))],
+        run.settings.search.detect_language,
     )

@@ -176,7 +176,7 @@ def store_stage(
     for batch in batches(changed, STORE_BATCH_CHUNKS):
         defer = settings.embed.defer_embedding
         rows = [(doc, chunks, cache.of_chunks(chunks, defer)) for doc, chunks in batch]
-        store.replace_documents(conn, eset, root, key, settings.search.language, rows)
+        store.replace_documents(conn, eset, root, key, settings.search.language, rows, settings.search.detect_language)
         report.stored += len(batch)
         done += sum(len(chunks) for _, chunks in batch)
         progress("store", done, total)
@@ -237,6 +237,7 @@ def ingest(
     if not scan.files and not stored_before:
         raise nothing_readable(path, report)
     with store.write_lock(conn):
+        store.relabel_languages(conn, settings.search.language, settings.search.detect_language)  # migration 014
         run = IngestRun(settings, spec, root, _ingest_chunker(conn, settings, spec), report, progress, warn, lanes)
         streamed: list[sources.SourceFile] = []
         urls = links.links(root)  # a mirrored source's folder: each document's source is its item's URL

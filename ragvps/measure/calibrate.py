@@ -41,7 +41,7 @@ from ragvps.db.store import EmbeddingSet
 from ragvps.errors import UsageError
 from ragvps.measure.evaluate import Question
 from ragvps.retrieve.evidence import combine
-from ragvps.retrieve.search import chunk_evidence, fuse, keyword_scored, vector_scored
+from ragvps.retrieve.search import chunk_evidence, cosine_range, fuse, keyword_scored, vector_scored
 from ragvps.text import sentences
 
 Kind = Literal["answerable", "unanswerable", "off_topic"]
@@ -159,8 +159,9 @@ def observe(
     rows = chunk_evidence(conn, eset, sorted({c for c, _ in [*vec, *kw]}), probe.question, embedding, settings)
     keep = {cid for cid, row in rows.items() if not held_out(str(row[1]))}
     vec, kw = [h for h in vec if h[0] in keep], [h for h in kw if h[0] in keep]
-    fused = fuse(vec, kw, settings)[: max(settings.generate.answer_chunks, settings.search.top_k)]
-    evidence = max((combine(rows[c][9], rows[c][10]) for c, _ in fused), default=0.0)
+    fused = fuse(vec, kw, settings, eset.model)[: max(settings.generate.answer_chunks, settings.search.top_k)]
+    span = cosine_range(eset.model)
+    evidence = max((combine(rows[c][9], rows[c][10], span) for c, _ in fused), default=0.0)
     return Observed(probe, evidence)
 
 

@@ -1,5 +1,6 @@
-"""The fusion `ragvps calibrate` fits: how the two legs are fused (RRF by rank, or a convex combination of their
-normalised scores) and the vector leg's weight, chosen on questions the knowledge base itself gives (issue 33).
+"""The fusion `ragvps calibrate` fits: how the two legs are fused (RRF by rank, or a combination of their min-max
+normalised or standard scores) and the vector leg's weight, chosen on questions the knowledge base itself gives
+(issue 33).
 
 The questions (made without an LLM, never from gold): a sampled chunk's first sentence of six words or more, asked
 whole, with that chunk dropped from both legs' results; its gold is the same document's other chunks. A person's
@@ -28,7 +29,7 @@ from ragvps.db.sql import queries
 from ragvps.db.store import EmbeddingSet
 from ragvps.retrieve import fusion
 from ragvps.retrieve.fusion import Scored
-from ragvps.retrieve.search import keyword_scored, vector_scored
+from ragvps.retrieve.search import keyword_scored, vector_scale, vector_scored
 from ragvps.text import sentences
 
 GRID_K = (10, 20, 40, 60, 100)
@@ -49,21 +50,23 @@ class Legs:
     probe: FusionProbe
     vector: tuple[tuple[int, float], ...]
     keyword: tuple[tuple[int, float], ...]
+    scale: float = 1.0  # the model's own vector weight (search.vector_scale), which a candidate's multiplies
 
 
 @dataclass(frozen=True)
 class Candidate:
-    fusion: str  # rrf | convex
+    fusion: str  # rrf | convex | zscore
     rrf_k: int
     vector_weight: float
 
     def ranks(self, legs: Legs) -> list[int]:
-        return [c for c, _ in fusion.fuse(legs.vector, legs.keyword, self.fusion, self.rrf_k, self.vector_weight)]
+        weight = self.vector_weight * legs.scale
+        return [c for c, _ in fusion.fuse(legs.vector, legs.keyword, self.fusion, self.rrf_k, weight)]
 
 
 @dataclass(frozen=True)
 class Fusion:
-    fusion: str  # rrf | convex
+    fusion: str  # rrf | convex | zscore
     rrf_k: int
     vector_weight: float
     mrr: float  # MRR@10 of the questions' gold chunks with this fusion
@@ -109,11 +112,12 @@ def observe(
     conn: psycopg.Connection, eset: EmbeddingSet, settings: Settings, probes: Sequence[FusionProbe], vectors: np.ndarray
 ) -> Iterator[Legs]:
     """Both legs' scored candidates for each question (the chunk it was made from dropped)."""
+    scale = vector_scale(eset.model)
     for probe, vector in zip(probes, vectors, strict=True):
         with conn.transaction():
             vec = vector_scored(conn, eset, vector, settings)
             kw = keyword_scored(conn, probe.question, settings)
-        yield Legs(probe, _without(vec, probe.dropped), _without(kw, probe.dropped))
+        yield Legs(probe, _without(vec, probe.dropped), _without(kw, probe.dropped), scale)
 
 
 def _without(leg: Scored, chunk: int | None) -> tuple[tuple[int, float], ...]:
@@ -130,7 +134,7 @@ def reciprocal_ranks(candidate: Candidate, observed: Sequence[Legs]) -> np.ndarr
 
 def candidates(rrf_k: int) -> list[Candidate]:
     rrf = [Candidate("rrf", k, w) for k in sorted({*GRID_K, rrf_k}) for w in GRID_WEIGHT]
-    return rrf + [Candidate("convex", rrf_k, w) for w in GRID_WEIGHT]
+    return rrf + [Candidate(how, rrf_k, w) for how in ("convex", "zscore") for w in GRID_WEIGHT]
 
 
 def fit(observed: Sequence[Legs], settings: Settings, source: str) -> Fusion:

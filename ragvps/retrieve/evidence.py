@@ -4,25 +4,28 @@ The fused RRF score says only where a chunk ranked (the top hit always scores ~1
 relevant hit from the best of irrelevant ones. These signals can: the query-chunk cosine of the vector leg,
 the share of the query's IDF mass the chunk contains (the keyword leg's view), and, when the sentences are
 embedded (the extractive answer), the best query-sentence cosine. Each is mapped onto 0..1 and combined.
-Calibrated with bench/answer_quality.py on the local model (MiniLM); docs/answers.md says how.
+Calibrated with bench/answer_quality.py on MiniLM; other models map their own cosine range (ModelSpec.cosine_range,
+docs/answers.md).
 """
 
 from __future__ import annotations
 
-# The cosine range mapped onto 0..1: below LOW is unrelated text, above HIGH as close as MiniLM gets.
-COSINE_LOW, COSINE_HIGH = 0.15, 0.75
+# The cosine range mapped onto 0..1 (the model's own: ModelSpec.cosine_range): below its low end is unrelated
+# text, above its high end as close as the model gets. MiniLM's is the default.
+COSINE_RANGE = (0.15, 0.75)
 WEIGHTS = {"cosine": 0.6, "terms": 0.4}
 
 
-def scaled(cosine: float) -> float:
-    return min(1.0, max(0.0, (cosine - COSINE_LOW) / (COSINE_HIGH - COSINE_LOW)))
+def scaled(cosine: float, span: tuple[float, float] = COSINE_RANGE) -> float:
+    low, high = span
+    return min(1.0, max(0.0, (cosine - low) / (high - low)))
 
 
-def combine(cosine: float | None, terms: float | None) -> float:
+def combine(cosine: float | None, terms: float | None, span: tuple[float, float] = COSINE_RANGE) -> float:
     """One evidence figure in 0..1 from the signals that are known (a missing one does not count)."""
     parts = []
     if cosine is not None:
-        parts.append((WEIGHTS["cosine"], scaled(cosine)))
+        parts.append((WEIGHTS["cosine"], scaled(cosine, span)))
     if terms is not None:
         parts.append((WEIGHTS["terms"], min(1.0, max(0.0, terms))))
     if not parts:

@@ -16,14 +16,16 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import TupleRow
 
+from ragvps import langs
 from ragvps.config import Settings
 from ragvps.db.database import autocommit
 from ragvps.db.sql import compose
 from ragvps.db.store import EmbeddingSet, as_param
+from ragvps.embed.models import model_spec
 from ragvps.errors import UsageError
 from ragvps.records import cite_label, fields_dict
 from ragvps.retrieve import fusion
-from ragvps.retrieve.evidence import combine
+from ragvps.retrieve.evidence import COSINE_RANGE, combine
 from ragvps.retrieve.filters import Filters
 from ragvps.retrieve.fusion import Scored
 from ragvps.retrieve.modes import Mode
@@ -163,9 +165,7 @@ def keyword_scored(
     where = compose("keyword_filter", filter=filters.condition()) if filters else sql.SQL("true")
     source = compose("keyword_source_filtered" if filters else "keyword_source")
     budget = bm25.budget or settings.search.keyword_budget
-    params = {
-        "language": settings.search.language,
-        "text": text,
+    params = lexeme_params(text, settings) | {
         "candidates": settings.search.candidates,
         "budget": budget,
         "cap": max(bm25.cap * budget, settings.search.candidates),
@@ -175,7 +175,9 @@ def keyword_scored(
     if filters:
         params |= filters.params()
     with autocommit(conn):  # one statement: on an idle connection no BEGIN and COMMIT around it
-        rows = conn.execute(compose("keyword_search", source=source, filter=where), params)
+        rows = conn.execute(
+            compose("keyword_search", source=source, filter=where, lexemes=compose("query_lexemes")), params
+        )
         return [(r[0], float(r[1])) for r in rows]
 
 
@@ -208,18 +210,19 @@ def search(
     else:
         kw = keyword_scored(conn, text, settings, filters) if mode != "vector" else []
         lap("keyword_ms")
-    fused = fuse(vec, kw, settings)[:k]
+    fused = fuse(vec, kw, settings, eset.model)[:k]
     rows = chunk_evidence(conn, eset, [i for i, _ in fused], text, embedding if mode != "keyword" else None, settings)
-    hits = _details(fused, vec, kw, rows)
+    hits = _details(fused, vec, kw, rows, cosine_range(eset.model))
     lap("fusion_ms")
     return hits
 
 
-def fuse(vec: Scored, kw: Scored, settings: Settings) -> list[tuple[int, float]]:
-    """The legs fused as the settings say: `fusion` (rrf or convex), rrf_k, and the vector leg's weight (the keyword
-    leg's is 1); an empty leg counts for nothing."""
+def fuse(vec: Scored, kw: Scored, settings: Settings, model: str = "") -> list[tuple[int, float]]:
+    """The legs fused as the settings say: `fusion` (zscore, rrf or convex), rrf_k, and the vector leg's weight (the
+    keyword leg's is 1): the setting vector_weight times the model's own (vector_scale); an empty leg counts for
+    nothing."""
     s = settings.search
-    return fusion.fuse(vec, kw, s.fusion, s.rrf_k, s.vector_weight)
+    return fusion.fuse(vec, kw, s.fusion, s.rrf_k, s.vector_weight * vector_scale(model))
 
 
 class _Laps:
@@ -246,11 +249,41 @@ def chunk_evidence(
     if not ids:
         return {}
     cosine: sql.Composable = sql.SQL("NULL::float8")
-    params: dict[str, object] = {"language": settings.search.language, "text": text, "ids": ids}
+    params: dict[str, object] = lexeme_params(text, settings) | {"ids": ids}
     if embedding is not None:
         cosine = compose("chunk_cosine", table=eset.table)
         params["embedding"] = as_param(eset, embedding)
-    return {r[0]: r for r in conn.execute(compose("chunk_evidence", cosine=cosine), params)}
+    return {
+        r[0]: r
+        for r in conn.execute(compose("chunk_evidence", cosine=cosine, lexemes=compose("query_lexemes")), params)
+    }
+
+
+def lexeme_params(text: str, settings: Settings) -> dict[str, object]:
+    """What query_lexemes reads a question with: its script's language when that is sure (langs.of_question), else
+    every language of the knowledge base (the `language` setting while it has none)."""
+    s = settings.search
+    code = langs.of_question(text) if s.detect_language else ""
+    reading = langs.reading(code, s.language)
+    return {
+        "languages": [reading.config],
+        "texts": [reading.terms(text) or text],
+        "every": s.detect_language and not code,
+        "folded": langs.fold(text),
+        "text": text,
+    }
+
+
+def vector_scale(model: str) -> float:
+    """The model's own weight for its vector leg in fusion (ModelSpec.fusion_weight; 1 for a model with no entry)."""
+    spec = model_spec(model) if model else None
+    return spec.fusion_weight if spec is not None else 1.0
+
+
+def cosine_range(model: str) -> tuple[float, float]:
+    """The cosines a model's evidence maps onto 0..1 (MiniLM's for a model ragvps has no entry for)."""
+    spec = model_spec(model)
+    return spec.cosine_range if spec is not None else COSINE_RANGE
 
 
 def _details(
@@ -258,6 +291,7 @@ def _details(
     vec: Scored,
     kw: Scored,
     rows: dict[int, TupleRow],
+    span: tuple[float, float] = COSINE_RANGE,
 ) -> list[Hit]:
     vrank = {c: r for r, (c, _) in enumerate(vec, start=1)}
     krank = {c: r for r, (c, _) in enumerate(kw, start=1)}
@@ -280,7 +314,7 @@ def _details(
                 end,
                 cos,
                 share,
-                combine(cos, share),
+                combine(cos, share, span),
                 tuple(int(p) for p in pages or ()),
             )
         )

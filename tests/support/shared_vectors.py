@@ -1,4 +1,4 @@
-"""The local model's vectors, shared by the xdist workers of one test run.
+"""The MiniLM model's vectors (embedder `local`), shared by the xdist workers of one test run.
 
 Every worker ingests the user guide early (the served database, the corpus of most integration tests), at the
 default chunk size and at nomic's through the fake Ollama: about 6 s of one core each time, in every worker. The
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-KEY_BYTES = 16  # ragvps.embed.local._text_key: blake2b, 16 bytes
+KEY_BYTES = 16  # ragvps.embed.memo.text_key: blake2b, 16 bytes
 
 
 class SharedVectors:
@@ -74,7 +74,7 @@ def shared_model_vectors(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
         yield
         return
     from ragvps.backends import LOCAL_MODEL
-    from ragvps.embed import local
+    from ragvps.embed import local, memo
     from ragvps.embed.models import model_spec
 
     run_dir = tmp_path_factory.getbasetemp().parent  # the run's base directory; each worker's is inside it
@@ -84,7 +84,11 @@ def shared_model_vectors(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
     real = local.LocalEmbedder._run
 
     def run(self: local.LocalEmbedder, texts: Sequence[str]) -> np.ndarray:
-        return shared.run(texts, lambda t: local._text_key(t, self.graph), lambda batch: real(self, batch))
+        return shared.run(
+            texts,
+            lambda t: memo.text_key(t, "" if self.graph == local.DOCUMENTS else self.graph),
+            lambda batch: real(self, batch),
+        )
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(local.LocalEmbedder, "_run", run)
