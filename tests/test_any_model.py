@@ -38,8 +38,8 @@ def chunks_stored(db_url: str) -> int:
 
 
 def test_a_model_ragvps_has_no_entry_for_is_used_with_what_the_server_reports(cli, folder, ollama):
-    ollama.models["bge-m3"] = FakeModel(1024, 8192, "xlm-roberta")
-    use(cli, ollama, "bge-m3")
+    ollama.models["acme-embed-m9"] = FakeModel(1024, 8192, "xlm-roberta")
+    use(cli, ollama, "acme-embed-m9")
     report = json.loads(cli("ingest", str(folder), "--json").stdout)
     assert report["embedded"] == report["chunks"] > 5
     assert ollama.inputs and not any(t.startswith("search_document: ") for t in ollama.inputs)  # no task prefix
@@ -49,7 +49,7 @@ def test_a_model_ragvps_has_no_entry_for_is_used_with_what_the_server_reports(cl
     doctor = json.loads(cli("doctor", "--json").stdout)
     assert (doctor["dims"], doctor["max_tokens"], doctor["known"], doctor["problems"]) == (1024, 8192, False, [])
     text = " ".join(cli("doctor").stdout.split())
-    assert "model bge-m3 has no entry in ragvps's table" in text and "no task prefixes" in text
+    assert "model acme-embed-m9 has no entry in ragvps's table" in text and "no task prefixes" in text
 
 
 def test_a_model_the_server_lacks_says_ollama_pull(cli, folder, ollama, db_url):
@@ -80,13 +80,13 @@ def test_a_model_that_does_not_embed_is_refused(cli, folder, ollama):
 
 
 def test_plan_and_help_ask_no_server(cli, folder, ollama):
-    ollama.models["bge-m3"] = FakeModel(1024, 8192, "xlm-roberta")
-    use(cli, ollama, "bge-m3")
+    ollama.models["acme-embed-m9"] = FakeModel(1024, 8192, "xlm-roberta")
+    use(cli, ollama, "acme-embed-m9")
     cli("--help")
     cli("plan", "--tokens", "1000000", "--chunk-size", "400", "--overlap", "50")
     cli("plan", "--model", "nomic-embed-text", "--tokens", "1000000", "--chunk-size", "400", "--json")
     refused = cli("plan", "--path", str(folder), expect=2)  # the model's input limit would need the server
-    assert "ragvps has no entry for Ollama model 'bge-m3'" in " ".join(refused.stderr.split())
+    assert "ragvps has no entry for Ollama model 'acme-embed-m9'" in " ".join(refused.stderr.split())
     assert ollama.requests == []
 
 

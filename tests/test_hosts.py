@@ -227,7 +227,7 @@ def test_local_lanes_embed_every_chunk_once_with_the_one_thread_model_and_stop_a
     from ragvps.embed.local import LocalEmbedder
     from ragvps.errors import InputTooLongError
 
-    settings = Settings()
+    settings = Settings.of(embedder="local")  # MiniLM: a lane a core (the multilingual default shares one model)
     spec = spec_for(settings)
     lanes = make_lanes(settings, spec, lambda: pytest.fail("the lanes load their own one-thread model"))
     assert isinstance(lanes, ThreadLanes) == ((os.cpu_count() or 1) > 1)
