@@ -68,6 +68,7 @@ def test_git_over_http_links_to_the_file_at_its_commit(cli, tmp_path):
     site.mkdir()
     subprocess.run(["git", "clone", "-q", "--bare", str(work), str(site / "handbook.git")], check=True)
     git(site / "handbook.git", "update-server-info")
+    cli.env["RAGVPS_SOURCE_ALLOW_HOSTS"] = "127.0.0.1"  # the server's configuration lets sources reach loopback
     with served(site) as base:
         cli("source", "add", "git", "web-handbook", f"{base}/handbook.git")
         [report] = _sync(cli)

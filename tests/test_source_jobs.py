@@ -35,7 +35,10 @@ def wait(c: httpx.Client, job: str, until: str = "ended", timeout: float = 90) -
 @pytest.fixture(scope="module")
 def server(module_db_url, tmp_path_factory):
     root = tmp_path_factory.mktemp("sync-jobs")
-    srv = InProcess(ragvps_env(module_db_url, root / "data") | {"RAGVPS_API_KEYS": KEY}, key=KEY).start()
+    srv = InProcess(
+        ragvps_env(module_db_url, root / "data") | {"RAGVPS_API_KEYS": KEY, "RAGVPS_SOURCE_ALLOW_HOSTS": "127.0.0.1"},
+        key=KEY,
+    ).start()
     srv.data = root / "data"  # type: ignore[attr-defined]
     yield srv
     srv.stop()

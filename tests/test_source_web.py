@@ -75,6 +75,11 @@ def _million(handler) -> bool:
     return True
 
 
+@pytest.fixture(autouse=True)
+def _loopback(cli):
+    cli.env["RAGVPS_SOURCE_ALLOW_HOSTS"] = "127.0.0.1"  # the server's configuration lets sources reach loopback
+
+
 def _sync(cli, expect: int = 0) -> dict:
     return json.loads(cli("sync", "--json", expect=expect).stdout)[0]
 

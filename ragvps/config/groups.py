@@ -198,6 +198,15 @@ class ServeSettings:
 
 
 @dataclass(frozen=True)
+class SourceSettings:
+    """What connected sources may use of the server (docs/security.md, "Sources"): set only in the server's
+    configuration, never by a knowledge base."""
+
+    # hosts, addresses and networks (CIDR) beyond the public internet that sources may connect to
+    allow_hosts: tuple[str, ...] = setting((), "source_allow_hosts")
+
+
+@dataclass(frozen=True)
 class AuthSettings:
     """People besides keys (docs/auth.md): OpenID Connect sign-in, a reverse proxy's user headers, a chat front end
     that forwards its user, the roles their groups map to, and the audit log."""

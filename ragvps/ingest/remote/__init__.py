@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ragvps.db.sources import Item
+from ragvps.reach import Reach
 
 Progress = Callable[[str, int, int], None]
 Warn = Callable[[str], None]
@@ -36,6 +37,7 @@ class Fetch:
     max_items: int = 10_000
     max_item_bytes: int = 64 << 20
     timeout: float = 30.0
+    reach: Reach = Reach()  # what beyond the public internet it may connect to (source_allow_hosts)
 
     def text(self, key: str) -> str:
         value = self.config.get(key)

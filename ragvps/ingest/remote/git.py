@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from ragvps.db.sources import Item
 from ragvps.errors import UnavailableError, UsageError
 from ragvps.ingest.remote import Fetch, Fetched
 from ragvps.ingest.remote.mirror import remove, safe_rel, write
 from ragvps.ingest.sources import KINDS
+from ragvps.reach import Blocked
 
 # Never a transport that runs a command (ext::) or reads another protocol than these.
 _ENV = {
@@ -28,9 +30,20 @@ _ENV = {
     "GIT_TERMINAL_PROMPT": "0",
     "GIT_ASKPASS": "echo",
     "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
     "LC_ALL": "C",
 }
 _FILE, _LINK, _MODULE = ("100644", "100755"), "120000", "160000"
+
+
+_PROXIES = {"http_proxy", "https_proxy", "all_proxy", "no_proxy", "ftp_proxy"}
+
+
+def _env() -> dict[str, str]:
+    """git's environment: no proxy (a proxy would resolve the host itself), no user or system configuration (its
+    credential helpers and rewrites are the server's, not the source's), no prompt, no command transports."""
+    env = {k: v for k, v in os.environ.items() if k.lower() not in _PROXIES and not k.startswith("GIT_")}
+    return {**env, **_ENV}
 
 
 def _git(fetch: Fetch, *args: str, repo: Path | None = None, data: bytes | None = None) -> bytes:
@@ -41,7 +54,7 @@ def _git(fetch: Fetch, *args: str, repo: Path | None = None, data: bytes | None 
             input=data,
             capture_output=True,
             timeout=max(fetch.timeout * 20, 60),
-            env={**os.environ, **_ENV},
+            env=_env(),
             check=False,
         )
     except FileNotFoundError as exc:
@@ -56,12 +69,35 @@ def _git(fetch: Fetch, *args: str, repo: Path | None = None, data: bytes | None 
 
 def _location(location: str) -> str:
     """A path as git's file URL (an absolute path); a URL as it is."""
-    if "://" in location or location.startswith("git@"):
+    if "://" in location or _SCP.match(location):
         return location
     path = Path(location).expanduser().resolve()
     if not path.exists():
         raise UsageError(f"git source {location}: no such repository folder; give a URL or an existing path")
     return str(path)
+
+
+_SCP = re.compile(r"^[^/:@]+@([^/:]+):")  # git@host:path
+
+
+def _pinned(fetch: Fetch) -> list[str]:
+    """git's options that hold it to the address the reach rule allows: over http(s), curl connects to that very
+    address (resolved here once) and follows no redirect; over ssh and git, the host's address is checked first."""
+    location = fetch.location
+    scp = _SCP.match(location)
+    parts = urlsplit(location)
+    if not scp and parts.scheme not in ("http", "https", "ssh", "git"):
+        return []  # a path on the server: only `ragvps source add` on the server adds one
+    host = scp.group(1) if scp else parts.hostname or ""
+    try:
+        port = 22 if scp else parts.port or {"http": 80, "https": 443, "ssh": 22, "git": 9418}[parts.scheme]
+        address = fetch.reach.address(host, port)
+    except (Blocked, ValueError) as exc:
+        raise UnavailableError(f"git source {fetch.name}: {exc}") from None
+    if scp or parts.scheme not in ("http", "https"):
+        return []
+    pin = f"[{address}]" if ":" in address else address
+    return ["-c", f"http.curloptResolve={host}:{port}:{pin}", "-c", "http.followRedirects=false", "-c", "http.proxy="]
 
 
 def link(fetch: Fetch, commit: str, path: str) -> str:
@@ -82,6 +118,7 @@ def fetch(fetch: Fetch) -> Fetched:
         _git(fetch, "init", "--bare", "--quiet", str(repo))
     _git(
         fetch,
+        *_pinned(fetch),
         "fetch",
         "--quiet",
         "--no-tags",
@@ -171,7 +208,7 @@ def _blobs(fetch: Fetch, repo: Path, blobs: dict[str, str]) -> Iterator[tuple[st
         ["git", "--git-dir", str(repo), "cat-file", "--batch"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        env={**os.environ, **_ENV},
+        env=_env(),
     )
     assert proc.stdin is not None and proc.stdout is not None
     try:

@@ -11,6 +11,8 @@ from urllib.robotparser import RobotFileParser
 
 import httpx
 
+from ragvps.reach import Blocked
+
 AGENT = "ragvps"
 MAX_REDIRECTS = 5
 MAX_SITEMAP_BYTES = 50 << 20  # the sitemap protocol's own limit for one file
@@ -47,7 +49,8 @@ def get(
     extra: Mapping[str, str] | None = None,
 ) -> Got:
     """GET `url`, following at most MAX_REDIRECTS redirects within `same_site`, reading at most `limit` bytes;
-    with `version` (an earlier Got's), a conditional GET: 304 comes back with no body. `extra`: more headers."""
+    with `version` (an earlier Got's), a conditional GET: 304 comes back with no body. `extra`: more headers,
+    credentials among them: a request that carries them never follows a redirect (they would go along)."""
     headers = {"User-Agent": AGENT, **(extra or {})}
     kind, _, value = version.partition(":")
     if kind == "etag":
@@ -58,12 +61,16 @@ def get(
         try:
             with client.stream("GET", url, headers=headers) as response:
                 if response.has_redirect_location:
+                    if extra:
+                        raise Refused("redirect", f"{url}: redirects; not followed with credentials attached")
                     target = urljoin(url, response.headers.get("location", ""))
                     if same_site is not None and site(target) != same_site:
                         raise Refused("redirect off-site", f"{url}: redirects off-site to {target}, not followed")
                     url = target
                     continue
                 return _answer(url, response, limit)
+        except Blocked as exc:
+            raise Refused("address not allowed", f"{url}: {exc}") from None
         except httpx.HTTPError as exc:
             raise Refused("unreachable", f"{url}: {exc.__class__.__name__}: {str(exc)[:200]}") from exc
     raise Refused("too many redirects", f"{url}: more than {MAX_REDIRECTS} redirects, not followed")
@@ -131,5 +138,7 @@ def sitemap_urls(client: httpx.Client, url: str, limit: int, same_site: str) -> 
                     yield match.group(1).decode("utf-8", "replace").replace("&amp;", "&"), bool(index)
                     count += 1
                 pending = pending[end + 6 :]
+    except Blocked as exc:
+        raise Refused("address not allowed", f"{url}: {exc}") from None
     except httpx.HTTPError as exc:
         raise Refused("unreachable", f"{url}: {exc.__class__.__name__}: {str(exc)[:200]}") from exc

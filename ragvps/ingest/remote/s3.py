@@ -16,6 +16,7 @@ from pathlib import PurePosixPath
 import httpx
 from defusedxml import ElementTree
 
+from ragvps import reach
 from ragvps.db.sources import Item
 from ragvps.errors import UnavailableError
 from ragvps.ingest.remote import Fetch, Fetched
@@ -62,6 +63,8 @@ def _listing(fetch: Fetch, client: httpx.Client, b: Bucket) -> Iterator[tuple[st
         url = b.url(query=query)
         try:
             response = client.get(url, headers=b.headers(url))
+        except reach.Blocked as exc:
+            raise UnavailableError(f"source {fetch.name}: S3 endpoint {b.endpoint}: {exc}") from None
         except httpx.HTTPError as exc:
             raise UnavailableError(
                 f"source {fetch.name}: S3 at {b.endpoint} unreachable ({exc}); sync again later"
@@ -89,7 +92,7 @@ def fetch(fetch: Fetch) -> Fetched:
     """Sync the bucket's objects under the prefix into the mirror, reading only those whose ETag changed."""
     b = bucket(fetch)
     out = Fetched()
-    with httpx.Client(timeout=fetch.timeout, follow_redirects=False) as client:
+    with reach.client(fetch.reach, fetch.timeout) as client:
         wanted = _wanted(fetch, client, b, out)
         changed = [
             k

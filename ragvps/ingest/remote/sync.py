@@ -21,6 +21,7 @@ from ragvps.ingest import links
 from ragvps.ingest.cancel import Cancelled
 from ragvps.ingest.pipeline import IngestReport, ingest
 from ragvps.ingest.remote import Fetch, Fetched, Progress, Warn
+from ragvps.reach import Reach
 from ragvps.records import ModelSpec
 
 CONNECTORS = {"git": "git", "web": "web", "s3": "s3"}  # kind -> module of ragvps.ingest.remote with fetch()
@@ -71,7 +72,7 @@ def sync(
     mirror = mirror_dir(settings, row.name)
     fetched: Fetched | None = None
     try:
-        fetched = _fetch(conn, row, mirror, progress, warn)
+        fetched = _fetch(conn, settings, row, mirror, progress, warn)
         links.write_links(mirror, {item.rel: item.url for item in fetched.items.values()})
         report.read, report.unchanged, report.deleted = fetched.read, fetched.unchanged, fetched.deleted
         report.items, report.skipped, report.problems = len(fetched.items), fetched.skipped, fetched.problems
@@ -83,7 +84,7 @@ def sync(
         report.error = "; ".join(fetched.problems[:3]) or None
     except (RagvpsError, OSError) as exc:  # the source's failure (or the mirror's disk): kept with the source
         report.state, report.error = "failed", str(exc)
-        warn(f"source {row.name}: {exc}")
+        warn(str(exc) if f"source {row.name}:" in str(exc) else f"source {row.name}: {exc}")  # the name once
     except Cancelled:
         conn.rollback()
         report.state, report.error = "cancelled", "cancelled before its end; the next sync completes it"
@@ -94,7 +95,9 @@ def sync(
     return report
 
 
-def _fetch(conn: psycopg.Connection, row: sources.SourceRow, mirror: Path, progress: Progress, warn: Warn) -> Fetched:
+def _fetch(
+    conn: psycopg.Connection, settings: Settings, row: sources.SourceRow, mirror: Path, progress: Progress, warn: Warn
+) -> Fetched:
     module = importlib.import_module(f"ragvps.ingest.remote.{CONNECTORS[row.kind]}")
     mirror.mkdir(parents=True, exist_ok=True)
     config = row.config
@@ -109,6 +112,7 @@ def _fetch(conn: psycopg.Connection, row: sources.SourceRow, mirror: Path, progr
         warn,
         max_items=int(str(config.get("max_items") or 10_000)),
         max_item_bytes=int(str(config.get("max_item_bytes") or 64 << 20)),
+        reach=Reach.of(settings.source.allow_hosts),
     )
     fetched: Fetched = module.fetch(request)
     return fetched

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urldefrag, urljoin, urlsplit
@@ -18,7 +18,9 @@ from urllib.robotparser import RobotFileParser
 
 import httpx
 
+from ragvps import reach
 from ragvps.db.sources import Item
+from ragvps.errors import UnavailableError
 from ragvps.ingest.remote import Fetch, Fetched
 from ragvps.ingest.remote.http import AGENT, Got, Refused, get, robots, site, sitemap_urls
 from ragvps.ingest.remote.mirror import hashed_rel, remove, write
@@ -65,6 +67,7 @@ class _Crawl:
     base: str
     limit: int
     pages: int
+    refused: dict[str, Refused] = field(default_factory=dict)  # URL -> why it was not read
 
     def page(self, url: str) -> Got | None:
         """Read one page into the mirror (or find it unchanged); None when it is not kept."""
@@ -74,6 +77,7 @@ class _Crawl:
         except Refused as exc:
             if known is not None and not exc.gone:  # a passing failure keeps the page as it was
                 self.out.items[url] = known
+            self.refused[url] = exc
             self.out.skip(exc.reason, f"{self.fetch.name}: {exc}", self.fetch.warn, url)
             return None
         if got.status == 304 and known is not None and (self.fetch.mirror / known.rel).exists():
@@ -134,13 +138,17 @@ def fetch(fetch: Fetch) -> Fetched:
     out = Fetched()
     pages = fetch.number("max_pages", min(fetch.max_items, 1000))
     limit = fetch.number("max_item_bytes", PAGE_BYTES)
-    with httpx.Client(timeout=fetch.timeout, follow_redirects=False) as client:
+    with reach.client(fetch.reach, fetch.timeout) as client:
         crawl = _Crawl(fetch, client, out, base, limit, pages)
         rules = robots(client, base)
         if urlsplit(start).path.lower().endswith(".xml"):
             _from_sitemap(crawl, rules)
         else:
             _from_links(crawl, rules, fetch.number("max_depth", 3))
+    if start in crawl.refused:  # the start page or the sitemap: nothing of the site was read
+        raise UnavailableError(
+            f"web source {fetch.name}: {crawl.refused[start]}; check the source's URL (`ragvps source list`)"
+        )
     for url, old in fetch.known.items():
         if url not in out.items:
             remove(fetch.mirror, old.rel)
@@ -204,6 +212,7 @@ def _from_sitemap(crawl: _Crawl, rules: RobotFileParser) -> None:
                 elif not nested:
                     urls.append(url)
         except Refused as exc:
+            crawl.refused[sitemap] = exc
             crawl.out.skip(exc.reason, f"{crawl.fetch.name}: sitemap {exc}", crawl.fetch.warn, sitemap)
             _keep_unreached(crawl, list(crawl.fetch.known))
     if len(urls) > crawl.pages:
