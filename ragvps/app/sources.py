@@ -28,6 +28,7 @@ from ragvps.db.connections import SingleConnection
 from ragvps.embed.registry import make_lanes
 from ragvps.errors import ConflictError, DatabaseError, NotFoundError, UsageError
 from ragvps.generate import cache as answer_cache
+from ragvps.ingest.remote import secret
 
 if TYPE_CHECKING:
     import psycopg
@@ -78,6 +79,7 @@ class QueuedSync:
     created: bool  # False: a sync of this source was open already, and this is that job
 
 
+KEPT = "(kept encrypted, never shown)"  # what a listing shows of a source's credential
 POLL_S = 0.5  # how often `ragvps sync` looks whether another worker's sync of the source ended
 
 
@@ -116,8 +118,13 @@ def add_source(app: App, spec: SourceSpec) -> SourceInfo:
     """Record a source with the knowledge base; `ragvps sync` reads it."""
 
     options = check(spec)
+    location, credential = secret.split(spec.location.strip())
+    if spec.kind in ("git", "web"):
+        secret.check_query(location, f"{spec.kind} source {spec.name}")
+    if credential:
+        options["credential"] = secret.seal(app.settings.database.data_dir, credential)
     with app.connection() as conn:
-        if not sources.add(conn, spec.name, spec.kind, spec.location.strip(), options):
+        if not sources.add(conn, spec.name, spec.kind, location, options):
             raise ConflictError(
                 f"a source named {spec.name} exists in knowledge base {app.kb_name}: choose another "
                 f"name, or `ragvps source remove {spec.name}` first"
@@ -130,7 +137,18 @@ def list_sources(app: App) -> list[SourceInfo]:
     with app.connection() as conn:
         rows = sources.listed(conn)
     return [
-        SourceInfo(r.name, r.kind, r.location, r.config, r.items, r.state, r.synced_at, r.seconds, r.error, r.cursor)
+        SourceInfo(
+            r.name,
+            r.kind,
+            secret.redact(r.location),
+            {k: KEPT if k == "credential" else v for k, v in r.config.items()},
+            r.items,
+            r.state,
+            r.synced_at,
+            r.seconds,
+            r.error,
+            r.cursor,
+        )
         for r in rows
     ]
 

@@ -38,6 +38,7 @@ class Fetch:
     max_item_bytes: int = 64 << 20
     timeout: float = 30.0
     reach: Reach = Reach()  # what beyond the public internet it may connect to (source_allow_hosts)
+    secret: str = field(default="", repr=False)  # the source's credential (user:password), never in `location`
 
     def text(self, key: str) -> str:
         value = self.config.get(key)

@@ -9,6 +9,7 @@ submodule is not entered. Each file links to `<repository>/blob/<commit>/<path>`
 
 from __future__ import annotations
 
+import base64
 import fnmatch
 import os
 import re
@@ -46,7 +47,9 @@ def _env() -> dict[str, str]:
     return {**env, **_ENV}
 
 
-def _git(fetch: Fetch, *args: str, repo: Path | None = None, data: bytes | None = None) -> bytes:
+def _git(
+    fetch: Fetch, *args: str, repo: Path | None = None, data: bytes | None = None, env: dict[str, str] | None = None
+) -> bytes:
     cmd = ["git", *(["--git-dir", str(repo)] if repo else []), *args]
     try:
         done = subprocess.run(
@@ -54,7 +57,7 @@ def _git(fetch: Fetch, *args: str, repo: Path | None = None, data: bytes | None 
             input=data,
             capture_output=True,
             timeout=max(fetch.timeout * 20, 60),
-            env=_env(),
+            env=_env() | (env or {}),
             check=False,
         )
     except FileNotFoundError as exc:
@@ -100,6 +103,19 @@ def _pinned(fetch: Fetch) -> list[str]:
     return ["-c", f"http.curloptResolve={host}:{port}:{pin}", "-c", "http.followRedirects=false", "-c", "http.proxy="]
 
 
+def _credential(fetch: Fetch) -> dict[str, str]:
+    """The source's own credential for git over http(s), as a header in git's environment (never on its command
+    line, never in the URL git might print); it goes only to the pinned host, which redirects nowhere."""
+    if not fetch.secret or urlsplit(fetch.location).scheme not in ("http", "https"):
+        return {}
+    basic = base64.b64encode(fetch.secret.encode()).decode("ascii")
+    return {
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "http.extraHeader",
+        "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}",
+    }
+
+
 def link(fetch: Fetch, commit: str, path: str) -> str:
     template = fetch.text("link")
     if template:
@@ -126,6 +142,7 @@ def fetch(fetch: Fetch) -> Fetched:
         _location(fetch.location),
         f"+refs/heads/{branch}:refs/heads/{branch}",
         repo=repo,
+        env=_credential(fetch),
     )
     commit = _git(fetch, "rev-parse", f"refs/heads/{branch}^{{commit}}", repo=repo).decode().strip()
     out = Fetched(cursor=commit)

@@ -50,7 +50,8 @@ def get(
 ) -> Got:
     """GET `url`, following at most MAX_REDIRECTS redirects within `same_site`, reading at most `limit` bytes;
     with `version` (an earlier Got's), a conditional GET: 304 comes back with no body. `extra`: more headers,
-    credentials among them: a request that carries them never follows a redirect (they would go along)."""
+    credentials among them: a request that carries them follows a redirect only within `same_site` (never,
+    without it), so they never reach another host."""
     headers = {"User-Agent": AGENT, **(extra or {})}
     kind, _, value = version.partition(":")
     if kind == "etag":
@@ -61,11 +62,11 @@ def get(
         try:
             with client.stream("GET", url, headers=headers) as response:
                 if response.has_redirect_location:
-                    if extra:
-                        raise Refused("redirect", f"{url}: redirects; not followed with credentials attached")
                     target = urljoin(url, response.headers.get("location", ""))
                     if same_site is not None and site(target) != same_site:
                         raise Refused("redirect off-site", f"{url}: redirects off-site to {target}, not followed")
+                    if extra and same_site is None:
+                        raise Refused("redirect", f"{url}: redirects; not followed with credentials attached")
                     url = target
                     continue
                 return _answer(url, response, limit)
@@ -98,11 +99,11 @@ def _answer(url: str, response: httpx.Response, limit: int) -> Got:
     return Got(url, status, bytes(body), content_type, version)
 
 
-def robots(client: httpx.Client, base: str) -> RobotFileParser:
+def robots(client: httpx.Client, base: str, extra: Mapping[str, str] | None = None) -> RobotFileParser:
     """The site's robots.txt (none, or unreadable: everything allowed)."""
     parser = RobotFileParser()
     try:
-        got = get(client, f"{base}/robots.txt", 512 << 10, same_site=base)
+        got = get(client, f"{base}/robots.txt", 512 << 10, same_site=base, extra=extra)
         parser.parse(got.body.decode("utf-8", "replace").splitlines())
     except Refused:
         parser.parse([])
@@ -112,12 +113,14 @@ def robots(client: httpx.Client, base: str) -> RobotFileParser:
 _LOC = re.compile(rb"<loc>\s*([^<\s]+)\s*</loc>", re.IGNORECASE)
 
 
-def sitemap_urls(client: httpx.Client, url: str, limit: int, same_site: str) -> Iterator[tuple[str, bool]]:
+def sitemap_urls(
+    client: httpx.Client, url: str, limit: int, same_site: str, extra: Mapping[str, str] | None = None
+) -> Iterator[tuple[str, bool]]:
     """(URL, is a nested sitemap) of a sitemap or sitemap index, read as a stream and stopped once `limit` URLs
     are out (a sitemap of a million URLs costs what its first `limit` do)."""
     count = 0
     try:
-        with client.stream("GET", url, headers={"User-Agent": AGENT}) as response:
+        with client.stream("GET", url, headers={"User-Agent": AGENT, **(extra or {})}) as response:
             if response.status_code != 200:
                 raise Refused(f"HTTP {response.status_code}", f"{url}: HTTP {response.status_code}")
             index = None

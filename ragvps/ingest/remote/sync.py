@@ -20,7 +20,7 @@ from ragvps.errors import NotFoundError, RagvpsError
 from ragvps.ingest import links
 from ragvps.ingest.cancel import Cancelled
 from ragvps.ingest.pipeline import IngestReport, ingest
-from ragvps.ingest.remote import Fetch, Fetched, Progress, Warn
+from ragvps.ingest.remote import Fetch, Fetched, Progress, Warn, secret
 from ragvps.reach import Reach
 from ragvps.records import ModelSpec
 
@@ -89,10 +89,18 @@ def sync(
         conn.rollback()
         report.state, report.error = "cancelled", "cancelled before its end; the next sync completes it"
     report.seconds = time.monotonic() - started
+    _scrub(report, mirror, settings.database.data_dir)
     keep = fetched.items if fetched is not None and report.state not in ("failed", "cancelled") else None
     cursor = fetched.cursor if keep is not None and fetched is not None else row.cursor
     sources.finish(conn, row.name, keep, cursor, report.state, report.error, report.seconds)
     return report
+
+
+def _scrub(report: SyncReport, *paths: Path) -> None:
+    """No server path in what read keys see of the sync (its error, problems and failed items)."""
+    report.error = secret.scrub(report.error, *paths) if report.error else report.error
+    report.problems = [secret.scrub(p, *paths) for p in report.problems]
+    report.failures = [(secret.scrub(i, *paths), secret.scrub(m, *paths)) for i, m in report.failures]
 
 
 def _fetch(
@@ -101,9 +109,11 @@ def _fetch(
     module = importlib.import_module(f"ragvps.ingest.remote.{CONNECTORS[row.kind]}")
     mirror.mkdir(parents=True, exist_ok=True)
     config = row.config
+    location, inline = secret.split(row.location)  # a record from before credentials were kept apart
+    sealed = config.get("credential")
     request = Fetch(
         row.name,
-        row.location,
+        location,
         config,
         mirror,
         sources.items(conn, row.name),
@@ -113,6 +123,7 @@ def _fetch(
         max_items=int(str(config.get("max_items") or 10_000)),
         max_item_bytes=int(str(config.get("max_item_bytes") or 64 << 20)),
         reach=Reach.of(settings.source.allow_hosts),
+        secret=secret.unseal(settings.database.data_dir, sealed) if isinstance(sealed, str) else inline,
     )
     fetched: Fetched = module.fetch(request)
     return fetched

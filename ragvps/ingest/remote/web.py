@@ -8,6 +8,7 @@ max_pages URLs (read as a stream and cut there).
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from collections import deque
 from dataclasses import dataclass, field
@@ -68,12 +69,13 @@ class _Crawl:
     limit: int
     pages: int
     refused: dict[str, Refused] = field(default_factory=dict)  # URL -> why it was not read
+    auth: dict[str, str] = field(default_factory=dict)  # the source's credential, for its own site only
 
     def page(self, url: str) -> Got | None:
         """Read one page into the mirror (or find it unchanged); None when it is not kept."""
         known = self.fetch.known.get(url)
         try:
-            got = get(self.client, url, self.limit, known.version if known else "", self.base)
+            got = get(self.client, url, self.limit, known.version if known else "", self.base, self.auth)
         except Refused as exc:
             if known is not None and not exc.gone:  # a passing failure keeps the page as it was
                 self.out.items[url] = known
@@ -139,8 +141,9 @@ def fetch(fetch: Fetch) -> Fetched:
     pages = fetch.number("max_pages", min(fetch.max_items, 1000))
     limit = fetch.number("max_item_bytes", PAGE_BYTES)
     with reach.client(fetch.reach, fetch.timeout) as client:
-        crawl = _Crawl(fetch, client, out, base, limit, pages)
-        rules = robots(client, base)
+        auth = {"Authorization": "Basic " + base64.b64encode(fetch.secret.encode()).decode()} if fetch.secret else {}
+        crawl = _Crawl(fetch, client, out, base, limit, pages, auth=auth)
+        rules = robots(client, base, auth)
         if urlsplit(start).path.lower().endswith(".xml"):
             _from_sitemap(crawl, rules)
         else:
@@ -204,7 +207,7 @@ def _from_sitemap(crawl: _Crawl, rules: RobotFileParser) -> None:
     while sitemaps and len(urls) <= crawl.pages:
         sitemap = sitemaps.pop(0)
         try:
-            for url, nested in sitemap_urls(crawl.client, sitemap, crawl.pages + 1 - len(urls), crawl.base):
+            for url, nested in sitemap_urls(crawl.client, sitemap, crawl.pages + 1 - len(urls), crawl.base, crawl.auth):
                 if site(url) != crawl.base:
                     crawl.out.skipped["off-site URL in sitemap"] += 1
                 elif nested and len(sitemaps) < 50:
