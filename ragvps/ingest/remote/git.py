@@ -21,7 +21,7 @@ from urllib.parse import quote, urlsplit
 from ragvps.db.sources import Item
 from ragvps.errors import UnavailableError, UsageError
 from ragvps.ingest.remote import Fetch, Fetched
-from ragvps.ingest.remote.mirror import remove, safe_rel, write
+from ragvps.ingest.remote.mirror import kept, remove, safe_rel
 from ragvps.ingest.sources import KINDS
 from ragvps.reach import Blocked
 
@@ -158,10 +158,11 @@ def fetch(fetch: Fetch) -> Fetched:
     for n, (path, data) in enumerate(_blobs(fetch, repo, changed), start=1):
         rel = safe_rel(path)
         assert rel is not None  # _listed kept only safe paths
-        write(fetch.mirror, rel, data)
+        fetch.progress("fetch", n, len(changed))
+        if not kept(fetch, out, path, rel, data):
+            continue
         out.items[path] = Item(rel, link(fetch, commit, path), changed[path])
         out.read += 1
-        fetch.progress("fetch", n, len(changed))
     for path, old in fetch.known.items():
         if path not in out.items:
             remove(fetch.mirror, old.rel)

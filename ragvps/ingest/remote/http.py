@@ -4,6 +4,7 @@ stream and cut at a number of URLs, robots.txt. Each refusal is a `Refused` nami
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
@@ -16,6 +17,8 @@ from ragvps.reach import Blocked
 AGENT = "ragvps"
 MAX_REDIRECTS = 5
 MAX_SITEMAP_BYTES = 50 << 20  # the sitemap protocol's own limit for one file
+MAX_ENCODINGS = 2  # Content-Encoding layers undone (`gzip, gzip` is two)
+ACCEPT = "gzip, deflate"  # what ragvps undoes itself, each layer bounded
 
 
 class Refused(Exception):
@@ -52,7 +55,7 @@ def get(
     with `version` (an earlier Got's), a conditional GET: 304 comes back with no body. `extra`: more headers,
     credentials among them: a request that carries them follows a redirect only within `same_site` (never,
     without it), so they never reach another host."""
-    headers = {"User-Agent": AGENT, **(extra or {})}
+    headers = {"User-Agent": AGENT, "Accept-Encoding": ACCEPT, **(extra or {})}
     kind, _, value = version.partition(":")
     if kind == "etag":
         headers["If-None-Match"] = value
@@ -92,11 +95,53 @@ def _answer(url: str, response: httpx.Response, limit: int) -> Got:
     if declared.isdigit() and int(declared) > limit:
         raise Refused("too large", f"{url}: {int(declared):,} bytes, more than max_item_bytes ({limit:,}), skipped")
     body = bytearray()
-    for block in response.iter_bytes():
+    for block in decoded(response, url, limit, "max_item_bytes"):
         body += block
-        if len(body) > limit:
-            raise Refused("too large", f"{url}: more than max_item_bytes ({limit:,} bytes), skipped")
     return Got(url, status, bytes(body), content_type, version)
+
+
+class _Layer:
+    """One Content-Encoding layer undone with its output bounded (a zlib bomb stops at the bound, not in memory)."""
+
+    def __init__(self, coding: str):
+        wbits = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}[coding]
+        self.coding, self.raw = coding, coding == "deflate"
+        self.inflate = zlib.decompressobj(wbits)
+        self.out = 0
+
+    def feed(self, data: bytes, budget: int) -> bytes:
+        if self.raw and self.out == 0 and data and (data[0] & 0x0F) != 8:  # deflate sent without its zlib header
+            self.inflate = zlib.decompressobj(-zlib.MAX_WBITS)
+        self.raw = False
+        got = self.inflate.decompress(data, budget + 1)
+        self.out += len(got)
+        if self.out > budget or self.inflate.unconsumed_tail:
+            raise OverflowError
+        return got
+
+
+def decoded(response: httpx.Response, url: str, limit: int, setting: str) -> Iterator[bytes]:
+    """The response's body with its Content-Encoding layers undone (`gzip, gzip` too), in blocks, refused once the
+    decoded bytes of any layer pass `limit`: the bound holds while the body streams, however well it packs."""
+    codings = [c.strip().lower() for c in response.headers.get("content-encoding", "").split(",")]
+    codings = [c for c in codings if c and c != "identity"]
+    if len(codings) > MAX_ENCODINGS or any(c not in ("gzip", "x-gzip", "deflate") for c in codings):
+        raise Refused("encoding", f"{url}: Content-Encoding {', '.join(codings)} is not read (gzip or deflate)")
+    layers = [_Layer(c) for c in reversed(codings)]
+    total = 0
+    try:
+        for raw in response.iter_raw():
+            for layer in layers:
+                raw = layer.feed(raw, limit)
+            total += len(raw)
+            if total > limit:
+                raise OverflowError
+            if raw:
+                yield raw
+    except OverflowError:
+        raise Refused("too large", f"{url}: more than {setting} ({limit:,} bytes) decoded, skipped") from None
+    except zlib.error as exc:
+        raise Refused("encoding", f"{url}: its {'/'.join(codings)} body is corrupt ({exc})") from None
 
 
 def robots(client: httpx.Client, base: str, extra: Mapping[str, str] | None = None) -> RobotFileParser:
@@ -120,15 +165,13 @@ def sitemap_urls(
     are out (a sitemap of a million URLs costs what its first `limit` do)."""
     count = 0
     try:
-        with client.stream("GET", url, headers={"User-Agent": AGENT, **(extra or {})}) as response:
+        headers = {"User-Agent": AGENT, "Accept-Encoding": ACCEPT, **(extra or {})}
+        with client.stream("GET", url, headers=headers) as response:
             if response.status_code != 200:
                 raise Refused(f"HTTP {response.status_code}", f"{url}: HTTP {response.status_code}")
             index = None
-            pending, read = b"", 0
-            for block in response.iter_bytes():
-                read += len(block)
-                if read > MAX_SITEMAP_BYTES:
-                    raise Refused("sitemap too large", f"{url}: more than {MAX_SITEMAP_BYTES:,} bytes")
+            pending = b""
+            for block in decoded(response, url, MAX_SITEMAP_BYTES, "the sitemap limit"):
                 pending += block
                 if index is None and b">" in pending:
                     index = b"<sitemapindex" in pending[:4096].lower()

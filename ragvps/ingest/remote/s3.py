@@ -20,12 +20,14 @@ from ragvps import reach
 from ragvps.db.sources import Item
 from ragvps.errors import UnavailableError
 from ragvps.ingest.remote import Fetch, Fetched
-from ragvps.ingest.remote.http import Refused, get
-from ragvps.ingest.remote.mirror import remove, safe_rel, write
+from ragvps.ingest.remote.http import Refused, decoded, get
+from ragvps.ingest.remote.mirror import kept, remove, safe_rel
 from ragvps.ingest.remote.sigv4 import Credentials, credentials, encode, signed_headers
 from ragvps.ingest.sources import KINDS
 
 _NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
+LISTING_BYTES = 16 << 20  # one ListObjectsV2 page (1,000 keys of at most 1,024 bytes each is about 1.5 MB)
+MIN_PAGES = 100  # listing pages read at least (beyond 10 x max_items / 1,000): skipped objects count too
 
 
 @dataclass(frozen=True)
@@ -54,38 +56,53 @@ def bucket(fetch: Fetch) -> Bucket:
     return Bucket(endpoint.rstrip("/"), fetch.location, region, credentials())
 
 
-def _listing(fetch: Fetch, client: httpx.Client, b: Bucket) -> Iterator[tuple[str, str, int]]:
-    """(key, ETag, size) of each object under the prefix, page by page."""
-    token = ""
-    while True:
+def _listing(fetch: Fetch, client: httpx.Client, b: Bucket) -> Iterator[tuple[str, str, int | None]]:
+    """(key, ETag, size: None when the listing's is not a number) of each object under the prefix, page by page;
+    each page read as a stream and bounded (LISTING_BYTES), the pages bounded too (max_items, then a margin for
+    the objects skipped), and each page a point where a cancel stops the sync."""
+    token, seen, pages = "", set[str](), max(MIN_PAGES, 10 * fetch.max_items // 1000 + 1)
+    for page in range(1, pages + 1):
+        fetch.progress("list", page, 0)  # raises Cancelled when the sync is cancelled
         query = "list-type=2&max-keys=1000&prefix=" + encode(fetch.text("prefix"))
         query += f"&continuation-token={encode(token)}" if token else ""
-        url = b.url(query=query)
-        try:
-            response = client.get(url, headers=b.headers(url))
-        except reach.Blocked as exc:
-            raise UnavailableError(f"source {fetch.name}: S3 endpoint {b.endpoint}: {exc}") from None
-        except httpx.HTTPError as exc:
-            raise UnavailableError(
-                f"source {fetch.name}: S3 at {b.endpoint} unreachable ({exc}); sync again later"
-            ) from exc
-        if response.status_code != 200:
-            code = ElementTree.fromstring(response.content).findtext("Code") if response.content else ""
-            raise UnavailableError(
-                f"source {fetch.name}: listing bucket {b.name} at {b.endpoint}: HTTP "
-                f"{response.status_code} {code or ''}; check the bucket, the endpoint and the "
-                "credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_PROFILE)"
-            )
-        root = ElementTree.fromstring(response.content)
+        root = _page(fetch, client, b, b.url(query=query))
         for entry in root.iter(f"{_NS}Contents"):
+            size = (entry.findtext(f"{_NS}Size") or "0").strip()
             yield (
                 entry.findtext(f"{_NS}Key") or "",
                 (entry.findtext(f"{_NS}ETag") or "").strip('"'),
-                int(entry.findtext(f"{_NS}Size") or 0),
+                int(size) if size.isdigit() else None,
             )
         token = root.findtext(f"{_NS}NextContinuationToken") or ""
-        if root.findtext(f"{_NS}IsTruncated") != "true" or not token:
+        if root.findtext(f"{_NS}IsTruncated") != "true" or not token or token in seen:
             return
+        seen.add(token)
+    fetch.warn(f"source {fetch.name}: the listing goes on past {pages:,} pages; the rest not listed")
+
+
+def _page(fetch: Fetch, client: httpx.Client, b: Bucket, url: str) -> ElementTree.Element:
+    try:
+        with client.stream("GET", url, headers=b.headers(url)) as response:
+            body = b"".join(decoded(response, url, LISTING_BYTES, "the listing page limit"))
+    except Refused as exc:
+        raise UnavailableError(f"source {fetch.name}: listing bucket {b.name}: {exc}") from None
+    except reach.Blocked as exc:
+        raise UnavailableError(f"source {fetch.name}: S3 endpoint {b.endpoint}: {exc}") from None
+    except httpx.HTTPError as exc:
+        raise UnavailableError(
+            f"source {fetch.name}: S3 at {b.endpoint} unreachable ({exc.__class__.__name__}); sync again later"
+        ) from None
+    try:
+        root = ElementTree.fromstring(body) if body else None
+    except (ElementTree.ParseError, ValueError) as exc:
+        raise UnavailableError(f"source {fetch.name}: listing bucket {b.name}: not S3's XML ({exc})") from None
+    if response.status_code != 200 or root is None:
+        code = root.findtext("Code") if root is not None else ""
+        raise UnavailableError(
+            f"source {fetch.name}: listing bucket {b.name} at {b.endpoint}: HTTP "
+            f"{response.status_code} {code or ''}; check the bucket, the endpoint and the source's credentials"
+        )
+    return root
 
 
 def fetch(fetch: Fetch) -> Fetched:
@@ -118,7 +135,14 @@ def _wanted(fetch: Fetch, client: httpx.Client, b: Bucket, out: Fetched) -> dict
     for key, etag, size in _listing(fetch, client, b):
         if key.endswith("/"):
             continue  # a folder marker
-        if safe_rel(key) is None:
+        if size is None:
+            out.skip(
+                "bad listing",
+                f"{fetch.name}: object {key!r}: its listed size is not a number, skipped",
+                fetch.warn,
+                key,
+            )
+        elif safe_rel(key) is None:
             out.skip(
                 "unsafe key", f"{fetch.name}: object key {key!r} is not a safe relative path, skipped", fetch.warn, key
             )
@@ -154,6 +178,7 @@ def _read(fetch: Fetch, client: httpx.Client, b: Bucket, key: str, etag: str, ou
         return
     rel = safe_rel(key)
     assert rel is not None  # _wanted kept only safe keys
-    write(fetch.mirror, rel, got.body)
+    if not kept(fetch, out, key, rel, got.body):
+        return
     out.items[key] = Item(rel, url, etag)
     out.read += 1
