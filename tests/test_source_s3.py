@@ -51,6 +51,7 @@ def test_a_bucket_synced_incrementally(cli, tmp_path, s3):
             "AWS_REGION": "us-east-1",
             "AWS_ENDPOINT_URL": endpoint,
             "RAGVPS_SOURCE_ALLOW_HOSTS": "127.0.0.1",
+            "RAGVPS_SOURCE_AMBIENT_CREDENTIALS": "default/bucket",  # the server's own AWS_* sign this source's
         }
     )
     cli("source", "add", "s3", "bucket", "handbook", "--prefix", "docs/")

@@ -42,11 +42,12 @@ Progress = Callable[[str, int, int], None]
 Warn = Callable[[str], None]
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+S3_KEYS = ("access_key_id", "secret_access_key", "session_token")  # an S3 source's own credential: kept sealed
 # The options each kind takes (beyond max_items and max_item_bytes, which every kind takes).
 OPTIONS = {
     "git": ("branch", "include", "exclude", "link"),
     "web": ("max_pages", "max_depth"),
-    "s3": ("prefix", "endpoint", "region"),
+    "s3": ("prefix", "endpoint", "region", "profile", *S3_KEYS),
 }
 
 
@@ -121,6 +122,11 @@ def add_source(app: App, spec: SourceSpec) -> SourceInfo:
     location, credential = secret.split(spec.location.strip())
     if spec.kind in ("git", "web"):
         secret.check_query(location, f"{spec.kind} source {spec.name}")
+    given = [str(options.pop(k, "") or "") for k in S3_KEYS]
+    if any(given):
+        if not (given[0] and given[1]):
+            raise UsageError(f"s3 source {spec.name}: give access_key_id and secret_access_key together")
+        credential = "\n".join(given)
     if credential:
         options["credential"] = secret.seal(app.settings.database.data_dir, credential)
     with app.connection() as conn:

@@ -204,6 +204,12 @@ class SourceSettings:
 
     # hosts, addresses and networks (CIDR) beyond the public internet that sources may connect to
     allow_hosts: tuple[str, ...] = setting((), "source_allow_hosts")
+    # the server's table of named S3 credentials (an INI file: [name] aws_access_key_id, aws_secret_access_key,
+    # aws_session_token, knowledge_bases = kb, kb or *); a source names one with its option `profile`
+    credentials_file: str = setting("", "source_credentials_file")
+    # `kb/source` (or `kb/*`, `*`) whose S3 sources may sign with the server's own AWS_* environment or shared
+    # credentials file; none by default
+    ambient_credentials: tuple[str, ...] = setting((), "source_ambient_credentials")
 
 
 @dataclass(frozen=True)

@@ -122,13 +122,17 @@ def s3_bucket(
     sizes: dict[str, str] | None = None,
     raw_listing: bytes | None = None,
     endless: list[int] | None = None,
+    heard: list[tuple[str, str]] | None = None,
 ) -> dict[str, Handler]:
     """Routes of a bucket as an S3 server answers it (path-style): ListObjectsV2 of `keys` (a listed size from
     `sizes` instead of the real one), or `raw_listing` sent gzipped, or, with `endless`, a listing whose every
-    page says there is another (each page's number appended to `endless`); GetObject of each key."""
+    page says there is another (each page's number appended to `endless`); GetObject of each key. `heard` gets
+    each request's (path, Authorization header)."""
     objects = keys or {}
 
     def listing(handler: http.server.BaseHTTPRequestHandler) -> bool:
+        if heard is not None:
+            heard.append((handler.path, handler.headers.get("Authorization", "")))
         if raw_listing is not None:
             return encoded(raw_listing, "gzip", "application/xml")(handler)
         entries = "".join(
@@ -145,6 +149,11 @@ def s3_bucket(
         return encoded(body.encode(), "identity", "application/xml")(handler)
 
     def getter(body: bytes) -> Handler:
-        return encoded(body, "identity", "text/markdown")
+        def get(handler: http.server.BaseHTTPRequestHandler) -> bool:
+            if heard is not None:
+                heard.append((handler.path, handler.headers.get("Authorization", "")))
+            return encoded(body, "identity", "text/markdown")(handler)
+
+        return get
 
     return {f"/{name}": listing} | {f"/{name}/{key}": getter(body) for key, body in objects.items()}

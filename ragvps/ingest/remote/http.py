@@ -53,8 +53,8 @@ def get(
 ) -> Got:
     """GET `url`, following at most MAX_REDIRECTS redirects within `same_site`, reading at most `limit` bytes;
     with `version` (an earlier Got's), a conditional GET: 304 comes back with no body. `extra`: more headers,
-    credentials among them: a request that carries them follows a redirect only within `same_site` (never,
-    without it), so they never reach another host."""
+    credentials among them: a request that carries an Authorization header (a signature, a password) follows
+    no redirect at all, so they never reach another host or path."""
     headers = {"User-Agent": AGENT, "Accept-Encoding": ACCEPT, **(extra or {})}
     kind, _, value = version.partition(":")
     if kind == "etag":
@@ -68,7 +68,7 @@ def get(
                     target = urljoin(url, response.headers.get("location", ""))
                     if same_site is not None and site(target) != same_site:
                         raise Refused("redirect off-site", f"{url}: redirects off-site to {target}, not followed")
-                    if extra and same_site is None:
+                    if extra and (same_site is None or "authorization" in {k.lower() for k in extra}):
                         raise Refused("redirect", f"{url}: redirects; not followed with credentials attached")
                     url = target
                     continue

@@ -1,9 +1,11 @@
 """An S3-compatible bucket as a source: the objects under a prefix, listed with ListObjectsV2 and read with
-GetObject only when their ETag changed, over httpx with Signature V4 (sigv4.py). Credentials and the region come
-from the usual environment (AWS_ACCESS_KEY_ID ..., AWS_REGION, AWS_ENDPOINT_URL or AWS_ENDPOINT_URL_S3, the shared
-credentials file); the endpoint (path-style URLs: MinIO, Ceph, Garage, moto) may be the source's own. An object
-whose key is not a safe relative path (`../x`, `/x`, `a//b`) is skipped and named, never written outside the
-mirror. Each object links to `<endpoint>/<bucket>/<key>`.
+GetObject only when their ETag changed, over httpx with Signature V4 (sigv4.py). The credentials are the source's
+own (given when it was added, kept encrypted), or a profile of the server's source_credentials_file that the
+source names, or the server's ambient AWS credentials only where source_ambient_credentials names the source;
+else the requests are unsigned (a public bucket). The region and endpoint come from the source, or AWS_REGION and
+AWS_ENDPOINT_URL(_S3) (path-style URLs: MinIO, Ceph, Garage, moto). No signed request follows a redirect. An
+object whose key is not a safe relative path (`../x`, `/x`, `a//b`) is skipped and named, never written outside
+the mirror. Each object links to `<endpoint>/<bucket>/<key>`.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from ragvps import reach
 from ragvps.db.sources import Item
 from ragvps.errors import UnavailableError
 from ragvps.ingest.remote import Fetch, Fetched
-from ragvps.ingest.remote.http import Refused, decoded, get
+from ragvps.ingest.remote.http import Refused, decoded, get, site
 from ragvps.ingest.remote.mirror import kept, remove, safe_rel
-from ragvps.ingest.remote.sigv4 import Credentials, credentials, encode, signed_headers
+from ragvps.ingest.remote.sigv4 import Credentials, encode, signed_headers
+from ragvps.ingest.remote.sigv4 import decoded as decoded_credentials
 from ragvps.ingest.sources import KINDS
 
 _NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
@@ -53,7 +56,7 @@ def bucket(fetch: Fetch) -> Bucket:
         or os.environ.get("AWS_ENDPOINT_URL")
         or f"https://s3.{region}.amazonaws.com"
     )
-    return Bucket(endpoint.rstrip("/"), fetch.location, region, credentials())
+    return Bucket(endpoint.rstrip("/"), fetch.location, region, decoded_credentials(fetch.secret))
 
 
 def _listing(fetch: Fetch, client: httpx.Client, b: Bucket) -> Iterator[tuple[str, str, int | None]]:
@@ -170,7 +173,7 @@ def _wanted(fetch: Fetch, client: httpx.Client, b: Bucket, out: Fetched) -> dict
 def _read(fetch: Fetch, client: httpx.Client, b: Bucket, key: str, etag: str, out: Fetched) -> None:
     url = b.url(key)
     try:
-        got = get(client, url, fetch.max_item_bytes, extra=b.headers(url))
+        got = get(client, url, fetch.max_item_bytes, same_site=site(b.endpoint), extra=b.headers(url))
     except Refused as exc:
         if (old := fetch.known.get(key)) is not None and not exc.gone:
             out.items[key] = old

@@ -20,7 +20,7 @@ from ragvps.errors import NotFoundError, RagvpsError
 from ragvps.ingest import links
 from ragvps.ingest.cancel import Cancelled
 from ragvps.ingest.pipeline import IngestReport, ingest
-from ragvps.ingest.remote import Fetch, Fetched, Progress, Warn, secret
+from ragvps.ingest.remote import Fetch, Fetched, Progress, Warn, secret, sigv4
 from ragvps.reach import Reach
 from ragvps.records import ModelSpec
 
@@ -103,6 +103,20 @@ def _scrub(report: SyncReport, *paths: Path) -> None:
     report.failures = [(secret.scrub(i, *paths), secret.scrub(m, *paths)) for i, m in report.failures]
 
 
+def _secret(settings: Settings, row: sources.SourceRow, given: str) -> str:
+    """The credential a source uses: its own (given with it, kept encrypted), or for S3 the server's named
+    profile the source names (when the table lets this knowledge base use it), or the server's ambient AWS
+    credentials (only where source_ambient_credentials names the source); else none (unsigned requests)."""
+    if given or row.kind != "s3":
+        return given
+    kb = settings.database.kb
+    profile = str(row.config.get("profile") or "")
+    if profile:
+        return sigv4.encoded(sigv4.profile(settings.source.credentials_file, profile, kb))
+    allowed = {f"{kb}/{row.name}", f"{kb}/*", "*"} & set(settings.source.ambient_credentials)
+    return sigv4.encoded(sigv4.credentials()) if allowed else ""
+
+
 def _fetch(
     conn: psycopg.Connection, settings: Settings, row: sources.SourceRow, mirror: Path, progress: Progress, warn: Warn
 ) -> Fetched:
@@ -110,7 +124,7 @@ def _fetch(
     mirror.mkdir(parents=True, exist_ok=True)
     config = row.config
     location, inline = secret.split(row.location)  # a record from before credentials were kept apart
-    sealed = config.get("credential")
+    sealed = str(config.get("credential") or "")
     request = Fetch(
         row.name,
         location,
@@ -123,7 +137,7 @@ def _fetch(
         max_items=int(str(config.get("max_items") or 10_000)),
         max_item_bytes=int(str(config.get("max_item_bytes") or 64 << 20)),
         reach=Reach.of(settings.source.allow_hosts),
-        secret=secret.unseal(settings.database.data_dir, sealed) if isinstance(sealed, str) else inline,
+        secret=_secret(settings, row, secret.unseal(settings.database.data_dir, sealed) if sealed else inline),
     )
     fetched: Fetched = module.fetch(request)
     return fetched
