@@ -19,6 +19,7 @@ import httpcore
 import httpx
 
 SETTING = "source_allow_hosts"
+READ_S = 10.0  # the longest wait for a response's next bytes: a cancel lands within it
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -130,4 +131,5 @@ class _Transport(httpx.HTTPTransport):
 def client(reach: Reach, timeout: float) -> httpx.Client:
     """An httpx client whose every connection (redirects included) is checked by `reach`; no proxy from the
     environment (a proxy would resolve the name itself), no redirects followed by httpx."""
-    return httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False, transport=_Transport(reach))
+    limits = httpx.Timeout(timeout, read=min(timeout, READ_S))
+    return httpx.Client(timeout=limits, follow_redirects=False, trust_env=False, transport=_Transport(reach))

@@ -81,6 +81,7 @@ class QueuedSync:
 
 
 KEPT = "(kept encrypted, never shown)"  # what a listing shows of a source's credential
+REMOVE_WAIT_S = 30.0  # how long removing a source waits for its cancelled sync to stop
 POLL_S = 0.5  # how often `ragvps sync` looks whether another worker's sync of the source ended
 
 
@@ -105,6 +106,15 @@ def check(spec: SourceSpec) -> dict[str, object]:
         raise UsageError(f"s3 source {spec.name}: {location!r} is not a bucket name (3-63 of a-z, 0-9, . and -)")
     if spec.kind == "git" and (not location or location.startswith(("-", "ext::"))):
         raise UsageError(f"git source {spec.name}: give the repository's URL (http, https, ssh, git) or its path")
+    template = spec.options.get("link")
+    if template:
+        try:
+            str(template).format(commit="c", path="p")
+        except (KeyError, IndexError, ValueError, AttributeError):
+            raise UsageError(
+                f"git source {spec.name}: link {template!r} may use only {{commit}} and {{path}} "
+                "(write a literal brace as {{ or }})"
+            ) from None
     allowed = {*OPTIONS[spec.kind], "max_items", "max_item_bytes"}
     unknown = sorted(k for k, v in spec.options.items() if v not in (None, [], ()) and k not in allowed)
     if unknown:
@@ -166,10 +176,15 @@ def remove_source(app: App, name: str) -> RemovedSource:
         if name not in {r.name for r in sources.listed(conn)}:
             raise NotFoundError(f"no source named {name} in knowledge base {app.kb_name} (`ragvps source list`)")
         running = sync_jobs.running(conn, name)
+        if running is not None:  # cancelled, and waited for: a cancel lands within seconds (READ_S)
+            jobs.cancel(conn, running)
+            deadline = time.monotonic() + REMOVE_WAIT_S
+            while (running := sync_jobs.running(conn, name)) is not None and time.monotonic() < deadline:
+                time.sleep(POLL_S / 5)
         if running is not None:
             raise ConflictError(
-                f"source {name} is being synced (job {running}): cancel it (DELETE /jobs/{running}) "
-                "or wait for it to end, then remove the source"
+                f"source {name} is being synced (job {running}) and did not stop within {REMOVE_WAIT_S:.0f} s of "
+                f"its cancel: wait for it to end (GET /jobs/{running}), then remove the source"
             )
         from ragvps.ingest.remote.sync import forget  # lazy: as run_sync's, below
 

@@ -40,6 +40,10 @@ class Fetch:
     reach: Reach = Reach()  # what beyond the public internet it may connect to (source_allow_hosts)
     secret: str = field(default="", repr=False)  # the source's credential (user:password), never in `location`
 
+    def tick(self) -> None:
+        """Called while a response streams: raises Cancelled when the sync is cancelled or its worker stops."""
+        self.progress("tick", 0, 0)
+
     def text(self, key: str) -> str:
         value = self.config.get(key)
         return "" if value is None else str(value)

@@ -119,7 +119,10 @@ def _credential(fetch: Fetch) -> dict[str, str]:
 def link(fetch: Fetch, commit: str, path: str) -> str:
     template = fetch.text("link")
     if template:
-        return template.format(commit=commit, path=quote(path))
+        try:
+            return template.format(commit=commit, path=quote(path))
+        except (KeyError, IndexError, ValueError, AttributeError):  # a template added before it was checked
+            pass
     location = fetch.location
     if location.startswith(("http://", "https://")):
         return f"{location.removesuffix('/').removesuffix('.git')}/blob/{commit}/{quote(path)}"

@@ -3,9 +3,11 @@ stream and cut at a number of URLs, robots.txt. Each refusal is a `Refused` nami
 
 from __future__ import annotations
 
+import functools
 import re
+import time
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 from urllib.robotparser import RobotFileParser
@@ -18,6 +20,8 @@ AGENT = "ragvps"
 MAX_REDIRECTS = 5
 MAX_SITEMAP_BYTES = 50 << 20  # the sitemap protocol's own limit for one file
 MAX_ENCODINGS = 2  # Content-Encoding layers undone (`gzip, gzip` is two)
+MAX_GET_S = 120.0  # one GET, its redirects and its body (a page that trickles in stops here)
+Tick = Callable[[], None] | None  # called as a response streams: a cancel raises from it
 ACCEPT = "gzip, deflate"  # what ragvps undoes itself, each layer bounded
 
 
@@ -50,6 +54,7 @@ def get(
     version: str = "",
     same_site: str | None = None,
     extra: Mapping[str, str] | None = None,
+    tick: Tick = None,
 ) -> Got:
     """GET `url`, following at most MAX_REDIRECTS redirects within `same_site`, reading at most `limit` bytes;
     with `version` (an earlier Got's), a conditional GET: 304 comes back with no body. `extra`: more headers,
@@ -61,7 +66,10 @@ def get(
         headers["If-None-Match"] = value
     elif kind == "modified":
         headers["If-Modified-Since"] = value
+    deadline = time.monotonic() + MAX_GET_S
     for _ in range(MAX_REDIRECTS + 1):
+        if tick:
+            tick()
         try:
             with client.stream("GET", url, headers=headers) as response:
                 if response.has_redirect_location:
@@ -72,7 +80,7 @@ def get(
                         raise Refused("redirect", f"{url}: redirects; not followed with credentials attached")
                     url = target
                     continue
-                return _answer(url, response, limit)
+                return _answer(url, response, limit, functools.partial(_alive, url, deadline, tick))
         except Blocked as exc:
             raise Refused("address not allowed", f"{url}: {exc}") from None
         except httpx.HTTPError as exc:
@@ -80,7 +88,14 @@ def get(
     raise Refused("too many redirects", f"{url}: more than {MAX_REDIRECTS} redirects, not followed")
 
 
-def _answer(url: str, response: httpx.Response, limit: int) -> Got:
+def _alive(url: str, deadline: float, tick: Tick) -> None:
+    if tick:
+        tick()
+    if time.monotonic() > deadline:
+        raise Refused("too slow", f"{url}: not read within {MAX_GET_S:.0f} s, skipped")
+
+
+def _answer(url: str, response: httpx.Response, limit: int, alive: Callable[[], None]) -> Got:
     status = response.status_code
     if status in (404, 410):
         raise Refused("gone", f"{url}: HTTP {status}", gone=True)
@@ -95,7 +110,7 @@ def _answer(url: str, response: httpx.Response, limit: int) -> Got:
     if declared.isdigit() and int(declared) > limit:
         raise Refused("too large", f"{url}: {int(declared):,} bytes, more than max_item_bytes ({limit:,}), skipped")
     body = bytearray()
-    for block in decoded(response, url, limit, "max_item_bytes"):
+    for block in decoded(response, url, limit, "max_item_bytes", alive):
         body += block
     return Got(url, status, bytes(body), content_type, version)
 
@@ -120,7 +135,9 @@ class _Layer:
         return got
 
 
-def decoded(response: httpx.Response, url: str, limit: int, setting: str) -> Iterator[bytes]:
+def decoded(
+    response: httpx.Response, url: str, limit: int, setting: str, alive: Callable[[], None] | None = None
+) -> Iterator[bytes]:
     """The response's body with its Content-Encoding layers undone (`gzip, gzip` too), in blocks, refused once the
     decoded bytes of any layer pass `limit`: the bound holds while the body streams, however well it packs."""
     codings = [c.strip().lower() for c in response.headers.get("content-encoding", "").split(",")]
@@ -131,6 +148,8 @@ def decoded(response: httpx.Response, url: str, limit: int, setting: str) -> Ite
     total = 0
     try:
         for raw in response.iter_raw():
+            if alive:
+                alive()
             for layer in layers:
                 raw = layer.feed(raw, limit)
             total += len(raw)
@@ -159,7 +178,12 @@ _LOC = re.compile(rb"<loc>\s*([^<\s]+)\s*</loc>", re.IGNORECASE)
 
 
 def sitemap_urls(
-    client: httpx.Client, url: str, limit: int, same_site: str, extra: Mapping[str, str] | None = None
+    client: httpx.Client,
+    url: str,
+    limit: int,
+    same_site: str,
+    extra: Mapping[str, str] | None = None,
+    tick: Tick = None,
 ) -> Iterator[tuple[str, bool]]:
     """(URL, is a nested sitemap) of a sitemap or sitemap index, read as a stream and stopped once `limit` URLs
     are out (a sitemap of a million URLs costs what its first `limit` do)."""
@@ -171,7 +195,7 @@ def sitemap_urls(
                 raise Refused(f"HTTP {response.status_code}", f"{url}: HTTP {response.status_code}")
             index = None
             pending = b""
-            for block in decoded(response, url, MAX_SITEMAP_BYTES, "the sitemap limit"):
+            for block in decoded(response, url, MAX_SITEMAP_BYTES, "the sitemap limit", tick):
                 pending += block
                 if index is None and b">" in pending:
                     index = b"<sitemapindex" in pending[:4096].lower()

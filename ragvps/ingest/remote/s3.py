@@ -86,7 +86,7 @@ def _listing(fetch: Fetch, client: httpx.Client, b: Bucket) -> Iterator[tuple[st
 def _page(fetch: Fetch, client: httpx.Client, b: Bucket, url: str) -> ElementTree.Element:
     try:
         with client.stream("GET", url, headers=b.headers(url)) as response:
-            body = b"".join(decoded(response, url, LISTING_BYTES, "the listing page limit"))
+            body = b"".join(decoded(response, url, LISTING_BYTES, "the listing page limit", fetch.tick))
     except Refused as exc:
         raise UnavailableError(f"source {fetch.name}: listing bucket {b.name}: {exc}") from None
     except reach.Blocked as exc:
@@ -173,7 +173,7 @@ def _wanted(fetch: Fetch, client: httpx.Client, b: Bucket, out: Fetched) -> dict
 def _read(fetch: Fetch, client: httpx.Client, b: Bucket, key: str, etag: str, out: Fetched) -> None:
     url = b.url(key)
     try:
-        got = get(client, url, fetch.max_item_bytes, same_site=site(b.endpoint), extra=b.headers(url))
+        got = get(client, url, fetch.max_item_bytes, same_site=site(b.endpoint), extra=b.headers(url), tick=fetch.tick)
     except Refused as exc:
         if (old := fetch.known.get(key)) is not None and not exc.gone:
             out.items[key] = old

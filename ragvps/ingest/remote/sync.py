@@ -4,6 +4,7 @@ when something changed, or the last sync did not end well), and keep the sync's 
 from __future__ import annotations
 
 import importlib
+import logging
 import shutil
 import time
 from collections import Counter
@@ -24,6 +25,7 @@ from ragvps.ingest.remote import Fetch, Fetched, Progress, Warn, secret, sigv4
 from ragvps.reach import Reach
 from ragvps.records import ModelSpec
 
+log = logging.getLogger(__name__)
 CONNECTORS = {"git": "git", "web": "web", "s3": "s3"}  # kind -> module of ragvps.ingest.remote with fetch()
 
 
@@ -88,6 +90,12 @@ def sync(
     except Cancelled:
         conn.rollback()
         report.state, report.error = "cancelled", "cancelled before its end; the next sync completes it"
+    except Exception as exc:  # a defect met on something the source served: this sync fails, the worker goes on
+        conn.rollback()
+        report.state = "failed"
+        report.error = f"source {row.name}: the sync stopped on an error ({type(exc).__name__}: {str(exc)[:200]})"
+        warn(report.error)
+        log.exception("source %s: the sync stopped on an error", row.name)
     report.seconds = time.monotonic() - started
     _scrub(report, mirror, settings.database.data_dir)
     keep = fetched.items if fetched is not None and report.state not in ("failed", "cancelled") else None

@@ -54,9 +54,12 @@ def links_of(url: str, html: bytes, base: str) -> list[str]:
     parser.feed(html.decode("utf-8", "replace"))
     out = []
     for href in parser.links:
-        target = urldefrag(urljoin(url, href.strip()))[0]
-        if urlsplit(target).scheme in ("http", "https") and site(target) == base:
-            out.append(target)
+        try:
+            target = urldefrag(urljoin(url, href.strip()))[0]
+            if urlsplit(target).scheme in ("http", "https") and site(target) == base:
+                out.append(target)
+        except ValueError:  # a malformed link (`http://[broken`): not followed, the page is kept
+            continue
     return out
 
 
@@ -75,7 +78,9 @@ class _Crawl:
         """Read one page into the mirror (or find it unchanged); None when it is not kept."""
         known = self.fetch.known.get(url)
         try:
-            got = get(self.client, url, self.limit, known.version if known else "", self.base, self.auth)
+            got = get(
+                self.client, url, self.limit, known.version if known else "", self.base, self.auth, self.fetch.tick
+            )
         except Refused as exc:
             if known is not None and not exc.gone:  # a passing failure keeps the page as it was
                 self.out.items[url] = known
@@ -207,7 +212,9 @@ def _from_sitemap(crawl: _Crawl, rules: RobotFileParser) -> None:
     while sitemaps and len(urls) <= crawl.pages:
         sitemap = sitemaps.pop(0)
         try:
-            for url, nested in sitemap_urls(crawl.client, sitemap, crawl.pages + 1 - len(urls), crawl.base, crawl.auth):
+            for url, nested in sitemap_urls(
+                crawl.client, sitemap, crawl.pages + 1 - len(urls), crawl.base, crawl.auth, crawl.fetch.tick
+            ):
                 if site(url) != crawl.base:
                     crawl.out.skipped["off-site URL in sitemap"] += 1
                 elif nested and len(sitemaps) < 50:
