@@ -18,6 +18,7 @@ from support.asgi_server import InProcess
 from support.serve_server import KEY, REPO, ragvps_env
 from support.sites import served
 
+from tests.test_source_api import run_cli
 from tests.test_source_jobs import wait
 
 ENDED = ("done", "failed", "cancelled")
@@ -28,6 +29,7 @@ def server(module_db_url, tmp_path_factory):
     root = tmp_path_factory.mktemp("poison")
     env = ragvps_env(module_db_url, root / "data") | {"RAGVPS_API_KEYS": KEY, "RAGVPS_SOURCE_ALLOW_HOSTS": "127.0.0.1"}
     srv = InProcess(env, key=KEY).start()
+    srv.writer = run_cli(env, "key", "create", "--kb", "default", "--role", "write", "--name", "w").strip()  # type: ignore[attr-defined]
     yield srv
     srv.stop()
 
@@ -97,7 +99,7 @@ def test_a_sync_that_stopped_its_worker_twice_fails_and_the_queue_moves_on(cli, 
         assert conn.execute("SELECT count(*) FROM ingest_jobs WHERE state IN ('queued', 'running')").fetchone()[0] == 0
 
 
-def test_cancel_and_removal_end_a_sync_on_a_trickling_page(server, tmp_path):
+def test_cancel_by_an_admin_and_removal_end_a_sync_on_a_trickling_page(server, tmp_path):
     _site(tmp_path / "site")
     hit = threading.Event()
     c = server.client()
@@ -106,6 +108,10 @@ def test_cancel_and_removal_end_a_sync_on_a_trickling_page(server, tmp_path):
         assert c.post("/kb/default/sources", json=body).status_code == 201
         job = c.post("/kb/default/sources/slow/sync").json()["job"]
         assert hit.wait(60)
+        writer = server.keyless(headers={"Authorization": f"Bearer {server.writer}"})
+        refused = writer.delete(f"/jobs/{job}")  # a write key may upload, not sync: nor cancel a sync
+        assert refused.status_code == 403 and "admin" in refused.text, refused.text
+        assert writer.get(f"/jobs/{job}").json()["state"] == "running"
         assert c.delete(f"/jobs/{job}").status_code == 200
         assert wait(c, job, timeout=60)["state"] == "cancelled"
 
