@@ -72,8 +72,8 @@ class Fetched:
 
     def skip(self, reason: str, message: str, warn: Warn, item: str = "") -> None:
         self.skipped[reason] += 1
-        if len(self.problems) < 100:
+        if len(self.problems) < 100:  # the rest counted, not said one by one
             self.problems.append(message)
             if item:
                 self.failures.append((item, message))
-        warn(message)
+            warn(message)

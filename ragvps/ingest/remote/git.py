@@ -14,6 +14,7 @@ import fnmatch
 import os
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote, urlsplit
@@ -34,6 +35,8 @@ _ENV = {
     "GIT_CONFIG_GLOBAL": os.devnull,
     "LC_ALL": "C",
 }
+WALK_PER_ITEM, MIN_WALK = 20, 100_000  # tree entries walked at most: per max_items, and at least
+WALK_S = 120.0  # a tree's walk at most
 _FILE, _LINK, _MODULE = ("100644", "100755"), "120000", "160000"
 
 
@@ -182,10 +185,7 @@ def _listed(fetch: Fetch, repo: Path, commit: str, out: Fetched) -> dict[str, tu
     """The commit's files this source reads: path -> (blob id, size); the rest counted by why they are not read."""
     include, exclude = fetch.strings("include") or ["*"], fetch.strings("exclude")
     wanted: dict[str, tuple[str, int]] = {}
-    listing = _git(fetch, "ls-tree", "-r", "-l", "-z", "--full-tree", commit, repo=repo)
-    for entry in listing.split(b"\0"):
-        if not entry:
-            continue
+    for entry in _walk(fetch, repo, commit, out):
         head, _, raw = entry.partition(b"\t")
         mode, _kind, blob, size = head.decode().split()
         path = raw.decode("utf-8", "surrogateescape")
@@ -211,9 +211,36 @@ def _listed(fetch: Fetch, repo: Path, commit: str, out: Fetched) -> dict[str, tu
                 "skipped (raise the source's max_items)",
                 fetch.warn,
             )
+            break  # the walk stops here: a tree of a million paths costs what its first max_items do
         else:
             wanted[path] = (blob, int(size))
     return wanted
+
+
+def _walk(fetch: Fetch, repo: Path, commit: str, out: Fetched) -> Iterator[bytes]:
+    """The commit's tree entries as `git ls-tree` streams them, the walk bounded: at most WALK_PER_ITEM x max_items
+    entries (at least MIN_WALK) and WALK_S seconds, then stopped (a tree bomb of a million paths in seven objects
+    is cut there), with a cancel checked as it goes."""
+    bound, deadline = max(MIN_WALK, WALK_PER_ITEM * fetch.max_items), time.monotonic() + WALK_S
+    cmd = ["git", "--git-dir", str(repo), "ls-tree", "-r", "-l", "-z", "--full-tree", commit]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_env())
+    assert proc.stdout is not None
+    pending, count = b"", 0
+    try:
+        while block := os.read(proc.stdout.fileno(), 1 << 16):
+            *entries, pending = (pending + block).split(b"\0")
+            fetch.tick()
+            for entry in entries:
+                count += 1
+                if count > bound or time.monotonic() > deadline:
+                    what = f"{bound:,} entries" if count > bound else f"{WALK_S:.0f} s"
+                    message = f"{fetch.name}: the tree's walk stopped after {what}; the rest not read"
+                    out.skip("tree too large", message, fetch.warn)
+                    return
+                yield entry
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def _matches(path: str, globs: list[str]) -> bool:
