@@ -234,3 +234,56 @@ def test_audit_rows_older_than_audit_days_are_removed(env: dict[str, str], tmp_p
         conn.execute("UPDATE ragvps.audit SET at = now() - interval '100 days' WHERE who = 'key old'")
     done = ragvps_here(env, "audit", "--since", "52w", "--who", "key old", "--json")
     assert done.returncode == 0 and json.loads(done.stdout) == []
+
+
+# --- issue 50: forwarded users' own groups, control characters, sign-out revokes ---------------------------
+
+
+def test_a_forwarded_user_never_takes_another_sessions_groups(srv: InProcess, env: dict[str, str]):
+    from ragvps.app.identity import User
+    from ragvps.app.library import Library
+    from ragvps.config import load_settings
+
+    with Library.open(load_settings(env=env)) as library:
+        library.identities().seen(User("sub-dee", "dee@example.org", "Dee", ("eng",), "oidc"))
+        assert owui_models(srv, env["OWUI_KEY"], email="dee@example.org", role="guest") == ["docs"]  # her own
+        # someone else shows up with dee's address (another subject, later): neither record speaks for dee now
+        library.identities().seen(User("proxy:mallory", "DEE@example.org", "Mallory", ("admins",), "proxy"))
+    assert owui_models(srv, env["OWUI_KEY"], email="dee@example.org", role="user") == ["docs"]  # role:user alone
+
+
+def test_control_characters_neither_forge_audit_rows_nor_names(
+    srv: InProcess, env: dict[str, str], issuer: TokenIssuer
+):
+    from ragvps.app.identity import User
+    from ragvps.app.library import Library
+    from ragvps.config import load_settings
+
+    forged = "2026-01-01 00:00:00  settings key"
+    with srv.keyless(headers={"Authorization": f"Bearer {KEY}"}) as c:
+        assert c.post("/kb/x%0A" + forged.replace(" ", "%20") + "/search", json={"query": "q"}).status_code == 404
+    token = issuer.token("nl", groups=["eng"], email="nl@example.org\n" + forged)
+    assert kbs_of(srv, bearer(token)).status_code == 401
+    with Library.open(load_settings(env=env)) as library:  # a row written before names were checked
+        library.identities().seen(User("sub-nl", "nl@example.org\n" + forged, "NL", ("eng",), "proxy"))
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and "x\\n2026" not in (text := ragvps_here(env, "audit", "--since", "1h").stdout):
+        time.sleep(0.2)
+    assert "x\\n2026" in text and not any(line.startswith(forged) for line in text.splitlines())
+    users = ragvps_here(env, "users").stdout
+    assert "nl@example.org\\n2026" in users and not any(line.startswith(forged) for line in users.splitlines())
+
+
+def test_signing_out_revokes_the_session_cookie(srv: InProcess, env: dict[str, str]):
+    from ragvps.app.identity import User
+    from ragvps.config import load_settings
+    from ragvps.serve.gate.session import Signer, session_payload
+
+    value = Signer.for_settings(load_settings(env=env)).dump(
+        session_payload(User("sub-eve", "eve@example.org", "Eve", ("eng",))), 3600
+    )
+    with srv.keyless(cookies={"ragvps_session": value}) as c:
+        assert names(c.get("/kb")) == ["docs"]
+        assert c.post("/auth/logout", follow_redirects=False).status_code == 303
+    with srv.keyless(cookies={"ragvps_session": value}) as copy:  # a copy of the cookie, kept by someone
+        assert copy.get("/kb").status_code == 401

@@ -150,3 +150,20 @@ def test_sigterm_stops_a_worker_held_by_a_trickling_page(cli, tmp_path):
             if worker.poll() is None:
                 worker.kill()
                 worker.wait()
+
+
+def test_adding_syncing_and_removing_a_source_leave_audit_rows(server, tmp_path):
+    _site(tmp_path / "site")
+    c = server.client()
+    with served(tmp_path / "site") as base:
+        body = {"kind": "web", "name": "audited", "location": f"{base}/ferries.html"}
+        assert c.post("/kb/default/sources", json=body).status_code == 201
+        assert wait(c, c.post("/kb/default/sources/audited/sync").json()["job"])["state"] == "done"
+        assert c.delete("/kb/default/sources/audited").status_code == 200
+    wanted = {("source_add", 201), ("sync", 202), ("source_remove", 200)}
+    deadline, found = time.monotonic() + 30, set()
+    while time.monotonic() < deadline and not wanted <= found:  # written by the audit's thread in batches
+        rows = json.loads(run_cli(server.env, "audit", "--since", "1h", "--json"))
+        found = {(r["action"], r["status"]) for r in rows if r["kb"] == "default"}
+        time.sleep(0.2)
+    assert wanted <= found, found

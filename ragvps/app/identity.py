@@ -115,14 +115,24 @@ class Identities:
             identity.user_seen(conn, user.subject, user.email, user.name, user.groups, user.via)
 
     def forwarded(self, email: str, name: str | None, role: str | None) -> User:
-        """A chat front end's user: the groups of their last sign-in (none if they never signed in) and
-        `role:ROLE` for the role the front end gives them."""
+        """A chat front end's user: the groups of their own record, the one user who signed in with this address
+        (none if nobody did, or if two subjects share it: never another's groups), and `role:ROLE` for the role the
+        front end gives them. The forwarding key's own role bounds all of it (RoleMap.principal's `within`)."""
         with self.connections.connection() as conn:
             row = identity.user_by_email(conn, email)
         groups = list(row[3]) if row is not None else []
         if role:
             groups.append(f"role:{role.strip().lower()}")
         return User(row[0] if row is not None else f"forwarded:{email}", email, name, tuple(groups), "forwarded")
+
+    def revoke(self, sid: str, until: float) -> None:
+        """A session signed out: its cookie is refused from now on, in every process of the server."""
+        with self.connections.connection() as conn:
+            identity.revoke_session(conn, sid, until)
+
+    def revoked(self, sid: str) -> bool:
+        with self.connections.connection() as conn:
+            return identity.session_revoked(conn, sid)
 
     def listing(self) -> list[UserRecord]:
         with self.connections.connection() as conn:

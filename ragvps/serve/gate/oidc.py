@@ -135,6 +135,11 @@ class Provider:
         except (JoseError, ValueError, UnicodeError) as exc:
             raise UnauthorizedError(f"the token was refused ({_why(exc)}): sign in again") from None
         claims = decoded.claims
+        for claim in ("sub", "email", "name"):
+            if isinstance(claims.get(claim), str) and not str(claims[claim]).isprintable():
+                raise UnauthorizedError(
+                    f"the token was refused (its {claim} claim holds control characters, which no name may hold)"
+                )
         aud = claims.get("aud")
         if not set([aud] if isinstance(aud, str) else aud or []) & set(audiences):
             raise UnauthorizedError(
