@@ -287,3 +287,41 @@ def test_signing_out_revokes_the_session_cookie(srv: InProcess, env: dict[str, s
         assert c.post("/auth/logout", follow_redirects=False).status_code == 303
     with srv.keyless(cookies={"ragvps_session": value}) as copy:  # a copy of the cookie, kept by someone
         assert copy.get("/kb").status_code == 401
+
+
+def test_an_unknown_key_id_never_holds_a_token_whose_key_is_known(srv: InProcess, issuer: TokenIssuer):
+    import threading
+
+    from joserfc.jwk import RSAKey
+
+    assert names(kbs_of(srv, bearer(issuer.token("ana", groups=["eng"])))) == ["docs"]  # its key is known
+    forged = [issuer.token("ana", key=RSAKey.generate_key(2048, parameters={"kid": f"forged-{n}"})) for n in range(5)]
+    valid = issuer.token("ana", groups=["eng"], nonce="fresh")
+    issuer.jwks_gate = threading.Event()  # the provider hangs on the JWKS: a fetch for the forged kids waits
+    done: dict[str, int] = {}
+    try:
+        threads = [threading.Thread(target=lambda t=t: kbs_of(srv, bearer(t))) for t in forged]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while issuer.fetches == 0 or not any(t.is_alive() for t in threads):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        checker = threading.Thread(target=lambda: done.setdefault("status", kbs_of(srv, bearer(valid)).status_code))
+        checker.start()
+        checker.join(30)  # the JWKS still hangs: only a request that waits on nobody's fetch ends here
+        assert done.get("status") == 200, done
+    finally:
+        issuer.jwks_gate.set()
+        issuer.jwks_gate = None
+    for thread in threads:
+        thread.join(60)
+
+
+def test_a_provider_without_key_ids_survives_its_key_rotation(srv: InProcess, issuer: TokenIssuer):
+    assert names(kbs_of(srv, bearer(issuer.token("ana", groups=["eng"], with_kid=False)))) == ["docs"]
+    issuer.rotate()
+    deadline = time.monotonic() + 20  # the keys are fetched again at most once a second
+    while (status := kbs_of(srv, bearer(issuer.token("ana", groups=["eng"], with_kid=False))).status_code) != 200:
+        assert status == 401 and time.monotonic() < deadline, status
+        time.sleep(0.2)
