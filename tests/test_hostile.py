@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import tarfile
 import time
 
@@ -19,11 +20,14 @@ from support.hostile_files import (
     HOSTILE_NAMES,
     bundle_members,
     corpus,
+    epub_padded_spine_bomb,
     epub_spine_bomb,
     extra_chunk,
     foreign_root,
     links,
+    markdown_chunk_bomb,
     odt_repeat_bomb,
+    xlsx_padded_shared_bomb,
     xlsx_shared_string_bomb,
 )
 from support.serve_server import KEY, ragvps_env
@@ -66,7 +70,14 @@ def sources_stored(db_url: str) -> set[str]:
 
 
 @pytest.mark.parametrize(
-    ("make", "suffix"), [(epub_spine_bomb, ".epub"), (odt_repeat_bomb, ".odt"), (xlsx_shared_string_bomb, ".xlsx")]
+    ("make", "suffix"),
+    [
+        (epub_spine_bomb, ".epub"),
+        (odt_repeat_bomb, ".odt"),
+        (xlsx_shared_string_bomb, ".xlsx"),
+        (epub_padded_spine_bomb, ".epub"),  # padding members lift its unpacked size: the bound counts packed bytes
+        (xlsx_padded_shared_bomb, ".xlsx"),
+    ],
 )
 def test_a_reuse_bomb_is_refused_by_its_reader_naming_it(make, suffix, tmp_path):
     bomb = make(tmp_path / f"bomb{suffix}")
@@ -76,8 +87,20 @@ def test_a_reuse_bomb_is_refused_by_its_reader_naming_it(make, suffix, tmp_path)
     message = str(refused.value)
     assert message.startswith(f"{bomb.name}: its text passes ") and "max_text_ratio" in message
     assert "skipped" in message and str(tmp_path) not in message
-    if make is epub_spine_bomb:
-        assert "it reads OEBPS/c.xhtml 1" in message  # the part read again, counted
+    if make in (epub_spine_bomb, epub_padded_spine_bomb):
+        assert re.search(r"it reads OEBPS/c\.xhtml [\d,]+ times", message)  # the part read again, counted
+    packed = f"per byte of its {bomb.stat().st_size:,}, at least"  # its packed size: padding lifts nothing
+    assert packed in message, message
+
+
+def test_a_file_of_too_many_chunks_is_skipped_by_name(cli, tmp_path):
+    (tmp_path / "in").mkdir()
+    markdown_chunk_bomb(tmp_path / "in" / "sections.md")
+    (tmp_path / "in" / "fine.md").write_text("# Fine\n\nA page of its own.\n")
+    done = cli("chunk", str(tmp_path / "in"), "--json")
+    report = json.loads(done.stdout)
+    assert report["skipped"] == {"too many chunks": 1} and report["files"] == 1, report
+    assert "sections.md: it makes 40,000 chunks, more than a file may store" in done.stderr
 
 
 def test_reuse_bombs_in_an_upload_fail_by_name_and_the_good_files_are_stored(served, module_db_url, tmp_path):

@@ -101,7 +101,7 @@ class ChunkSettings:
     mode: ChunkMode = setting("structure", "chunk_mode", choices=get_args(ChunkMode))
     size: int | None = setting(None, "chunk_size")  # None: the embedder's default
     overlap: int | None = setting(None, "chunk_overlap")
-    # what a reader may produce from one file (docs/security.md): characters per unpacked byte, and in all
+    # what a reader may produce from one file (docs/security.md): characters per packed byte, and in all
     max_text_ratio: int = setting(100, "max_text_ratio", lo=1, hi=1_000_000)
     max_text_chars: int = setting(256 << 20, "max_text_chars", lo=1024, hi=1 << 40)
     follow_symlinks: bool = setting(False, "follow_symlinks")  # links whose target leaves the ingested folder
