@@ -229,6 +229,17 @@ def test_a_json_upload_over_its_bound_gets_413_naming_multipart(served):
     assert small.status_code == 202
 
 
+def test_a_json_upload_of_empty_arrays_or_deep_nesting_is_refused_before_it_is_parsed(served):
+    c = served.client()
+    headers = {"Content-Type": "application/json"}
+    arrays = c.post("/kb/default/documents", content=b"[" + b"[]," * 20_000 + b"[]]", headers=headers)
+    assert arrays.status_code == 413 and "JSON objects and arrays (20,002)" in arrays.text, arrays.text
+    deep = c.post("/kb/default/documents", content=b"[" * 30_000 + b"]" * 30_000, headers=headers)
+    assert deep.status_code in (400, 413), deep.text  # never a RecursionError (500)
+    nested = c.post("/kb/default/documents", content=b'[{"path": "a.md", "text": [[["x"]]]}]', headers=headers)
+    assert nested.status_code == 400 and "nested deeper than an upload is" in nested.text, nested.text
+
+
 def test_cancelled_and_failed_uploads_are_never_stored_by_a_later_reindex(served, module_db_url):
     c = served.client()
     files = [
@@ -308,3 +319,41 @@ def test_a_bundle_whose_manifest_disagrees_with_its_content_is_refused_before_an
             tar.addfile(info, io.BytesIO(data))
     err = " ".join(cli("import", str(rewrite), "--kb", "altered", expect=None).stderr.split())
     assert "fails its own checksum" in err, err
+
+
+def test_a_link_in_a_watched_folder_never_ends_watch_json(cli, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from support.serve_server import REPO
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "alpha.md").write_text("# Alpha\n\nThe alpha file tells of lighthouses.\n")
+    os.symlink("/etc/hostname", folder / "hostname.txt")
+    env = os.environ | cli.env | {"PYTHONPATH": str(REPO)}
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "ragvps", "watch", str(folder), "--json", "--debounce-ms", "200"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert watch.stdout is not None
+        line = watch.stdout.readline()
+        assert line, watch.stderr.read()
+        first = json.loads(line)  # the first ingest's report, the link counted in it
+        assert first["skipped"]["link out of the folder"] == 1, first
+        (folder / "beta.md").write_text("# Beta\n\nThe beta file tells of harbours.\n")
+        os.symlink("/etc/passwd", folder / "passwd.txt")
+        second = json.loads(watch.stdout.readline())
+        assert second["changes"] >= 1 and watch.poll() is None, second
+    finally:
+        watch.send_signal(signal.SIGTERM)
+        try:
+            watch.wait(60)
+        except subprocess.TimeoutExpired:
+            watch.kill()
+            watch.wait()
