@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import urldefrag, urljoin, urlsplit
+from urllib.parse import urldefrag, urljoin, urlsplit, urlunsplit
 from urllib.robotparser import RobotFileParser
 
 import httpx
@@ -41,26 +41,53 @@ class _Links(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
         self.links: list[str] = []
+        self.canonical: str | None = None
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            href = dict(attrs).get("href")
-            if href:
-                self.links.append(href)
+        found = dict(attrs)
+        href = found.get("href")
+        if tag == "a" and href:
+            self.links.append(href)
+        elif tag == "link" and href and "canonical" in (found.get("rel") or "").lower().split():
+            self.canonical = self.canonical or href
 
 
-def links_of(url: str, html: bytes, base: str) -> list[str]:
+def canonical(url: str) -> str:
+    """One name for one page: no fragment, scheme and host in lower case, no default port, `/` for an empty path,
+    and a folder's index page (`/docs/index.html`) as its folder (`/docs/`)."""
+    parts = urlsplit(urldefrag(url)[0])
+    host = (parts.hostname or "").lower()
+    host = f"[{host}]" if ":" in host else host
+    if parts.port is not None and (parts.scheme, parts.port) not in (("http", 80), ("https", 443)):
+        host += f":{parts.port}"
+    path = parts.path or "/"
+    for index in ("index.html", "index.htm"):
+        if path.endswith("/" + index):
+            path = path[: -len(index)]
+    return urlunsplit((parts.scheme.lower(), host, path, parts.query, ""))
+
+
+def links_of(url: str, html: bytes, base: str) -> tuple[list[str], str | None]:
+    """The page's same-site links, canonical, and the same-site canonical URL it declares (`<link rel=canonical>`)
+    when it names another than its own."""
     parser = _Links()
     parser.feed(html.decode("utf-8", "replace"))
     out = []
     for href in parser.links:
         try:
-            target = urldefrag(urljoin(url, href.strip()))[0]
+            target = canonical(urljoin(url, href.strip()))
             if urlsplit(target).scheme in ("http", "https") and site(target) == base:
                 out.append(target)
         except ValueError:  # a malformed link (`http://[broken`): not followed, the page is kept
             continue
-    return out
+    declared = None
+    try:
+        if parser.canonical:
+            declared = canonical(urljoin(url, parser.canonical.strip()))
+    except ValueError:
+        declared = None
+    same = declared is not None and site(declared) == base and declared != canonical(url)
+    return out, declared if same else None
 
 
 @dataclass
@@ -112,6 +139,17 @@ class _Crawl:
         self.out.read += 1
         return got
 
+    def drop(self, url: str, declared: str) -> None:
+        """The page at `url` is a copy of `declared` (its rel=canonical): not an item of its own."""
+        item = self.out.items.pop(url, None)
+        if item is not None:
+            remove(self.fetch.mirror, item.rel)
+            if item is self.fetch.known.get(url):  # page() kept it unchanged
+                self.out.unchanged -= 1
+            else:
+                self.out.read -= 1
+        self.out.skipped["a copy of its canonical page"] += 1
+
     def html(self, url: str, got: Got) -> bytes:
         if got.status != 304:
             return got.body if _TYPES.get(got.content_type) == ".html" else b""
@@ -153,10 +191,9 @@ def fetch(fetch: Fetch) -> Fetched:
             _from_sitemap(crawl, rules)
         else:
             _from_links(crawl, rules, fetch.number("max_depth", 3))
-    if start in crawl.refused:  # the start page or the sitemap: nothing of the site was read
-        raise UnavailableError(
-            f"web source {fetch.name}: {crawl.refused[start]}; check the source's URL (`ragvps source list`)"
-        )
+    refused = crawl.refused.get(start) or crawl.refused.get(canonical(start))
+    if refused is not None:  # the start page or the sitemap: nothing of the site was read
+        raise UnavailableError(f"web source {fetch.name}: {refused}; check the source's URL (`ragvps source list`)")
     for url, old in fetch.known.items():
         if url not in out.items:
             remove(fetch.mirror, old.rel)
@@ -173,8 +210,9 @@ def _allowed(crawl: _Crawl, rules: RobotFileParser, url: str) -> bool:
 
 
 def _from_links(crawl: _Crawl, rules: RobotFileParser, depth: int) -> None:
-    queue = deque([(crawl.fetch.location, 0)])
-    seen = {crawl.fetch.location}
+    start = canonical(crawl.fetch.location)
+    queue = deque([(start, 0)])
+    seen = {start}
     done = 0
     while queue:
         url, level = queue.popleft()
@@ -191,9 +229,17 @@ def _from_links(crawl: _Crawl, rules: RobotFileParser, depth: int) -> None:
         got = crawl.page(url)
         done += 1
         crawl.fetch.progress("fetch", done, done + len(queue))
-        if got is None or level >= depth:
+        if got is None:
             continue
-        for link in links_of(got.url, crawl.html(url, got), crawl.base):
+        links, declared = links_of(got.url, crawl.html(url, got), crawl.base)
+        if declared is not None:  # the page says it is another's copy: that one is the item, read (or queued) once
+            crawl.drop(url, declared)
+            if declared not in seen:
+                seen.add(declared)
+                queue.appendleft((declared, level))
+        if level >= depth:
+            continue
+        for link in links:
             if link not in seen:
                 seen.add(link)
                 queue.append((link, level + 1))
@@ -220,7 +266,7 @@ def _from_sitemap(crawl: _Crawl, rules: RobotFileParser) -> None:
                 elif nested and len(sitemaps) < 50:
                     sitemaps.append(url)
                 elif not nested:
-                    urls.append(url)
+                    urls.append(canonical(url))
         except Refused as exc:
             crawl.refused[sitemap] = exc
             crawl.out.skip(exc.reason, f"{crawl.fetch.name}: sitemap {exc}", crawl.fetch.warn, sitemap)
