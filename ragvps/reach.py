@@ -15,19 +15,19 @@ import socket
 import typing
 from dataclasses import dataclass
 
+import anyio.to_thread
 import httpcore
 import httpx
 
+from ragvps.errors import Blocked
+
+__all__ = ["Blocked", "Reach", "async_client", "client", "public"]
 SETTING = "source_allow_hosts"
 READ_S = 10.0  # the longest wait for a response's next bytes: a cancel lands within it
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-class Blocked(Exception):
-    """A connection refused by the reach rule; the message names the host, its address and the setting."""
 
 
 def _plain(ip: Address) -> Address:
@@ -74,6 +74,10 @@ class Reach:
 
     def address(self, host: str, port: int) -> str:
         """The address to connect to for `host`: the first it resolves to that this reach allows, or Blocked."""
+        return self.addresses(host, port)[0]
+
+    def addresses(self, host: str, port: int) -> list[str]:
+        """Every address `host` resolves to that this reach allows, in the resolver's order; Blocked for none."""
         bare = host.strip("[]")
         try:
             found = [ipaddress.ip_address(bare)]
@@ -83,9 +87,9 @@ class Reach:
             except (OSError, UnicodeError) as exc:
                 raise Blocked(f"{host} does not resolve ({exc})") from None
             found = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
-        for ip in found:
-            if self.allows(bare, ip):
-                return str(ip)
+        allowed = [str(ip) for ip in found if self.allows(bare, ip)]
+        if allowed:
+            return list(dict.fromkeys(allowed))
         shown = found[0] if found else "no address"
         raise Blocked(
             f"{host} is at {shown}, not a public address: a source reaches it only when the server's "
@@ -108,7 +112,13 @@ class _Backend(httpcore.NetworkBackend):
         local_address: str | None = None,
         socket_options: typing.Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.NetworkStream:
-        return self.inner.connect_tcp(self.reach.address(host, port), port, timeout, local_address, socket_options)
+        *others, last = self.reach.addresses(host, port)
+        for address in others:  # each checked address in turn (localhost: ::1, then 127.0.0.1)
+            try:
+                return self.inner.connect_tcp(address, port, timeout, local_address, socket_options)
+            except httpcore.ConnectError:
+                continue
+        return self.inner.connect_tcp(last, port, timeout, local_address, socket_options)
 
     def connect_unix_socket(
         self,
@@ -120,6 +130,56 @@ class _Backend(httpcore.NetworkBackend):
 
     def sleep(self, seconds: float) -> None:
         self.inner.sleep(seconds)
+
+
+class _AsyncBackend(httpcore.AsyncNetworkBackend):
+    """The same, for asyncio (the address is resolved in a thread: getaddrinfo blocks)."""
+
+    def __init__(self, reach: Reach):
+        self.reach = reach
+        self.inner = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: typing.Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        *others, last = await anyio.to_thread.run_sync(self.reach.addresses, host, port)
+        for address in others:
+            try:
+                return await self.inner.connect_tcp(address, port, timeout, local_address, socket_options)
+            except httpcore.ConnectError:
+                continue
+        return await self.inner.connect_tcp(last, port, timeout, local_address, socket_options)
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: typing.Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise Blocked(f"{path}: never a socket file")
+
+    async def sleep(self, seconds: float) -> None:
+        await self.inner.sleep(seconds)
+
+
+class _AsyncTransport(httpx.AsyncHTTPTransport):
+    def __init__(self, reach: Reach):
+        super().__init__(trust_env=False)
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=httpx.create_ssl_context(), network_backend=_AsyncBackend(reach)
+        )
+
+
+def async_client(reach: Reach, timeout: float, auth: httpx.Auth | None = None) -> httpx.AsyncClient:
+    """An asyncio httpx client under `reach` (the identity provider's endpoints): no proxy, no redirects."""
+    return httpx.AsyncClient(
+        timeout=timeout, follow_redirects=False, trust_env=False, transport=_AsyncTransport(reach), auth=auth
+    )
 
 
 class _Transport(httpx.HTTPTransport):

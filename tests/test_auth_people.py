@@ -325,3 +325,27 @@ def test_a_provider_without_key_ids_survives_its_key_rotation(srv: InProcess, is
     while (status := kbs_of(srv, bearer(issuer.token("ana", groups=["eng"], with_kid=False))).status_code) != 200:
         assert status == 401 and time.monotonic() < deadline, status
         time.sleep(0.2)
+
+
+def test_the_providers_discovery_cannot_send_the_server_to_an_internal_address(env: dict[str, str]):
+    other = TokenIssuer()
+    try:
+        port = other.url.rsplit(":", 1)[1]
+        other.url = f"http://localhost:{port}"  # the issuer the server's configuration names: its host trusted
+        other.jwks_url = f"http://127.0.0.1:{port}/jwks"  # another host than the issuer's, on loopback
+        token = other.token("ana", groups=["eng"])
+        settings = env | {"RAGVPS_OIDC_ISSUER": other.url}
+        server = InProcess(settings, key=None).start()
+        try:
+            refused = kbs_of(server, bearer(token))
+            assert refused.status_code == 503 and "source_allow_hosts" in refused.text, refused.text
+            assert other.fetches == 0
+        finally:
+            server.stop()
+        server = InProcess(settings | {"RAGVPS_SOURCE_ALLOW_HOSTS": "127.0.0.1"}, key=None).start()
+        try:
+            assert names(kbs_of(server, bearer(token))) == ["docs"]  # the server's owner allows it
+        finally:
+            server.stop()
+    finally:
+        other.close()

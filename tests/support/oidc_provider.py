@@ -30,6 +30,7 @@ class TokenIssuer:
         self.keys = [RSAKey.generate_key(2048, parameters={"kid": "key-1"})]
         self.fetches = 0  # how often the JWKS was read
         self.jwks_gate: threading.Event | None = None
+        self.jwks_url: str | None = None  # where the discovery document says the keys are (default: here)
         issuer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -37,7 +38,7 @@ class TokenIssuer:
                 if self.path == "/.well-known/openid-configuration":
                     body: dict[str, Any] = {
                         "issuer": issuer.url,
-                        "jwks_uri": issuer.url + "/jwks",
+                        "jwks_uri": issuer.jwks_url or issuer.url + "/jwks",
                         "authorization_endpoint": issuer.url + "/authorize",
                         "token_endpoint": issuer.url + "/token",
                     }

@@ -26,8 +26,8 @@ from joserfc import jws, jwt
 from joserfc.errors import BadSignatureError, JoseError
 from joserfc.jwk import KeySet
 
-from ragvps.app.identity import User, split_groups
-from ragvps.errors import ConfigError, UnauthorizedError, UnavailableError
+from ragvps.app.identity import User, provider_client, split_groups
+from ragvps.errors import Blocked, ConfigError, UnauthorizedError, UnavailableError
 
 if TYPE_CHECKING:
     from ragvps.config import AuthSettings
@@ -75,8 +75,8 @@ class Login:
 
 
 class Provider:
-    def __init__(self, auth: AuthSettings):
-        self.auth = auth
+    def __init__(self, auth: AuthSettings, allow_hosts: tuple[str, ...] = ()):
+        self.auth, self.allow_hosts = auth, allow_hosts  # allow_hosts: source_allow_hosts, beyond the issuer's host
         self.issuer = auth.oidc_issuer.rstrip("/")
         self._metadata: tuple[float, dict[str, object]] = (0.0, {})
         self._keys: tuple[float, KeySet | None] = (0.0, None)
@@ -223,8 +223,10 @@ class Provider:
         )
         url = await self.endpoint("token_endpoint")
         try:
-            async with httpx.AsyncClient(timeout=TIMEOUT_S, auth=auth) as client:
+            async with self._client(auth) as client:
                 response = await client.post(url, data=form)
+        except Blocked as exc:
+            raise UnavailableError(f"the provider's token endpoint {url}: {exc}") from None
         except httpx.HTTPError as exc:
             raise UnavailableError(
                 f"the provider's token endpoint {url} cannot be reached ({exc.__class__.__name__}): try again"
@@ -244,10 +246,15 @@ class Provider:
             return None
         return found + "?" + urlencode({"client_id": self.auth.oidc_client_id, "post_logout_redirect_uri": after})
 
+    def _client(self, auth: httpx.Auth | None = None) -> httpx.AsyncClient:
+        return provider_client(self.issuer, self.allow_hosts, TIMEOUT_S, auth)
+
     async def _get_json(self, url: str) -> dict[str, object]:
         try:
-            async with httpx.AsyncClient(timeout=TIMEOUT_S, follow_redirects=False) as client:
+            async with self._client() as client:
                 response = await client.get(url)
+        except Blocked as exc:
+            raise UnavailableError(f"the identity provider's {url}: {exc}") from None
         except httpx.HTTPError as exc:
             raise UnavailableError(
                 f"the identity provider at {url} cannot be reached ({exc.__class__.__name__}): "
