@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from support.asgi_server import in_process
 from support.serve_server import KEY, ragvps_env
 from support.sites import s3_bucket, served
@@ -95,3 +96,20 @@ def test_a_sources_own_credential_is_kept_sealed_and_never_follows_a_redirect(db
         assert [p for p, _ in heard].count("/handbook/docs/a.md") == 1, heard  # not again, through b.md's redirect
         assert all("AKIDOWN" in auth for _, auth in heard), heard
         assert "own-secret-77" not in api.get("/kb/default/sources").text
+
+
+@pytest.mark.unit
+def test_git_over_ssh_uses_the_servers_keys_only_where_allowed(tmp_path):
+    from ragvps.ingest.remote import Fetch
+    from ragvps.ingest.remote.git import NO_SSH_KEYS, _credential
+
+    def fetch(location: str, ambient: bool = False, secret: str = "") -> Fetch:
+        return Fetch(
+            "g", location, {}, tmp_path, {}, None, lambda *_: None, lambda _: None, secret=secret, ambient=ambient
+        )
+
+    for location in ("git@git.example.com:team/handbook.git", "ssh://git@git.example.com/team/handbook.git"):
+        assert _credential(fetch(location)) == {"GIT_SSH_COMMAND": NO_SSH_KEYS, "SSH_AUTH_SOCK": ""}
+        assert _credential(fetch(location, ambient=True)) == {}
+    header = _credential(fetch("https://git.example.com/h.git", secret="deploy:tok"))
+    assert header["GIT_CONFIG_KEY_0"] == "http.extraHeader" and "tok" not in header["GIT_CONFIG_VALUE_0"]

@@ -39,6 +39,7 @@ class Fetch:
     timeout: float = 30.0
     reach: Reach = Reach()  # what beyond the public internet it may connect to (source_allow_hosts)
     secret: str = field(default="", repr=False)  # the source's credential (user:password), never in `location`
+    ambient: bool = False  # the server's own credentials (ssh keys, AWS_*) allowed: source_ambient_credentials
 
     def tick(self) -> None:
         """Called while a response streams: raises Cancelled when the sync is cancelled or its worker stops."""

@@ -106,10 +106,21 @@ def _pinned(fetch: Fetch) -> list[str]:
     return ["-c", f"http.curloptResolve={host}:{port}:{pin}", "-c", "http.followRedirects=false", "-c", "http.proxy="]
 
 
+# ssh with none of the server's keys, agent or configuration: a source's ssh needs source_ambient_credentials
+NO_SSH_KEYS = (
+    "ssh -F /dev/null -o IdentitiesOnly=yes -o IdentityFile=/dev/null -o IdentityAgent=none -o BatchMode=yes "
+    "-o StrictHostKeyChecking=yes"
+)
+
+
 def _credential(fetch: Fetch) -> dict[str, str]:
     """The source's own credential for git over http(s), as a header in git's environment (never on its command
-    line, never in the URL git might print); it goes only to the pinned host, which redirects nowhere."""
-    if not fetch.secret or urlsplit(fetch.location).scheme not in ("http", "https"):
+    line, never in the URL git might print); it goes only to the pinned host, which redirects nowhere. Over ssh,
+    the server's keys only where source_ambient_credentials names the source."""
+    scheme = "ssh" if _SCP.match(fetch.location) else urlsplit(fetch.location).scheme
+    if scheme == "ssh" and not fetch.ambient:
+        return {"GIT_SSH_COMMAND": NO_SSH_KEYS, "SSH_AUTH_SOCK": ""}
+    if not fetch.secret or scheme not in ("http", "https"):
         return {}
     basic = base64.b64encode(fetch.secret.encode()).decode("ascii")
     return {

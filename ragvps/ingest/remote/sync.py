@@ -121,8 +121,13 @@ def _secret(settings: Settings, row: sources.SourceRow, given: str) -> str:
     profile = str(row.config.get("profile") or "")
     if profile:
         return sigv4.encoded(sigv4.profile(settings.source.credentials_file, profile, kb))
-    allowed = {f"{kb}/{row.name}", f"{kb}/*", "*"} & set(settings.source.ambient_credentials)
-    return sigv4.encoded(sigv4.credentials()) if allowed else ""
+    return sigv4.encoded(sigv4.credentials()) if _ambient(settings, row) else ""
+
+
+def _ambient(settings: Settings, row: sources.SourceRow) -> bool:
+    """Whether source_ambient_credentials lets this source use the server's own credentials."""
+    kb = settings.database.kb
+    return bool({f"{kb}/{row.name}", f"{kb}/*", "*"} & set(settings.source.ambient_credentials))
 
 
 def _fetch(
@@ -146,6 +151,7 @@ def _fetch(
         max_item_bytes=int(str(config.get("max_item_bytes") or 64 << 20)),
         reach=Reach.of(settings.source.allow_hosts),
         secret=_secret(settings, row, secret.unseal(settings.database.data_dir, sealed) if sealed else inline),
+        ambient=_ambient(settings, row),
     )
     fetched: Fetched = module.fetch(request)
     return fetched
