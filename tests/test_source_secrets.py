@@ -72,8 +72,11 @@ def test_a_token_in_a_git_url_is_used_and_never_shown(server, db_url, tmp_path):
     assert rows and TOKEN not in json.dumps(rows, default=str)
 
 
-def test_a_secret_in_a_query_is_refused(server):
+def test_a_secret_in_a_query_or_an_endpoint_is_refused(server):
     srv, _ = server
     body = {"kind": "web", "name": "w", "location": "https://example.com/feed?access_token=abc"}
     refused = srv.client().post("/kb/default/sources", json=body)
     assert refused.status_code == 400 and "access_token" in refused.text and "abc" not in refused.text
+    body = {"kind": "s3", "name": "b", "location": "handbook", "options": {"endpoint": "http://AKID:sk-99@minio:9000"}}
+    refused = srv.client().post("/kb/default/sources", json=body)
+    assert refused.status_code == 400 and "carries credentials" in refused.text and "sk-99" not in refused.text

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from ragvps.app.bundles import backup_names
 from ragvps.app.core import App
@@ -106,6 +107,14 @@ def check(spec: SourceSpec) -> dict[str, object]:
         raise UsageError(f"s3 source {spec.name}: {location!r} is not a bucket name (3-63 of a-z, 0-9, . and -)")
     if spec.kind == "git" and (not location or location.startswith(("-", "ext::"))):
         raise UsageError(f"git source {spec.name}: give the repository's URL (http, https, ssh, git) or its path")
+    endpoint = str(spec.options.get("endpoint") or "")
+    if endpoint and (secret.split(endpoint)[1] or "@" in urlsplit(endpoint).netloc):
+        raise UsageError(
+            f"s3 source {spec.name}: the endpoint {secret.redact(endpoint)!r} carries credentials, which every "
+            "reader would see in its objects' links: give access_key_id and secret_access_key instead"
+        )
+    if endpoint:
+        secret.check_query(endpoint, f"s3 source {spec.name}'s endpoint")
     template = spec.options.get("link")
     if template:
         try:
