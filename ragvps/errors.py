@@ -198,3 +198,8 @@ def redact(text: str) -> str:
     """Hide passwords in DSNs (URL and key=value forms) inside any message."""
     text = _DSN_PASSWORD.sub(lambda m: m.group(1) + ("***" if m.group(2) else "") + m.group(3), text)
     return _KV_PASSWORD.sub(r"\1***", text)
+
+
+class Blocked(Exception):
+    """A connection refused by the reach rule (ragvps/reach.py): the message names the host, its address and the
+    setting source_allow_hosts. Not a RagvpsError: whoever connects turns it into one of theirs."""

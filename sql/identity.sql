@@ -6,9 +6,11 @@ ON CONFLICT (subject) DO UPDATE SET email = EXCLUDED.email, name = EXCLUDED.name
                                     via = EXCLUDED.via, seen_at = now();
 
 -- name: user_by_email
--- The groups a forwarded user had at their last sign-in (the newest, should two subjects share an address).
-SELECT subject, email, name, groups FROM ragvps.users WHERE lower(email) = lower(%(email)s)
-ORDER BY seen_at DESC LIMIT 1;
+-- The record of the user who signed in with this address (through the provider or a trusted proxy): two at
+-- most, so that the caller sees when two subjects share it (then neither's groups are anyone's).
+SELECT subject, email, name, groups FROM ragvps.users
+WHERE lower(email) = lower(%(email)s) AND via IN ('oidc', 'proxy')
+ORDER BY seen_at DESC LIMIT 2;
 
 -- name: user_list
 SELECT subject, email, name, groups, via, seen_at FROM ragvps.users ORDER BY seen_at DESC;
@@ -27,3 +29,12 @@ WHERE at >= %(since)s
   AND (%(kb)s::text IS NULL OR kb = %(kb)s)
   AND (%(action)s::text IS NULL OR action = %(action)s)
 ORDER BY at DESC, id DESC LIMIT %(limit)s;
+
+-- name: session_revoke
+INSERT INTO ragvps.revoked_sessions (sid, until) VALUES (%(sid)s, to_timestamp(%(until)s)) ON CONFLICT (sid) DO NOTHING;
+
+-- name: session_revoked_prune
+DELETE FROM ragvps.revoked_sessions WHERE until < now();
+
+-- name: session_revoked
+SELECT 1 FROM ragvps.revoked_sessions WHERE sid = %(sid)s;

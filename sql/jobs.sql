@@ -100,7 +100,14 @@ SELECT state, count(*), (array_agg(error ORDER BY seq) FILTER (WHERE error IS NO
 FROM ingest_job_files WHERE job_id = %(job)s GROUP BY state;
 
 -- name: release_job
-UPDATE ingest_jobs SET claim = NULL, claimed_at = NULL, claimed_by = NULL WHERE id = %(job)s AND claim = %(claim)s;
+-- Given back: a sync given back by a worker that stops (not struck) does not count its claim as a death.
+UPDATE ingest_jobs
+SET claim = NULL, claimed_at = NULL, claimed_by = NULL,
+    attempts = CASE WHEN kind = 'sync' AND NOT %(strike)s THEN greatest(attempts - 1, 0) ELSE attempts END
+WHERE id = %(job)s AND claim = %(claim)s;
+
+-- name: job_attempts
+SELECT attempts FROM ingest_jobs WHERE id = %(job)s;
 
 -- name: cancel_job
 -- A queued job nobody holds is cancelled at once; a running one is asked to stop (its holder ends it).

@@ -264,3 +264,118 @@ def test_audit_rows_older_than_audit_days_are_removed(env: dict[str, str], tmp_p
         conn.execute("UPDATE ragvps.audit SET at = now() - interval '100 days' WHERE who = 'key old'")
     done = ragvps_here(env, "audit", "--since", "52w", "--who", "key old", "--json")
     assert done.returncode == 0 and json.loads(done.stdout) == []
+
+
+# --- issue 50: forwarded users' own groups, control characters, sign-out revokes ---------------------------
+
+
+def test_a_forwarded_user_never_takes_another_sessions_groups(srv: InProcess, env: dict[str, str]):
+    from ragvps.app.identity import User
+    from ragvps.app.library import Library
+    from ragvps.config import load_settings
+
+    with Library.open(load_settings(env=env)) as library:
+        library.identities().seen(User("sub-dee", "dee@example.org", "Dee", ("eng",), "oidc"))
+        assert owui_models(srv, env["OWUI_KEY"], email="dee@example.org", role="guest") == ["docs"]  # her own
+        # someone else shows up with dee's address (another subject, later): neither record speaks for dee now
+        library.identities().seen(User("proxy:mallory", "DEE@example.org", "Mallory", ("admins",), "proxy"))
+    assert owui_models(srv, env["OWUI_KEY"], email="dee@example.org", role="user") == ["docs"]  # role:user alone
+
+
+def test_control_characters_neither_forge_audit_rows_nor_names(
+    srv: InProcess, env: dict[str, str], issuer: TokenIssuer
+):
+    from ragvps.app.identity import User
+    from ragvps.app.library import Library
+    from ragvps.config import load_settings
+
+    forged = "2026-01-01 00:00:00  settings key"
+    with srv.keyless(headers={"Authorization": f"Bearer {KEY}"}) as c:
+        assert c.post("/kb/x%0A" + forged.replace(" ", "%20") + "/search", json={"query": "q"}).status_code == 404
+    token = issuer.token("nl", groups=["eng"], email="nl@example.org\n" + forged)
+    assert kbs_of(srv, bearer(token)).status_code == 401
+    with Library.open(load_settings(env=env)) as library:  # a row written before names were checked
+        library.identities().seen(User("sub-nl", "nl@example.org\n" + forged, "NL", ("eng",), "proxy"))
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and "x\\n2026" not in (text := ragvps_here(env, "audit", "--since", "1h").stdout):
+        time.sleep(0.2)
+    assert "x\\n2026" in text and not any(line.startswith(forged) for line in text.splitlines())
+    users = ragvps_here(env, "users").stdout
+    assert "nl@example.org\\n2026" in users and not any(line.startswith(forged) for line in users.splitlines())
+
+
+def test_signing_out_revokes_the_session_cookie(srv: InProcess, env: dict[str, str]):
+    from ragvps.app.identity import User
+    from ragvps.config import load_settings
+    from ragvps.serve.gate.session import Signer, session_payload
+
+    value = Signer.for_settings(load_settings(env=env)).dump(
+        session_payload(User("sub-eve", "eve@example.org", "Eve", ("eng",))), 3600
+    )
+    with srv.keyless(cookies={"ragvps_session": value}) as c:
+        assert names(c.get("/kb")) == ["docs"]
+        assert c.post("/auth/logout", follow_redirects=False).status_code == 303
+    with srv.keyless(cookies={"ragvps_session": value}) as copy:  # a copy of the cookie, kept by someone
+        assert copy.get("/kb").status_code == 401
+
+
+def test_an_unknown_key_id_never_holds_a_token_whose_key_is_known(srv: InProcess, issuer: TokenIssuer):
+    import threading
+
+    from joserfc.jwk import RSAKey
+
+    assert names(kbs_of(srv, bearer(issuer.token("ana", groups=["eng"])))) == ["docs"]  # its key is known
+    forged = [issuer.token("ana", key=RSAKey.generate_key(2048, parameters={"kid": f"forged-{n}"})) for n in range(5)]
+    valid = issuer.token("ana", groups=["eng"], nonce="fresh")
+    issuer.jwks_gate = threading.Event()  # the provider hangs on the JWKS: a fetch for the forged kids waits
+    done: dict[str, int] = {}
+    try:
+        threads = [threading.Thread(target=lambda t=t: kbs_of(srv, bearer(t))) for t in forged]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while issuer.fetches == 0 or not any(t.is_alive() for t in threads):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        checker = threading.Thread(target=lambda: done.setdefault("status", kbs_of(srv, bearer(valid)).status_code))
+        checker.start()
+        checker.join(30)  # the JWKS still hangs: only a request that waits on nobody's fetch ends here
+        assert done.get("status") == 200, done
+    finally:
+        issuer.jwks_gate.set()
+        issuer.jwks_gate = None
+    for thread in threads:
+        thread.join(60)
+
+
+def test_a_provider_without_key_ids_survives_its_key_rotation(srv: InProcess, issuer: TokenIssuer):
+    assert names(kbs_of(srv, bearer(issuer.token("ana", groups=["eng"], with_kid=False)))) == ["docs"]
+    issuer.rotate()
+    deadline = time.monotonic() + 20  # the keys are fetched again at most once a second
+    while (status := kbs_of(srv, bearer(issuer.token("ana", groups=["eng"], with_kid=False))).status_code) != 200:
+        assert status == 401 and time.monotonic() < deadline, status
+        time.sleep(0.2)
+
+
+def test_the_providers_discovery_cannot_send_the_server_to_an_internal_address(env: dict[str, str]):
+    other = TokenIssuer()
+    try:
+        port = other.url.rsplit(":", 1)[1]
+        other.url = f"http://localhost:{port}"  # the issuer the server's configuration names: its host trusted
+        other.jwks_url = f"http://127.0.0.1:{port}/jwks"  # another host than the issuer's, on loopback
+        token = other.token("ana", groups=["eng"])
+        settings = env | {"RAGVPS_OIDC_ISSUER": other.url}
+        server = InProcess(settings, key=None).start()
+        try:
+            refused = kbs_of(server, bearer(token))
+            assert refused.status_code == 503 and "source_allow_hosts" in refused.text, refused.text
+            assert other.fetches == 0
+        finally:
+            server.stop()
+        server = InProcess(settings | {"RAGVPS_SOURCE_ALLOW_HOSTS": "127.0.0.1"}, key=None).start()
+        try:
+            assert names(kbs_of(server, bearer(token))) == ["docs"]  # the server's owner allows it
+        finally:
+            server.stop()
+    finally:
+        other.close()

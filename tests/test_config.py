@@ -84,6 +84,7 @@ def test_every_setting_declares_its_facts_beside_its_field():
         "generate": ("generator", "answer"),
         "serve": (),
         "auth": (),
+        "source": ("source",),
     }
     kinds = {"embed": "embedder", "rerank": "reranker", "generate": "generator"}
     seen = set()

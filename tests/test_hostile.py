@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import tarfile
 import time
 from pathlib import Path
@@ -22,11 +23,14 @@ from support.hostile_files import (
     PDF_BOMBS,
     bundle_members,
     corpus,
+    epub_padded_spine_bomb,
     epub_spine_bomb,
     extra_chunk,
     foreign_root,
     links,
+    markdown_chunk_bomb,
     odt_repeat_bomb,
+    xlsx_padded_shared_bomb,
     xlsx_shared_string_bomb,
 )
 from support.serve_server import KEY, ragvps_env
@@ -69,7 +73,14 @@ def sources_stored(db_url: str) -> set[str]:
 
 
 @pytest.mark.parametrize(
-    ("make", "suffix"), [(epub_spine_bomb, ".epub"), (odt_repeat_bomb, ".odt"), (xlsx_shared_string_bomb, ".xlsx")]
+    ("make", "suffix"),
+    [
+        (epub_spine_bomb, ".epub"),
+        (odt_repeat_bomb, ".odt"),
+        (xlsx_shared_string_bomb, ".xlsx"),
+        (epub_padded_spine_bomb, ".epub"),  # padding members lift its unpacked size: the bound counts packed bytes
+        (xlsx_padded_shared_bomb, ".xlsx"),
+    ],
 )
 def test_a_reuse_bomb_is_refused_by_its_reader_naming_it(make, suffix, tmp_path):
     bomb = make(tmp_path / f"bomb{suffix}")
@@ -79,8 +90,20 @@ def test_a_reuse_bomb_is_refused_by_its_reader_naming_it(make, suffix, tmp_path)
     message = str(refused.value)
     assert message.startswith(f"{bomb.name}: its text passes ") and "max_text_ratio" in message
     assert "skipped" in message and str(tmp_path) not in message
-    if make is epub_spine_bomb:
-        assert "it reads OEBPS/c.xhtml 1" in message  # the part read again, counted
+    if make in (epub_spine_bomb, epub_padded_spine_bomb):
+        assert re.search(r"it reads OEBPS/c\.xhtml [\d,]+ times", message)  # the part read again, counted
+    packed = f"per byte of its {bomb.stat().st_size:,}, at least"  # its packed size: padding lifts nothing
+    assert packed in message, message
+
+
+def test_a_file_of_too_many_chunks_is_skipped_by_name(cli, tmp_path):
+    (tmp_path / "in").mkdir()
+    markdown_chunk_bomb(tmp_path / "in" / "sections.md")
+    (tmp_path / "in" / "fine.md").write_text("# Fine\n\nA page of its own.\n")
+    done = cli("chunk", str(tmp_path / "in"), "--json")
+    report = json.loads(done.stdout)
+    assert report["skipped"] == {"too many chunks": 1} and report["files"] == 1, report
+    assert "sections.md: it makes 40,000 chunks, more than a file may store" in done.stderr
 
 
 @pytest.mark.parametrize("name", sorted(PDF_BOMBS))
@@ -293,6 +316,17 @@ def test_a_json_upload_over_its_bound_gets_413_naming_multipart(served):
     assert small.status_code == 202
 
 
+def test_a_json_upload_of_empty_arrays_or_deep_nesting_is_refused_before_it_is_parsed(served):
+    c = served.client()
+    headers = {"Content-Type": "application/json"}
+    arrays = c.post("/kb/default/documents", content=b"[" + b"[]," * 20_000 + b"[]]", headers=headers)
+    assert arrays.status_code == 413 and "JSON objects and arrays (20,002)" in arrays.text, arrays.text
+    deep = c.post("/kb/default/documents", content=b"[" * 30_000 + b"]" * 30_000, headers=headers)
+    assert deep.status_code in (400, 413), deep.text  # never a RecursionError (500)
+    nested = c.post("/kb/default/documents", content=b'[{"path": "a.md", "text": [[["x"]]]}]', headers=headers)
+    assert nested.status_code == 400 and "nested deeper than an upload is" in nested.text, nested.text
+
+
 def test_cancelled_and_failed_uploads_are_never_stored_by_a_later_reindex(served, module_db_url):
     c = served.client()
     files = [
@@ -372,3 +406,49 @@ def test_a_bundle_whose_manifest_disagrees_with_its_content_is_refused_before_an
             tar.addfile(info, io.BytesIO(data))
     err = " ".join(cli("import", str(rewrite), "--kb", "altered", expect=None).stderr.split())
     assert "fails its own checksum" in err, err
+
+
+def test_a_link_in_a_watched_folder_never_ends_watch_json(cli, tmp_path):
+    import queue
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    from support.serve_server import REPO
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "alpha.md").write_text("# Alpha\n\nThe alpha file tells of lighthouses.\n")
+    os.symlink("/etc/hostname", folder / "hostname.txt")
+    env = os.environ | cli.env | {"PYTHONPATH": str(REPO)}
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "ragvps", "watch", str(folder), "--json", "--debounce-ms", "200"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    assert watch.stdout is not None
+    threading.Thread(target=lambda: [lines.put(line) for line in watch.stdout], daemon=True).start()  # type: ignore[union-attr]
+    try:
+        first = json.loads(lines.get(timeout=120))  # the first ingest's report, the link counted in it
+        assert first["skipped"]["link out of the folder"] == 1, first
+        os.symlink("/etc/passwd", folder / "passwd.txt")
+        deadline, second = time.monotonic() + 120, None
+        for n in range(1000):  # a change now and then until the watcher reports one (it may start watching late)
+            (folder / f"beta{n}.md").write_text(f"# Beta {n}\n\nThe beta file tells of harbours.\n")
+            try:
+                second = json.loads(lines.get(timeout=3))
+                break
+            except queue.Empty:
+                assert watch.poll() is None and time.monotonic() < deadline, "watch ended, or reported nothing"
+        assert second is not None and second["changes"] >= 1 and watch.poll() is None, second
+    finally:
+        watch.send_signal(signal.SIGTERM)
+        try:
+            watch.wait(60)
+        except subprocess.TimeoutExpired:
+            watch.kill()
+            watch.wait()

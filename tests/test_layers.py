@@ -18,6 +18,7 @@ LAYERS = {
     "errors": 0,
     "config": 0,
     "urls": 0,
+    "reach": 0,
     "version": 0,
     "backends": 0,
     "tokens": 0,

@@ -29,7 +29,7 @@ def run_cli(env: dict[str, str], *args: str) -> str:
 def server(db_url, tmp_path):
     env = ragvps_env(db_url, tmp_path / "data")
     reader = run_cli(env, "key", "create", "--kb", "default", "--role", "read", "--name", "reader").strip()
-    srv = InProcess(env | {"RAGVPS_API_KEYS": KEY}, key=KEY).start()
+    srv = InProcess(env | {"RAGVPS_API_KEYS": KEY, "RAGVPS_SOURCE_ALLOW_HOSTS": "127.0.0.1"}, key=KEY).start()
     yield srv, reader
     srv.stop()
 

@@ -68,6 +68,7 @@ def test_git_over_http_links_to_the_file_at_its_commit(cli, tmp_path):
     site.mkdir()
     subprocess.run(["git", "clone", "-q", "--bare", str(work), str(site / "handbook.git")], check=True)
     git(site / "handbook.git", "update-server-info")
+    cli.env["RAGVPS_SOURCE_ALLOW_HOSTS"] = "127.0.0.1"  # the server's configuration lets sources reach loopback
     with served(site) as base:
         cli("source", "add", "git", "web-handbook", f"{base}/handbook.git")
         [report] = _sync(cli)
@@ -93,3 +94,33 @@ def test_bad_sources_are_refused(cli, tmp_path):
     new_repo(tmp_path / "r", {"a.md": A})
     cli("source", "add", "git", "r", str(tmp_path / "r"))
     assert "exists" in cli("source", "add", "git", "r", str(tmp_path / "r"), expect=1).stderr
+
+
+def _tree_bomb(repo, levels: int = 6) -> None:
+    """A commit of 10**levels paths made of levels + 1 objects: each tree names the one below ten times."""
+    new_repo(repo, {"seed.md": A})
+    blob = git(repo, "hash-object", "-w", "seed.md")
+    entries = "".join(f"100644 blob {blob}\tf{n}.md\n" for n in range(10))
+    for _ in range(levels - 1):
+        tree = subprocess.run(
+            ["git", "-C", str(repo), "mktree"], input=entries, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        entries = "".join(f"040000 tree {tree}\td{n}\n" for n in range(10))
+    top = subprocess.run(
+        ["git", "-C", str(repo), "mktree"], input=entries, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    commit = git(repo, "commit-tree", top, "-p", "HEAD", "-m", "bomb")
+    git(repo, "update-ref", "refs/heads/main", commit)
+
+
+def test_a_tree_bomb_is_walked_only_to_its_bound(cli, tmp_path):
+    _tree_bomb(tmp_path / "bomb")
+    cli("source", "add", "git", "bomb", str(tmp_path / "bomb"), "--max-items", "10")
+    done = cli("sync", "bomb", "--json")
+    [report] = json.loads(done.stdout)
+    assert report["read"] == 10 and report["skipped"]["over max_items"] == 1, report
+    assert done.stderr.count("more than 10 files") <= 1, done.stderr[-500:]
+    cli("source", "add", "git", "none", str(tmp_path / "bomb"), "--max-items", "10", "--include", "*.txt")
+    [report] = json.loads(cli("sync", "none", "--json").stdout)
+    assert report["skipped"]["tree too large"] == 1 and report["read"] == 0, report
+    assert "the tree's walk stopped after 100,000 entries" in report["problems"][0]

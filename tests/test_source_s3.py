@@ -50,6 +50,8 @@ def test_a_bucket_synced_incrementally(cli, tmp_path, s3):
             "AWS_SECRET_ACCESS_KEY": "testing",
             "AWS_REGION": "us-east-1",
             "AWS_ENDPOINT_URL": endpoint,
+            "RAGVPS_SOURCE_ALLOW_HOSTS": "127.0.0.1",
+            "RAGVPS_SOURCE_AMBIENT_CREDENTIALS": "default/bucket",  # the server's own AWS_* sign this source's
         }
     )
     cli("source", "add", "s3", "bucket", "handbook", "--prefix", "docs/")
@@ -73,7 +75,9 @@ def test_a_bucket_synced_incrementally(cli, tmp_path, s3):
 
 def test_a_missing_bucket_fails_by_name(cli, s3):
     endpoint, _ = s3
-    cli.env.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"})
+    cli.env.update(
+        {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "RAGVPS_SOURCE_ALLOW_HOSTS": "127.0.0.1"}
+    )
     cli("source", "add", "s3", "nobucket", "no-such-bucket", "--endpoint", endpoint)
     out = cli("sync", expect=1).stdout
     assert "listing bucket no-such-bucket" in out and "404" in out and "NoSuchBucket" in out

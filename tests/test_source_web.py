@@ -75,6 +75,11 @@ def _million(handler) -> bool:
     return True
 
 
+@pytest.fixture(autouse=True)
+def _loopback(cli):
+    cli.env["RAGVPS_SOURCE_ALLOW_HOSTS"] = "127.0.0.1"  # the server's configuration lets sources reach loopback
+
+
 def _sync(cli, expect: int = 0) -> dict:
     return json.loads(cli("sync", "--json", expect=expect).stdout)[0]
 
@@ -116,3 +121,34 @@ def test_a_sitemap_of_a_million_urls_is_cut_at_max_pages(cli, tmp_path):
         assert report["items"] == 5 and report["read"] == 5, report
         assert report["skipped"]["over max_pages"] == 1
         assert "the sitemap lists more than 5 URLs; the first 5 read" in report["problems"][0]
+
+
+def test_canonical_urls_make_one_item_a_page(cli, tmp_path):
+    folder = tmp_path / "site"
+    folder.mkdir()
+    (folder / "index.html").write_text(
+        page("Harbour guide", "Everything about the harbour.", '<a href="/">Home</a> <a href="print.html">Print</a>')
+    )
+    (folder / "print.html").write_text(
+        page("Ferries", "The night ferry to Brindle Island leaves at eleven.").replace(
+            "<head>", '<head><link rel="canonical" href="/ferries.html">'
+        )
+    )
+    (folder / "ferries.html").write_text(page("Ferries", "The night ferry to Brindle Island leaves at eleven."))
+    with served(folder) as base:
+        cli("source", "add", "web", "harbour", f"{base}/index.html")
+        report = _sync(cli)
+        assert report["items"] == 2 and report["skipped"]["a copy of its canonical page"] == 1, report
+        urls = {d["path"] for d in json.loads(cli("query", "Brindle Island harbour", "--json", "--k", "10").stdout)}
+        assert urls == {f"{base}/", f"{base}/ferries.html"}, urls
+
+
+def test_a_site_that_cannot_be_read_fails_the_sync(cli, tmp_path):
+    (tmp_path / "site").mkdir()
+    with served(tmp_path / "site") as base:
+        cli("source", "add", "web", "nomap", f"{base}/sitemap.xml")  # 404
+    cli("source", "add", "web", "closed", f"{base}/index.html")  # the server is gone: refused
+    reports = json.loads(cli("sync", "--json", expect=1).stdout)
+    assert {r["name"]: r["state"] for r in reports} == {"nomap": "failed", "closed": "failed"}, reports
+    said = cli("sync", expect=1).stderr
+    assert "source nomap: source nomap" not in said and "web source nomap:" in said, said

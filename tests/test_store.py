@@ -51,13 +51,19 @@ def _indexes(conn: psycopg.Connection, table: str) -> list[tuple[str, bool, str]
 def test_a_second_writer_stops_with_a_clear_message(cli, folder, db_url, monkeypatch: pytest.MonkeyPatch):
     # The lock is held on purpose, so the wait for a killed writer's session to let go of it (3 s, twice) is only
     # time: half a second (two more tries) still shows the second writer tries again before it stops.
+    from ragvps.app import App
+    from ragvps.config import load_settings
+
     monkeypatch.setattr(store, "WRITE_LOCK_WAIT", 0.5)
-    with psycopg.connect(db_url, autocommit=True) as other, store.write_lock(other):
+    cli("kb", "create", "second")
+    with App.open(load_settings(env=cli.env)) as app, app.connection() as other, store.write_lock(other):
         result = cli("ingest", str(folder), expect=1)
-        assert "another `ragvps ingest` or `ragvps reindex` is writing to this database" in result.stderr
+        assert "is writing to this knowledge base" in result.stderr
         assert "wait for it to finish" in result.stderr
         result = cli("reindex", expect=1)
-        assert "is writing to this database" in result.stderr
+        assert "is writing to this knowledge base" in result.stderr
+        # another knowledge base writes beside it (issue 50): the lock is one knowledge base's
+        assert json.loads(cli("ingest", str(folder), "--kb", "second", "--json").stdout)["stored"] > 0
     assert json.loads(cli("ingest", str(folder), "--json").stdout)["stored"] == len(list(DOCS.glob("*.md")))
 
 

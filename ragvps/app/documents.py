@@ -22,7 +22,7 @@ from ragvps.app.job_ids import new_job_id as new_job_id  # re-exported: the docu
 from ragvps.db import jobs, store, sync_jobs
 from ragvps.db.jobs import StagedFile
 from ragvps.embed.registry import make_lanes
-from ragvps.errors import NotFoundError, UsageError
+from ragvps.errors import ForbiddenError, NotFoundError, UsageError
 from ragvps.generate import cache as answer_cache
 from ragvps.ingest.artifacts import ChunkArtifacts
 from ragvps.ingest.jobs import run_jobs as run
@@ -188,10 +188,14 @@ def job_status(app: App, job: str) -> JobStatus:
     return status_of(job, *found, synced)
 
 
-def cancel_job(app: App, job: str) -> JobStatus:
+def cancel_job(app: App, job: str, admin: bool = True) -> JobStatus:
     """Stop the job: one nobody runs yet ends at once; a running one after the batch in hand (whose documents
-    are stored whole, or not at all). Files stored stay stored; uploading the rest again resumes."""
-    job_status(app, job)  # NotFoundError first
+    are stored whole, or not at all). Files stored stay stored; uploading the rest again resumes. Only a caller
+    that may start the job may cancel it: a sync needs the admin role (`admin`), an upload the write role."""
+    if job_status(app, job).kind == "sync" and not admin:  # NotFoundError first
+        raise ForbiddenError(
+            f"job {job} is a sync of a connected source: only the admin role, which starts syncs, may cancel it"
+        )
     with app.connection() as conn:
         state = jobs.cancel(conn, job)
     if state == "cancelled":

@@ -3,7 +3,7 @@
 A user's roles come from the setting `group_roles`, entries `group=kb:role` (kb `*` for every knowledge base): a
 user holds, on each knowledge base, the best role any of their groups gives there. Groups come from the identity
 provider's token (the claim `oidc_groups_claim`), from a trusted proxy's groups header, or, for a user a chat front
-end forwards, from that user's last sign-in here plus `role:ROLE` for the role the front end gives them
+end forwards, from that user's own record here plus `role:ROLE` for the role the front end gives them
 (`X-OpenWebUI-User-Role: admin` -> the group `role:admin`). A forwarded user never exceeds the key that forwards
 them. docs/auth.md shows working configurations.
 """
@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
+from urllib.parse import urlsplit
 
 from ragvps.app.keys import ROLES, Principal, Role, check_role
 from ragvps.db import identity
@@ -21,6 +22,8 @@ from ragvps.errors import ConfigError, RagvpsError
 from ragvps.records import KB_NAME
 
 if TYPE_CHECKING:
+    import httpx
+
     from ragvps.db.connections import Connections
 
 Via = Literal["oidc", "proxy", "forwarded"]
@@ -115,8 +118,9 @@ class Identities:
             identity.user_seen(conn, user.subject, user.email, user.name, user.groups, user.via)
 
     def forwarded(self, email: str, name: str | None, role: str | None) -> User:
-        """A chat front end's user: the groups of their last sign-in (none if they never signed in) and
-        `role:ROLE` for the role the front end gives them."""
+        """A chat front end's user: the groups of their own record, the one user who signed in with this address
+        (none if nobody did, or if two subjects share it: never another's groups), and `role:ROLE` for the role the
+        front end gives them. The forwarding key's own role bounds all of it (RoleMap.principal's `within`)."""
         with self.connections.connection() as conn:
             row = identity.user_by_email(conn, email)
         groups = list(row[3]) if row is not None else []
@@ -124,9 +128,30 @@ class Identities:
             groups.append(f"role:{role.strip().lower()}")
         return User(row[0] if row is not None else f"forwarded:{email}", email, name, tuple(groups), "forwarded")
 
+    def revoke(self, sid: str, until: float) -> None:
+        """A session signed out: its cookie is refused from now on, in every process of the server."""
+        with self.connections.connection() as conn:
+            identity.revoke_session(conn, sid, until)
+
+    def revoked(self, sid: str) -> bool:
+        with self.connections.connection() as conn:
+            return identity.session_revoked(conn, sid)
+
     def listing(self) -> list[UserRecord]:
         with self.connections.connection() as conn:
             return [UserRecord(s, e, n, tuple(g), v, at) for s, e, n, g, v, at in identity.users(conn)]
+
+
+def provider_client(
+    issuer: str, allow_hosts: Sequence[str], timeout: float, auth: httpx.Auth | None = None
+) -> httpx.AsyncClient:
+    """A client for the identity provider's endpoints under the reach rule (docs/security.md): the issuer's own
+    host, which the server's configuration names, and beyond it only public addresses and source_allow_hosts, so
+    a discovery document cannot send the server to an internal address."""
+    from ragvps import reach  # lazy: httpx loads for a server with sign-in, not for every command
+
+    host = urlsplit(issuer).hostname or ""
+    return reach.async_client(reach.Reach.of([*allow_hosts, host]), timeout, auth)
 
 
 def split_groups(value: str | Iterable[object] | None) -> tuple[str, ...]:

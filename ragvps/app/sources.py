@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from ragvps.app.bundles import backup_names
 from ragvps.app.core import App
@@ -28,6 +29,7 @@ from ragvps.db.connections import SingleConnection
 from ragvps.embed.registry import make_lanes
 from ragvps.errors import ConflictError, DatabaseError, NotFoundError, UsageError
 from ragvps.generate import cache as answer_cache
+from ragvps.ingest.remote import secret
 
 if TYPE_CHECKING:
     import psycopg
@@ -41,11 +43,12 @@ Progress = Callable[[str, int, int], None]
 Warn = Callable[[str], None]
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+S3_KEYS = ("access_key_id", "secret_access_key", "session_token")  # an S3 source's own credential: kept sealed
 # The options each kind takes (beyond max_items and max_item_bytes, which every kind takes).
 OPTIONS = {
     "git": ("branch", "include", "exclude", "link"),
     "web": ("max_pages", "max_depth"),
-    "s3": ("prefix", "endpoint", "region"),
+    "s3": ("prefix", "endpoint", "region", "profile", *S3_KEYS),
 }
 
 
@@ -78,6 +81,8 @@ class QueuedSync:
     created: bool  # False: a sync of this source was open already, and this is that job
 
 
+KEPT = "(kept encrypted, never shown)"  # what a listing shows of a source's credential
+REMOVE_WAIT_S = 30.0  # how long removing a source waits for its cancelled sync to stop
 POLL_S = 0.5  # how often `ragvps sync` looks whether another worker's sync of the source ended
 
 
@@ -102,6 +107,23 @@ def check(spec: SourceSpec) -> dict[str, object]:
         raise UsageError(f"s3 source {spec.name}: {location!r} is not a bucket name (3-63 of a-z, 0-9, . and -)")
     if spec.kind == "git" and (not location or location.startswith(("-", "ext::"))):
         raise UsageError(f"git source {spec.name}: give the repository's URL (http, https, ssh, git) or its path")
+    endpoint = str(spec.options.get("endpoint") or "")
+    if endpoint and (secret.split(endpoint)[1] or "@" in urlsplit(endpoint).netloc):
+        raise UsageError(
+            f"s3 source {spec.name}: the endpoint {secret.redact(endpoint)!r} carries credentials, which every "
+            "reader would see in its objects' links: give access_key_id and secret_access_key instead"
+        )
+    if endpoint:
+        secret.check_query(endpoint, f"s3 source {spec.name}'s endpoint")
+    template = spec.options.get("link")
+    if template:
+        try:
+            str(template).format(commit="c", path="p")
+        except (KeyError, IndexError, ValueError, AttributeError):
+            raise UsageError(
+                f"git source {spec.name}: link {template!r} may use only {{commit}} and {{path}} "
+                "(write a literal brace as {{ or }})"
+            ) from None
     allowed = {*OPTIONS[spec.kind], "max_items", "max_item_bytes"}
     unknown = sorted(k for k, v in spec.options.items() if v not in (None, [], ()) and k not in allowed)
     if unknown:
@@ -116,8 +138,18 @@ def add_source(app: App, spec: SourceSpec) -> SourceInfo:
     """Record a source with the knowledge base; `ragvps sync` reads it."""
 
     options = check(spec)
+    location, credential = secret.split(spec.location.strip())
+    if spec.kind in ("git", "web"):
+        secret.check_query(location, f"{spec.kind} source {spec.name}")
+    given = [str(options.pop(k, "") or "") for k in S3_KEYS]
+    if any(given):
+        if not (given[0] and given[1]):
+            raise UsageError(f"s3 source {spec.name}: give access_key_id and secret_access_key together")
+        credential = "\n".join(given)
+    if credential:
+        options["credential"] = secret.seal(app.settings.database.data_dir, credential)
     with app.connection() as conn:
-        if not sources.add(conn, spec.name, spec.kind, spec.location.strip(), options):
+        if not sources.add(conn, spec.name, spec.kind, location, options):
             raise ConflictError(
                 f"a source named {spec.name} exists in knowledge base {app.kb_name}: choose another "
                 f"name, or `ragvps source remove {spec.name}` first"
@@ -130,7 +162,18 @@ def list_sources(app: App) -> list[SourceInfo]:
     with app.connection() as conn:
         rows = sources.listed(conn)
     return [
-        SourceInfo(r.name, r.kind, r.location, r.config, r.items, r.state, r.synced_at, r.seconds, r.error, r.cursor)
+        SourceInfo(
+            r.name,
+            r.kind,
+            secret.redact(r.location),
+            {k: KEPT if k == "credential" else v for k, v in r.config.items()},
+            r.items,
+            r.state,
+            r.synced_at,
+            r.seconds,
+            r.error,
+            r.cursor,
+        )
         for r in rows
     ]
 
@@ -142,10 +185,15 @@ def remove_source(app: App, name: str) -> RemovedSource:
         if name not in {r.name for r in sources.listed(conn)}:
             raise NotFoundError(f"no source named {name} in knowledge base {app.kb_name} (`ragvps source list`)")
         running = sync_jobs.running(conn, name)
+        if running is not None:  # cancelled, and waited for: a cancel lands within seconds (READ_S)
+            jobs.cancel(conn, running)
+            deadline = time.monotonic() + REMOVE_WAIT_S
+            while (running := sync_jobs.running(conn, name)) is not None and time.monotonic() < deadline:
+                time.sleep(POLL_S / 5)
         if running is not None:
             raise ConflictError(
-                f"source {name} is being synced (job {running}): cancel it (DELETE /jobs/{running}) "
-                "or wait for it to end, then remove the source"
+                f"source {name} is being synced (job {running}) and did not stop within {REMOVE_WAIT_S:.0f} s of "
+                f"its cancel: wait for it to end (GET /jobs/{running}), then remove the source"
             )
         from ragvps.ingest.remote.sync import forget  # lazy: as run_sync's, below
 

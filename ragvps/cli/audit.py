@@ -41,7 +41,10 @@ def audit(
     ] = None,
     kb: Annotated[str | None, typer.Option("--kb", help="Only this knowledge base.")] = None,
     action: Annotated[
-        str | None, typer.Option(help="Only this action: search, ask, chat, upload, delete, cancel, mcp.")
+        str | None,
+        typer.Option(
+            help="Only this action: search, ask, chat, upload, delete, cancel, source_add, sync, source_remove, mcp."
+        ),
     ] = None,
     limit: Annotated[int, typer.Option(help="At most this many rows, newest first.")] = 1000,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
@@ -61,9 +64,14 @@ def audit(
     typer.echo(f"{'when (UTC)':<19}  {'who':<36} {'action':<7} {'kb':<20} {'status':>6}  request")
     for r in rows:
         typer.echo(
-            f"{r.at:%Y-%m-%d %H:%M:%S}  {r.who[:36]:<36} {r.action:<7} {(r.kb or '-')[:20]:<20} "
-            f"{r.status:>6}  {r.request or '-'}" + (f"  {r.question!r}" if r.question else "")
+            f"{r.at:%Y-%m-%d %H:%M:%S}  {shown(r.who)[:36]:<36} {shown(r.action):<7} {shown(r.kb or '-')[:20]:<20} "
+            f"{r.status:>6}  {shown(r.request or '-')}" + (f"  {r.question!r}" if r.question else "")
         )
+
+
+def shown(text: str) -> str:
+    """`text` with its control characters escaped (`\n` as `\\n`): one row is one line, whatever a name holds."""
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def users(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
@@ -78,8 +86,8 @@ def users(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json", he
         typer.echo("nobody yet: people appear here once they sign in, come through a trusted proxy or are forwarded")
     for r in rows:
         typer.echo(
-            f"{r.email or r.name or r.subject:<40} {r.via:<6} {r.seen_at:%Y-%m-%d %H:%M}  "
-            f"groups: {', '.join(r.groups) or '-'}"
+            f"{shown(r.email or r.name or r.subject):<40} {shown(r.via):<6} {r.seen_at:%Y-%m-%d %H:%M}  "
+            f"groups: {shown(', '.join(r.groups)) or '-'}"
         )
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import signal
 import threading
-from dataclasses import asdict
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 
+from ragvps.app import jsonable
 from ragvps.cli.common import Bars, KbOption, counted, echo_json, open_app, settings_from, skipped_text, warn
 from ragvps.errors import UsageError
 
@@ -76,7 +76,8 @@ def watch(
 
     def show(report: IngestReport, changes: int) -> None:
         if as_json:
-            typer.echo(json.dumps({"changes": changes, **asdict(report)}, default=list))
+            # jsonable, not asdict: asdict rebuilds the skipped Counter from its (reason, count) pairs, as keys
+            typer.echo(json.dumps({"changes": changes, **cast(dict[str, object], jsonable(report))}))
         else:
             typer.echo((f"{counted(changes, 'change')}: " if changes else "") + _summary(report))
 

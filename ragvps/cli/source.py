@@ -40,6 +40,9 @@ def source_add(
         str | None, typer.Option(help="s3: the S3 API's URL (default: AWS_ENDPOINT_URL, or AWS's for the region).")
     ] = None,
     region: Annotated[str | None, typer.Option(help="s3: the region (default: AWS_REGION, or us-east-1).")] = None,
+    profile: Annotated[
+        str | None, typer.Option(help="s3: credentials by name from the server's source_credentials_file.")
+    ] = None,
     max_items: Annotated[int | None, typer.Option(help="Items read at most (default 10000).")] = None,
     kb: KbOption = None,
 ) -> None:
@@ -59,6 +62,7 @@ def source_add(
         "prefix": prefix,
         "endpoint": endpoint,
         "region": region,
+        "profile": profile,
         "max_items": max_items,
     }
     with open_app(ctx, kb=kb) as app:

@@ -25,6 +25,7 @@ from ragvps.config.groups import (
     RerankSettings,
     SearchSettings,
     ServeSettings,
+    SourceSettings,
     VectorType,
     setting,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "SearchSettings",
     "ServeSettings",
     "Settings",
+    "SourceSettings",
     "VectorType",
     "load_settings",
     "reranker_on",

@@ -101,7 +101,7 @@ class ChunkSettings:
     mode: ChunkMode = setting("structure", "chunk_mode", choices=get_args(ChunkMode))
     size: int | None = setting(None, "chunk_size")  # None: the embedder's default
     overlap: int | None = setting(None, "chunk_overlap")
-    # what a reader may produce from one file (docs/security.md): characters per unpacked byte, and in all
+    # what a reader may produce from one file (docs/security.md): characters per packed byte, and in all
     max_text_ratio: int = setting(100, "max_text_ratio", lo=1, hi=1_000_000)
     max_text_chars: int = setting(256 << 20, "max_text_chars", lo=1024, hi=1 << 40)
     follow_symlinks: bool = setting(False, "follow_symlinks")  # links whose target leaves the ingested folder
@@ -205,6 +205,21 @@ class ServeSettings:
     log_format: str = setting("text", "log_format", choices=("text", "json", "off"))  # the request log's lines
     metrics: bool = setting(True, "metrics")  # GET /metrics, and the use cases observed for it
     log_questions: bool = setting(False, "log_questions")  # the question's text in the request log (off: never)
+
+
+@dataclass(frozen=True)
+class SourceSettings:
+    """What connected sources may use of the server (docs/security.md, "Sources"): set only in the server's
+    configuration, never by a knowledge base."""
+
+    # hosts, addresses and networks (CIDR) beyond the public internet that sources may connect to
+    allow_hosts: tuple[str, ...] = setting((), "source_allow_hosts")
+    # the server's table of named S3 credentials (an INI file: [name] aws_access_key_id, aws_secret_access_key,
+    # aws_session_token, knowledge_bases = kb, kb or *); a source names one with its option `profile`
+    credentials_file: str = setting("", "source_credentials_file")
+    # `kb/source` (or `kb/*`, `*`) whose S3 sources may sign with the server's own AWS_* environment or shared
+    # credentials file; none by default
+    ambient_credentials: tuple[str, ...] = setting((), "source_ambient_credentials")
 
 
 @dataclass(frozen=True)

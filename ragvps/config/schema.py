@@ -20,6 +20,7 @@ from ragvps.config.groups import (
     RerankSettings,
     SearchSettings,
     ServeSettings,
+    SourceSettings,
 )
 from ragvps.errors import ConfigError
 
@@ -37,6 +38,7 @@ class Settings:
     generate: GenerateSettings = GenerateSettings()
     serve: ServeSettings = ServeSettings()
     auth: AuthSettings = AuthSettings()
+    source: SourceSettings = SourceSettings()
 
     @classmethod
     def of(cls, **flat: Any) -> Settings:

@@ -26,8 +26,12 @@ def user_seen(
 
 
 def user_by_email(conn: psycopg.Connection, email: str) -> UserRow | None:
-    row = conn.execute(_q("user_by_email"), {"email": email}).fetchone()
-    return None if row is None else (str(row[0]), row[1], row[2], list(row[3]))
+    """The one user who signed in with `email`; None when none did, or when two subjects share it."""
+    rows = conn.execute(_q("user_by_email"), {"email": email}).fetchall()
+    if len(rows) != 1:
+        return None
+    row = rows[0]
+    return (str(row[0]), row[1], row[2], list(row[3]))
 
 
 def users(conn: psycopg.Connection) -> list[tuple[str, str | None, str | None, list[str], str, datetime]]:
@@ -48,3 +52,13 @@ def audit_query(
 ) -> list[AuditRow]:
     rows = conn.execute(_q("audit_query"), {"since": since, "who": who, "kb": kb, "action": action, "limit": limit})
     return [(at, str(w), str(a), k, int(s), str(r), req, qu) for at, w, a, k, s, r, req, qu in rows]
+
+
+def revoke_session(conn: psycopg.Connection, sid: str, until: float) -> None:
+    """A session signed out: refused until `until` (epoch seconds, its own expiry)."""
+    conn.execute(_q("session_revoked_prune"))
+    conn.execute(_q("session_revoke"), {"sid": sid, "until": until})
+
+
+def session_revoked(conn: psycopg.Connection, sid: str) -> bool:
+    return conn.execute(_q("session_revoked"), {"sid": sid}).fetchone() is not None

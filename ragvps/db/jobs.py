@@ -230,7 +230,7 @@ def release(conn: psycopg.Connection, job: str, token: str, *, strike: bool = Fa
         with conn.transaction():
             if not strike:
                 conn.execute(_q("unhold_files"), {"job": job, "claim": token})
-            conn.execute(_q("release_job"), {"job": job, "claim": token})
+            conn.execute(_q("release_job"), {"job": job, "claim": token, "strike": strike})
     except psycopg.Error as exc:
         raise DatabaseError(f"giving job {job} back failed: {exc}") from exc
 

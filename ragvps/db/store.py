@@ -70,29 +70,35 @@ class StoredDocument:
     chunker: str
 
 
+WRITE_LOCK_BUSY = "is writing to this knowledge base"  # in the error when another holds the lock
+
+
 @contextmanager
 def write_lock(conn: psycopg.Connection, wait: float | None = None) -> Iterator[None]:
-    """Only one ingest or reindex writes at a time; a second one stops with a clear message.
+    """Only one ingest, reindex, upload or sync writes to a knowledge base at a time (its schema's lock: other
+    knowledge bases write beside it); a second one stops with a clear message.
 
     It waits a few seconds first: the session of a writer killed a moment ago holds the lock until its
     server process notices the client is gone (within client_connection_check_interval, see connect).
     """
     deadline = time.monotonic() + (WRITE_LOCK_WAIT if wait is None else wait)
+    found = conn.execute("SELECT current_schema()").fetchone()
+    key = f"{WRITE_LOCK}:{found[0] if found else ''}"  # one knowledge base's: others write beside it
     while True:
-        got = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (WRITE_LOCK,)).fetchone()
+        got = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone()
         conn.commit()
         if (got and got[0]) or time.monotonic() > deadline:
             break
         time.sleep(0.2)
     if not got or not got[0]:
         raise DatabaseError(
-            "another `ragvps ingest` or `ragvps reindex` is writing to this database; "
+            f"another `ragvps ingest`, `ragvps reindex`, upload or sync {WRITE_LOCK_BUSY}; "
             "wait for it to finish, then run this again"
         )
     try:
         yield
     finally:
-        conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (WRITE_LOCK,))
+        conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
         conn.commit()
 
 

@@ -55,6 +55,13 @@ def claim(conn: psycopg.Connection, job: str, worker: str, lease: float) -> str 
     return None if got is None else token
 
 
+def deaths(conn: psycopg.Connection, job: str) -> int:
+    """How many holders of the job ended without ending it or giving it back (killed, out of memory)."""
+    found = scalar(conn, _q("job_attempts"), {"job": job})
+    conn.commit()
+    return max(0, int(found or 0) - 1)
+
+
 def source_of(conn: psycopg.Connection, job: str) -> str | None:
     """The source a sync job syncs; None for an upload job."""
     row = conn.execute(_q("job_kind"), {"job": job}).fetchone()

@@ -2,8 +2,11 @@
 EPUB spine naming one chapter thousands of times, an OpenDocument table row repeated a million times, a sheet
 whose cells all point at one long shared string) must fail by name, not fill memory and the database.
 
-The bound is characters of text: at most `max_text_ratio` per unpacked byte of the file (a zip's members
-together), never more than `max_text_chars`. Rows and chunks are cut from that text, so they are bounded with it.
+The bound is characters of text: at most `max_text_ratio` per byte of the file as it is stored (its *packed*
+size: a zip's members' declared sizes are the file's own say, and padding members or a member that packs 200 to 1
+would lift a bound counted on them), at least FLOOR (which real documents stay far under: a 10 KB file giving a
+million characters is a bomb), never more than `max_text_chars`. Rows and chunks are cut from that text, so they
+are bounded with it; the chunks one file may store are bounded too (`chunk_limit`).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 FLOOR = 1 << 20  # characters any file may give, whatever its size (a tiny file is never refused for its ratio)
-ZIP_KINDS = frozenset({"docx", "pptx", "xlsx", "epub", "odt"})
+FLOOR_CHUNKS, CHARS_PER_CHUNK = 2_000, 64  # chunks a file may store: at least, and one per this many characters
 
 
 class SkipFile(Exception):
@@ -31,24 +34,21 @@ class OutputBound:
     ratio: int = 100  # setting max_text_ratio
     cap: int = 256 << 20  # setting max_text_chars
 
-    def limit(self, unpacked: int) -> int:
-        return min(self.cap, max(FLOOR, self.ratio * unpacked))
+    def limit(self, packed: int) -> int:
+        return min(self.cap, max(FLOOR, self.ratio * packed))
 
 
-def unpacked_size(path: Path, kind: str, archive: zipfile.ZipFile | None = None) -> int:
-    """The file's bytes once unpacked: its zip members' declared sizes together, else its own size."""
-    if kind in ZIP_KINDS:
-        try:
-            if archive is not None:
-                return sum(i.file_size for i in archive.infolist())
-            with zipfile.ZipFile(path) as z:
-                return sum(i.file_size for i in z.infolist())
-        except (zipfile.BadZipFile, OSError, ValueError):
-            pass
+def packed_size(path: Path) -> int:
+    """The file's bytes as stored (what the bound counts, whatever it unpacks to)."""
     try:
         return path.stat().st_size
     except OSError:
         return 0
+
+
+def chunk_limit(chars: int) -> int:
+    """The chunks a file of `chars` characters may store: one per CHARS_PER_CHUNK of them, at least FLOOR_CHUNKS."""
+    return max(FLOOR_CHUNKS, chars // CHARS_PER_CHUNK)
 
 
 class Source(Protocol):  # a sources.SourceFile
@@ -69,17 +69,17 @@ class Meter:
 
     rel: str
     bound: OutputBound
-    unpacked: int
+    packed: int
     chars: int = 0
     parts: Counter[str] = field(default_factory=Counter)
 
     @classmethod
     def of(cls, source: Source, archive: zipfile.ZipFile | None = None) -> Meter:
-        return cls(source.rel, source.bound, unpacked_size(source.path, source.kind, archive))
+        return cls(source.rel, source.bound, packed_size(source.path))
 
     @property
     def limit(self) -> int:
-        return self.bound.limit(self.unpacked)
+        return self.bound.limit(self.packed)
 
     def read(self, part: str) -> int:
         """Count one more read of `part`; how many times it has been read."""
@@ -98,7 +98,7 @@ class Meter:
             "too much text",
             (
                 f"{self.rel}: its text passes {self.limit:,} characters (max_text_ratio={self.bound.ratio} per byte of "
-                f"its {self.unpacked:,} unpacked, at least {FLOOR:,}, at most "
+                f"its {self.packed:,}, at least {FLOOR:,}, at most "
                 f"max_text_chars={self.bound.cap:,}){again}: "
                 "a file that repeats its parts (a decompression bomb?) or one too large to read; skipped, nothing of "
                 "it "

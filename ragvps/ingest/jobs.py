@@ -20,7 +20,7 @@ from pathlib import Path
 import psycopg
 
 from ragvps.config import Settings
-from ragvps.db import jobs, sync_jobs
+from ragvps.db import jobs, store, sync_jobs
 from ragvps.embed.hosts import Lanes
 from ragvps.errors import DatabaseError, RagvpsError, UnavailableError
 from ragvps.ingest import parts, uploads
@@ -305,7 +305,7 @@ class Job:
                 )
                 return outcomes
             except DatabaseError as exc:
-                if "is writing to this database" not in str(exc) or self.lost.is_set():
+                if store.WRITE_LOCK_BUSY not in str(exc) or self.lost.is_set():
                     raise
                 time.sleep(1.0)  # an ingest from the command line holds the write lock: wait for it
 

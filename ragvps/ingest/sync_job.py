@@ -28,6 +28,7 @@ from ragvps.records import ModelSpec
 log = logging.getLogger(__name__)
 Connect = Callable[[], AbstractContextManager[psycopg.Connection]]
 Settled = Callable[[psycopg.Connection], object]  # after a sync that changed documents (the answer cache's prune)
+MAX_DEATHS = 2  # workers a sync may stop before it is marked failed
 JOB_STATE = {"ok": "done", "partial": "done", "failed": "failed", "cancelled": "cancelled"}
 
 
@@ -61,6 +62,8 @@ class SyncJob:
         if row is None:  # removed since: its jobs went with it (cascade)
             return None
         lease = float(self.settings.embed.worker_lease)
+        if (died := sync_jobs.deaths(self.conn, self.job)) >= MAX_DEATHS:
+            return self._poisoned(row, died)
         with SyncBeat(self, max(0.2, min(1.0, lease / 3))):
             report = sync(self.conn, self.settings, row, self.spec, self.lanes, self._progress(stop, progress), warn)
         report.kb, report.job = self.settings.database.kb, self.job
@@ -84,10 +87,25 @@ class SyncJob:
         )
         return report
 
+    def _poisoned(self, row: sources.SourceRow, died: int) -> SyncReport:
+        """End a sync that stopped its workers MAX_DEATHS times: failed, with why, so that the queue moves on."""
+        error = (
+            f"source {row.name}: the sync stopped the worker that ran it {died} times (killed, or out of memory) "
+            "before it could end; it is marked failed so that the other jobs run. Look at what the source serves, "
+            "then sync it again"
+        )
+        report = SyncReport(row.name, row.kind, self.settings.database.kb, "failed", error, job=self.job)
+        sources.finish(self.conn, row.name, None, row.cursor, "failed", error, 0.0)
+        sync_jobs.end(self.conn, self.job, self.token, "failed", error, (0, 0), jsonable(report), [])
+        log.warning("job %s: %s", self.job, error)
+        return report
+
     def _progress(self, stop: threading.Event, outer: Progress) -> Progress:
         def progress(stage: str, done: int, total: int) -> None:
             if (self.cancelled.is_set() or self.lost.is_set() or stop.is_set()) and stops_at(stage):
                 raise Cancelled
+            if stage == "tick":  # a response streaming: only a cancel's point
+                return
             if stage == "fetch":
                 self.read, self.total = done, total
             outer(stage, done, total)

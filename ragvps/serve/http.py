@@ -145,7 +145,7 @@ def people_of(settings: Settings, ready: Ready) -> People | None:
     auth = settings.auth
     if not (auth.oidc or auth.trusted_proxies or auth.forward_user_keys):
         return None
-    return People(settings, ready, Provider(auth) if auth.oidc else None)
+    return People(settings, ready, Provider(auth, settings.source.allow_hosts) if auth.oidc else None)
 
 
 def _middleware(

@@ -51,6 +51,31 @@ def epub_spine_bomb(path: Path, times: int = 3000) -> Path:
     )
 
 
+def padded(path: Path, members: int = 20, size: int = 1_000_000) -> Path:
+    """`path`'s zip with `members` padding members of `size` zero bytes each (each under 1 MiB, about 1 KB packed,
+    never read): they lift the file's unpacked size, never its packed one."""
+    with zipfile.ZipFile(path, "a", zipfile.ZIP_DEFLATED) as z:
+        for n in range(members):
+            z.writestr(f"padding/{n}.bin", bytes(size))
+    return path
+
+
+def epub_padded_spine_bomb(path: Path) -> Path:
+    """The spine bomb with padding members: bounded by its unpacked size it gives 21 M characters; 36 KB packed."""
+    return padded(epub_spine_bomb(path))
+
+
+def xlsx_padded_shared_bomb(path: Path) -> Path:
+    """The shared-string bomb with padding members: 30 M characters by its unpacked size; about 40 KB packed."""
+    return padded(xlsx_shared_string_bomb(path))
+
+
+def markdown_chunk_bomb(path: Path, sections: int = 40_000) -> Path:
+    """A Markdown file of `sections` one-word sections (about 400 KB): a chunk each, unless chunks are bounded."""
+    path.write_text("".join(f"# S{n}\n\nw{n}\n\n" for n in range(sections)))
+    return path
+
+
 def odt_repeat_bomb(path: Path) -> Path:
     """An OpenDocument text whose one table row of one cell is repeated a thousand times, a thousand wide."""
     t, x = "urn:oasis:names:tc:opendocument:xmlns:table:1.0", "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
@@ -246,9 +271,13 @@ def corpus(folder: Path) -> dict[str, str]:
     xlsx_shared_string_bomb(folder / "shared_bomb.xlsx")
     for name, (make, _) in PDF_BOMBS.items():
         make(folder / name)
+    epub_padded_spine_bomb(folder / "padded_spine_bomb.epub")
+    xlsx_padded_shared_bomb(folder / "padded_shared_bomb.xlsx")
     return {
         "spine_bomb.epub": "too much text",
         "repeat_bomb.odt": "too much text",
         "shared_bomb.xlsx": "too much text",
         **{name: reason for name, (_, reason) in PDF_BOMBS.items()},
+        "padded_spine_bomb.epub": "too much text",
+        "padded_shared_bomb.xlsx": "too much text",
     }

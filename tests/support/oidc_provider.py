@@ -29,6 +29,8 @@ class TokenIssuer:
     def __init__(self) -> None:
         self.keys = [RSAKey.generate_key(2048, parameters={"kid": "key-1"})]
         self.fetches = 0  # how often the JWKS was read
+        self.jwks_gate: threading.Event | None = None
+        self.jwks_url: str | None = None  # where the discovery document says the keys are (default: here)
         issuer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -36,12 +38,14 @@ class TokenIssuer:
                 if self.path == "/.well-known/openid-configuration":
                     body: dict[str, Any] = {
                         "issuer": issuer.url,
-                        "jwks_uri": issuer.url + "/jwks",
+                        "jwks_uri": issuer.jwks_url or issuer.url + "/jwks",
                         "authorization_endpoint": issuer.url + "/authorize",
                         "token_endpoint": issuer.url + "/token",
                     }
                 elif self.path == "/jwks":
                     issuer.fetches += 1
+                    if issuer.jwks_gate is not None:  # a slow provider: the JWKS waits until the test opens it
+                        issuer.jwks_gate.wait(60)
                     body = KeySet(list(issuer.keys)).as_dict(private=False)
                 else:
                     self.send_error(404)
@@ -69,6 +73,7 @@ class TokenIssuer:
         iss: str | None = None,
         expires_in: float = 300,
         key: RSAKey | None = None,
+        with_kid: bool = True,
         **claims: Any,
     ) -> str:
         now = int(time.time())
@@ -83,7 +88,8 @@ class TokenIssuer:
             **claims,
         }
         key = key or self.keys[-1]
-        return jwt.encode({"alg": "RS256", "kid": key.kid}, body, key)
+        header = {"alg": "RS256", "kid": key.kid} if with_kid else {"alg": "RS256"}
+        return jwt.encode(header, body, key)
 
     def rotate(self) -> None:
         """A new signing key (`key-N`), the old one dropped from the JWKS, as providers rotate."""

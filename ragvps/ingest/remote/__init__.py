@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ragvps.db.sources import Item
+from ragvps.reach import Reach
 
 Progress = Callable[[str, int, int], None]
 Warn = Callable[[str], None]
@@ -36,6 +37,13 @@ class Fetch:
     max_items: int = 10_000
     max_item_bytes: int = 64 << 20
     timeout: float = 30.0
+    reach: Reach = Reach()  # what beyond the public internet it may connect to (source_allow_hosts)
+    secret: str = field(default="", repr=False)  # the source's credential (user:password), never in `location`
+    ambient: bool = False  # the server's own credentials (ssh keys, AWS_*) allowed: source_ambient_credentials
+
+    def tick(self) -> None:
+        """Called while a response streams: raises Cancelled when the sync is cancelled or its worker stops."""
+        self.progress("tick", 0, 0)
 
     def text(self, key: str) -> str:
         value = self.config.get(key)
@@ -65,8 +73,8 @@ class Fetched:
 
     def skip(self, reason: str, message: str, warn: Warn, item: str = "") -> None:
         self.skipped[reason] += 1
-        if len(self.problems) < 100:
+        if len(self.problems) < 100:  # the rest counted, not said one by one
             self.problems.append(message)
             if item:
                 self.failures.append((item, message))
-        warn(message)
+            warn(message)

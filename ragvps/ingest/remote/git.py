@@ -9,18 +9,22 @@ submodule is not entered. Each file links to `<repository>/blob/<commit>/<path>`
 
 from __future__ import annotations
 
+import base64
 import fnmatch
 import os
+import re
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from ragvps.db.sources import Item
 from ragvps.errors import UnavailableError, UsageError
 from ragvps.ingest.remote import Fetch, Fetched
-from ragvps.ingest.remote.mirror import remove, safe_rel, write
+from ragvps.ingest.remote.mirror import kept, remove, safe_rel
 from ragvps.ingest.sources import KINDS
+from ragvps.reach import Blocked
 
 # Never a transport that runs a command (ext::) or reads another protocol than these.
 _ENV = {
@@ -28,12 +32,27 @@ _ENV = {
     "GIT_TERMINAL_PROMPT": "0",
     "GIT_ASKPASS": "echo",
     "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
     "LC_ALL": "C",
 }
+WALK_PER_ITEM, MIN_WALK = 20, 100_000  # tree entries walked at most: per max_items, and at least
+WALK_S = 120.0  # a tree's walk at most
 _FILE, _LINK, _MODULE = ("100644", "100755"), "120000", "160000"
 
 
-def _git(fetch: Fetch, *args: str, repo: Path | None = None, data: bytes | None = None) -> bytes:
+_PROXIES = {"http_proxy", "https_proxy", "all_proxy", "no_proxy", "ftp_proxy"}
+
+
+def _env() -> dict[str, str]:
+    """git's environment: no proxy (a proxy would resolve the host itself), no user or system configuration (its
+    credential helpers and rewrites are the server's, not the source's), no prompt, no command transports."""
+    env = {k: v for k, v in os.environ.items() if k.lower() not in _PROXIES and not k.startswith("GIT_")}
+    return {**env, **_ENV}
+
+
+def _git(
+    fetch: Fetch, *args: str, repo: Path | None = None, data: bytes | None = None, env: dict[str, str] | None = None
+) -> bytes:
     cmd = ["git", *(["--git-dir", str(repo)] if repo else []), *args]
     try:
         done = subprocess.run(
@@ -41,7 +60,7 @@ def _git(fetch: Fetch, *args: str, repo: Path | None = None, data: bytes | None 
             input=data,
             capture_output=True,
             timeout=max(fetch.timeout * 20, 60),
-            env={**os.environ, **_ENV},
+            env=_env() | (env or {}),
             check=False,
         )
     except FileNotFoundError as exc:
@@ -56,7 +75,7 @@ def _git(fetch: Fetch, *args: str, repo: Path | None = None, data: bytes | None 
 
 def _location(location: str) -> str:
     """A path as git's file URL (an absolute path); a URL as it is."""
-    if "://" in location or location.startswith("git@"):
+    if "://" in location or _SCP.match(location):
         return location
     path = Path(location).expanduser().resolve()
     if not path.exists():
@@ -64,10 +83,60 @@ def _location(location: str) -> str:
     return str(path)
 
 
+_SCP = re.compile(r"^[^/:@]+@([^/:]+):")  # git@host:path
+
+
+def _pinned(fetch: Fetch) -> list[str]:
+    """git's options that hold it to the address the reach rule allows: over http(s), curl connects to that very
+    address (resolved here once) and follows no redirect; over ssh and git, the host's address is checked first."""
+    location = fetch.location
+    scp = _SCP.match(location)
+    parts = urlsplit(location)
+    if not scp and parts.scheme not in ("http", "https", "ssh", "git"):
+        return []  # a path on the server: only `ragvps source add` on the server adds one
+    host = scp.group(1) if scp else parts.hostname or ""
+    try:
+        port = 22 if scp else parts.port or {"http": 80, "https": 443, "ssh": 22, "git": 9418}[parts.scheme]
+        address = fetch.reach.address(host, port)
+    except (Blocked, ValueError) as exc:
+        raise UnavailableError(f"git source {fetch.name}: {exc}") from None
+    if scp or parts.scheme not in ("http", "https"):
+        return []
+    pin = f"[{address}]" if ":" in address else address
+    return ["-c", f"http.curloptResolve={host}:{port}:{pin}", "-c", "http.followRedirects=false", "-c", "http.proxy="]
+
+
+# ssh with none of the server's keys, agent or configuration: a source's ssh needs source_ambient_credentials
+NO_SSH_KEYS = (
+    "ssh -F /dev/null -o IdentitiesOnly=yes -o IdentityFile=/dev/null -o IdentityAgent=none -o BatchMode=yes "
+    "-o StrictHostKeyChecking=yes"
+)
+
+
+def _credential(fetch: Fetch) -> dict[str, str]:
+    """The source's own credential for git over http(s), as a header in git's environment (never on its command
+    line, never in the URL git might print); it goes only to the pinned host, which redirects nowhere. Over ssh,
+    the server's keys only where source_ambient_credentials names the source."""
+    scheme = "ssh" if _SCP.match(fetch.location) else urlsplit(fetch.location).scheme
+    if scheme == "ssh" and not fetch.ambient:
+        return {"GIT_SSH_COMMAND": NO_SSH_KEYS, "SSH_AUTH_SOCK": ""}
+    if not fetch.secret or scheme not in ("http", "https"):
+        return {}
+    basic = base64.b64encode(fetch.secret.encode()).decode("ascii")
+    return {
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "http.extraHeader",
+        "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}",
+    }
+
+
 def link(fetch: Fetch, commit: str, path: str) -> str:
     template = fetch.text("link")
     if template:
-        return template.format(commit=commit, path=quote(path))
+        try:
+            return template.format(commit=commit, path=quote(path))
+        except (KeyError, IndexError, ValueError, AttributeError):  # a template added before it was checked
+            pass
     location = fetch.location
     if location.startswith(("http://", "https://")):
         return f"{location.removesuffix('/').removesuffix('.git')}/blob/{commit}/{quote(path)}"
@@ -82,6 +151,7 @@ def fetch(fetch: Fetch) -> Fetched:
         _git(fetch, "init", "--bare", "--quiet", str(repo))
     _git(
         fetch,
+        *_pinned(fetch),
         "fetch",
         "--quiet",
         "--no-tags",
@@ -89,6 +159,7 @@ def fetch(fetch: Fetch) -> Fetched:
         _location(fetch.location),
         f"+refs/heads/{branch}:refs/heads/{branch}",
         repo=repo,
+        env=_credential(fetch),
     )
     commit = _git(fetch, "rev-parse", f"refs/heads/{branch}^{{commit}}", repo=repo).decode().strip()
     out = Fetched(cursor=commit)
@@ -104,10 +175,11 @@ def fetch(fetch: Fetch) -> Fetched:
     for n, (path, data) in enumerate(_blobs(fetch, repo, changed), start=1):
         rel = safe_rel(path)
         assert rel is not None  # _listed kept only safe paths
-        write(fetch.mirror, rel, data)
+        fetch.progress("fetch", n, len(changed))
+        if not kept(fetch, out, path, rel, data):
+            continue
         out.items[path] = Item(rel, link(fetch, commit, path), changed[path])
         out.read += 1
-        fetch.progress("fetch", n, len(changed))
     for path, old in fetch.known.items():
         if path not in out.items:
             remove(fetch.mirror, old.rel)
@@ -124,10 +196,7 @@ def _listed(fetch: Fetch, repo: Path, commit: str, out: Fetched) -> dict[str, tu
     """The commit's files this source reads: path -> (blob id, size); the rest counted by why they are not read."""
     include, exclude = fetch.strings("include") or ["*"], fetch.strings("exclude")
     wanted: dict[str, tuple[str, int]] = {}
-    listing = _git(fetch, "ls-tree", "-r", "-l", "-z", "--full-tree", commit, repo=repo)
-    for entry in listing.split(b"\0"):
-        if not entry:
-            continue
+    for entry in _walk(fetch, repo, commit, out):
         head, _, raw = entry.partition(b"\t")
         mode, _kind, blob, size = head.decode().split()
         path = raw.decode("utf-8", "surrogateescape")
@@ -153,9 +222,36 @@ def _listed(fetch: Fetch, repo: Path, commit: str, out: Fetched) -> dict[str, tu
                 "skipped (raise the source's max_items)",
                 fetch.warn,
             )
+            break  # the walk stops here: a tree of a million paths costs what its first max_items do
         else:
             wanted[path] = (blob, int(size))
     return wanted
+
+
+def _walk(fetch: Fetch, repo: Path, commit: str, out: Fetched) -> Iterator[bytes]:
+    """The commit's tree entries as `git ls-tree` streams them, the walk bounded: at most WALK_PER_ITEM x max_items
+    entries (at least MIN_WALK) and WALK_S seconds, then stopped (a tree bomb of a million paths in seven objects
+    is cut there), with a cancel checked as it goes."""
+    bound, deadline = max(MIN_WALK, WALK_PER_ITEM * fetch.max_items), time.monotonic() + WALK_S
+    cmd = ["git", "--git-dir", str(repo), "ls-tree", "-r", "-l", "-z", "--full-tree", commit]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_env())
+    assert proc.stdout is not None
+    pending, count = b"", 0
+    try:
+        while block := os.read(proc.stdout.fileno(), 1 << 16):
+            *entries, pending = (pending + block).split(b"\0")
+            fetch.tick()
+            for entry in entries:
+                count += 1
+                if count > bound or time.monotonic() > deadline:
+                    what = f"{bound:,} entries" if count > bound else f"{WALK_S:.0f} s"
+                    message = f"{fetch.name}: the tree's walk stopped after {what}; the rest not read"
+                    out.skip("tree too large", message, fetch.warn)
+                    return
+                yield entry
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def _matches(path: str, globs: list[str]) -> bool:
@@ -171,7 +267,7 @@ def _blobs(fetch: Fetch, repo: Path, blobs: dict[str, str]) -> Iterator[tuple[st
         ["git", "--git-dir", str(repo), "cat-file", "--batch"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        env={**os.environ, **_ENV},
+        env=_env(),
     )
     assert proc.stdin is not None and proc.stdout is not None
     try:

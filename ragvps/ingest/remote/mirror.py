@@ -6,6 +6,8 @@ import hashlib
 import os
 from pathlib import Path, PurePosixPath
 
+from ragvps.ingest.remote import Fetch, Fetched
+
 
 def safe_rel(key: str) -> str | None:
     """`key` (a path in a repository, an object key) as a relative path inside the mirror, or None when it is not
@@ -32,6 +34,21 @@ def write(mirror: Path, rel: str, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.part")
     tmp.write_bytes(data)
     os.replace(tmp, path)
+
+
+def kept(fetch: Fetch, out: Fetched, item: str, rel: str, data: bytes) -> bool:
+    """Write an item's file; one the file system cannot hold (`a.md` beside `a.md/b.md`, a name past 255 bytes)
+    fails alone, by name (never naming the server's path), and the others are kept."""
+    try:
+        write(fetch.mirror, rel, data)
+        return True
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        shown = item if len(item) <= 120 else item[:100] + "…"
+        out.skip(
+            "unwritable name", f"{fetch.name}: {shown!r} cannot be kept as a file ({why}), skipped", fetch.warn, item
+        )
+        return False
 
 
 def remove(mirror: Path, rel: str) -> None:

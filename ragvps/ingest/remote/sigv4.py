@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
+from ragvps.errors import ConfigError
+
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 
@@ -42,6 +44,51 @@ def credentials(env: dict[str, str] | None = None) -> Credentials | None:
             parser.get(profile, "aws_session_token", fallback=""),
         )
     return None
+
+
+def encoded(creds: Credentials | None) -> str:
+    """Credentials as one string (a source's sealed credential), "" for none."""
+    return "\n".join((creds.access_key, creds.secret_key, creds.token)) if creds else ""
+
+
+def decoded(text: str) -> Credentials | None:
+    parts = text.split("\n")
+    if len(parts) < 2 or not parts[0] or not parts[1]:
+        return None
+    return Credentials(parts[0], parts[1], parts[2] if len(parts) > 2 else "")
+
+
+def profile(path: str, name: str, kb: str) -> Credentials:
+    """The credentials named `name` in the server's table (source_credentials_file), when it lets `kb` use them."""
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        found = parser.read(path) if path else []
+    except configparser.Error:
+        found = []
+    if not found or not parser.has_section(name):
+        raise ConfigError(
+            f"no credentials named {name!r} in source_credentials_file ({path or 'not set'}): the server's "
+            "owner adds them there, or the source is added with its own",
+            settings=("source_credentials_file",),
+        )
+    kbs = {k.strip() for k in parser.get(name, "knowledge_bases", fallback="").split(",") if k.strip()}
+    if kb not in kbs and "*" not in kbs:
+        raise ConfigError(
+            f"credentials {name!r} are not for knowledge base {kb}: the server's owner lists it in their "
+            "knowledge_bases in source_credentials_file",
+            settings=("source_credentials_file",),
+        )
+    creds = credentials(
+        {
+            "AWS_ACCESS_KEY_ID": parser.get(name, "aws_access_key_id", fallback=""),
+            "AWS_SECRET_ACCESS_KEY": parser.get(name, "aws_secret_access_key", fallback=""),
+            "AWS_SESSION_TOKEN": parser.get(name, "aws_session_token", fallback=""),
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        }
+    )
+    if creds is None:
+        raise ConfigError(f"credentials {name!r} in {path} lack aws_access_key_id or aws_secret_access_key")
+    return creds
 
 
 def _hmac(key: bytes, text: str) -> bytes:

@@ -4,6 +4,7 @@ when something changed, or the last sync did not end well), and keep the sync's 
 from __future__ import annotations
 
 import importlib
+import logging
 import shutil
 import time
 from collections import Counter
@@ -20,9 +21,11 @@ from ragvps.errors import NotFoundError, RagvpsError
 from ragvps.ingest import links
 from ragvps.ingest.cancel import Cancelled
 from ragvps.ingest.pipeline import IngestReport, ingest
-from ragvps.ingest.remote import Fetch, Fetched, Progress, Warn
+from ragvps.ingest.remote import Fetch, Fetched, Progress, Warn, secret, sigv4
+from ragvps.reach import Reach
 from ragvps.records import ModelSpec
 
+log = logging.getLogger(__name__)
 CONNECTORS = {"git": "git", "web": "web", "s3": "s3"}  # kind -> module of ragvps.ingest.remote with fetch()
 
 
@@ -71,7 +74,7 @@ def sync(
     mirror = mirror_dir(settings, row.name)
     fetched: Fetched | None = None
     try:
-        fetched = _fetch(conn, row, mirror, progress, warn)
+        fetched = _fetch(conn, settings, row, mirror, progress, warn)
         links.write_links(mirror, {item.rel: item.url for item in fetched.items.values()})
         report.read, report.unchanged, report.deleted = fetched.read, fetched.unchanged, fetched.deleted
         report.items, report.skipped, report.problems = len(fetched.items), fetched.skipped, fetched.problems
@@ -83,24 +86,61 @@ def sync(
         report.error = "; ".join(fetched.problems[:3]) or None
     except (RagvpsError, OSError) as exc:  # the source's failure (or the mirror's disk): kept with the source
         report.state, report.error = "failed", str(exc)
-        warn(f"source {row.name}: {exc}")
+        warn(str(exc) if f"source {row.name}:" in str(exc) else f"source {row.name}: {exc}")  # the name once
     except Cancelled:
         conn.rollback()
         report.state, report.error = "cancelled", "cancelled before its end; the next sync completes it"
+    except Exception as exc:  # a defect met on something the source served: this sync fails, the worker goes on
+        conn.rollback()
+        report.state = "failed"
+        report.error = f"source {row.name}: the sync stopped on an error ({type(exc).__name__}: {str(exc)[:200]})"
+        warn(report.error)
+        log.exception("source %s: the sync stopped on an error", row.name)
     report.seconds = time.monotonic() - started
+    _scrub(report, mirror, settings.database.data_dir)
     keep = fetched.items if fetched is not None and report.state not in ("failed", "cancelled") else None
     cursor = fetched.cursor if keep is not None and fetched is not None else row.cursor
     sources.finish(conn, row.name, keep, cursor, report.state, report.error, report.seconds)
     return report
 
 
-def _fetch(conn: psycopg.Connection, row: sources.SourceRow, mirror: Path, progress: Progress, warn: Warn) -> Fetched:
+def _scrub(report: SyncReport, *paths: Path) -> None:
+    """No server path in what read keys see of the sync (its error, problems and failed items)."""
+    report.error = secret.scrub(report.error, *paths) if report.error else report.error
+    report.problems = [secret.scrub(p, *paths) for p in report.problems]
+    report.failures = [(secret.scrub(i, *paths), secret.scrub(m, *paths)) for i, m in report.failures]
+
+
+def _secret(settings: Settings, row: sources.SourceRow, given: str) -> str:
+    """The credential a source uses: its own (given with it, kept encrypted), or for S3 the server's named
+    profile the source names (when the table lets this knowledge base use it), or the server's ambient AWS
+    credentials (only where source_ambient_credentials names the source); else none (unsigned requests)."""
+    if given or row.kind != "s3":
+        return given
+    kb = settings.database.kb
+    profile = str(row.config.get("profile") or "")
+    if profile:
+        return sigv4.encoded(sigv4.profile(settings.source.credentials_file, profile, kb))
+    return sigv4.encoded(sigv4.credentials()) if _ambient(settings, row) else ""
+
+
+def _ambient(settings: Settings, row: sources.SourceRow) -> bool:
+    """Whether source_ambient_credentials lets this source use the server's own credentials."""
+    kb = settings.database.kb
+    return bool({f"{kb}/{row.name}", f"{kb}/*", "*"} & set(settings.source.ambient_credentials))
+
+
+def _fetch(
+    conn: psycopg.Connection, settings: Settings, row: sources.SourceRow, mirror: Path, progress: Progress, warn: Warn
+) -> Fetched:
     module = importlib.import_module(f"ragvps.ingest.remote.{CONNECTORS[row.kind]}")
     mirror.mkdir(parents=True, exist_ok=True)
     config = row.config
+    location, inline = secret.split(row.location)  # a record from before credentials were kept apart
+    sealed = str(config.get("credential") or "")
     request = Fetch(
         row.name,
-        row.location,
+        location,
         config,
         mirror,
         sources.items(conn, row.name),
@@ -109,6 +149,9 @@ def _fetch(conn: psycopg.Connection, row: sources.SourceRow, mirror: Path, progr
         warn,
         max_items=int(str(config.get("max_items") or 10_000)),
         max_item_bytes=int(str(config.get("max_item_bytes") or 64 << 20)),
+        reach=Reach.of(settings.source.allow_hosts),
+        secret=_secret(settings, row, secret.unseal(settings.database.data_dir, sealed) if sealed else inline),
+        ambient=_ambient(settings, row),
     )
     fetched: Fetched = module.fetch(request)
     return fetched

@@ -8,17 +8,20 @@ max_pages URLs (read as a stream and cut there).
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import urldefrag, urljoin, urlsplit
+from urllib.parse import urldefrag, urljoin, urlsplit, urlunsplit
 from urllib.robotparser import RobotFileParser
 
 import httpx
 
+from ragvps import reach
 from ragvps.db.sources import Item
+from ragvps.errors import UnavailableError
 from ragvps.ingest.remote import Fetch, Fetched
 from ragvps.ingest.remote.http import AGENT, Got, Refused, get, robots, site, sitemap_urls
 from ragvps.ingest.remote.mirror import hashed_rel, remove, write
@@ -38,23 +41,53 @@ class _Links(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
         self.links: list[str] = []
+        self.canonical: str | None = None
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            href = dict(attrs).get("href")
-            if href:
-                self.links.append(href)
+        found = dict(attrs)
+        href = found.get("href")
+        if tag == "a" and href:
+            self.links.append(href)
+        elif tag == "link" and href and "canonical" in (found.get("rel") or "").lower().split():
+            self.canonical = self.canonical or href
 
 
-def links_of(url: str, html: bytes, base: str) -> list[str]:
+def canonical(url: str) -> str:
+    """One name for one page: no fragment, scheme and host in lower case, no default port, `/` for an empty path,
+    and a folder's index page (`/docs/index.html`) as its folder (`/docs/`)."""
+    parts = urlsplit(urldefrag(url)[0])
+    host = (parts.hostname or "").lower()
+    host = f"[{host}]" if ":" in host else host
+    if parts.port is not None and (parts.scheme, parts.port) not in (("http", 80), ("https", 443)):
+        host += f":{parts.port}"
+    path = parts.path or "/"
+    for index in ("index.html", "index.htm"):
+        if path.endswith("/" + index):
+            path = path[: -len(index)]
+    return urlunsplit((parts.scheme.lower(), host, path, parts.query, ""))
+
+
+def links_of(url: str, html: bytes, base: str) -> tuple[list[str], str | None]:
+    """The page's same-site links, canonical, and the same-site canonical URL it declares (`<link rel=canonical>`)
+    when it names another than its own."""
     parser = _Links()
     parser.feed(html.decode("utf-8", "replace"))
     out = []
     for href in parser.links:
-        target = urldefrag(urljoin(url, href.strip()))[0]
-        if urlsplit(target).scheme in ("http", "https") and site(target) == base:
-            out.append(target)
-    return out
+        try:
+            target = canonical(urljoin(url, href.strip()))
+            if urlsplit(target).scheme in ("http", "https") and site(target) == base:
+                out.append(target)
+        except ValueError:  # a malformed link (`http://[broken`): not followed, the page is kept
+            continue
+    declared = None
+    try:
+        if parser.canonical:
+            declared = canonical(urljoin(url, parser.canonical.strip()))
+    except ValueError:
+        declared = None
+    same = declared is not None and site(declared) == base and declared != canonical(url)
+    return out, declared if same else None
 
 
 @dataclass
@@ -65,15 +98,20 @@ class _Crawl:
     base: str
     limit: int
     pages: int
+    refused: dict[str, Refused] = field(default_factory=dict)  # URL -> why it was not read
+    auth: dict[str, str] = field(default_factory=dict)  # the source's credential, for its own site only
 
     def page(self, url: str) -> Got | None:
         """Read one page into the mirror (or find it unchanged); None when it is not kept."""
         known = self.fetch.known.get(url)
         try:
-            got = get(self.client, url, self.limit, known.version if known else "", self.base)
+            got = get(
+                self.client, url, self.limit, known.version if known else "", self.base, self.auth, self.fetch.tick
+            )
         except Refused as exc:
             if known is not None and not exc.gone:  # a passing failure keeps the page as it was
                 self.out.items[url] = known
+            self.refused[url] = exc
             self.out.skip(exc.reason, f"{self.fetch.name}: {exc}", self.fetch.warn, url)
             return None
         if got.status == 304 and known is not None and (self.fetch.mirror / known.rel).exists():
@@ -100,6 +138,17 @@ class _Crawl:
         self.out.items[url] = Item(rel, url, version)
         self.out.read += 1
         return got
+
+    def drop(self, url: str, declared: str) -> None:
+        """The page at `url` is a copy of `declared` (its rel=canonical): not an item of its own."""
+        item = self.out.items.pop(url, None)
+        if item is not None:
+            remove(self.fetch.mirror, item.rel)
+            if item is self.fetch.known.get(url):  # page() kept it unchanged
+                self.out.unchanged -= 1
+            else:
+                self.out.read -= 1
+        self.out.skipped["a copy of its canonical page"] += 1
 
     def html(self, url: str, got: Got) -> bytes:
         if got.status != 304:
@@ -134,13 +183,17 @@ def fetch(fetch: Fetch) -> Fetched:
     out = Fetched()
     pages = fetch.number("max_pages", min(fetch.max_items, 1000))
     limit = fetch.number("max_item_bytes", PAGE_BYTES)
-    with httpx.Client(timeout=fetch.timeout, follow_redirects=False) as client:
-        crawl = _Crawl(fetch, client, out, base, limit, pages)
-        rules = robots(client, base)
+    with reach.client(fetch.reach, fetch.timeout) as client:
+        auth = {"Authorization": "Basic " + base64.b64encode(fetch.secret.encode()).decode()} if fetch.secret else {}
+        crawl = _Crawl(fetch, client, out, base, limit, pages, auth=auth)
+        rules = robots(client, base, auth)
         if urlsplit(start).path.lower().endswith(".xml"):
             _from_sitemap(crawl, rules)
         else:
             _from_links(crawl, rules, fetch.number("max_depth", 3))
+    refused = crawl.refused.get(start) or crawl.refused.get(canonical(start))
+    if refused is not None:  # the start page or the sitemap: nothing of the site was read
+        raise UnavailableError(f"web source {fetch.name}: {refused}; check the source's URL (`ragvps source list`)")
     for url, old in fetch.known.items():
         if url not in out.items:
             remove(fetch.mirror, old.rel)
@@ -157,8 +210,9 @@ def _allowed(crawl: _Crawl, rules: RobotFileParser, url: str) -> bool:
 
 
 def _from_links(crawl: _Crawl, rules: RobotFileParser, depth: int) -> None:
-    queue = deque([(crawl.fetch.location, 0)])
-    seen = {crawl.fetch.location}
+    start = canonical(crawl.fetch.location)
+    queue = deque([(start, 0)])
+    seen = {start}
     done = 0
     while queue:
         url, level = queue.popleft()
@@ -175,9 +229,17 @@ def _from_links(crawl: _Crawl, rules: RobotFileParser, depth: int) -> None:
         got = crawl.page(url)
         done += 1
         crawl.fetch.progress("fetch", done, done + len(queue))
-        if got is None or level >= depth:
+        if got is None:
             continue
-        for link in links_of(got.url, crawl.html(url, got), crawl.base):
+        links, declared = links_of(got.url, crawl.html(url, got), crawl.base)
+        if declared is not None:  # the page says it is another's copy: that one is the item, read (or queued) once
+            crawl.drop(url, declared)
+            if declared not in seen:
+                seen.add(declared)
+                queue.appendleft((declared, level))
+        if level >= depth:
+            continue
+        for link in links:
             if link not in seen:
                 seen.add(link)
                 queue.append((link, level + 1))
@@ -196,14 +258,17 @@ def _from_sitemap(crawl: _Crawl, rules: RobotFileParser) -> None:
     while sitemaps and len(urls) <= crawl.pages:
         sitemap = sitemaps.pop(0)
         try:
-            for url, nested in sitemap_urls(crawl.client, sitemap, crawl.pages + 1 - len(urls), crawl.base):
+            for url, nested in sitemap_urls(
+                crawl.client, sitemap, crawl.pages + 1 - len(urls), crawl.base, crawl.auth, crawl.fetch.tick
+            ):
                 if site(url) != crawl.base:
                     crawl.out.skipped["off-site URL in sitemap"] += 1
                 elif nested and len(sitemaps) < 50:
                     sitemaps.append(url)
                 elif not nested:
-                    urls.append(url)
+                    urls.append(canonical(url))
         except Refused as exc:
+            crawl.refused[sitemap] = exc
             crawl.out.skip(exc.reason, f"{crawl.fetch.name}: sitemap {exc}", crawl.fetch.warn, sitemap)
             _keep_unreached(crawl, list(crawl.fetch.known))
     if len(urls) > crawl.pages:

@@ -180,8 +180,9 @@ class Documents:
 
     async def cancel(self, request: Request, job: str) -> dict[str, object]:
         app = await self.job_app(request, job, "write")
+        admin = principal_of(request).can(app.kb_name, "admin")
         try:
-            return json_object(await in_thread(lambda: cancel_job(app, job), self.timeout))
+            return json_object(await in_thread(lambda: cancel_job(app, job, admin), self.timeout))
         except NotFoundError:
             raise no_job(job) from None
 

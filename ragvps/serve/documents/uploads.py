@@ -24,6 +24,7 @@ from ragvps.app.documents import StagedFile
 from ragvps.config import ServeSettings
 from ragvps.errors import InputTooLongError, UsageError
 from ragvps.serve.gate.limits import SlowBody
+from ragvps.serve.shared.threads import in_thread
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -213,10 +214,35 @@ async def _json(request: Request, kb_dir: Path, folder: Path, limits: ServeSetti
         body += piece
         if len(body) > cap:
             raise json_too_large(cap)
+    return await in_thread(lambda: _staged(bytes(body), kb_dir, folder, limits), float(limits.request_timeout))
+
+
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, unrolled: linear, at C speed
+
+
+def parsed_json(body: bytes, max_items: int) -> object:
+    """`body` as JSON `{...}` or `[{...}, ...]`, bounded before it is parsed: at most `max_items` objects and
+    arrays, nested two deep at most (what an upload is), so that `[[],[],...]` of 16 MiB or `[[[[...]]]]` costs
+    a scan, not a parse (a list each, or Python's recursion)."""
+    skeleton = _STRING.sub(b'""', body)
+    opened = skeleton.count(b"{") + skeleton.count(b"[")
+    if opened > max_items + 1:
+        raise too_large(f"the number of JSON objects and arrays ({opened:,})", max_items, "upload_max_files")
+    depth = deepest = 0
+    for byte in skeleton.translate(None, b' \t\r\n",:0123456789.-+eEtruefalsn'):
+        depth += 1 if byte in b"[{" else -1
+        deepest = max(deepest, depth)
+    if deepest > 2:
+        raise UsageError('the JSON body is nested deeper than an upload is: send {"path": ..., "text": ...} or a list')
     try:
-        parsed = json.loads(body)
-    except ValueError as exc:
+        return json.loads(body)
+    except (ValueError, RecursionError) as exc:
         raise UsageError(f'the body is not valid JSON ({exc}): send {{"path": ..., "text": ...}}') from None
+
+
+def _staged(body: bytes, kb_dir: Path, folder: Path, limits: ServeSettings) -> list[StagedFile]:
+    """The JSON upload's texts written as files (off the event loop: the parse of 16 MiB takes a while)."""
+    parsed = parsed_json(body, limits.upload_max_files)
     items = parsed if isinstance(parsed, list) else [parsed]
     if len(items) > limits.upload_max_files:
         raise too_large(f"the number of texts ({len(items):,})", limits.upload_max_files, "upload_max_files")

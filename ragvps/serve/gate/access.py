@@ -42,7 +42,7 @@ class Access:
         given = presented_key(headers)
         if people is None:
             return await self.principal(given)
-        found = people.from_session(headers)
+        found = await people.from_session(headers)
         if found is None:
             client = scope.get("client")
             found = await people.from_proxy(client[0] if client else None, headers)

@@ -1,7 +1,8 @@
 """What the server writes to the audit log (app/audit.py): one row for each search, question, chat, upload,
-deletion and knowledge-base change, naming who (the key's name or the user), the knowledge base, the status and
-the request id; the question only with log_questions. The request log hands each finished request here; rows are
-written by one thread in batches (every FLUSH_S), so a request never waits on the audit.
+deletion, knowledge-base change and connected source's addition, sync and removal, naming who (the key's name or
+the user), the knowledge base, the status and the request id; the question only with log_questions. The request
+log hands each finished request here; rows are written by one thread in batches (every FLUSH_S), so a request
+never waits on the audit.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ ACTIONS: dict[tuple[str, str], str] = {
     ("POST", "/kb/{name}/documents"): "upload",
     ("DELETE", "/kb/{name}/documents/{doc}"): "delete",
     ("DELETE", "/jobs/{job}"): "cancel",
+    ("POST", "/kb/{name}/sources"): "source_add",
+    ("POST", "/kb/{name}/sources/{source}/sync"): "sync",
+    ("DELETE", "/kb/{name}/sources/{source}"): "source_remove",
     ("POST", "/mcp"): "mcp",
 }
 

@@ -2,9 +2,11 @@
 authorization-code flow with PKCE, and the check of a token (signature, issuer, audience, expiry with the
 setting oidc_leeway for clock skew). httpx speaks the protocol; joserfc checks the JSON Web Tokens.
 
-Keys rotate: a token signed with a key id not in the cached set makes one fresh fetch of the JWKS, so a provider's
-new key is accepted at once. A key id is looked for once per KID_RETRY_S, and the JWKS fetched at most every
-JWKS_REFETCH_S, so a stream of forged key ids costs at most one fetch a second.
+Keys rotate: a token signed with a key id not in the cached set makes a fresh fetch of the JWKS, so a provider's
+new key is accepted at once. One fetch runs at a time (every token waiting for a new key shares it), at most one
+every JWKS_REFETCH_S, and a key id is looked for once per KID_RETRY_S: a stream of forged key ids costs one fetch
+an interval and never delays a token whose key is known. A provider whose tokens carry no key id has each key
+tried, and its keys fetched again (once an interval) when none verifies, so its rotation needs no restart.
 """
 
 from __future__ import annotations
@@ -21,11 +23,11 @@ from urllib.parse import urlencode
 
 import httpx
 from joserfc import jws, jwt
-from joserfc.errors import JoseError
+from joserfc.errors import BadSignatureError, JoseError
 from joserfc.jwk import KeySet
 
-from ragvps.app.identity import User, split_groups
-from ragvps.errors import ConfigError, UnauthorizedError, UnavailableError
+from ragvps.app.identity import User, provider_client, split_groups
+from ragvps.errors import Blocked, ConfigError, UnauthorizedError, UnavailableError
 
 if TYPE_CHECKING:
     from ragvps.config import AuthSettings
@@ -73,13 +75,13 @@ class Login:
 
 
 class Provider:
-    def __init__(self, auth: AuthSettings):
-        self.auth = auth
+    def __init__(self, auth: AuthSettings, allow_hosts: tuple[str, ...] = ()):
+        self.auth, self.allow_hosts = auth, allow_hosts  # allow_hosts: source_allow_hosts, beyond the issuer's host
         self.issuer = auth.oidc_issuer.rstrip("/")
         self._metadata: tuple[float, dict[str, object]] = (0.0, {})
         self._keys: tuple[float, KeySet | None] = (0.0, None)
         self._looked_for: dict[str, float] = {}  # unknown key id -> when the JWKS was fetched for it
-        self._lock = asyncio.Lock()
+        self._refreshing: asyncio.Future[KeySet] | None = None  # the one fetch of the keys in flight
 
     async def metadata(self) -> dict[str, object]:
         at, found = self._metadata
@@ -103,28 +105,61 @@ class Provider:
         return value
 
     async def key_set(self, kid: str | None) -> KeySet:
-        async with self._lock:
-            at, keys = self._keys
-            known = keys is not None and (kid is None or any(k.kid == kid for k in keys.keys))
-            now = time.monotonic()
-            if keys is not None and (known or now - self._looked_for.get(str(kid), -KID_RETRY_S) < KID_RETRY_S):
-                return keys
-            if len(self._looked_for) > 1000:
-                self._looked_for.clear()
-            self._looked_for[str(kid)] = now
-            if now - at < JWKS_REFETCH_S:  # one fetch a second at most, whatever key ids arrive
-                await asyncio.sleep(JWKS_REFETCH_S - (now - at))
-            keys = KeySet.import_key_set(await self._get_json(await self.endpoint("jwks_uri")))  # type: ignore[arg-type]
-            self._keys = (time.monotonic(), keys)
+        """The provider's keys, for a token signed with key `kid`. A known kid (or none) never waits; an unknown
+        one joins the one fetch in flight (or starts it), which runs no sooner than JWKS_REFETCH_S after the last;
+        a kid looked for in the last KID_RETRY_S is refused at once. A stream of forged kids costs one fetch an
+        interval, and a request with a known kid never queues behind them."""
+        at, keys = self._keys
+        if keys is None:
+            return await self._refresh()
+        if kid is None or any(k.kid == kid for k in keys.keys):
             return keys
+        now = time.monotonic()
+        if now - self._looked_for.get(kid, -KID_RETRY_S) < KID_RETRY_S:
+            return keys
+        if len(self._looked_for) > 1000:
+            self._looked_for.clear()
+        self._looked_for[kid] = now
+        return await self._refresh()
+
+    async def _refresh(self) -> KeySet:
+        """The keys fetched again: one fetch at a time, no sooner than JWKS_REFETCH_S after the last, in a task of
+        its own that every token waiting for a new key shares (a token whose key is known waits for none)."""
+        if self._refreshing is None or self._refreshing.done():
+            self._refreshing = asyncio.ensure_future(self._fetch_keys())
+        return await asyncio.shield(self._refreshing)
+
+    async def _fetch_keys(self) -> KeySet:
+        wait = self._keys[0] + JWKS_REFETCH_S - time.monotonic()
+        if self._keys[1] is not None and wait > 0:
+            await asyncio.sleep(wait)
+        try:
+            found = await self._get_json(await self.endpoint("jwks_uri"))
+            keys = KeySet.import_key_set(found)  # type: ignore[arg-type]
+        except BaseException:
+            self._keys = (time.monotonic(), self._keys[1])  # a failed fetch waits its interval too
+            raise
+        self._keys = (time.monotonic(), keys)
+        return keys
+
+    async def _decoded(self, token: str, kid: str | None) -> jwt.Token:
+        """The token checked against the provider's keys. Without a kid, each key is tried; when none verifies
+        (the provider rotated its only key), the keys are fetched again (once an interval) and tried once more."""
+        keys = await self.key_set(kid)
+        if kid is not None:
+            return jwt.decode(token, keys, algorithms=list(ASYMMETRIC))
+        try:
+            return _any_key(token, keys)
+        except BadSignatureError:
+            return _any_key(token, await self._refresh())
 
     async def verify(self, token: str, audiences: tuple[str, ...], nonce: str | None = None) -> Claims:
         """The token's claims once its signature, issuer, audience, times (and nonce, when given) hold; an
         UnauthorizedError saying which did not."""
         try:
             header = jws.extract_compact(token.encode("ascii")).protected
-            keys = await self.key_set(header.get("kid"))
-            decoded = jwt.decode(token, keys, algorithms=list(ASYMMETRIC))
+            kid = header.get("kid")
+            decoded = await self._decoded(token, kid if isinstance(kid, str) else None)
             registry = jwt.JWTClaimsRegistry(
                 leeway=self.auth.oidc_leeway,
                 iss={"essential": True, "value": self.issuer},
@@ -135,6 +170,11 @@ class Provider:
         except (JoseError, ValueError, UnicodeError) as exc:
             raise UnauthorizedError(f"the token was refused ({_why(exc)}): sign in again") from None
         claims = decoded.claims
+        for claim in ("sub", "email", "name"):
+            if isinstance(claims.get(claim), str) and not str(claims[claim]).isprintable():
+                raise UnauthorizedError(
+                    f"the token was refused (its {claim} claim holds control characters, which no name may hold)"
+                )
         aud = claims.get("aud")
         if not set([aud] if isinstance(aud, str) else aud or []) & set(audiences):
             raise UnauthorizedError(
@@ -183,8 +223,10 @@ class Provider:
         )
         url = await self.endpoint("token_endpoint")
         try:
-            async with httpx.AsyncClient(timeout=TIMEOUT_S, auth=auth) as client:
+            async with self._client(auth) as client:
                 response = await client.post(url, data=form)
+        except Blocked as exc:
+            raise UnavailableError(f"the provider's token endpoint {url}: {exc}") from None
         except httpx.HTTPError as exc:
             raise UnavailableError(
                 f"the provider's token endpoint {url} cannot be reached ({exc.__class__.__name__}): try again"
@@ -204,10 +246,15 @@ class Provider:
             return None
         return found + "?" + urlencode({"client_id": self.auth.oidc_client_id, "post_logout_redirect_uri": after})
 
+    def _client(self, auth: httpx.Auth | None = None) -> httpx.AsyncClient:
+        return provider_client(self.issuer, self.allow_hosts, TIMEOUT_S, auth)
+
     async def _get_json(self, url: str) -> dict[str, object]:
         try:
-            async with httpx.AsyncClient(timeout=TIMEOUT_S, follow_redirects=False) as client:
+            async with self._client() as client:
                 response = await client.get(url)
+        except Blocked as exc:
+            raise UnavailableError(f"the identity provider's {url}: {exc}") from None
         except httpx.HTTPError as exc:
             raise UnavailableError(
                 f"the identity provider at {url} cannot be reached ({exc.__class__.__name__}): "
@@ -218,6 +265,19 @@ class Provider:
                 f"the identity provider answered HTTP {response.status_code} for {url}: check oidc_issuer"
             )
         return _json(response)
+
+
+def _any_key(token: str, keys: KeySet) -> jwt.Token:
+    """A token without a kid, checked against each of the keys in turn (a provider with one key, or two while it
+    rotates)."""
+    for key in keys.keys[:-1]:
+        try:
+            return jwt.decode(token, key, algorithms=list(ASYMMETRIC))
+        except BadSignatureError:
+            continue
+    if not keys.keys:
+        raise BadSignatureError()
+    return jwt.decode(token, keys.keys[-1], algorithms=list(ASYMMETRIC))
 
 
 def _json(response: httpx.Response) -> dict[str, object]:

@@ -20,7 +20,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ragvps.app.identity import RoleMap, User, split_groups
-from ragvps.errors import ConfigError
+from ragvps.errors import ConfigError, RagvpsError
 from ragvps.serve.gate.session import SESSION_COOKIE, Signer, cookie
 from ragvps.serve.shared.threads import in_thread
 
@@ -35,6 +35,7 @@ FORWARDED = (b"x-openwebui-user-email", b"x-openwebui-user-name", b"x-openwebui-
 SEEN_EVERY_S = 600.0  # a proxy's or forwarded user is written to the users table at most this often
 LOOKUP_TIMEOUT_S = 3.0
 MAX_REMEMBERED = 10_000
+REVOKED_TTL_S = 2.0  # a sign-out in another process of the server is honoured within this
 
 
 def looks_like_jwt(token: str) -> bool:
@@ -56,12 +57,41 @@ class People:
         self._tokens: dict[str, tuple[float, User]] = {}
         self._seen: dict[str, float] = {}
         self._warned: set[str] = set()
+        self._checked: dict[str, tuple[float, bool]] = {}  # session id -> (when looked up, signed out)
 
-    def from_session(self, headers: list[tuple[bytes, bytes]]) -> Principal | None:
+    async def from_session(self, headers: list[tuple[bytes, bytes]]) -> Principal | None:
         if self.signer is None:
             return None
-        user = self.signer.user(cookie(headers, SESSION_COOKIE))
-        return None if user is None else self.roles.principal(user)
+        found = self.signer.session(cookie(headers, SESSION_COOKIE))
+        if found is None or await self._revoked(found[1]):
+            return None
+        return self.roles.principal(found[0])
+
+    async def sign_out(self, headers: list[tuple[bytes, bytes]]) -> None:
+        """Revoke the session the request carries (in the catalog: every process refuses it from now on)."""
+        found = self.signer.session(cookie(headers, SESSION_COOKIE)) if self.signer is not None else None
+        library = self.ready.library
+        if found is None:
+            return
+        _, sid, until = found
+        self._checked[sid] = (float("inf"), True)
+        if library is not None:
+            await in_thread(lambda: library.identities().revoke(sid, until), LOOKUP_TIMEOUT_S)
+
+    async def _revoked(self, sid: str) -> bool:
+        """Whether the session was signed out, looked up at most REVOKED_TTL_S ago."""
+        at, revoked = self._checked.get(sid, (0.0, False))
+        library = self.ready.library
+        if revoked or time.monotonic() - at < REVOKED_TTL_S or library is None:
+            return revoked
+        try:
+            revoked = await in_thread(lambda: library.identities().revoked(sid), LOOKUP_TIMEOUT_S)
+        except RagvpsError:  # the database is away: the last answer stands (this process's sign-outs are known)
+            return revoked
+        if len(self._checked) >= MAX_REMEMBERED:
+            self._checked.clear()
+        self._checked[sid] = (time.monotonic(), revoked)
+        return revoked
 
     async def from_token(self, token: str) -> Principal:
         """The user a bearer JWT names; UnauthorizedError (saying why) when the provider did not sign it for us."""

@@ -167,7 +167,7 @@ class RequestLog:
             record.ms = round((time.perf_counter() - start) * 1000, 2)
             record.route = self._route(scope)
             if not record.kbs and isinstance(name := scope.get("path_params", {}).get("name"), str):
-                record.kbs.append(name)
+                record.kbs.append(name if name.isprintable() else name.encode("unicode_escape").decode("ascii"))
             if self.count is not None:
                 self.count(record.route, record.method, record.status or 500, record.ms / 1000)
             if self.audit is not None:

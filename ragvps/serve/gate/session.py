@@ -69,9 +69,23 @@ class Signer:
             return None
         return payload
 
+    def session(self, value: str | None) -> tuple[User, str, float] | None:
+        """(user, session id, expiry) of a session cookie, or None (no cookie, forged, expired, or made before
+        sessions had ids: those sign in again, so that each can be signed out)."""
+        payload = self.load(value) if value else None
+        user = self._user(payload)
+        sid = payload.get("sid") if payload is not None else None
+        if payload is None or user is None or not isinstance(sid, str) or not sid:
+            return None
+        return user, sid, float(str(payload["exp"]))
+
     def user(self, value: str | None) -> User | None:
         """The user a session cookie names, or None (no cookie, forged, expired)."""
-        payload = self.load(value) if value else None
+        found = self.session(value)
+        return None if found is None else found[0]
+
+    @staticmethod
+    def _user(payload: dict[str, object] | None) -> User | None:
         if payload is None or not isinstance(payload.get("sub"), str):
             return None
         groups = payload.get("groups")
@@ -85,7 +99,14 @@ class Signer:
 
 
 def session_payload(user: User) -> dict[str, object]:
-    return {"sub": user.subject, "email": user.email, "name": user.name, "groups": list(user.groups)}
+    """A new session's payload: the user, and an id of its own that signing out revokes."""
+    return {
+        "sub": user.subject,
+        "email": user.email,
+        "name": user.name,
+        "groups": list(user.groups),
+        "sid": secrets.token_urlsafe(18),
+    }
 
 
 def _opt(value: object) -> str | None:

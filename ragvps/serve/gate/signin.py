@@ -8,6 +8,7 @@ GET  /auth/me             who the page is signed in as (open: the page asks befo
 """
 
 # No `from __future__ import annotations` here: FastAPI reads the routes' parameters from the annotations.
+import contextlib
 from typing import TYPE_CHECKING
 
 from starlette.requests import Request
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
     from ragvps.config import Settings
     from ragvps.serve.gate.oidc import Provider
     from ragvps.serve.gate.people import People
-    from ragvps.serve.gate.session import Signer
     from ragvps.serve.shared.lifecycle import Ready
 
 OPEN_AUTH_PATHS = frozenset({"/auth/login", "/auth/callback", "/auth/logout", "/auth/me"})
@@ -36,19 +36,22 @@ def add_signin_routes(api: "FastAPI", settings: "Settings", ready: "Ready", peop
 
     @api.get("/auth/me", tags=["auth"], summary="Who the page is signed in as, and whether sign-in is offered")
     async def me(request: Request) -> JSONResponse:
-        principal = people.from_session(list(request.scope["headers"])) if people is not None else None
+        principal = await people.from_session(list(request.scope["headers"])) if people is not None else None
         body: dict[str, object] = {"sign_in": provider is not None, "signed_in": principal is not None}
         if principal is not None:
             body |= {"user": principal.user, "name": principal.name, "holds_nothing": principal.holds_nothing}
         return JSONResponse(body, headers={"cache-control": "no-store"})
 
     if provider is not None and people is not None and people.signer is not None:
-        _flow(api, settings, ready, provider, people.signer)
+        _flow(api, settings, ready, provider, people)
 
 
-def _flow(api: "FastAPI", settings: "Settings", ready: "Ready", provider: "Provider", signer: "Signer") -> None:
-    """/auth/login, /auth/callback and /auth/logout: the authorization-code flow with PKCE, and signing out."""
+def _flow(api: "FastAPI", settings: "Settings", ready: "Ready", provider: "Provider", people: "People") -> None:
+    """/auth/login, /auth/callback and /auth/logout: the authorization-code flow with PKCE, and signing out (the
+    session revoked, not only its cookie cleared: a copy of the cookie is refused too)."""
     hours = settings.auth.session_hours
+    signer = people.signer
+    assert signer is not None
 
     @api.get("/auth/login", tags=["auth"], summary="Sign in with the identity provider (redirects)")
     async def login(request: Request, next: str = "/") -> Response:
@@ -86,6 +89,10 @@ def _flow(api: "FastAPI", settings: "Settings", ready: "Ready", provider: "Provi
         response.raw_headers.append(cookie_header(LOGIN_COOKIE, "", 0, secure, "/auth"))
         return response
 
+    _logout(api, settings, provider, people)
+
+
+def _logout(api: "FastAPI", settings: "Settings", provider: "Provider", people: "People") -> None:
     # a link (GET) as well as POST: the page's form-action 'self' would stop a form's redirect to the provider
     @api.api_route(
         "/auth/logout",
@@ -94,6 +101,9 @@ def _flow(api: "FastAPI", settings: "Settings", ready: "Ready", provider: "Provi
         summary="Sign out (and out of the provider, where it offers that)",
     )
     async def logout(request: Request) -> Response:
+        # the database away: the cookie is still cleared, and the session ends at its expiry
+        with contextlib.suppress(RagvpsError):
+            await people.sign_out(list(request.scope["headers"]))
         home = str(request.base_url)
         try:
             after = await provider.logout_url(home)
