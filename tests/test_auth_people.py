@@ -276,10 +276,14 @@ def test_a_forwarded_user_never_takes_another_sessions_groups(srv: InProcess, en
 
     with Library.open(load_settings(env=env)) as library:
         library.identities().seen(User("sub-dee", "dee@example.org", "Dee", ("eng",), "oidc"))
-        assert owui_models(srv, env["OWUI_KEY"], email="dee@example.org", role="guest") == ["docs"]  # her own
+        # the key's models are listed to every user (issue 51); what a user may ask, the chat says
+        said = owui_chat(srv, env["OWUI_KEY"], "hr", "dee@example.org")
+        assert "You cannot ask this knowledge base (hr)" in said and "twenty-five" not in said  # her own: eng
         # someone else shows up with dee's address (another subject, later): neither record speaks for dee now
         library.identities().seen(User("proxy:mallory", "DEE@example.org", "Mallory", ("admins",), "proxy"))
-    assert owui_models(srv, env["OWUI_KEY"], email="dee@example.org", role="user") == ["docs"]  # role:user alone
+    said = owui_chat(srv, env["OWUI_KEY"], "hr", "dee@example.org")
+    assert "You cannot ask this knowledge base (hr)" in said and "twenty-five" not in said  # never mallory's admins
+    assert "You cannot ask" not in owui_chat(srv, env["OWUI_KEY"], "docs", "dee@example.org")  # role:user reads docs
 
 
 def test_control_characters_neither_forge_audit_rows_nor_names(
@@ -296,7 +300,7 @@ def test_control_characters_neither_forge_audit_rows_nor_names(
     assert kbs_of(srv, bearer(token)).status_code == 401
     with Library.open(load_settings(env=env)) as library:  # a row written before names were checked
         library.identities().seen(User("sub-nl", "nl@example.org\n" + forged, "NL", ("eng",), "proxy"))
-    deadline = time.monotonic() + 10
+    deadline = waiting.deadline(60)
     while time.monotonic() < deadline and "x\\n2026" not in (text := ragvps_here(env, "audit", "--since", "1h").stdout):
         time.sleep(0.2)
     assert "x\\n2026" in text and not any(line.startswith(forged) for line in text.splitlines())
@@ -333,7 +337,7 @@ def test_an_unknown_key_id_never_holds_a_token_whose_key_is_known(srv: InProcess
         threads = [threading.Thread(target=lambda t=t: kbs_of(srv, bearer(t))) for t in forged]
         for thread in threads:
             thread.start()
-        deadline = time.monotonic() + 30
+        deadline = waiting.deadline(30)
         while issuer.fetches == 0 or not any(t.is_alive() for t in threads):
             assert time.monotonic() < deadline
             time.sleep(0.05)
@@ -351,7 +355,7 @@ def test_an_unknown_key_id_never_holds_a_token_whose_key_is_known(srv: InProcess
 def test_a_provider_without_key_ids_survives_its_key_rotation(srv: InProcess, issuer: TokenIssuer):
     assert names(kbs_of(srv, bearer(issuer.token("ana", groups=["eng"], with_kid=False)))) == ["docs"]
     issuer.rotate()
-    deadline = time.monotonic() + 20  # the keys are fetched again at most once a second
+    deadline = waiting.deadline(20)  # the keys are fetched again at most once a second
     while (status := kbs_of(srv, bearer(issuer.token("ana", groups=["eng"], with_kid=False))).status_code) != 200:
         assert status == 401 and time.monotonic() < deadline, status
         time.sleep(0.2)

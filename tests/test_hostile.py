@@ -436,7 +436,7 @@ def test_a_link_in_a_watched_folder_never_ends_watch_json(cli, tmp_path):
         first = json.loads(lines.get(timeout=120))  # the first ingest's report, the link counted in it
         assert first["skipped"]["link out of the folder"] == 1, first
         os.symlink("/etc/passwd", folder / "passwd.txt")
-        deadline, second = time.monotonic() + 120, None
+        deadline, second = waiting.deadline(120), None
         for n in range(1000):  # a change now and then until the watcher reports one (it may start watching late)
             (folder / f"beta{n}.md").write_text(f"# Beta {n}\n\nThe beta file tells of harbours.\n")
             try:

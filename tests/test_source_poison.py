@@ -14,6 +14,7 @@ import time
 
 import psycopg
 import pytest
+from support import waiting
 from support.asgi_server import InProcess
 from support.serve_server import KEY, REPO, ragvps_env
 from support.sites import served
@@ -161,7 +162,7 @@ def test_adding_syncing_and_removing_a_source_leave_audit_rows(server, tmp_path)
         assert wait(c, c.post("/kb/default/sources/audited/sync").json()["job"])["state"] == "done"
         assert c.delete("/kb/default/sources/audited").status_code == 200
     wanted = {("source_add", 201), ("sync", 202), ("source_remove", 200)}
-    deadline, found = time.monotonic() + 30, set()
+    deadline, found = waiting.deadline(30), set()
     while time.monotonic() < deadline and not wanted <= found:  # written by the audit's thread in batches
         rows = json.loads(run_cli(server.env, "audit", "--since", "1h", "--json"))
         found = {(r["action"], r["status"]) for r in rows if r["kb"] == "default"}

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 
-from ragvps.app import jsonable
 from ragvps.cli.common import Bars, KbOption, counted, echo_json, open_app, settings_from, skipped_text, warn
 from ragvps.errors import UsageError
 
@@ -77,6 +76,8 @@ def watch(
     def show(report: IngestReport, changes: int) -> None:
         if as_json:
             # jsonable, not asdict: asdict rebuilds the skipped Counter from its (reason, count) pairs, as keys
+            from ragvps.app import jsonable  # lazy: the app's records load psycopg, which --help need not
+
             typer.echo(json.dumps({"changes": changes, **cast(dict[str, object], jsonable(report))}))
         else:
             typer.echo((f"{counted(changes, 'change')}: " if changes else "") + _summary(report))

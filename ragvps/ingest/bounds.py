@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import zipfile
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -105,3 +106,16 @@ class Meter:
                 "stored"
             ),
         )
+
+
+def too_many_chunks(rel: str, chars: int, chunks: int, warn: Callable[[str], None], skipped: Counter[str]) -> bool:
+    """Whether a file of `chars` characters makes more chunks than one may store (chunk_limit); then skipped by name."""
+    limit = chunk_limit(chars)
+    if chunks <= limit:
+        return False
+    warn(
+        f"{rel}: it makes {chunks:,} chunks, more than a file may store ({limit:,}: one per "
+        f"{CHARS_PER_CHUNK} characters of its text, at least {FLOOR_CHUNKS:,}); skipped, nothing of it stored"
+    )
+    skipped["too many chunks"] += 1
+    return True

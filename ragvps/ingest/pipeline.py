@@ -17,7 +17,7 @@ from ragvps.embed.hosts import Lanes
 from ragvps.errors import NotFoundError
 from ragvps.ingest import links, parts, sources
 from ragvps.ingest.artifacts import ChunkArtifacts, ChunkFile, VectorCache
-from ragvps.ingest.bounds import CHARS_PER_CHUNK, FLOOR_CHUNKS, OutputBound, SkipFile, chunk_limit
+from ragvps.ingest.bounds import OutputBound, SkipFile, too_many_chunks
 from ragvps.ingest.chunk import ChunkerConfig, chunk_documents
 from ragvps.ingest.embedding import EmbedOutcome, embed_stage
 from ragvps.ingest.ocr import OcrOptions
@@ -136,7 +136,7 @@ def chunk_stage(
             if docs is None:
                 continue
             chunks = [c for doc_chunks in chunk_documents(docs, config) for c in doc_chunks]
-            if too_many_chunks(source.rel, docs, chunks, warn, report):
+            if too_many_chunks(source.rel, sum(len(d.text) for d in docs), len(chunks), warn, report.skipped):
                 continue
             result = ChunkFile(source.rel, file_hash, key, docs, chunks)
             artifacts.write(result)
@@ -144,19 +144,6 @@ def chunk_stage(
         results.append(result)
         progress("chunk", i + 1, len(scan.files))
     return results
-
-
-def too_many_chunks(rel: str, docs: list[Document], chunks: list[Chunk], warn: Warn, report: IngestReport) -> bool:
-    """Whether the file makes more chunks than one may store (bounds.chunk_limit); then skipped by name."""
-    limit = chunk_limit(sum(len(d.text) for d in docs))
-    if len(chunks) <= limit:
-        return False
-    warn(
-        f"{rel}: it makes {len(chunks):,} chunks, more than a file may store ({limit:,}: one per "
-        f"{CHARS_PER_CHUNK} characters of its text, at least {FLOOR_CHUNKS:,}); skipped, nothing of it stored"
-    )
-    report.skipped["too many chunks"] += 1
-    return True
 
 
 def store_stage(
