@@ -42,6 +42,8 @@ from ragvps.config import Settings
 
 SET = ROOT / "bench" / "data" / "followups.jsonl"
 UNRELATED = ROOT / "bench" / "data" / "unrelated_pairs.jsonl"
+SHORT = ROOT / "bench" / "data" / "short_pairs.jsonl"  # second questions of 2-4 words on a subject of their own
+CLOSINGS = ROOT / "bench" / "data" / "closings.jsonl"  # thanks and bye; Open WebUI's Add Details and More Concise
 START, END = markers("chat_bench")
 K = 5
 MAX_SECONDS = 120.0  # each latency phase stops here whatever --requests says
@@ -105,14 +107,54 @@ def unrelated(app: App, rows: list[dict[str, Any]]) -> list[str]:
     return changed
 
 
+def quoted(content: str) -> str:
+    """An extractive answer's quotes: without its label and its source list."""
+    return content.partition("\n\n**Sources**")[0].partition("\n")[2]
+
+
+def follow_up_quotes(app: App, rows: list[dict[str, Any]]) -> list[str]:
+    """The ids of the follow-ups whose answer quotes the sentence that answers them (the row's gold quote)."""
+    good = []
+    for row in rows:
+        first, second = row["turns"]
+        a1 = app.chat(ChatRequest((("user", first),), use_cache=False)).content
+        a2 = app.chat(ChatRequest((("user", first), ("assistant", a1), ("user", second)), use_cache=False)).content
+        if norm(row["quote"]) in norm(quoted(a2)):
+            good.append(row["id"])
+    return good
+
+
+def closings(app: App, rows: list[dict[str, Any]]) -> list[str]:
+    """The ids of the closings answered with a closing (no quote, no source) and of the regenerate variants
+    answered as the question before them was."""
+    good = []
+    for row in rows:
+        first, second = row["turns"]
+        a1 = app.chat(ChatRequest((("user", first),), use_cache=False)).content
+        a2 = app.chat(ChatRequest((("user", first), ("assistant", a1), ("user", second)), use_cache=False)).content
+        if row["expect"] == "closing":
+            ok = "Extractive answer" not in a2 and "**Sources**" not in a2 and "[1]" not in a2
+        else:
+            ok = bool(quoted(a1)) and quoted(a2) == quoted(a1)
+        if ok:
+            good.append(row["id"])
+    return good
+
+
 def conversations(data_dir: Path) -> dict[str, Any]:
     """Both sets against this process's ragvps, over docs/ ingested into data_dir."""
-    settings = Settings.of(data_dir=data_dir, embedder="local")
+    settings = Settings.of(data_dir=data_dir)  # each checkout's default model (MiniLM before issue 52, USE after)
     with App.open(settings) as app:
         ingest = app.ingest(ROOT / "docs")
         table, detail = recall(app, load())
         changed = unrelated(app, load(UNRELATED))
+        turns = {
+            "short_changed": unrelated(app, load(SHORT)),
+            "quoting": follow_up_quotes(app, load()),
+            "closings": closings(app, load(CLOSINGS)),
+        }
         return {
+            "turns": turns,
             "table": table,
             "detail": detail,
             "changed": changed,
@@ -272,8 +314,8 @@ def main() -> None:
         print(
             json.dumps(
                 {
-                    "now": {k: now[k] for k in ("table", "changed")},
-                    "before": before and {k: before[k] for k in ("table", "changed")},
+                    "now": {k: now[k] for k in ("table", "changed", "turns")},
+                    "before": before and {k: before.get(k) for k in ("table", "changed", "turns")},
                 },
                 indent=1,
             )
@@ -285,8 +327,7 @@ def main() -> None:
     (args.data_dir / "no-config.toml").touch()
     env |= {
         "PYTHONPATH": str(ROOT),
-        "RAGVPS_DATA_DIR": str(args.data_dir),
-        "RAGVPS_EMBEDDER": "local",
+        "RAGVPS_DATA_DIR": str(args.data_dir),  # each checkout's default model, as its conversations used
         "RAGVPS_CONFIG": str(args.data_dir / "no-config.toml"),
     }
     envs = {"now": env}
@@ -308,10 +349,37 @@ def main() -> None:
         )
     timings = measure_latency(envs, rows, args)
     load_after = os.getloadavg()
-    section = render(rows, chunks, ingest, table, detail, timings, load_before, load_after, now["changed"], before)
+    section = render(
+        rows, chunks, ingest, table, detail, timings, load_before, load_after, now["changed"], before, now["turns"]
+    )
     print(section)
     if not args.no_write:
         write_section("chat_bench", section)
+
+
+def turns_table(now: dict[str, list[str]], base: dict[str, list[str]] | None) -> list[str]:
+    """Issue 51's cases: short unrelated questions, follow-ups quoting what answers them, closings and regenerates."""
+    n_short, n_follow, n_close = len(load(SHORT)), len(load()), len(load(CLOSINGS))
+
+    def cells(t: dict[str, list[str]]) -> str:
+        q, short, closed = len(t["quoting"]), len(t["short_changed"]), len(t["closings"])
+        return f"{short} of {n_short} | {q / n_follow:.2f} ({q} of {n_follow}) | {closed} of {n_close}"
+
+    lines = [
+        "",
+        "Turns users hit (issue 51): `bench/data/short_pairs.jsonl` (a docs question, then 2-4 words on a subject of"
+        " their own: the answer must be the one asked alone), the follow-ups above scored on whether the answer quotes"
+        " the gold sentence, `bench/data/closings.jsonl` (thanks and bye get a closing; Add Details and More Concise"
+        " re-answer the question before). Goal: 0 short pairs changed, >= 0.9 of follow-ups quoting an answering"
+        " sentence.",
+        "",
+        "| checkout | short pairs changed | follow-ups quoting the answer | closings and regenerates right |",
+        "|---|---|---|---|",
+        f"| this one | {cells(now)} |",
+    ]
+    if base:
+        lines.append(f"| baseline | {cells(base)} |")
+    return [*lines, ""]
 
 
 def render(
@@ -325,6 +393,7 @@ def render(
     after: tuple[float, ...],
     changed: list[str],
     base: dict[str, Any] | None = None,
+    now_turns: dict[str, list[str]] | None = None,
 ) -> str:
     alone, rule = table["last turn alone"]["chunk"], table["rule (no LLM: the default)"]["chunk"]
     lines = [
@@ -362,6 +431,8 @@ def render(
     ]
     if base:
         lines.append(f"| baseline | {len(base['changed'])} of {pairs} |")
+    if now_turns is not None:
+        lines += turns_table(now_turns, base.get("turns") if base else None)
     goal = "met" if rule >= 0.8 and rule - alone >= 0.3 else "not met"
     lines += [
         "",
