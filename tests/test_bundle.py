@@ -119,11 +119,12 @@ def test_import_into_a_second_database_by_dsn(source, tmp_path, new_database: Ne
     target("import", str(bundle), "--kb", "docs")
     # The target builds its own HNSW index, which is approximate: on another PostgreSQL and pgvector (the
     # container's 17 under --pg container, from the embedded 18) a chunk deep in the vector leg can rank a place
-    # apart, which moves one RRF score by about 2e-4 (seen: the 10th hit of one question). The same hits, in the
+    # apart, which moves one RRF score by about 2e-4 (seen: the 10th hit of one question), and the standard scores
+    # of zscore fusion (the default since issue 52, on the order of 1 to 4) by about 2e-3. The same hits, in the
     # same order, are still required; the scores exactly so on the same server version.
     with psycopg.connect(url) as conn:
         same_server = conn.info.server_version // 10000 == EMBEDDED_MAJOR
-    atol = 1e-6 if same_server else 1e-3
+    atol = 1e-6 if same_server else 5e-3
     _same(_tops(cli), _tops(target, "--kb", "docs"), atol)
     # The gold questions and scores came along: restore-check measures with them.
     with psycopg.connect(url) as conn:
