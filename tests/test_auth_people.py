@@ -383,3 +383,24 @@ def test_the_providers_discovery_cannot_send_the_server_to_an_internal_address(e
             server.stop()
     finally:
         other.close()
+
+
+def test_a_chat_clients_background_task_is_audited_with_its_knowledge_base(srv: InProcess, env: dict[str, str]):
+    """Open WebUI's title task searches nothing; its audit row still names the knowledge base (issue 51)."""
+    from support import client_bodies as cb
+
+    body = cb.owui_task_body(cb.owui_title(cb.history(("user", "how do I roll back a release?"))), model="docs")
+    with srv.keyless(headers={"Authorization": f"Bearer {KEY}", "X-Request-Id": "title-task-1"}) as c:
+        assert c.post("/v1/chat/completions", json=body).status_code == 200
+    rows = waiting.wait_until(
+        lambda: (
+            [
+                r
+                for r in json.loads(ragvps_here(env, "audit", "--since", "1h", "--json").stdout)
+                if r["action"] == "chat"
+            ]
+            or None
+        ),
+        "the title task's audit row",
+    )
+    assert any(r["kb"] == "docs" for r in rows), rows  # af33e0a: kb null
