@@ -97,3 +97,8 @@ def test_an_explained_refusal_cites_nothing_and_writes_headings_one_way(serve_en
     assert "answers this directly" in text and not info["citations"]
     assert "[1]" not in text and "**Sources**" not in text
     assert " > " not in text.partition("The closest:")[2], text  # › throughout, as the source list writes it
+
+
+def test_the_getting_started_question_quotes_the_formats_sentence(api: InProcess):
+    text, _ = say(api, "which file formats can ragvps read?")  # docs/getting-started.md's example (issue 51)
+    assert "Markdown, plain text, HTML, PDF, Word, PowerPoint, Excel" in quoted(text), text
