@@ -122,10 +122,12 @@ class Extractive:
                 action_line(c, action) if c.command else c for c in found if not c.command or names_action(c, action)
             ]
         # these win over the rest when above the floor (a sentence with the command it introduces, too)
-        first = [c.row or names_action(completed(c), action) for c in found] if action or found else None
+        first = [c.row or names_action(completed(c), action) for c in found]
         scores = self.scores(question, found, fit.prompt.turn) if found else np.zeros(0, dtype=np.float32)
         fresh = [not already_said(c, fit.prompt.said) for c in found]
-        chosen = choose(*kept(found, scores, fresh), self.quotes, kept(first, scores, fresh)[0] if first else None)
+        chosen = choose(
+            *kept(found, scores, fresh), self.quotes, [f for f, new in zip(first, fresh, strict=True) if new]
+        )
         if not chosen and found:  # only what the earlier answers said answers it: say it again
             chosen = choose(found, scores, self.quotes, first)
         if not chosen:

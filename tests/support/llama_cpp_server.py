@@ -71,12 +71,7 @@ def llama_server(log: Path, n_ctx: int = 4096, timeout: float = 180) -> Iterator
         _wait_alive(proc, url, log, timeout)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        waiting.stopped(proc, 10)
 
 
 def _wait_alive(proc: subprocess.Popen[bytes], url: str, log: Path, timeout: float) -> None:

@@ -71,11 +71,7 @@ def open_webui(data: Path, **settings: str) -> Iterator[str]:
         )
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        waiting.stopped(proc, 30)
         log.close()
 
 

@@ -130,13 +130,8 @@ class Server:
         return httpx.Client(base_url=self.url, headers=self.headers, timeout=60, **kwargs)  # type: ignore[arg-type]
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        if self.proc is not None:
+            waiting.stopped(self.proc, 20)
 
 
 # --- fixtures (registered for every test module by tests/conftest.py's pytest_plugins) ----------------------

@@ -8,6 +8,7 @@ two cores runs the suite with 3 or more). The bases are generous already: what t
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -46,3 +47,15 @@ def wait_until(check: Callable[[], T | None], what: str, base: float = WAIT_S, p
         if time.monotonic() > end:
             raise AssertionError(f"gave up waiting after {seconds(base):.0f} s: {what}")
         time.sleep(poll)
+
+
+def stopped(proc: subprocess.Popen[bytes], grace: float) -> None:
+    """End a server the test started: asked to stop (SIGTERM), killed if it has not within `grace` (stretched)."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(seconds(grace))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
