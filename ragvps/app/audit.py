@@ -12,8 +12,10 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from ragvps.db import identity
+from ragvps.db.database import driver_errors
 
 if TYPE_CHECKING:
+    from ragvps.config import Settings
     from ragvps.db.connections import Connections
 
 PRUNE_EVERY_S = 3600.0
@@ -43,13 +45,14 @@ class AuditEntry:
 
 
 class Audit:
-    def __init__(self, connections: Connections, keep_days: int):
-        self.connections, self.keep_days = connections, keep_days
+    def __init__(self, connections: Connections, keep_days: int, settings: Settings):
+        self.connections, self.keep_days, self.settings = connections, keep_days, settings
         self._pruned = 0.0
         self._lock = threading.Lock()
 
     def record(self, events: list[AuditEvent]) -> None:
-        with self.connections.connection() as conn, conn.transaction():
+        # a connection lost mid-write (PostgreSQL restarting) is a DatabaseError the writer keeps the rows through
+        with driver_errors(self.settings), self.connections.connection() as conn, conn.transaction():
             identity.audit_insert(conn, [asdict(e) for e in events])
             with self._lock:
                 due, self._pruned = time.monotonic() - self._pruned > PRUNE_EVERY_S, time.monotonic()
@@ -64,7 +67,7 @@ class Audit:
         action: str | None = None,
         limit: int = 1000,
     ) -> list[AuditEntry]:
-        with self.connections.connection() as conn:
+        with driver_errors(self.settings), self.connections.connection() as conn:
             identity.audit_prune(conn, self.keep_days)
             rows = identity.audit_query(conn, datetime.now(UTC) - since, who, kb, action, limit)
         return [AuditEntry(*row) for row in rows]

@@ -151,7 +151,7 @@ class Library:
 
     def audit(self) -> Audit:
         """Who did what in which knowledge base, kept audit_days days."""
-        return Audit(self.connections, self.settings.auth.audit_days)
+        return Audit(self.connections, self.settings.auth.audit_days, self.settings)
 
 
 def stop_embedded(settings: Settings) -> bool:
