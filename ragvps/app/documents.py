@@ -27,7 +27,7 @@ from ragvps.generate import cache as answer_cache
 from ragvps.ingest.artifacts import ChunkArtifacts
 from ragvps.ingest.jobs import run_jobs as run
 from ragvps.ingest.sync_job import report_of
-from ragvps.ingest.uploads import discard, safe_name, staging_dir, unique, uploads_dir
+from ragvps.ingest.uploads import discard, home_id, safe_name, staging_dir, unique, uploads_dir
 from ragvps.ingest.worker import default_name
 
 __all__ = ["StagedFile", "discard", "safe_name", "staging_dir", "unique"]  # what the HTTP layer stages uploads with
@@ -46,7 +46,7 @@ MAX_PAGE = 1000
 def submit(app: App, job: str, files: list[StagedFile]) -> str:
     """Queue the job of files already staged (under KB_DIR/incoming/JOB); its id."""
     with app.connection() as conn:
-        jobs.create(conn, job, files)
+        jobs.create(conn, job, files, home_id(app.settings.database.data_dir))
     return job
 
 
@@ -236,8 +236,10 @@ def run_jobs(
 
 
 def open_job_count(app: App) -> int:
+    """The open jobs of this App's knowledge base that a worker of this data directory may take."""
+    home = home_id(app.settings.database.data_dir)
     with app.connection() as conn:
-        return jobs.open_jobs(conn)
+        return jobs.open_jobs(conn, home)
 
 
 # --- the documents stored -------------------------------------------------------------------------------

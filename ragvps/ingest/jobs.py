@@ -64,14 +64,15 @@ def run_jobs(
     `linger` seconds, exit_when_empty); `wake` cuts a wait short; `settled` after a sync that changed documents."""
     report = JobsReport(worker)
     lease = float(settings.embed.worker_lease)
+    home = uploads.home_id(settings.database.data_dir)
     empty_since: float | None = None
     with connect() as conn:
         jobs.listen(conn)  # a job queued wakes this worker at once
         try:
             while not stop.is_set():
-                got = jobs.claim(conn, worker, lease)
+                got = jobs.claim(conn, worker, lease, home)
                 if got is None:
-                    if exit_when_empty and jobs.open_jobs(conn) == 0:
+                    if exit_when_empty and jobs.open_jobs(conn, home) == 0:
                         empty_since = empty_since or time.monotonic()
                         if time.monotonic() - empty_since >= linger:
                             report.stopped = "empty"
