@@ -210,3 +210,29 @@ def test_a_worker_of_another_data_directory_leaves_a_job_whose_files_it_cannot_r
     home = worker(env_a)
     assert home.returncode == 0, home.stderr
     assert job_state(db_url, job) == ("done", 1)
+
+
+def test_two_workers_of_one_data_directory_run_each_job_once(db_url: str, tmp_path: Path):
+    """Two servers sharing a data directory (one host, or the compose profile's shared volume) both run workers for
+    the same jobs: each job is taken by one of them, once, and each file stored once."""
+    env = ragvps_env(db_url, tmp_path / "data")
+    assert ragvps_here(env, "kb", "create", "docs").returncode == 0
+    made = [staged_job(env, f"note-{n}.md", NOTE.format(n=n)) for n in range(6)]
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "ragvps", "worker", "--jobs", "--kb", "docs", "--exit-when-empty", "--name", name],
+            env=env,
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for name in ("host-a", "host-b")
+    ]
+    for proc in workers:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err.decode()
+    assert [job_state(db_url, job) for job in made] == [("done", 1)] * len(made)
+    with psycopg.connect(db_url) as conn:
+        schema = conn.execute("SELECT schema_name FROM ragvps.knowledge_bases WHERE name = 'docs'").fetchone()[0]
+        paths = [r[0] for r in conn.execute(f"SELECT source FROM {schema}.documents ORDER BY source")]
+    assert paths == [f"note-{n}.md" for n in range(6)], paths
