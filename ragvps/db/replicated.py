@@ -15,7 +15,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
 import psycopg
 from pgvector.psycopg import register_vector
@@ -28,14 +28,19 @@ from ragvps.db.priority import follow_client
 from ragvps.db.replicas import REPLAY_POLL_S, Replica, ReplicaStatus, Watcher, lsn_int, problem_of
 from ragvps.errors import DatabaseError, redact
 
-if TYPE_CHECKING:
-    from ragvps.db.connections import PooledConnections
-
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 Write = Callable[[psycopg.Connection], None]
 MAX_DEFERRED = 10_000  # writes kept while the primary is away; the oldest go first past it
 REPLICA_POOL_WAIT_S = 5.0  # a read waits this long for one of a replica's connections, then reads elsewhere
+
+
+class Primary(Protocol):
+    """The primary's pool (db/connections.py PooledConnections)."""
+
+    def connection(self) -> AbstractContextManager[psycopg.Connection]: ...
+
+    def spare(self) -> AbstractContextManager[psycopg.Connection | None]: ...
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,7 @@ def read_only(problem: str) -> DatabaseError:
 
 
 class ReplicaReads:
-    def __init__(self, settings: Settings, primary: PooledConnections, check: Callable[[psycopg.Connection], None]):
+    def __init__(self, settings: Settings, primary: Primary, check: Callable[[psycopg.Connection], None]):
         self.settings, self.primary = settings, primary
         self.watcher = Watcher(settings, self._flush)
         self.pools = {
@@ -231,7 +236,7 @@ class ReplicaReads:
                     return
 
 
-def _write(primary: PooledConnections, writes: list[Write], schema: str | None, settings: Settings) -> None:
+def _write(primary: Primary, writes: list[Write], schema: str | None, settings: Settings) -> None:
     with driver_errors(settings), primary.connection() as conn:
         if schema is not None:
             bind(conn, schema)
@@ -261,8 +266,3 @@ def _configure(conn: psycopg.Connection) -> None:
     register_vector(conn)
     conn.execute(f"SELECT {JIT_OFF}")
     conn.commit()
-
-
-def state_number(status: ReplicaStatus) -> int:
-    """A replica's state as a gauge: 2 ok, 1 lagging, 0 down."""
-    return {"ok": 2, "lagging": 1, "down": 0}[status.state]
