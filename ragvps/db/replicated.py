@@ -87,7 +87,7 @@ class ReplicaReads:
                 check=check,
                 kwargs={"connect_timeout": 3},
                 name=f"ragvps-replica-{n}",
-                reconnect_timeout=0,  # never give a replica up: the watcher says when it is back
+                reconnect_timeout=86_400,  # a replica away is tried again (the watcher says when it is back)
             )
             for n, r in enumerate(self.watcher.replicas, 1)
         }
@@ -124,10 +124,11 @@ class ReplicaReads:
     # --- read your own writes ------------------------------------------------------------------------------
 
     def note(self, conn: psycopg.Connection) -> None:
-        """After a primary checkout: the WAL position past its commit, for the schema it was bound to and for any."""
+        """After a primary checkout: the WAL position past its commit (the insert position: an asynchronous commit may
+        not be written out yet), for the schema it was bound to and for any."""
         if conn.closed or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             return
-        row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
         conn.rollback()
         lsn, schema = lsn_int(row[0] if row else None), bound(conn)
         with self._lock:
@@ -162,8 +163,8 @@ class ReplicaReads:
             return ready[self._turn % len(ready)]
 
     def read(self, work: Callable[[Reader], T], schema: str | None) -> T:
-        with self._lock:
-            need = self.written.get(schema, 0)
+        with self._lock:  # with the primary away a replica is all there is: its writes wait for its return
+            need = self.written.get(schema, 0) if self.watcher.primary_problem is None else 0
         tried: set[str] = set()
         while (replica := self._next(tried)) is not None:
             tried.add(replica.name)

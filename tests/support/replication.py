@@ -34,7 +34,6 @@ max_wal_senders = 10
 hot_standby = on
 hot_standby_feedback = on
 fsync = off
-synchronous_commit = off
 full_page_writes = off
 wal_keep_size = '512MB'
 wal_receiver_status_interval = 1s
