@@ -113,9 +113,7 @@ def test_a_dead_standby_is_read_around_and_back_when_it_returns(app: App, cluste
     wait_until(lambda: _ready(app), "the standby back in the reads", 30)
 
 
-def test_the_primary_stopped_reads_go_on_writes_are_refused_and_all_resumes(
-    app: App, cluster: Cluster, tmp_path: Path
-):
+def test_the_primary_stopped_reads_go_on_writes_are_refused_and_all_resumes(app: App, cluster: Cluster, tmp_path: Path):
     app.ask(AskRequest("Which command rotates the signing keys?"))  # the cache, before the stop
     cluster.stop("primary")
     try:

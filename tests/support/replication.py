@@ -19,11 +19,12 @@ import subprocess
 import tempfile
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
+
 from support.waiting import seconds, wait_until
 
 DATABASE = "ragvps"
@@ -108,7 +109,7 @@ class Cluster:
     def _primary(self) -> None:
         data = self.data("primary")
         self._run("initdb", "--auth=trust", "--encoding=utf8", "-U", "postgres", "-D", str(data), timeout=120)
-        with open(data / "postgresql.conf", "a") as conf:  # noqa: PTH123
+        with open(data / "postgresql.conf", "a") as conf:
             conf.write(PRIMARY_CONF)
         self.ports["primary"] = 5432
         self.start("primary")
@@ -186,8 +187,6 @@ class Cluster:
     def close(self) -> None:
         for name in self.ports:
             if self.running(name):
-                try:
+                with suppress(RuntimeError, subprocess.TimeoutExpired):
                     self.stop(name)
-                except (RuntimeError, subprocess.TimeoutExpired):
-                    pass
         shutil.rmtree(self.root, ignore_errors=True)
