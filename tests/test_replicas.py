@@ -1,0 +1,144 @@
+"""Read replicas (issue 54) on a real primary and hot standby (tests/support/replication.py): searches and asks read
+from the standby, writes go to the primary, a read sees the writes before it, a standby that dies or a primary that
+stops is read around, and the primary's return resumes everything without a restart."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support.replication import Cluster
+from support.serve_server import embed_threads
+from support.waiting import wait_until
+
+from ragvps.app import App
+from ragvps.app.requests import AskRequest, SearchRequest
+from ragvps.config import load_settings
+from ragvps.errors import DatabaseError
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    with Cluster.make() as made:
+        yield made
+
+
+def settings_for(cluster: Cluster, data: Path, **more: str):
+    env = {
+        "RAGVPS_DATABASE_URL": cluster.url("primary"),
+        "RAGVPS_DATABASE_REPLICA_URLS": cluster.url("standby1"),
+        "RAGVPS_DATA_DIR": str(data),
+        "RAGVPS_EMBEDDER": "local",
+        "RAGVPS_THREADS": embed_threads(),
+        "RAGVPS_REPLICA_MAX_LAG": "600",  # a paused replay stays a replica to wait on, not a skipped one
+    } | {f"RAGVPS_{k.upper()}": v for k, v in more.items()}
+    return load_settings(config_file=None, env=env)
+
+
+@pytest.fixture(scope="module")
+def app(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[App]:
+    root = tmp_path_factory.mktemp("replicas")
+    docs = root / "docs"
+    docs.mkdir()
+    (docs / "keys.md").write_text("# Keys\n\nRotate the signing keys every ninety days with `ragvps key rotate`.\n")
+    with App.open(settings_for(cluster, root / "data"), pooled=True) as opened:
+        opened.ingest(docs)
+        wait_until(lambda: _ready(opened), "the standby checked and ready", 30)
+        yield opened
+
+
+def _ready(app: App) -> bool:
+    report = app.connections.replicas()
+    return report is not None and all(r.state == "ok" for r in report.replicas) and report.primary_problem is None
+
+
+def _reads(app: App) -> dict[str, int]:
+    report = app.connections.replicas()
+    assert report is not None
+    return report.reads
+
+
+def _add(app: App, folder: Path, word: str) -> None:
+    (folder / f"{word}.md").write_text(f"# {word}\n\nThe codeword {word} opens the vault.\n")
+    app.ingest(folder)
+
+
+def _finds(app: App, word: str) -> bool:
+    hits = app.search(SearchRequest(f"codeword {word}", mode="keyword")).hits
+    return any(word in h.text for h in hits)
+
+
+def test_searches_and_asks_read_the_standby_and_never_migrate_it(app: App, cluster: Cluster):
+    before = dict(_reads(app))
+    assert app.search(SearchRequest("rotate the signing keys")).hits
+    assert app.ask(AskRequest("How often do I rotate the signing keys?")).retrieval.shown
+    after = _reads(app)
+    standby = next(name for name in after if name != "primary")
+    assert after[standby] >= before.get(standby, 0) + 2, after
+    assert "cannot execute" not in cluster.log("standby1")  # nothing tried to write there (a migration, a count)
+
+
+def test_a_search_right_after_a_write_sees_it_though_the_standby_has_not_replayed_it(
+    app: App, cluster: Cluster, tmp_path: Path
+):
+    cluster.pause_replay("standby1")
+    try:
+        _add(app, tmp_path, "zebracorn")
+        primary = _reads(app).get("primary", 0)
+        assert _finds(app, "zebracorn")  # the standby waited on for replica_wait, then the primary read
+        assert _reads(app)["primary"] == primary + 1
+    finally:
+        cluster.pause_replay("standby1", paused=False)
+
+
+@pytest.mark.parametrize("rounds", [10, pytest.param(100, marks=pytest.mark.slow)])
+def test_read_your_writes_holds_in_every_round(app: App, tmp_path: Path, rounds: int):
+    found = sum(_finds(app, word) for word in (f"marker{n}x" for n in range(rounds)) if _add(app, tmp_path, word) or 1)
+    assert found == rounds
+
+
+def test_a_dead_standby_is_read_around_and_back_when_it_returns(app: App, cluster: Cluster):
+    cluster.stop("standby1")
+    try:
+        for _ in range(5):  # the first may find it dead under it: read again on the primary, never failed
+            assert app.search(SearchRequest("rotate the signing keys")).hits
+        report = app.connections.replicas()
+        assert report is not None and report.replicas[0].state == "down"
+        assert "down" in (app.health().degraded or "")
+    finally:
+        cluster.start("standby1")
+    wait_until(lambda: _ready(app), "the standby back in the reads", 30)
+
+
+def test_the_primary_stopped_reads_go_on_writes_are_refused_and_all_resumes(app: App, cluster: Cluster, tmp_path: Path):
+    app.ask(AskRequest("Which command rotates the signing keys?"))  # the cache, before the stop
+    cluster.stop("primary")
+    try:
+        wait_until(lambda: (app.connections.replicas() or _never()).primary_problem, "the primary seen away", 30)
+        assert app.search(SearchRequest("rotate the signing keys")).hits
+        answer = app.ask(AskRequest("How long may a signing key live?"))  # a new question: its memo kept for later
+        assert answer.retrieval.shown
+        assert app.ask(AskRequest("Which command rotates the signing keys?")).cache == "hit"
+        health = app.health()
+        assert health.ready and "primary database cannot be reached" in (health.degraded or "")
+        (tmp_path / "new.md").write_text("# New\n\nWritten while the primary is away.\n")
+        with pytest.raises(DatabaseError, match="read-only for now") as refused:
+            app.ingest(tmp_path)
+        assert refused.value.http_status == 503
+        report = app.connections.replicas()
+        assert report is not None and report.deferred >= 1
+    finally:
+        cluster.start("primary")
+    wait_until(lambda: _ready(app), "the primary back", 30)
+    wait_until(lambda: (app.connections.replicas() or _never()).deferred == 0, "the kept writes written", 30)
+    assert (app.connections.replicas() or _never()).deferred_written >= 1
+    assert app.health().degraded is None
+    _add(app, tmp_path, "afterwards")
+    assert _finds(app, "afterwards")
+
+
+def _never():
+    raise AssertionError("no replicas configured")
