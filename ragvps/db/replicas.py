@@ -161,6 +161,7 @@ class Watcher:
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=CHECK_CONNECT_S + 1)
+        self.primary_problem = None  # no longer watched: the pool's own errors say what is wrong from now on
         self.primary.close()
         for replica in self.replicas:
             replica.close()
@@ -212,6 +213,8 @@ class Watcher:
         if self.primary_problem is None:
             since = self.behind_since(replica.replayed)
             lag = 0.0 if since is None else time.monotonic() - since
+            if since is not None and len(self._samples) < 2:  # one sample (a one-off check): the replay's own age
+                lag = max(lag, float(str(since_replay)))
         if lsn_int(str(received) if received else None) > replica.replayed:  # a backlog it has not replayed yet
             lag = max(lag, float(str(since_replay)))
         replica.lag_s, most = lag, self.settings.database.replica_max_lag
@@ -234,3 +237,15 @@ class Watcher:
 
     def ready(self) -> list[Replica]:
         return [r for r in self.replicas if r.state == "ok"]
+
+
+def check_once(settings: Settings) -> tuple[ReplicaStatus, ...]:
+    """Each replica checked once against the primary, without watcher threads (`ragvps stats`)."""
+    watcher = Watcher(settings, lambda: None)
+    try:
+        watcher.check_primary()
+        for replica in watcher.replicas:
+            watcher.check(replica)
+        return tuple(r.status() for r in watcher.replicas)
+    finally:
+        watcher.stop()
