@@ -192,6 +192,9 @@ def test_over_http_an_upload_is_searchable_at_once_and_the_primary_away_is_read_
             assert health.status_code == 200 and "primary database cannot be reached" in health.json()["degraded"]
             assert c.post("/kb/default/search", json={"query": "okapi grazes"}).json()["hits"]
             assert c.post("/kb/default/ask", json={"question": "What grazes?"}).status_code == 200
+            chat = {"model": "ragvps", "messages": [{"role": "user", "content": "What grazes?"}]}
+            assert c.post("/v1/chat/completions", json=chat).status_code == 200
+            assert c.post("/api/chat", json=chat | {"stream": False}).status_code == 200
             refused = c.post("/kb/default/documents", files=[("files", ("late.md", "# Late\n\nToo late.\n"))])
             assert refused.status_code == 503 and "read-only for now" in refused.json()["error"], refused.text
             assert c.delete(f"/kb/default/documents/{doc}").status_code == 503
