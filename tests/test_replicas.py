@@ -4,16 +4,21 @@ stops is read around, and the primary's return resumes everything without a rest
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+from support.asgi_server import in_process
 from support.replication import Cluster
-from support.serve_server import embed_threads
+from support.serve_server import KEY, embed_threads
 from support.waiting import wait_until
+from typer.testing import CliRunner
 
 from ragvps.app import App
 from ragvps.app.requests import AskRequest, SearchRequest
+from ragvps.cli import app as cli_app
 from ragvps.config import load_settings
 from ragvps.errors import DatabaseError
 
@@ -142,3 +147,90 @@ def test_the_primary_stopped_reads_go_on_writes_are_refused_and_all_resumes(app:
 
 def _never():
     raise AssertionError("no replicas configured")
+
+
+def _env(cluster: Cluster, data: Path) -> dict[str, str]:
+    return {
+        "RAGVPS_DATABASE_URL": cluster.url("primary"),
+        "RAGVPS_DATABASE_REPLICA_URLS": cluster.url("standby1"),
+        "RAGVPS_DATA_DIR": str(data),
+        "RAGVPS_EMBEDDER": "local",
+        "RAGVPS_THREADS": embed_threads(),
+        "RAGVPS_CONFIG": str(data.parent / "empty.toml"),
+        "RAGVPS_API_KEYS": KEY,
+    }
+
+
+def _job_done(c: httpx.Client, job: str) -> dict | None:
+    status = c.get(f"/jobs/{job}").json()
+    return status if status["state"] in ("done", "failed", "cancelled") else None
+
+
+def _upload_then_search(c: httpx.Client, word: str) -> bool:
+    """Upload one file naming `word`, wait for its job to be done, search for it at once: found?"""
+    text = f"# {word}\n\nThe {word} grazes.\n"
+    sent = c.post("/kb/default/documents", files=[("files", (f"{word}.md", text))])
+    assert sent.status_code == 202, sent.text
+    job = sent.json()["job"]
+    done = wait_until(lambda: _job_done(c, job), f"upload job of {word} done", 120)
+    assert done["state"] == "done", done
+    hits = c.post("/kb/default/search", json={"query": word, "mode": "keyword"}).json()["hits"]
+    return any(word in h["text"] for h in hits)
+
+
+@pytest.mark.slow
+def test_read_your_writes_holds_for_100_uploads_over_http(cluster: Cluster, tmp_path: Path):
+    (tmp_path / "empty.toml").write_text("")
+    with in_process(_env(cluster, tmp_path / "data"), key=KEY) as srv, srv.client() as c:
+        found = sum(_upload_then_search(c, f"wombat{n}q") for n in range(100))
+        reads = c.get("/metrics").text
+    assert found == 100
+    on = {
+        line.split('on="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+        for line in reads.splitlines()
+        if line.startswith("ragvps_replica_reads_total{")
+    }
+    print("reads by server:", on)  # most on the standby: the test is of it, not of the primary's fallback
+    assert sum(v for k, v in on.items() if k != "primary") > 50, on
+
+
+def test_over_http_an_upload_is_searchable_at_once_and_the_primary_away_is_read_only(
+    app: App, cluster: Cluster, tmp_path: Path
+):
+    (tmp_path / "empty.toml").write_text("")
+    with in_process(_env(cluster, tmp_path / "data"), key=KEY) as srv, srv.client() as c:
+        for n in range(3):  # each search right after its upload's job is seen done
+            assert _upload_then_search(c, f"okapi{n}z")
+        assert 'ragvps_replica_state{replica="' in c.get("/metrics").text
+        listed = c.get("/kb/default/documents", params={"limit": 1000}).json()["documents"]
+        doc = next(d["id"] for d in listed if d["path"] == "okapi0z.md")
+        cluster.stop("primary")
+        try:
+            wait_until(lambda: c.get("/health").json().get("status") == "degraded", "/health degraded", 30)
+            health = c.get("/health")
+            assert health.status_code == 200 and "primary database cannot be reached" in health.json()["degraded"]
+            assert c.post("/kb/default/search", json={"query": "okapi grazes"}).json()["hits"]
+            assert c.post("/kb/default/ask", json={"question": "What grazes?"}).status_code == 200
+            chat = {"model": "ragvps", "messages": [{"role": "user", "content": "What grazes?"}]}
+            assert c.post("/v1/chat/completions", json=chat).status_code == 200
+            assert c.post("/api/chat", json=chat | {"stream": False}).status_code == 200
+            refused = c.post("/kb/default/documents", files=[("files", ("late.md", "# Late\n\nToo late.\n"))])
+            assert refused.status_code == 503 and "read-only for now" in refused.json()["error"], refused.text
+            assert c.delete(f"/kb/default/documents/{doc}").status_code == 503
+        finally:
+            cluster.start("primary")
+        wait_until(lambda: c.get("/health").json().get("status") == "ok", "/health ok again", 30)
+        assert c.delete(f"/kb/default/documents/{doc}").status_code == 200
+        assert not c.post("/kb/default/search", json={"query": "okapi0z", "mode": "keyword"}).json()["hits"]
+
+
+def test_stats_shows_each_replica_and_its_lag(cluster: Cluster, tmp_path: Path):
+    (tmp_path / "empty.toml").write_text("")
+    env = _env(cluster, tmp_path / "data")
+    result = CliRunner().invoke(cli_app, ["stats", "--json"], env=env, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    replicas = json.loads(result.stdout)["replicas"]
+    assert [r["state"] for r in replicas] == ["ok"] and replicas[0]["lag_s"] is not None
+    assert "postgres@" not in result.stdout
+    shown = CliRunner().invoke(cli_app, ["stats"], env=env, catch_exceptions=False).stdout
+    assert f"replica {replicas[0]['name']}: ok" in shown

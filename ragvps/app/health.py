@@ -15,6 +15,7 @@ from ragvps.db import catalog, store
 from ragvps.db.catalog import KbGauges
 from ragvps.db.connections import Connections, PoolStats
 from ragvps.db.database import driver_errors
+from ragvps.db.replicas import ReplicaStatus, check_once
 from ragvps.db.replicated import ReplicaReport as ReplicaReport  # re-exported: /metrics renders it
 from ragvps.errors import RagvpsError
 
@@ -117,3 +118,11 @@ def scrape(settings: Settings, connections: Connections) -> Scrape:
     except RagvpsError:
         return Scrape(False, connections.stats())
     return Scrape(True, connections.stats(), tuple(kbs), shared_buffers)
+
+
+def replica_states(settings: Settings, connections: Connections) -> tuple[ReplicaStatus, ...]:
+    """Each read replica's state and lag: as the server's watcher saw them last, or checked once now (a command)."""
+    report = connections.replicas()
+    if report is not None:
+        return report.replicas
+    return check_once(settings) if settings.database.replica_urls else ()

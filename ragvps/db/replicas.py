@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 
 WATCH_S = 0.2  # how often each replica and the primary are checked
 CHECK_CONNECT_S = 2  # the watcher's connect timeout
-CHECK_STATEMENT_MS = 1000
+CHECK_STATEMENT_MS = 2000
+PRIMARY_MISSES = 2  # checks of the primary failed in a row before it is taken for away (writes refused)
 REPLAY_POLL_S = 0.005  # a read waiting for its own write polls the replica this often
 SAMPLES_S = 600.0  # primary WAL positions kept, to date a replica's lag
 
@@ -134,6 +135,7 @@ class Watcher:
         ]
         self.primary_problem: str | None = None
         self.primary_lsn = 0
+        self._misses = 0  # the primary's checks failed in a row
         self._samples: deque[tuple[float, int]] = deque()  # (when, the primary's WAL position then)
         self._on_back = on_primary_back
         self._lock = threading.Lock()
@@ -161,6 +163,7 @@ class Watcher:
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=CHECK_CONNECT_S + 1)
+        self.primary_problem = None  # no longer watched: the pool's own errors say what is wrong from now on
         self.primary.close()
         for replica in self.replicas:
             replica.close()
@@ -169,10 +172,14 @@ class Watcher:
         try:
             lsn = lsn_int(str(self.primary.query("SELECT pg_current_wal_lsn()")[0]))
         except psycopg.Error as exc:
+            self._misses += 1
+            if self._misses < PRIMARY_MISSES:  # one slow answer on a busy machine is not an outage
+                return
             if self.primary_problem is None:
                 log.warning("the primary database at %s cannot be reached: reads go to the replicas", self.primary.name)
             self.primary_problem = problem_of(exc)
             return
+        self._misses = 0
         back = self.primary_problem is not None
         now = time.monotonic()
         with self._lock:
@@ -212,6 +219,8 @@ class Watcher:
         if self.primary_problem is None:
             since = self.behind_since(replica.replayed)
             lag = 0.0 if since is None else time.monotonic() - since
+            if since is not None and len(self._samples) < 2:  # one sample (a one-off check): the replay's own age
+                lag = max(lag, float(str(since_replay)))
         if lsn_int(str(received) if received else None) > replica.replayed:  # a backlog it has not replayed yet
             lag = max(lag, float(str(since_replay)))
         replica.lag_s, most = lag, self.settings.database.replica_max_lag
@@ -234,3 +243,15 @@ class Watcher:
 
     def ready(self) -> list[Replica]:
         return [r for r in self.replicas if r.state == "ok"]
+
+
+def check_once(settings: Settings) -> tuple[ReplicaStatus, ...]:
+    """Each replica checked once against the primary, without watcher threads (`ragvps stats`)."""
+    watcher = Watcher(settings, lambda: None)
+    try:
+        watcher.check_primary()
+        for replica in watcher.replicas:
+            watcher.check(replica)
+        return tuple(r.status() for r in watcher.replicas)
+    finally:
+        watcher.stop()
