@@ -128,8 +128,11 @@ class ReplicaReads:
         not be written out yet), for the schema it was bound to and for any."""
         if conn.closed or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             return
-        row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
-        conn.rollback()
+        try:
+            row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+            conn.rollback()
+        except psycopg.Error:  # the primary went away after the write: nothing to wait for on a replica
+            return
         lsn, schema = lsn_int(row[0] if row else None), bound(conn)
         with self._lock:
             for key in {schema, None}:
