@@ -83,8 +83,13 @@ class Watched:
     def __init__(self, url: str, name: str):
         self.url, self.name = url, name
         self._conn: psycopg.Connection | None = None
+        self._using = threading.Lock()  # its watcher thread, and a read that found its pool empty
 
     def query(self, sql: str) -> tuple[object, ...]:
+        with self._using:
+            return self._query(sql)
+
+    def _query(self, sql: str) -> tuple[object, ...]:
         if self._conn is None or self._conn.closed:
             self._conn = psycopg.connect(
                 self.url,

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 Write = Callable[[psycopg.Connection], None]
 MAX_DEFERRED = 10_000  # writes kept while the primary is away; the oldest go first past it
-REPLICA_POOL_WAIT_S = 5.0  # a read waits this long for one of a replica's connections, then reads elsewhere
+REPLICA_POOL_WAIT_S = 1.0  # a read waits this long for one of a replica's connections, then reads elsewhere
 
 
 class Primary(Protocol):
@@ -128,8 +128,11 @@ class ReplicaReads:
         not be written out yet), for the schema it was bound to and for any."""
         if conn.closed or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             return
-        row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
-        conn.rollback()
+        try:
+            row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+            conn.rollback()
+        except psycopg.Error:  # the primary went away after the write: nothing to wait for on a replica
+            return
         lsn, schema = lsn_int(row[0] if row else None), bound(conn)
         with self._lock:
             for key in {schema, None}:
@@ -178,8 +181,8 @@ class ReplicaReads:
                     with self._lock:
                         self.reads[replica.name] += 1
                     return work(Reader(conn, lambda p=pool: _spare(p), replica.name))  # type: ignore[misc]
-            except PoolTimeout:
-                continue  # all its connections busy: read elsewhere, the replica stays in
+            except PoolTimeout:  # all its connections busy (it stays in), or none can be made: checked now
+                self.watcher.check(replica)
             except (DatabaseError, psycopg.OperationalError, psycopg.InterfaceError) as exc:
                 self.watcher.failed(replica, problem_of(exc))  # read again elsewhere; its watcher brings it back
         problem = self.watcher.primary_problem
