@@ -9,6 +9,7 @@ the lines are cut into segments by numpy, in one pass over the page.
 from __future__ import annotations
 
 import ctypes
+import re
 from collections.abc import Iterator
 
 import numpy as np
@@ -22,6 +23,9 @@ MAX_PIXELS = 80_000_000  # a page rendered larger than this is rendered at a low
 FIGURE_SHARE = 0.05  # an image covering this share of a page with text is a figure (read by OCR with ocr_figures)
 SCAN_CHARS = 16  # a page with fewer characters and an image over half of it is a scan (a page number added)
 _BOLD = ("bold", "black", "heavy", "demi", "semibold")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
+_JOINER = "\u2060"
 _LOOSE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)
 
 
@@ -83,9 +87,7 @@ def segments(textpage: pdfium.PdfTextPage) -> tuple[tuple[Segment, ...], int]:
     n = textpage.count_chars()
     if n <= 0:
         return (), 0
-    text = textpage.get_text_range()
-    if len(text) != n:  # characters outside the BMP: one index, two UTF-16 units
-        text = "".join(chr(raw.FPDFText_GetUnicode(textpage.raw, k) or 32) for k in range(n))
+    text = indexed_text(textpage, n)
     codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
     space = (codes <= 32) | (codes == 0xA0)
     # a hyphen ends a word part too: PDFium joins a word hyphenated at a line end without a line break between
@@ -118,10 +120,23 @@ def segments(textpage: pdfium.PdfTextPage) -> tuple[tuple[Segment, ...], int]:
     fonts: dict[int, bool] = {}
     out = []
     for k, (a, b) in enumerate(zip(firsts[starts].tolist(), lasts[ends].tolist(), strict=True)):
-        seg_text = " ".join(text[a : b + 1].split())
+        seg_text = " ".join(text[a : b + 1].split()).replace(_JOINER, "")
         bold = _bold(textpage, a, fonts)
         out.append(Segment(seg_text, float(x0[k]), float(x1[k]), float(y0[k]), float(y1[k]), sizes[k], bold))
     return tuple(out), int((~space).sum())
+
+
+def indexed_text(textpage: pdfium.PdfTextPage, n: int) -> str:
+    """The page's text, one character for each of PDFium's `n` character indices. A character outside the BMP
+    (a mathematical italic epsilon) has two indices, its UTF-16 surrogates: it is put at the first and a word joiner
+    at the second (dropped from the segment's text); a surrogate without its other half is U+FFFD."""
+    text = textpage.get_text_range()
+    if len(text) != n:
+        text = "".join(chr(raw.FPDFText_GetUnicode(textpage.raw, k) or 32) for k in range(n))
+    if not _SURROGATE.search(text):
+        return text
+    text = _PAIR.sub(lambda m: m[0].encode("utf-16-le", "surrogatepass").decode("utf-16-le") + _JOINER, text)
+    return _SURROGATE.sub("\ufffd", text)
 
 
 Boxes = np.ndarray[tuple[int, int], np.dtype[np.float32]]
