@@ -260,7 +260,8 @@ def measure(
             read = min(reads, key=lambda r: r["read"])
             clis = [cli_chunk(tree, folder) for _ in range(rounds)]
             cli = min(clis, key=lambda r: r["seconds"])
-            sample = sample or (read["sample"] if tree_name == "this" and name != "pdf_sample" else [])
+            if tree_name == "this" and name != "pdf_sample" and len(read["sample"]) > len(sample):
+                sample = read["sample"]  # the embedding rate measured on the most chunks
             row = {"input": name, "tree": tree_name, "pages": read["pages"], "read": read["read"]}
             row |= {"chunk": min(r["chunk"] for r in reads), "chunks": read["chunks"], "cli": cli["seconds"]}
             row |= {
