@@ -1,4 +1,4 @@
-"""Text rules every stage may use: sentence spans in plain text."""
+"""Text rules every stage may use: sentence spans in plain text, table rows a question names."""
 
 from __future__ import annotations
 
@@ -149,3 +149,29 @@ def introduced(text: str, end: int) -> tuple[int, int] | None:
         return None
     a, b = strip_span(text, pos, pos + taken)
     return (a, b) if b - a <= MAX_INTRODUCED else None
+
+
+_ROW = re.compile(r"^\|(.+)\|[ \t]*$", re.M)
+MAX_ROW_CHARS = 1200  # a row is quoted whole or not at all: what a row says is no shorter than its cells
+
+
+def named_rows(text: str, question: str, *, specific: bool = False) -> list[tuple[int, int, list[str]]]:
+    """The Markdown table rows of `text` whose first cell the question names (`GET /health` in "what does GET
+    /health return?"), as (start, end, cells): a table's answer is its row, which no sentence splitter finds and
+    whose words are mostly the question's subject, not its verbs. Header rows, rules and rows over MAX_ROW_CHARS
+    are not named; a first cell under 3 characters never is. `specific`: only a first cell no common word could be
+    (one with a space, digit or mark in it: `GET /health`, `chunk_size`, `ragvps ingest`), not `name` or `type`."""
+    asked = " ".join(question.casefold().split())
+    found = []
+    for m in _ROW.finditer(text):
+        cells = [c.strip() for c in m.group(1).split("|")]
+        key = cells[0].strip("`*_ ").casefold()
+        after = text[m.end() + 1 :].partition("\n")[0]
+        header = bool(after.strip()) and not set(after) - set("|:- \t")  # the row above a table's rule
+        if len(cells) < 2 or len(key) < 3 or header or not set(m.group(0)) - set("|:- \t"):
+            continue
+        if len(m.group(0)) > MAX_ROW_CHARS or (specific and key.isalpha()):
+            continue
+        if re.search(r"(?<!\w)" + re.escape(key) + r"(?!\w)", asked):
+            found.append((m.start(), m.end(), cells))
+    return found

@@ -10,6 +10,7 @@ request.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import threading
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from ragvps.app.job_ids import job_kb as job_kb  # re-exported: the documents door finds a job's base
 from ragvps.app.job_ids import new_job_id as new_job_id  # re-exported: the documents door makes jobs
-from ragvps.db import jobs, store, sync_jobs
+from ragvps.db import jobs, priority, store, sync_jobs
 from ragvps.db.jobs import StagedFile
 from ragvps.embed.registry import make_lanes
 from ragvps.errors import ForbiddenError, NotFoundError, UsageError
@@ -33,6 +34,8 @@ from ragvps.ingest.worker import default_name
 __all__ = ["StagedFile", "discard", "safe_name", "staging_dir", "unique"]  # what the HTTP layer stages uploads with
 
 if TYPE_CHECKING:
+    import psycopg
+
     from ragvps.app.core import App
     from ragvps.db.jobs import FileRow, JobRow
     from ragvps.db.sync_jobs import SyncJobRow
@@ -40,6 +43,7 @@ if TYPE_CHECKING:
     from ragvps.ingest.jobs import JobsReport
     from ragvps.ingest.remote.sync import SyncReport
 
+log = logging.getLogger(__name__)
 MAX_PAGE = 1000
 
 
@@ -212,10 +216,16 @@ def run_jobs(
     wake: threading.Event | None = None,
     poll: float = 1.0,
     linger: float = 0.0,
+    below_server: bool = False,
 ) -> JobsReport:
     """Take this knowledge base's jobs (uploads, and syncs of its sources) until `stop` (or none has been left for
     `linger` seconds, exit_when_empty). The lease is renewed on a second connection: the App's connections must be
-    pooled."""
+    pooled. `below_server`: go below the server on the CPU (db/priority.below_server) once started (ingest/jobs.py
+    says when), and the database's backend of the jobs' connection with it."""
+
+    def lower(conn: psycopg.Connection) -> None:
+        log.info("worker below the server from now on (CPU: %s)", priority.below_server())
+        priority.follow_client(conn)
 
     def lanes() -> Lanes:
         return make_lanes(app.settings, app.spec, lambda: app.embedder, lambda *_: None, lambda _: None)
@@ -232,6 +242,7 @@ def run_jobs(
         wake=wake,
         linger=linger,
         settled=answer_cache.prune,
+        lower=lower if below_server else None,
     )
 
 

@@ -36,6 +36,15 @@ def worker(
         float,
         typer.Option(help="With --jobs --exit-when-empty: wait this many seconds for another job before exiting."),
     ] = 0.0,
+    below_server: Annotated[
+        bool,
+        typer.Option(
+            "--below-server",
+            help="With --jobs: start at this priority, then go below it (SCHED_BATCH, nice 5) before a second job "
+            "or a first upload over 256 KB, as `ragvps serve` starts its workers: a note is stored at once, the rest "
+            "yields to searches.",
+        ),
+    ] = False,
 ) -> None:
     """Embed queued chunks until stopped: Ctrl-C or SIGTERM finishes the batch in hand; a second Ctrl-C gives
     it back to the queue at once. Point RAGVPS_DATABASE_URL at the shared database and configure the same
@@ -51,7 +60,7 @@ def worker(
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     if jobs:
         try:
-            return _jobs(ctx, kb, lease, name, exit_when_empty, linger, stop, as_json)
+            return _jobs(ctx, kb, lease, name, exit_when_empty, linger, stop, as_json, below_server)
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
@@ -81,11 +90,12 @@ def _jobs(
     linger: float,
     stop: threading.Event,
     as_json: bool,
+    below_server: bool,
 ) -> None:
     from ragvps.app.documents import run_jobs  # lazy: the use case loads when the command runs (--help start-up)
 
     with open_app(ctx, kb=kb, worker_lease=lease, pooled=True) as app:
-        report = run_jobs(app, name, stop, exit_when_empty=exit_when_empty, linger=linger)
+        report = run_jobs(app, name, stop, exit_when_empty=exit_when_empty, linger=linger, below_server=below_server)
     if as_json:
         return echo_json(report)
     typer.echo(

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     import psycopg
 
 log = logging.getLogger(__name__)
+BELOW_NICE = 5  # a worker below the server: a third of a normal process's CPU share when the cores are contended
 SAME_START_S = 2.0  # a backend's start by PostgreSQL's clock and by this host's /proc, at most this far apart
 
 
@@ -45,6 +46,26 @@ def of(pid: int = 0) -> Priority | None:
         return Priority(policy=os.sched_getscheduler(pid), nice=os.getpriority(os.PRIO_PROCESS, pid))
     except (AttributeError, OSError):
         return None
+
+
+def below_server(pid: int = 0) -> str:
+    """Put a process (this one by default) below the server, but never out of the CPU: SCHED_BATCH (Linux: no
+    wake-up preference, so a search waking up runs first) at nice BELOW_NICE, a share small beside the server's and
+    a search's yet never nothing. Not SCHED_IDLE: it runs only on CPU time nothing else wants, and a VPS that also
+    runs Ollama, Open WebUI or a website is rarely idle, so an upload waited there for minutes (issue 51). What it
+    got, for the log."""
+    got = []
+    try:
+        os.sched_setscheduler(pid, os.SCHED_BATCH, os.sched_param(0))
+        got.append("SCHED_BATCH")
+    except (AttributeError, OSError):  # not Linux, or not allowed
+        pass
+    try:
+        os.setpriority(os.PRIO_PROCESS, pid, max(BELOW_NICE, os.getpriority(os.PRIO_PROCESS, pid)))
+        got.append(f"nice {os.getpriority(os.PRIO_PROCESS, pid)}")
+    except OSError as exc:
+        got.append(f"its nice value ({exc})")
+    return ", ".join(got)
 
 
 def follow_client(conn: psycopg.Connection) -> Priority | None:

@@ -27,6 +27,7 @@ from ragvps.generate.llm.tools import Unsupported, needs_llm, passed
 from ragvps.generate.prompt import REFUSAL
 from ragvps.generate.records import Quote, Usage
 from ragvps.text import introduced, quotable
+from ragvps.text import named_rows as text_rows
 
 if TYPE_CHECKING:
     from ragvps.embed import Embedder
@@ -86,7 +87,7 @@ class Candidate:
 class Extractive:
     name = "extractive"
     extractive = True
-    version = "7"  # part of the answer cache key: bump when the choice of sentences or their shape changes
+    version = "8"  # part of the answer cache key: bump when the choice of sentences or their shape changes
 
     def __init__(self, embedder: Callable[[], Embedder], model: str, quotes: int = MAX_QUOTES):
         self.embedder = embedder
@@ -233,28 +234,13 @@ def overlap_share(words: set[str], text: str) -> float:
     return len(words & content_words(text)) / len(words) if words else 0.0
 
 
-_ROW = re.compile(r"^\|(.+)\|[ \t]*$", re.M)
-MAX_ROW_CHARS = 1200  # a row is quoted whole or not at all: what a row says is no shorter than its cells
-
-
 def named_rows(sources: tuple[Source, ...] | list[Source], question: str) -> list[Candidate]:
-    """The table rows whose first cell the question names (`GET /health` in "what does GET /health return?"): a
-    table's answer is its row, which no sentence splitter finds."""
-    asked = " ".join(question.casefold().split())
-    found: list[Candidate] = []
-    for source in sources:
-        for m in _ROW.finditer(source.text):
-            cells = [c.strip() for c in m.group(1).split("|")]
-            key = cells[0].strip("`*_ ").casefold()
-            after = source.text[m.end() + 1 :].partition("\n")[0]
-            header = bool(after.strip()) and not set(after) - set("|:- \t")  # the row above a table's rule
-            if len(cells) < 2 or len(key) < 3 or header or not set(m.group(0)) - set("|:- \t"):
-                continue
-            if len(m.group(0)) > MAX_ROW_CHARS:
-                continue
-            if re.search(r"(?<!\w)" + re.escape(key) + r"(?!\w)", asked):
-                found.append(Candidate(source, m.start(), m.end(), " | ".join(cells), row=True))
-    return found
+    """The table rows whose first cell the question names (ragvps.text.named_rows), as candidates."""
+    return [
+        Candidate(source, a, b, " | ".join(cells), row=True)
+        for source in sources
+        for a, b, cells in text_rows(source.text, question)
+    ]
 
 
 def candidates(sources: tuple[Source, ...] | list[Source], commands: bool = False) -> list[Candidate]:

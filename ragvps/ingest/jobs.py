@@ -36,6 +36,7 @@ Connect = Callable[[], AbstractContextManager[psycopg.Connection]]
 Warn = Callable[[str], None]
 BATCH_BYTES = 16 << 20  # a batch's files at most (a larger file alone); their number: setting upload_batch_files
 RETRY_S = 5.0  # after the embedder or the database failed: the job is given back and tried again
+EAGER_BYTES = 256 << 10  # a first upload this small runs before the worker goes below the server (`lower`)
 
 
 @dataclass
@@ -59,10 +60,14 @@ def run_jobs(
     wake: threading.Event | None = None,
     linger: float = 0.0,
     settled: Callable[[psycopg.Connection], object] | None = None,
+    lower: Callable[[psycopg.Connection], object] | None = None,
 ) -> JobsReport:
     """Take jobs (uploads, and syncs of connected sources) until `stop` is set (or none has been left for
-    `linger` seconds, exit_when_empty); `wake` cuts a wait short; `settled` after a sync that changed documents."""
+    `linger` seconds, exit_when_empty); `wake` cuts a wait short; `settled` after a sync that changed documents.
+    `lower` puts the worker below the server before its second job, or before its first unless that is an upload
+    of at most EAGER_BYTES: the worker's start and a note run at once, all else yields to searches."""
     report = JobsReport(worker)
+    claimed = 0
     lease = float(settings.embed.worker_lease)
     empty_since: float | None = None
     with connect() as conn:
@@ -82,6 +87,10 @@ def run_jobs(
                     continue
                 empty_since = None
                 job, token = got
+                if lower is not None and (claimed or not _small(conn, job)):
+                    lower(conn)
+                    lower = None
+                claimed += 1
                 try:
                     ended = _run(connect, conn, settings, spec, lanes, job, token, stop, report, settled)
                 except UnavailableError as exc:  # the embedder or the database: give the job back, try later
@@ -124,6 +133,12 @@ def _run(
 
     done = SyncJob(connect, conn, settings, spec, lanes, job, token, source).run(stop, lambda *_: None, warn, settled)
     return int(done is not None)
+
+
+def _small(conn: psycopg.Connection, job: str) -> bool:
+    """An upload of at most EAGER_BYTES (a sync's size is not known before it runs)."""
+    files = jobs.pending(conn, job)
+    return sync_jobs.source_of(conn, job) is None and sum(f.size for f in files) <= EAGER_BYTES
 
 
 def _wait(conn: psycopg.Connection, stop: threading.Event, wake: threading.Event | None, poll: float) -> None:

@@ -14,6 +14,9 @@ from __future__ import annotations
 # text, above its high end as close as the model gets. MiniLM's is the default.
 COSINE_RANGE = (0.15, 0.75)
 WEIGHTS = {"cosine": 0.6, "terms": 0.4}
+# A chunk holding a table row the question names by a specific first cell ("what does GET /health return?") answers
+# it, whatever its cosine: a row is mostly its subject's words, not the question's verbs (issue 51).
+NAMED_ROW = 0.8
 
 
 def scaled(cosine: float, span: tuple[float, float] = COSINE_RANGE) -> float:

@@ -25,10 +25,11 @@ from ragvps.embed.models import model_spec
 from ragvps.errors import UsageError
 from ragvps.records import cite_label, fields_dict
 from ragvps.retrieve import fusion
-from ragvps.retrieve.evidence import COSINE_RANGE, combine
+from ragvps.retrieve.evidence import COSINE_RANGE, NAMED_ROW, combine
 from ragvps.retrieve.filters import Filters
 from ragvps.retrieve.fusion import Scored
 from ragvps.retrieve.modes import Mode
+from ragvps.text import named_rows
 
 Vector = np.ndarray[tuple[int], np.dtype[np.float32]]  # one embedding
 
@@ -212,7 +213,7 @@ def search(
         lap("keyword_ms")
     fused = fuse(vec, kw, settings, eset.model)[:k]
     rows = chunk_evidence(conn, eset, [i for i, _ in fused], text, embedding if mode != "keyword" else None, settings)
-    hits = _details(fused, vec, kw, rows, cosine_range(eset.model))
+    hits = _details(fused, vec, kw, rows, cosine_range(eset.model), text)
     lap("fusion_ms")
     return hits
 
@@ -292,6 +293,7 @@ def _details(
     kw: Scored,
     rows: dict[int, TupleRow],
     span: tuple[float, float] = COSINE_RANGE,
+    query: str = "",
 ) -> list[Hit]:
     vrank = {c: r for r, (c, _) in enumerate(vec, start=1)}
     krank = {c: r for r, (c, _) in enumerate(kw, start=1)}
@@ -314,7 +316,7 @@ def _details(
                 end,
                 cos,
                 share,
-                combine(cos, share, span),
+                max(combine(cos, share, span), NAMED_ROW if named_rows(body, query, specific=True) else 0.0),
                 tuple(int(p) for p in pages or ()),
             )
         )

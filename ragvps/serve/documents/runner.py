@@ -1,7 +1,7 @@
 """The server's workers for jobs (uploads, and syncs of connected sources): a `ragvps worker --jobs` child process per
 knowledge base with open jobs, started when an upload or a sync queues one (or at start-up, for jobs left open),
-below the server on the CPU (SCHED_BATCH at nice 5: it yields to searches and never starves), ending once its queue
-has been empty for LINGER_S. A child process rather
+below the server on the CPU once it has started (SCHED_BATCH at nice 5: it yields to searches and never starves;
+`ragvps worker --below-server`), ending once its queue has been empty for LINGER_S. A child process rather
 than a thread: parsing and embedding do not hold the server's GIL while it answers searches, a hostile file that
 crashed a parser would take down the worker and not the server, and the worker takes its jobs under a lease, as a
 `ragvps worker --jobs` on another machine would (a child that dies is replaced, and its job taken over once its
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 WATCH_S = 1.0  # how often the runner looks for a knowledge base whose worker ended with jobs left
 LINGER_S = 30.0  # a worker waits this long for another upload before it ends
-NICE = 5  # the workers' nice value: a third of a normal process's CPU share when the cores are contended
 _SERVER_ONLY = ("serve", "generate", "rerank")  # setting groups a worker has no use for
 
 
@@ -58,25 +57,6 @@ def worker_env(settings: Settings) -> dict[str, str]:
     package = str(Path(__file__).resolve().parents[2])  # this ragvps, whatever the child's sys.path
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package, env.get("PYTHONPATH", "")) if p)
     return env
-
-
-def lower(pid: int) -> str:
-    """Put a worker below the server, but never out of the CPU: SCHED_BATCH (Linux: no wake-up preference, so a
-    search waking up runs first) at nice NICE, a share small beside the server's and a search's yet never nothing.
-    Not SCHED_IDLE: it runs only on CPU time nothing else wants, and a VPS that also runs Ollama, Open WebUI or a
-    website is rarely idle, so an upload waited there for minutes (issue 51). What it got, for the log."""
-    got = []
-    try:
-        os.sched_setscheduler(pid, os.SCHED_BATCH, os.sched_param(0))
-        got.append("SCHED_BATCH")
-    except (AttributeError, OSError):  # not Linux, or not allowed
-        pass
-    try:
-        os.setpriority(os.PRIO_PROCESS, pid, NICE)
-        got.append(f"nice {NICE}")
-    except OSError as exc:
-        got.append(f"the server's nice value ({exc})")
-    return ", ".join(got)
 
 
 class JobRunner:
@@ -114,11 +94,12 @@ class JobRunner:
             name,
             "--name",
             f"{self.name}/{name}",
+            "--below-server",
         ]
         child = subprocess.Popen(
             args, env=worker_env(self.ready.settings), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
         )
-        log.info("started upload worker %d for knowledge base %s (CPU: %s)", child.pid, name, lower(child.pid))
+        log.info("started upload worker %d for knowledge base %s", child.pid, name)
         return child
 
     @asynccontextmanager
