@@ -10,6 +10,24 @@ import typer
 
 from ragvps.cli.common import Bars, KbOption, echo_json, err, open_app, warn
 
+JobsOption = Annotated[
+    bool,
+    typer.Option(
+        "--jobs",
+        help="Run jobs (uploads: POST /kb/NAME/documents; syncs of connected sources) instead of embedding queued "
+        "chunks; needs the server's data_dir (a shared volume) for the uploaded files.",
+    ),
+]
+BelowServerOption = Annotated[
+    bool,
+    typer.Option(
+        "--below-server",
+        help="With --jobs: start at this priority, then go below it (SCHED_BATCH, nice 5) before a second job or a "
+        "first upload over 256 KB, as `ragvps serve` starts its workers: a note is stored at once, the rest yields "
+        "to searches.",
+    ),
+]
+
 
 def worker(
     ctx: typer.Context,
@@ -22,29 +40,12 @@ def worker(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     kb: KbOption = None,
-    jobs: Annotated[
-        bool,
-        typer.Option(
-            "--jobs",
-            help="Run jobs (uploads: POST /kb/NAME/documents; syncs of "
-            "connected sources) instead of "
-            "embedding queued chunks; needs the server's data_dir "
-            "(a shared volume) for the uploaded files.",
-        ),
-    ] = False,
+    jobs: JobsOption = False,
     linger: Annotated[
         float,
         typer.Option(help="With --jobs --exit-when-empty: wait this many seconds for another job before exiting."),
     ] = 0.0,
-    below_server: Annotated[
-        bool,
-        typer.Option(
-            "--below-server",
-            help="With --jobs: start at this priority, then go below it (SCHED_BATCH, nice 5) before a second job "
-            "or a first upload over 256 KB, as `ragvps serve` starts its workers: a note is stored at once, the rest "
-            "yields to searches.",
-        ),
-    ] = False,
+    below_server: BelowServerOption = False,
 ) -> None:
     """Embed queued chunks until stopped: Ctrl-C or SIGTERM finishes the batch in hand; a second Ctrl-C gives
     it back to the queue at once. Point RAGVPS_DATABASE_URL at the shared database and configure the same

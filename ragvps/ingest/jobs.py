@@ -87,10 +87,7 @@ def run_jobs(
                     continue
                 empty_since = None
                 job, token = got
-                if lower is not None and (claimed or not _small(conn, job)):
-                    lower(conn)
-                    lower = None
-                claimed += 1
+                lower, claimed = _lower(conn, job, lower, claimed), claimed + 1
                 try:
                     ended = _run(connect, conn, settings, spec, lanes, job, token, stop, report, settled)
                 except UnavailableError as exc:  # the embedder or the database: give the job back, try later
@@ -133,6 +130,16 @@ def _run(
 
     done = SyncJob(connect, conn, settings, spec, lanes, job, token, source).run(stop, lambda *_: None, warn, settled)
     return int(done is not None)
+
+
+def _lower(
+    conn: psycopg.Connection, job: str, lower: Callable[[psycopg.Connection], object] | None, claimed: int
+) -> Callable[[psycopg.Connection], object] | None:
+    """Go below the server before a second job, or a first one that is not small; the hook, until it ran."""
+    if lower is not None and (claimed or not _small(conn, job)):
+        lower(conn)
+        return None
+    return lower
 
 
 def _small(conn: psycopg.Connection, job: str) -> bool:
