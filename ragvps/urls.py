@@ -27,14 +27,14 @@ def check_url(url: str, setting: str) -> str:
     return url
 
 
-def check_dsn(url: str) -> None:
+def check_dsn(url: str, setting: str = "database_url") -> None:
     if not url:
         return
     if re.match(r"^postgres(ql)?://", url) or ("=" in url and "://" not in url):
         return
     raise ConfigError(
-        f"setting database_url={redact(url)!r} is not a PostgreSQL connection string: write "
-        "postgresql://HOST:5432/DBNAME with USER:PASSWORD@ before HOST (or key=value form, host=... dbname=...), "
-        "or leave it empty for the embedded server",
-        settings=("database_url",),
+        f"setting {setting}={redact(url)!r} is not a PostgreSQL connection string: write "
+        "postgresql://HOST:5432/DBNAME with USER:PASSWORD@ before HOST (or key=value form, host=... dbname=...)"
+        + (", or leave it empty for the embedded server" if setting == "database_url" else ""),
+        settings=(setting,),
     )

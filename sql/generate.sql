@@ -65,3 +65,22 @@ SELECT count(*), coalesce(sum(hits), 0), coalesce(sum(tokens_saved), 0) FROM ans
 
 -- name: cache_clear
 DELETE FROM answer_cache;
+
+-- name: cache_peek
+-- cache_get on a read replica (read-only): the hit is counted on the primary afterwards (cache_count).
+SELECT answer FROM answer_cache WHERE key = %(key)s;
+
+-- name: cache_count
+UPDATE answer_cache
+SET hits = hits + 1, tokens_saved = tokens_saved + prompt_tokens + completion_tokens, last_hit_at = now()
+WHERE key = %(key)s;
+
+-- name: memo_peek
+-- memo_get on a read replica (read-only): the remembered answer, and its key for cache_count on the primary.
+WITH now_at AS (SELECT generation FROM corpus_stats),
+memo AS (
+    SELECT m.answer_key, m.retrieval FROM answer_memo m, now_at
+    WHERE m.key = %(key)s AND m.generation = now_at.generation
+)
+SELECT now_at.generation, a.answer, memo.retrieval, memo.answer_key
+FROM now_at LEFT JOIN memo ON true LEFT JOIN answer_cache a ON a.key = memo.answer_key;

@@ -272,9 +272,9 @@ def test_an_ask_reads_on_one_connection_and_holds_none_while_the_llm_answers(cor
     generator runs; the cache's writes take one more after it. The search's spare connection for its keyword leg
     is the search's own business (it is taken beside, not after)."""
     app = open_app(corpus[1], llm)
-    held: list[int] = []  # connections checked out through app.connection() and not yet returned
+    held: list[int] = []  # connections checked out through the App's connections and not yet returned
     taken: list[str] = []
-    real = app.connection
+    real = app.connections.connection
 
     @contextlib.contextmanager
     def counted() -> Iterator[object]:
@@ -286,7 +286,7 @@ def test_an_ask_reads_on_one_connection_and_holds_none_while_the_llm_answers(cor
         finally:
             held.pop()
 
-    app.connection = counted  # type: ignore[method-assign]
+    app.connections.connection = counted  # type: ignore[method-assign]
     during: list[int] = []
     a = app.ask(AskRequest(Q_KEYS), on_token=lambda _: during.append(len(held)))
     assert a.cache == "miss" and len(taken) == 2, taken  # one to read, one to write the cache

@@ -158,3 +158,21 @@ def test_no_code_branches_on_a_backends_name():
         if pattern.search(line)
     ]
     assert found == []
+
+
+def test_replica_urls_are_a_secret_list_checked_like_the_database_url():
+    from ragvps.config import load_settings
+    from ragvps.errors import ConfigError
+
+    env = {
+        "RAGVPS_DATABASE_URL": "postgresql://ragvps:pw1@db1/ragvps",
+        "RAGVPS_DATABASE_REPLICA_URLS": "postgresql://ragvps:pw2@db2/ragvps, postgresql://ragvps:pw3@db3/ragvps",
+    }
+    s = load_settings(config_file=None, env=env)
+    assert s.database.replica_urls == ("postgresql://ragvps:pw2@db2/ragvps", "postgresql://ragvps:pw3@db3/ragvps")
+    assert "pw2" not in repr(s) and s.database.replica_max_lag == 10.0 and s.database.replica_wait == 1.0
+    with pytest.raises(ConfigError, match="database_replica_urls") as bad:
+        load_settings(config_file=None, env=env | {"RAGVPS_DATABASE_REPLICA_URLS": "mysql://u:secretpw@db2/x"})
+    assert "secretpw" not in str(bad.value)
+    with pytest.raises(ConfigError, match="set database_url to that primary"):
+        load_settings(config_file=None, env={"RAGVPS_DATABASE_REPLICA_URLS": env["RAGVPS_DATABASE_REPLICA_URLS"]})

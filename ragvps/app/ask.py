@@ -39,7 +39,9 @@ from ragvps.text import introduced
 if TYPE_CHECKING:
     import psycopg
 
+    from ragvps.app.ports import Spare
     from ragvps.config import GenerateSettings
+    from ragvps.db.replicated import Reader, Write
     from ragvps.generate.budget import Fit
     from ragvps.retrieve.search import Hit
 
@@ -67,13 +69,16 @@ class Prepared:
     hits: tuple[Hit, ...]
 
 
-def prepare(app: App, request: AskRequest, conn: psycopg.Connection, clock: _Clock | None = None) -> Prepared:
+def prepare(
+    app: App, request: AskRequest, conn: psycopg.Connection, clock: _Clock | None = None, spare: Spare | None = None
+) -> Prepared:
     """Retrieve (reranked when a reranker is configured), drop hits under the evidence floor, fit the budget, on the
-    ask's connection. `request` is checked already (ask, build_prompt)."""
+    ask's connection (`spare`: where its search's second connection comes from). `request` is checked already (ask,
+    build_prompt)."""
     clock = clock or _Clock()
     s, o = app.settings, request.overrides
     k = o.k or max(s.generate.answer_chunks, s.search.top_k)
-    result = search(app, SearchRequest(request.question, k=k, mode=o.mode, filters=o.filters), conn)
+    result = search(app, SearchRequest(request.question, k=k, mode=o.mode, filters=o.filters), conn, spare)
     clock.lap("retrieve_ms")
     clock.timings.update(result.timings)
     hits = tuple(result.hits)
@@ -167,8 +172,8 @@ def _retrieved(h: Hit) -> Retrieved:
 
 
 def build_prompt(app: App, request: AskRequest) -> PromptPreview:
-    with app.connection() as conn:
-        prepared = prepare(app, check_ask(request, app.settings.serve.max_k), conn)
+    checked = check_ask(request, app.settings.serve.max_k)
+    prepared = app.read(lambda r: prepare(app, checked, r.conn, spare=r.spare))
     fit, g, p = prepared.fit, app.generator, prepared.fit.prompt
     return PromptPreview(
         system=p.system,
@@ -208,11 +213,42 @@ class _Asking:
         # a client's tools: the LLM may call one, which the cache does not keep
         self.use_cache = request.use_cache and app.settings.generate.cache and not request.tools
         self.memo, self.seen_at = "", -1
+        self.replica: str | None = None  # the reading half's replica (None: the primary, which takes writes at once)
+        self.later: list[Write] = []  # the reading half's writes, for the primary (on a replica)
+
+    def reading(self, reader: Reader) -> None:
+        """The reading half (run again when its replica failed under it) starts on `reader`."""
+        self.replica, self.later, self.clock = reader.replica, [], _Clock()
+
+    def write(self, conn: psycopg.Connection, write: Write) -> None:
+        """A write of the reading half: on its own connection when it is the primary's, else kept for the primary."""
+        if self.replica is None:
+            write(conn)
+        else:
+            self.later.append(write)
+
+    def written(self) -> None:
+        """The writes kept for the primary: now, or later when it is away (a read never fails on them)."""
+        if self.later:
+            self.app.connections.write_behind(self.later, self.app.kb.schema if self.app.kb else None)
+            self.later = []
+
+    def get(self, conn: psycopg.Connection, key: str) -> Cached | None:
+        """The cached answer under `key`; its hit counted at once on the primary, later from a replica."""
+        hit = cache.get(conn, key, count=self.replica is None)
+        if hit is not None and self.replica is not None:
+            self.later.append(lambda c: cache.count_hit(c, key))
+        return hit
 
     def remembered(self, conn: psycopg.Connection) -> Answer | None:
         """The same question since nothing changed: one query, no embedding, no search."""
         self.memo = cache.memo_key(memo_parts(self.app, self.request))
-        self.seen_at, cached, retrieval = cache.memo_get(conn, self.memo)
+        if self.replica is None:
+            self.seen_at, cached, retrieval = cache.memo_get(conn, self.memo)
+        else:
+            self.seen_at, cached, retrieval, key = cache.memo_peek(conn, self.memo)
+            if cached is not None and key is not None:
+                self.later.append(lambda c: cache.count_hit(c, key))
         self.clock.lap("memo_ms")
         if cached is None or retrieval is None:
             return None
@@ -223,15 +259,33 @@ class _Asking:
 
     def remember(self, conn: psycopg.Connection, retrieval: Retrieval, answer_key: str) -> None:
         if self.use_cache:
-            cache.memo_put(conn, self.memo, self.seen_at, answer_key, retrieval.to_json())
+            self.write(conn, self.memo_write(retrieval, answer_key))
+
+    def memo_write(self, retrieval: Retrieval, answer_key: str) -> Write:
+        memo, seen_at, kept = self.memo, self.seen_at, retrieval.to_json()
+        return lambda c: cache.memo_put(c, memo, seen_at, answer_key, kept)
 
     def refuse(self, conn: psycopg.Connection, prepared: Prepared) -> Answer:
         """No evidence: the refusal, and no generator runs (no LLM request)."""
+        status, key = self.refusal_cache(conn, prepared.fit.prompt.question, prepared.hits)
         self.on_sources(prepared.retrieval.shown)
         self.on_token(REFUSAL)
-        status, key = _refusal_cache(self.app, conn, prepared.fit.prompt.question, prepared.hits, self.use_cache)
         self.remember(conn, prepared.retrieval, key)
         return self.answer(REFUSAL, prepared.retrieval, Usage(), status)
+
+    def refusal_cache(self, conn: psycopg.Connection, question: str, hits: tuple[Hit, ...]) -> tuple[CacheStatus, str]:
+        """A refusal is cached like an answer, keyed on the chunks retrieved (a changed chunk misses): ("hit" when
+        this refusal was cached already, "miss" when it is now, "off" when the cache is not used; its key)."""
+        if not self.use_cache:
+            return "off", ""
+        app, gen = self.app, self.app.generator
+        retrieved = [_source(h) for h in hits]
+        key = cache.key(question, gen.name, gen.model, generation_settings(app) | {"refused": True}, retrieved)
+        if self.get(conn, key) is not None:
+            return "hit", key
+        refused = Cached(text=REFUSAL, finish="refused")
+        self.write(conn, lambda c: cache.put(c, key, question, gen.name, gen.model, retrieved, refused))
+        return "miss", key
 
     def cache_key(self, prepared: Prepared) -> str:
         gen = self.app.generator
@@ -244,13 +298,14 @@ class _Asking:
         )
 
     def cached(self, conn: psycopg.Connection, prepared: Prepared) -> Answer | None:
-        """The answer cached for these sources, if the cache is used and has it (sources shown first)."""
+        """The answer cached for these sources, if the cache is used and has it (sources shown first, once read: a
+        replica failing under the read runs it again elsewhere, and the client sees them once)."""
+        hit = None
+        if self.use_cache:
+            key = self.cache_key(prepared)
+            hit = self.get(conn, key)
+            self.clock.lap("cache_ms")
         self.on_sources(prepared.fit.prompt.sources)
-        if not self.use_cache:
-            return None
-        key = self.cache_key(prepared)
-        hit = cache.get(conn, key)
-        self.clock.lap("cache_ms")
         if hit is None:
             return None
         self.remember(conn, prepared.retrieval, key)
@@ -259,24 +314,18 @@ class _Asking:
 
     def generate(self, prepared: Prepared) -> Answer:
         """The generator's answer, with no connection held while it runs; then one for the cache's writes."""
-        app, gen, sources = self.app, self.app.generator, prepared.fit.prompt.sources
+        gen, sources = self.app.generator, prepared.fit.prompt.sources
         generation = gen.generate(prepared.fit, self.on_token)
         self.clock.lap("generate_ms")
         if self.use_cache:
-            key = self.cache_key(prepared)
-            with app.connection() as conn:
-                cache.put(
-                    conn,
-                    key,
-                    prepared.fit.prompt.question,
-                    gen.name,
-                    gen.model,
-                    sources,
-                    Cached(
-                        text=generation.text, finish=generation.finish, usage=generation.usage, quotes=generation.quotes
-                    ),
-                )
-                self.remember(conn, prepared.retrieval, key)
+            key, question = self.cache_key(prepared), prepared.fit.prompt.question
+            g = generation
+            made = Cached(text=g.text, finish=g.finish, usage=g.usage, quotes=g.quotes)
+            self.later = [
+                lambda c: cache.put(c, key, question, gen.name, gen.model, sources, made),
+                self.memo_write(prepared.retrieval, key),
+            ]
+            self.written()  # on the primary now, or kept for it while it is away
             self.clock.lap("cache_ms")
         return self.answer(
             generation.text,
@@ -338,15 +387,22 @@ def unquoted_note(retrieval: Retrieval, minimum: float) -> str:
 
 def ask(app: App, request: AskRequest, on_sources: OnSources | None = None, on_token: OnToken | None = None) -> Answer:
     asking = _Asking(app, check_ask(request, app.settings.serve.max_k), on_sources or ignore, on_token or ignore)
-    with app.connection() as conn:  # one connection for the reading half: the memo, the search, the cache
+
+    def reading(reader: Reader) -> Answer | Prepared:  # the reading half: the memo, the search, the cache
+        asking.reading(reader)
+        conn = reader.conn
         if asking.use_cache and (remembered := asking.remembered(conn)) is not None:
             return remembered
-        prepared = prepare(app, asking.request, conn, asking.clock)
+        prepared = prepare(app, asking.request, conn, asking.clock, reader.spare)
         if not prepared.fit.prompt.sources:
             return asking.refuse(conn, prepared)
         if (hit := asking.cached(conn, prepared)) is not None:
             return hit
-    return asking.generate(prepared)  # the pool's connection is not held through the LLM's answer
+        return prepared
+
+    got = app.read(reading)  # on a replica when there are any; no connection held through the LLM's answer
+    asking.written()
+    return got if isinstance(got, Answer) else asking.generate(got)
 
 
 def memo_parts(app: App, request: AskRequest) -> dict[str, object]:
@@ -379,19 +435,3 @@ def memo_parts(app: App, request: AskRequest) -> dict[str, object]:
         "generator": [gen.name, gen.model, gen.version],
         "settings": groups,
     }
-
-
-def _refusal_cache(
-    app: App, conn: psycopg.Connection, question: str, hits: tuple[Hit, ...], use_cache: bool
-) -> tuple[CacheStatus, str]:
-    """A refusal is cached like an answer, keyed on the chunks retrieved (a changed chunk misses): ("hit" when
-    this refusal was cached already, "miss" when it is now, "off" when the cache is not used; its key)."""
-    if not use_cache:
-        return "off", ""
-    gen = app.generator
-    retrieved = [_source(h) for h in hits]
-    key = cache.key(question, gen.name, gen.model, generation_settings(app) | {"refused": True}, retrieved)
-    if cache.get(conn, key) is not None:
-        return "hit", key
-    cache.put(conn, key, question, gen.name, gen.model, retrieved, Cached(text=REFUSAL, finish="refused"))
-    return "miss", key

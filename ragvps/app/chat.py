@@ -147,17 +147,17 @@ def standalone(app: App, turns: Sequence[Turn], question: str, use_cache: bool, 
         [],
     )
     if use_cache:
-        with app.connection() as conn:
-            hit = cache.get(conn, key)
+        hit = app.read(lambda r: cache.get(r.conn, key, count=r.replica is None))  # a replica's hit is not counted
         if hit is not None:
             return Standalone(hit.text, "llm", "hit")
     generation = gen.generate(fit, lambda _: None)
     text = rewrite.clean(generation.text, question)
     if use_cache:
-        with app.connection() as conn:
-            cache.put(
-                conn, key, fit.prompt.user, gen.name, gen.model, [], cache.Cached(text=text, usage=generation.usage)
-            )
+        made = cache.Cached(text=text, usage=generation.usage)
+        app.connections.write_behind(  # on the primary, or kept for it while it is away
+            [lambda c: cache.put(c, key, fit.prompt.user, gen.name, gen.model, [], made)],
+            app.kb.schema if app.kb is not None else None,
+        )
     return Standalone(text, "llm", "miss" if use_cache else "off", generation.usage)
 
 

@@ -1,7 +1,5 @@
-"""The App: one per process, it owns the settings, the embedder and the connections.
-
-Every interface (the CLI, the HTTP API, MCP) opens one App and calls one method per use case. A method
-returns a report dataclass and prints nothing; progress and warnings go through callbacks.
+"""The App: one per process, it owns the settings, the embedder and the connections. Every interface (the CLI, the
+HTTP API, MCP) opens one App and calls one method per use case; a method returns a report dataclass and prints nothing.
 
     with App.open(settings) as app:                    # pooled=True in a long-running server
         result = app.search(SearchRequest("how do I rotate the keys?"))
@@ -14,7 +12,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -43,6 +41,7 @@ if TYPE_CHECKING:
     from ragvps.app.requests import ChatAnswer, ChatRequest
     from ragvps.db.catalog import KnowledgeBase
     from ragvps.db.connections import Connections
+    from ragvps.db.replicated import Reader
     from ragvps.db.store import EmbeddingSet
     from ragvps.embed import Embedder
     from ragvps.embed.hosts import Lanes
@@ -56,12 +55,12 @@ if TYPE_CHECKING:
     from ragvps.measure.summary import ChunkSummary, PlanMeasurement
     from ragvps.records import ModelSpec
 
+T = TypeVar("T")
 Progress = Callable[[str, int, int], None]
 Warn = Callable[[str], None]
 
 
-def _quiet(*_: object) -> None:
-    pass
+def _quiet(*_: object) -> None: ...
 
 
 class App:
@@ -121,6 +120,11 @@ class App:
             if self.kb is not None:
                 bind(conn, self.kb.schema)
             yield conn
+
+    def read(self, work: Callable[[Reader], T]) -> T:
+        """`work` on a replica that has seen this knowledge base's writes, else on the primary (db/replicated.py)."""
+        with driver_errors(self.settings):
+            return self._connections.read(work, self.kb.schema if self.kb is not None else None)
 
     @property
     def spec(self) -> ModelSpec:
@@ -432,12 +436,8 @@ class App:
 
 
 def _prune_answers(conn: psycopg.Connection, reports: Sequence[IngestReport]) -> int:
-    """Cached answers whose chunks an ingest changed or deleted are dropped (a changed chunk never matches a
-    cache key anyway; this keeps the table from growing)."""
-    if not any(r.stored or r.deleted for r in reports):
-        return 0
-
-    return answer_cache.prune(conn)
+    """Cached answers whose chunks an ingest changed or deleted are dropped (they never match a key anyway)."""
+    return answer_cache.prune(conn) if any(r.stored or r.deleted for r in reports) else 0
 
 
 def existing_path(path: Path | str) -> Path:

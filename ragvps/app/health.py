@@ -5,7 +5,9 @@ while it is wrong (a pool held by slow requests, a database that is down or rest
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ragvps.app.requests import Health
 from ragvps.config import Settings
@@ -13,7 +15,13 @@ from ragvps.db import catalog, store
 from ragvps.db.catalog import KbGauges
 from ragvps.db.connections import Connections, PoolStats
 from ragvps.db.database import driver_errors
+from ragvps.db.replicas import ReplicaStatus, check_once
+from ragvps.db.replicated import ReplicaReport as ReplicaReport  # re-exported: /metrics renders it
 from ragvps.errors import RagvpsError
+
+if TYPE_CHECKING:
+    from ragvps.db.replicated import Reader
+    from ragvps.db.store import EmbeddingSet
 
 POOL_STALLED_S = 1.0  # requests waiting this long with no connection taken or given back: the pool is stuck
 
@@ -30,7 +38,42 @@ def pool_problem(pool: PoolStats | None) -> str | None:
 
 
 def health(settings: Settings, connections: Connections, schema: str | None) -> Health:
-    """The health of the knowledge base in `schema` (None: the connection's own, a database of one)."""
+    """The health of the knowledge base in `schema` (None: the connection's own, a database of one); with replicas,
+    `degraded` names what is skipped (the primary away: read from the replicas, writes refused)."""
+    report = connections.replicas()
+    if report is not None and report.primary_problem is not None:
+        return _primary_away(settings, connections, schema, report)
+    found = _health(settings, connections, schema)
+    if report is None:
+        return found
+    skipped = [f"replica {r.name} is {r.state}: {r.problem}" for r in report.replicas if r.state != "ok"]
+    return dataclasses.replace(found, degraded="; ".join(skipped) or None, replicas=report.replicas)
+
+
+def _primary_away(settings: Settings, connections: Connections, schema: str | None, report: ReplicaReport) -> Health:
+    skipped = [f"replica {r.name} is {r.state}: {r.problem}" for r in report.replicas if r.state != "ok"]
+
+    def read(reader: Reader) -> tuple[EmbeddingSet | None, int]:
+        return store.active_set(reader.conn), store.chunk_count(reader.conn)
+
+    cause = (
+        f"the primary database cannot be reached ({report.primary_problem}): searches and answers come from the "
+        "replicas, writes are refused (503) until it is back"
+    )
+    try:
+        with driver_errors(settings):
+            eset, chunks = connections.read(read, schema)
+    except RagvpsError as exc:
+        return Health(False, False, error=f"{cause}; and no replica answers: {exc}", replicas=report.replicas)
+    degraded = "; ".join([cause, *skipped])
+    if eset is None:
+        return Health(True, True, True, chunks=chunks, degraded=degraded, replicas=report.replicas)
+    return Health(
+        True, True, False, eset.model, eset.dims, eset.vector_type, chunks, degraded=degraded, replicas=report.replicas
+    )
+
+
+def _health(settings: Settings, connections: Connections, schema: str | None) -> Health:
     connected = False
     try:
         with driver_errors(settings), connections.probe() as conn:
@@ -75,3 +118,11 @@ def scrape(settings: Settings, connections: Connections) -> Scrape:
     except RagvpsError:
         return Scrape(False, connections.stats())
     return Scrape(True, connections.stats(), tuple(kbs), shared_buffers)
+
+
+def replica_states(settings: Settings, connections: Connections) -> tuple[ReplicaStatus, ...]:
+    """Each read replica's state and lag: as the server's watcher saw them last, or checked once now (a command)."""
+    report = connections.replicas()
+    if report is not None:
+        return report.replicas
+    return check_once(settings) if settings.database.replica_urls else ()

@@ -114,15 +114,16 @@ class Identities:
         self.connections = connections
 
     def seen(self, user: User) -> None:
-        with self.connections.connection() as conn:
-            identity.user_seen(conn, user.subject, user.email, user.name, user.groups, user.via)
+        """Note the user (now, or once the primary is back while it is away: a request never fails on it)."""
+        self.connections.write_behind(
+            [lambda c: identity.user_seen(c, user.subject, user.email, user.name, user.groups, user.via)], None
+        )
 
     def forwarded(self, email: str, name: str | None, role: str | None) -> User:
         """A chat front end's user: the groups of their own record, the one user who signed in with this address
         (none if nobody did, or if two subjects share it: never another's groups), and `role:ROLE` for the role the
         front end gives them. The forwarding key's own role bounds all of it (RoleMap.principal's `within`)."""
-        with self.connections.connection() as conn:
-            row = identity.user_by_email(conn, email)
+        row = self.connections.read(lambda r: identity.user_by_email(r.conn, email))
         groups = list(row[3]) if row is not None else []
         if role:
             groups.append(f"role:{role.strip().lower()}")
@@ -134,8 +135,7 @@ class Identities:
             identity.revoke_session(conn, sid, until)
 
     def revoked(self, sid: str) -> bool:
-        with self.connections.connection() as conn:
-            return identity.session_revoked(conn, sid)
+        return self.connections.read(lambda r: identity.session_revoked(r.conn, sid))
 
     def listing(self) -> list[UserRecord]:
         with self.connections.connection() as conn:

@@ -21,6 +21,7 @@ from ragvps.errors import RagvpsError, UsageError
 if TYPE_CHECKING:
     from ragvps.db.catalog import KnowledgeBase
     from ragvps.db.connections import Connections
+    from ragvps.db.replicated import Reader
 
 log = logging.getLogger(__name__)
 
@@ -153,10 +154,14 @@ def rename(settings: Settings, connections: Connections, old: str, new: str) -> 
 
 
 def catalog_of(connections: Connections) -> list[KnowledgeBase]:
-    with connections.connection() as conn:
-        kbs = catalog.all_kbs(conn)
-        conn.commit()
-    return kbs
+    """Every knowledge base, read where reads go (a replica that has seen the catalog's last write, when any)."""
+
+    def read(reader: Reader) -> list[KnowledgeBase]:
+        kbs = catalog.all_kbs(reader.conn)
+        reader.conn.commit()
+        return kbs
+
+    return connections.read(read)
 
 
 def listing(connections: Connections) -> list[KbInfo]:

@@ -109,13 +109,16 @@ class Keys:
             keys.delete(conn, name, force)
 
     def any(self) -> bool:
-        with self.connections.connection() as conn:
-            return keys.count(conn) > 0
+        return self.connections.read(lambda r: keys.count(r.conn) > 0)
 
     def principal(self, presented: str) -> Principal | None:
-        """Who holds `presented`, or None when no key matches."""
-        with self.connections.connection() as conn:
-            found = keys.grants(conn, key_hash(presented))
+        """Who holds `presented`, or None when no key matches (read on a replica while the primary is away)."""
+        report = self.connections.replicas()
+        if report is not None and report.primary_problem is not None:
+            found = self.connections.read(lambda r: keys.grants(r.conn, key_hash(presented), mark_used=False))
+        else:
+            with self.connections.connection() as conn:
+                found = keys.grants(conn, key_hash(presented))
         if found is None:
             return None
         name, roles, every = found

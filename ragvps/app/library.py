@@ -138,8 +138,7 @@ class Library:
 
     def has_content(self, name: str) -> bool:
         """Is anything ingested into knowledge base `name` (it has an embedding set)?"""
-        with self.app(name).connection() as conn:
-            return store.active_set(conn) is not None
+        return self.app(name).read(lambda r: store.active_set(r.conn) is not None)
 
     def keys(self) -> Keys:
         """API keys with roles on knowledge bases, kept (hashed) in the catalog."""

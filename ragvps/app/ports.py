@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
     import numpy as np
@@ -17,12 +17,17 @@ if TYPE_CHECKING:
     from ragvps.config import Settings
     from ragvps.db.catalog import KnowledgeBase
     from ragvps.db.connections import Connections
+    from ragvps.db.replicated import Reader
     from ragvps.db.store import EmbeddingSet
     from ragvps.generate.prompt import Source
     from ragvps.generate.registry import Generator
 
+Spare = Callable[[], "AbstractContextManager[psycopg.Connection | None]"]  # a second connection, when one is idle
 OnSources = Callable[["Sequence[Source]"], None]  # the sources sent, before the first token
 OnToken = Callable[[str], None]  # each piece of the answer's text as it comes
+
+
+T = TypeVar("T")
 
 
 def ignore(_: object) -> None:
@@ -55,6 +60,8 @@ class App(Protocol):
     def search(self, request: SearchRequest) -> SearchResult: ...
 
     def connection(self) -> AbstractContextManager[psycopg.Connection]: ...
+
+    def read(self, work: Callable[[Reader], T]) -> T: ...
 
     def ask(
         self, request: AskRequest, on_sources: OnSources | None = None, on_token: OnToken | None = None

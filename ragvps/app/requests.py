@@ -26,6 +26,7 @@ from ragvps.retrieve.filters import Filters
 if TYPE_CHECKING:
     from ragvps.config import GenerateSettings
     from ragvps.db.connections import PoolStats
+    from ragvps.db.replicas import ReplicaStatus
     from ragvps.retrieve.modes import Mode
     from ragvps.retrieve.search import Hit as Hit  # re-exported: the server renders hits
 
@@ -63,6 +64,8 @@ class Health:
     chunks: int = 0
     error: str | None = None
     pool: PoolStats | None = None  # a server's connection pool: size, busy, waiting, stalled_s
+    degraded: str | None = None  # answering, but not as configured: the primary away, a replica skipped (why)
+    replicas: tuple[ReplicaStatus, ...] = ()  # each read replica's state and lag (setting database_replica_urls)
 
 
 def _no_filters() -> Filters:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import psycopg
     from numpy.typing import NDArray
 
-    from ragvps.app.ports import App
+    from ragvps.app.ports import App, Spare
     from ragvps.db.store import EmbeddingSet
     from ragvps.retrieve.fusion import Scored
     from ragvps.retrieve.search import Hit
@@ -40,12 +40,14 @@ def ms(seconds: float) -> float:
     return round(seconds * 1000, 2)
 
 
-def search(app: App, request: SearchRequest, conn: psycopg.Connection | None = None) -> SearchResult:
+def search(
+    app: App, request: SearchRequest, conn: psycopg.Connection | None = None, spare: Spare | None = None
+) -> SearchResult:
     """The top chunks for a query: the active embedding set is read and searched in one transaction, on `conn`
-    when the caller holds one (an ask), else on one checked out for it."""
+    when the caller holds one (an ask, with `spare` for a second connection of the same server), else on one the
+    App reads from (a replica, when there are any)."""
     if conn is None:
-        with app.connection() as conn:
-            return search(app, request, conn)
+        return app.read(lambda reader: search(app, request, reader.conn, reader.spare))
     request = check_search(request, app.settings.serve.max_k)
     text = request.query
     reranker = make_reranker(app.settings.rerank)
@@ -53,7 +55,7 @@ def search(app: App, request: SearchRequest, conn: psycopg.Connection | None = N
     fetch = dataclasses.replace(request, k=max(k, reranker.candidates))  # a reranker orders its candidates
     start = time.perf_counter()
     timings: dict[str, float] = {}
-    with _keyword_leg(app, conn, fetch) as (keyword, legs):
+    with _keyword_leg(app, conn, fetch, spare or app.connections.spare) as (keyword, legs):
         if not app.set_matched:  # refuse a model mismatch before paying for the query embedding
             app.active_set(conn, "query")
             conn.commit()
@@ -104,7 +106,9 @@ class KeywordLeg:
 
 
 @contextmanager
-def _keyword_leg(app: App, conn: psycopg.Connection, request: SearchRequest) -> Iterator[tuple[KeywordLeg | None, str]]:
+def _keyword_leg(
+    app: App, conn: psycopg.Connection, request: SearchRequest, spares: Spare
+) -> Iterator[tuple[KeywordLeg | None, str]]:
     """A hybrid search's KeywordLeg: on a spare pool connection ("parallel"), else on the request's own `conn`,
     beside the embedding but before the vector leg ("fallback" when the pool had none idle at once, "sequential"
     with a single connection). Not hybrid: None."""
@@ -112,7 +116,7 @@ def _keyword_leg(app: App, conn: psycopg.Connection, request: SearchRequest) -> 
         yield None, ""
         return
 
-    with app.connections.spare() as spare:
+    with spares() as spare:
         if spare is None:
             leg = KeywordLeg(app, conn, request)
             how = "fallback" if app.connections.stats() is not None else "sequential"

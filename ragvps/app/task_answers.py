@@ -115,8 +115,7 @@ def tags(app: App, task: client_tasks.Task) -> list[str]:
         asked = " ".join(text for role, text in task.conversation if role == "user")
         heads = client_tasks.salient_words(asked, MOST_TAGS)
     if not heads:
-        with app.connection() as conn:
-            heads = store.top_headings(conn, MOST_TAGS)
+        heads = app.read(lambda r: store.top_headings(r.conn, MOST_TAGS))
     found: list[str] = []
     for head in heads:
         tag = client_tasks.title_of(" ".join(client_tasks.salient_words(head, 3)))
@@ -133,8 +132,7 @@ def follow_ups(app: App, task: client_tasks.Task) -> list[str]:
     asked = {heading for _, heading in about}
     questions: list[str] = []
     for path, heading in about:
-        with app.connection() as conn:
-            headings = store.section_headings(conn, path)
+        headings = app.read(lambda r, path=path: store.section_headings(r.conn, path))  # type: ignore[misc]
         parent = heading.rpartition(SEP)[0]
         siblings = [h for h in headings if h not in asked and h.rpartition(SEP)[0] == parent]
         children = [h for h in headings if h not in asked and h.startswith(heading + SEP)]

@@ -117,14 +117,18 @@ def stats(
 ) -> None:
     """Rows and sizes of the index beside the machine's memory; warns when the vector index outgrows RAM."""
     from ragvps.app.bundles import last_backups  # lazy: the use case loads when the command runs (--help start-up)
+    from ragvps.app.health import replica_states  # lazy: the use case loads when the command runs (--help start-up)
     from ragvps.app.sources import list_sources  # lazy: the use case loads when the command runs (--help start-up)
 
     with open_app(ctx, kb=kb) as app:
         s = app.stats()
         good, last = last_backups(app)
         sources = list_sources(app)
+        replicas = replica_states(app.settings, app.connections)
     if as_json:
-        return echo_json(vars(s) | {"last_good_backup": good, "last_backup": last, "sources": sources})
+        return echo_json(
+            vars(s) | {"last_good_backup": good, "last_backup": last, "sources": sources, "replicas": replicas}
+        )
     _print_sizes(s)
     c = s.answer_cache
     typer.echo(f"answer cache: {c['entries']:,} entries, {c['hits']:,} hits, {c['tokens_saved']:,} LLM tokens saved")
@@ -143,6 +147,9 @@ def stats(
             f"source {src.name} ({src.kind}, {src.location}): {counted(src.items, 'item')}, {when}, {src.state}"
             + (f": {src.error}" if src.error and src.state != "ok" else "")
         )
+    for r in replicas:
+        lag = f", {r.lag_s:.1f} s behind" if r.lag_s is not None else ""
+        typer.echo(f"replica {r.name}: {r.state}{lag}" + (f" ({r.problem})" if r.problem else ""))
     for w in s.warnings:
         warn(w)
 

@@ -52,6 +52,10 @@ class DatabaseSettings:
     data_dir: Path = setting(Path(".ragvps"), "data_dir")
     pool_size: int = setting(4, "pool_size", lo=1, hi=1000)  # connections a long-running server keeps
     kb: str = setting("default", "kb")  # the knowledge base a command reads or writes (`--kb`, RAGVPS_KB)
+    # hot standbys a server reads searches and answers from (docs/configuration.md#read-replicas)
+    replica_urls: tuple[str, ...] = setting((), "database_replica_urls", secret=True)
+    replica_max_lag: float = setting(10.0, "replica_max_lag", lo=0, hi=86_400)  # seconds behind: then skipped
+    replica_wait: float = setting(1.0, "replica_wait", lo=0, hi=60)  # seconds a read waits for its own writes
 
     @property
     def pg_dir(self) -> Path:

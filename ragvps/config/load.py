@@ -141,6 +141,14 @@ def _validate(s: Settings, origins: Mapping[str, str] | None = None) -> None:
         if s.get(name):
             check_url(s.get(name), name)
     check_dsn(s.database.url)
+    for url in s.database.replica_urls:
+        check_dsn(url, "database_replica_urls")
+    if s.database.replica_urls and not s.database.url:
+        fail(
+            "setting database_replica_urls names hot standbys of a PostgreSQL server: set database_url to that "
+            "primary too (the embedded server has no standbys)",
+            "database_replica_urls",
+        )
     from ragvps.records import KB_NAME, kb_name_problem  # lazy: records load hashlib and tokens (`--help` start-up)
 
     if not KB_NAME.fullmatch(s.database.kb):

@@ -134,6 +134,11 @@ def bind(conn: psycopg.Connection, schema: str) -> None:
     _bound[conn] = schema
 
 
+def bound(conn: psycopg.Connection) -> str | None:
+    """The schema the connection is bound to, or None."""
+    return _bound.get(conn)
+
+
 def unbind(conn: psycopg.Connection) -> None:
     """Point the connection at no knowledge base: a query of the stages' tables then fails, never guesses."""
     conn.execute("SELECT set_config('search_path', 'ragvps_unbound, public', false)")

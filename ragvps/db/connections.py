@@ -9,20 +9,24 @@ from __future__ import annotations
 import select
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import psycopg
 from pgvector.psycopg import register_vector
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ragvps.config import Settings
+from ragvps.db.catalog import bind
 from ragvps.db.database import JIT_OFF, connect
 from ragvps.db.embedded import database_url
 from ragvps.db.priority import follow_client
+from ragvps.db.replicated import Reader, ReplicaReads, ReplicaReport, Write, read_only
 from ragvps.errors import DatabaseError, redact
+
+T = TypeVar("T")
 
 PROBE_CONNECT_S = 3  # a health probe's connect timeout
 SPARE_WAIT_S = 0.002  # a spare connection (a search's second leg) is taken only if the pool has one at once
@@ -58,7 +62,27 @@ class Connections(Protocol):
         now (a search's legs then run one after the other on the request's own)."""
         ...
 
+    def read(self, work: Callable[[Reader], T], schema: str | None = None) -> T:
+        """`work` on a replica that has replayed the schema's last write, else on the primary (db/replicated.py)."""
+        ...
+
+    def write_behind(self, writes: list[Write], schema: str | None) -> None:
+        """Writes a read makes (the answer memo): now, or kept until the primary is back when it is away."""
+        ...
+
+    def replicas(self) -> ReplicaReport | None:
+        """The replicas' states and lags, the primary's problem; None without replicas."""
+        ...
+
     def close(self) -> None: ...
+
+
+def _write_now(connections: Connections, writes: list[Write], schema: str | None) -> None:
+    with connections.connection() as conn:
+        if schema is not None:
+            bind(conn, schema)
+        for write in writes:
+            write(conn)
 
 
 class SingleConnection:
@@ -94,6 +118,18 @@ class SingleConnection:
     @contextmanager
     def spare(self) -> Iterator[None]:
         yield None  # one connection: nothing to spare
+
+    def read(self, work: Callable[[Reader], T], schema: str | None = None) -> T:
+        with self.connection() as conn:
+            if schema is not None:
+                bind(conn, schema)
+            return work(Reader(conn, self.spare))
+
+    def write_behind(self, writes: list[Write], schema: str | None) -> None:
+        _write_now(self, writes, schema)
+
+    def replicas(self) -> ReplicaReport | None:
+        return None
 
     def close(self) -> None:
         if self._conn is not None:
@@ -131,9 +167,13 @@ class PooledConnections:
                 f"cannot open a pool of connections to the database: {redact(str(exc))}; "
                 "check that PostgreSQL is running and accepts connections"
             ) from exc
+        self._replicas = ReplicaReads(settings, self, _check) if settings.database.replica_urls else None
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
+        replicas = self._replicas
+        if replicas is not None and replicas.primary_problem is not None:  # fail at once, not at the pool's timeout
+            raise read_only(replicas.primary_problem)
         waiting = True
         self._count(waiting=1)
         try:
@@ -142,6 +182,10 @@ class PooledConnections:
                 self._count(waiting=-1, busy=1)
                 try:
                     yield conn
+                    if replicas is not None:
+                        if conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS:
+                            conn.commit()
+                        replicas.note(conn)
                 finally:
                     self._count(busy=-1)
         except PoolTimeout as exc:
@@ -223,7 +267,26 @@ class PooledConnections:
                 self._probe = None
                 raise
 
+    def read(self, work: Callable[[Reader], T], schema: str | None = None) -> T:
+        if self._replicas is None:
+            with self.connection() as conn:
+                if schema is not None:
+                    bind(conn, schema)
+                return work(Reader(conn, self.spare))
+        return self._replicas.read(work, schema)
+
+    def write_behind(self, writes: list[Write], schema: str | None) -> None:
+        if self._replicas is None:
+            _write_now(self, writes, schema)
+        else:
+            self._replicas.write_behind(writes, schema)
+
+    def replicas(self) -> ReplicaReport | None:
+        return None if self._replicas is None else self._replicas.report()
+
     def close(self) -> None:
+        if self._replicas is not None:
+            self._replicas.close()
         with self._probe_lock:
             if self._probe is not None:
                 self._probe.close()

@@ -53,12 +53,15 @@ def count(conn: psycopg.Connection) -> int:
     return int(scalar(conn, q_("key_count")))
 
 
-def grants(conn: psycopg.Connection, hashed: str) -> tuple[str, dict[str, str], str | None] | None:
+def grants(
+    conn: psycopg.Connection, hashed: str, mark_used: bool = True
+) -> tuple[str, dict[str, str], str | None] | None:
     """(the key's name, knowledge base -> role, its role on every knowledge base or None) for the key with this hash,
     or None; marks it used."""
     rows = conn.execute(q_("key_grants"), {"hash": hashed}).fetchall()
     if not rows:
         return None
-    conn.execute(q_("key_used"), {"id": rows[0][0]})
+    if mark_used:
+        conn.execute(q_("key_used"), {"id": rows[0][0]})
     every = rows[0][4]
     return str(rows[0][1]), {str(kb): str(role) for _, _, kb, role, _ in rows if kb is not None}, every

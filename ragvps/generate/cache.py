@@ -95,13 +95,26 @@ class Cached:
         )
 
 
-def get(conn: psycopg.Connection, cache_key: str) -> Cached | None:
-    """The cached answer, counting the hit; None on a miss."""
+def get(conn: psycopg.Connection, cache_key: str, count: bool = True) -> Cached | None:
+    """The cached answer, counting the hit (not with `count` False: a read replica's, counted by `count_hit` on the
+    primary); None on a miss."""
     end_implicit_transaction(conn)
+    if not count:
+        row = conn.execute(_q("cache_peek"), {"key": cache_key}).fetchone()
+        conn.rollback()
+        return Cached.from_json(row[0]) if row else None
     with conn.transaction():
         _no_wait(conn)
         row = conn.execute(_q("cache_get"), {"key": cache_key}).fetchone()
     return Cached.from_json(row[0]) if row else None
+
+
+def count_hit(conn: psycopg.Connection, cache_key: str) -> None:
+    """A hit read on a replica, counted on the primary."""
+    end_implicit_transaction(conn)
+    with conn.transaction():
+        _no_wait(conn)
+        conn.execute(_q("cache_count"), {"key": cache_key})
 
 
 def _no_wait(conn: psycopg.Connection) -> None:
@@ -171,6 +184,19 @@ def memo_get(conn: psycopg.Connection, memo: str) -> tuple[int, Cached | None, J
         return -1, None, None
     generation, answer, retrieval = row
     return int(generation), Cached.from_json(answer) if answer else None, retrieval or None
+
+
+def memo_peek(conn: psycopg.Connection, memo: str) -> tuple[int, Cached | None, Json | None, str | None]:
+    """memo_get on a read replica: nothing counted; with the answer's cache key, for `count_hit` on the primary."""
+    end_implicit_transaction(conn)
+    row = conn.execute(_q("memo_peek"), {"key": memo}).fetchone()
+    conn.rollback()
+    if row is None:
+        return -1, None, None, None
+    generation, answer, retrieval, answer_key = row
+    if not answer:
+        return int(generation), None, None, None
+    return int(generation), Cached.from_json(answer), retrieval or None, answer_key
 
 
 def memo_put(

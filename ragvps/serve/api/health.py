@@ -54,7 +54,7 @@ class HealthCheck:
         try:
             body = json_object(app.health())
             healthy = bool(body.get("ready")) and bool(body.get("database")) and not body.get("error")
-            body["status"] = "ok" if healthy else "unavailable"
+            body["status"] = ("degraded" if body.get("degraded") else "ok") if healthy else "unavailable"
             answer = (200 if healthy else 503, body)
         except Exception as exc:  # health says why, and stays 503 until it works
             answer = (503, {"status": "unavailable", "error": error_body(exc)[1]["error"]})

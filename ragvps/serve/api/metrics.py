@@ -26,6 +26,7 @@ from ragvps.serve.gate.request_log import current
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
+    from ragvps.app.health import ReplicaReport
     from ragvps.app.requests import Answer, SearchResult
     from ragvps.serve.shared.lifecycle import Ready
 
@@ -174,6 +175,7 @@ class _DatabaseCollector:
                 gauge = GaugeMetricFamily(f"ragvps_pool_{name}", help_)
                 gauge.add_metric([], value)
                 yield gauge
+        yield from _replica_metrics(library.connections.replicas())
         if not found.database:
             return
         index = GaugeMetricFamily("ragvps_index_bytes", "The knowledge base's vector index (HNSW) size.", labels=["kb"])
@@ -199,3 +201,37 @@ class _DatabaseCollector:
         )
         buffers.add_metric([], found.shared_buffers)
         yield from (index, queued, jobs, embedded, failed, buffers)
+
+
+def _replica_metrics(report: ReplicaReport | None) -> Iterator[Metric]:
+    """Each read replica's lag and state, the primary's reachability as the replicas' watcher sees it, reads by
+    where they ran, and the writes kept for the primary while it was away (setting database_replica_urls)."""
+    if report is None:
+        return
+    lag = GaugeMetricFamily(
+        "ragvps_replica_lag_seconds",
+        "How long the primary has held WAL the replica has not replayed.",
+        labels=["replica"],
+    )
+    state = GaugeMetricFamily(
+        "ragvps_replica_state", "2 ok (read from), 1 lagging past replica_max_lag, 0 down.", labels=["replica"]
+    )
+    for r in report.replicas:
+        state.add_metric([r.name], {"ok": 2, "lagging": 1, "down": 0}[r.state])
+        if r.lag_s is not None:
+            lag.add_metric([r.name], r.lag_s)
+    primary = GaugeMetricFamily("ragvps_primary_up", "1 when the primary answers the replicas' watcher.")
+    primary.add_metric([], int(report.primary_problem is None))
+    reads = CounterMetricFamily(
+        "ragvps_replica_reads", "Reads (searches, asks) by the server that ran them.", labels=["on"]
+    )
+    for on, count in sorted(report.reads.items()):
+        reads.add_metric([on], count)
+    kept = GaugeMetricFamily("ragvps_deferred_writes", "Answer-memo writes kept for the primary while it is away.")
+    kept.add_metric([], report.deferred)
+    done = CounterMetricFamily(
+        "ragvps_deferred_writes_done", "Writes kept for the primary, by outcome.", labels=["outcome"]
+    )
+    done.add_metric(["written"], report.deferred_written)
+    done.add_metric(["dropped"], report.deferred_dropped)
+    yield from (lag, state, primary, reads, kept, done)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 FLUSH_S = 0.5
+WARN_EVERY_S = 30.0  # rows kept for a database away: said once, then again at most this often
 MAX_PENDING = 100_000  # beyond this (the database down for long under load) the oldest rows are dropped, and said
 
 ACTIONS: dict[tuple[str, str], str] = {
@@ -55,6 +57,7 @@ class AuditLog:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._dropped = 0
+        self._warned = 0.0
 
     def note(self, record: RequestRecord, scope: Scope) -> None:
         action = action_of(record.method, record.route)
@@ -89,9 +92,14 @@ class AuditLog:
             return
         try:
             library.audit().record(events)
-        except RagvpsError as exc:  # the database is away
-            log.warning("cannot write %d audit rows yet: %s", len(events), exc)
+        except RagvpsError as exc:  # the database is away (or read-only while its primary is): said every WARN_EVERY_S
+            now = time.monotonic()
+            if now - self._warned >= WARN_EVERY_S:
+                self._warned = now
+                log.warning("cannot write %d audit rows yet (kept, written when it can): %s", len(events), exc)
             self._put_back(events)
+            return
+        self._warned = 0.0
 
     def _put_back(self, events: list[AuditEvent]) -> None:
         """Keep unwritten rows for the next round, ahead of newer ones, within max_pending (the oldest go first)."""
