@@ -12,6 +12,7 @@
 #                        (default /var/cache/ragvps-smoke; `rm -rf` it for a run from scratch)
 #   RAGVPS_SMOKE_MIRROR  Debian mirror for debootstrap and the Compose package (default: apt's own)
 #   RAGVPS_SMOKE_CA_DIR  certificate authorities copied into the images (default /usr/local/share/ca-certificates)
+#   RAGVPS_SMOKE_REPLICA 0 leaves out the leg of the compose profile `replica` (deploy/smoke/replica.sh)
 set -Eeuo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -80,7 +81,7 @@ finish() {
     fi
     if [ "$STACK_UP" = 1 ]; then
         docker rm -f -v ragvps-smoke-systemd >>"$LOG" 2>&1
-        (cd "$WORK" && docker compose down -v --remove-orphans) >>"$LOG" 2>&1
+        (cd "$WORK" && docker compose --profile replica down -v --remove-orphans) >>"$LOG" 2>&1
     fi
     stop_dockerd
     [ "$rc" -eq 0 ] && say "smoke: passed in $((SECONDS - STARTED)) s"
@@ -123,7 +124,7 @@ install_compose() {
 step "preflight: root, apt, free ports"
 command -v dockerd >/dev/null || command -v apt-get >/dev/null || cannot "no dockerd, and no apt-get to install docker.io"
 command -v python3 >/dev/null || die "needs python3 (to read JSON answers)"
-for port in 5432 11434 8765; do
+for port in 5432 11434 8765 8766; do
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
         die "port 127.0.0.1:$port is in use; the compose file publishes it: stop what listens there"
     fi
@@ -215,7 +216,7 @@ wait_jobs
 
 step "docker compose up -d --wait"
 STACK_UP=1
-quiet docker compose down -v --remove-orphans
+quiet docker compose --profile replica down -v --remove-orphans
 docker volume prune -f >>"$LOG" 2>&1  # what an interrupted run left in this private daemon
 before_up=$({ docker ps -aq; docker volume ls -q; } | sort)
 up_start=$SECONDS
@@ -352,8 +353,16 @@ else
     say "  skipped (RAGVPS_SMOKE_SYSTEMD=0)"
 fi
 
+step "replica profile: a hot standby, a second server, HAProxy; the primary stopped while a client searches"
+if [ "${RAGVPS_SMOKE_REPLICA:-1}" = 1 ]; then
+    . "$WORK/deploy/smoke/replica.sh"
+    replica_check
+else
+    say "  skipped (RAGVPS_SMOKE_REPLICA=0)"
+fi
+
 step "docker compose down -v"
-quiet docker compose down -v --remove-orphans
+quiet docker compose --profile replica down -v --remove-orphans
 STACK_UP=0
 docker image prune -f >>"$LOG" 2>&1  # the images the rebuilds left untagged, so the cache does not grow
 left=$(comm -13 <(printf '%s\n' "$before_up") <({ docker ps -aq; docker volume ls -q; } | sort))

@@ -38,3 +38,10 @@ DELETE FROM ragvps.revoked_sessions WHERE until < now();
 
 -- name: session_revoked
 SELECT 1 FROM ragvps.revoked_sessions WHERE sid = %(sid)s;
+
+-- name: shared_secret_keep
+-- The first server to ask makes it; the others read that one.
+INSERT INTO ragvps.shared_secrets (name, value) VALUES (%(name)s, %(value)s) ON CONFLICT (name) DO NOTHING;
+
+-- name: shared_secret
+SELECT value FROM ragvps.shared_secrets WHERE name = %(name)s;

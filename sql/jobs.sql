@@ -2,7 +2,7 @@
 -- ingested with no claim transaction open; progress is written only under the caller's own claim.
 
 -- name: insert_job
-INSERT INTO ingest_jobs (id) VALUES (%(id)s);
+INSERT INTO ingest_jobs (id, home) VALUES (%(id)s, %(home)s);
 
 -- name: job_queued
 -- Wakes the workers waiting on `listen` (delivered when the transaction that queued the job commits).
@@ -18,10 +18,11 @@ UNLISTEN ragvps_jobs;
 INSERT INTO ingest_job_files (job_id, seq, name, staged, size) VALUES (%(job)s, %(seq)s, %(name)s, %(staged)s, %(size)s);
 
 -- name: claim_job
--- The oldest job nobody holds (or whose holder's lease ran out); SKIP LOCKED: two workers take two jobs.
+-- The oldest job nobody holds (or whose holder's lease ran out); SKIP LOCKED: two workers take two jobs. Only a
+-- job whose files are in this worker's data directory (home), or one with no home.
 WITH picked AS (
     SELECT id FROM ingest_jobs
-    WHERE state IN ('queued', 'running')
+    WHERE state IN ('queued', 'running') AND (home IS NULL OR home = %(home)s)
       AND (claimed_at IS NULL OR claimed_at < now() - make_interval(secs => %(lease)s::float8))
     ORDER BY created_at, id
     LIMIT 1
@@ -35,7 +36,8 @@ WHERE j.id = picked.id
 RETURNING j.id;
 
 -- name: open_jobs
-SELECT count(*) FROM ingest_jobs WHERE state IN ('queued', 'running');
+-- The open jobs a worker of this data directory may take.
+SELECT count(*) FROM ingest_jobs WHERE state IN ('queued', 'running') AND (home IS NULL OR home = %(home)s);
 
 -- name: renew_job
 UPDATE ingest_jobs SET claimed_at = now() WHERE id = %(job)s AND claim = %(claim)s RETURNING cancel;

@@ -310,12 +310,14 @@ def test_control_characters_neither_forge_audit_rows_nor_names(
 
 def test_signing_out_revokes_the_session_cookie(srv: InProcess, env: dict[str, str]):
     from ragvps.app.identity import User
+    from ragvps.app.library import Library
     from ragvps.config import load_settings
-    from ragvps.serve.gate.session import Signer, session_payload
+    from ragvps.serve.gate.session import Signer, seed_key, session_payload
 
-    value = Signer.for_settings(load_settings(env=env)).dump(
-        session_payload(User("sub-eve", "eve@example.org", "Eve", ("eng",))), 3600
-    )
+    settings = load_settings(env=env)
+    with Library.open(settings) as library:  # the key every server on this database signs with
+        key = library.identities().session_key(seed_key(settings))
+    value = Signer(key).dump(session_payload(User("sub-eve", "eve@example.org", "Eve", ("eng",))), 3600)
     with srv.keyless(cookies={"ragvps_session": value}) as c:
         assert names(c.get("/kb")) == ["docs"]
         assert c.post("/auth/logout", follow_redirects=False).status_code == 303

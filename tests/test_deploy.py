@@ -175,6 +175,9 @@ def test_the_stack_is_postgres_ollama_the_model_pull_ragvps_and_the_server():
         "watch",
         "backup",
         "sync",
+        "postgres-replica",
+        "serve-2",
+        "balancer",
     }
 
 
@@ -228,6 +231,7 @@ def test_published_ports_are_bound_to_loopback_only():
         "127.0.0.1:5432:5432",
         "127.0.0.1:11434:11434",
         "127.0.0.1:8765:8765",
+        "127.0.0.1:8766:8766",
     ]
 
 
@@ -246,6 +250,13 @@ def test_services_start_in_order_behind_health_conditions():
         "watch": {"postgres": "service_healthy", "ollama-pull": "service_completed_successfully"},
         "backup": {"postgres": "service_healthy", "ollama-pull": "service_completed_successfully"},
         "sync": {"postgres": "service_healthy", "ollama-pull": "service_completed_successfully"},
+        "postgres-replica": {"postgres": "service_healthy"},
+        "serve-2": {
+            "postgres": "service_healthy",
+            "postgres-replica": "service_healthy",
+            "ollama-pull": "service_completed_successfully",
+        },
+        "balancer": {"serve": "service_healthy", "serve-2": "service_healthy"},
     }
     for deps in conditions.values():
         for dep, condition in deps.items():
@@ -419,7 +430,7 @@ def test_env_file_is_ignored_by_git_and_the_example_lists_every_variable():
     assert example["POSTGRES_PASSWORD"] == "", ".env.example must not carry a password"
 
 
-@pytest.mark.parametrize("name", ["ragvps", "serve"])
+@pytest.mark.parametrize("name", ["ragvps", "serve", "serve-2"])
 def test_ragvps_is_configured_only_by_environment_and_understands_it(name):
     from ragvps.config import SETTINGS, load_settings
     from ragvps.embed.models import spec_for
@@ -590,7 +601,11 @@ def test_postgres_settings_suit_a_2_to_4_gb_vps():
 def test_compose_starts_postgres_with_the_settings_file():
     pg = compose()["services"]["postgres"]
     mounted = [v.split(":") for v in pg["volumes"] if v.startswith("./deploy/postgres/")]
-    assert mounted == [["./deploy/postgres/ragvps.conf", "/etc/postgresql/ragvps.conf", "ro"]]
+    assert mounted == [
+        ["./deploy/postgres/ragvps.conf", "/etc/postgresql/ragvps.conf", "ro"],
+        ["./deploy/postgres/pg_hba.conf", "/etc/postgresql/pg_hba.conf", "ro"],
+    ]
+    assert "hba_file=/etc/postgresql/pg_hba.conf" in pg["command"]
     assert (ROOT / mounted[0][0]).resolve() == PG_CONF
     assert "config_file=/etc/postgresql/ragvps.conf" in pg["command"]
     assert "listen_addresses=*" in pg["command"]

@@ -70,6 +70,8 @@ def test_bash_parses_the_shell_scripts():
         SMOKE,
         STAND_INS / "postgres" / "docker-entrypoint.sh",
         STAND_INS / "systemd" / "check.sh",
+        STAND_INS / "replica.sh",
+        ROOT / "deploy" / "postgres" / "standby.sh",
         ROOT / ".ci" / "run",
     ):
         done = subprocess.run([bash, "-n", str(script)], capture_output=True, text=True)

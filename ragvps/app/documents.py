@@ -28,7 +28,7 @@ from ragvps.generate import cache as answer_cache
 from ragvps.ingest.artifacts import ChunkArtifacts
 from ragvps.ingest.jobs import run_jobs as run
 from ragvps.ingest.sync_job import report_of
-from ragvps.ingest.uploads import discard, safe_name, staging_dir, unique, uploads_dir
+from ragvps.ingest.uploads import discard, home_id, safe_name, staging_dir, unique, uploads_dir
 from ragvps.ingest.worker import default_name
 
 __all__ = ["StagedFile", "discard", "safe_name", "staging_dir", "unique"]  # what the HTTP layer stages uploads with
@@ -53,7 +53,7 @@ DELETE_LOCK_WAIT_S = 30.0
 def submit(app: App, job: str, files: list[StagedFile]) -> str:
     """Queue the job of files already staged (under KB_DIR/incoming/JOB); its id."""
     with app.connection() as conn:
-        jobs.create(conn, job, files)
+        jobs.create(conn, job, files, home_id(app.settings.database.data_dir))
     return job
 
 
@@ -250,8 +250,10 @@ def run_jobs(
 
 
 def open_job_count(app: App) -> int:
+    """The open jobs of this App's knowledge base that a worker of this data directory may take."""
+    home = home_id(app.settings.database.data_dir)
     with app.connection() as conn:
-        return jobs.open_jobs(conn)
+        return jobs.open_jobs(conn, home)
 
 
 # --- the documents stored -------------------------------------------------------------------------------

@@ -137,6 +137,12 @@ class Identities:
     def revoked(self, sid: str) -> bool:
         return self.connections.read(lambda r: identity.session_revoked(r.conn, sid))
 
+    def session_key(self, candidate: bytes) -> bytes:
+        """The key that signs session cookies when session_secret is empty, the same for every server on this
+        database: the one kept in the catalog, else `candidate`, kept there now."""
+        with self.connections.connection() as conn:
+            return identity.shared_secret(conn, "session", candidate)
+
     def listing(self) -> list[UserRecord]:
         with self.connections.connection() as conn:
             return [UserRecord(s, e, n, tuple(g), v, at) for s, e, n, g, v, at in identity.users(conn)]

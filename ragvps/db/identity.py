@@ -60,5 +60,16 @@ def revoke_session(conn: psycopg.Connection, sid: str, until: float) -> None:
     conn.execute(_q("session_revoke"), {"sid": sid, "until": until})
 
 
+def shared_secret(conn: psycopg.Connection, name: str, candidate: bytes) -> bytes:
+    """The secret `name` every server on this database shares: the one kept already, else `candidate`, kept now."""
+    found = conn.execute(_q("shared_secret"), {"name": name}).fetchone()
+    if found is None:
+        conn.execute(_q("shared_secret_keep"), {"name": name, "value": candidate})
+        found = conn.execute(_q("shared_secret"), {"name": name}).fetchone()
+    conn.commit()
+    assert found is not None
+    return bytes(found[0])
+
+
 def session_revoked(conn: psycopg.Connection, sid: str) -> bool:
     return conn.execute(_q("session_revoked"), {"sid": sid}).fetchone() is not None

@@ -60,11 +60,11 @@ class FileRow:
     rows_total: int | None
 
 
-def create(conn: psycopg.Connection, job: str, files: Sequence[StagedFile]) -> None:
-    """The job and its files, in one transaction."""
+def create(conn: psycopg.Connection, job: str, files: Sequence[StagedFile], home: str) -> None:
+    """The job and its files, in one transaction; `home`: the data directory they are staged in."""
     end_implicit_transaction(conn)
     with conn.transaction():
-        conn.execute(_q("insert_job"), {"job": job, "id": job})
+        conn.execute(_q("insert_job"), {"job": job, "id": job, "home": home})
         conn.cursor().executemany(
             _q("insert_file"),
             [{"job": job, "seq": f.seq, "name": f.name, "staged": f.staged, "size": f.size} for f in files],
@@ -103,17 +103,18 @@ def wait_for_job(conn: psycopg.Connection, seconds: float, stop: threading.Event
             return
 
 
-def claim(conn: psycopg.Connection, worker: str, lease: float) -> tuple[str, str] | None:
-    """(job id, claim token) of the oldest job free to take, or None."""
+def claim(conn: psycopg.Connection, worker: str, lease: float, home: str) -> tuple[str, str] | None:
+    """(job id, claim token) of the oldest job free to take whose files are in data directory `home`, or None."""
     token = str(uuid.uuid4())
     end_implicit_transaction(conn)
     with conn.transaction():
-        job = scalar(conn, _q("claim_job"), {"worker": worker, "claim": token, "lease": lease})
+        job = scalar(conn, _q("claim_job"), {"worker": worker, "claim": token, "lease": lease, "home": home})
     return None if job is None else (str(job), token)
 
 
-def open_jobs(conn: psycopg.Connection) -> int:
-    n = int(scalar(conn, _q("open_jobs")))
+def open_jobs(conn: psycopg.Connection, home: str) -> int:
+    """The open jobs a worker of data directory `home` may take."""
+    n = int(scalar(conn, _q("open_jobs"), {"home": home}))
     conn.commit()
     return n
 

@@ -66,17 +66,16 @@ def run_jobs(
     `linger` seconds, exit_when_empty); `wake` cuts a wait short; `settled` after a sync that changed documents.
     `lower` puts the worker below the server before its second job, or before its first unless that is an upload
     of at most EAGER_BYTES: the worker's start and a note run at once, all else yields to searches."""
-    report = JobsReport(worker)
-    claimed = 0
-    lease = float(settings.embed.worker_lease)
+    report, claimed = JobsReport(worker), 0
+    lease, home = float(settings.embed.worker_lease), uploads.home_id(settings.database.data_dir)
     empty_since: float | None = None
     with connect() as conn:
         jobs.listen(conn)  # a job queued wakes this worker at once
         try:
             while not stop.is_set():
-                got = jobs.claim(conn, worker, lease)
+                got = jobs.claim(conn, worker, lease, home)
                 if got is None:
-                    if exit_when_empty and jobs.open_jobs(conn) == 0:
+                    if exit_when_empty and jobs.open_jobs(conn, home) == 0:
                         empty_since = empty_since or time.monotonic()
                         if time.monotonic() - empty_since >= linger:
                             report.stopped = "empty"

@@ -1,16 +1,21 @@
 """Where uploaded files live: `KB_DIR/uploads/` is a folder of documents like any other (reindex re-syncs it),
 and `KB_DIR/incoming/JOB/` holds a job's files until its worker moves each into place. A name sent by a
-client never becomes a path as it is: `safe_name` reduces it to a relative path inside the uploads folder."""
+client never becomes a path as it is: `safe_name` reduces it to a relative path inside the uploads folder.
+
+A job's staged files are on the disk of the server that took the upload, so a job is taken only by a worker of the
+same data directory (`home_id`): two servers on two hosts, one database, each run the uploads sent to them, and
+see each other's jobs (docs/scale-out.md)."""
 
 from __future__ import annotations
 
 import os
 import re
+import secrets
 import shutil
 import unicodedata
 from pathlib import Path
 
-from ragvps.errors import UsageError
+from ragvps.errors import ConfigError, UsageError
 
 UPLOADS = "uploads"
 INCOMING = "incoming"
@@ -19,6 +24,38 @@ MAX_PART_BYTES = 240  # its bytes in UTF-8 (file systems take 255: room is left 
 MAX_SUFFIX = 16  # an extension longer than this is not one worth keeping whole
 MAX_DEPTH = 8  # folders kept in a name
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f<>:\"|?*]")
+HOME_FILE = "home.id"  # in data_dir: which data directory a job's staged files are in
+
+
+def home_id(data_dir: Path) -> str:
+    """This data directory's id, made once (data_dir/home.id): a job queued here records it, and only workers whose
+    data directory has the same id (this one, or the same folder shared by another host) take it."""
+    path = data_dir / HOME_FILE
+    try:
+        found = path.read_text(encoding="ascii").strip()
+        if found:
+            return found
+    except FileNotFoundError:
+        pass
+    except (OSError, UnicodeError) as exc:
+        raise ConfigError(
+            f"cannot read {path} ({exc.__class__.__name__}): make data_dir readable", settings=("data_dir",)
+        ) from None
+    made = secrets.token_hex(8)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_name(f"{HOME_FILE}.{made}")
+        part.write_text(made + "\n", encoding="ascii")
+        os.link(part, path)  # the first of two processes starting at once wins; the other reads its id
+    except FileExistsError:
+        part.unlink(missing_ok=True)
+        return home_id(data_dir)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot write {path} ({exc.__class__.__name__}): make data_dir writable", settings=("data_dir",)
+        ) from None
+    part.unlink(missing_ok=True)
+    return made
 
 
 def uploads_dir(kb_dir: Path) -> Path:

@@ -20,8 +20,8 @@ import time
 from typing import TYPE_CHECKING
 
 from ragvps.app.identity import RoleMap, User, split_groups
-from ragvps.errors import ConfigError, RagvpsError
-from ragvps.serve.gate.session import SESSION_COOKIE, Signer, cookie
+from ragvps.errors import ConfigError, RagvpsError, UnavailableError
+from ragvps.serve.gate.session import SESSION_COOKIE, Signer, cookie, seed_key
 from ragvps.serve.shared.threads import in_thread
 
 if TYPE_CHECKING:
@@ -45,9 +45,9 @@ def looks_like_jwt(token: str) -> bool:
 class People:
     def __init__(self, settings: Settings, ready: Ready, provider: Provider | None):
         auth = settings.auth
-        self.ready, self.provider = ready, provider
+        self.settings, self.ready, self.provider = settings, ready, provider
         self.roles = RoleMap.parse(auth.group_roles)
-        self.signer = Signer.for_settings(settings) if provider is not None else None
+        self._signer = Signer.of_setting(settings)  # else the database's shared key, read at the first sign-in
         self.audiences = (auth.oidc_client_id, *auth.oidc_audience)
         self.proxies = tuple(_network(p) for p in auth.trusted_proxies)
         self.user_header = auth.proxy_user_header.lower().encode("latin-1")
@@ -59,17 +59,36 @@ class People:
         self._warned: set[str] = set()
         self._checked: dict[str, tuple[float, bool]] = {}  # session id -> (when looked up, signed out)
 
+    async def signer(self) -> Signer:
+        """What signs session cookies: session_secret's key, else the one every server on this database shares
+        (the catalog's; read once, made by the first server that needs it). UnavailableError while the server is
+        starting or the database is away."""
+        if self._signer is not None:
+            return self._signer
+        library = self.ready.library
+        if library is None:
+            raise UnavailableError("the server is still starting: try again in a few seconds")
+        identities = library.identities()
+        key = await in_thread(lambda: identities.session_key(seed_key(self.settings)), LOOKUP_TIMEOUT_S)
+        self._signer = Signer(key)
+        return self._signer
+
     async def from_session(self, headers: list[tuple[bytes, bytes]]) -> Principal | None:
-        if self.signer is None:
+        value = cookie(headers, SESSION_COOKIE)
+        if self.provider is None or not value:
             return None
-        found = self.signer.session(cookie(headers, SESSION_COOKIE))
+        try:
+            signer = await self.signer()
+        except RagvpsError:  # starting, or the database away: no session can be checked yet
+            return None
+        found = signer.session(value)
         if found is None or await self._revoked(found[1]):
             return None
         return self.roles.principal(found[0])
 
     async def sign_out(self, headers: list[tuple[bytes, bytes]]) -> None:
         """Revoke the session the request carries (in the catalog: every process refuses it from now on)."""
-        found = self.signer.session(cookie(headers, SESSION_COOKIE)) if self.signer is not None else None
+        found = (await self.signer()).session(cookie(headers, SESSION_COOKIE)) if self.provider is not None else None
         library = self.ready.library
         if found is None:
             return

@@ -2,8 +2,11 @@
 browser holds it but cannot change it; HttpOnly (no script reads it), SameSite=Lax (no other site's request
 carries it on a POST), Secure when the page is served over https.
 
-The key is the setting session_secret, or 32 random bytes kept in data_dir/session.key (made 0600 on first use),
-so sessions survive a restart; deleting the file signs everyone out.
+The key is the setting session_secret, or else 32 random bytes kept in the database (the catalog's shared_secrets,
+made by the first server that needs them), so that sessions survive a restart and a session made on one server is
+valid on every other server of the same database (docs/scale-out.md). A data_dir/session.key that an earlier release
+wrote seeds it, so its sessions stay valid. A new session_secret (or the row deleted and the servers restarted)
+signs everyone out.
 """
 
 from __future__ import annotations
@@ -12,10 +15,8 @@ import base64
 import hashlib
 import hmac
 import json
-import os
 import secrets
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ragvps.app.identity import User
@@ -41,11 +42,11 @@ class Signer:
         self.key = key
 
     @classmethod
-    def for_settings(cls, settings: Settings) -> Signer:
+    def of_setting(cls, settings: Settings) -> Signer | None:
+        """The signer of session_secret; None when it is empty (the database's shared key signs)."""
         if settings.auth.session_secret:
             return cls(hashlib.sha256(settings.auth.session_secret.encode()).digest())
-        path = settings.database.data_dir / "session.key"
-        return cls(_key_file(path))
+        return None
 
     def dump(self, payload: dict[str, object], max_age_s: float) -> str:
         body = _b64(json.dumps({**payload, "exp": time.time() + max_age_s}, separators=(",", ":")).encode())
@@ -113,32 +114,21 @@ def _opt(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _key_file(path: Path) -> bytes:
+def seed_key(settings: Settings) -> bytes:
+    """The key offered to the database when it keeps none yet: data_dir/session.key where an earlier release wrote
+    one (its sessions stay valid), else 32 new random bytes."""
+    path = settings.database.data_dir / "session.key"
     try:
         key = path.read_bytes()
-        if len(key) >= 32:
-            return key
     except FileNotFoundError:
-        pass
+        return secrets.token_bytes(32)
     except OSError as exc:
         raise ConfigError(
             f"cannot read the session key {path} ({exc.__class__.__name__}): set session_secret, or "
-            "make data_dir writable",
+            "make data_dir readable",
             settings=("session_secret", "data_dir"),
         ) from None
-    key = secrets.token_bytes(32)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as out:
-            out.write(key)
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot write the session key {path} ({exc.__class__.__name__}): set session_secret, or "
-            "make data_dir writable",
-            settings=("session_secret", "data_dir"),
-        ) from None
-    return key
+    return key if len(key) >= 32 else secrets.token_bytes(32)
 
 
 def cookie_header(name: str, value: str, max_age_s: int, secure: bool, path: str = "/") -> tuple[bytes, bytes]:

@@ -42,7 +42,7 @@ def add_signin_routes(api: "FastAPI", settings: "Settings", ready: "Ready", peop
             body |= {"user": principal.user, "name": principal.name, "holds_nothing": principal.holds_nothing}
         return JSONResponse(body, headers={"cache-control": "no-store"})
 
-    if provider is not None and people is not None and people.signer is not None:
+    if provider is not None and people is not None:
         _flow(api, settings, ready, provider, people)
 
 
@@ -50,21 +50,20 @@ def _flow(api: "FastAPI", settings: "Settings", ready: "Ready", provider: "Provi
     """/auth/login, /auth/callback and /auth/logout: the authorization-code flow with PKCE, and signing out (the
     session revoked, not only its cookie cleared: a copy of the cookie is refused too)."""
     hours = settings.auth.session_hours
-    signer = people.signer
-    assert signer is not None
 
     @api.get("/auth/login", tags=["auth"], summary="Sign in with the identity provider (redirects)")
     async def login(request: Request, next: str = "/") -> Response:
         attempt = Login.new(next if next.startswith("/") and not next.startswith("//") else "/")
         url = await provider.authorize_url(attempt, _callback(request, settings))
         response = RedirectResponse(url, status_code=302)
-        value = signer.dump(attempt.__dict__, LOGIN_MAX_AGE_S)
+        value = (await people.signer()).dump(attempt.__dict__, LOGIN_MAX_AGE_S)
         secure = _https(request, settings)
         response.raw_headers.append(cookie_header(LOGIN_COOKIE, value, LOGIN_MAX_AGE_S, secure, "/auth"))
         return response
 
     @api.get("/auth/callback", tags=["auth"], summary="Where the identity provider sends the user back")
     async def callback(request: Request, code: str = "", state: str = "", error: str = "") -> Response:
+        signer = await people.signer()
         attempt = _login_of(signer.load(cookie(list(request.scope["headers"]), LOGIN_COOKIE) or ""))
         if error or attempt is None or not code or state != attempt.state:
             why = (
