@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from tokenizers import Encoding, Tokenizer
 
 WORDPIECE = "bert-base-uncased-tokenizer.json"
+PART_CHARS = 1 << 16  # a longer text is tokenized in parts of about this size, in parallel (encode_texts)
 
 # tiktoken looks encodings up in TIKTOKEN_CACHE_DIR under the sha1 of their download URL.
 _TIKTOKEN_FILES = {
@@ -33,9 +34,59 @@ def wordpiece() -> Tokenizer:
     return tokenizer
 
 
+def warm() -> None:
+    """Load the tokenizers the chunker uses (WordPiece, and tiktoken's cl100k_base for the chunks' LLM counts)."""
+    try:
+        wordpiece()
+        _llm_encoding()
+    except Exception:  # the chunker meets the same error itself, and reports it
+        return
+
+
 def encode(text: str) -> Encoding:
     """Tokens of `text` without special tokens, with character offsets."""
     return wordpiece().encode(text, add_special_tokens=False)
+
+
+def encode_texts(texts: list[str]) -> list[Encoding]:
+    """Tokens of each text, as `encode` gives them. The tokenizer runs the texts of a batch in parallel but one text
+    on one core, so a long text is cut into parts of about PART_CHARS, between a letter or digit and a space (where
+    WordPiece cuts a word anyway), and its parts' tokens are merged with their offsets moved on by the parts before."""
+    from tokenizers import Encoding  # lazy: as in wordpiece()
+
+    cuts = [_cuts(text) for text in texts]
+    parts = [text[a:b] for text, c in zip(texts, cuts, strict=True) for a, b in zip(c, c[1:], strict=False)]
+    encs = wordpiece().encode_batch(parts, add_special_tokens=False)
+    out: list[Encoding] = []
+    k = 0
+    for text, c in zip(texts, cuts, strict=True):
+        mine, k = encs[k : k + len(c) - 1], k + len(c) - 1
+        if len(mine) == 1:
+            out.append(mine[0])
+        elif all(_ends_at(e, b - a) for e, a, b in zip(mine[:-1], c, c[1:], strict=False)):
+            out.append(Encoding.merge(mine, growing_offsets=True))
+        else:  # not expected: a part's last character dropped by the tokenizer's normalizer
+            out.append(encode(text))
+    return out
+
+
+def _ends_at(enc: Encoding, end: int) -> bool:
+    """Whether the part's last token ends at its end (the next part's offsets grow from there)."""
+    last = enc.token_to_chars(len(enc) - 1) if len(enc) else None
+    return last is not None and last[1] == end
+
+
+def _cuts(text: str) -> list[int]:
+    """Where to cut `text` into parts of about PART_CHARS: 0, each cut, len(text)."""
+    out = [0]
+    while len(text) - out[-1] > 2 * PART_CHARS:
+        i = text.find(" ", out[-1] + PART_CHARS, out[-1] + 2 * PART_CHARS)
+        while i > 0 and not text[i - 1].isalnum():
+            i = text.find(" ", i + 1, out[-1] + 2 * PART_CHARS)
+        if i <= 0:
+            break
+        out.append(i)
+    return [*out, len(text)]
 
 
 def count(text: str) -> int:

@@ -267,3 +267,16 @@ def test_a_table_row_longer_than_a_chunk_but_not_than_the_model_stays_whole_unde
     assert tokens.count(long_row) > 100 and holding[0].tokens <= 256
     assert not any(c.text.strip() == "| path | what it does |\n|---|---|" for c in chunks)  # no header alone
     _check(doc, config)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(markdown(), min_size=1, max_size=3))
+def test_a_long_text_tokenized_in_parts_is_tokenized_as_a_whole(monkeypatch, texts):
+    """encode_texts cuts a long text into parts tokenized in parallel: the same tokens, offsets and word
+    boundaries as one call over the whole text (its parts here a few dozen characters, to cut often)."""
+    monkeypatch.setattr(tokens, "PART_CHARS", 24)
+    for text, got in zip(texts, tokens.encode_texts(texts), strict=True):
+        whole = tokens.encode(text)
+        assert got.ids == whole.ids and got.offsets == whole.offsets
+        same = [a == b for a, b in zip(whole.word_ids, whole.word_ids[1:], strict=False)]
+        assert [a == b for a, b in zip(got.word_ids, got.word_ids[1:], strict=False)] == same

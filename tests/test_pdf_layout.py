@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support.pdf_files import HEIGHT, Book, Run, content, write_pdf
+from support.pdf_files import HEIGHT, Book, Run, content, stream_object, write_objects, write_pdf
 from support.scanned import page_image
 
 from ragvps.ingest import sources
@@ -163,3 +163,48 @@ def test_a_running_head_naming_each_chapter_is_dropped_too(tmp_path):
         "# About ships 2",
         "# About ships 3",
     ]
+
+
+def test_a_character_outside_the_bmp_is_read_with_its_page(tmp_path):
+    """PDFium counts a mathematical italic epsilon (U+1D700) as two characters, its UTF-16 surrogates: the page is
+    read with the epsilon in place (a LaTeX manual with one was skipped whole as `not a readable PDF`)."""
+    cmap = (
+        b"/CIDInit /ProcSet findresource begin 12 dict begin begincmap /CMapName /Eps def 1 begincodespacerange <00> "
+        b"<FF> endcodespacerange 2 beginbfrange <20> <7D> <0020> <7E> <7E> <D835DF00> endbfrange endcmap CMapName "
+        b"currentdict /CMap defineresource pop end end"
+    )
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [4 0 R] /Count 1 >>",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /ToUnicode 5 0 R >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 6 0 R "
+        b"/Resources << /Font << /F1 3 0 R >> >> >>",
+        stream_object(cmap),
+        stream_object(content([Run(72, 700, "Let ~ be small, and the harbour ~-close."), Run(72, 680, "Ships ~.")])),
+    ]
+    doc = load(write_objects(tmp_path / "epsilon.pdf", objects))
+    assert "Let \U0001d700 be small, and the harbour \U0001d700-close." in doc.text
+    assert [p[1] for p in doc.metadata["pages"]] == [1]  # type: ignore[union-attr]
+
+
+def test_the_reader_starts_with_the_command_only_for_a_path_with_a_pdf(tmp_path):
+    """`ragvps chunk` and `ingest` start the PDF reader's process as the use case loads (app/reading.py), for a
+    folder with a PDF only; the first PDF is then read by that process, not a new one."""
+    from ragvps.app.reading import start_readers
+    from ragvps.config import load_settings
+    from ragvps.ingest import pdfproc
+
+    settings = load_settings(None)
+    for child in pdfproc._CHILDREN:
+        child.kill()
+    pdfproc._CHILDREN.clear()
+    (tmp_path / "notes.md").write_text("# Notes\n")
+    start_readers(settings, str(tmp_path))
+    assert pdfproc._CHILDREN == []
+    runs = [Run(72, 700, "The harbour opened in spring.")]
+    (tmp_path / "sub").mkdir()
+    write_pdf(tmp_path / "sub" / "one.pdf", [content(runs)])
+    start_readers(settings, str(tmp_path))
+    (started,) = pdfproc._CHILDREN
+    assert "The harbour opened in spring." in load(tmp_path / "sub" / "one.pdf").text
+    assert [started] == pdfproc._CHILDREN and started.alive()

@@ -49,12 +49,20 @@ def settings_from(ctx: typer.Context, **flags: Any) -> Settings:
 
 
 @contextmanager
-def open_app(ctx: typer.Context, *, database: bool = True, pooled: bool = False, **flags: Any) -> Iterator[App]:
+def open_app(
+    ctx: typer.Context, *, database: bool = True, pooled: bool = False, reading: str | None = None, **flags: Any
+) -> Iterator[App]:
     """The App for this command, bound to its knowledge base, with the command's flags over the settings;
-    `database=False` for a command that needs none (chunk, plan); `pooled` for one that needs two connections."""
+    `database=False` for a command that needs none (chunk, plan); `pooled` for one that needs two connections;
+    `reading`, the path a command reads files from (the PDF reader starts as the use case loads)."""
+    settings = settings_from(ctx, **flags)
+    if reading is not None:
+        from ragvps.app.reading import start_readers  # lazy: as App below
+
+        start_readers(settings, reading)
     from ragvps.app import App  # lazy: the use case loads when the command runs (--help start-up)
 
-    with App.open(settings_from(ctx, **flags), database=database, pooled=pooled) as app:
+    with App.open(settings, database=database, pooled=pooled) as app:
         yield app
 
 

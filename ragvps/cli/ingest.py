@@ -31,7 +31,12 @@ def ingest(
     """Chunk, embed and store a folder of documents; only what changed is redone."""
     with (
         open_app(
-            ctx, kb=kb, chunk_size=chunk_size, chunk_overlap=chunk_overlap, defer_embedding=defer_embedding
+            ctx,
+            kb=kb,
+            reading=path,
+            chunk_size=chunk_size,
+            chunk_overlap=chunk_overlap,
+            defer_embedding=defer_embedding,
         ) as app,
         Bars() as bars,
     ):
@@ -135,7 +140,9 @@ def chunk(
 ) -> None:
     """Run the chunk stage alone: write the chunk files and summarise them (no database, no embedding)."""
     with (
-        open_app(ctx, database=False, chunk_mode=mode, chunk_size=chunk_size, chunk_overlap=chunk_overlap) as app,
+        open_app(
+            ctx, database=False, reading=path, chunk_mode=mode, chunk_size=chunk_size, chunk_overlap=chunk_overlap
+        ) as app,
         Bars() as bars,
     ):
         s = app.chunk_summary(path, bars, warn)

@@ -78,7 +78,7 @@ def chunk_documents(docs: Sequence[Document], config: ChunkerConfig) -> list[lis
             chars += len(docs[i].text)
             i += 1
         if batch:
-            encs = tokens.wordpiece().encode_batch([d.text for d in batch], add_special_tokens=False)
+            encs = tokens.encode_texts([d.text for d in batch])
             titles = tokens.count_many([" ".join(d.title.split()) for d in batch])
             out += [_Chunker(d, config, room, e, t).run() for d, e, t in zip(batch, encs, titles, strict=True)]
         else:

@@ -9,7 +9,10 @@ the lines are cut into segments by numpy, in one pass over the page.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Iterator
+import functools
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pypdfium2 as pdfium
@@ -22,7 +25,12 @@ MAX_PIXELS = 80_000_000  # a page rendered larger than this is rendered at a low
 FIGURE_SHARE = 0.05  # an image covering this share of a page with text is a figure (read by OCR with ocr_figures)
 SCAN_CHARS = 16  # a page with fewer characters and an image over half of it is a scan (a page number added)
 _BOLD = ("bold", "black", "heavy", "demi", "semibold")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
+_JOINER = "\u2060"
 _LOOSE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)
+_OBJECT = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)
+_FONT = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
 
 
 def open_pdf(path: str, rel: str) -> pdfium.PdfDocument:
@@ -83,9 +91,7 @@ def segments(textpage: pdfium.PdfTextPage) -> tuple[tuple[Segment, ...], int]:
     n = textpage.count_chars()
     if n <= 0:
         return (), 0
-    text = textpage.get_text_range()
-    if len(text) != n:  # characters outside the BMP: one index, two UTF-16 units
-        text = "".join(chr(raw.FPDFText_GetUnicode(textpage.raw, k) or 32) for k in range(n))
+    text = indexed_text(textpage, n)
     codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
     space = (codes <= 32) | (codes == 0xA0)
     # a hyphen ends a word part too: PDFium joins a word hyphenated at a line end without a line break between
@@ -115,13 +121,26 @@ def segments(textpage: pdfium.PdfTextPage) -> tuple[tuple[Segment, ...], int]:
     x0, x1 = np.minimum.reduceat(left, starts), np.maximum.reduceat(right, starts)
     y0, y1 = np.minimum.reduceat(bottom, starts), np.maximum.reduceat(top, starts)
     sizes = np.maximum.reduceat(high, starts).tolist()  # the loose box's height: about the font size, as drawn
-    fonts: dict[int, bool] = {}
+    heads = firsts[starts].tolist()
+    bolds = _bolds(textpage, heads)
     out = []
-    for k, (a, b) in enumerate(zip(firsts[starts].tolist(), lasts[ends].tolist(), strict=True)):
-        seg_text = " ".join(text[a : b + 1].split())
-        bold = _bold(textpage, a, fonts)
-        out.append(Segment(seg_text, float(x0[k]), float(x1[k]), float(y0[k]), float(y1[k]), sizes[k], bold))
+    for k, (a, b) in enumerate(zip(heads, lasts[ends].tolist(), strict=True)):
+        seg_text = " ".join(text[a : b + 1].split()).replace(_JOINER, "")
+        out.append(Segment(seg_text, float(x0[k]), float(x1[k]), float(y0[k]), float(y1[k]), sizes[k], bolds[k]))
     return tuple(out), int((~space).sum())
+
+
+def indexed_text(textpage: pdfium.PdfTextPage, n: int) -> str:
+    """The page's text, one character for each of PDFium's `n` character indices. A character outside the BMP
+    (a mathematical italic epsilon) has two indices, its UTF-16 surrogates: it is put at the first and a word joiner
+    at the second (dropped from the segment's text); a surrogate without its other half is U+FFFD."""
+    text: str = textpage.get_text_range()
+    if len(text) != n:
+        text = "".join(chr(raw.FPDFText_GetUnicode(textpage.raw, k) or 32) for k in range(n))
+    if not _SURROGATE.search(text):
+        return text
+    text = _PAIR.sub(lambda m: m[0].encode("utf-16-le", "surrogatepass").decode("utf-16-le") + _JOINER, text)
+    return _SURROGATE.sub("\ufffd", text)
 
 
 Boxes = np.ndarray[tuple[int, int], np.dtype[np.float32]]
@@ -162,13 +181,34 @@ def _boxes(textpage: pdfium.PdfTextPage, indices: np.ndarray[tuple[int], np.dtyp
     return np.frombuffer(memoryview(out).cast("B"), dtype=np.float32).reshape(-1, 4)[:n].copy()
 
 
-def _bold(textpage: pdfium.PdfTextPage, index: int, fonts: dict[int, bool]) -> bool:
-    """Whether the character's font is bold (by its weight, or its name), once per font of a page."""
-    obj = raw.FPDFText_GetTextObject(textpage.raw, index)
-    font = raw.FPDFTextObj_GetFont(obj) if obj else None
-    key = ctypes.cast(font, ctypes.c_void_p).value or 0 if font else 0
-    if key and key in fonts:
-        return fonts[key]
+def _bolds(textpage: pdfium.PdfTextPage, indices: list[int]) -> list[bool]:
+    """Whether each character's font is bold (by its weight, or its name): its text object's font found by PDFium's
+    functions called directly (a microsecond each), each font of the page looked at once."""
+    text_object, text_font = _font_calls()
+    handle = ctypes.cast(textpage.raw, ctypes.c_void_p).value
+    fonts: dict[int, bool] = {}
+    out = []
+    for index in indices:
+        obj = text_object(handle, index)
+        font = text_font(obj) if obj else None
+        if not font:  # no text object (a generated space): PDFium's font of the character
+            out.append(_bold(textpage, index, None))
+            continue
+        if font not in fonts:
+            fonts[font] = _bold(textpage, index, ctypes.cast(font, raw.FPDF_FONT))
+        out.append(fonts[font])
+    return out
+
+
+@functools.cache
+def _font_calls() -> tuple[Callable[[int | None, int], int | None], Callable[[int], int | None]]:
+    """FPDFText_GetTextObject and FPDFTextObj_GetFont, returning plain addresses."""
+    text_object = _OBJECT(ctypes.cast(raw.FPDFText_GetTextObject, ctypes.c_void_p).value or 0)
+    text_font = _FONT(ctypes.cast(raw.FPDFTextObj_GetFont, ctypes.c_void_p).value or 0)
+    return text_object, text_font
+
+
+def _bold(textpage: pdfium.PdfTextPage, index: int, font: Any) -> bool:
     name = ctypes.create_string_buffer(128)
     if font:
         weight = raw.FPDFFont_GetWeight(font)
@@ -177,10 +217,7 @@ def _bold(textpage: pdfium.PdfTextPage, index: int, fonts: dict[int, bool]) -> b
         weight = raw.FPDFText_GetFontWeight(textpage.raw, index)
         raw.FPDFText_GetFontInfo(textpage.raw, index, name, 128, None)
     lowered = name.value.decode("latin-1").casefold()
-    bold = weight >= 600 or any(word in lowered for word in _BOLD)
-    if key:
-        fonts[key] = bold
-    return bold
+    return weight >= 600 or any(word in lowered for word in _BOLD)
 
 
 def _images(page: pdfium.PdfPage, area: float) -> list[tuple[float, tuple[float, float, float, float]]]:

@@ -1,9 +1,9 @@
 """The PDF reader's own process. PDFium is C: a hostile file (a content-stream bomb, deep nesting, a page tree of a
 million pages) cannot be stopped inside the process that reads it. So PDFs are read in a child process, one per
-ingesting process, started at the first PDF and reused for the next (about 0.2 s once: bench/pdf_bench.py): a
-page that takes longer than pdf_page_seconds, or a file longer than pdf_file_seconds, has the child killed; the
-child's address space is bounded by pdf_max_memory_mb; and a crash in PDFium fails that file alone. The file is
-skipped by name with the bound it passed, and the next PDF gets a new child.
+ingesting process, started at the first PDF (or as the command starts: `start`) and reused for the next (about 0.2 s
+once: bench/pdf_bench.py): a page that takes longer than pdf_page_seconds, or a file longer than pdf_file_seconds,
+has the child killed; the child's address space is bounded by pdf_max_memory_mb; and a crash in PDFium fails that
+file alone. The file is skipped by name with the bound it passed, and the next PDF gets a new child.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class PdfLimits:
 
 class _Child:
     """The reader process: `python -c` (not multiprocessing, whose spawn runs the caller's main script again), its
-    end of a socket pair passed by descriptor."""
+    end of a socket pair passed by descriptor. Started, it is waited for (its hello) at its first file."""
 
     def __init__(self, memory_mb: int):
         ours, theirs = socket.socketpair()
@@ -51,12 +51,17 @@ class _Child:
         )
         theirs.close()
         self.conn = Connection(ours.detach())
-        # its start (an interpreter, numpy, PDFium) is not the first page's time
+        self.started = False
+
+    def wait_started(self) -> None:
+        """Its start (an interpreter, numpy, PDFium) is not the first page's time."""
+        if self.started:
+            return
         try:
-            started = self.conn.poll(STARTUP_SECONDS) and self.conn.recv() is True
+            self.started = self.conn.poll(STARTUP_SECONDS) and self.conn.recv() is True
         except (EOFError, OSError):
-            started = False
-        if not started:
+            self.started = False
+        if not self.started:
             self.kill()
             raise PdfError(
                 "PDF reader failed",
@@ -79,19 +84,33 @@ _LOCK = threading.Lock()
 _CHILDREN: list[_Child] = []  # the one child of this process, while it lives
 
 
+def start(memory_mb: int) -> None:
+    """Start the reader process now, before the first PDF, so that its start overlaps the caller's own work."""
+    with _LOCK:
+        _child(memory_mb)
+
+
+def _child(memory_mb: int) -> _Child:
+    """The one child, with this memory bound (under _LOCK)."""
+    child = _CHILDREN[0] if _CHILDREN and _CHILDREN[0].alive() else None
+    if child is None or child.memory_mb != memory_mb:
+        if child is not None:
+            child.kill()
+        child = _Child(memory_mb)
+        _CHILDREN[:] = [child]
+    return child
+
+
 def read(path: str, rel: str, limits: PdfLimits, scans: bool, figures: bool) -> Iterator[Opened | PageRead]:
     """The file's page count and title, then its pages, read in the child process within `limits`; PdfError
     (naming the file and the bound) when the file fails, whatever the way."""
     with _LOCK:
-        child = _CHILDREN[0] if _CHILDREN and _CHILDREN[0].alive() else None
-        if child is None or child.memory_mb != limits.memory_mb:
-            if child is not None:
-                child.kill()
-            try:
-                child = _Child(limits.memory_mb)
-            except PdfError as exc:
-                raise PdfError(exc.reason, f"{rel}: {exc}") from exc
-            _CHILDREN[:] = [child]
+        child = _child(limits.memory_mb)
+        try:
+            child.wait_started()
+        except PdfError as exc:
+            _CHILDREN.clear()
+            raise PdfError(exc.reason, f"{rel}: {exc}") from exc
         done = False
         try:
             yield from _answers(child, path, rel, limits, scans, figures)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -11,6 +12,7 @@ from typing import Any
 
 import psycopg
 
+from ragvps import tokens
 from ragvps.config import Settings
 from ragvps.db import index, queue, store
 from ragvps.embed.hosts import Lanes
@@ -119,6 +121,8 @@ def chunk_stage(
     key = config.key()
     results = []
     ocr = OcrOptions(settings.chunk.ocr_languages, progress=progress, figures=settings.chunk.ocr_figures)
+    # the chunker's tokenizers load (about 0.3 s) while the first file is read, a PDF in the reader's process
+    warming = threading.Thread(target=tokens.warm, name="tokenizers", daemon=True)
     for i, source in enumerate(scan.files):
         if streamed is not None and parts.streams(source):
             streamed.append(source)
@@ -132,9 +136,12 @@ def chunk_stage(
             continue
         result = artifacts.read(source.rel, file_hash, key)
         if result is None:
+            if not warming.ident:
+                warming.start()
             docs = load_file(bounded(source, settings), warn, report, ocr)
             if docs is None:
                 continue
+            warming.join()
             chunks = [c for doc_chunks in chunk_documents(docs, config) for c in doc_chunks]
             if too_many_chunks(source.rel, sum(len(d.text) for d in docs), len(chunks), warn, report.skipped):
                 continue
