@@ -159,8 +159,9 @@ def named_rows(text: str, question: str, *, specific: bool = False) -> list[tupl
     """The Markdown table rows of `text` whose first cell the question names (`GET /health` in "what does GET
     /health return?"), as (start, end, cells): a table's answer is its row, which no sentence splitter finds and
     whose words are mostly the question's subject, not its verbs. Header rows, rules and rows over MAX_ROW_CHARS
-    are not named; a first cell under 3 characters never is. `specific`: only a first cell no common word could be
-    (one with a space, digit or mark in it: `GET /health`, `chunk_size`, `ragvps ingest`), not `name` or `type`."""
+    are not named; a first cell under 3 characters never is. `specific`: only a first cell no common words could be
+    (written as code, or with a digit or mark in it: `GET /health`, `chunk_size`, `ragvps ingest`), not `name` or
+    `API keys`."""
     asked = " ".join(question.casefold().split())
     found = []
     for m in _ROW.finditer(text):
@@ -170,7 +171,8 @@ def named_rows(text: str, question: str, *, specific: bool = False) -> list[tupl
         header = bool(after.strip()) and not set(after) - set("|:- \t")  # the row above a table's rule
         if len(cells) < 2 or len(key) < 3 or header or not set(m.group(0)) - set("|:- \t"):
             continue
-        if len(m.group(0)) > MAX_ROW_CHARS or (specific and key.isalpha()):
+        plain = not cells[0].startswith("`") and all(ch.isalpha() or ch.isspace() for ch in key)
+        if len(m.group(0)) > MAX_ROW_CHARS or (specific and plain):
             continue
         if re.search(r"(?<!\w)" + re.escape(key) + r"(?!\w)", asked):
             found.append((m.start(), m.end(), cells))

@@ -235,11 +235,12 @@ def overlap_share(words: set[str], text: str) -> float:
 
 
 def named_rows(sources: tuple[Source, ...] | list[Source], question: str) -> list[Candidate]:
-    """The table rows whose first cell the question names (ragvps.text.named_rows), as candidates."""
+    """The table rows whose first cell the question names (ragvps.text.named_rows), as candidates: only a specific
+    cell, or a row of plain words ("API keys", "name") would go ahead of every sentence that answers better."""
     return [
         Candidate(source, a, b, " | ".join(cells), row=True)
         for source in sources
-        for a, b, cells in text_rows(source.text, question)
+        for a, b, cells in text_rows(source.text, question, specific=True)
     ]
 
 
