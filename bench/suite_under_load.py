@@ -20,8 +20,9 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-SPIN = "import time\nend = time.monotonic() + {s}\nwhile time.monotonic() < end: pass\n"
+from common import ROOT
+from common.busy import spinners as spinning
+
 DURATION = re.compile(r"([\d.]+)s (setup|call|teardown)\s+(\S+)")
 
 
@@ -48,7 +49,7 @@ def compare(quiet: str, loaded: str) -> list[str]:
 
 
 def run(spin: int, scale: float, max_s: int, settle_s: int, args: list[str]) -> None:
-    spinners = [subprocess.Popen([sys.executable, "-c", SPIN.format(s=max_s + settle_s)]) for _ in range(spin)]
+    spinners = spinning(spin, max_s + settle_s)
     loads: list[str] = []
     done = threading.Event()
 

@@ -15,14 +15,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import psycopg
-from pgvector.psycopg import register_vector
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ragvps.config import Settings
 from ragvps.db.catalog import bind
-from ragvps.db.database import JIT_OFF, connect
+from ragvps.db.database import connect, pooled_session
 from ragvps.db.embedded import database_url
-from ragvps.db.priority import follow_client
 from ragvps.db.replicated import Reader, ReplicaReads, ReplicaReport, Write, read_only
 from ragvps.errors import DatabaseError, redact
 
@@ -154,7 +152,7 @@ class PooledConnections:
             min_size=1,
             max_size=settings.database.pool_size,
             open=False,
-            configure=_configure,
+            configure=pooled_session,
             check=_check,
             kwargs={"connect_timeout": 10},
             name="ragvps",
@@ -306,10 +304,3 @@ def _check(conn: psycopg.Connection) -> None:
             readable = True
     if readable:
         ConnectionPool.check_connection(conn)
-
-
-def _configure(conn: psycopg.Connection) -> None:
-    follow_client(conn)
-    register_vector(conn)
-    conn.execute(f"SELECT {JIT_OFF}")
-    conn.commit()

@@ -133,6 +133,16 @@ def check_language(conn: psycopg.Connection, language: str) -> None:
     )
 
 
+def pooled_session(conn: psycopg.Connection) -> None:
+    """A pooled connection as the pool opens it, the primary's or a replica's: the client's priority, pgvector's
+    types, JIT off. Never a migration: the primary's pool migrated on its first connection, and a standby is
+    read-only."""
+    follow_client(conn)
+    register_vector(conn)
+    conn.execute(f"SELECT {JIT_OFF}")
+    conn.commit()
+
+
 def connect(settings: Settings, *, migrate_schema: bool = True, **kwargs: Any) -> psycopg.Connection:
     """A connection with pgvector's types registered and the schema migrated."""
     url = database_url(settings)

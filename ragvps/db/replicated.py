@@ -18,13 +18,11 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 import psycopg
-from pgvector.psycopg import register_vector
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ragvps.config import Settings
 from ragvps.db.catalog import bind, bound
-from ragvps.db.database import JIT_OFF, driver_errors
-from ragvps.db.priority import follow_client
+from ragvps.db.database import driver_errors, pooled_session
 from ragvps.db.replicas import REPLAY_POLL_S, Replica, ReplicaStatus, Watcher, lsn_int, problem_of
 from ragvps.errors import DatabaseError, redact
 
@@ -83,7 +81,7 @@ class ReplicaReads:
                 min_size=1,
                 max_size=settings.database.pool_size,
                 open=False,
-                configure=_configure,
+                configure=pooled_session,
                 check=check,
                 kwargs={"connect_timeout": 3},
                 name=f"ragvps-replica-{n}",
@@ -262,11 +260,3 @@ def _spare(pool: ConnectionPool) -> Iterator[psycopg.Connection | None]:
         if not conn.closed:
             conn.rollback()
         pool.putconn(conn)
-
-
-def _configure(conn: psycopg.Connection) -> None:
-    """A replica's connection: pgvector's types, JIT off; never a migration (a standby is read-only)."""
-    follow_client(conn)
-    register_vector(conn)
-    conn.execute(f"SELECT {JIT_OFF}")
-    conn.commit()
