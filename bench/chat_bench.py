@@ -124,6 +124,17 @@ def follow_up_quotes(app: App, rows: list[dict[str, Any]]) -> list[str]:
     return good
 
 
+def standalone_quotes(app: App, rows: list[dict[str, Any]]) -> list[str]:
+    """The ids of the follow-ups whose hand-written standalone question, asked alone, is answered with the gold
+    quote: what the extractive answer does with what a perfect rewrite would give it."""
+    good = []
+    for row in rows:
+        answer = app.chat(ChatRequest((("user", row["standalone"]),), use_cache=False)).content
+        if norm(row["quote"]) in norm(quoted(answer)):
+            good.append(row["id"])
+    return good
+
+
 def closings(app: App, rows: list[dict[str, Any]]) -> list[str]:
     """The ids of the closings answered with a closing (no quote, no source) and of the regenerate variants
     answered as the question before them was."""
@@ -151,6 +162,7 @@ def conversations(data_dir: Path) -> dict[str, Any]:
         turns = {
             "short_changed": unrelated(app, load(SHORT)),
             "quoting": follow_up_quotes(app, load()),
+            "standalone_quoting": standalone_quotes(app, load()),
             "closings": closings(app, load(CLOSINGS)),
         }
         return {
@@ -379,6 +391,15 @@ def turns_table(now: dict[str, list[str]], base: dict[str, list[str]] | None) ->
     ]
     if base:
         lines.append(f"| baseline | {cells(base)} |")
+    ceiling = now.get("standalone_quoting")
+    if ceiling is not None:
+        lines += [
+            "",
+            "The same follow-ups made standalone by hand and asked alone, with no conversation (what a perfect rewrite"
+            f" would hand the extractive answer), quote the gold sentence {len(ceiling) / n_follow:.2f}"
+            f" ({len(ceiling)} of {n_follow}): where both miss, the one sentence the extractive answer picks is the"
+            " limit, not the conversation.",
+        ]
     return [*lines, ""]
 
 
