@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from support import waiting
 
 # Connect as the product does, once alone and once through a server's pool, and report both backends' priority.
 PROBE = """
@@ -19,6 +20,10 @@ from ragvps.db.database import connect
 from ragvps.db.priority import on_this_host, of
 
 settings = Settings.of(database_url=sys.argv[1], pool_size=2)
+if sys.argv[2] == "nice":  # lowered after the imports: at a load of 16 an idle-class start-up hardly gets a core
+    os.nice(7)
+elif sys.argv[2] == "idle":
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 single = connect(settings)
 pool = PooledConnections(settings)
 with pool.connection() as conn:
@@ -34,9 +39,14 @@ single.close()
 """
 
 
-def probe(db_url: str, *lowering: str) -> dict[str, list[int] | None]:
+def probe(db_url: str, lowering: str = "") -> dict[str, list[int] | None]:
+    """The priorities of a client's backends, the client lowered (`nice` or `idle`) before it connects."""
     done = subprocess.run(
-        [*lowering, sys.executable, "-c", PROBE, db_url], capture_output=True, text=True, timeout=60, check=True
+        [sys.executable, "-c", PROBE, db_url, lowering],
+        capture_output=True,
+        text=True,
+        timeout=waiting.seconds(60),
+        check=True,
     )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -51,8 +61,8 @@ def test_backends_follow_a_lowered_client(db_url: str) -> None:
     normal = probe(db_url)
     if normal["single"] is None:  # a server in a container: its process ids are not this host's
         pytest.skip("the test database's backends are not processes on this host")
-    nice = probe(db_url, "nice", "-n", "7")
-    idle = probe(db_url, "chrt", "--idle", "0")
+    nice = probe(db_url, "nice")
+    idle = probe(db_url, "idle")
     for name in ("single", "pooled"):
         assert normal[name] == [os.SCHED_OTHER, 0]
         assert nice[name] == [os.SCHED_OTHER, 7]

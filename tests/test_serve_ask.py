@@ -159,31 +159,31 @@ def test_a_client_that_leaves_closes_the_upstream_llm_request(serve_env: dict[st
 def test_request_timeout_answers_503_json_ends_a_stream_with_an_error_event_and_stops_at_once(
     serve_env: dict[str, str], llm: FakeLLM, tmp_path: Path
 ):
-    llm.slow = 20.0  # the LLM takes longer than the server's request_timeout (long enough for the search before
-    # it on a loaded machine: the sources must come first)
+    timeout = round(waiting.seconds(4))  # long enough for the search before the LLM on a loaded machine: the sources
+    llm.slow = 5.0 * timeout  # must come first; the LLM takes longer than the server's request_timeout
     env = serve_env | {
         "RAGVPS_GENERATOR": "openai",
         "RAGVPS_GENERATOR_URL": llm.url + "/v1",
         "RAGVPS_GENERATOR_MODEL": "gpt-4o-mini",
         "RAGVPS_GENERATOR_API_KEY": "sk-test-0123456789",
         "RAGVPS_GENERATOR_RETRIES": "0",
-        "RAGVPS_REQUEST_TIMEOUT": "4",
+        "RAGVPS_REQUEST_TIMEOUT": str(timeout),
     }
     srv = Server(env, tmp_path / "serve.log", key=None).start()
     try:
-        with httpx.Client(base_url=srv.url, timeout=60) as c, ThreadPoolExecutor(1) as pool:
+        with httpx.Client(base_url=srv.url, timeout=waiting.seconds(60)) as c, ThreadPoolExecutor(1) as pool:
             # The plain answer and the stream wait out their request_timeout side by side.
             plain = pool.submit(c.post, "/ask", json={"question": QUESTION, "use_cache": False})
             with c.stream("POST", "/ask", json={"question": QUESTION, "use_cache": False, "stream": True}) as s:
                 got = events(s.iter_lines())
-            r = plain.result()  # without the limit: 200 after 20 s
+            r = plain.result()  # without the limit: 200 once the LLM answers
             assert r.status_code == 503 and r.json()["kind"] == "unavailable"
             assert "request_timeout" in r.json()["error"]
         assert [name for name, _ in got] == ["sources", "error"]
         assert got[-1][1]["kind"] == "unavailable" and "request_timeout" in got[-1][1]["error"]
-        # Both answers are still waiting on the LLM (20 s): a SIGTERM ends the server without waiting for them.
+        # Both answers are still waiting on the LLM: a SIGTERM ends the server without waiting for them.
         assert srv.proc is not None
         srv.proc.terminate()
-        assert srv.proc.wait(10) == 0
+        assert srv.proc.wait(waiting.seconds(10)) == 0
     finally:
         srv.stop()
