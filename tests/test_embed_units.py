@@ -9,8 +9,8 @@ import pytest
 
 from ragvps.config import load_settings
 from ragvps.embed.models import spec_for
-from ragvps.ingest.artifacts import VectorCache
 from ragvps.ingest.embedding import too_long, too_long_message
+from ragvps.ingest.vectorcache import VectorCache
 from ragvps.records import Chunk
 
 
