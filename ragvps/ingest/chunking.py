@@ -118,7 +118,8 @@ def chunk_stage(
     key = config.key()
     results = []
     ocr = OcrOptions(settings.chunk.ocr_languages, progress=progress, figures=settings.chunk.ocr_figures)
-    # the chunker's tokenizers load (about 0.3 s) while the first file is read, a PDF in the reader's process
+    # the chunker's tokenizers load (about 0.5 s) while the first file is read (a PDF in the reader's process); the
+    # chunker waits for each where it needs it
     warming = threading.Thread(target=tokens.warm, name="tokenizers", daemon=True)
     for i, source in enumerate(scan.files):
         if streamed is not None and streams is not None and streams(source):
@@ -138,7 +139,6 @@ def chunk_stage(
             docs = load_file(bounded(source, settings), warn, report, ocr)
             if docs is None:
                 continue
-            warming.join()
             chunks = [c for doc_chunks in chunk_documents(docs, config) for c in doc_chunks]
             if too_many_chunks(source.rel, sum(len(d.text) for d in docs), len(chunks), warn, report.skipped):
                 continue
