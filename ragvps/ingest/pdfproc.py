@@ -2,9 +2,9 @@
 million pages) cannot be stopped inside the process that reads it. So PDFs are read in a child process, one per
 ingesting process, started at the first PDF (or forked as the command starts: `start`) and reused for the next (a
 new interpreter, numpy and PDFium take about 0.25 s once; a fork, numpy and PDFium about 0.1 s): a page that takes
-longer than pdf_page_seconds, or a file longer than pdf_file_seconds,
-has the child killed; the child's address space is bounded by pdf_max_memory_mb; and a crash in PDFium fails that
-file alone. The file is skipped by name with the bound it passed, and the next PDF gets a new child.
+longer than pdf_page_seconds, or a file longer than pdf_file_seconds, has the child killed; the child's address
+space is bounded by pdf_max_memory_mb; and a crash in PDFium fails that file alone. The file is skipped by name with
+the bound it passed, and the next PDF gets a new child.
 """
 
 from __future__ import annotations
