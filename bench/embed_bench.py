@@ -37,7 +37,7 @@ def scifact_chunks(n: int):  # type: ignore[no-untyped-def]
     from ragvps.embed.models import spec_for
     from ragvps.ingest import sources
     from ragvps.ingest.chunk import chunk_document
-    from ragvps.ingest.pipeline import chunker_config
+    from ragvps.ingest.chunking import chunker_config
 
     spec = spec_for(Settings())
     config = chunker_config(Settings(), spec)
@@ -54,8 +54,8 @@ def overhead(n: int, batch: int) -> dict:
     from ragvps.embed import embed_documents
     from ragvps.embed.hosts import OneLane
     from ragvps.embed.local import LocalEmbedder
-    from ragvps.ingest.artifacts import VectorCache
     from ragvps.ingest.embedding import embed_stage
+    from ragvps.ingest.vectorcache import VectorCache
 
     spec, chunks = scifact_chunks(n)
     embedder = LocalEmbedder(sub_batch=8)
@@ -176,8 +176,8 @@ def _pad(counts: list[int], groups: list[list[int]]) -> float:
 def padding(n: int, rounds: int) -> dict:
     from ragvps.embed.hosts import OneLane
     from ragvps.embed.local import LocalEmbedder
-    from ragvps.ingest.artifacts import VectorCache
     from ragvps.ingest.embedding import embed_stage
+    from ragvps.ingest.vectorcache import VectorCache
 
     spec, chunks = scifact_chunks(n)
     texts, counts, naive_groups, ragvps_groups = _layouts(chunks, spec)
@@ -223,8 +223,8 @@ def padding_alone(side: str, saved: Path) -> dict:
     from ragvps.embed.hosts import OneLane
     from ragvps.embed.local import LocalEmbedder
     from ragvps.embed.models import spec_for
-    from ragvps.ingest.artifacts import VectorCache
     from ragvps.ingest.embedding import embed_stage
+    from ragvps.ingest.vectorcache import VectorCache
     from ragvps.records import Chunk
 
     spec = spec_for(Settings())

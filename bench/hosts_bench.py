@@ -35,8 +35,8 @@ def run(n_hosts: int, chunks: list, delay: float) -> dict:
     from ragvps.config import Settings
     from ragvps.embed.models import spec_for
     from ragvps.embed.registry import make_lanes
-    from ragvps.ingest.artifacts import VectorCache
     from ragvps.ingest.embedding import embed_stage
+    from ragvps.ingest.vectorcache import VectorCache
 
     procs = [
         subprocess.Popen(

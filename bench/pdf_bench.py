@@ -2,6 +2,7 @@
 
     flock -x /work/quiet.lock python bench/pdf_bench.py --baseline /work/base-pdf
     flock -x /work/quiet.lock python bench/pdf_bench.py --baseline /work/base-pdf --debian-docs [--pdf FILE ...]
+    flock -x /work/quiet.lock python bench/pdf_bench.py --baseline /work/base-pdf --tikz-docs --baseline-rounds 1
 
 Inputs: ../shared/data/pdf_sample (10 one-page PDFs with the publisher's text), a long two-column book this bench
 writes (tests/support/pdf_files.py: --pages pages, a running head and foot, 16 pt bold chapter headings, hyphenated
@@ -15,7 +16,9 @@ pages of texinfo/TeX). For each input and each checkout, in fresh processes:
   included), beside pypdf alone extracting the same files' text in the same run (the issue's bar: at most 0.25x);
 - with --debian-docs (and --pdf FILE, repeated), long real PDFs instead of the books, in a section of their own:
   LaTeX manuals from Debian bookworm's TeX Live documentation (DEBIAN_DOCS: package, version and path, fetched with
-  `apt-get download` into bench/out/pdf/debs), three of them German, and a folder of two-column ACM papers;
+  `apt-get download` into bench/out/pdf/debs), six of them German, and a folder of two-column ACM papers;
+- with --tikz-docs, manuals drawn with TikZ/PGF (TIKZ_DOCS, from the same packages), whose heavy content streams
+  pypdf reads at a few pages a second as it read the issue's German lecture script, in a section of their own;
 - fidelity: the Levenshtein ratio (rapidfuzz, whitespace normalised) of the text read against the ground truth
   (the publisher's text; the book's own paragraphs and headings).
 """
@@ -58,6 +61,23 @@ DEBIAN_DOCS = (
         "texlive-publishers-doc=2022.20230122-4",
         "latex/acmart/samples/sample-*.pdf",
     ),
+    ("tipaman-de.pdf (German, TIPA)", "texlive-lang-german=2022.20230122-1", "latex/tipa-de/tipaman-de.pdf"),
+    ("l2kurz.pdf (German)", "texlive-lang-german=2022.20230122-1", "latex/lshort-german/l2kurz.pdf"),
+    ("csquotes-DE.pdf (German)", "texlive-lang-german=2022.20230122-1", "latex/csquotes-de/csquotes-DE.pdf"),
+)
+PICTURES = "texlive-pictures-doc=2022.20230122-3"
+# --tikz-docs: manuals drawn with TikZ/PGF, whose heavy content streams pypdf reads at a few pages a second, as it
+# read the issue's lecture script (in a section of their own, pdf_tikz); every one measured is here
+TIKZ_DOCS = (
+    ("pgf-interference-de.pdf (German)", PICTURES, "latex/pgf-interference/pgf-interference-de.pdf"),
+    ("tkz-euclide.pdf", PICTURES, "latex/tkz-euclide/tkz-euclide.pdf"),
+    ("circuitikzmanual.pdf", PICTURES, "latex/circuitikz/circuitikzmanual.pdf"),
+    ("tzplot-doc.pdf", PICTURES, "latex/tzplot/tzplot-doc.pdf"),
+    ("forest-doc.pdf", PICTURES, "latex/forest/forest-doc.pdf"),
+    ("tikzpingus-doc.pdf", PICTURES, "latex/tikzpingus/tikzpingus-doc.pdf"),
+    ("pgfgantt.pdf", PICTURES, "latex/pgfgantt/pgfgantt.pdf"),
+    ("yquant-doc.pdf", "texlive-science-doc=2022.20230122-4", "latex/yquant/yquant-doc.pdf"),
+    ("genealogytree.pdf", PICTURES, "latex/genealogytree/genealogytree.pdf"),
 )
 MANUAL = Path("/usr/share/doc/libtasn1-doc/libtasn1.pdf")
 SENTENCE = (
@@ -161,10 +181,11 @@ def inputs(pages: int) -> dict[str, tuple[Path, dict[str, str]]]:
     return out
 
 
-def debian_docs() -> dict[str, tuple[Path, dict[str, str]]]:
-    """DEBIAN_DOCS, each in a folder of its own: the packages fetched once (`apt-get download`), kept in DEBS."""
+def debian_docs(docs: tuple[tuple[str, str, str], ...]) -> dict[str, tuple[Path, dict[str, str]]]:
+    """DEBIAN_DOCS or TIKZ_DOCS, each in a folder of its own: the packages fetched once (`apt-get download`), kept in
+    DEBS."""
     out: dict[str, tuple[Path, dict[str, str]]] = {}
-    for name, package, member in DEBIAN_DOCS:
+    for name, package, member in docs:
         tree = DEBS / package.replace("=", "_")
         if not tree.exists():
             DEBS.mkdir(parents=True, exist_ok=True)
@@ -250,15 +271,16 @@ def embed_rate(sample: list[str]) -> float:
 
 
 def measure(
-    trees: dict[str, Path], sets: dict[str, tuple[Path, dict[str, str]]], rounds: int
+    trees: dict[str, Path], sets: dict[str, tuple[Path, dict[str, str]]], rounds: int, baseline_rounds: int
 ) -> tuple[list[dict], float]:
     rows, sample = [], []
     for name, (folder, gold) in sets.items():
         alone = min(child_json(["-c", PYPDF, str(folder)])["seconds"] for _ in range(rounds))
         for tree_name, tree in trees.items():
-            reads = [child_json(["-c", READ, str(tree), str(folder)]) for _ in range(rounds)]
+            runs = rounds if tree_name == "this" else baseline_rounds
+            reads = [child_json(["-c", READ, str(tree), str(folder)]) for _ in range(runs)]
             read = min(reads, key=lambda r: r["read"])
-            clis = [cli_chunk(tree, folder) for _ in range(rounds)]
+            clis = [cli_chunk(tree, folder) for _ in range(runs)]
             cli = min(clis, key=lambda r: r["seconds"])
             if tree_name == "this" and name != "pdf_sample" and len(read["sample"]) > len(sample):
                 sample = read["sample"]  # the embedding rate measured on the most chunks
@@ -326,27 +348,34 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, help="a checkout of the baseline (af33e0a: pypdf)")
     parser.add_argument("--pages", type=int, default=300, help="the long book's pages (about)")
     parser.add_argument("--rounds", type=int, default=2, help="runs of each measurement; the fastest is kept")
+    parser.add_argument("--baseline-rounds", type=int, help="runs of the baseline's (default: --rounds)")
     parser.add_argument("--no-write", action="store_true", help="print, do not write bench/RESULTS.md")
     parser.add_argument("--debian-docs", action="store_true", help="long real PDFs (DEBIAN_DOCS), not the books")
+    parser.add_argument("--tikz-docs", action="store_true", help="manuals drawn with TikZ (TIKZ_DOCS), not the books")
     parser.add_argument("--pdf", type=Path, action="append", default=[], help="a real PDF to measure (repeatable)")
     args = parser.parse_args()
     trees = {"this": ROOT} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
-    real = args.debian_docs or bool(args.pdf)
-    if real:
-        sets = sample_input() | (debian_docs() if args.debian_docs else {}) | given_pdfs(args.pdf)
+    real = args.debian_docs or args.tikz_docs or bool(args.pdf)
+    if args.tikz_docs:
+        sets = debian_docs(TIKZ_DOCS) | given_pdfs(args.pdf)
+    elif real:
+        sets = sample_input() | (debian_docs(DEBIAN_DOCS) if args.debian_docs else {}) | given_pdfs(args.pdf)
     else:
         sets = inputs(args.pages)
     load_before = os.getloadavg()
-    rows, rate = measure(trees, sets, args.rounds)
+    rows, rate = measure(trees, sets, args.rounds, args.baseline_rounds or args.rounds)
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     baseline = f" --baseline {args.baseline}" if args.baseline else ""
-    flags = (" --debian-docs" if args.debian_docs else "") + "".join(f" --pdf {p}" for p in args.pdf)
-    name = "pdf_real" if real else "pdf_bench"
-    title = (
-        "PDFs: long real manuals, `ragvps chunk` against pypdf alone (issue 53)"
-        if real
-        else ("PDFs: PDFium and the layout pass against pypdf (issue 53)")
-    )
+    flags = (" --debian-docs" if args.debian_docs else "") + (" --tikz-docs" if args.tikz_docs else "")
+    flags += "".join(f" --pdf {p}" for p in args.pdf)
+    flags += f" --baseline-rounds {args.baseline_rounds}" if args.baseline_rounds else ""
+    name = "pdf_tikz" if args.tikz_docs else "pdf_real" if real else "pdf_bench"
+    title = {
+        "pdf_tikz": "PDFs: manuals drawn with TikZ, `ragvps chunk` against pypdf alone (issue 53)",
+        "pdf_real": "PDFs: long real manuals, `ragvps chunk` against pypdf alone (issue 53)",
+        "pdf_bench": "PDFs: PDFium and the layout pass against pypdf (issue 53)",
+    }[name]
+    runs = f"{args.rounds} runs each" + (f" (the baseline's {args.baseline_rounds})" if args.baseline_rounds else "")
     section = [
         f"<!-- {name}:start -->",
         f"## {title}",
@@ -354,7 +383,7 @@ def main() -> None:
         f"`flock -x /work/quiet.lock python bench/pdf_bench.py{baseline}{flags or f' --pages {args.pages}'}` on "
         f"{head.strip()}, "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, load average "
-        f"{load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after; the fastest of {args.rounds} runs each. "
+        f"{load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after; the fastest of {runs}. "
         f"Ingest's embedding estimated at the local model's {rate:.1f} chunks/s measured here.",
         "",
         *table(rows, rate),

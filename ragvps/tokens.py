@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import gzip
 import os
+import threading
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,9 +23,19 @@ _TIKTOKEN_FILES = {
 }
 
 
-@functools.cache
+# A tokenizer loading in `warm`'s thread is waited for, not loaded a second time beside it.
+_LOADING_WORDPIECE = threading.Lock()
+_LOADING_LLM = threading.Lock()
+
+
 def wordpiece() -> Tokenizer:
     """The bert-base-uncased WordPiece tokenizer (MiniLM and nomic-embed-text), without padding or truncation."""
+    with _LOADING_WORDPIECE:
+        return _wordpiece()
+
+
+@functools.cache
+def _wordpiece() -> Tokenizer:
     from tokenizers import Tokenizer  # lazy: `ragvps --help` and `plan` load no tokenizer (tests/test_app.py)
 
     data = resources.files("ragvps.data").joinpath(WORDPIECE).read_text(encoding="utf-8")
@@ -35,7 +46,9 @@ def wordpiece() -> Tokenizer:
 
 
 def warm() -> None:
-    """Load the tokenizers the chunker uses (WordPiece, and tiktoken's cl100k_base for the chunks' LLM counts)."""
+    """Load the tokenizers the chunker uses (WordPiece, and tiktoken's cl100k_base for the chunks' LLM counts), in a
+    thread of its own: the chunker waits for each only when it needs it (tiktoken's, about 0.3 s, goes on loading
+    while WordPiece splits the first document)."""
     try:
         wordpiece()
         _llm_encoding()
@@ -122,8 +135,13 @@ def tiktoken_cache_dir() -> Path:
     return base
 
 
-@functools.cache
 def _llm_encoding(name: str = "cl100k_base") -> Any:
+    with _LOADING_LLM:
+        return _load_llm_encoding(name)
+
+
+@functools.cache
+def _load_llm_encoding(name: str) -> Any:
     os.environ["TIKTOKEN_CACHE_DIR"] = str(tiktoken_cache_dir())
     import tiktoken  # lazy: only LLM budgets need tiktoken, and its cache dir is set first
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -106,6 +107,42 @@ def test_a_model_switched_under_an_app_is_refused_and_the_next_search_before_its
             with pytest.raises(ModelMismatchError, match="run `ragvps reindex` to switch"):
                 app.search(SearchRequest(question, k=1))
         assert embedded == ["rank fusion"]  # the second was refused before its question was embedded
+
+
+def test_chunk_imports_neither_the_database_driver_nor_numpy(tmp_path):
+    """`ragvps chunk` runs the chunk stage alone: none of the App's imports (psycopg, numpy, the model), and PDFium
+    only in the PDF reader's process, which it forks as it starts."""
+    from tests.test_pdf_pages import text_pdf
+
+    (tmp_path / "docs").mkdir()
+    text_pdf(tmp_path / "docs" / "harbour.pdf", ["The harbour opened in spring.", "The quay was built of stone."])
+    (tmp_path / "docs" / "notes.md").write_text("# Notes\n\nThe lighthouse keeper counts ships.\n")
+    (tmp_path / "empty.toml").write_text("")
+    code = (
+        "import runpy, sys, json\n"
+        f"sys.argv = ['ragvps', 'chunk', {str(tmp_path / 'docs')!r}, '--json']\n"
+        "try:\n"
+        "    runpy.run_module('ragvps', run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "from ragvps.ingest import pdfproc\n"
+        "loaded = [m for m in ('psycopg', 'numpy', 'onnxruntime', 'pypdfium2') if m in sys.modules]\n"
+        "print(json.dumps([loaded, type(pdfproc._CHILDREN[0].process).__name__]))\n"
+    )
+    env = {**os.environ, "RAGVPS_DATA_DIR": str(tmp_path / "data"), "RAGVPS_CONFIG": str(tmp_path / "empty.toml")}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        cwd=Path(__file__).resolve().parents[1],
+        timeout=300,
+    )
+    *summary, last = done.stdout.strip().splitlines()
+    assert json.loads(last) == [[], "_Forked"]
+    report = json.loads("\n".join(summary))
+    assert report["files"] == 2 and report["documents"] == 2 and report["chunks"] == 3, report  # a page ends a chunk
 
 
 def test_help_and_plan_import_neither_the_database_driver_nor_the_model():

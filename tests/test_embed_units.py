@@ -12,8 +12,8 @@ from ragvps.config import load_settings
 from ragvps.embed import registry
 from ragvps.embed.models import spec_for
 from ragvps.errors import ConfigError
-from ragvps.ingest.artifacts import VectorCache
 from ragvps.ingest.embedding import too_long, too_long_message
+from ragvps.ingest.vectorcache import VectorCache
 from ragvps.records import Chunk
 
 

@@ -133,6 +133,41 @@ def test_a_pdf_page_over_its_time_is_stopped_and_the_next_pdf_is_read(tmp_path):
     assert "harbour opened" in sources.load(sources.SourceFile(good, "good.pdf", "pdf"), print)[0].text
 
 
+def test_a_forked_reader_keeps_the_bounds_and_the_next_pdf_gets_a_spawned_one(tmp_path):
+    """A command forks the PDF reader as it starts (pdfproc.start, in a process of one thread): the copy is bounded
+    as a spawned reader is (its memory, a page's time), a bomb fails alone, and the next PDF is read by a reader
+    spawned as before."""
+    import subprocess
+    import sys
+
+    from tests.test_pdf_pages import text_pdf
+
+    bomb = PDF_BOMBS["form_bomb.pdf"][0](tmp_path / "bomb.pdf")
+    good = text_pdf(tmp_path / "good.pdf", ["The harbour opened in spring."])
+    code = f"""
+import json
+from pathlib import Path
+from ragvps.ingest import pdfproc, sources
+from ragvps.ingest.pdfproc import PdfLimits
+limits = PdfLimits(page_seconds=20, memory_mb=256)
+pdfproc.start(256)
+kinds = [type(pdfproc._CHILDREN[0].process).__name__]
+try:
+    sources.load(sources.SourceFile(Path({str(bomb)!r}), "bomb.pdf", "pdf", limits=limits), print)
+    refused = ""
+except sources.SkipFile as exc:
+    refused = exc.reason + ": " + str(exc)
+text = sources.load(sources.SourceFile(Path({str(good)!r}), "good.pdf", "pdf", limits=limits), print)[0].text
+kinds.append(type(pdfproc._CHILDREN[0].process).__name__)
+print(json.dumps([kinds, refused, text]))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
+    kinds, refused, text = json.loads(done.stdout.strip().splitlines()[-1])
+    assert kinds == ["_Forked", "Popen"]
+    assert refused.startswith(("PDF reader failed: bomb.pdf: ", "PDF too slow: bomb.pdf: ")), refused
+    assert "The harbour opened in spring." in text
+
+
 def test_pdf_bombs_beside_good_files_fail_alone(cli, tmp_path, db_url):
     from tests.test_pdf_pages import text_pdf
 

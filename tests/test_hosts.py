@@ -16,8 +16,8 @@ from ragvps.config import Settings
 from ragvps.embed.models import spec_for
 from ragvps.embed.registry import make_lanes
 from ragvps.errors import EmbedderError
-from ragvps.ingest.artifacts import VectorCache
 from ragvps.ingest.embedding import embed_stage
+from ragvps.ingest.vectorcache import VectorCache
 from ragvps.records import Chunk
 
 WORDS = ["postgres", "vector", "index", "chunk", "query", "answer", "model", "server", "batch", "lane"]

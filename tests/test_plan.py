@@ -541,7 +541,7 @@ def test_cli_measures_a_folder(corpus: Path) -> None:
     from ragvps.embed.models import spec_for
     from ragvps.ingest import sources
     from ragvps.ingest.chunk import chunk_document
-    from ragvps.ingest.pipeline import chunker_config
+    from ragvps.ingest.chunking import chunker_config
 
     result = run("--path", str(corpus), "--chunk-size", "40", "--overlap", "25%", "--json")
     assert result.exit_code == 0, result.output

@@ -7,7 +7,7 @@ import psycopg
 
 from ragvps.db.database import migrate
 from ragvps.db.sql import migrations, queries
-from ragvps.ingest.artifacts import VectorCache
+from ragvps.ingest.vectorcache import VectorCache
 from ragvps.retrieve.fusion import rrf
 
 

@@ -15,7 +15,7 @@ import numpy as np
 from common import DATA
 from ragvps.config import Settings
 from ragvps.embed.models import spec_for
-from ragvps.ingest.artifacts import VectorCache
+from ragvps.ingest.vectorcache import VectorCache
 from ragvps.records import Chunk, Document
 
 DATASET = DATA / "scifact-dev"

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ragvps.app.checks import MAX_QUERY_CHARS, MODES, Mode
-    from ragvps.app.core import App, existing_path
+    from ragvps.app.chunking import existing_path
+    from ragvps.app.core import App
+    from ragvps.app.rendering import json_object, jsonable
     from ragvps.app.requests import (
         Answer,
         AskRequest,
@@ -28,10 +30,8 @@ if TYPE_CHECKING:
         PromptPreview,
         SearchRequest,
         SearchResult,
-        json_object,
-        jsonable,
     )
-    from ragvps.ingest.pipeline import IngestReport
+    from ragvps.ingest.chunking import IngestReport
     from ragvps.measure.inspect import StatsReport
     from ragvps.retrieve.filters import Filters
 
@@ -40,9 +40,11 @@ _WHERE = {
     "MODES": "ragvps.app.checks",
     "Mode": "ragvps.app.checks",
     "App": "ragvps.app.core",
-    "existing_path": "ragvps.app.core",
+    "existing_path": "ragvps.app.chunking",
+    "json_object": "ragvps.app.rendering",
+    "jsonable": "ragvps.app.rendering",
     "Filters": "ragvps.retrieve.filters",
-    "IngestReport": "ragvps.ingest.pipeline",
+    "IngestReport": "ragvps.ingest.chunking",
     "StatsReport": "ragvps.measure.inspect",
     **dict.fromkeys(
         (
@@ -55,8 +57,6 @@ _WHERE = {
             "PromptPreview",
             "SearchRequest",
             "SearchResult",
-            "json_object",
-            "jsonable",
         ),
         "ragvps.app.requests",
     ),

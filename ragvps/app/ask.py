@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from ragvps.app.checks import check_ask
 from ragvps.app.ports import App, OnSources, OnToken, ignore
+from ragvps.app.rendering import jsonable
 from ragvps.app.requests import (
     Answer,
     AskRequest,
@@ -25,7 +26,6 @@ from ragvps.app.requests import (
     Retrieval,
     Retrieved,
     SearchRequest,
-    jsonable,
 )
 from ragvps.app.search import search
 from ragvps.db import store

@@ -46,13 +46,13 @@ if TYPE_CHECKING:
     from ragvps.embed import Embedder
     from ragvps.embed.hosts import Lanes
     from ragvps.generate.registry import Generator
-    from ragvps.ingest.pipeline import IngestReport
+    from ragvps.ingest.chunking import IngestReport
     from ragvps.ingest.reindex import ReindexReport
     from ragvps.ingest.worker import WorkReport
     from ragvps.measure.doctor import Diagnosis
     from ragvps.measure.evaluate import EvalReport, Question
     from ragvps.measure.inspect import IndexCheck, StatsReport
-    from ragvps.measure.summary import ChunkSummary, PlanMeasurement
+    from ragvps.measure.summary import PlanMeasurement
     from ragvps.records import ModelSpec
 
 T = TypeVar("T")
@@ -146,6 +146,7 @@ class App:
     def ingest(self, path: Path | str, progress: Progress = _quiet, warn: Warn = _quiet) -> IngestReport:
         """Bring the database in line with one folder; only what changed is chunked, embedded, stored."""
         # lazy: ingest and measure stages load for their own commands (`query` start-up)
+        from ragvps.app.chunking import existing_path
         from ragvps.ingest.pipeline import ingest
 
         path = existing_path(path)
@@ -166,6 +167,7 @@ class App:
     ) -> int:
         """Ingest a folder, then again after each batch of changes in it, until `stop` is set (or Ctrl-C)."""
         # lazy: ingest and measure stages load for their own commands (`query` start-up)
+        from ragvps.app.chunking import existing_path
         from ragvps.ingest.watch import DEBOUNCE_MS, watch
 
         root = existing_path(path)
@@ -405,13 +407,6 @@ class App:
 
         return diagnose(self.settings, active)
 
-    def chunk_summary(self, path: Path | str, progress: Progress = _quiet, warn: Warn = _quiet) -> ChunkSummary:
-        """The chunk stage alone: chunk files written, counts and token figures (no database)."""
-        # lazy: ingest and measure stages load for their own commands (`query` start-up)
-        from ragvps.measure.summary import chunk_summary
-
-        return chunk_summary(self.settings, self.spec, existing_path(path), progress, warn)
-
     def plan_measure(
         self,
         path: Path | str,
@@ -424,7 +419,8 @@ class App:
         """`ragvps plan --path`: real token counts and the real chunker over a folder; `overlap` may be a
         percentage of the chunk size that ingest would use. A plan asks no server: the model is one ragvps knows."""
         # lazy: ingest and measure stages load for their own commands (`query` start-up)
-        from ragvps.ingest.pipeline import chunker_config
+        from ragvps.app.chunking import existing_path
+        from ragvps.ingest.chunking import chunker_config
         from ragvps.measure.summary import plan_measure
         from ragvps.measure.windows import parse_overlap
 
@@ -438,13 +434,3 @@ class App:
 def _prune_answers(conn: psycopg.Connection, reports: Sequence[IngestReport]) -> int:
     """Cached answers whose chunks an ingest changed or deleted are dropped (they never match a key anyway)."""
     return answer_cache.prune(conn) if any(r.stored or r.deleted for r in reports) else 0
-
-
-def existing_path(path: Path | str) -> Path:
-    """A folder or file of documents that exists; an empty path is an error, not the current folder."""
-    if not str(path).strip():
-        raise UsageError("the path is empty: name a folder or a file of documents")
-    path = Path(path)
-    if not path.exists():
-        raise UsageError(f"{path} does not exist: name a folder or a file of documents")
-    return path

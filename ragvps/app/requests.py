@@ -1,5 +1,5 @@
-"""The app layer's request and report types: what an interface builds to call a use case and what it renders,
-and the one JSON rendering of them (`jsonable`) that `--json`, HTTP and MCP share.
+"""The app layer's request and report types: what an interface builds to call a use case and what it renders
+(rendered as JSON by app/rendering.py, for `--json`, HTTP and MCP alike).
 
 Plain dataclasses; importing them loads no stage.
 """
@@ -7,11 +7,9 @@ Plain dataclasses; importing them loads no stage.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol, cast
+from typing import TYPE_CHECKING, Literal
 
 from ragvps.errors import UsageError
 from ragvps.generate.budget import window_for
@@ -29,10 +27,6 @@ if TYPE_CHECKING:
     from ragvps.db.replicas import ReplicaStatus
     from ragvps.retrieve.modes import Mode
     from ragvps.retrieve.search import Hit as Hit  # re-exported: the server renders hits
-
-
-class ToJson(Protocol):
-    def to_json(self) -> Mapping[str, object]: ...
 
 
 @dataclass(frozen=True)
@@ -280,46 +274,3 @@ class PromptPreview:
     generator: str
     model: str
     prompt_version: str
-
-
-def json_object(obj: object) -> dict[str, object]:
-    """A record's JSON: `jsonable` of a dataclass or a mapping, which is always an object."""
-    out = jsonable(obj)
-    if not isinstance(out, dict):
-        raise TypeError(f"{type(obj).__name__} is not rendered as a JSON object")
-    return out
-
-
-def jsonable(obj: object) -> object:
-    """Dataclasses (through their `to_json()` where they have one), tuples, sets, paths and numpy values as
-    plain JSON values; NaN and infinities as null. The one JSON rendering of what the App returns. It runs on
-    the server's event loop for every response: the common types are tried first, and `to_json` is looked up
-    on the type (an isinstance check against a Protocol costs several times more)."""
-    if obj is None or isinstance(obj, str | int | bool):
-        return obj
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple | set | frozenset):
-        return [jsonable(v) for v in obj]
-    if getattr(type(obj), "to_json", None) is not None:
-        return jsonable(cast(ToJson, obj).to_json())
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, Path):
-        return str(obj)
-    if hasattr(obj, "item") and getattr(obj, "ndim", 0) == 0:  # numpy scalars
-        return jsonable(obj.item())
-    if hasattr(obj, "tolist"):  # numpy arrays
-        return jsonable(obj.tolist())
-    return str(obj)
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if obj is None or isinstance(obj, str | int | bool):
-        return obj
-    if hasattr(obj, "item") and getattr(obj, "ndim", 0) == 0:  # numpy scalars
-        return jsonable(obj.item())
-    if hasattr(obj, "tolist"):  # numpy arrays
-        return jsonable(obj.tolist())
-    return str(obj)

@@ -95,7 +95,7 @@ def warn(message: str) -> None:
 
 
 def echo_json(data: Any) -> None:
-    from ragvps.app.requests import jsonable  # lazy: the use case loads when the command runs (--help start-up)
+    from ragvps.app.rendering import jsonable  # lazy: the use case loads when the command runs (--help start-up)
 
     typer.echo(json.dumps(jsonable(data), indent=2, ensure_ascii=False))
 

@@ -139,13 +139,14 @@ def chunk(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Run the chunk stage alone: write the chunk files and summarise them (no database, no embedding)."""
-    with (
-        open_app(
-            ctx, database=False, reading=path, chunk_mode=mode, chunk_size=chunk_size, chunk_overlap=chunk_overlap
-        ) as app,
-        Bars() as bars,
-    ):
-        s = app.chunk_summary(path, bars, warn)
+    settings = settings_from(ctx, chunk_mode=mode, chunk_size=chunk_size, chunk_overlap=chunk_overlap)
+    # lazy: the use case loads when the command runs (--help start-up); not the App, which this command does not need
+    from ragvps.app.chunking import chunk_summary
+    from ragvps.app.reading import start_readers
+
+    start_readers(settings, path)
+    with Bars() as bars:
+        s = chunk_summary(settings, path, bars, warn)
     if as_json:
         return echo_json(s)
     t = s.tokens or {"min": 0, "median": 0, "max": 0}

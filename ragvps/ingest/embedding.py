@@ -17,7 +17,7 @@ from ragvps import tokens
 from ragvps.embed import Embedder, embed_documents
 from ragvps.embed.hosts import Emit, Lanes
 from ragvps.errors import InputTooLongError
-from ragvps.ingest.artifacts import VectorCache
+from ragvps.ingest.vectorcache import VectorCache
 from ragvps.records import SPECIAL_TOKENS, Chunk, ModelSpec
 
 Progress = Callable[[str, int, int], None]

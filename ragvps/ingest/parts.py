@@ -20,12 +20,12 @@ import psycopg
 from ragvps.config import Settings
 from ragvps.db import store
 from ragvps.embed.hosts import Lanes
-from ragvps.ingest.artifacts import VectorCache
 from ragvps.ingest.bounds import SkipFile
 from ragvps.ingest.chunk import ChunkerConfig, chunk_documents
 from ragvps.ingest.embedding import EmbedOutcome, embed_stage
 from ragvps.ingest.formats import delimited
 from ragvps.ingest.sources import SourceFile
+from ragvps.ingest.vectorcache import VectorCache
 from ragvps.records import Document, ModelSpec
 
 Progress = Callable[[str, int, int], None]

@@ -39,6 +39,11 @@ class Segment:
     size: float  # the font size of its first character
     bold: bool = False
 
+    def __reduce__(self) -> tuple[type[Segment], tuple[str, float, float, float, float, float, bool]]:
+        """Pickled as its fields (from the reader's process, a page's segments at a time): a quarter of the time a
+        frozen dataclass's own state takes, which looks its fields up for each one."""
+        return (Segment, (self.text, self.x0, self.x1, self.y0, self.y1, self.size, self.bold))
+
 
 @dataclass(frozen=True)
 class Page:

@@ -1,14 +1,16 @@
 """The PDF reader's own process. PDFium is C: a hostile file (a content-stream bomb, deep nesting, a page tree of a
 million pages) cannot be stopped inside the process that reads it. So PDFs are read in a child process, one per
-ingesting process, started at the first PDF (or as the command starts: `start`) and reused for the next (about 0.2 s
-once: bench/pdf_bench.py): a page that takes longer than pdf_page_seconds, or a file longer than pdf_file_seconds,
-has the child killed; the child's address space is bounded by pdf_max_memory_mb; and a crash in PDFium fails that
-file alone. The file is skipped by name with the bound it passed, and the next PDF gets a new child.
+ingesting process, started at the first PDF (or forked as the command starts: `start`) and reused for the next (a
+new interpreter, numpy and PDFium take about 0.25 s once; a fork, numpy and PDFium about 0.1 s): a page that takes
+longer than pdf_page_seconds, or a file longer than pdf_file_seconds, has the child killed; the child's address
+space is bounded by pdf_max_memory_mb; and a crash in PDFium fails that file alone. The file is skipped by name with
+the bound it passed, and the next PDF gets a new child.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -33,21 +35,16 @@ class PdfLimits:
 
 
 class _Child:
-    """The reader process: `python -c` (not multiprocessing, whose spawn runs the caller's main script again), its
-    end of a socket pair passed by descriptor. Started, it is waited for (its hello) at its first file."""
+    """The reader process, its end of a socket pair passed by descriptor. Started, it is waited for (its hello) at its
+    first file. `fork`: a copy of this process (a few milliseconds, where a new interpreter takes about 0.15 s before
+    it imports anything), for a caller with no other thread yet (`start`, as a command starts); else `python -c` (not
+    multiprocessing, whose spawn runs the caller's main script again)."""
 
-    def __init__(self, memory_mb: int):
+    def __init__(self, memory_mb: int, fork: bool = False):
         ours, theirs = socket.socketpair()
-        root = str(Path(__file__).resolve().parents[2])  # this ragvps, wherever the caller imported it from
-        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
         self.memory_mb = memory_mb
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", _MAIN, str(theirs.fileno()), str(memory_mb)],
-            pass_fds=(theirs.fileno(),),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"},
+        self.process: subprocess.Popen[bytes] | _Forked = (
+            _Forked.start(ours, theirs, memory_mb) if fork else _spawn(theirs, memory_mb)
         )
         theirs.close()
         self.conn = Connection(ours.detach())
@@ -80,25 +77,88 @@ class _Child:
 
 STARTUP_SECONDS = 120
 _MAIN = "import sys; from ragvps.ingest.pdfproc import main; main(int(sys.argv[1]), int(sys.argv[2]))"
+_THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 _LOCK = threading.Lock()
 _CHILDREN: list[_Child] = []  # the one child of this process, while it lives
 
 
 def start(memory_mb: int) -> None:
-    """Start the reader process now, before the first PDF, so that its start overlaps the caller's own work."""
+    """Start the reader process now, before the first PDF, so that its start overlaps the caller's own work; forked
+    from this process where it has no other thread (a command starting), as a new interpreter otherwise."""
     with _LOCK:
-        _child(memory_mb)
+        _child(memory_mb, fork=_can_fork())
 
 
-def _child(memory_mb: int) -> _Child:
+def _can_fork() -> bool:
+    """Whether a copy of this process is a safe reader: Linux, and no thread but this one (a thread's locks would be
+    copied held)."""
+    return sys.platform == "linux" and threading.active_count() == 1
+
+
+def _child(memory_mb: int, fork: bool = False) -> _Child:
     """The one child, with this memory bound (under _LOCK)."""
     child = _CHILDREN[0] if _CHILDREN and _CHILDREN[0].alive() else None
     if child is None or child.memory_mb != memory_mb:
         if child is not None:
             child.kill()
-        child = _Child(memory_mb)
+        child = _Child(memory_mb, fork)
         _CHILDREN[:] = [child]
     return child
+
+
+def _spawn(theirs: socket.socket, memory_mb: int) -> subprocess.Popen[bytes]:
+    root = str(Path(__file__).resolve().parents[2])  # this ragvps, wherever the caller imported it from
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    return subprocess.Popen(
+        [sys.executable, "-c", _MAIN, str(theirs.fileno()), str(memory_mb)],
+        pass_fds=(theirs.fileno(),),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": path, **_THREADS},
+    )
+
+
+class _Forked:
+    """A forked reader, waited for as subprocess.Popen waits for a spawned one (poll, wait, kill, returncode)."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.returncode: int | None = None
+
+    @classmethod
+    def start(cls, ours: socket.socket, theirs: socket.socket, memory_mb: int) -> _Forked:
+        pid = os.fork()
+        if pid:
+            return cls(pid)
+        code = 1
+        try:  # the child: never back into the caller's code, nor its exit handlers or buffered output
+            ours.close()
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            os.environ.update(_THREADS)
+            main(theirs.fileno(), memory_mb)
+            code = 0
+        finally:
+            os._exit(code)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float) -> int | None:
+        end = time.monotonic() + timeout
+        while self.poll() is None and time.monotonic() < end:
+            time.sleep(0.005)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
 
 
 def read(path: str, rel: str, limits: PdfLimits, scans: bool, figures: bool) -> Iterator[Opened | PageRead]:

@@ -3,154 +3,35 @@
 from __future__ import annotations
 
 import logging
-import threading
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from ragvps import tokens
 from ragvps.config import Settings
 from ragvps.db import index, queue, store
 from ragvps.embed.hosts import Lanes
-from ragvps.errors import NotFoundError
 from ragvps.ingest import links, parts, sources
-from ragvps.ingest.artifacts import ChunkArtifacts, ChunkFile, VectorCache
-from ragvps.ingest.bounds import OutputBound, SkipFile, too_many_chunks
-from ragvps.ingest.chunk import ChunkerConfig, chunk_documents
+from ragvps.ingest.artifacts import ChunkFile
+from ragvps.ingest.chunk import ChunkerConfig
+from ragvps.ingest.chunking import (
+    IngestReport,
+    IngestRun,
+    Progress,
+    Warn,
+    chunk_stage,
+    chunker_config,
+    nothing_readable,
+)
 from ragvps.ingest.embedding import EmbedOutcome, embed_stage
-from ragvps.ingest.ocr import OcrOptions
-from ragvps.ingest.pdfproc import PdfLimits
+from ragvps.ingest.vectorcache import VectorCache
 from ragvps.records import Chunk, Document, ModelSpec
 
 log = logging.getLogger(__name__)
 
-Progress = Callable[[str, int, int], None]  # stage, done, total
-Warn = Callable[[str], None]
-
 STORE_BATCH_CHUNKS = 2000  # chunks written per transaction
-
-
-@dataclass
-class IngestReport:
-    files: int = 0
-    documents: int = 0
-    chunks: int = 0
-    rechunked_files: int = 0
-    embedded: int = 0  # chunks sent to the embedder
-    queued: int = 0  # chunks left in the queue for `ragvps worker` (defer_embedding)
-    stored: int = 0  # documents written (new or changed)
-    unchanged: int = 0
-    deleted: int = 0
-    index_built: bool = False
-    answers_pruned: int = 0  # cached answers whose chunks changed or went (the app prunes them)
-    skipped: Counter[str] = field(default_factory=Counter)
-    warnings: list[str] = field(default_factory=list)
-    hosts: dict[str, dict[str, Any]] = field(default_factory=dict)  # per embedding host: chunks, rate, state
-
-
-@dataclass(frozen=True)
-class IngestRun:
-    """One ingest's context, handed from stage to stage: its settings, model, chunker and folder, and whom it tells
-    (the report it fills, progress, warnings). The connection travels beside it: a resource, not context."""
-
-    settings: Settings
-    spec: ModelSpec
-    root: Path
-    config: ChunkerConfig
-    report: IngestReport
-    progress: Progress
-    warn: Warn
-    lanes: Callable[[], Lanes] | None = None  # the embedding hosts; None where nothing is embedded (`ragvps chunk`)
-
-    def embedding_lanes(self) -> Callable[[], Lanes]:
-        if self.lanes is None:
-            raise ValueError("this ingest run was opened to chunk only; embedding needs its lanes")
-        return self.lanes
-
-
-def chunker_config(settings: Settings, spec: ModelSpec) -> ChunkerConfig:
-    size = settings.chunk.size or spec.chunk_size
-    overlap = settings.chunk.overlap if settings.chunk.overlap is not None else min(spec.chunk_overlap, size // 4)
-    return ChunkerConfig(settings.chunk.mode, size, overlap, spec.max_tokens, spec.document_prefix)
-
-
-def nothing_readable(path: Path, report: IngestReport) -> NotFoundError:
-    """The one exit rule: a run that finds no readable document (and had none before) is an error; a run that
-    stores anything succeeds and reports what it skipped."""
-    skipped = ", ".join(f"{n} {why}" for why, n in sorted(report.skipped.items())) or "nothing"
-    return NotFoundError(
-        f"{path} has no documents ragvps can read (skipped: {skipped}); supported: {', '.join(sorted(sources.KINDS))}"
-    )
-
-
-def load_file(
-    source: sources.SourceFile, warn: Warn, report: IngestReport, ocr: OcrOptions | None = None
-) -> list[Document] | None:
-    """One file's documents, or None (with one warning naming it, counted in the report) when it cannot be read."""
-    try:
-        return sources.load(source, warn, report.skipped, ocr)
-    except OSError as exc:
-        warn(f"{source.rel}: {exc.strerror or exc}, skipped")
-        report.skipped["unreadable"] += 1
-    except SkipFile as exc:
-        warn(str(exc))
-        report.skipped[exc.reason] += 1
-    return None
-
-
-def bounded(source: sources.SourceFile, settings: Settings) -> sources.SourceFile:
-    """The file with the bounds the settings put on reading it (max_text_*, pdf_*)."""
-    chunk = settings.chunk
-    limits = PdfLimits(chunk.pdf_max_pages, chunk.pdf_page_seconds, chunk.pdf_file_seconds, chunk.pdf_max_memory_mb)
-    return replace(source, bound=OutputBound(chunk.max_text_ratio, chunk.max_text_chars), limits=limits)
-
-
-def chunk_stage(
-    run: IngestRun,
-    scan: sources.ScanReport,
-    streamed: list[sources.SourceFile] | None = None,
-) -> list[ChunkFile]:
-    """Chunk every file whose content or chunker settings changed; reuse the files on disk otherwise. Given
-    `streamed`, a file read in parts (ragvps.ingest.parts) is put there instead, to be stored part by part."""
-    settings, config, report, progress, warn = run.settings, run.config, run.report, run.progress, run.warn
-    artifacts = ChunkArtifacts(settings.database.kb_dir, run.root)
-    key = config.key()
-    results = []
-    ocr = OcrOptions(settings.chunk.ocr_languages, progress=progress, figures=settings.chunk.ocr_figures)
-    # the chunker's tokenizers load (about 0.3 s) while the first file is read, a PDF in the reader's process
-    warming = threading.Thread(target=tokens.warm, name="tokenizers", daemon=True)
-    for i, source in enumerate(scan.files):
-        if streamed is not None and parts.streams(source):
-            streamed.append(source)
-            progress("chunk", i + 1, len(scan.files))
-            continue
-        try:
-            file_hash = source.file_hash()
-        except OSError as exc:
-            warn(f"{source.rel}: {exc.strerror or exc}, skipped")
-            report.skipped["unreadable"] += 1
-            continue
-        result = artifacts.read(source.rel, file_hash, key)
-        if result is None:
-            if not warming.ident:
-                warming.start()
-            docs = load_file(bounded(source, settings), warn, report, ocr)
-            if docs is None:
-                continue
-            warming.join()
-            chunks = [c for doc_chunks in chunk_documents(docs, config) for c in doc_chunks]
-            if too_many_chunks(source.rel, sum(len(d.text) for d in docs), len(chunks), warn, report.skipped):
-                continue
-            result = ChunkFile(source.rel, file_hash, key, docs, chunks)
-            artifacts.write(result)
-            report.rechunked_files += 1
-        results.append(result)
-        progress("chunk", i + 1, len(scan.files))
-    return results
 
 
 def store_stage(
@@ -250,7 +131,7 @@ def ingest(
         run = IngestRun(settings, spec, root, _ingest_chunker(conn, settings, spec), report, progress, warn, lanes)
         streamed: list[sources.SourceFile] = []
         urls = links.links(root)  # a mirrored source's folder: each document's source is its item's URL
-        files = links.linked(chunk_stage(run, scan, streamed), urls)
+        files = links.linked(chunk_stage(run, scan, streamed, parts.streams), urls)
         report.documents = sum(len(f.documents) for f in files)
         if not report.documents and not stored_before and not streamed:
             raise nothing_readable(path, report)
@@ -371,7 +252,7 @@ def ingest_files(
         config = _ingest_chunker(conn, settings, spec)
         run = IngestRun(settings, spec, root, config, report, progress, record, lanes)
         streamed: list[sources.SourceFile] = []
-        files = chunk_stage(run, scan, streamed)
+        files = chunk_stage(run, scan, streamed, parts.streams)
         report.documents = sum(len(f.documents) for f in files)
         report.chunks = sum(len(f.chunks) for f in files)
         before = store.stored_documents(conn, str(root))

@@ -13,9 +13,10 @@ from ragvps.config import Settings
 from ragvps.db import index, store
 from ragvps.embed.hosts import Lanes
 from ragvps.errors import InputTooLongError
-from ragvps.ingest.artifacts import VectorCache
+from ragvps.ingest.chunking import IngestReport, Progress, Warn
 from ragvps.ingest.embedding import embed_stage, too_long, too_long_message
-from ragvps.ingest.pipeline import STORE_BATCH_CHUNKS, IngestReport, Progress, Warn, ingest
+from ragvps.ingest.pipeline import STORE_BATCH_CHUNKS, ingest
+from ragvps.ingest.vectorcache import VectorCache
 from ragvps.records import ModelSpec
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ import watchfiles
 from ragvps.errors import UsageError
 
 if TYPE_CHECKING:
-    from ragvps.ingest.pipeline import IngestReport
+    from ragvps.ingest.chunking import IngestReport
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,7 @@ from typing import Any
 from ragvps.config import Settings
 from ragvps.ingest import sources
 from ragvps.ingest.chunk import ChunkerConfig
-from ragvps.ingest.ocr import OcrOptions
-from ragvps.ingest.pipeline import (
+from ragvps.ingest.chunking import (
     IngestReport,
     IngestRun,
     bounded,
@@ -22,6 +21,7 @@ from ragvps.ingest.pipeline import (
     load_file,
     nothing_readable,
 )
+from ragvps.ingest.ocr import OcrOptions
 from ragvps.measure.planner import measure
 from ragvps.measure.windows import check_input_limit
 from ragvps.records import ModelSpec, input_room

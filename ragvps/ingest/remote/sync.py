@@ -20,7 +20,8 @@ from ragvps.embed.hosts import Lanes
 from ragvps.errors import NotFoundError, RagvpsError
 from ragvps.ingest import links
 from ragvps.ingest.cancel import Cancelled
-from ragvps.ingest.pipeline import IngestReport, ingest
+from ragvps.ingest.chunking import IngestReport
+from ragvps.ingest.pipeline import ingest
 from ragvps.ingest.remote import Fetch, Fetched, Progress, Warn, secret, sigv4
 from ragvps.reach import Reach
 from ragvps.records import ModelSpec
