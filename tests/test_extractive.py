@@ -154,3 +154,20 @@ def test_answers_at_once_embed_their_sentences_a_core_at_a_time():
         outs = list(pool.map(lambda _: gen.generate(fit, lambda _: None), range(16)))
     assert all(o.quotes for o in outs)
     assert 1 <= most[0] <= (os.cpu_count() or 1)
+
+
+def test_e5_small_quotes_what_answers_and_refuses_what_does_not_on_its_own_cosines():
+    """e5's cosines run from about 0.77 (unrelated) up, where MiniLM's start near 0.15: mapped onto MiniLM's scale,
+    on which the floor was chosen, an off-topic sentence stays under the floor instead of above it."""
+    from ragvps.backends import E5_MODEL
+    from ragvps.embed.registry import make_embedder
+
+    settings = Settings.of(embedder="e5-small")
+    embedder = make_embedder(settings)
+    gen = Extractive(lambda: embedder, E5_MODEL)
+    src = _source(DOC)
+    out = gen.generate(budget.fit("how do I rotate the keys?", [src], settings.generate), lambda _: None)
+    assert out.quotes and "rotate one at a time" in out.quotes[0].text
+    barely = dataclasses.replace(src, evidence=settings.generate.min_evidence)
+    off = gen.generate(budget.fit("What is the capital of France?", [barely], settings.generate), lambda _: None)
+    assert off.text == REFUSAL and off.quotes == ()

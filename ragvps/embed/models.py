@@ -39,7 +39,18 @@ KNOWN_MODELS: dict[str, ModelSpec] = {
         # claims, answerable, and 50 off-topic questions: the method that gave USE's range gave 0.133..0.517 for it);
         # its vector leg is as strong as BM25 or stronger in Spanish, Chinese and English, and fused at weight 1 hybrid
         # is best or within 0.001 of the best weight in all three (bench/RESULTS.md, "Languages: multilingual-e5-small")
-        ModelSpec(E5_MODEL, 384, 512, "passage: ", "query: ", 200, 30, cosine_range=(0.77, 0.915), fusion_weight=1.0),
+        ModelSpec(
+            E5_MODEL,
+            384,
+            512,
+            "passage: ",
+            "query: ",
+            200,
+            30,
+            cosine_range=(0.77, 0.915),
+            fusion_weight=1.0,
+            quote_cosines=(0.77, 0.915),
+        ),
         ModelSpec("nomic-embed-text", 768, 2048, "search_document: ", "search_query: ", 400, 50),
         ModelSpec("all-minilm", 384, 256, chunk_size=200, chunk_overlap=30),
         ModelSpec("mxbai-embed-large", 1024, 512, "", _MXBAI_QUERY, 400, 50),
