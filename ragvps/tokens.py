@@ -6,6 +6,7 @@ import functools
 import gzip
 import os
 import threading
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -113,8 +114,25 @@ def count_many(texts: list[str]) -> list[int]:
 
 def user_cache_dir() -> Path:
     """ragvps's folder in the user's cache ($XDG_CACHE_HOME, else ~/.cache): tiktoken's encodings, the questions'
-    graph (ragvps/embed/question_graph.py)."""
+    graph (ragvps/embed/question_graph.py), e5's encoder (ragvps/embed/e5_graph.py)."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ragvps"
+
+
+def cached_build(name: str, build: Callable[[], bytes]) -> Path | bytes:
+    """A file built once a machine (a model's graph): `name` in the user's cache, built there if missing; the built
+    bytes themselves where the cache cannot be written."""
+    target = user_cache_dir() / name
+    if target.is_file():
+        return target
+    built = build()
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+        partial.write_bytes(built)
+        os.replace(partial, target)  # whole or absent: a process building at the same time writes the same bytes
+    except OSError:
+        return built
+    return target
 
 
 def tiktoken_cache_dir() -> Path:

@@ -19,14 +19,13 @@ It is built once a machine (about a second) and kept in the user's cache directo
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ragvps.embed import e5_file
-from ragvps.tokens import user_cache_dir
+from ragvps.tokens import cached_build
 
 if TYPE_CHECKING:
     from onnx import NodeProto, TensorProto
@@ -37,18 +36,8 @@ CONVERTER = "int8-3"  # names the conversion below: change it when the conversio
 def graph_file(source: Path) -> Path | bytes:
     """The encoder's graph: its file in the cache, built there if missing; its bytes where the cache is read-only."""
     stat = source.stat()
-    target = user_cache_dir() / f"{source.stem}.{CONVERTER}-{stat.st_size}-{stat.st_mtime_ns}.onnx"
-    if target.is_file():
-        return target
-    graph = build(e5_file.read(source))
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
-        partial.write_bytes(graph)
-        os.replace(partial, target)  # whole or absent: a process building at the same time writes the same bytes
-    except OSError:
-        return graph
-    return target
+    name = f"{source.stem}.{CONVERTER}-{stat.st_size}-{stat.st_mtime_ns}.onnx"
+    return cached_build(name, lambda: build(e5_file.read(source)))
 
 
 class _Builder:

