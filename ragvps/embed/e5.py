@@ -90,21 +90,13 @@ def _session(threads: int) -> Any:
         return _sessions[key]
 
 
-class E5Embedder:
+class E5Embedder(memo.Remembered):
     """multilingual-e5-small: the mean of the last hidden states, L2-normalised; questions and documents run the
     same graph (the prefixes tell them apart). Each text runs alone (embed/e5_graph.py says why), so its vector does
     not depend on the texts embedded with it."""
 
     def __init__(self, spec: ModelSpec, threads: int = 0):
         self.spec, self.threads = spec, threads
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """One L2-normalised vector a text; texts this process embedded lately come from the memo."""
-        keys = [memo.text_key(t, self.spec.name) for t in texts]
-        return memo.embed_remembered(keys, texts, self.spec.dims, self._run)
-
-    def embed_questions(self, texts: Sequence[str]) -> np.ndarray:
-        return self.embed(texts)
 
     def _run(self, texts: Sequence[str]) -> np.ndarray:
         w = weights()

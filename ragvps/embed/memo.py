@@ -2,7 +2,8 @@
 
 A server embedding a question asked before, or an App opened again over the same documents, does not run the
 model twice. The on-disk vector cache (ingest/artifacts.py) is what makes a rerun of ingest free; this memo only
-saves repeats within one process. Shared by the in-process embedders (embed/local.py, embed/use.py).
+saves repeats within one process. Shared by the in-process embedders (embed/local.py, embed/use.py, embed/e5.py);
+`Remembered` is the whole of it for one whose questions run the same model as its documents.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
+
+from ragvps.records import ModelSpec
 
 MEMO_TEXTS = 8192  # vectors remembered per process: 12 MB at 384 dimensions, 16 MB at 512
 
@@ -57,3 +60,21 @@ def embed_remembered(keys: Sequence[bytes], texts: Sequence[str], dims: int, run
         out[missing] = fresh
         remember([keys[i] for i in missing], fresh)
     return out
+
+
+class Remembered:
+    """An in-process embedder whose questions run the same model as its documents (the prefixes tell them apart):
+    vectors by the memo, keyed by the model's name, and `_run` for the texts it has not seen lately."""
+
+    spec: ModelSpec
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """One L2-normalised vector a text; texts this process embedded lately come from the memo."""
+        keys = [text_key(t, self.spec.name) for t in texts]
+        return embed_remembered(keys, texts, self.spec.dims, self._run)
+
+    def embed_questions(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed(texts)
+
+    def _run(self, texts: Sequence[str]) -> np.ndarray:
+        raise NotImplementedError

@@ -39,7 +39,7 @@ def _model() -> Any:
         return _models[0]
 
 
-class UseEmbedder:
+class UseEmbedder(memo.Remembered):
     """USE multilingual v3 in process; questions and documents run the same network."""
 
     def __init__(self, spec: ModelSpec):
@@ -49,14 +49,6 @@ class UseEmbedder:
     def model(self) -> Any:
         """The process's one loaded network, shared by every UseEmbedder."""
         return _model()
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """One L2-normalised vector a text; texts this process embedded lately come from the memo."""
-        keys = [memo.text_key(t, self.spec.name) for t in texts]
-        return memo.embed_remembered(keys, texts, self.spec.dims, self._run)
-
-    def embed_questions(self, texts: Sequence[str]) -> np.ndarray:
-        return self.embed(texts)
 
     def _run(self, texts: Sequence[str]) -> np.ndarray:
         # Empty or blank texts have no pieces but BOS/EOS: the model still gives them a unit vector.
