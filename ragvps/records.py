@@ -73,10 +73,10 @@ class ModelSpec:
     # the vector leg's weight in fusion against the keyword leg's 1, which the setting vector_weight multiplies:
     # a model whose vector leg is weaker than BM25 in every language measured weighs less (bench/fusion_bench.py)
     fusion_weight: float = 1.0
-    # the sentence cosines the extractive answer maps onto MiniLM's raw 0.15..0.75, on which its floor was chosen, for
-    # a model whose cosines sit elsewhere (e5's start near 0.77); None: used as they are (MiniLM's; USE's, which
-    # quoted fewer answering sentences when mapped: bench/chat_bench.py)
-    quote_cosines: tuple[float, float] | None = None
+    # the extractive answer maps its sentence cosines from cosine_range onto MiniLM's raw 0.15..0.75, on which its
+    # floor was chosen, for a model whose cosines sit elsewhere (e5's start near 0.77); False: used as they are
+    # (MiniLM's; USE's, which quoted fewer answering sentences when mapped: bench/chat_bench.py)
+    map_quote_cosines: bool = False
 
     @property
     def input_room(self) -> int:

@@ -49,7 +49,7 @@ KNOWN_MODELS: dict[str, ModelSpec] = {
             30,
             cosine_range=(0.77, 0.915),
             fusion_weight=1.0,
-            quote_cosines=(0.77, 0.915),
+            map_quote_cosines=True,
         ),
         ModelSpec("nomic-embed-text", 768, 2048, "search_document: ", "search_query: ", 400, 50),
         ModelSpec("all-minilm", 384, 256, chunk_size=200, chunk_overlap=30),

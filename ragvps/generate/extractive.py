@@ -96,7 +96,7 @@ class Extractive:
         self.model = model
         self.quotes = quotes
         spec = model_spec(model)
-        self._cosines = spec.quote_cosines if spec is not None else None  # mapped onto MINILM_COSINES when set
+        self._cosines = spec.cosine_range if spec is not None and spec.map_quote_cosines else None  # onto MiniLM's
         # Sentences are embedded a core's worth at a time: 64 answers at once each embedding 200 sentences held
         # the model's buffers for all of them (a server grew 760 MB, and kept it); more at once is no faster.
         self._embedding = threading.BoundedSemaphore(max(1, os.cpu_count() or 1))
