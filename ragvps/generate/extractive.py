@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ragvps.backends import LOCAL_MODEL
 from ragvps.embed import embed_documents, embed_queries
 from ragvps.embed.models import model_spec
 from ragvps.generate.llm.base import Generation
@@ -48,7 +49,6 @@ MAX_QUOTE_CHARS = 600
 COSINE_WEIGHT = 0.6
 EVIDENCE_WEIGHT = 0.5
 FLOOR = 0.38  # a sentence scoring less does not answer the question
-MINILM_COSINES = (0.15, 0.75)  # MiniLM's unrelated and close cosines, the scale the weights and FLOOR were chosen on
 RELATIVE = 0.90  # ... nor one scoring less than this share of the best sentence's score
 DUPLICATE = 0.8  # word-set Jaccard at which a sentence repeats one already quoted
 _NUMBER_MARKER = re.compile(r"\[(\s*\d[\d,\s]*)\]")
@@ -95,8 +95,12 @@ class Extractive:
         self.embedder = embedder
         self.model = model
         self.quotes = quotes
-        spec = model_spec(model)
-        self._cosines = spec.cosine_range if spec is not None and spec.map_quote_cosines else None  # onto MiniLM's
+        # (from, to): a model's sentence cosines mapped onto MiniLM's range, the scale the weights and FLOOR were
+        # chosen on, where its spec says so
+        self._cosines: tuple[tuple[float, float], tuple[float, float]] | None = None
+        spec, minilm = model_spec(model), model_spec(LOCAL_MODEL)
+        if spec is not None and minilm is not None and spec.map_quote_cosines:
+            self._cosines = (spec.cosine_range, minilm.cosine_range)
         # Sentences are embedded a core's worth at a time: 64 answers at once each embedding 200 sentences held
         # the model's buffers for all of them (a server grew 760 MB, and kept it); more at once is no faster.
         self._embedding = threading.BoundedSemaphore(max(1, os.cpu_count() or 1))
@@ -165,7 +169,7 @@ class Extractive:
         with self._embedding:
             cosines = embed_documents(embedder, [c.text for c in found]) @ q
         if self._cosines is not None:  # a model whose cosines sit elsewhere, onto the scale FLOOR was chosen on
-            (lo, hi), (to_lo, to_hi) = self._cosines, MINILM_COSINES
+            (lo, hi), (to_lo, to_hi) = self._cosines
             cosines = to_lo + (cosines - lo) * ((to_hi - to_lo) / (hi - lo))
         words = content_words(question)
         return cosines, np.array([overlap_share(words, c.text) for c in found], dtype=np.float32)
