@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import waiting
 
 from ragvps.app import App, SearchRequest
 from ragvps.config import Settings
@@ -137,7 +138,7 @@ def test_chunk_imports_neither_the_database_driver_nor_numpy(tmp_path):
         check=True,
         env=env,
         cwd=Path(__file__).resolve().parents[1],
-        timeout=300,
+        timeout=waiting.seconds(300),
     )
     *summary, last = done.stdout.strip().splitlines()
     assert json.loads(last) == [[], "_Forked"]

@@ -9,6 +9,8 @@ import io
 import json
 import os
 import re
+import subprocess
+import sys
 import tarfile
 import time
 from pathlib import Path
@@ -137,9 +139,6 @@ def test_a_forked_reader_keeps_the_bounds_and_the_next_pdf_gets_a_spawned_one(tm
     """A command forks the PDF reader as it starts (pdfproc.start, in a process of one thread): the copy is bounded
     as a spawned reader is (its memory, a page's time), a bomb fails alone, and the next PDF is read by a reader
     spawned as before."""
-    import subprocess
-    import sys
-
     from tests.test_pdf_pages import text_pdf
 
     bomb = PDF_BOMBS["form_bomb.pdf"][0](tmp_path / "bomb.pdf")
@@ -161,7 +160,9 @@ text = sources.load(sources.SourceFile(Path({str(good)!r}), "good.pdf", "pdf", l
 kinds.append(type(pdfproc._CHILDREN[0].process).__name__)
 print(json.dumps([kinds, refused, text]))
 """
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=waiting.seconds(300)
+    )
     kinds, refused, text = json.loads(done.stdout.strip().splitlines()[-1])
     assert kinds == ["_Forked", "Popen"]
     assert refused.startswith(("PDF reader failed: bomb.pdf: ", "PDF too slow: bomb.pdf: ")), refused
