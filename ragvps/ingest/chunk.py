@@ -160,8 +160,9 @@ class _Chunker:
             yield self._encode(run), run
 
     def _encode(self, run: list[Block]) -> Segment:
+        """The run's tokens, its parts tokenized in parallel (a long document's segment is on one core otherwise)."""
         a, b = run[0][0], run[-1][1]
-        return Segment(a, b, tokens.encode(self.text[a:b]))
+        return Segment(a, b, tokens.encode_texts([self.text[a:b]])[0])
 
     def run(self) -> list[Chunk]:
         doc = self.doc
