@@ -45,25 +45,36 @@ def open_pdf(path: str, rel: str) -> pdfium.PdfDocument:
 
 def read(path: str, rel: str, max_pages: int, scans: bool, figures: bool) -> Iterator[Opened | PageRead]:
     """The document's page count and title, then its pages one by one (`scans`: render those without text)."""
-    doc = open_pdf(path, rel)
+    doc, opened = open_counted(path, rel, max_pages)
     try:
-        count = len(doc)
-        if count > max_pages:
-            raise PdfError(
-                "too many pages",
-                f"{rel}: {count:,} pages, more than pdf_max_pages={max_pages:,}; skipped (raise pdf_max_pages to read "
-                "it)",
-            )
-        title = (doc.get_metadata_value("Title") or "").replace("\x00", "").strip()
-        yield Opened(count, title)
-        for number in range(1, count + 1):
-            page = doc[number - 1]
-            try:
-                yield read_page(page, number, scans, figures)
-            finally:
-                page.close()
+        yield opened
+        yield from pages(doc, 0, 1, scans, figures)
     finally:
         doc.close()
+
+
+def open_counted(path: str, rel: str, max_pages: int) -> tuple[pdfium.PdfDocument, Opened]:
+    """The document open, with its page count (within `max_pages`) and title."""
+    doc = open_pdf(path, rel)
+    count = len(doc)
+    if count > max_pages:
+        doc.close()
+        raise PdfError(
+            "too many pages",
+            f"{rel}: {count:,} pages, more than pdf_max_pages={max_pages:,}; skipped (raise pdf_max_pages to read it)",
+        )
+    title = (doc.get_metadata_value("Title") or "").replace("\x00", "").strip()
+    return doc, Opened(count, title)
+
+
+def pages(doc: pdfium.PdfDocument, share: int, shares: int, scans: bool, figures: bool) -> Iterator[PageRead]:
+    """The document's pages numbered share + 1, share + 1 + shares, ...: one reader's share of them."""
+    for number in range(share + 1, len(doc) + 1, shares):
+        page = doc[number - 1]
+        try:
+            yield read_page(page, number, scans, figures)
+        finally:
+            page.close()
 
 
 def read_page(page: pdfium.PdfPage, number: int, scans: bool, figures: bool) -> PageRead:

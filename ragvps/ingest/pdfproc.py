@@ -5,6 +5,10 @@ new interpreter, numpy and PDFium take about 0.25 s once; a fork, numpy and PDFi
 longer than pdf_page_seconds, or a file longer than pdf_file_seconds, has the child killed; the child's address
 space is bounded by pdf_max_memory_mb; and a crash in PDFium fails that file alone. The file is skipped by name with
 the bound it passed, and the next PDF gets a new child.
+
+A command on a machine of two cores or more forks two readers as it starts, and a PDF of SHARE_PAGES pages or more
+is read by both at once, each every other page (each within the same bounds), its pages put back in order here; a
+server, or the reader after one was killed, reads with one, which leaves the other core to the searches.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -38,13 +42,14 @@ class _Child:
     """The reader process, its end of a socket pair passed by descriptor. Started, it is waited for (its hello) at its
     first file. `fork`: a copy of this process (a few milliseconds, where a new interpreter takes about 0.15 s before
     it imports anything), for a caller with no other thread yet (`start`, as a command starts); else `python -c` (not
-    multiprocessing, whose spawn runs the caller's main script again)."""
+    multiprocessing, whose spawn runs the caller's main script again); `siblings`, the other readers' sockets, which
+    a copy closes."""
 
-    def __init__(self, memory_mb: int, fork: bool = False):
+    def __init__(self, memory_mb: int, fork: bool = False, siblings: Sequence[int] = ()):
         ours, theirs = socket.socketpair()
         self.memory_mb = memory_mb
         self.process: subprocess.Popen[bytes] | _Forked = (
-            _Forked.start(ours, theirs, memory_mb) if fork else _spawn(theirs, memory_mb)
+            _Forked.start(ours, theirs, memory_mb, siblings) if fork else _spawn(theirs, memory_mb)
         )
         theirs.close()
         self.conn = Connection(ours.detach())
@@ -76,17 +81,21 @@ class _Child:
 
 
 STARTUP_SECONDS = 120
+READERS = 2  # the readers a command forks as it starts, where it has this many cores
+SHARE_PAGES = 16  # a PDF of this many pages or more is shared between the readers there are
 _MAIN = "import sys; from ragvps.ingest.pdfproc import main; main(int(sys.argv[1]), int(sys.argv[2]))"
 _THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 _LOCK = threading.Lock()
-_CHILDREN: list[_Child] = []  # the one child of this process, while it lives
+_CHILDREN: list[_Child] = []  # this process's readers, while they live: the first reads every PDF, the others share
 
 
 def start(memory_mb: int) -> None:
-    """Start the reader process now, before the first PDF, so that its start overlaps the caller's own work; forked
-    from this process where it has no other thread (a command starting), as a new interpreter otherwise."""
+    """Start the reader processes now, before the first PDF, so that their start overlaps the caller's own work:
+    forked from this process where it has no other thread (a command starting), READERS of them on a machine with
+    as many cores; else one, as a new interpreter."""
     with _LOCK:
-        _child(memory_mb, fork=_can_fork())
+        fork = _can_fork()
+        _children(memory_mb, fork, min(READERS, _cores()) if fork else 1)
 
 
 def _can_fork() -> bool:
@@ -95,15 +104,20 @@ def _can_fork() -> bool:
     return sys.platform == "linux" and threading.active_count() == 1
 
 
-def _child(memory_mb: int, fork: bool = False) -> _Child:
-    """The one child, with this memory bound (under _LOCK)."""
-    child = _CHILDREN[0] if _CHILDREN and _CHILDREN[0].alive() else None
-    if child is None or child.memory_mb != memory_mb:
-        if child is not None:
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _children(memory_mb: int, fork: bool = False, count: int = 1) -> list[_Child]:
+    """The readers alive with this memory bound, at least `count` of them (under _LOCK)."""
+    alive = [c for c in _CHILDREN if c.memory_mb == memory_mb and c.alive()]
+    for child in _CHILDREN:
+        if child not in alive:
             child.kill()
-        child = _Child(memory_mb, fork)
-        _CHILDREN[:] = [child]
-    return child
+    while len(alive) < count:
+        alive.append(_Child(memory_mb, fork, siblings=[c.conn.fileno() for c in alive]))
+    _CHILDREN[:] = alive
+    return alive
 
 
 def _spawn(theirs: socket.socket, memory_mb: int) -> subprocess.Popen[bytes]:
@@ -127,7 +141,7 @@ class _Forked:
         self.returncode: int | None = None
 
     @classmethod
-    def start(cls, ours: socket.socket, theirs: socket.socket, memory_mb: int) -> _Forked:
+    def start(cls, ours: socket.socket, theirs: socket.socket, memory_mb: int, siblings: Sequence[int]) -> _Forked:
         pid = os.fork()
         if pid:
             return cls(pid)
@@ -137,6 +151,8 @@ class _Forked:
             devnull = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
                 os.dup2(devnull, fd)
+            for fd in siblings:  # the other readers' sockets: each reader sees the caller go when the caller goes
+                os.close(fd)
             os.environ.update(_THREADS)
             main(theirs.fileno(), memory_mb)
             code = 0
@@ -162,36 +178,78 @@ class _Forked:
 
 
 def read(path: str, rel: str, limits: PdfLimits, scans: bool, figures: bool) -> Iterator[Opened | PageRead]:
-    """The file's page count and title, then its pages, read in the child process within `limits`; PdfError
-    (naming the file and the bound) when the file fails, whatever the way."""
+    """The file's page count and title, then its pages in order, read in the child processes within `limits`;
+    PdfError (naming the file and the bound) when the file fails, whatever the way."""
     with _LOCK:
-        child = _child(limits.memory_mb)
+        children = _children(limits.memory_mb)
         try:
-            child.wait_started()
+            children[0].wait_started()
         except PdfError as exc:
             _CHILDREN.clear()
             raise PdfError(exc.reason, f"{rel}: {exc}") from exc
         done = False
         try:
-            yield from _answers(child, path, rel, limits, scans, figures)
+            yield from _Reading(children, path, rel, limits).answers(scans, figures)
             done = True
         finally:
-            if not done:  # failed, or the caller stopped reading: the child may be mid-file
-                child.kill()
+            if not done:  # failed, or the caller stopped reading: the children may be mid-file
+                for child in children:
+                    child.kill()
                 _CHILDREN.clear()
 
 
-def _answers(
-    child: _Child, path: str, rel: str, limits: PdfLimits, scans: bool, figures: bool
-) -> Iterator[Opened | PageRead]:
-    child.conn.send((path, rel, limits.max_pages, scans, figures))
-    waited = 0.0  # the time spent waiting on the child (not the caller's own, such as OCR)
-    page = 1
-    while True:
-        left = limits.file_seconds - waited
+class _Reading:
+    """One file read by the readers: the first opens it and says its page count; a long file is then shared, each
+    reader reading every n-th page, and the answers are taken from each in turn, which is page order. The time
+    waited on the readers is bounded per page and for the file."""
+
+    def __init__(self, children: list[_Child], path: str, rel: str, limits: PdfLimits):
+        self.children, self.path, self.rel, self.limits = children, path, rel, limits
+        self.waited = 0.0  # the time spent waiting on the readers (not the caller's own, such as OCR)
+        self.page = 1  # the page waited for
+
+    def answers(self, scans: bool, figures: bool) -> Iterator[Opened | PageRead]:
+        lead = self.children[0]
+        ask = (self.path, self.rel, self.limits.max_pages, scans, figures)
+        lead.conn.send((*ask, None))
+        opened = self._next(lead)
+        if not isinstance(opened, Opened):
+            raise PdfError("PDF reader failed", f"{self.rel}: the PDF reader answered out of turn; skipped")
+        yield opened
+        shared = [lead, *self._helpers()] if opened.pages >= SHARE_PAGES else [lead]
+        lead.conn.send((0, len(shared)))
+        for k, helper in enumerate(shared[1:], 1):
+            helper.conn.send((*ask, (k, len(shared))))
+        reading = list(shared)
+        while reading:
+            for child in list(reading):
+                answer = self._next(child)
+                if answer is None:
+                    reading.remove(child)
+                    continue
+                if isinstance(answer, PageRead):
+                    self.page = answer.page.number + 1
+                yield answer
+
+    def _helpers(self) -> list[_Child]:
+        """The other readers that have started (a reader that cannot start is let go: the lead reads alone)."""
+        out = []
+        for child in self.children[1:]:
+            try:
+                child.wait_started()
+            except PdfError:
+                _CHILDREN.remove(child)
+                continue
+            out.append(child)
+        return out
+
+    def _next(self, child: _Child) -> Opened | PageRead | None:
+        """The child's next answer: an Opened or PageRead, or None at the end of its share; PdfError otherwise."""
+        limits, rel = self.limits, self.rel
+        left = limits.file_seconds - self.waited
         started = time.monotonic()
         ready = child.conn.poll(max(0.0, min(limits.page_seconds, left)))
-        waited += time.monotonic() - started
+        self.waited += time.monotonic() - started
         if not ready:
             if left <= limits.page_seconds:
                 raise PdfError(
@@ -199,7 +257,8 @@ def _answers(
                     f"{rel}: reading it took longer than pdf_file_seconds={limits.file_seconds:g}; skipped",
                 )
             raise PdfError(
-                "PDF too slow", f"{rel}: page {page} took longer than pdf_page_seconds={limits.page_seconds:g}; skipped"
+                "PDF too slow",
+                f"{rel}: page {self.page} took longer than pdf_page_seconds={limits.page_seconds:g}; skipped",
             )
         try:
             answer = child.conn.recv()
@@ -207,16 +266,12 @@ def _answers(
             child.process.wait(5)
             raise PdfError(
                 "PDF reader failed",
-                f"{rel}: the PDF reader stopped on page {page} (exit {child.process.returncode}): more memory than "
-                f"pdf_max_memory_mb={limits.memory_mb:,}, or a crash in PDFium; skipped",
+                f"{rel}: the PDF reader stopped on page {self.page} (exit {child.process.returncode}): more memory "
+                f"than pdf_max_memory_mb={limits.memory_mb:,}, or a crash in PDFium; skipped",
             ) from exc
-        if answer is None:
-            return
         if isinstance(answer, PdfError):
             raise answer
-        if isinstance(answer, PageRead):
-            page = answer.page.number + 1
-        yield answer
+        return answer  # type: ignore[no-any-return]
 
 
 def main(fd: int, memory_mb: int) -> None:
@@ -230,12 +285,20 @@ def main(fd: int, memory_mb: int) -> None:
 
     while True:
         try:
-            path, rel, max_pages, scans, figures = conn.recv()
+            path, rel, max_pages, scans, figures, share = conn.recv()
         except (EOFError, OSError):
             return
         try:
-            for item in pdfpages.read(path, rel, max_pages, scans, figures):
-                conn.send(item)
+            doc, opened = pdfpages.open_counted(path, rel, max_pages)
+            try:
+                if share is None:  # the lead: its share once the caller knows the page count
+                    conn.send(opened)
+                    share = conn.recv()
+                mine, shares = share
+                for item in pdfpages.pages(doc, mine, shares, scans, figures):
+                    conn.send(item)
+            finally:
+                doc.close()
             conn.send(None)
         except PdfError as exc:
             conn.send(exc)

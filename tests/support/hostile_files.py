@@ -242,6 +242,40 @@ def pdf_form_bomb(path: Path, levels: int = 40) -> Path:
     return write_objects(path, objects)
 
 
+def pdf_late_bomb(path: Path, pages: int = 40, bomb: int = 20, levels: int = 40) -> Path:
+    """`pages` pages of text, page `bomb` of which draws pdf_form_bomb's forms instead: a long PDF, so read by two
+    readers, with its bomb in the second reader's share (an even page)."""
+    objects = list(_PDF_HEAD)
+    refs = []
+    forms = 5 + 2 * pages  # the first form's object number, after the pages and their streams
+    for number in range(1, pages + 1):
+        if number == bomb:
+            stream, resources = b"/X Do", b"/XObject << /X %d 0 R >>" % forms
+        else:
+            lines = [
+                Run(72, 700 - 14 * k, f"Page {number}, line {k}: the harbour log names a ship.") for k in range(40)
+            ]
+            stream, resources = content(lines), b"/Font << /F1 3 0 R >>"
+        objects.append(stream_object(stream))
+        objects.append(
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R /Resources << %s >> >>"
+            % (len(objects), resources)
+        )
+        refs.append(b"%d 0 R" % len(objects))
+    objects[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(refs), pages)
+    for k in range(levels):
+        last = k == levels - 1
+        body = content([Run(72, 700, "The innermost line of the bomb.")]) if last else b"/X Do /X Do"
+        inner = b"/Font << /F1 3 0 R >>" if last else b"/XObject << /X %d 0 R >>" % (forms + 1 + k)
+        objects.append(
+            b"<< /Type /XObject /Subtype /Form /BBox [0 0 612 792] /Resources << %s >> /Length %d >>\nstream\n"
+            % (inner, len(body))
+            + body
+            + b"\nendstream"
+        )
+    return write_objects(path, objects)
+
+
 def pdf_deep_tree(path: Path, depth: int = 20_000) -> Path:
     """A page tree `depth` nodes deep, its one page (with text) at the bottom (about 1 MB; PDFium refuses the page)."""
     objects = list(_PDF_HEAD)
