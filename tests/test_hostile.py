@@ -149,7 +149,7 @@ from pathlib import Path
 from ragvps.ingest import pdfproc, sources
 from ragvps.ingest.pdfproc import PdfLimits
 limits = PdfLimits(page_seconds=20, memory_mb=256)
-pdfproc.start(256)
+pdfproc.start()
 kinds = [type(pdfproc._CHILDREN[0].process).__name__]
 try:
     sources.load(sources.SourceFile(Path({str(bomb)!r}), "bomb.pdf", "pdf", limits=limits), print)

@@ -65,7 +65,7 @@ alone = [load("long.pdf"), load("short.pdf")]  # one reader, spawned (nothing wa
 for child in pdfproc._CHILDREN:
     child.kill()
 pdfproc._CHILDREN.clear()
-pdfproc.start(1024)
+pdfproc.start()
 kinds = [type(c.process).__name__ for c in pdfproc._CHILDREN]
 for child in pdfproc._CHILDREN:
     child.wait_started()
@@ -96,7 +96,7 @@ from pathlib import Path
 from ragvps.ingest import pdfproc, sources
 from ragvps.ingest.pdfproc import PdfLimits
 limits = PdfLimits(page_seconds=20, memory_mb=256)
-pdfproc.start(256)
+pdfproc.start()
 pids = [c.process.pid for c in pdfproc._CHILDREN]
 try:
     sources.load(sources.SourceFile(Path({str(bomb)!r}), "late_bomb.pdf", "pdf", limits=limits), print)
@@ -129,7 +129,7 @@ def test_the_readers_go_when_their_command_is_killed(tmp_path):
     code = """
 import sys, time
 from ragvps.ingest import pdfproc
-pdfproc.start(256)
+pdfproc.start()
 for child in pdfproc._CHILDREN:
     child.wait_started()
 print(" ".join(str(c.process.pid) for c in pdfproc._CHILDREN), flush=True)
@@ -145,3 +145,21 @@ time.sleep(600)
         proc.wait(waiting.seconds(30))
     for pid in pids:
         waiting.wait_until(lambda pid=pid: not _running(pid), f"reader {pid} to go with its command")
+
+
+def test_a_reading_command_with_a_pdf_is_told_from_its_words(tmp_path):
+    """The readers fork before typer parses the command line (app/reading.py): for chunk and ingest, when an
+    argument after the command names a PDF or a folder with one, whatever options stand around it."""
+    from ragvps.app.reading import pdf_path
+
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.md").write_text("# A\n")
+    (tmp_path / "docs" / "deep").mkdir(parents=True)
+    log_pdf(tmp_path / "docs" / "deep" / "log.pdf", 1)
+    notes, docs, pdf = str(tmp_path / "notes"), str(tmp_path / "docs"), str(tmp_path / "docs" / "deep" / "log.pdf")
+    assert pdf_path(["chunk", pdf, "--json"]) == pdf
+    assert pdf_path(["--kb", "docs", "ingest", "--mode", "fixed", docs]) == docs
+    assert pdf_path(["ingest", notes, docs]) == docs
+    assert pdf_path(["chunk", notes]) is None
+    assert pdf_path(["search", pdf]) is None and pdf_path([pdf]) is None
+    assert pdf_path(["chunk", str(tmp_path / "missing.pdf")]) is None

@@ -1,22 +1,43 @@
-"""What a command that reads files starts before the use case loads: the PDF reader's process, when the path has a
-PDF, forked from this one while it has no other thread, so that its start (numpy and PDFium: about 0.1 s) overlaps
-this process's own (the use case's imports) instead of waiting at the first page."""
+"""What a command that reads files starts before its use case loads: the PDF readers' processes, when its path has a
+PDF, forked from this process while it has no other thread, so that their start (numpy and PDFium: about 0.15 s)
+overlaps this process's own (the command line parsed, the use case's imports) instead of waiting at the first page.
+Their memory is bounded at their first file, by its settings (ingest/pdfproc.py)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
-from ragvps.config import Settings
 from ragvps.ingest import pdfproc
 
 LOOK = 2000  # the names a folder is looked through for a PDF, at most
+COMMANDS = ("chunk", "ingest")  # the commands that read the files their path names
 
 
-def start_readers(settings: Settings, path: str) -> None:
-    """Start the PDF reader's process if `path` is a PDF, or a folder with one among its first LOOK names."""
+def start_readers(path: str) -> None:
+    """Start the PDF readers if `path` is a PDF, or a folder with one among its first LOOK names."""
     if _has_pdf(Path(path)):
-        pdfproc.start(settings.chunk.pdf_max_memory_mb)
+        pdfproc.start()
+
+
+def start_for_arguments(argv: Sequence[str]) -> None:
+    """Start the PDF readers before the command line is parsed (about 0.15 s) where it reads a path with a PDF."""
+    if pdf_path(argv) is not None:
+        pdfproc.start()
+
+
+def pdf_path(argv: Sequence[str]) -> str | None:
+    """The first argument after a reading command (COMMANDS) that names a PDF or a folder with one. A guess from the
+    words alone: a wrong one starts readers no file needs (they go with the command), or leaves them to
+    `start_readers`."""
+    command = next((k for k, word in enumerate(argv) if word in COMMANDS), None)
+    if command is None:
+        return None
+    for word in argv[command + 1 :]:
+        if not word.startswith("-") and os.path.exists(word) and _has_pdf(Path(word)):
+            return word
+    return None
 
 
 def _has_pdf(path: Path) -> bool:

@@ -140,4 +140,7 @@ _register()
 
 
 def main() -> None:
+    from ragvps.app.reading import start_for_arguments  # lazy: as every use case
+
+    start_for_arguments(sys.argv[1:])  # a reading command's PDF readers start while its command line is parsed
     app(prog_name="ragvps")

@@ -59,7 +59,7 @@ def open_app(
     if reading is not None:
         from ragvps.app.reading import start_readers  # lazy: as App below
 
-        start_readers(settings, reading)
+        start_readers(reading)
     from ragvps.app import App  # lazy: the use case loads when the command runs (--help start-up)
 
     with App.open(settings, database=database, pooled=pooled) as app:

@@ -144,7 +144,7 @@ def chunk(
     from ragvps.app.chunking import chunk_summary
     from ragvps.app.reading import start_readers
 
-    start_readers(settings, path)
+    start_readers(path)
     with Bars() as bars:
         s = chunk_summary(settings, path, bars, warn)
     if as_json:

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -43,13 +43,14 @@ class _Child:
     first file. `fork`: a copy of this process (a few milliseconds, where a new interpreter takes about 0.15 s before
     it imports anything), for a caller with no other thread yet (`start`, as a command starts); else `python -c` (not
     multiprocessing, whose spawn runs the caller's main script again); `siblings`, the other readers' sockets, which
-    a copy closes."""
+    a copy closes. Its memory is bounded at its first file, by that file's pdf_max_memory_mb (`memory_mb`: the bound
+    it has, None before), and a reader is not reused for another bound."""
 
-    def __init__(self, memory_mb: int, fork: bool = False, siblings: Sequence[int] = ()):
+    def __init__(self, fork: bool = False, siblings: Sequence[int] = ()):
         ours, theirs = socket.socketpair()
-        self.memory_mb = memory_mb
+        self.memory_mb: int | None = None
         self.process: subprocess.Popen[bytes] | _Forked = (
-            _Forked.start(ours, theirs, memory_mb, siblings) if fork else _spawn(theirs, memory_mb)
+            _Forked.start(ours, theirs, siblings) if fork else _spawn(theirs)
         )
         theirs.close()
         self.conn = Connection(ours.detach())
@@ -83,19 +84,19 @@ class _Child:
 STARTUP_SECONDS = 120
 READERS = 2  # the readers a command forks as it starts, where it has this many cores
 SHARE_PAGES = 16  # a PDF of this many pages or more is shared between the readers there are
-_MAIN = "import sys; from ragvps.ingest.pdfproc import main; main(int(sys.argv[1]), int(sys.argv[2]))"
+_MAIN = "import sys; from ragvps.ingest.pdfproc import main; main(int(sys.argv[1]))"
 _THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 _LOCK = threading.Lock()
 _CHILDREN: list[_Child] = []  # this process's readers, while they live: the first reads every PDF, the others share
 
 
-def start(memory_mb: int) -> None:
+def start() -> None:
     """Start the reader processes now, before the first PDF, so that their start overlaps the caller's own work:
     forked from this process where it has no other thread (a command starting), READERS of them on a machine with
     as many cores; else one, as a new interpreter."""
     with _LOCK:
         fork = _can_fork()
-        _children(memory_mb, fork, min(READERS, _cores()) if fork else 1)
+        _children(None, fork, min(READERS, _cores()) if fork else 1)
 
 
 def _can_fork() -> bool:
@@ -108,23 +109,23 @@ def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def _children(memory_mb: int, fork: bool = False, count: int = 1) -> list[_Child]:
-    """The readers alive with this memory bound, at least `count` of them (under _LOCK)."""
-    alive = [c for c in _CHILDREN if c.memory_mb == memory_mb and c.alive()]
+def _children(memory_mb: int | None, fork: bool = False, count: int = 1) -> list[_Child]:
+    """The readers alive with this memory bound (or none yet), at least `count` of them (under _LOCK)."""
+    alive = [c for c in _CHILDREN if c.memory_mb in (None, memory_mb) and c.alive()]
     for child in _CHILDREN:
         if child not in alive:
             child.kill()
     while len(alive) < count:
-        alive.append(_Child(memory_mb, fork, siblings=[c.conn.fileno() for c in alive]))
+        alive.append(_Child(fork, siblings=[c.conn.fileno() for c in alive]))
     _CHILDREN[:] = alive
     return alive
 
 
-def _spawn(theirs: socket.socket, memory_mb: int) -> subprocess.Popen[bytes]:
+def _spawn(theirs: socket.socket) -> subprocess.Popen[bytes]:
     root = str(Path(__file__).resolve().parents[2])  # this ragvps, wherever the caller imported it from
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
     return subprocess.Popen(
-        [sys.executable, "-c", _MAIN, str(theirs.fileno()), str(memory_mb)],
+        [sys.executable, "-c", _MAIN, str(theirs.fileno())],
         pass_fds=(theirs.fileno(),),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -141,7 +142,7 @@ class _Forked:
         self.returncode: int | None = None
 
     @classmethod
-    def start(cls, ours: socket.socket, theirs: socket.socket, memory_mb: int, siblings: Sequence[int]) -> _Forked:
+    def start(cls, ours: socket.socket, theirs: socket.socket, siblings: Sequence[int]) -> _Forked:
         pid = os.fork()
         if pid:
             return cls(pid)
@@ -154,7 +155,7 @@ class _Forked:
             for fd in siblings:  # the other readers' sockets: each reader sees the caller go when the caller goes
                 os.close(fd)
             os.environ.update(_THREADS)
-            main(theirs.fileno(), memory_mb)
+            main(theirs.fileno())
             code = 0
         finally:
             os._exit(code)
@@ -210,8 +211,10 @@ class _Reading:
 
     def answers(self, scans: bool, figures: bool) -> Iterator[Opened | PageRead]:
         lead = self.children[0]
-        ask = (self.path, self.rel, self.limits.max_pages, scans, figures)
-        lead.conn.send((*ask, None))
+        ask = _Ask(self.path, self.rel, self.limits.max_pages, self.limits.memory_mb, scans, figures)
+        for child in self.children:
+            child.memory_mb = ask.memory_mb
+        lead.conn.send(ask)
         opened = self._next(lead)
         if not isinstance(opened, Opened):
             raise PdfError("PDF reader failed", f"{self.rel}: the PDF reader answered out of turn; skipped")
@@ -219,7 +222,7 @@ class _Reading:
         shared = [lead, *self._helpers()] if opened.pages >= SHARE_PAGES else [lead]
         lead.conn.send((0, len(shared)))
         for k, helper in enumerate(shared[1:], 1):
-            helper.conn.send((*ask, (k, len(shared))))
+            helper.conn.send(replace(ask, share=(k, len(shared))))
         reading = list(shared)
         while reading:
             for child in list(reading):
@@ -274,28 +277,46 @@ class _Reading:
         return answer  # type: ignore[no-any-return]
 
 
-def main(fd: int, memory_mb: int) -> None:
+@dataclass(frozen=True)
+class _Ask:
+    """A file for a reader to read; `share` (k, n): its pages k + 1, k + 1 + n, ..., or None for the lead, which
+    first says the page count and is then told its share."""
+
+    path: str
+    rel: str
+    max_pages: int
+    memory_mb: int
+    scans: bool
+    figures: bool
+    share: tuple[int, int] | None = None
+
+
+def main(fd: int) -> None:
     """The child: read the files asked for on the socket `fd`, one at a time, answering with each page and None
-    at the end of each."""
+    at the end of each; its memory bounded at the first."""
     conn = Connection(fd)
     from ragvps.ingest import pdfpages  # lazy: only the child loads PDFium
 
-    _bound_memory(memory_mb)
     conn.send(True)
-
+    bounded = False
     while True:
         try:
-            path, rel, max_pages, scans, figures, share = conn.recv()
+            ask: _Ask = conn.recv()
         except (EOFError, OSError):
             return
+        if not bounded:
+            _bound_memory(ask.memory_mb)
+            bounded = True
+        rel = ask.rel
         try:
-            doc, opened = pdfpages.open_counted(path, rel, max_pages)
+            doc, opened = pdfpages.open_counted(ask.path, rel, ask.max_pages)
             try:
+                share = ask.share
                 if share is None:  # the lead: its share once the caller knows the page count
                     conn.send(opened)
                     share = conn.recv()
                 mine, shares = share
-                for item in pdfpages.pages(doc, mine, shares, scans, figures):
+                for item in pdfpages.pages(doc, mine, shares, ask.scans, ask.figures):
                     conn.send(item)
             finally:
                 doc.close()
@@ -304,7 +325,7 @@ def main(fd: int, memory_mb: int) -> None:
             conn.send(exc)
         except MemoryError:
             conn.send(
-                PdfError("PDF too large", f"{rel}: needs more memory than pdf_max_memory_mb={memory_mb:,}; skipped")
+                PdfError("PDF too large", f"{rel}: needs more memory than pdf_max_memory_mb={ask.memory_mb:,}; skipped")
             )
         except Exception as exc:  # PDFium's or pypdfium2's surprise on a damaged file
             message = f"{rel}: not a readable PDF ({exc.__class__.__name__}: {str(exc)[:200]}), skipped"
@@ -312,7 +333,8 @@ def main(fd: int, memory_mb: int) -> None:
 
 
 def _bound_memory(memory_mb: int) -> None:
-    """Bound the child's address space to what it holds now (the interpreter, numpy, PDFium) plus `memory_mb`."""
+    """Bound the child's address space to what it holds now (the interpreter, numpy, PDFium, idle before its first
+    file) plus `memory_mb`."""
     try:
         import resource  # lazy: POSIX only
 
