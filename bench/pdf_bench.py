@@ -12,7 +12,7 @@ pages of texinfo/TeX). For each input and each checkout, in fresh processes:
 - reading: `sources.load` over the files (pages/s), then chunking the documents, timed apart: the share of
   `ragvps chunk` spent reading, and of an ingest once the local model's embedding is counted (its rate measured
   here on 96 of the chunks);
-- `python -m ragvps chunk DIR` end to end, wall time and the peak RSS of its process tree (the PDF reader's child
+- `python -m ragvps chunk DIR` end to end, wall time and the peak memory (PSS) of its process tree (the PDF readers
   included), beside pypdf alone extracting the same files' text in the same run (the issue's bar: at most 0.25x);
 - with --debian-docs (and --pdf FILE, repeated), long real PDFs instead of the books, in a section of their own:
   LaTeX manuals from Debian bookworm's TeX Live documentation (DEBIAN_DOCS: package, version and path, fetched with
@@ -152,11 +152,16 @@ def truth(chapters: list[tuple[str, list[str]]]) -> str:
 
 
 def sample_input() -> dict[str, tuple[Path, dict[str, str]]]:
+    """The sample's PDFs in a folder of their own (its txt/ ground truth is not for `ragvps chunk` to read)."""
     sample = DATA / "pdf_sample"
     if not sample.exists():
         return {}
+    folder = BENCH / "pdf_sample"
+    folder.mkdir(parents=True, exist_ok=True)
+    for pdf in sample.glob("*.pdf"):
+        shutil.copy(pdf, folder / pdf.name)
     return {
-        "pdf_sample": (sample, {p.stem + ".pdf": p.read_bytes().decode("cp1252") for p in (sample / "txt").glob("*")})
+        "pdf_sample": (folder, {p.stem + ".pdf": p.read_bytes().decode("cp1252") for p in (sample / "txt").glob("*")})
     }
 
 
@@ -219,8 +224,21 @@ def child_json(args: list[str], env: dict[str, str] | None = None) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def pss(pid: int) -> int:
+    """The process's proportional set size, in bytes (its RSS where the kernel has no smaps_rollup)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) << 10
+    except OSError:
+        pass
+    return int(psutil.Process(pid).memory_info().rss)
+
+
 def cli_chunk(tree: Path, folder: Path) -> dict[str, float]:
-    """`python -m ragvps chunk folder` from `tree`: wall seconds, the peak RSS of its process tree (sampled)."""
+    """`python -m ragvps chunk folder` from `tree`: wall seconds, the peak memory of its process tree (sampled): the sum
+    of its processes' PSS, which counts the pages a forked reader shares with the command once, not in each."""
     data = Path(tempfile.mkdtemp(prefix="pdfbench-"))
     (data / "empty.toml").write_text("")
     env = os.environ | {
@@ -240,7 +258,7 @@ def cli_chunk(tree: Path, folder: Path) -> dict[str, float]:
     top = psutil.Process(proc.pid)
     while proc.poll() is None:
         with contextlib.suppress(psutil.Error):
-            peak = max(peak, sum(p.memory_info().rss for p in [top, *top.children(recursive=True)]))
+            peak = max(peak, sum(pss(p.pid) for p in [top, *top.children(recursive=True)]))
         time.sleep(0.01)
     seconds = time.monotonic() - start
     chunks = json.loads(proc.stdout.read() if proc.stdout else "{}").get("chunks", 0)
@@ -299,7 +317,7 @@ def measure(
 def table(rows: list[dict], rate: float) -> list[str]:
     lines = [
         "| input | reader | pages | read s | pages/s | chunk s | read share of `ragvps chunk` | read share of ingest "
-        "(est.) | chunks | `ragvps chunk` s | pypdf alone s | chunk / pypdf | peak RSS MB | fidelity |",
+        "(est.) | chunks | `ragvps chunk` s | pypdf alone s | chunk / pypdf | peak PSS MB | fidelity |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
@@ -324,7 +342,7 @@ def ratios(rows: list[dict]) -> list[str]:
             out.append(
                 f"- {name}: reading {base['read'] / r['read']:.1f}x faster, "
                 f"`ragvps chunk` {base['cli'] / r['cli']:.1f}x faster ({r['cli']:.2f} s against {base['cli']:.2f} s), "
-                f"peak RSS {r['peak_mb'] / base['peak_mb']:.2f}x"
+                f"peak PSS {r['peak_mb'] / base['peak_mb']:.2f}x"
             )
     return out
 
