@@ -19,6 +19,8 @@ pages of texinfo/TeX). For each input and each checkout, in fresh processes:
   `apt-get download` into bench/out/pdf/debs), six of them German, and a folder of two-column ACM papers;
 - with --tikz-docs, manuals drawn with TikZ/PGF (TIKZ_DOCS, from the same packages), whose heavy content streams
   pypdf reads at a few pages a second as it read the issue's German lecture script, in a section of their own;
+- with --math-docs, long manuals set in math as a lecture script is (MATH_DOCS: the PGF manual's 1,300 pages among
+  them), in a section of their own;
 - fidelity: the Levenshtein ratio (rapidfuzz, whitespace normalised) of the text read against the ground truth
   (the publisher's text; the book's own paragraphs and headings).
 """
@@ -78,6 +80,15 @@ TIKZ_DOCS = (
     ("pgfgantt.pdf", PICTURES, "latex/pgfgantt/pgfgantt.pdf"),
     ("yquant-doc.pdf", "texlive-science-doc=2022.20230122-4", "latex/yquant/yquant-doc.pdf"),
     ("genealogytree.pdf", PICTURES, "latex/genealogytree/genealogytree.pdf"),
+)
+SCIENCE = "texlive-science-doc=2022.20230122-4"
+MATH_DOCS = (  # long manuals set in math, as a lecture script is; named before any was measured
+    ("pgfmanual.pdf", PICTURES, "generic/pgf/pgfmanual.pdf"),
+    ("numerica.pdf", SCIENCE, "latex/numerica/numerica.pdf"),
+    ("cryptocode.pdf", SCIENCE, "latex/cryptocode/cryptocode.pdf"),
+    ("nicematrix.pdf", SCIENCE, "latex/nicematrix/nicematrix.pdf"),
+    ("chemmacros-manual.pdf", SCIENCE, "latex/chemmacros/chemmacros-manual.pdf"),
+    ("prooftrees.pdf", SCIENCE, "latex/prooftrees/prooftrees.pdf"),
 )
 MANUAL = Path("/usr/share/doc/libtasn1-doc/libtasn1.pdf")
 SENTENCE = (
@@ -370,12 +381,15 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print, do not write bench/RESULTS.md")
     parser.add_argument("--debian-docs", action="store_true", help="long real PDFs (DEBIAN_DOCS), not the books")
     parser.add_argument("--tikz-docs", action="store_true", help="manuals drawn with TikZ (TIKZ_DOCS), not the books")
+    parser.add_argument("--math-docs", action="store_true", help="long manuals set in math (MATH_DOCS)")
     parser.add_argument("--pdf", type=Path, action="append", default=[], help="a real PDF to measure (repeatable)")
     args = parser.parse_args()
     trees = {"this": ROOT} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
-    real = args.debian_docs or args.tikz_docs or bool(args.pdf)
+    real = args.debian_docs or args.tikz_docs or args.math_docs or bool(args.pdf)
     if args.tikz_docs:
         sets = debian_docs(TIKZ_DOCS) | given_pdfs(args.pdf)
+    elif args.math_docs:
+        sets = debian_docs(MATH_DOCS) | given_pdfs(args.pdf)
     elif real:
         sets = sample_input() | (debian_docs(DEBIAN_DOCS) if args.debian_docs else {}) | given_pdfs(args.pdf)
     else:
@@ -385,10 +399,12 @@ def main() -> None:
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     baseline = f" --baseline {args.baseline}" if args.baseline else ""
     flags = (" --debian-docs" if args.debian_docs else "") + (" --tikz-docs" if args.tikz_docs else "")
+    flags += " --math-docs" if args.math_docs else ""
     flags += "".join(f" --pdf {p}" for p in args.pdf)
     flags += f" --baseline-rounds {args.baseline_rounds}" if args.baseline_rounds else ""
-    name = "pdf_tikz" if args.tikz_docs else "pdf_real" if real else "pdf_bench"
+    name = "pdf_tikz" if args.tikz_docs else "pdf_math" if args.math_docs else "pdf_real" if real else "pdf_bench"
     title = {
+        "pdf_math": "PDFs: long manuals set in math, `ragvps chunk` against pypdf alone (issue 53)",
         "pdf_tikz": "PDFs: manuals drawn with TikZ, `ragvps chunk` against pypdf alone (issue 53)",
         "pdf_real": "PDFs: long real manuals, `ragvps chunk` against pypdf alone (issue 53)",
         "pdf_bench": "PDFs: PDFium and the layout pass against pypdf (issue 53)",
