@@ -12,8 +12,9 @@ pages of texinfo/TeX). For each input and each checkout, in fresh processes:
 - reading: `sources.load` over the files (pages/s), then chunking the documents, timed apart: the share of
   `ragvps chunk` spent reading, and of an ingest once the local model's embedding is counted (its rate measured
   here on 96 of the chunks);
-- `python -m ragvps chunk DIR` end to end, wall time and the peak memory (PSS) of its process tree (the PDF readers
-  included), beside pypdf alone extracting the same files' text in the same run (the issue's bar: at most 0.25x);
+- `python -m ragvps chunk DIR` end to end: its wall time (unsampled runs), and the peak memory (PSS) of its process
+  tree (the PDF readers included) in a run of its own, beside pypdf alone extracting the same files' text in the same
+  run (the issue's bar: at most 0.25x);
 - with --debian-docs (and --pdf FILE, repeated), long real PDFs instead of the books, in a section of their own:
   LaTeX manuals from Debian bookworm's TeX Live documentation (DEBIAN_DOCS: package, version and path, fetched with
   `apt-get download` into bench/out/pdf/debs), six of them German, and a folder of two-column ACM papers;
@@ -247,9 +248,11 @@ def pss(pid: int) -> int:
     return int(psutil.Process(pid).memory_info().rss)
 
 
-def cli_chunk(tree: Path, folder: Path) -> dict[str, float]:
-    """`python -m ragvps chunk folder` from `tree`: wall seconds, the peak memory of its process tree (sampled): the sum
-    of its processes' PSS, which counts the pages a forked reader shares with the command once, not in each."""
+def cli_chunk(tree: Path, folder: Path, sampled: bool = False) -> dict[str, float]:
+    """`python -m ragvps chunk folder` from `tree`: wall seconds; `sampled`, the peak memory of its process tree too
+    (sampled every 10 ms): the sum of its processes' PSS, which counts the pages a forked reader shares with the command
+    once, not in each. Reading PSS walks a process's page tables (about 20% of a long PDF's time here), so a timed run
+    is not sampled."""
     data = Path(tempfile.mkdtemp(prefix="pdfbench-"))
     (data / "empty.toml").write_text("")
     env = os.environ | {
@@ -268,6 +271,9 @@ def cli_chunk(tree: Path, folder: Path) -> dict[str, float]:
     peak = 0
     top = psutil.Process(proc.pid)
     while proc.poll() is None:
+        if not sampled:
+            proc.wait()
+            break
         with contextlib.suppress(psutil.Error):
             peak = max(peak, sum(pss(p.pid) for p in [top, *top.children(recursive=True)]))
         time.sleep(0.01)
@@ -309,14 +315,14 @@ def measure(
             runs = rounds if tree_name == "this" else baseline_rounds
             reads = [child_json(["-c", READ, str(tree), str(folder)]) for _ in range(runs)]
             read = min(reads, key=lambda r: r["read"])
-            clis = [cli_chunk(tree, folder) for _ in range(runs)]
-            cli = min(clis, key=lambda r: r["seconds"])
+            cli = min((cli_chunk(tree, folder) for _ in range(runs)), key=lambda r: r["seconds"])
+            memory = cli_chunk(tree, folder, sampled=True)
             if tree_name == "this" and name != "pdf_sample" and len(read["sample"]) > len(sample):
                 sample = read["sample"]  # the embedding rate measured on the most chunks
             row = {"input": name, "tree": tree_name, "pages": read["pages"], "read": read["read"]}
             row |= {"chunk": min(r["chunk"] for r in reads), "chunks": read["chunks"], "cli": cli["seconds"]}
             row |= {
-                "peak_mb": max(c["peak_mb"] for c in clis),
+                "peak_mb": memory["peak_mb"],
                 "pypdf": alone,
                 "fidelity": fidelity(read["texts"], gold),
             }
