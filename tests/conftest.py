@@ -289,14 +289,15 @@ def module_db_url(new_database: NewDatabase, request: pytest.FixtureRequest) -> 
 
 @dataclass
 class Cli:
-    """Runs the real `ragvps` command (typer's runner) against the test's database."""
+    """Runs the real `ragvps` command (typer's runner) against the test's database: the app as `ragvps` builds it,
+    with the one command the words name (cli.lean)."""
 
     env: dict[str, str]
 
     def __call__(self, *args: str, expect: int | None = 0) -> object:
-        from ragvps.cli import app
+        from ragvps.cli import lean
 
-        result = CliRunner().invoke(app, list(args), env=self.env, catch_exceptions=False)
+        result = CliRunner().invoke(lean(list(args)), list(args), env=self.env, catch_exceptions=False)
         if expect is not None:
             assert result.exit_code == expect, (
                 f"ragvps {' '.join(args)} exited {result.exit_code}, expected {expect}\n"

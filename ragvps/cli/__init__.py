@@ -5,6 +5,7 @@ One module per command group registers its commands on `app`; errors are rendere
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import sys
@@ -15,6 +16,8 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 from typer.core import TyperGroup
+from typer.main import get_command_name
+from typer.models import CommandInfo
 
 from ragvps.app.names import choices
 from ragvps.cli import (
@@ -143,4 +146,36 @@ def main() -> None:
     from ragvps.app.reading import start_for_arguments  # lazy: as every use case
 
     start_for_arguments(sys.argv[1:])  # a reading command's PDF readers start while its command line is parsed
-    app(prog_name="ragvps")
+    lean(sys.argv[1:])(prog_name="ragvps")
+
+
+_VALUED = ("--config", "--data-dir", "--database-url", "--embedder")  # the root's options that take a value
+
+
+def lean(argv: list[str]) -> typer.Typer:
+    """`app` with only the command (or group) that `argv` names: typer turns every command's signature into click's
+    as it starts, about 0.1 s for ragvps's forty, of which one is run. `app` itself for the root's help, or for a
+    word that names no command (its error lists the commands)."""
+    word = command_word(argv)
+    commands = [c for c in app.registered_commands if _name(c) == word]
+    groups = [g for g in app.registered_groups if g.name == word]
+    if not commands and not groups:
+        return app
+    one = copy.copy(app)
+    one.registered_commands, one.registered_groups = commands, groups
+    return one
+
+
+def _name(command: CommandInfo) -> str | None:
+    return command.name or (get_command_name(command.callback.__name__) if command.callback else None)
+
+
+def command_word(argv: list[str]) -> str | None:
+    """The first word of `argv` that is not the root's option or its value."""
+    words = iter(argv)
+    for word in words:
+        if word in _VALUED:
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
