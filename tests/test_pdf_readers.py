@@ -163,3 +163,38 @@ def test_a_reading_command_with_a_pdf_is_told_from_its_words(tmp_path):
     assert pdf_path(["chunk", notes]) is None
     assert pdf_path(["search", pdf]) is None and pdf_path([pdf]) is None
     assert pdf_path(["chunk", str(tmp_path / "missing.pdf")]) is None
+
+
+def test_the_real_command_ingests_a_long_pdf_through_both_readers_and_cites_its_pages(cli, tmp_path):
+    """`ragvps ingest` as a user runs it (a process of its own, which forks two readers): a line on page 30 of 41 is
+    found and cited as page 30, and on page 31 as page 31 (one reader's page, then the other's)."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    streams = []
+    for n in range(1, 42):
+        lines = [line(n, k) for k in range(40)]
+        if n == 30:
+            lines[5] = "The lighthouse keeper counted forty-two herons at dawn."
+        if n == 31:
+            lines[5] = "A cooper mended nine barrels for the brewery."
+        streams.append(content([Run(72, 700 - 14 * k, text) for k, text in enumerate(lines)]))
+    write_pdf(folder / "log.pdf", streams)
+    env = {**os.environ, **cli.env}
+
+    def ragvps(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "ragvps", *args],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=env,
+            timeout=waiting.seconds(300),
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    report = json.loads(ragvps("ingest", str(folder), "--json"))
+    assert report["documents"] == 1 and not report["skipped"], report
+    for question, number in (("lighthouse keeper herons", 30), ("cooper barrels brewery", 31)):
+        hits = json.loads(ragvps("query", question, "--json"))
+        assert hits[0]["path"] == "log.pdf" and hits[0]["pages"] == [number], hits[0]
