@@ -102,6 +102,7 @@ class _Chunker:
         self.counted: list[int] = []  # the tokens of paths 0, 1, ... (count_paths)
         self.pieces: list[Piece] = []
         self.group: list[tuple[int, int, int]] = []
+        self.group_tokens = 0  # the group's tokens, summed as it grows (a group may hold hundreds of short lines)
         self.group_path = 0
         self.group_headings = True
         self.header: tuple[int, int, int] | None = None  # the last table's header row and rule: start, end, tokens
@@ -228,10 +229,10 @@ class _Chunker:
         header_n = self.header[2]
         room = budget - header_n
         start, n = (a, header_n) if kind == "table" else (-1, 0)
-        lead = sum(x[2] for x in self.group)
+        lead = self.group_tokens
         if kind == "table" and self.group and self.group_path == p and lead <= budget // 4:
             start, n = self.group[0][0], n + lead  # short lines just above (a unit, a period) stay with the table
-            self.group, self.group_headings = [], True
+            self.group, self.group_headings, self.group_tokens = [], True, 0
         self._flush()
         headed = kind == "rows"
         end = self.header[1] if kind == "table" else a  # the first piece holds the header, even with no row after it
@@ -309,21 +310,21 @@ class _Chunker:
 
     def _add(self, a: int, b: int, n: int, p: int, heading: bool) -> None:
         if self.group:
-            fits = sum(x[2] for x in self.group) + n <= self.budget(p)
+            fits = self.group_tokens + n <= self.budget(p)
             if self.group_headings:
                 if not fits:
                     self._flush()
             elif heading or p != self.group_path or self.config.mode == "sentences" or not fits:
                 self._flush()
         self.group.append((a, b, n))
+        self.group_tokens += n
         self.group_path = p
         self.group_headings = self.group_headings and heading
 
     def _flush(self) -> None:
         if self.group:
-            n = sum(x[2] for x in self.group)
-            self.pieces.append((self.group[0][0], self.group[-1][1], n, self.group_path, True))
-        self.group = []
+            self.pieces.append((self.group[0][0], self.group[-1][1], self.group_tokens, self.group_path, True))
+        self.group, self.group_tokens = [], 0
         self.group_headings = True
 
     # fixed mode: the plain sliding window over the whole document's tokens
