@@ -43,16 +43,6 @@ def open_pdf(path: str, rel: str) -> pdfium.PdfDocument:
         raise PdfError("unreadable PDF", f"{rel}: not a readable PDF ({why}), skipped") from exc
 
 
-def read(path: str, rel: str, max_pages: int, scans: bool, figures: bool) -> Iterator[Opened | PageRead]:
-    """The document's page count and title, then its pages one by one (`scans`: render those without text)."""
-    doc, opened = open_counted(path, rel, max_pages)
-    try:
-        yield opened
-        yield from pages(doc, 0, 1, scans, figures)
-    finally:
-        doc.close()
-
-
 def open_counted(path: str, rel: str, max_pages: int) -> tuple[pdfium.PdfDocument, Opened]:
     """The document open, with its page count (within `max_pages`) and title."""
     doc = open_pdf(path, rel)
