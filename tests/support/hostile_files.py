@@ -229,17 +229,25 @@ def pdf_form_bomb(path: Path, levels: int = 40) -> Path:
         b">> >> >>"
     )
     objects.append(stream_object(b"/X Do"))
+    objects += form_chain(7, levels)
+    return write_objects(path, objects)
+
+
+def form_chain(first: int, levels: int) -> list[bytes]:
+    """Form XObjects numbered from `first`, each drawing the next twice, the last a line of text: drawn once, the
+    first draws that line 2^(levels - 1) times."""
+    out = []
     for k in range(levels):
         last = k == levels - 1
         body = content([Run(72, 700, "The innermost line of the bomb.")]) if last else b"/X Do /X Do"
-        resources = b"/Font << /F1 3 0 R >>" if last else b"/XObject << /X %d 0 R >>" % (8 + k)
-        objects.append(
+        resources = b"/Font << /F1 3 0 R >>" if last else b"/XObject << /X %d 0 R >>" % (first + 1 + k)
+        out.append(
             b"<< /Type /XObject /Subtype /Form /BBox [0 0 612 792] /Resources << %s >> /Length %d >>\nstream\n"
             % (resources, len(body))
             + body
             + b"\nendstream"
         )
-    return write_objects(path, objects)
+    return out
 
 
 def pdf_late_bomb(path: Path, pages: int = 40, bomb: int = 20, levels: int = 40) -> Path:
@@ -263,16 +271,7 @@ def pdf_late_bomb(path: Path, pages: int = 40, bomb: int = 20, levels: int = 40)
         )
         refs.append(b"%d 0 R" % len(objects))
     objects[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(refs), pages)
-    for k in range(levels):
-        last = k == levels - 1
-        body = content([Run(72, 700, "The innermost line of the bomb.")]) if last else b"/X Do /X Do"
-        inner = b"/Font << /F1 3 0 R >>" if last else b"/XObject << /X %d 0 R >>" % (forms + 1 + k)
-        objects.append(
-            b"<< /Type /XObject /Subtype /Form /BBox [0 0 612 792] /Resources << %s >> /Length %d >>\nstream\n"
-            % (inner, len(body))
-            + body
-            + b"\nendstream"
-        )
+    objects += form_chain(forms, levels)
     return write_objects(path, objects)
 
 
