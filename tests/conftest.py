@@ -295,9 +295,10 @@ class Cli:
     env: dict[str, str]
 
     def __call__(self, *args: str, expect: int | None = 0) -> object:
-        from ragvps.cli import lean
+        from ragvps.cli import lean, split_command
 
-        result = CliRunner().invoke(lean(list(args)), list(args), env=self.env, catch_exceptions=False)
+        command, _ = split_command(list(args))
+        result = CliRunner().invoke(lean(command), list(args), env=self.env, catch_exceptions=False)
         if expect is not None:
             assert result.exit_code == expect, (
                 f"ragvps {' '.join(args)} exited {result.exit_code}, expected {expect}\n"

@@ -66,19 +66,19 @@ def test_an_audit_filter_that_matches_nothing_known_is_an_error_naming_the_valid
 def test_each_command_built_alone_reads_as_the_whole_apps():
     """`ragvps` hands typer only the command its words name (cli.lean, 0.1 s sooner): each command's help and a wrong
     option read as the whole app's do, and the root's help or a word that names no command get the whole app."""
-    from ragvps.cli import command_word, lean
+    from ragvps.cli import lean, split_command
 
     env = {"COLUMNS": "120"}
     paths = [path for path in commands(typer.main.get_command(app)) if path]
     for path in paths:
-        one = lean(list(path))
+        one = lean(path[0])
         assert one is not app and len(one.registered_commands) + len(one.registered_groups) == 1, path
         for args in ([*path, "--help"], [*path, "--no-such-option"]):
             whole, alone = CliRunner().invoke(app, args, env=env), CliRunner().invoke(one, args, env=env)
             assert (alone.exit_code, alone.output) == (whole.exit_code, whole.output), args
-    assert lean([]) is app and lean(["--help"]) is app and lean(["chnk", "docs"]) is app
-    near = CliRunner().invoke(lean(["chnk"]), ["chnk"], env=env)
+    assert lean(None) is app and lean("chnk") is app
+    near = CliRunner().invoke(lean("chnk"), ["chnk"], env=env)
     assert near.exit_code == 2 and "chunk" in near.output  # the whole app's error, which suggests the command
-    assert command_word(["--config", "x.toml", "--verbose", "kb", "list"]) == "kb"
-    assert command_word(["--data-dir", "chunk", "ingest", "docs"]) == "ingest"
-    assert command_word(["-v"]) is None
+    assert split_command(["--config", "x.toml", "--verbose", "kb", "list"]) == ("kb", ["list"])
+    assert split_command(["--data-dir", "chunk", "ingest", "docs"]) == ("ingest", ["docs"])
+    assert split_command(["-v"]) == (None, []) and split_command(["--help"]) == (None, [])

@@ -151,18 +151,23 @@ def test_a_reading_command_with_a_pdf_is_told_from_its_words(tmp_path):
     """The readers fork before typer parses the command line (app/reading.py): for chunk and ingest, when an
     argument after the command names a PDF or a folder with one, whatever options stand around it."""
     from ragvps.app.reading import pdf_path
+    from ragvps.cli import split_command
+
+    def reads(argv: list[str]) -> str | None:
+        return pdf_path(*split_command(argv))
 
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "a.md").write_text("# A\n")
     (tmp_path / "docs" / "deep").mkdir(parents=True)
     log_pdf(tmp_path / "docs" / "deep" / "log.pdf", 1)
     notes, docs, pdf = str(tmp_path / "notes"), str(tmp_path / "docs"), str(tmp_path / "docs" / "deep" / "log.pdf")
-    assert pdf_path(["chunk", pdf, "--json"]) == pdf
-    assert pdf_path(["--kb", "docs", "ingest", "--mode", "fixed", docs]) == docs
-    assert pdf_path(["ingest", notes, docs]) == docs
-    assert pdf_path(["chunk", notes]) is None
-    assert pdf_path(["search", pdf]) is None and pdf_path([pdf]) is None
-    assert pdf_path(["chunk", str(tmp_path / "missing.pdf")]) is None
+    assert reads(["chunk", pdf, "--json"]) == pdf
+    assert reads(["--data-dir", "d", "ingest", "--kb", "docs", "--mode", "fixed", docs]) == docs
+    assert reads(["ingest", notes, docs]) == docs
+    assert reads(["chunk", notes]) is None
+    assert reads(["search", pdf]) is None and reads([pdf]) is None
+    assert reads(["--data-dir", "chunk", "search", pdf]) is None  # "chunk" there is the root option's value
+    assert reads(["chunk", str(tmp_path / "missing.pdf")]) is None
 
 
 def test_the_real_command_ingests_a_long_pdf_through_both_readers_and_cites_its_pages(cli, tmp_path):

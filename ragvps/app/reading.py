@@ -21,23 +21,19 @@ def start_readers(path: str) -> None:
         pdfproc.start()
 
 
-def start_for_arguments(argv: Sequence[str]) -> None:
+def start_for_arguments(command: str | None, args: Sequence[str]) -> None:
     """Start the PDF readers before the command line is parsed (about 0.15 s) where it reads a path with a PDF."""
-    if pdf_path(argv) is not None:
+    if pdf_path(command, args) is not None:
         pdfproc.start()
 
 
-def pdf_path(argv: Sequence[str]) -> str | None:
-    """The first argument after a reading command (COMMANDS) that names a PDF or a folder with one. A guess from the
+def pdf_path(command: str | None, args: Sequence[str]) -> str | None:
+    """The first of a reading command's (COMMANDS) words `args` that names a PDF or a folder with one. A guess from the
     words alone: a wrong one starts readers no file needs (they go with the command), or leaves them to
     `start_readers`."""
-    command = next((k for k, word in enumerate(argv) if word in COMMANDS), None)
-    if command is None:
+    if command not in COMMANDS:
         return None
-    for word in argv[command + 1 :]:
-        if not word.startswith("-") and os.path.exists(word) and _has_pdf(Path(word)):
-            return word
-    return None
+    return next((w for w in args if not w.startswith("-") and os.path.exists(w) and _has_pdf(Path(w))), None)
 
 
 def _has_pdf(path: Path) -> bool:

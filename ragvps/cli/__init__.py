@@ -145,18 +145,18 @@ _register()
 def main() -> None:
     from ragvps.app.reading import start_for_arguments  # lazy: as every use case
 
-    start_for_arguments(sys.argv[1:])  # a reading command's PDF readers start while its command line is parsed
-    lean(sys.argv[1:])(prog_name="ragvps")
+    command, args = split_command(sys.argv[1:])
+    start_for_arguments(command, args)  # a reading command's PDF readers start while its command line is parsed
+    lean(command)(prog_name="ragvps")
 
 
 _VALUED = ("--config", "--data-dir", "--database-url", "--embedder")  # the root's options that take a value
 
 
-def lean(argv: list[str]) -> typer.Typer:
-    """`app` with only the command (or group) that `argv` names: typer turns every command's signature into click's
-    as it starts, about 0.1 s for ragvps's forty, of which one is run. `app` itself for the root's help, or for a
+def lean(word: str | None) -> typer.Typer:
+    """`app` with only the command (or group) named `word`: typer turns every command's signature into click's as it
+    starts, about 0.1 s for ragvps's forty, of which one is run. `app` itself for the root's help (None), or for a
     word that names no command (its error lists the commands)."""
-    word = command_word(argv)
     commands = [c for c in app.registered_commands if _name(c) == word]
     groups = [g for g in app.registered_groups if g.name == word]
     if not commands and not groups:
@@ -170,12 +170,14 @@ def _name(command: CommandInfo) -> str | None:
     return command.name or (get_command_name(command.callback.__name__) if command.callback else None)
 
 
-def command_word(argv: list[str]) -> str | None:
-    """The first word of `argv` that is not the root's option or its value."""
-    words = iter(argv)
-    for word in words:
-        if word in _VALUED:
-            next(words, None)
+def split_command(argv: list[str]) -> tuple[str | None, list[str]]:
+    """The command's word (the first that is not the root's option or its value) and the words after it."""
+    skip = False
+    for k, word in enumerate(argv):
+        if skip:
+            skip = False
+        elif word in _VALUED:
+            skip = True
         elif not word.startswith("-"):
-            return word
-    return None
+            return word, argv[k + 1 :]
+    return None, []
