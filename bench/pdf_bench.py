@@ -269,14 +269,14 @@ def cli_chunk(tree: Path, folder: Path, sampled: bool = False) -> dict[str, floa
         stderr=subprocess.DEVNULL,
     )
     peak = 0
-    top = psutil.Process(proc.pid)
-    while proc.poll() is None:
-        if not sampled:
-            proc.wait()
-            break
-        with contextlib.suppress(psutil.Error):
-            peak = max(peak, sum(pss(p.pid) for p in [top, *top.children(recursive=True)]))
-        time.sleep(0.01)
+    if sampled:
+        top = psutil.Process(proc.pid)
+        while proc.poll() is None:
+            with contextlib.suppress(psutil.Error):
+                peak = max(peak, sum(pss(p.pid) for p in [top, *top.children(recursive=True)]))
+            time.sleep(0.01)
+    else:
+        proc.wait()
     seconds = time.monotonic() - start
     chunks = json.loads(proc.stdout.read() if proc.stdout else "{}").get("chunks", 0)
     shutil.rmtree(data, ignore_errors=True)
